@@ -1,0 +1,282 @@
+//! Request and response bodies of the public API. JSON members are camelCase; amounts are
+//! integers in the currency's minor unit (cents), never floats.
+//!
+//! Requests use `deny_unknown_fields`: an unknown member is a 400 `INVALID_REQUEST`.
+//! Responses do not, so a newer server can add members without breaking older SDKs.
+
+use crate::key::IdempotencyKey;
+use crate::status::{AttemptStatus, OrderStatus};
+use serde::{Deserialize, Serialize};
+
+/// API paths, spelled once. `{id}` segments are filled by the helpers.
+pub mod paths {
+    /// `POST` a dev session.
+    pub const DEV_SESSIONS: &str = "/dev/sessions";
+    /// `GET` the catalog.
+    pub const CATALOG: &str = "/catalog";
+    /// `POST` an order.
+    pub const ORDERS: &str = "/orders";
+    /// `GET` health.
+    pub const HEALTHZ: &str = "/healthz";
+    /// `GET` the OpenAPI document.
+    pub const OPENAPI: &str = "/openapi.json";
+    /// `POST` provider webhooks.
+    pub const WEBHOOKS: &str = "/webhooks/provider";
+    /// `GET /orders/{id}`.
+    pub fn order(order_id: &str) -> String {
+        format!("/orders/{order_id}")
+    }
+    /// `PATCH /orders/{id}/cart`.
+    pub fn cart(order_id: &str) -> String {
+        format!("/orders/{order_id}/cart")
+    }
+    /// `POST /orders/{id}/pay`.
+    pub fn pay(order_id: &str) -> String {
+        format!("/orders/{order_id}/pay")
+    }
+    /// `POST /orders/{id}/payment-attempts/cancel`.
+    pub fn cancel(order_id: &str) -> String {
+        format!("/orders/{order_id}/payment-attempts/cancel")
+    }
+    /// `POST /payments/{id}/refund`.
+    pub fn refund(payment_id: &str) -> String {
+        format!("/payments/{payment_id}/refund")
+    }
+}
+
+/// What a key is bound to on the client: "pay for exactly this checkout".
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CheckoutSnapshot {
+    /// The order being paid.
+    pub order_id: String,
+    /// The server's order version the customer saw.
+    pub order_version: u64,
+    /// The chosen payment method id (e.g. `pm_card_approve`), never card data.
+    pub payment_method_id: String,
+}
+
+impl CheckoutSnapshot {
+    /// The pay request body for this snapshot.
+    pub fn pay_request(&self) -> PayRequest {
+        PayRequest { order_version: self.order_version, payment_method_id: self.payment_method_id.clone() }
+    }
+}
+
+/// `POST /dev/sessions` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DevSessionRequest {
+    /// The user to sign in as (1..=64 chars of `[A-Za-z0-9_-]`).
+    pub user_id: String,
+}
+
+/// `POST /dev/sessions` response. The same token is also set as an HttpOnly cookie.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DevSessionResponse {
+    /// The user signed in.
+    pub user_id: String,
+    /// Bearer token (HMAC-signed).
+    pub token: String,
+}
+
+/// One catalog entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CatalogItem {
+    /// Stock-keeping unit.
+    pub sku: String,
+    /// Display name.
+    pub name: String,
+    /// Price per unit in minor units.
+    pub unit_price: i64,
+    /// ISO 4217 currency.
+    pub currency: String,
+    /// Units left.
+    pub stock: i64,
+}
+
+/// A requested line of a cart.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CartLine {
+    /// Catalog SKU.
+    pub sku: String,
+    /// Units (1..=100).
+    pub quantity: u32,
+}
+
+/// `POST /orders` body. There is deliberately no amount: the server prices the order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateOrderRequest {
+    /// Lines (1..=20, distinct SKUs).
+    pub items: Vec<CartLine>,
+    /// Optional coupon code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coupon: Option<String>,
+    /// Optional shipping address (free text, ≤ 500 chars).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+}
+
+/// `PATCH /orders/{id}/cart` body: members present replace the current value.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UpdateCartRequest {
+    /// New lines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub items: Option<Vec<CartLine>>,
+    /// New coupon (empty string removes it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coupon: Option<String>,
+    /// New address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+}
+
+/// A priced line of an order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OrderLine {
+    /// SKU.
+    pub sku: String,
+    /// Display name.
+    pub name: String,
+    /// Units.
+    pub quantity: u32,
+    /// Server price per unit.
+    pub unit_price: i64,
+    /// `quantity × unitPrice`.
+    pub line_total: i64,
+}
+
+/// An order as the server sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Order {
+    /// Order id.
+    pub id: String,
+    /// Status.
+    pub status: OrderStatus,
+    /// Bumped on every change to items, coupon, address or total.
+    pub version: u64,
+    /// Priced lines.
+    pub items: Vec<OrderLine>,
+    /// Coupon applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coupon: Option<String>,
+    /// Shipping address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// Sum of line totals.
+    pub subtotal: i64,
+    /// Coupon discount.
+    pub discount: i64,
+    /// What will be charged: `subtotal − discount`.
+    pub amount: i64,
+    /// ISO 4217 currency.
+    pub currency: String,
+    /// True while a payment attempt is active (the cart is locked).
+    pub payment_in_progress: bool,
+    /// The payment, once paid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payment: Option<Payment>,
+}
+
+/// `POST /orders/{id}/pay` body. The amount is not in it: the server loads it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PayRequest {
+    /// The version the customer saw; a mismatch is 409 `ORDER_CHANGED`.
+    pub order_version: u64,
+    /// Payment method id.
+    pub payment_method_id: String,
+}
+
+/// A recorded payment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Payment {
+    /// Payment id (ours).
+    pub id: String,
+    /// Order paid.
+    pub order_id: String,
+    /// Amount charged, minor units.
+    pub amount: i64,
+    /// Currency.
+    pub currency: String,
+    /// Payment method used.
+    pub payment_method_id: String,
+    /// The provider's charge id.
+    pub charge_id: String,
+    /// `succeeded` or `refunded`.
+    pub status: AttemptStatus,
+}
+
+/// Body of a pay answer that is not a problem: 200 (succeeded) or 202 (processing).
+/// A declined or failed attempt is a 402 [`crate::Problem`] with `attemptStatus`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PayResponse {
+    /// `succeeded` (200) or `processing` (202).
+    pub status: AttemptStatus,
+    /// The order.
+    pub order_id: String,
+    /// The payment, when succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payment: Option<Payment>,
+}
+
+/// `POST /orders/{id}/payment-attempts/cancel` body. The key is in the body, never the URL,
+/// so it stays out of access logs and history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CancelRequest {
+    /// The attempt's key.
+    pub key: IdempotencyKey,
+}
+
+/// Cancel answer: the attempt's status after the call.
+/// `cancelled`: no charge can happen with this key. `processing`: wait. Final: as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CancelResponse {
+    /// Status of the attempt.
+    pub status: AttemptStatus,
+    /// The payment, when the attempt had succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payment: Option<Payment>,
+}
+
+/// `POST /payments/{id}/refund` answer (the request has no body, only `Idempotency-Key`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RefundResponse {
+    /// The payment after the refund.
+    pub payment: Payment,
+    /// The provider's refund id.
+    pub refund_id: String,
+}
+
+/// Faults a dev-mode server injects on request (header [`crate::headers::DEV_FAULT`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DevFault {
+    /// Process the request fully, then drop the connection without answering.
+    DropResponse,
+}
+
+impl DevFault {
+    /// Wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::DropResponse => "drop-response",
+        }
+    }
+    /// Parses the wire spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        (s == "drop-response").then_some(Self::DropResponse)
+    }
+}

@@ -1,0 +1,20 @@
+//! HTTP header names used by payonce. Spelled here only.
+
+/// Request header carrying the client's idempotency key (draft-ietf-httpapi-idempotency-key-header).
+pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
+/// Response header set to `true` when the body is a stored result replayed for a known key.
+pub const IDEMPOTENT_REPLAYED: &str = "Idempotent-Replayed";
+/// Standard `Retry-After` header, in whole seconds.
+pub const RETRY_AFTER: &str = "Retry-After";
+/// Response header on pay: how many seconds the server keeps a finished key (and so how
+/// long a retry with the same key is guaranteed to replay instead of charging again).
+pub const KEY_RETENTION: &str = "Idempotency-Key-Retention";
+/// Dev-mode only request header asking the server to inject a fault (see
+/// [`crate::body::DevFault`]). Ignored (and rejected) unless the server runs in dev mode.
+pub const DEV_FAULT: &str = "Payonce-Dev-Fault";
+/// Header on provider webhooks: `t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "t.body")>`.
+pub const WEBHOOK_SIGNATURE: &str = "Payonce-Signature";
+/// Name of the HttpOnly session cookie set by `POST /dev/sessions`.
+pub const SESSION_COOKIE: &str = "payonce_session";
+/// Response header naming the request, for matching client reports to server logs.
+pub const REQUEST_ID: &str = "X-Request-Id";

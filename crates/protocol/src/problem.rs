@@ -1,0 +1,170 @@
+//! RFC 9457 problem details and the stable error codes.
+//!
+//! Every error payonce returns is a [`Problem`] served as `application/problem+json`, with
+//! a `code` member from [`ErrorCode`]. Clients match on `code`, never on `title`/`detail`.
+
+use crate::status::AttemptStatus;
+use serde::{Deserialize, Serialize};
+
+/// Media type of a problem body.
+pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
+
+macro_rules! codes {
+    ($( $(#[$doc:meta])* $variant:ident = ($wire:literal, $status:literal, $title:literal) ),+ $(,)?) => {
+        /// A stable error code. The wire spelling is SCREAMING_SNAKE_CASE.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        pub enum ErrorCode {
+            $( $(#[$doc])* #[serde(rename = $wire)] $variant, )+
+        }
+
+        impl ErrorCode {
+            /// Every code, for exhaustive tests and documentation.
+            pub const ALL: &'static [ErrorCode] = &[$(ErrorCode::$variant),+];
+
+            /// The wire spelling.
+            pub fn as_str(self) -> &'static str {
+                match self { $(ErrorCode::$variant => $wire),+ }
+            }
+
+            /// The HTTP status this code is always served with.
+            pub fn http_status(self) -> u16 {
+                match self { $(ErrorCode::$variant => $status),+ }
+            }
+
+            /// A short human-readable summary that does not change between occurrences.
+            pub fn title(self) -> &'static str {
+                match self { $(ErrorCode::$variant => $title),+ }
+            }
+
+            /// Parses the wire spelling.
+            pub fn parse(s: &str) -> Option<Self> {
+                Self::ALL.iter().copied().find(|c| c.as_str() == s)
+            }
+        }
+    };
+}
+
+codes! {
+    /// The pay request has no `Idempotency-Key` header.
+    IdempotencyKeyMissing = ("IDEMPOTENCY_KEY_MISSING", 400, "Idempotency-Key header is required"),
+    /// The `Idempotency-Key` header is malformed (see [`crate::key`]).
+    IdempotencyKeyInvalid = ("IDEMPOTENCY_KEY_INVALID", 400, "Idempotency-Key header is malformed"),
+    /// The body or a parameter is malformed, has wrong types or unknown fields.
+    InvalidRequest = ("INVALID_REQUEST", 400, "The request is malformed"),
+    /// A webhook's signature is missing, wrong or outside the tolerance window.
+    WebhookSignatureInvalid = ("WEBHOOK_SIGNATURE_INVALID", 400, "Webhook signature is invalid"),
+    /// No valid session token or cookie.
+    Unauthenticated = ("UNAUTHENTICATED", 401, "Authentication is required"),
+    /// The card was declined (or the attempt failed without a charge). Nothing was charged.
+    PaymentDeclined = ("PAYMENT_DECLINED", 402, "The payment was declined"),
+    /// The attempt ended without a charge (e.g. the provider never received it). Nothing was charged.
+    PaymentFailed = ("PAYMENT_FAILED", 402, "The payment failed without a charge"),
+    /// The operation needs dev mode, which this server is not running in.
+    DevModeRequired = ("DEV_MODE_REQUIRED", 403, "This endpoint exists only in dev mode"),
+    /// The order does not exist or belongs to someone else.
+    OrderNotFound = ("ORDER_NOT_FOUND", 404, "Order not found"),
+    /// The payment does not exist or belongs to someone else.
+    PaymentNotFound = ("PAYMENT_NOT_FOUND", 404, "Payment not found"),
+    /// No such route.
+    NotFound = ("NOT_FOUND", 404, "Not found"),
+    /// The route exists but not with this method.
+    MethodNotAllowed = ("METHOD_NOT_ALLOWED", 405, "Method not allowed"),
+    /// The key is still being processed by another request: retry after `Retry-After`.
+    InProgress = ("IN_PROGRESS", 409, "A request with this key is in progress"),
+    /// The key was cancelled (tombstone): this attempt can never charge.
+    AttemptCancelled = ("ATTEMPT_CANCELLED", 409, "This payment attempt was cancelled"),
+    /// The request's `orderVersion` is not the order's current version.
+    OrderChanged = ("ORDER_CHANGED", 409, "The order changed; review it and pay again"),
+    /// The order is paid or another attempt is active.
+    PaymentAlreadyActive = ("PAYMENT_ALREADY_ACTIVE", 409, "The order is paid or another payment is active"),
+    /// The cart cannot change while a payment attempt is active.
+    PaymentInProgress = ("PAYMENT_IN_PROGRESS", 409, "A payment is in progress for this order"),
+    /// The order is already paid and cannot be edited.
+    OrderAlreadyPaid = ("ORDER_ALREADY_PAID", 409, "The order is already paid"),
+    /// Not enough stock for an item of the order.
+    OutOfStock = ("OUT_OF_STOCK", 409, "An item is out of stock"),
+    /// The payment cannot be refunded in its current state.
+    RefundNotAllowed = ("REFUND_NOT_ALLOWED", 409, "The payment cannot be refunded"),
+    /// The body is larger than the server accepts.
+    PayloadTooLarge = ("PAYLOAD_TOO_LARGE", 413, "The request body is too large"),
+    /// The body is not `application/json`.
+    UnsupportedMediaType = ("UNSUPPORTED_MEDIA_TYPE", 415, "Content-Type must be application/json"),
+    /// The key was used before with different details (order, version, amount, method).
+    KeyReusedWithDifferentDetails = ("KEY_REUSED_WITH_DIFFERENT_DETAILS", 422, "The idempotency key was used with different details"),
+    /// Too many requests: retry after `Retry-After`.
+    RateLimited = ("RATE_LIMITED", 429, "Too many requests"),
+    /// An unexpected server error. The detail is logged, never sent.
+    Internal = ("INTERNAL", 500, "Internal server error"),
+    /// The store is unreachable: the outcome of this request is unknown, retry with the same key.
+    StoreUnavailable = ("STORE_UNAVAILABLE", 503, "The store is unavailable"),
+}
+
+impl ErrorCode {
+    /// The problem `type` URI reference for this code (relative to the API base).
+    pub fn type_uri(self) -> String {
+        format!("/problems/{}", self.as_str().to_ascii_lowercase().replace('_', "-"))
+    }
+}
+
+/// An RFC 9457 problem with payonce's extension members.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Problem {
+    /// URI reference identifying the problem type (see [`ErrorCode::type_uri`]).
+    #[serde(rename = "type")]
+    pub type_uri: String,
+    /// Short summary of the problem type.
+    pub title: String,
+    /// The HTTP status code.
+    pub status: u16,
+    /// Explanation specific to this occurrence. Never contains internal error text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// The stable code clients match on.
+    pub code: ErrorCode,
+    /// Seconds to wait before retrying (mirrors the `Retry-After` header).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after: Option<u64>,
+    /// On `ORDER_CHANGED`: the order's current version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_version: Option<u64>,
+    /// On 402, 409 and 422 about a key: the attempt's stored status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt_status: Option<AttemptStatus>,
+    /// On `IDEMPOTENCY_KEY_INVALID`: the [`crate::KeyError::reason`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// On `OUT_OF_STOCK`: the SKU that ran out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sku: Option<String>,
+}
+
+impl Problem {
+    /// A problem for `code` with its standard title and status.
+    pub fn new(code: ErrorCode) -> Self {
+        Self {
+            type_uri: code.type_uri(),
+            title: code.title().to_owned(),
+            status: code.http_status(),
+            detail: None,
+            code,
+            retry_after: None,
+            current_version: None,
+            attempt_status: None,
+            reason: None,
+            sku: None,
+        }
+    }
+
+    /// Sets `detail`.
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = Some(detail.into());
+        self
+    }
+
+    /// Sets `retryAfter`.
+    pub fn with_retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds);
+        self
+    }
+}

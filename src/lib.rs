@@ -1,0 +1,1 @@
+//! payonce SDK (placeholder until the SDK lands).
