@@ -59,7 +59,10 @@ pub struct CheckoutSnapshot {
 impl CheckoutSnapshot {
     /// The pay request body for this snapshot.
     pub fn pay_request(&self) -> PayRequest {
-        PayRequest { order_version: self.order_version, payment_method_id: self.payment_method_id.clone() }
+        PayRequest {
+            order_version: self.order_version,
+            payment_method_id: self.payment_method_id.clone(),
+        }
     }
 }
 

@@ -102,7 +102,10 @@ codes! {
 impl ErrorCode {
     /// The problem `type` URI reference for this code (relative to the API base).
     pub fn type_uri(self) -> String {
-        format!("/problems/{}", self.as_str().to_ascii_lowercase().replace('_', "-"))
+        format!(
+            "/problems/{}",
+            self.as_str().to_ascii_lowercase().replace('_', "-")
+        )
     }
 }
 

@@ -21,6 +21,10 @@ pub mod paths {
     pub fn refunds(charge_id: &str) -> String {
         format!("/charges/{charge_id}/refunds")
     }
+    /// `POST` (dev) resend every webhook event of `?orderId=` again: deliberate duplicates.
+    pub const DEV_REDELIVER_WEBHOOKS: &str = "/dev/webhooks/redeliver";
+    /// `POST` (dev) forget every charge, refund and event.
+    pub const DEV_RESET: &str = "/dev/reset";
 }
 
 /// Test payment methods, in the spirit of Stripe's test cards.
@@ -134,4 +138,29 @@ pub struct WebhookEvent {
     pub created: i64,
     /// The charge concerned.
     pub charge: Charge,
+}
+
+/// `GET /ledger` query: `?orderId=` keeps only that order's charges.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LedgerQuery {
+    /// Only charges of this merchant order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order_id: Option<String>,
+}
+
+/// `POST /dev/webhooks/redeliver` query: the order whose events are sent again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RedeliverQuery {
+    /// Merchant order id.
+    pub order_id: String,
+}
+
+/// `POST /dev/webhooks/redeliver` answer (202).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Redelivered {
+    /// How many events were queued for delivery again.
+    pub redelivered: usize,
 }
