@@ -1,42 +1,94 @@
 #!/usr/bin/env bash
-# Installs what payonce needs and is missing; safe to re-run (each step checks first).
+# Installs what payonce needs and is missing; safe to re-run (each step checks first and is
+# skipped when its tool is already there). Prints each install and how long it took.
 # Tools come only from crates.io, Debian and npm: nothing downloads a prebuilt binary.
+#   - wasm32 target (rustup), wasm-pack and wasm-bindgen-cli (cargo install, crates.io)
+#   - chromium + chromium-driver (Debian apt; needs root)
+#   - wasm-opt (npm `binaryen`), playwright-core, typescript: `npm ci --prefix tools`
+#   - www/ npm dependencies, when www/package.json exists and pkg/ is built
+# usage: scripts/bootstrap.sh [--no-browser]   (--no-browser: skip Chromium, e.g. for the demo)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+
+fail() { echo "bootstrap: ERROR: $*" >&2; exit 1; }
 
 # The wasm-bindgen CLI must equal the crate pinned in Cargo.lock, or wasm-pack tries to
-# download one (which fails offline). Read the pin from the lockfile, not from a constant.
-WB_VERSION=$(awk '/^name = "wasm-bindgen"$/{getline; gsub(/version = |"/,""); print; exit}' Cargo.lock 2>/dev/null || true)
-WB_VERSION=${WB_VERSION:-0.2.130}
+# download one (which fails here). Read the pin from the lockfile, never from a constant.
+wb_version=$(awk '$0 == "name = \"wasm-bindgen\"" { getline; gsub(/version = |"/, ""); print; exit }' Cargo.lock)
+[ -n "$wb_version" ] || fail "no wasm-bindgen entry in Cargo.lock"
 
-step() { # step NAME CHECK-CMD INSTALL-CMD
-  local name=$1 check=$2 install=$3
-  if eval "$check" >/dev/null 2>&1; then return 0; fi
-  local t0=$SECONDS
-  echo "bootstrap: installing $name ..."
-  eval "$install"
-  echo "bootstrap: installed $name in $((SECONDS - t0)) s"
+step() { # step NAME CHECK-FUNCTION INSTALL-FUNCTION
+  local name=$1 check=$2 install=$3 t0=$SECONDS
+  if "$check" >/dev/null 2>&1; then echo "bootstrap: $name: present"; return 0; fi
+  echo "bootstrap: $name: installing ..."
+  "$install"
+  "$check" >/dev/null 2>&1 || fail "$name: still missing after installing"
+  echo "bootstrap: $name: installed in $((SECONDS - t0)) s"
 }
 
-step "wasm32 target" \
-  "rustup target list --installed | grep -qx wasm32-unknown-unknown" \
-  "rustup target add wasm32-unknown-unknown"
-step "wasm-bindgen-cli $WB_VERSION" \
-  "wasm-bindgen --version | grep -q ' $WB_VERSION\$'" \
-  "cargo install --force wasm-bindgen-cli --version $WB_VERSION"
-step "wasm-pack" \
-  "command -v wasm-pack" \
-  "cargo install --locked wasm-pack"
-step "chromium + chromium-driver (Debian)" \
-  "command -v chromium && command -v chromedriver" \
-  "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver"
-# wasm-opt from npm's binaryen: Debian's binaryen (wasm-opt 108) silently breaks the module.
-step "npm dependencies (tools/, binaryen wasm-opt, playwright-core, typescript)" \
-  "test -x tools/node_modules/.bin/wasm-opt && test -d tools/node_modules/playwright-core && test tools/node_modules/.package-lock.json -nt tools/package.json" \
-  "npm ci --prefix tools --no-audit --no-fund"
-if [ -f www/package.json ]; then
-  step "npm dependencies of www" \
-    "test -d www/node_modules/vite && test www/node_modules/.package-lock.json -nt www/package.json" \
-    "npm install --prefix www --no-audit --no-fund"
+# Prerequisites this script does not install: say what to do instead of failing obscurely.
+command -v cargo >/dev/null && command -v rustup >/dev/null \
+  || fail "cargo/rustup not found; install Rust with rustup (https://rustup.rs)"
+command -v node >/dev/null && command -v npm >/dev/null \
+  || fail "node/npm not found; install Node.js 20 or newer"
+node_major=$(node -p 'process.versions.node.split(".")[0]')
+[ "$node_major" -ge 20 ] || fail "Node.js $(node --version) is too old; playwright-core needs 20 or newer"
+
+has_wasm_target() { rustup target list --installed | grep -qx wasm32-unknown-unknown; }
+add_wasm_target() { rustup target add wasm32-unknown-unknown; }
+step "wasm32-unknown-unknown target" has_wasm_target add_wasm_target
+
+has_bindgen() { wasm-bindgen --version | grep -qx "wasm-bindgen $wb_version"; }
+# No --locked: the CLI's own lockfile names a crate version the registry lacks (TOOLCHAIN.md).
+install_bindgen() { cargo install --force wasm-bindgen-cli --version "$wb_version"; }
+step "wasm-bindgen-cli $wb_version (= Cargo.lock)" has_bindgen install_bindgen
+
+has_wasm_pack() { command -v wasm-pack; }
+install_wasm_pack() { cargo install --locked wasm-pack; }
+step "wasm-pack" has_wasm_pack install_wasm_pack
+
+has_chromium() { command -v chromium && command -v chromedriver; }
+install_chromium() {
+  local sudo=
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null && sudo -n true 2>/dev/null \
+      || fail "chromium and chromedriver are missing and installing them needs root; run as root:
+    apt-get update && apt-get install -y chromium chromium-driver"
+    sudo="sudo -n"
+  fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium chromium-driver
+}
+if [ "${1:-}" != --no-browser ]; then
+  step "chromium + chromium-driver (Debian)" has_chromium install_chromium
+fi
+
+# wasm-opt comes from npm's binaryen: Debian's binaryen (wasm-opt 108) silently breaks the
+# module (TOOLCHAIN.md pitfall 1). `npm ci` installs exactly tools/package-lock.json; the
+# marker npm writes is newer than the lockfile only when that install finished.
+has_tools() {
+  test -x tools/node_modules/.bin/wasm-opt && test -x tools/node_modules/.bin/tsc \
+    && test -d tools/node_modules/playwright-core \
+    && test tools/node_modules/.package-lock.json -nt tools/package-lock.json
+}
+install_tools() { npm ci --prefix tools --no-audit --no-fund; }
+step "npm tools (binaryen wasm-opt, playwright-core, typescript)" has_tools install_tools
+
+# www/ installs the SDK from ../pkg (a `file:` dependency), so its npm install needs the built
+# package; before scripts/build-pkg.sh has run it is left for later (test.sh and demo.sh call
+# this script again after building).
+if [ -f www/package.json ] && [ ! -f pkg/package.json ]; then
+  echo "bootstrap: npm dependencies of www/: later (they need pkg/, built by scripts/build-pkg.sh)"
+elif [ -f www/package.json ]; then
+  has_www() {
+    test -e www/node_modules/payonce/package.json && test www/node_modules/.package-lock.json -nt www/package.json \
+      && { [ ! -f www/package-lock.json ] || test www/node_modules/.package-lock.json -nt www/package-lock.json; }
+  }
+  install_www() {
+    if [ -f www/package-lock.json ]; then npm ci --prefix www --no-audit --no-fund
+    else npm install --prefix www --no-audit --no-fund; fi
+  }
+  step "npm dependencies of www/" has_www install_www
 fi
 echo "bootstrap: ready"

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Builds the release npm package into pkg/ (or $1): wasm-pack (web target), npm's wasm-opt -Oz,
+# then our own manifest pkg.json written over the package.json wasm-pack generates.
+#
+# Why `--target web`: its glue loads the module with `new URL('payonce_bg.wasm', import.meta.url)`,
+# which Vite (and any ESM server) handles with no plugin; `bundler` needs a wasm plugin in Vite.
+# Why wasm-opt is run here and not by wasm-pack: Debian's wasm-opt 108 silently breaks the module
+# (TOOLCHAIN.md pitfall 1). wasm-pack takes whatever wasm-opt is first on PATH; calling npm's
+# binaryen by absolute path means a stray system wasm-opt can never be picked up.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+out=$(realpath -m "${1:-pkg}")
+wasm_opt="$root/tools/node_modules/.bin/wasm-opt"
+
+[ -x "$wasm_opt" ] || { echo "build-pkg: $wasm_opt is missing; run scripts/bootstrap.sh" >&2; exit 1; }
+
+# One version for the crate and the npm package: refuse to ship a manifest that disagrees.
+. scripts/lib.sh
+cargo_version=$(payonce_version)
+manifest_version=$(node -p 'require("./pkg.json").version')
+if [ "$cargo_version" != "$manifest_version" ]; then
+  echo "build-pkg: pkg.json version $manifest_version differs from Cargo.toml version $cargo_version" >&2
+  exit 1
+fi
+
+# --mode no-install: never let wasm-pack download a wasm-bindgen CLI (it cannot here).
+wasm-pack build --release --target web --mode no-install --no-opt --out-dir "$out" --out-name payonce
+
+"$wasm_opt" -Oz "$out/payonce_bg.wasm" -o "$out/payonce_bg.wasm.opt"
+mv "$out/payonce_bg.wasm.opt" "$out/payonce_bg.wasm"
+
+cp pkg.json "$out/package.json"
+# wasm-pack writes a `*` .gitignore and a copy of README into the package; the `files` list in
+# our manifest decides what ships, so drop the extras to keep the folder equal to the tarball.
+rm -f "$out/.gitignore" "$out/README.md"
+echo "build-pkg: built payonce $cargo_version into $out"

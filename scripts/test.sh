@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# The README test command: runs every suite of payonce, then prints one summary line per suite
+# and exits non-zero if any failed. It does NOT stop at the first failure: every suite runs, so
+# one run reports them all (suites that need the release package are marked "not run" when its
+# build failed). Suites whose folder does not exist yet are listed as "absent".
+#
+# Under CI=true (exported to every suite, including cargo tests) a missing service, browser or
+# tool is a failure with a message, never a skip. Outside CI, missing PostgreSQL/Redis is a
+# warning with instructions: the demo does not need them, but the server's tests do.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+# npm's wasm-opt and tsc first, so no system copy (Debian's broken wasm-opt 108) is ever used.
+export PATH="$root/tools/node_modules/.bin:$HOME/.cargo/bin:$PATH"
+[ -n "${CI+x}" ] && export CI
+ci() { [ "${CI:-}" = true ]; }
+# Under CI the lockfile must already say what is built.
+locked=(); ci && locked=(--locked)
+
+summary=()
+failed=0
+suite() { # suite NAME COMMAND...: runs one suite and records its outcome and duration
+  local name=$1 t0=$SECONDS status
+  shift
+  printf '\n=== suite %s: %s\n' "$name" "$*"
+  if "$@"; then status=ok; else status=FAILED; failed=1; fi
+  summary+=("suite $name: $status ($((SECONDS - t0)) s)")
+  [ "$status" = ok ]
+}
+note() { summary+=("suite $1: $2"); } # a suite that did not run, and why
+not_run() { note "$1" "FAILED (not run: $2)"; failed=1; }
+
+# --- services --------------------------------------------------------------------------------
+pg_up() { pg_isready -q -h 127.0.0.1 -p 5432; }
+redis_up() { [ "$(redis-cli -h 127.0.0.1 -p 6379 ping 2>/dev/null)" = PONG ]; }
+start_pg() { pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start; }
+start_redis() {
+  redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+    --dir /var/lib/redis --logfile /var/log/redis/ci.log
+}
+ensure() { # ensure NAME CHECK START HOW-TO: checks a service, tries to start it once, waits 10 s
+  local name=$1 check=$2 start=$3 howto=$4
+  if "$check" 2>/dev/null; then echo "services: $name is up"; return 0; fi
+  echo "services: $name is down; trying to start it"
+  "$start" || true
+  for _ in $(seq 20); do "$check" 2>/dev/null && { echo "services: $name started"; return 0; }; sleep 0.5; done
+  if ci; then
+    echo "services: ERROR: $name is not reachable and CI=true; $howto" >&2
+    return 1
+  fi
+  echo "services: WARNING: $name is not reachable; the server tests that need it will fail. $howto" >&2
+  return 0
+}
+services() {
+  local ok=0
+  ensure "PostgreSQL on 127.0.0.1:5432" pg_up start_pg \
+    "install PostgreSQL (apt-get install postgresql) with trust auth for user root and a database 'test'" || ok=1
+  ensure "Redis on 127.0.0.1:6379" redis_up start_redis \
+    "install Redis (apt-get install redis-server) listening on 127.0.0.1:6379" || ok=1
+  return $ok
+}
+
+# --- suites ----------------------------------------------------------------------------------
+browser_tests() {
+  if [ -f scripts/sdk-browser-tests.sh ]; then
+    bash scripts/sdk-browser-tests.sh
+  else
+    # Host `cargo test` compiles the browser tests away; only the wasm32 run proves them.
+    wasm-pack test --headless --chrome --chromedriver "$(command -v chromedriver)" --mode no-install
+  fi
+}
+ts_check() { tsc --strict --noEmit -p tools/ts-check; }
+www_e2e() {
+  # Contract with www/: its package.json has an `e2e` script that runs www/e2e.
+  node -e 'process.exit(require("./www/package.json").scripts?.e2e ? 0 : 1)' 2>/dev/null \
+    || { echo "www-e2e: www/e2e exists but www/package.json has no \"e2e\" script" >&2; return 1; }
+  bash scripts/bootstrap.sh --no-browser # www/'s npm dependencies need pkg/, built by now
+  npm --prefix www run e2e
+}
+
+t_start=$SECONDS
+suite bootstrap bash scripts/bootstrap.sh
+suite services services
+suite fmt cargo fmt --all --check
+suite clippy cargo clippy "${locked[@]}" --workspace --all-targets -- -D warnings
+suite clippy-wasm cargo clippy "${locked[@]}" -p payonce --target wasm32-unknown-unknown -- -D warnings
+suite cargo-test cargo test "${locked[@]}" --workspace
+suite sdk-browser browser_tests
+pkg_built=false
+if suite build-pkg bash scripts/build-pkg.sh; then
+  pkg_built=true
+  suite smoke bash scripts/smoke.sh pkg
+  suite size bash scripts/size-check.sh pkg
+  if [ -d tools/ts-check ]; then suite ts-check ts_check; else note ts-check "absent (no tools/ts-check)"; fi
+else
+  not_run smoke "build-pkg failed"
+  not_run size "build-pkg failed"
+  [ -d tools/ts-check ] && not_run ts-check "build-pkg failed"
+fi
+if [ ! -e www/e2e ]; then note www-e2e "absent (no www/e2e)"
+elif $pkg_built; then suite www-e2e www_e2e
+else not_run www-e2e "build-pkg failed"; fi
+
+printf '\n=== summary (%d s)\n' "$((SECONDS - t_start))"
+printf '%s\n' "${summary[@]}"
+exit $failed
