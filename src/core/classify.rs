@@ -1,0 +1,454 @@
+//! What an answer to `POST /orders/{id}/pay` (or to cancel) means for the attempt and its key
+//! (seed step 6: "only remove the key when you know the final outcome").
+//!
+//! | answer                                        | verdict                    | key    |
+//! |-----------------------------------------------|----------------------------|--------|
+//! | 200 `succeeded` + payment                     | final: paid                | remove |
+//! | 402 `PAYMENT_DECLINED` / `PAYMENT_FAILED`     | final: declined            | remove |
+//! | 409 `ATTEMPT_CANCELLED` (tombstone)           | final: cancelled           | remove |
+//! | 409 `ORDER_CHANGED`                           | final: orderChanged        | remove |
+//! | 202 `processing`, 409 `IN_PROGRESS`           | retry (server-directed)    | keep   |
+//! | no answer, timeout, 408, 429, 5xx, bad 200    | retry (unknown outcome)    | keep   |
+//! | any other answer (422, 409 `PAYMENT_ALREADY_ACTIVE`, 401, 400, ...) | rejected | keep |
+//!
+//! `ORDER_CHANGED` removes the key although nothing "finished": versions only grow, so a key
+//! bound to an old version can never be accepted again (seed: "the old key was never
+//! accepted, so remove it"). Every other refusal keeps the key, because it proves nothing
+//! about requests with this key that may still be travelling (a request that timed out may
+//! reach the server later). The app resolves such a key with `cancel`, which tombstones it.
+//! In particular `KEY_REUSED_WITH_DIFFERENT_DETAILS` keeps it: the server holds an attempt under
+//! this key that may be live, and only cancel can tell.
+//!
+//! A problem `code` is believed only when it comes with its own HTTP status
+//! ([`ErrorCode::http_status`]), so a proxy's stray body cannot end an attempt.
+
+use payonce_protocol::{AttemptStatus, CancelResponse, ErrorCode, PayResponse, Payment, Problem};
+use serde::Serialize;
+
+/// A decoded HTTP answer. The web layer decodes 2xx bodies as the success type and anything
+/// else as a [`Problem`]; a body that does not decode is `None`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply<T> {
+    /// No HTTP answer at all: network error, dropped connection, or our own timeout.
+    NoAnswer {
+        /// True when our per-request timeout fired (costs more retry budget, as in AWS).
+        timed_out: bool,
+    },
+    /// An HTTP answer.
+    Http {
+        /// Status code.
+        status: u16,
+        /// The `Retry-After` header, raw (cross-origin it is visible only if exposed by CORS;
+        /// the problem body's `retryAfter` is the fallback).
+        retry_after: Option<String>,
+        /// The 2xx body, if it decoded.
+        ok: Option<T>,
+        /// The problem body, if it decoded.
+        problem: Option<Problem>,
+    },
+}
+
+/// A final outcome of a pay call: the attempt is over and its key is removed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(
+    tag = "kind",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
+pub enum Final {
+    /// Charged once; the receipt.
+    Paid {
+        /// The payment.
+        payment: Payment,
+    },
+    /// Not charged (`PAYMENT_DECLINED`, or `PAYMENT_FAILED` when the attempt ended without a
+    /// charge). The next Pay mints a new key.
+    Declined {
+        /// Which of the two.
+        code: ErrorCode,
+    },
+    /// The order changed since the customer saw it: reload the checkout and confirm again.
+    OrderChanged {
+        /// The order's current version, when the server said.
+        current_version: Option<u64>,
+    },
+    /// The attempt was cancelled (a tombstone): it can never charge.
+    Cancelled,
+}
+
+/// Why a request is worth repeating with the same key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryCause {
+    /// The server holds the attempt as `processing` (202 or 409 `IN_PROGRESS`): poll it.
+    InProgress,
+    /// No answer; the request may or may not have been processed.
+    NoAnswer,
+    /// Our per-request timeout fired.
+    TimedOut,
+    /// 408, 429, 5xx, or a 200 whose body did not decode.
+    ServerTrouble,
+}
+
+/// What to do after an answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The attempt is over: remove the key and report.
+    Final(Final),
+    /// The outcome is unknown or pending: keep the key, wait, send again.
+    Retry {
+        /// Why.
+        cause: RetryCause,
+        /// Server-requested wait, in ms, if any.
+        retry_after_ms: Option<u64>,
+    },
+    /// The server refused the request without proving anything about the key: keep the key,
+    /// surface the refusal.
+    Rejected {
+        /// HTTP status (0 never happens here).
+        status: u16,
+        /// The problem code, when the body decoded.
+        code: Option<ErrorCode>,
+    },
+}
+
+impl Verdict {
+    /// True when the stored key must be removed. The one place this is decided.
+    pub fn removes_key(&self) -> bool {
+        matches!(self, Self::Final(_))
+    }
+}
+
+/// Parses `Retry-After` as delta-seconds. An HTTP-date is ignored (`None`): our server sends
+/// seconds, and a date would need a clock we trust more than the user's.
+pub fn parse_retry_after(value: &str) -> Option<u64> {
+    let v = value.trim();
+    if v.is_empty() || v.len() > 9 || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    v.parse().ok()
+}
+
+fn retry_after_ms(header: Option<&str>, problem: Option<&Problem>) -> Option<u64> {
+    header
+        .and_then(parse_retry_after)
+        .or_else(|| problem.and_then(|p| p.retry_after))
+        .map(|s| s.saturating_mul(1000))
+}
+
+/// The problem code, believed only with its own status.
+fn code_of(status: u16, problem: Option<&Problem>) -> Option<ErrorCode> {
+    problem
+        .map(|p| p.code)
+        .filter(|c| c.http_status() == status)
+}
+
+/// Classifies an answer to a pay request.
+pub fn classify_pay(reply: &Reply<PayResponse>) -> Verdict {
+    let (status, retry_after, ok, problem) = match reply {
+        Reply::NoAnswer { timed_out } => {
+            let cause = if *timed_out {
+                RetryCause::TimedOut
+            } else {
+                RetryCause::NoAnswer
+            };
+            return Verdict::Retry {
+                cause,
+                retry_after_ms: None,
+            };
+        }
+        Reply::Http {
+            status,
+            retry_after,
+            ok,
+            problem,
+        } => (*status, retry_after.as_deref(), ok, problem.as_ref()),
+    };
+    let wait = retry_after_ms(retry_after, problem);
+    let retry = |cause| Verdict::Retry {
+        cause,
+        retry_after_ms: wait,
+    };
+    let code = code_of(status, problem);
+    match (status, code) {
+        (200, _) => match ok {
+            Some(PayResponse {
+                status: AttemptStatus::Succeeded,
+                payment: Some(payment),
+                ..
+            }) => Verdict::Final(Final::Paid {
+                payment: payment.clone(),
+            }),
+            Some(PayResponse {
+                status: AttemptStatus::Processing,
+                ..
+            }) => retry(RetryCause::InProgress),
+            // A 200 we cannot read: the money may have moved. Ask again; the replay is identical,
+            // so if it stays unreadable the budget ends it as pending, key kept.
+            _ => retry(RetryCause::ServerTrouble),
+        },
+        (202, _) => retry(RetryCause::InProgress),
+        (402, Some(c @ (ErrorCode::PaymentDeclined | ErrorCode::PaymentFailed))) => {
+            Verdict::Final(Final::Declined { code: c })
+        }
+        (409, Some(ErrorCode::InProgress)) => retry(RetryCause::InProgress),
+        (409, Some(ErrorCode::AttemptCancelled)) => Verdict::Final(Final::Cancelled),
+        (409, Some(ErrorCode::OrderChanged)) => Verdict::Final(Final::OrderChanged {
+            current_version: problem.and_then(|p| p.current_version),
+        }),
+        (408 | 429 | 500..=599, _) => retry(RetryCause::ServerTrouble),
+        _ => Verdict::Rejected { status, code },
+    }
+}
+
+/// What a cancel call found (seed: "Cancel endpoint").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum CancelOutcome {
+    /// No attempt was stored for the order: nothing to cancel.
+    None,
+    /// Cancelled (or tombstoned): the key can never charge. Key removed.
+    Cancelled,
+    /// The attempt had been declined. Key removed.
+    Declined,
+    /// The attempt had failed without a charge. Key removed.
+    Failed,
+    /// The attempt had succeeded (possibly refunded since): show the receipt. Key removed.
+    Paid {
+        /// The payment, when the server sent it.
+        payment: Option<Payment>,
+    },
+    /// A charge may be under way: wait. Key kept.
+    Processing,
+    /// No usable answer (network error, 5xx, refusal): try later. Key kept.
+    Unknown,
+}
+
+impl CancelOutcome {
+    /// True when the stored key must be removed.
+    pub fn removes_key(&self) -> bool {
+        !matches!(self, Self::None | Self::Processing | Self::Unknown)
+    }
+}
+
+/// Classifies an answer to a cancel request.
+pub fn classify_cancel(reply: &Reply<CancelResponse>) -> CancelOutcome {
+    match reply {
+        Reply::Http {
+            status: 200,
+            ok: Some(r),
+            ..
+        } => match r.status {
+            AttemptStatus::Cancelled => CancelOutcome::Cancelled,
+            AttemptStatus::Declined => CancelOutcome::Declined,
+            AttemptStatus::Failed => CancelOutcome::Failed,
+            AttemptStatus::Succeeded | AttemptStatus::Refunded => CancelOutcome::Paid {
+                payment: r.payment.clone(),
+            },
+            AttemptStatus::Processing => CancelOutcome::Processing,
+        },
+        _ => CancelOutcome::Unknown,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn http<T>(status: u16, ok: Option<T>, problem: Option<Problem>) -> Reply<T> {
+        Reply::Http {
+            status,
+            retry_after: None,
+            ok,
+            problem,
+        }
+    }
+    fn payment() -> Payment {
+        Payment {
+            id: "pay_1".into(),
+            order_id: "ord_1".into(),
+            amount: 5000,
+            currency: "USD".into(),
+            payment_method_id: "pm_card_approve".into(),
+            charge_id: "ch_1".into(),
+            status: AttemptStatus::Succeeded,
+        }
+    }
+
+    #[test]
+    fn success_is_final_paid() {
+        let ok = PayResponse {
+            status: AttemptStatus::Succeeded,
+            order_id: "ord_1".into(),
+            payment: Some(payment()),
+        };
+        assert_eq!(
+            classify_pay(&http(200, Some(ok), None)),
+            Verdict::Final(Final::Paid { payment: payment() })
+        );
+    }
+
+    #[test]
+    fn declines_and_failures_are_final() {
+        for code in [ErrorCode::PaymentDeclined, ErrorCode::PaymentFailed] {
+            let v = classify_pay(&http(402, None, Some(Problem::new(code))));
+            assert_eq!(v, Verdict::Final(Final::Declined { code }));
+            assert!(v.removes_key());
+        }
+    }
+
+    #[test]
+    fn in_progress_and_processing_keep_the_key_and_honour_retry_after() {
+        let v = classify_pay(&http(
+            409,
+            None,
+            Some(Problem::new(ErrorCode::InProgress).with_retry_after(2)),
+        ));
+        assert_eq!(
+            v,
+            Verdict::Retry {
+                cause: RetryCause::InProgress,
+                retry_after_ms: Some(2000)
+            }
+        );
+        let v = classify_pay(&Reply::<PayResponse>::Http {
+            status: 202,
+            retry_after: Some("3".into()),
+            ok: None,
+            problem: None,
+        });
+        assert_eq!(
+            v,
+            Verdict::Retry {
+                cause: RetryCause::InProgress,
+                retry_after_ms: Some(3000)
+            }
+        );
+        assert!(!v.removes_key());
+    }
+
+    #[test]
+    fn no_answer_and_server_trouble_keep_the_key() {
+        assert!(!classify_pay(&Reply::NoAnswer { timed_out: true }).removes_key());
+        for s in [408, 429, 500, 502, 503, 504] {
+            assert!(
+                matches!(classify_pay(&http(s, None, None)), Verdict::Retry { .. }),
+                "{s}"
+            );
+        }
+        // A 200 whose body is unreadable may hide a charge: retry, never drop.
+        assert!(matches!(
+            classify_pay(&http(200, None, None)),
+            Verdict::Retry { .. }
+        ));
+    }
+
+    #[test]
+    fn order_changed_and_cancelled_are_final() {
+        let mut p = Problem::new(ErrorCode::OrderChanged);
+        p.current_version = Some(7);
+        assert_eq!(
+            classify_pay(&http(409, None, Some(p))),
+            Verdict::Final(Final::OrderChanged {
+                current_version: Some(7)
+            })
+        );
+        assert_eq!(
+            classify_pay(&http(
+                409,
+                None,
+                Some(Problem::new(ErrorCode::AttemptCancelled))
+            )),
+            Verdict::Final(Final::Cancelled)
+        );
+    }
+
+    #[test]
+    fn refusals_keep_the_key() {
+        for code in [
+            ErrorCode::KeyReusedWithDifferentDetails,
+            ErrorCode::PaymentAlreadyActive,
+            ErrorCode::Unauthenticated,
+            ErrorCode::OutOfStock,
+        ] {
+            let v = classify_pay(&http(code.http_status(), None, Some(Problem::new(code))));
+            assert_eq!(
+                v,
+                Verdict::Rejected {
+                    status: code.http_status(),
+                    code: Some(code)
+                }
+            );
+        }
+        // A code under the wrong status is not believed.
+        let v = classify_pay(&http(
+            400,
+            None,
+            Some(Problem::new(ErrorCode::PaymentDeclined)),
+        ));
+        assert_eq!(
+            v,
+            Verdict::Rejected {
+                status: 400,
+                code: None
+            }
+        );
+    }
+
+    #[test]
+    fn retry_after_accepts_only_delta_seconds() {
+        assert_eq!(parse_retry_after("5"), Some(5));
+        assert_eq!(parse_retry_after(" 12 "), Some(12));
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
+        assert_eq!(parse_retry_after("-1"), None);
+        assert_eq!(parse_retry_after("99999999999999999999"), None);
+    }
+
+    #[test]
+    fn cancel_answers_map_to_key_actions() {
+        let r = |s| {
+            http(
+                200,
+                Some(CancelResponse {
+                    status: s,
+                    payment: None,
+                }),
+                None,
+            )
+        };
+        assert_eq!(
+            classify_cancel(&r(AttemptStatus::Cancelled)),
+            CancelOutcome::Cancelled
+        );
+        assert!(!classify_cancel(&r(AttemptStatus::Processing)).removes_key());
+        assert!(classify_cancel(&r(AttemptStatus::Succeeded)).removes_key());
+        assert_eq!(
+            classify_cancel(&Reply::NoAnswer { timed_out: false }),
+            CancelOutcome::Unknown
+        );
+        assert!(!CancelOutcome::Unknown.removes_key());
+    }
+
+    #[test]
+    fn final_outcomes_serialize_as_the_documented_union() {
+        let v = serde_json::to_value(Final::OrderChanged {
+            current_version: Some(4),
+        })
+        .unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"kind": "orderChanged", "currentVersion": 4})
+        );
+        let v = serde_json::to_value(Final::Declined {
+            code: ErrorCode::PaymentDeclined,
+        })
+        .unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"kind": "declined", "code": "PAYMENT_DECLINED"})
+        );
+        assert_eq!(
+            serde_json::to_value(Final::Cancelled).unwrap(),
+            serde_json::json!({"kind": "cancelled"})
+        );
+    }
+}

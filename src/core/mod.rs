@@ -1,0 +1,11 @@
+//! The pure decision core: which key, what an answer means, whether and when to retry.
+//! No web-sys here: everything is tested natively (`cargo test -p payonce`), and a native
+//! program (a retry-storm simulation) can drive the same policy.
+
+pub mod attempt;
+pub mod classify;
+pub mod error;
+pub mod retry;
+
+#[cfg(test)]
+mod properties;

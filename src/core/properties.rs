@@ -1,0 +1,141 @@
+//! Property tests across the core: the rules the whole SDK stands on.
+
+use crate::core::attempt::{after_verdict, plan_pay, Attempt, AttemptState, Entry, PayPlan};
+use crate::core::classify::{classify_pay, Final, Reply, Verdict};
+use payonce_protocol::{
+    AttemptStatus, CheckoutSnapshot, ErrorCode, IdempotencyKey, PayResponse, Payment, Problem,
+};
+use proptest::prelude::*;
+
+fn snapshot() -> impl Strategy<Value = CheckoutSnapshot> {
+    ("ord_[a-c]", 0u64..4, "pm_[ab]").prop_map(|(order_id, order_version, payment_method_id)| {
+        CheckoutSnapshot {
+            order_id,
+            order_version,
+            payment_method_id,
+        }
+    })
+}
+
+fn attempt() -> impl Strategy<Value = Attempt> {
+    ("[a-f0-9]{32}", snapshot(), 0u32..5).prop_map(|(k, snapshot, sends)| Attempt {
+        key: IdempotencyKey::parse(&k).unwrap(),
+        snapshot,
+        state: AttemptState::Sent,
+        created_at: 1,
+        sends,
+    })
+}
+
+fn payment() -> Payment {
+    Payment {
+        id: "pay_1".into(),
+        order_id: "ord_a".into(),
+        amount: 100,
+        currency: "USD".into(),
+        payment_method_id: "pm_a".into(),
+        charge_id: "ch_1".into(),
+        status: AttemptStatus::Succeeded,
+    }
+}
+
+/// Any answer a server, a proxy or the network can produce.
+fn reply() -> impl Strategy<Value = Reply<PayResponse>> {
+    let code = proptest::sample::select(ErrorCode::ALL.to_vec());
+    let status = prop_oneof![
+        Just(200u16),
+        Just(202),
+        Just(402),
+        Just(409),
+        Just(422),
+        Just(503),
+        100u16..600
+    ];
+    let body_status = proptest::sample::select(AttemptStatus::ALL.to_vec());
+    prop_oneof![
+        any::<bool>().prop_map(|timed_out| Reply::NoAnswer { timed_out }),
+        (
+            status,
+            proptest::option::of(code),
+            proptest::option::of(body_status),
+            proptest::option::of("[0-9 a-z]{0,4}")
+        )
+            .prop_map(|(status, code, body_status, retry_after)| Reply::Http {
+                status,
+                retry_after,
+                ok: body_status.map(|s| PayResponse {
+                    status: s,
+                    order_id: "ord_a".into(),
+                    payment: s.charged().then(payment),
+                }),
+                problem: code.map(Problem::new),
+            }),
+    ]
+}
+
+proptest! {
+    /// A final outcome always removes the key; an unknown outcome or a refusal never does.
+    #[test]
+    fn only_final_outcomes_remove_the_key(a in attempt(), r in reply()) {
+        let v = classify_pay(&r);
+        let after = after_verdict(a.clone(), &v);
+        match &v {
+            Verdict::Final(_) => prop_assert!(after.is_none()),
+            Verdict::Retry { .. } => {
+                let kept = after.expect("an unknown outcome must keep the key");
+                prop_assert_eq!(&kept.key, &a.key);
+                prop_assert_eq!(kept.state, AttemptState::Unknown);
+            }
+            Verdict::Rejected { .. } => prop_assert_eq!(after, Some(a)),
+        }
+    }
+
+    /// No answer, a timeout or a 5xx is never mistaken for a final outcome.
+    #[test]
+    fn unknown_outcomes_are_never_final(r in reply()) {
+        let v = classify_pay(&r);
+        let unknown = match &r {
+            Reply::NoAnswer { .. } => true,
+            Reply::Http { status, .. } => *status >= 500 || *status == 408 || *status == 429 || *status == 202,
+        };
+        if unknown {
+            prop_assert!(matches!(v, Verdict::Retry { .. }), "{:?} -> {:?}", r, v);
+        }
+        if let Verdict::Final(Final::Paid { .. }) = v {
+            let from_200 = matches!(r, Reply::Http { status: 200, .. });
+            prop_assert!(from_200, "paid without a 200");
+        }
+    }
+
+    /// A changed snapshot never silently gets the old key, and the same snapshot always does.
+    #[test]
+    fn keys_follow_the_snapshot(a in attempt(), checkout in snapshot()) {
+        match plan_pay(&Entry::Valid(a.clone()), &checkout) {
+            PayPlan::Reuse(b) => {
+                prop_assert_eq!(&checkout, &a.snapshot);
+                prop_assert_eq!(b.key, a.key);
+            }
+            PayPlan::Conflict { existing } => {
+                prop_assert_ne!(&checkout, &a.snapshot);
+                prop_assert_eq!(existing, a.snapshot);
+            }
+            other => prop_assert!(false, "a stored attempt must never mint: {:?}", other),
+        }
+    }
+
+    /// Replaying answers in any order: once a final one arrives the key is gone, before it the
+    /// same key is always the one kept.
+    #[test]
+    fn a_key_survives_exactly_until_a_final_answer(a in attempt(), replies in proptest::collection::vec(reply(), 1..20)) {
+        let mut stored = Some(a.clone());
+        for r in &replies {
+            let Some(cur) = stored.take() else { break };
+            let v = classify_pay(r);
+            stored = after_verdict(cur, &v);
+            prop_assert_eq!(stored.is_none(), v.removes_key());
+            if let Some(s) = &stored {
+                prop_assert_eq!(&s.key, &a.key);
+            }
+        }
+    }
+}
