@@ -1,0 +1,599 @@
+// The demo checkout. It owns no payment logic: keys, retries, "checking status" and cancel all
+// come from the payonce SDK. The page signs in, shows the server's order and prices, and
+// renders what the SDK reports. Query parameters (all optional):
+//   ?user=ID          dev user to sign in as (default "demo")
+//   ?order=ID         order to show (set by the page itself, so a refresh keeps the order)
+//   ?provider=URL     mock provider URL for the ledger panel (else GET /dev/config)
+//   ?longWaitMs= ?requestTimeoutMs= ?deadlineMs=   SDK timings (tests shorten them)
+import "./style.css";
+import { createApi, catalogItems, fetchLedger } from "./api.js";
+import { installDevNetwork } from "./devnet.js";
+import { formatMoney, shortId } from "./format.js";
+import { loadSdk, statusName, errorCode } from "./sdk.js";
+
+/** The mock provider's test payment methods (protocol::provider::methods). */
+const METHODS = [
+  { id: "pm_card_approve", label: "Approve", hint: "approved at once" },
+  { id: "pm_card_decline", label: "Decline", hint: "declined, nothing is charged" },
+  { id: "pm_card_slow", label: "Slow provider", hint: "approves after 4 s, longer than the client timeout" },
+  { id: "pm_card_timeout", label: "Provider timeout", hint: "charged, but the provider's answer never comes in time" },
+  { id: "pm_card_transient", label: "Transient error", hint: "the provider answers 503 once, then approves" },
+];
+
+const TEXT = {
+  processing: "Processing…",
+  checking: "Checking payment status…",
+  longWait: "We're confirming your payment. We'll email you when it's done.",
+  paid: "Paid. Your card was charged once.",
+  declined: "Your payment was declined. Nothing was charged. Choose another method and try again.",
+  failed: "The payment failed without a charge. Nothing was charged. You can try again.",
+  changed: "The order changed — please review it and pay again.",
+  cancelled: "The payment attempt was cancelled. Nothing was charged.",
+};
+
+const UNAVAILABLE = "not available in this server build";
+
+const $ = (id) => document.getElementById(id);
+const params = new URLSearchParams(location.search);
+const numParam = (k) => (params.has(k) && params.get(k) !== "" ? Number(params.get(k)) : undefined);
+
+const state = {
+  api: null,
+  client: null,
+  devnet: null,
+  catalog: [],
+  order: null,
+  providerUrl: null,
+  busy: false,
+  editing: false,
+  abort: null,
+  running: null,
+  userAbort: false,
+};
+
+// ---------------------------------------------------------------- small view helpers
+
+function log(text) {
+  const li = document.createElement("li");
+  const t = new Date().toISOString().slice(11, 23);
+  li.textContent = `${t} ${text}`;
+  $("log").prepend(li);
+}
+
+function setStatus(text, kind = "info") {
+  const el = $("status");
+  if (el.textContent === text && el.dataset.state === kind) return;
+  el.textContent = text;
+  el.dataset.state = kind;
+  log(`status: ${text}`);
+}
+
+function showNotice(text, actions = []) {
+  $("notice-text").textContent = text;
+  const box = $("notice-actions");
+  box.replaceChildren();
+  for (const [label, fn, id] of actions) {
+    const b = document.createElement("button");
+    b.type = "button";
+    b.textContent = label;
+    if (id) b.id = id;
+    b.addEventListener("click", fn);
+    box.append(b);
+  }
+  $("notice").hidden = false;
+}
+
+function hideNotice() {
+  $("notice").hidden = true;
+  $("notice-actions").replaceChildren();
+}
+
+function showReceipt(payment) {
+  if (!payment) return;
+  $("r-amount").textContent = formatMoney(payment.amount, payment.currency);
+  $("r-payment").textContent = payment.id;
+  $("r-charge").textContent = payment.chargeId ?? "";
+  $("r-method").textContent = payment.paymentMethodId ?? "";
+  $("receipt").hidden = false;
+}
+
+function selectedMethod() {
+  return document.querySelector('input[name="method"]:checked')?.value ?? METHODS[0].id;
+}
+
+function setBusy(busy) {
+  state.busy = busy;
+  updateControls();
+}
+
+function updateControls() {
+  const o = state.order;
+  const open = !!o && o.status === "unpaid";
+  $("pay").disabled = state.busy || !open || state.editing;
+  $("edit-cart").disabled = state.busy || !open || !!o?.paymentInProgress || state.editing;
+  $("change-elsewhere").disabled = !open;
+  for (const r of document.querySelectorAll('input[name="method"]')) r.disabled = state.busy || !open;
+  $("cart-lock").hidden = !(open && (o.paymentInProgress || state.busy));
+}
+
+function renderMethods() {
+  const fs = $("methods");
+  for (const [i, m] of METHODS.entries()) {
+    const label = document.createElement("label");
+    label.className = "method";
+    const input = document.createElement("input");
+    Object.assign(input, { type: "radio", name: "method", value: m.id, checked: i === 0 });
+    const name = document.createElement("span");
+    name.textContent = m.label;
+    const hint = document.createElement("span");
+    hint.className = "hint muted small";
+    hint.textContent = `${m.id} — ${m.hint}`;
+    label.append(input, name, hint);
+    fs.append(label);
+  }
+}
+
+function renderOrder(order) {
+  state.order = order;
+  $("order-id").textContent = order.id;
+  $("order-version").textContent = String(order.version);
+  $("order-status").textContent = order.paymentInProgress && order.status === "unpaid" ? "payment in progress" : order.status;
+  const rows = order.items.map((l) => {
+    const tr = document.createElement("tr");
+    for (const [v, cls] of [
+      [l.name, ""],
+      [String(l.quantity), "num"],
+      [formatMoney(l.unitPrice, order.currency), "num"],
+      [formatMoney(l.lineTotal, order.currency), "num"],
+    ]) {
+      const td = document.createElement("td");
+      td.textContent = v;
+      if (cls) td.className = cls;
+      tr.append(td);
+    }
+    return tr;
+  });
+  $("lines").replaceChildren(...rows);
+  $("discount-row").hidden = !order.discount;
+  $("order-discount").textContent = order.discount ? `−${formatMoney(order.discount, order.currency)}` : "";
+  $("order-amount").textContent = formatMoney(order.amount, order.currency);
+  $("pay").textContent = order.status === "unpaid" ? `Pay ${formatMoney(order.amount, order.currency)}` : "Paid";
+  if (order.status !== "unpaid" && order.payment) showReceipt(order.payment);
+  updateControls();
+}
+
+async function reloadOrder() {
+  const order = await state.api.getOrder(state.order.id);
+  renderOrder(order);
+  return order;
+}
+
+// ---------------------------------------------------------------- payments (through the SDK)
+
+function onStatus(ev) {
+  const name = statusName(ev);
+  log(`sdk: ${name}`);
+  if (name === "processing") {
+    setStatus(TEXT.processing, "busy");
+  } else if (name === "checkingStatus") {
+    setStatus(TEXT.checking, "busy");
+    offerCancel("We don't know yet whether the payment went through. Retrying keeps the same key, so it cannot charge twice.");
+  } else if (name === "takingLonger") {
+    setStatus(TEXT.longWait, "busy");
+    offerCancel("You may keep this page open or come back later; refreshing is safe.");
+  }
+}
+
+function offerCancel(text) {
+  showNotice(text, [["Change cart (cancel this attempt)", cancelAndEdit, "cancel-attempt"]]);
+}
+
+/** Runs one SDK call that ends in a PayOutcome (pay or resume), with the page locked. */
+async function runAttempt(start) {
+  if (state.busy) return; // a second click while in flight: the button is disabled anyway
+  setBusy(true);
+  hideNotice();
+  state.userAbort = false;
+  const abort = new AbortController();
+  state.abort = abort;
+  const run = (async () => {
+    try {
+      const outcome = await start({ signal: abort.signal, onStatus });
+      if (!state.userAbort) await showOutcome(outcome);
+    } catch (err) {
+      if (!state.userAbort) await showError(err);
+    } finally {
+      state.abort = null;
+      if (!state.userAbort) setBusy(false);
+      refreshLedger();
+    }
+  })();
+  state.running = run;
+  await run;
+}
+
+async function onPay() {
+  if (state.busy || !state.order) return;
+  $("receipt").hidden = true;
+  const snapshot = {
+    orderId: state.order.id,
+    orderVersion: state.order.version,
+    paymentMethodId: selectedMethod(),
+  };
+  log(`pay: order ${shortId(snapshot.orderId)} v${snapshot.orderVersion} with ${snapshot.paymentMethodId}`);
+  setStatus(TEXT.processing, "busy");
+  await runAttempt((opts) => state.client.pay(snapshot, opts));
+}
+
+async function resumeAttempt() {
+  setStatus(TEXT.checking, "busy");
+  await runAttempt((opts) => state.client.resume(state.order.id, opts));
+}
+
+async function showOutcome(outcome) {
+  log(`outcome: ${outcome?.kind}`);
+  hideNotice();
+  switch (outcome?.kind) {
+    case "paid":
+      showReceipt(outcome.payment);
+      setStatus(TEXT.paid, "ok");
+      await reloadOrder();
+      break;
+    case "declined":
+      setStatus(outcome.code === "PAYMENT_FAILED" ? TEXT.failed : TEXT.declined, "error");
+      await reloadOrder();
+      break;
+    case "orderChanged": {
+      const order = await reloadOrder();
+      setStatus(TEXT.changed, "warn");
+      showNotice(
+        `Your order is now version ${order.version}, total ${formatMoney(order.amount, order.currency)}. ` +
+          "Check the cart, then press Pay to confirm.",
+        [["Edit cart", openEditor, "review-edit"]],
+      );
+      break;
+    }
+    case "cancelled":
+      setStatus(TEXT.cancelled, "warn");
+      await reloadOrder();
+      break;
+    case "pending":
+      setStatus(TEXT.longWait, "busy");
+      showNotice("The payment is still being confirmed. Your attempt is kept: checking again is safe.", [
+        ["Check again", resumeAttempt, "check-again"],
+        ["Change cart (cancel this attempt)", cancelAndEdit, "cancel-attempt"],
+      ]);
+      break;
+    default:
+      setStatus(`Unexpected payment outcome: ${JSON.stringify(outcome)}`, "error");
+  }
+}
+
+async function showError(err) {
+  const code = errorCode(err);
+  log(`error: ${code ?? ""} ${err?.message ?? err}`);
+  hideNotice();
+  if (code === "PAYMENT_ALREADY_ACTIVE" || code === "ORDER_ALREADY_PAID") {
+    const order = await reloadOrder().catch(() => state.order);
+    if (order?.status === "paid") {
+      setStatus("This order was already paid (in another tab or device). It was charged once.", "ok");
+    } else {
+      setStatus("This order is already being paid in another tab or device. Wait for it to finish.", "warn");
+      showNotice("Nothing was charged by this tab.", [["Reload order", () => reloadOrder().then(afterReload), "reload-order"]]);
+    }
+    return;
+  }
+  if (code === "OUT_OF_STOCK") {
+    setStatus("An item in your cart is out of stock. Edit the cart and try again.", "error");
+    return;
+  }
+  setStatus(`Payment error${code ? ` (${code})` : ""}: ${err?.message ?? err}`, "error");
+  let pending = null;
+  try {
+    pending = await state.client.pendingAttempt(state.order.id);
+  } catch {
+    pending = null;
+  }
+  if (pending) {
+    showNotice("An earlier payment attempt for this order is not finished yet.", [
+      ["Check it", resumeAttempt, "check-again"],
+      ["Cancel it", cancelAndEdit, "cancel-attempt"],
+    ]);
+  }
+}
+
+function afterReload(order) {
+  if (order.status === "paid") setStatus("This order is paid. It was charged once.", "ok");
+}
+
+function cancelStatus(r) {
+  if (r == null) return "none";
+  if (typeof r === "string") return r;
+  return r.status ?? r.kind ?? "none";
+}
+
+/** "I want to change my cart" while an attempt is unresolved: cancel it first (seed 003). */
+async function cancelAndEdit() {
+  state.userAbort = true;
+  state.abort?.abort();
+  await state.running?.catch(() => {});
+  state.busy = true;
+  updateControls();
+  hideNotice();
+  setStatus("Cancelling the unfinished payment attempt…", "busy");
+  let result;
+  try {
+    result = await state.client.cancel(state.order.id);
+  } catch (err) {
+    setStatus(`Could not cancel (${errorCode(err) ?? err?.message}). The attempt is kept; try again.`, "error");
+    showNotice("", [
+      ["Check payment status", resumeAttempt, "check-again"],
+      ["Try cancelling again", cancelAndEdit, "cancel-attempt"],
+    ]);
+    state.userAbort = false;
+    setBusy(false);
+    return;
+  }
+  const st = cancelStatus(result);
+  log(`cancel: ${st}`);
+  state.userAbort = false;
+  setBusy(false);
+  if (st === "processing") {
+    setStatus("Payment in progress, please wait.", "busy");
+    await resumeAttempt();
+  } else if (st === "succeeded") {
+    const payment = result?.payment;
+    if (payment) showReceipt(payment);
+    setStatus("The payment had already gone through: this is your receipt. Charged once.", "ok");
+    await reloadOrder();
+  } else {
+    setStatus("Attempt cancelled — nothing was charged. The cart is unlocked.", "ok");
+    await reloadOrder();
+    openEditor();
+  }
+  refreshLedger();
+}
+
+// ---------------------------------------------------------------- cart
+
+function openEditor() {
+  if (!state.order || state.order.status !== "unpaid") return;
+  state.editing = true;
+  const qty = new Map(state.order.items.map((l) => [l.sku, l.quantity]));
+  const rows = state.catalog.map((item) => {
+    const row = document.createElement("div");
+    row.className = "editor-row";
+    const id = `qty-${item.sku}`;
+    const label = document.createElement("label");
+    label.htmlFor = id;
+    label.textContent = `${item.name} · ${formatMoney(item.unitPrice, item.currency)}`;
+    const input = document.createElement("input");
+    Object.assign(input, { type: "number", id, min: "0", max: "100", step: "1", value: String(qty.get(item.sku) ?? 0) });
+    input.dataset.sku = item.sku;
+    const stock = document.createElement("span");
+    stock.className = "muted small";
+    stock.textContent = `${item.stock} in stock`;
+    row.append(label, input, stock);
+    return row;
+  });
+  $("editor-items").replaceChildren(...rows);
+  $("cart-editor").hidden = false;
+  updateControls();
+  $("editor-items").querySelector("input")?.focus();
+}
+
+function closeEditor() {
+  state.editing = false;
+  $("cart-editor").hidden = true;
+  updateControls();
+}
+
+async function saveCart(ev) {
+  ev.preventDefault();
+  const items = [...$("editor-items").querySelectorAll("input[data-sku]")]
+    .map((i) => ({ sku: i.dataset.sku, quantity: Math.trunc(Number(i.value)) }))
+    .filter((l) => l.quantity > 0);
+  if (items.length === 0) {
+    setStatus("The cart needs at least one item.", "error");
+    return;
+  }
+  try {
+    const order = await state.api.updateCart(state.order.id, { items });
+    closeEditor();
+    renderOrder(order);
+    hideNotice();
+    setStatus(`Cart saved. The order is now version ${order.version}.`, "info");
+  } catch (err) {
+    if (err.code === "PAYMENT_IN_PROGRESS") setStatus("A payment is in progress for this order; the cart is locked.", "warn");
+    else if (err.code === "ORDER_ALREADY_PAID") setStatus("This order is already paid and cannot change.", "warn");
+    else setStatus(`Could not save the cart (${err.code ?? err.message}).`, "error");
+  }
+}
+
+/** Dev: another tab edits the cart behind this page's back; its version goes stale. */
+async function changeElsewhere() {
+  const o = state.order;
+  if (!o?.items.length) return;
+  const items = o.items.map((l, i) => ({ sku: l.sku, quantity: i === 0 ? Math.min(l.quantity + 1, 100) : l.quantity }));
+  try {
+    const updated = await state.api.updateCart(o.id, { items });
+    log(`dev: another tab changed the cart; the server is at version ${updated.version}, this page still shows ${o.version}`);
+  } catch (err) {
+    log(`dev: the other tab could not change the cart (${err.code ?? err.message})`);
+  }
+}
+
+// ---------------------------------------------------------------- ledger (dev)
+
+async function refreshLedger() {
+  const summary = $("ledger-summary");
+  if (!state.order) return;
+  if (!state.providerUrl) {
+    summary.textContent = "Provider URL unknown: open the page with ?provider=URL.";
+    return;
+  }
+  try {
+    const charges = await fetchLedger(state.providerUrl, state.order.id);
+    const rows = charges.map((c) => {
+      const tr = document.createElement("tr");
+      for (const [v, cls] of [
+        [shortId(c.id, 12), ""],
+        [c.paymentMethodId.replace(/^pm_card_/, ""), ""],
+        [formatMoney(c.amount, c.currency), "num"],
+        [c.status, `st-${c.status}`],
+      ]) {
+        const td = document.createElement("td");
+        td.textContent = v;
+        if (cls) td.className = cls;
+        tr.append(td);
+      }
+      return tr;
+    });
+    $("ledger-rows").replaceChildren(...rows);
+    const charged = charges.filter((c) => c.status === "succeeded" || c.status === "refunded").length;
+    const declined = charges.filter((c) => c.status === "declined").length;
+    let text = `${charged} charge${charged === 1 ? "" : "s"}`;
+    if (declined) text += `, ${declined} declined`;
+    if (charged === 1) text += " — charged once ✓";
+    if (charged > 1) text += " — CHARGED MORE THAN ONCE";
+    summary.textContent = text;
+    summary.dataset.charged = String(charged);
+  } catch (err) {
+    summary.textContent = `Ledger not reachable from the page (${err.message}).`;
+  }
+}
+
+// ---------------------------------------------------------------- dev panel
+
+function setupDevPanel(config) {
+  const faults = new Set(config?.faults ?? []);
+  const drop = $("fault-drop");
+  drop.addEventListener("change", () => {
+    state.devnet.dropNext = drop.checked;
+    log(`dev: lose the next response ${drop.checked ? "on" : "off"}`);
+  });
+  state.devnet.onConsumed(() => {
+    drop.checked = false;
+  });
+  const offline = $("fault-offline");
+  offline.addEventListener("change", () => {
+    state.devnet.offline = offline.checked;
+    log(`dev: payment requests ${offline.checked ? "blocked (network down)" : "flow again"}`);
+  });
+  // Issue-4 server features: enabled only when the server says it has them.
+  for (const [id, labelId, fault] of [
+    ["fault-crash", "crash-label", "crash-after-charge"],
+    ["fault-dup-webhooks", "dupwh-label", "duplicate-webhooks"],
+  ]) {
+    const box = $(id);
+    if (faults.has(fault)) {
+      box.disabled = false;
+      box.addEventListener("change", () => {
+        state.devnet.nextFault = box.checked ? fault : null;
+        log(`dev: ${fault} ${box.checked ? "armed for the next payment" : "off"}`);
+      });
+      state.devnet.onConsumed(() => {
+        box.checked = false;
+      });
+    } else {
+      box.disabled = true;
+      $(labelId).title = UNAVAILABLE;
+      $(labelId).classList.add("unavailable");
+      $(labelId).append(Object.assign(document.createElement("span"), { className: "muted small", textContent: ` (${UNAVAILABLE})` }));
+    }
+  }
+  $("change-elsewhere").addEventListener("click", changeElsewhere);
+  $("ledger-refresh").addEventListener("click", refreshLedger);
+  $("new-order").addEventListener("click", async () => {
+    if (state.busy) return;
+    const url = new URL(location.href);
+    url.searchParams.delete("order");
+    history.replaceState(null, "", url);
+    $("receipt").hidden = true;
+    hideNotice();
+    await openOrder(null);
+    setStatus("New order created.", "info");
+  });
+}
+
+// ---------------------------------------------------------------- start
+
+async function openOrder(orderId) {
+  let order = null;
+  if (orderId) {
+    try {
+      order = await state.api.getOrder(orderId);
+    } catch (err) {
+      log(`order ${orderId} not found (${err.code}); starting a new one`);
+    }
+  }
+  if (!order) {
+    const first = state.catalog.filter((i) => i.stock > 0).slice(0, 2);
+    order = await state.api.createOrder(first.map((i, n) => ({ sku: i.sku, quantity: n + 1 })));
+    const url = new URL(location.href);
+    url.searchParams.set("order", order.id);
+    history.replaceState(null, "", url);
+  }
+  renderOrder(order);
+  refreshLedger();
+  return order;
+}
+
+async function main() {
+  renderMethods();
+  const baseUrl = import.meta.env.VITE_PAYONCE_API || location.origin;
+  state.api = createApi(baseUrl);
+  // Before the SDK exists, so every request it makes goes through the dev network layer.
+  state.devnet = installDevNetwork({ onEvent: log });
+
+  const userId = params.get("user") || "demo";
+  try {
+    await state.api.signIn(userId);
+  } catch (err) {
+    const hint = err.code === "DEV_MODE_REQUIRED" ? " Start the server with --dev." : "";
+    throw new Error(`sign-in failed (${err.code ?? err.message}).${hint}`);
+  }
+  $("who").textContent = `Signed in as ${userId} (dev session) · API ${state.api.base}`;
+
+  const [sdk, catalog, config] = await Promise.all([loadSdk(), state.api.catalog(), state.api.devConfig()]);
+  state.catalog = catalogItems(catalog);
+  state.providerUrl = params.get("provider") || config?.providerUrl || null;
+
+  const options = { baseUrl, storage: "session" };
+  for (const k of ["requestTimeoutMs", "deadlineMs", "longWaitMs"]) {
+    const v = numParam(k);
+    if (v !== undefined) options[k] = v;
+  }
+  state.client = await sdk.PayonceClient.create(options);
+
+  setupDevPanel(config);
+  $("pay").addEventListener("click", onPay);
+  $("edit-cart").addEventListener("click", openEditor);
+  $("editor-cancel").addEventListener("click", closeEditor);
+  $("cart-editor").addEventListener("submit", saveCart);
+
+  const order = await openOrder(params.get("order"));
+  document.body.dataset.ready = "true";
+
+  if (order.status === "unpaid") {
+    // Seed 003 step 8: after a refresh the saved key is reused and the latest status fetched.
+    const pending = await state.client.pendingAttempt(order.id);
+    if (pending) {
+      log(`found an unfinished attempt for this order (key ${shortId(pending.key ?? "")}); checking it`);
+      const m = pending.paymentMethodId ?? pending.snapshot?.paymentMethodId;
+      const radio = m && document.querySelector(`input[name="method"][value="${CSS.escape(m)}"]`);
+      if (radio) radio.checked = true;
+      await resumeAttempt();
+    } else {
+      setStatus("Ready to pay.", "idle");
+    }
+  } else {
+    setStatus("This order is paid. It was charged once.", "ok");
+  }
+}
+
+main().catch((err) => {
+  document.body.dataset.ready = "error";
+  setStatus(`The checkout could not start: ${err?.message ?? err}`, "error");
+});
+
