@@ -1,0 +1,321 @@
+// End-to-end harness: the real payonce server (embedded SQLite in a temp dir, dev mode, the
+// built page from www/dist), the real mock provider it starts, and headless Chromium driven by
+// playwright-core. Assertions about money go to the provider ledger, never only to the page.
+//
+// Env:
+//   PAYONCE_SERVER_BIN   server binary (default: $CARGO_TARGET_DIR or target/, debug build;
+//                        falls back to `cargo run -p payonce-server`)
+//   CHROMIUM             browser binary (default /usr/bin/chromium)
+//   CI=true              a missing browser or page build is a failure, never a skip
+//   PAYONCE_UPDATE_SCREENSHOTS=1   write screenshots into www/screenshots/ (committed, shown
+//                        in the README); otherwise into test-results/screenshots/
+import { spawn } from "node:child_process";
+import { existsSync } from "node:fs";
+import { mkdir, mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { chromium } from "playwright-core";
+
+export const WWW = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+export const ROOT = dirname(WWW);
+export const DIST = join(WWW, "dist");
+export const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";
+const CI = process.env.CI === "true";
+
+// TOOLCHAIN.md: without the background-networking flags Chromium floods the closed network.
+const CHROMIUM_ARGS = [
+  "--no-sandbox",
+  "--headless",
+  "--disable-gpu",
+  "--disable-background-networking",
+  "--disable-component-update",
+  "--no-first-run",
+  "--disable-sync",
+];
+
+/** Why the suite cannot run here, or null. Under CI=true the caller turns it into a failure. */
+export function missingPrerequisite() {
+  if (!existsSync(CHROMIUM)) return `Chromium not found at ${CHROMIUM} (apt-get install chromium, or set CHROMIUM)`;
+  if (!existsSync(join(DIST, "index.html"))) return `the page is not built: run www/build.sh (no ${DIST}/index.html)`;
+  return null;
+}
+
+/**
+ * Registers a scenario with node:test. Prerequisites are checked once: missing ones fail under
+ * CI=true and skip (with the reason) elsewhere, so a developer without Chromium is told why.
+ */
+export function scenario(test, name, fn) {
+  const missing = missingPrerequisite();
+  if (missing && !CI) {
+    test(name, { skip: missing }, () => {});
+    return;
+  }
+  test(name, { timeout: 120_000 }, async (t) => {
+    if (missing) throw new Error(`CI=true and ${missing}`);
+    const env = await Env.start();
+    try {
+      await fn(env, t);
+    } catch (err) {
+      await env.dumpOnFailure(t.name);
+      throw err;
+    } finally {
+      await env.stop();
+    }
+  });
+}
+
+function serverCommand() {
+  if (process.env.PAYONCE_SERVER_BIN) return [process.env.PAYONCE_SERVER_BIN, []];
+  const target = process.env.CARGO_TARGET_DIR ? resolve(ROOT, process.env.CARGO_TARGET_DIR) : join(ROOT, "target");
+  const bin = join(target, "debug", "payonce-server");
+  if (existsSync(bin)) return [bin, []];
+  return ["cargo", ["run", "--quiet", "-p", "payonce-server", "--"]];
+}
+
+const LISTEN = /^payonce: (api|provider) listening on (http:\/\/\S+)\s*$/;
+
+/** Spawns the server on port 0 with a fresh SQLite file; resolves once both URLs are printed. */
+export async function startServer() {
+  const dir = await mkdtemp(join(tmpdir(), "payonce-e2e-"));
+  const [cmd, pre] = serverCommand();
+  const args = [
+    ...pre,
+    "--addr", "127.0.0.1:0",
+    "--provider-addr", "127.0.0.1:0",
+    "--database-url", `sqlite://${join(dir, "payonce.db")}`,
+    "--dev",
+    "--static-dir", DIST,
+  ];
+  const child = spawn(cmd, args, { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"], env: process.env });
+  const output = [];
+  const urls = await new Promise((resolveUrls, reject) => {
+    const found = {};
+    let buf = "";
+    const onLine = (line) => {
+      output.push(line);
+      const m = LISTEN.exec(line);
+      if (m) {
+        found[m[1]] = m[2].replace(/\/+$/, "");
+        if (found.api && found.provider) resolveUrls(found);
+      }
+    };
+    child.stdout.setEncoding("utf8").on("data", (d) => {
+      buf += d;
+      let i;
+      while ((i = buf.indexOf("\n")) >= 0) {
+        onLine(buf.slice(0, i));
+        buf = buf.slice(i + 1);
+      }
+    });
+    child.stderr.setEncoding("utf8").on("data", (d) => output.push(...d.split("\n").filter(Boolean)));
+    child.once("error", (err) => reject(new Error(`cannot start ${cmd}: ${err.message}`)));
+    child.once("exit", (code, sig) =>
+      reject(new Error(`server exited (${code ?? sig}) before listening:\n${output.slice(-40).join("\n")}`)),
+    );
+  });
+  return {
+    apiUrl: urls.api,
+    providerUrl: urls.provider,
+    output,
+    async stop() {
+      if (child.exitCode === null && child.signalCode === null) {
+        const exited = new Promise((r) => child.once("exit", r));
+        child.kill("SIGTERM");
+        const t = setTimeout(() => child.kill("SIGKILL"), 5000);
+        await exited;
+        clearTimeout(t);
+      }
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+export async function launchBrowser() {
+  return chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS });
+}
+
+/** One server + one browser for one scenario. */
+export class Env {
+  static async start() {
+    const env = new Env();
+    env.server = await startServer();
+    try {
+      env.browser = await launchBrowser();
+    } catch (err) {
+      await env.server.stop();
+      throw err;
+    }
+    env.pages = [];
+    return env;
+  }
+
+  get api() {
+    return this.server.apiUrl;
+  }
+
+  /** A browser context is one user's browser profile: the session cookie is shared by its tabs. */
+  async newContext() {
+    return this.browser.newContext({ viewport: { width: 1280, height: 860 }, locale: "en-US" });
+  }
+
+  /**
+   * Opens the checkout in a new tab and waits until it has signed in and shows an order.
+   * `query` adds page parameters (order, SDK timings). Returns a Checkout driver.
+   */
+  async open(context, query = {}) {
+    const page = await context.newPage();
+    const checkout = new Checkout(this, page);
+    await checkout.goto(query);
+    this.pages.push(page);
+    return checkout;
+  }
+
+  /** GET <provider>/ledger?orderId=: the ground truth for "charged once". */
+  async ledger(orderId) {
+    const res = await fetch(`${this.server.providerUrl}/ledger?orderId=${encodeURIComponent(orderId)}`);
+    if (!res.ok) throw new Error(`ledger answered ${res.status}`);
+    return (await res.json()).charges;
+  }
+
+  /** Charges that moved money (a declined charge moves none). */
+  async charged(orderId) {
+    return (await this.ledger(orderId)).filter((c) => c.status === "succeeded" || c.status === "refunded");
+  }
+
+  /** A bearer token for `userId`, to talk to the API from the test like another client would. */
+  async token(userId = "demo") {
+    const res = await fetch(`${this.api}/dev/sessions`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ userId }),
+    });
+    if (!res.ok) throw new Error(`dev session answered ${res.status}`);
+    return (await res.json()).token;
+  }
+
+  async dumpOnFailure(name) {
+    const lines = [`--- ${name}: server output (last 60 lines)`, ...this.server.output.slice(-60)];
+    for (const [i, p] of this.pages.entries()) {
+      if (p.isClosed()) continue;
+      try {
+        const status = await p.locator("#status").textContent({ timeout: 1000 });
+        const log = await p.locator("#log").innerText({ timeout: 1000 });
+        lines.push(`--- tab ${i}: status "${status}"`, log.split("\n").slice(0, 30).reverse().join("\n"));
+        await saveScreenshot(p, `failed-${name.replace(/\W+/g, "-")}-tab${i}`, { failure: true });
+      } catch {
+        // the tab may be mid-navigation; the server output is still useful
+      }
+    }
+    console.error(lines.join("\n"));
+  }
+
+  async stop() {
+    await this.browser?.close().catch(() => {});
+    await this.server?.stop();
+  }
+}
+
+/** Drives one checkout tab, and records every pay request it sends (with its key). */
+export class Checkout {
+  constructor(env, page) {
+    this.env = env;
+    this.page = page;
+    this.payRequests = [];
+    this.consoleErrors = [];
+    page.on("request", (req) => {
+      if (req.method() === "POST" && /\/orders\/[^/]+\/pay$/.test(new URL(req.url()).pathname)) {
+        const h = req.headers();
+        this.payRequests.push({ key: h["idempotency-key"], fault: h["payonce-dev-fault"] ?? null, body: req.postData() });
+      }
+    });
+    page.on("pageerror", (err) => this.consoleErrors.push(String(err)));
+  }
+
+  async goto(query = {}) {
+    const url = new URL(this.env.api + "/");
+    url.searchParams.set("provider", this.env.server.providerUrl);
+    for (const [k, v] of Object.entries(query)) url.searchParams.set(k, String(v));
+    await this.page.goto(url.href);
+    await this.ready();
+  }
+
+  async ready() {
+    await this.page.waitForFunction(() => document.body.dataset.ready, null, { timeout: 30_000 });
+    const ready = await this.page.evaluate(() => document.body.dataset.ready);
+    if (ready !== "true") throw new Error(`the checkout did not start: ${await this.status()}`);
+  }
+
+  async reload() {
+    await this.page.reload();
+    await this.ready();
+  }
+
+  orderId() {
+    return this.page.locator("#order-id").textContent();
+  }
+
+  async orderVersion() {
+    return Number(await this.page.locator("#order-version").textContent());
+  }
+
+  status() {
+    return this.page.locator("#status").textContent();
+  }
+
+  async chooseMethod(id) {
+    await this.page.check(`input[name="method"][value="${id}"]`);
+  }
+
+  /** Waits until the aria-live status line matches `re`. */
+  async waitForStatus(re, timeout = 45_000) {
+    try {
+      await this.page.waitForFunction((src) => new RegExp(src).test(document.getElementById("status").textContent), re.source, {
+        timeout,
+      });
+    } catch {
+      throw new Error(`status never matched ${re}; it is "${await this.status()}"`);
+    }
+    return this.status();
+  }
+
+  /** Every status the page showed, oldest first (the page logs each one). */
+  async statusHistory() {
+    const entries = await this.page.locator("#log li").allTextContents();
+    return entries
+      .reverse()
+      .map((e) => /status: (.*)$/.exec(e)?.[1])
+      .filter(Boolean);
+  }
+
+  keys() {
+    return [...new Set(this.payRequests.map((r) => r.key))];
+  }
+
+  async receipt() {
+    const visible = await this.page.locator("#receipt").isVisible();
+    if (!visible) return null;
+    return {
+      amount: await this.page.locator("#r-amount").textContent(),
+      paymentId: await this.page.locator("#r-payment").textContent(),
+      chargeId: await this.page.locator("#r-charge").textContent(),
+    };
+  }
+
+  screenshot(name) {
+    return saveScreenshot(this.page, name);
+  }
+}
+
+export async function saveScreenshot(page, name, { failure = false } = {}) {
+  const dir =
+    process.env.PAYONCE_UPDATE_SCREENSHOTS === "1" && !failure ? join(WWW, "screenshots") : join(ROOT, "test-results", "screenshots");
+  await mkdir(dir, { recursive: true });
+  await page.screenshot({ path: join(dir, `${name}.png`), fullPage: true, animations: "disabled" });
+}
+
+/** Minor units shown as the page shows them (the page formats with en-US). */
+export function money(minor, currency = "USD") {
+  const f = new Intl.NumberFormat("en-US", { style: "currency", currency });
+  return f.format(minor / 10 ** (f.resolvedOptions().maximumFractionDigits ?? 2));
+}
