@@ -1,0 +1,291 @@
+//! The provider's HTTP API. Handlers validate input, call one store method, and map its
+//! outcome to a response; every error is an RFC 9457 problem.
+
+use crate::store::{ChargeOutcome, RefundOutcome};
+use crate::MockProvider;
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use payonce_protocol::headers::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, RETRY_AFTER};
+use payonce_protocol::problem::PROBLEM_CONTENT_TYPE;
+use payonce_protocol::provider::{
+    methods, paths, Charge, ChargeRequest, ChargeStatus, Ledger, LedgerQuery, RedeliverQuery,
+    Redelivered,
+};
+use payonce_protocol::{ErrorCode, IdempotencyKey, Problem};
+use serde::Serialize;
+
+pub(crate) fn router(provider: MockProvider) -> Router {
+    Router::new()
+        .route(paths::CHARGES, post(create_charge))
+        .route("/charges/by-key/{provider_key}", get(charge_by_key))
+        .route("/charges/{charge_id}/refunds", post(create_refund))
+        .route(paths::LEDGER, get(ledger))
+        .route(paths::DEV_REDELIVER_WEBHOOKS, post(redeliver))
+        .route(paths::DEV_RESET, post(reset))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(provider)
+}
+
+/// An error answer: a problem served as `application/problem+json` with its status.
+#[derive(Debug)]
+pub(crate) struct ApiError(Box<Problem>);
+
+impl ApiError {
+    fn new(code: ErrorCode) -> Self {
+        Self(Box::new(Problem::new(code)))
+    }
+    fn detail(mut self, detail: impl Into<String>) -> Self {
+        self.0.detail = Some(detail.into());
+        self
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status =
+            StatusCode::from_u16(self.0.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(PROBLEM_CONTENT_TYPE),
+        );
+        if let Some(secs) = self.0.retry_after {
+            headers.insert(RETRY_AFTER, HeaderValue::from(secs));
+        }
+        (status, headers, json_bytes(&self.0)).into_response()
+    }
+}
+
+impl From<crate::ProviderError> for ApiError {
+    fn from(e: crate::ProviderError) -> Self {
+        // The detail (a path, an OS error) is logged, never sent.
+        tracing::error!(error = %e, "provider state could not be saved");
+        Self(Box::new(
+            Problem::new(ErrorCode::StoreUnavailable)
+                .with_detail("the provider could not save its ledger; retry with the same key")
+                .with_retry_after(1),
+        ))
+    }
+}
+
+fn json_bytes<T: Serialize>(value: &T) -> Vec<u8> {
+    // Our own plain structs always serialize.
+    serde_json::to_vec(value).unwrap_or_default()
+}
+
+fn json(status: StatusCode, value: &impl Serialize, replayed: bool) -> Response {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if replayed {
+        headers.insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    }
+    (status, headers, json_bytes(value)).into_response()
+}
+
+/// The provider key from `Idempotency-Key`, validated by the protocol's one rule.
+fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, ApiError> {
+    let value = headers
+        .get(IDEMPOTENCY_KEY)
+        .ok_or_else(|| ApiError::new(ErrorCode::IdempotencyKeyMissing))?;
+    let invalid = |reason: &str| {
+        let mut problem = Problem::new(ErrorCode::IdempotencyKeyInvalid);
+        problem.reason = Some(reason.to_owned());
+        ApiError(Box::new(problem))
+    };
+    let text = value.to_str().map_err(|_| invalid("invalid_char"))?;
+    IdempotencyKey::parse(text).map_err(|e| invalid(e.reason()))
+}
+
+/// Parses a JSON body, insisting on `application/json` (with optional parameters).
+fn json_body<T: serde::de::DeserializeOwned>(
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, ApiError> {
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"));
+    if !is_json {
+        return Err(ApiError::new(ErrorCode::UnsupportedMediaType));
+    }
+    let body = body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(ErrorCode::PayloadTooLarge)
+        } else {
+            ApiError::new(ErrorCode::InvalidRequest).detail("the body could not be read")
+        }
+    })?;
+    serde_json::from_slice(&body)
+        .map_err(|e| ApiError::new(ErrorCode::InvalidRequest).detail(format!("invalid body: {e}")))
+}
+
+fn validate_charge(req: &ChargeRequest) -> Result<(), ApiError> {
+    let bad = |detail: &str| Err(ApiError::new(ErrorCode::InvalidRequest).detail(detail));
+    if req.amount <= 0 {
+        return bad("amount must be a positive integer in minor units");
+    }
+    if req.currency.len() != 3 || !req.currency.bytes().all(|b| b.is_ascii_uppercase()) {
+        return bad("currency must be a three-letter ISO 4217 code in upper case");
+    }
+    if req.order_id.is_empty() || req.order_id.len() > 255 {
+        return bad("orderId must be 1 to 255 bytes");
+    }
+    if !methods::ALL.contains(&req.payment_method_id.as_str()) {
+        return bad("unknown paymentMethodId; use one of the test methods (pm_card_approve, pm_card_decline, pm_card_slow, pm_card_timeout, pm_card_transient)");
+    }
+    Ok(())
+}
+
+fn charge_response(charge: &Charge, replayed: bool) -> Response {
+    let status = match (charge.status, replayed) {
+        (ChargeStatus::Declined, _) => StatusCode::PAYMENT_REQUIRED,
+        (_, true) => StatusCode::OK,
+        (_, false) => StatusCode::CREATED,
+    };
+    json(status, charge, replayed)
+}
+
+async fn create_charge(
+    State(p): State<MockProvider>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let key = idempotency_key(&headers)?;
+    let request: ChargeRequest = json_body(&headers, body)?;
+    validate_charge(&request)?;
+    match p.inner.store.charge(key.as_str(), &request)? {
+        ChargeOutcome::Created { charge, event } => {
+            p.send_webhook(event).await;
+            // The charge is already in the ledger: a caller that gives up before these
+            // delays end has been charged without knowing it, which is the point.
+            let delay = match request.payment_method_id.as_str() {
+                methods::SLOW => p.inner.config.slow_delay,
+                methods::TIMEOUT => p.inner.config.timeout_delay,
+                _ => std::time::Duration::ZERO,
+            };
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            Ok(charge_response(&charge, false))
+        }
+        ChargeOutcome::Replayed(charge) => Ok(charge_response(&charge, true)),
+        ChargeOutcome::Transient => Err(ApiError(Box::new(
+            Problem::new(ErrorCode::StoreUnavailable)
+                .with_detail("transient provider failure (pm_card_transient): nothing was charged; retry with the same key")
+                .with_retry_after(1),
+        ))),
+        ChargeOutcome::KeyReused => Err(ApiError::new(ErrorCode::KeyReusedWithDifferentDetails)
+            .detail("this provider key was used for a different charge request")),
+    }
+}
+
+async fn charge_by_key(
+    State(p): State<MockProvider>,
+    Path(provider_key): Path<String>,
+) -> Result<Response, ApiError> {
+    match p.inner.store.charge_by_key(&provider_key) {
+        Some(charge) => Ok(json(StatusCode::OK, &charge, false)),
+        None => Err(ApiError::new(ErrorCode::PaymentNotFound)
+            .detail("no charge was ever created with this provider key")),
+    }
+}
+
+async fn create_refund(
+    State(p): State<MockProvider>,
+    Path(charge_id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    // A full refund: the body is not read.
+    let key = idempotency_key(&headers)?;
+    match p.inner.store.refund(&charge_id, key.as_str())? {
+        RefundOutcome::Created { refund, event } => {
+            p.send_webhook(event).await;
+            Ok(json(StatusCode::CREATED, &refund, false))
+        }
+        RefundOutcome::Replayed(refund) => Ok(json(StatusCode::OK, &refund, true)),
+        RefundOutcome::ChargeNotFound => {
+            Err(ApiError::new(ErrorCode::PaymentNotFound).detail("no such charge"))
+        }
+        RefundOutcome::NotRefundable(status) => {
+            let why = match status {
+                ChargeStatus::Declined => "the charge was declined; nothing to refund",
+                _ => "the charge is already refunded",
+            };
+            Err(ApiError::new(ErrorCode::RefundNotAllowed).detail(why))
+        }
+        RefundOutcome::KeyReused => Err(ApiError::new(ErrorCode::KeyReusedWithDifferentDetails)
+            .detail("this refund key was used for another charge")),
+    }
+}
+
+fn bad_query(e: QueryRejection) -> ApiError {
+    ApiError::new(ErrorCode::InvalidRequest).detail(format!("invalid query: {}", e.body_text()))
+}
+
+async fn ledger(
+    State(p): State<MockProvider>,
+    query: Result<Query<LedgerQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(query) = query.map_err(bad_query)?;
+    let charges = p.inner.store.ledger(query.order_id.as_deref());
+    Ok(json(StatusCode::OK, &Ledger { charges }, false))
+}
+
+async fn redeliver(
+    State(p): State<MockProvider>,
+    query: Result<Query<RedeliverQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(query) = query.map_err(bad_query)?;
+    let Some(webhooks) = &p.inner.webhooks else {
+        return Err(ApiError::new(ErrorCode::InvalidRequest)
+            .detail("this provider has no webhook URL configured"));
+    };
+    let events = p.inner.store.events_for_order(&query.order_id);
+    let redelivered = events.len();
+    for event in events {
+        webhooks.enqueue(event);
+    }
+    Ok(json(
+        StatusCode::ACCEPTED,
+        &Redelivered { redelivered },
+        false,
+    ))
+}
+
+async fn reset(State(p): State<MockProvider>) -> Result<Response, ApiError> {
+    p.inner.store.reset()?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(ErrorCode::NotFound)
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(ErrorCode::MethodNotAllowed)
+}
+
+impl MockProvider {
+    /// Hands a new event to delivery: at once (awaited) with early-delivery chaos, else to
+    /// the background.
+    async fn send_webhook(&self, event: payonce_protocol::provider::WebhookEvent) {
+        let Some(webhooks) = &self.inner.webhooks else {
+            return;
+        };
+        if webhooks.before_response() {
+            webhooks.deliver_before_response(event).await;
+        } else {
+            webhooks.enqueue(event);
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! A mock payment service provider (PSP) that behaves like a real one: its own idempotency
+//! on `Idempotency-Key`, its own ledger (the ground truth for "charged once"), idempotent
+//! refunds, test payment methods that decline, answer late, time out or fail transiently,
+//! and signed webhooks delivered at least once, with optional duplicates, delays and
+//! reordering.
+//!
+//! The merchant server embeds it (`MockProvider::serve` on its own listener) or runs it
+//! standalone (`payonce-server mock-provider --addr ...`). Wire names come from
+//! [`payonce_protocol::provider`].
+//!
+//! # Layout
+//! - `lib.rs`: [`ProviderConfig`], [`WebhookChaos`], [`WebhookRetry`], the [`MockProvider`]
+//!   handle and [`ProviderError`].
+//! - [`signature`]: [`sign`] and [`verify`] for the `Payonce-Signature` header (no HTTP in
+//!   it; the merchant's webhook handler uses the same code).
+//! - `store`: the ledger and the provider's idempotency records; the only place where a
+//!   provider key is claimed; write-through to an optional JSON state file.
+//! - `http`: the axum routes; maps store outcomes to responses and errors to problems.
+//! - `webhooks`: the at-least-once delivery tasks and the chaos.
+//!
+//! # Behaviour by test payment method
+//! | method | ledger | answer |
+//! |---|---|---|
+//! | `pm_card_approve` | succeeded | 201 at once |
+//! | `pm_card_decline` | declined | 402 (body: the declined charge) |
+//! | `pm_card_slow` | succeeded at once | 201 after `slow_delay` |
+//! | `pm_card_timeout` | succeeded at once | 201 after `timeout_delay` (callers time out) |
+//! | `pm_card_transient` | nothing on the first request for a key | 503, then 201 |
+//!
+//! A repeat with the same key and body answers at once with the charge as it is now (200,
+//! or 402 if declined) and `Idempotent-Replayed: true`; only the request that created the
+//! charge waits out the slow/timeout delay.
+#![deny(missing_docs)]
+
+mod http;
+pub mod signature;
+mod store;
+mod webhooks;
+
+pub use signature::{sign, verify, SignatureError};
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The webhook secret used when none is configured (dev only).
+pub const DEFAULT_WEBHOOK_SECRET: &str = "whsec_payonce_dev";
+
+/// Configuration of a [`MockProvider`].
+#[derive(Debug, Clone)]
+pub struct ProviderConfig {
+    /// Where webhook events are POSTed (e.g. `http://127.0.0.1:8080/webhooks/provider`).
+    /// `None`: no webhooks.
+    pub webhook_url: Option<String>,
+    /// HMAC secret for the `Payonce-Signature` header.
+    pub webhook_secret: String,
+    /// Duplicates, delays, reordering, early delivery.
+    pub webhook_chaos: WebhookChaos,
+    /// Retry bound and backoff of webhook delivery.
+    pub webhook_retry: WebhookRetry,
+    /// How late `pm_card_slow` answers (default 4 s).
+    pub slow_delay: Duration,
+    /// How late `pm_card_timeout` answers (default 30 s: "never in time").
+    pub timeout_delay: Duration,
+    /// JSON file the ledger is written through to (atomic rename after each change) and
+    /// loaded from on start, so a restarted process keeps its charges. `None`: memory only.
+    pub state_file: Option<PathBuf>,
+    /// Seed of the chaos RNG, so a run's duplicates and delays repeat.
+    pub seed: u64,
+}
+
+impl Default for ProviderConfig {
+    fn default() -> Self {
+        Self {
+            webhook_url: None,
+            webhook_secret: DEFAULT_WEBHOOK_SECRET.to_owned(),
+            webhook_chaos: WebhookChaos::default(),
+            webhook_retry: WebhookRetry::default(),
+            slow_delay: Duration::from_secs(4),
+            timeout_delay: Duration::from_secs(30),
+            state_file: None,
+            seed: 0x7061_796f_6e63_6521,
+        }
+    }
+}
+
+/// Misbehaviour of webhook delivery, all off by default.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WebhookChaos {
+    /// Probability (0..=1) that an event is delivered a second time, independently.
+    pub duplicate_probability: f64,
+    /// Each delivery first waits a random time in `0..=max_extra_delay`.
+    pub max_extra_delay: Duration,
+    /// Hold each event back until the next one arrives (at most `reorder_window`) and send
+    /// the later one first.
+    pub reorder: bool,
+    /// How long `reorder` holds an event waiting for a later one.
+    pub reorder_window: Duration,
+    /// Deliver the webhook before answering the charge/refund call (an "early" webhook:
+    /// the merchant hears the outcome before its own provider call returns).
+    pub deliver_before_response: bool,
+}
+
+impl Default for WebhookChaos {
+    fn default() -> Self {
+        Self {
+            duplicate_probability: 0.0,
+            max_extra_delay: Duration::ZERO,
+            reorder: false,
+            reorder_window: Duration::from_millis(500),
+            deliver_before_response: false,
+        }
+    }
+}
+
+impl WebhookChaos {
+    /// A noisy but plausible preset for demos: 30 % duplicates, up to 2 s delays,
+    /// reordering, early delivery.
+    pub fn realistic() -> Self {
+        Self {
+            duplicate_probability: 0.3,
+            max_extra_delay: Duration::from_secs(2),
+            reorder: true,
+            reorder_window: Duration::from_millis(500),
+            deliver_before_response: true,
+        }
+    }
+}
+
+/// Webhook retry policy: exponential backoff with jitter, bounded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookRetry {
+    /// Attempts in total, first included (default 8).
+    pub max_attempts: u32,
+    /// Backoff before the second attempt (default 500 ms), doubling after.
+    pub initial_backoff: Duration,
+    /// Cap on one backoff (default 20 s; 8 attempts span about a minute).
+    pub max_backoff: Duration,
+    /// Timeout of one delivery request (default 5 s).
+    pub request_timeout: Duration,
+}
+
+impl Default for WebhookRetry {
+    fn default() -> Self {
+        Self {
+            max_attempts: 8,
+            initial_backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(20),
+            request_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Why a [`MockProvider`] could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderError {
+    /// The state file could not be read or written.
+    #[error("state file {path}: {source}")]
+    StateFile {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The state file is not a state this provider wrote.
+    #[error("state file {path} is corrupt: {source}")]
+    StateCorrupt {
+        /// The file.
+        path: PathBuf,
+        /// The parse error.
+        source: serde_json::Error,
+    },
+    /// The webhook HTTP client could not be built.
+    #[error("webhook client: {0}")]
+    WebhookClient(#[from] reqwest::Error),
+}
+
+/// The provider: a cheap, clonable handle (an `Arc` inside).
+#[derive(Clone)]
+pub struct MockProvider {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: ProviderConfig,
+    store: Arc<store::Store>,
+    webhooks: Option<webhooks::Webhooks>,
+}
+
+impl MockProvider {
+    /// Opens the provider, loading `config.state_file` if it exists. Events a previous
+    /// process left undelivered are sent again once the provider runs inside a runtime.
+    pub fn new(config: ProviderConfig) -> Result<Self, ProviderError> {
+        let store = Arc::new(store::Store::open(config.state_file.clone())?);
+        let webhooks = match &config.webhook_url {
+            Some(url) => Some(webhooks::Webhooks::new(
+                url.clone(),
+                config.webhook_secret.clone(),
+                config.webhook_chaos.clone(),
+                config.webhook_retry.clone(),
+                config.seed,
+                store.clone(),
+            )?),
+            None => None,
+        };
+        let provider = Self {
+            inner: Arc::new(Inner {
+                config,
+                store,
+                webhooks,
+            }),
+        };
+        if let Some(w) = &provider.inner.webhooks {
+            w.start();
+        }
+        Ok(provider)
+    }
+
+    /// The provider's HTTP API as a router (for tests with `oneshot`, or to nest).
+    pub fn router(&self) -> axum::Router {
+        if let Some(w) = &self.inner.webhooks {
+            w.start();
+        }
+        http::router(self.clone())
+    }
+
+    /// Serves the API on `listener` until the process ends.
+    pub async fn serve(self, listener: tokio::net::TcpListener) -> std::io::Result<()> {
+        axum::serve(listener, self.router()).await
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &ProviderConfig {
+        &self.inner.config
+    }
+}
