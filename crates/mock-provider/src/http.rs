@@ -22,7 +22,10 @@ use serde::Serialize;
 pub(crate) fn router(provider: MockProvider) -> Router {
     Router::new()
         .route(paths::CHARGES, post(create_charge))
-        .route("/charges/by-key/{provider_key}", get(charge_by_key))
+        // A wildcard, not one segment: provider keys may contain `/` (the key alphabet
+        // allows it), and a lookup that wrongly answered 404 would tell reconciliation
+        // "never charged". Raw and percent-encoded slashes both work.
+        .route("/charges/by-key/{*provider_key}", get(charge_by_key))
         .route("/charges/{charge_id}/refunds", post(create_refund))
         .route(paths::LEDGER, get(ledger))
         .route(paths::DEV_REDELIVER_WEBHOOKS, post(redeliver))

@@ -27,6 +27,16 @@
 //! | `pm_card_timeout` | succeeded at once | 201 after `timeout_delay` (callers time out) |
 //! | `pm_card_transient` | nothing on the first request for a key | 503, then 201 |
 //!
+//! # HTTP API
+//! | request | answers |
+//! |---|---|
+//! | `POST /charges` + `Idempotency-Key` + [`ChargeRequest`](payonce_protocol::provider::ChargeRequest) | 201 / 200 replay / 402 [`Charge`](payonce_protocol::provider::Charge); 503 `STORE_UNAVAILABLE` (transient, `Retry-After: 1`); 422 `KEY_REUSED_WITH_DIFFERENT_DETAILS`; 400/415 problems |
+//! | `GET /charges/by-key/{providerKey}` | 200 `Charge`, 404 `PAYMENT_NOT_FOUND` |
+//! | `POST /charges/{id}/refunds` + `Idempotency-Key` (no body) | 201 / 200 replay `Refund`; 409 `REFUND_NOT_ALLOWED`; 404; 422 |
+//! | `GET /ledger[?orderId=]` | 200 `Ledger`, oldest first |
+//! | `POST /dev/webhooks/redeliver?orderId=` | 202 `Redelivered`: that order's events sent again |
+//! | `POST /dev/reset` | 204: ledger, keys and events forgotten |
+//!
 //! A repeat with the same key and body answers at once with the charge as it is now (200,
 //! or 402 if declined) and `Idempotent-Replayed: true`; only the request that created the
 //! charge waits out the slow/timeout delay.

@@ -226,6 +226,10 @@ async fn lookup_by_provider_key() {
         .unwrap();
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.json::<Charge>().await.unwrap(), created);
+    // ... and so do raw slashes, as `paths::charge_by_key` spells them.
+    let resp = p.by_key(slashed).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.json::<Charge>().await.unwrap(), created);
 }
 
 #[tokio::test]
