@@ -66,7 +66,11 @@ browser_tests() {
     bash scripts/sdk-browser-tests.sh
   else
     # Host `cargo test` compiles the browser tests away; only the wasm32 run proves them.
-    wasm-pack test --headless --chrome --chromedriver "$(command -v chromedriver)" --mode no-install
+    # An explicit --chromedriver keeps wasm-pack from trying to download one.
+    local driver
+    driver=$(command -v chromedriver) \
+      || { echo "sdk-browser: chromedriver not found; run scripts/bootstrap.sh as root" >&2; return 1; }
+    wasm-pack test --headless --chrome --chromedriver "$driver" --mode no-install
   fi
 }
 ts_check() { tsc --strict --noEmit -p tools/ts-check; }
