@@ -1,35 +1,59 @@
-// Seed 003, "what if sessionStorage is lost": two tabs have two sessionStorages, so two keys
-// for the same order. The order rule (one active payment per order) stops the second charge.
+// Seed 003: "Keys stop duplicate requests. Order rules stop duplicate payments for the same
+// order." Two tabs have two sessionStorages, hence two keys for one order.
+//  - Same browser: the SDK may coordinate the tabs (Web Locks, BroadcastChannel), so tab B
+//    either shows tab A's receipt or is refused; the provider charges once either way.
+//  - Another device (another browser profile, same user): nothing is shared on the client, so
+//    the server's one-active-payment-per-order rule is what refuses tab B.
 import test from "node:test";
 import assert from "node:assert/strict";
 import { scenario } from "./harness.mjs";
 
-scenario(test, "two tabs paying the same order → one charge", async (env) => {
-  const ctx = await env.newContext();
-  const a = await env.open(ctx);
+async function payFromTwoTabs(env, a, b) {
   const orderId = await a.orderId();
-  const b = await env.open(ctx, { order: orderId });
-  assert.equal(await b.orderId(), orderId, "both tabs show the same order");
-
-  // Tab A pays with the slow provider; tab B pays while A's charge is under way.
+  // Tab A pays with the slow provider (4 s); tab B presses Pay while A's charge is under way.
   await a.chooseMethod("pm_card_slow");
   const sent = a.page.waitForRequest((r) => r.method() === "POST" && r.url().endsWith("/pay"));
   await a.page.click("#pay");
   await sent;
   await b.page.click("#pay");
-
-  await b.waitForStatus(/already (being )?paid/);
   await a.waitForStatus(/^Paid\./);
-
-  assert.notEqual(a.keys()[0], b.keys()[0], "each tab made its own key");
+  const bStatus = await b.waitForStatus(/already (being )?paid|^Paid\./);
   const charges = await env.charged(orderId);
   assert.equal(charges.length, 1, `charged once: ${JSON.stringify(charges)}`);
   assert.equal(charges[0].paymentMethodId, "pm_card_slow", "the charge is tab A's");
-  assert.equal(await b.page.locator("#receipt").isVisible(), false, "tab B charged nothing, so shows no receipt of its own");
+  assert.equal((await a.receipt())?.chargeId, charges[0].id);
+  return { orderId, charges, bStatus };
+}
 
-  // Tab B, reloaded, shows the order as paid by tab A.
+scenario(test, "two tabs paying the same order → one charge", async (env) => {
+  const ctx = await env.newContext();
+  const a = await env.open(ctx);
+  const b = await env.open(ctx, { order: await a.orderId() });
+  assert.equal(await b.orderId(), await a.orderId(), "both tabs show the same order");
+
+  const { orderId, charges, bStatus } = await payFromTwoTabs(env, a, b);
+  const bReceipt = await b.receipt();
+  if (/^Paid\./.test(bStatus)) {
+    assert.equal(bReceipt?.chargeId, charges[0].id, "tab B shows tab A's receipt, not a charge of its own");
+  } else {
+    assert.equal(bReceipt, null, "tab B was refused and shows no receipt of its own");
+  }
+  if (b.keys().length) assert.notEqual(b.keys()[0], a.keys()[0], "each tab made its own key");
+
   await b.reload();
   await b.waitForStatus(/paid/i);
-  assert.equal((await b.receipt())?.chargeId, charges[0].id);
+  assert.equal((await b.receipt())?.chargeId, charges[0].id, "reloaded, tab B shows the order paid by tab A");
   assert.equal((await env.charged(orderId)).length, 1);
+});
+
+scenario(test, "the same order paid from another device → the server refuses the second payment", async (env) => {
+  const a = await env.open(await env.newContext());
+  const b = await env.open(await env.newContext(), { order: await a.orderId() });
+  assert.equal(await b.orderId(), await a.orderId(), "same user, same order");
+
+  const { bStatus } = await payFromTwoTabs(env, a, b);
+  assert.match(bStatus, /already being paid/, "the second device was refused while A's charge ran");
+  assert.equal(b.payRequests.length >= 1, true, "device B did send its payment");
+  assert.notEqual(b.keys()[0], a.keys()[0], "with its own key");
+  assert.equal(await b.receipt(), null);
 });

@@ -274,6 +274,12 @@ async function showError(err) {
   log(`error: ${code ?? ""} ${err?.message ?? err}`);
   hideNotice();
   if (code === "PAYMENT_ALREADY_ACTIVE" || code === "ORDER_ALREADY_PAID") {
+    // This tab's key was refused before any charge; the SDK keeps a refused key (a request
+    // with it might still be travelling), so tombstone it: it can then never charge.
+    await state.client.cancel(state.order.id).then(
+      (r) => log(`cancel of this tab's refused attempt: ${cancelStatus(r)}`),
+      (e) => log(`cancel of this tab's refused attempt failed: ${errorCode(e)}`),
+    );
     const order = await reloadOrder().catch(() => state.order);
     if (order?.status === "paid") {
       setStatus("This order was already paid (in another tab or device). It was charged once.", "ok");
@@ -287,7 +293,11 @@ async function showError(err) {
     setStatus("An item in your cart is out of stock. Edit the cart and try again.", "error");
     return;
   }
-  setStatus(`Payment error${code ? ` (${code})` : ""}: ${err?.message ?? err}`, "error");
+  if (code === "SNAPSHOT_CONFLICT") {
+    setStatus("An earlier payment attempt for this order, with other details, is not finished. Check it or cancel it first.", "warn");
+  } else {
+    setStatus(`Payment error${code ? ` (${code})` : ""}: ${err?.message ?? err}`, "error");
+  }
   let pending = null;
   try {
     pending = await state.client.pendingAttempt(state.order.id);
@@ -459,7 +469,10 @@ async function refreshLedger() {
     summary.textContent = text;
     summary.dataset.charged = String(charged);
   } catch (err) {
-    summary.textContent = `Ledger not reachable from the page (${err.message}).`;
+    summary.textContent =
+      err instanceof TypeError
+        ? `The provider at ${state.providerUrl} does not let this page read its ledger (no CORS).`
+        : `Ledger not reachable from the page (${err.message}).`;
   }
 }
 

@@ -19,7 +19,10 @@ export function statusName(ev) {
   return ev?.kind ?? ev?.status ?? ev?.type ?? String(ev);
 }
 
-/** Error code of a PayonceError (or any error carrying one). */
+/**
+ * The most specific code of a PayonceError: the server's problem code when the SDK passes a
+ * refusal on (SDK code `SERVER_REJECTED` + e.g. `PAYMENT_ALREADY_ACTIVE`), else the SDK's code.
+ */
 export function errorCode(err) {
-  return err?.code ?? err?.problem?.code ?? null;
+  return err?.problemCode ?? err?.serverCode ?? err?.problem?.code ?? err?.code ?? null;
 }
