@@ -6,7 +6,7 @@ use crate::MockProvider;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -18,6 +18,7 @@ use payonce_protocol::provider::{
 };
 use payonce_protocol::{ErrorCode, IdempotencyKey, Problem};
 use serde::Serialize;
+use tower_http::cors::{AllowOrigin, CorsLayer};
 
 pub(crate) fn router(provider: MockProvider) -> Router {
     Router::new()
@@ -32,7 +33,44 @@ pub(crate) fn router(provider: MockProvider) -> Router {
         .route(paths::DEV_RESET, post(reset))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(local_cors())
         .with_state(provider)
+}
+
+/// The demo page (Vite on `http://localhost:*`) shows the ledger and drives the dev
+/// controls from the browser. Only local origins: this is a dev tool, not a public API.
+fn local_cors() -> CorsLayer {
+    CorsLayer::new()
+        .allow_origin(AllowOrigin::predicate(|origin: &HeaderValue, _| {
+            is_local_origin(origin.as_bytes())
+        }))
+        .allow_methods([Method::GET, Method::POST])
+        .allow_headers(
+            std::iter::once(header::CONTENT_TYPE)
+                .chain(header_name(IDEMPOTENCY_KEY))
+                .collect::<Vec<_>>(),
+        )
+        .expose_headers(
+            header_name(IDEMPOTENT_REPLAYED)
+                .into_iter()
+                .collect::<Vec<_>>(),
+        )
+}
+
+/// The protocol spells header names in their usual mixed case; `from_bytes` lowercases.
+fn header_name(name: &str) -> Option<HeaderName> {
+    HeaderName::from_bytes(name.as_bytes()).ok()
+}
+
+fn is_local_origin(origin: &[u8]) -> bool {
+    ["http://localhost", "http://127.0.0.1"].iter().any(|host| {
+        origin.strip_prefix(host.as_bytes()).is_some_and(|rest| {
+            rest.is_empty()
+                || rest
+                    .strip_prefix(b":")
+                    .is_some_and(|port| !port.is_empty() && port.iter().all(u8::is_ascii_digit))
+        })
+    })
 }
 
 /// An error answer: a problem served as `application/problem+json` with its status.
@@ -289,6 +327,32 @@ impl MockProvider {
             webhooks.deliver_before_response(event).await;
         } else {
             webhooks.enqueue(event);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_local_origin;
+
+    #[test]
+    fn only_local_http_origins_are_allowed() {
+        for ok in [
+            "http://localhost",
+            "http://localhost:5173",
+            "http://127.0.0.1:8080",
+        ] {
+            assert!(is_local_origin(ok.as_bytes()), "{ok}");
+        }
+        for bad in [
+            "http://localhost.evil.example",
+            "http://localhost:",
+            "http://localhost:80x",
+            "https://example.com",
+            "http://127.0.0.10:80",
+            "null",
+        ] {
+            assert!(!is_local_origin(bad.as_bytes()), "{bad}");
         }
     }
 }

@@ -531,3 +531,52 @@ async fn dev_reset_forgets_everything() {
     assert!(p.ledger(None).await.is_empty());
     assert_eq!(p.by_key(&k).await.status(), 404);
 }
+
+#[tokio::test]
+async fn local_dev_pages_may_call_it_from_the_browser() {
+    let p = spawn(fast_config()).await;
+    let preflight = |origin: &'static str| {
+        p.client
+            .request(reqwest::Method::OPTIONS, p.url(paths::CHARGES))
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header(
+                "access-control-request-headers",
+                "content-type,idempotency-key",
+            )
+            .send()
+    };
+    let ok = preflight("http://localhost:5173").await.unwrap();
+    assert_eq!(
+        ok.headers()["access-control-allow-origin"],
+        "http://localhost:5173"
+    );
+    let allowed = ok.headers()["access-control-allow-headers"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(allowed.contains("idempotency-key"), "{allowed}");
+
+    let foreign = preflight("https://shop.example").await.unwrap();
+    assert!(foreign
+        .headers()
+        .get("access-control-allow-origin")
+        .is_none());
+
+    let resp = p
+        .client
+        .get(p.url(paths::LEDGER))
+        .header("origin", "http://127.0.0.1:4173")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.headers()["access-control-allow-origin"],
+        "http://127.0.0.1:4173"
+    );
+    let exposed = resp.headers()["access-control-expose-headers"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(exposed.contains("idempotent-replayed"), "{exposed}");
+}
