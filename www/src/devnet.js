@@ -4,13 +4,13 @@
 // page only changes what its `fetch` sends or receives, like a flaky network would. The SDK's
 // web layer calls the global `fetch`, so wrapping it reaches every payment request.
 //
-// - "lose the next response": the next pay request carries `Payonce-Dev-Fault: drop-response`;
-//   a dev-mode server processes it fully (the charge happens) and then drops the connection.
+// ("Lose the next response" does not need this layer: the SDK has a `devFault` pay option.)
+// - a server fault the SDK has no option for (e.g. a later "crash-after-charge"): the next pay
+//   request carries `Payonce-Dev-Fault: <fault>`.
 // - "network down": pay requests fail before leaving the browser, so they never reach the
 //   server (the outcome is unknown to the SDK, exactly like a real network error).
 
 export const DEV_FAULT_HEADER = "Payonce-Dev-Fault";
-export const DROP_RESPONSE = "drop-response";
 
 const PAY_PATH = /\/orders\/[^/]+\/pay$/;
 
@@ -56,13 +56,6 @@ export function installDevNetwork({ onEvent }) {
     },
     set nextFault(v) {
       state.nextFault = v || null;
-    },
-    get dropNext() {
-      return state.nextFault === DROP_RESPONSE;
-    },
-    set dropNext(v) {
-      if (v) state.nextFault = DROP_RESPONSE;
-      else if (state.nextFault === DROP_RESPONSE) state.nextFault = null;
     },
     get offline() {
       return state.offline;

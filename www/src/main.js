@@ -29,6 +29,7 @@ const TEXT = {
   failed: "The payment failed without a charge. Nothing was charged. You can try again.",
   changed: "The order changed — please review it and pay again.",
   cancelled: "The payment attempt was cancelled. Nothing was charged.",
+  offline: "You are offline. Waiting for the network to check the payment status…",
 };
 
 const UNAVAILABLE = "not available in this server build";
@@ -181,6 +182,8 @@ function onStatus(ev) {
   } else if (name === "takingLonger") {
     setStatus(TEXT.longWait, "busy");
     offerCancel("You may keep this page open or come back later; refreshing is safe.");
+  } else if (name === "waitingForNetwork") {
+    setStatus(TEXT.offline, "busy");
   }
 }
 
@@ -221,8 +224,15 @@ async function onPay() {
     paymentMethodId: selectedMethod(),
   };
   log(`pay: order ${shortId(snapshot.orderId)} v${snapshot.orderVersion} with ${snapshot.paymentMethodId}`);
+  // Dev panel "lose the next response": the SDK's own dev hook puts the fault header on the
+  // first request of this payment; the dev server charges, then drops the connection.
+  const devFault = $("fault-drop").checked ? "drop-response" : undefined;
+  if (devFault) {
+    $("fault-drop").checked = false;
+    log("dev: this payment's first request asks the server to drop its response");
+  }
   setStatus(TEXT.processing, "busy");
-  await runAttempt((opts) => state.client.pay(snapshot, opts));
+  await runAttempt((opts) => state.client.pay(snapshot, devFault ? { ...opts, devFault } : opts));
 }
 
 async function resumeAttempt() {
@@ -258,6 +268,7 @@ async function showOutcome(outcome) {
       await reloadOrder();
       break;
     case "pending":
+      log(`sdk stopped asking for now (${outcome.reason ?? "deadline"}); the key is kept`);
       setStatus(TEXT.longWait, "busy");
       showNotice("The payment is still being confirmed. Your attempt is kept: checking again is safe.", [
         ["Check again", resumeAttempt, "check-again"],
@@ -316,10 +327,12 @@ function afterReload(order) {
   if (order.status === "paid") setStatus("This order is paid. It was charged once.", "ok");
 }
 
+/** CancelOutcome.kind: none | cancelled | declined | failed | paid | processing | unknown. */
 function cancelStatus(r) {
   if (r == null) return "none";
   if (typeof r === "string") return r;
-  return r.status ?? r.kind ?? "none";
+  const k = r.kind ?? r.status ?? "none";
+  return k === "succeeded" ? "paid" : k;
 }
 
 /** "I want to change my cart" while an attempt is unresolved: cancel it first (seed 003). */
@@ -351,7 +364,14 @@ async function cancelAndEdit() {
   if (st === "processing") {
     setStatus("Payment in progress, please wait.", "busy");
     await resumeAttempt();
-  } else if (st === "succeeded") {
+  } else if (st === "unknown") {
+    // No clear answer (network): the key is kept, nothing may start until it is resolved.
+    setStatus("Could not reach the server to cancel. The attempt is kept; try again.", "error");
+    showNotice("", [
+      ["Check payment status", resumeAttempt, "check-again"],
+      ["Try cancelling again", cancelAndEdit, "cancel-attempt"],
+    ]);
+  } else if (st === "paid") {
     const payment = result?.payment;
     if (payment) showReceipt(payment);
     setStatus("The payment had already gone through: this is your receipt. Charged once.", "ok");
@@ -481,13 +501,7 @@ async function refreshLedger() {
 function setupDevPanel(config) {
   const faults = new Set(config?.faults ?? []);
   const drop = $("fault-drop");
-  drop.addEventListener("change", () => {
-    state.devnet.dropNext = drop.checked;
-    log(`dev: lose the next response ${drop.checked ? "on" : "off"}`);
-  });
-  state.devnet.onConsumed(() => {
-    drop.checked = false;
-  });
+  drop.addEventListener("change", () => log(`dev: lose the next response ${drop.checked ? "on" : "off"}`));
   const offline = $("fault-offline");
   offline.addEventListener("change", () => {
     state.devnet.offline = offline.checked;
@@ -572,7 +586,7 @@ async function main() {
   state.catalog = catalogItems(catalog);
   state.providerUrl = params.get("provider") || config?.providerUrl || null;
 
-  const options = { baseUrl, storage: "session" };
+  const options = { baseUrl, storage: "session", onWarning: (code) => log(`sdk warning: ${code}`) };
   for (const k of ["requestTimeoutMs", "deadlineMs", "longWaitMs"]) {
     const v = numParam(k);
     if (v !== undefined) options[k] = v;
