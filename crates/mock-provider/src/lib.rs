@@ -49,12 +49,19 @@ mod webhooks;
 
 pub use signature::{sign, verify, SignatureError};
 
+#[cfg(test)]
+mod tests;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// The webhook secret used when none is configured (dev only).
 pub const DEFAULT_WEBHOOK_SECRET: &str = "whsec_payonce_dev";
+
+fn is_http_url(url: &str) -> bool {
+    reqwest::Url::parse(url).is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.has_host())
+}
 
 /// Configuration of a [`MockProvider`].
 #[derive(Debug, Clone)]
@@ -137,6 +144,54 @@ impl WebhookChaos {
     }
 }
 
+/// Why a chaos spec (see [`WebhookChaos`]'s `FromStr`) was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid webhook chaos item {item:?}: expected off, realistic, dup=P (0..=1), delay-ms=N, reorder, reorder-ms=N or early")]
+pub struct ChaosSpecError {
+    /// The offending item.
+    pub item: String,
+}
+
+/// Parses a command-line spec: `off`, `realistic`, or a comma-separated list of
+/// `dup=0.3`, `delay-ms=2000`, `reorder`, `reorder-ms=500`, `early` (starting from off).
+impl std::str::FromStr for WebhookChaos {
+    type Err = ChaosSpecError;
+
+    fn from_str(spec: &str) -> Result<Self, Self::Err> {
+        match spec.trim() {
+            "off" | "" => return Ok(Self::default()),
+            "realistic" => return Ok(Self::realistic()),
+            _ => {}
+        }
+        let mut chaos = Self::default();
+        for item in spec.split(',').map(str::trim) {
+            let bad = || ChaosSpecError {
+                item: item.to_owned(),
+            };
+            let ms = |v: &str| {
+                v.parse::<u64>()
+                    .map(Duration::from_millis)
+                    .map_err(|_| bad())
+            };
+            match item.split_once('=') {
+                None if item == "reorder" => chaos.reorder = true,
+                None if item == "early" => chaos.deliver_before_response = true,
+                Some(("dup", p)) => {
+                    chaos.duplicate_probability = p
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|p| (0.0..=1.0).contains(p))
+                        .ok_or_else(bad)?;
+                }
+                Some(("delay-ms", v)) => chaos.max_extra_delay = ms(v)?,
+                Some(("reorder-ms", v)) => chaos.reorder_window = ms(v)?,
+                _ => return Err(bad()),
+            }
+        }
+        Ok(chaos)
+    }
+}
+
 /// Webhook retry policy: exponential backoff with jitter, bounded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WebhookRetry {
@@ -180,6 +235,9 @@ pub enum ProviderError {
         /// The parse error.
         source: serde_json::Error,
     },
+    /// `webhook_url` is not an absolute `http(s)` URL.
+    #[error("webhook URL {0:?} is not an absolute http(s) URL")]
+    WebhookUrl(String),
     /// The webhook HTTP client could not be built.
     #[error("webhook client: {0}")]
     WebhookClient(#[from] reqwest::Error),
@@ -203,6 +261,7 @@ impl MockProvider {
     pub fn new(config: ProviderConfig) -> Result<Self, ProviderError> {
         let store = Arc::new(store::Store::open(config.state_file.clone())?);
         let webhooks = match &config.webhook_url {
+            Some(url) if !is_http_url(url) => return Err(ProviderError::WebhookUrl(url.clone())),
             Some(url) => Some(webhooks::Webhooks::new(
                 url.clone(),
                 config.webhook_secret.clone(),

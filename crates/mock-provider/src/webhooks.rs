@@ -100,16 +100,17 @@ impl Webhooks {
     pub(crate) async fn deliver_before_response(&self, event: WebhookEvent) {
         self.start();
         let ctx = self.ctx.clone();
+        // Draw before awaiting, so the draws keep the order of the events.
+        if ctx.roll_duplicate() {
+            let delay = ctx.extra_delay();
+            tokio::spawn(deliver(ctx.clone(), event.clone(), 0, delay));
+        }
         let body = encode(&event);
         let ok = tokio::time::timeout(BEFORE_RESPONSE_LIMIT, try_once(&ctx, &event, &body))
             .await
             .unwrap_or(false);
-        let duplicate = ctx.roll_duplicate();
         if !ok {
-            tokio::spawn(deliver(ctx.clone(), event.clone(), 1));
-        }
-        if duplicate {
-            tokio::spawn(deliver(ctx, event, 0));
+            tokio::spawn(deliver(ctx, event, 1, Duration::ZERO));
         }
     }
 
@@ -190,27 +191,28 @@ async fn dispatch(ctx: Arc<Ctx>, mut rx: mpsc::UnboundedReceiver<WebhookEvent>) 
     }
 }
 
-/// Starts a delivery task, and a duplicate one if the dice say so.
+/// Starts a delivery task, and a duplicate one if the dice say so. All chaos draws for an
+/// event happen here, in the dispatcher's event order, so one seed gives one outcome.
 fn launch(ctx: &Arc<Ctx>, event: WebhookEvent) {
     if ctx.roll_duplicate() {
-        tokio::spawn(deliver(ctx.clone(), event.clone(), 0));
+        let delay = ctx.extra_delay();
+        tokio::spawn(deliver(ctx.clone(), event.clone(), 0, delay));
     }
-    tokio::spawn(deliver(ctx.clone(), event, 0));
+    let delay = ctx.extra_delay();
+    tokio::spawn(deliver(ctx.clone(), event, 0, delay));
 }
 
 async fn deliver_first_then_background(ctx: &Arc<Ctx>, event: WebhookEvent) {
     let body = encode(&event);
     if !try_once(ctx, &event, &body).await {
-        tokio::spawn(deliver(ctx.clone(), event, 1));
+        tokio::spawn(deliver(ctx.clone(), event, 1, Duration::ZERO));
     }
 }
 
-/// Delivers `event` with retries; `done` attempts were already made.
-async fn deliver(ctx: Arc<Ctx>, event: WebhookEvent, mut done: u32) {
+/// Delivers `event` after `delay`, with retries; `done` attempts were already made.
+async fn deliver(ctx: Arc<Ctx>, event: WebhookEvent, mut done: u32, delay: Duration) {
     let body = encode(&event);
-    if done == 0 {
-        tokio::time::sleep(ctx.extra_delay()).await;
-    }
+    tokio::time::sleep(delay).await;
     while done < ctx.retry.max_attempts {
         if done > 0 {
             tokio::time::sleep(ctx.backoff(done)).await;
