@@ -9,8 +9,9 @@
 //! [`payonce_protocol::provider`].
 //!
 //! # Layout
-//! - `lib.rs`: [`ProviderConfig`], [`WebhookChaos`], [`WebhookRetry`], the [`MockProvider`]
-//!   handle and [`ProviderError`].
+//! - `lib.rs`: [`ProviderConfig`], [`WebhookChaos`] (and its command-line spec),
+//!   [`WebhookRetry`], the [`MockProvider`] handle and [`ProviderError`]; `tests.rs` unit-tests
+//!   this configuration surface.
 //! - [`signature`]: [`sign`] and [`verify`] for the `Payonce-Signature` header (no HTTP in
 //!   it; the merchant's webhook handler uses the same code).
 //! - `store`: the ledger and the provider's idempotency records; the only place where a
