@@ -1,0 +1,162 @@
+//! The command line (clap derive; most flags also read an environment variable) and the
+//! runtime [`Config`] built from it.
+
+use clap::{Args, Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// payonce companion server: orders, idempotent pay and cancel, and (unless
+/// `--provider-url` is given) an embedded mock payment provider on its own listener.
+#[derive(Debug, Parser)]
+#[command(name = "payonce-server", version)]
+pub struct Cli {
+    /// Run only a part of the system.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// The API server's options.
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run only the mock payment provider (one provider shared by several API processes).
+    MockProvider {
+        /// Listen address (port 0 picks a free port).
+        #[arg(long, default_value = "127.0.0.1:8081")]
+        addr: SocketAddr,
+        /// Where the provider posts signed webhooks (optional).
+        #[arg(long, env = "PAYONCE_WEBHOOK_URL")]
+        webhook_url: Option<String>,
+    },
+}
+
+/// Options of the API server.
+#[derive(Debug, Clone, Args)]
+pub struct ServerArgs {
+    /// API listen address (port 0 picks a free port).
+    #[arg(long, env = "PAYONCE_ADDR", default_value = "127.0.0.1:8080")]
+    pub addr: SocketAddr,
+    /// Listen address of the embedded mock provider.
+    #[arg(
+        long,
+        default_value = "127.0.0.1:8081",
+        conflicts_with = "provider_url"
+    )]
+    pub provider_addr: SocketAddr,
+    /// Use an already running provider instead of embedding one.
+    #[arg(long, env = "PAYONCE_PROVIDER_URL")]
+    pub provider_url: Option<String>,
+    /// `sqlite://PATH` (created if missing) or `postgres://...`.
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "sqlite://.data/payonce.db"
+    )]
+    pub database_url: String,
+    /// Dev mode: `POST /dev/sessions`, fault injection, permissive localhost CORS.
+    #[arg(long)]
+    pub dev: bool,
+    /// Serve this directory's files for paths no API route claims (the demo page).
+    #[arg(long)]
+    pub static_dir: Option<PathBuf>,
+    /// Accepted for the CLI contract; this version keeps every key in the SQL store only
+    /// (a cache may never be the only store of a key).
+    #[arg(long, env = "REDIS_URL")]
+    pub redis_url: Option<String>,
+    /// Secret for HMAC-signing session tokens. Several processes behind one database must
+    /// share it. Default: a random secret per process (tokens die with the process).
+    #[arg(long, env = "PAYONCE_SESSION_SECRET", hide_env_values = true)]
+    pub session_secret: Option<String>,
+    /// How long a claimed attempt is leased to the request that claimed it. A retry that
+    /// finds an expired lease asks the provider before anything else. Must exceed the
+    /// provider timeout, or a live call could be taken over.
+    #[arg(long, env = "PAYONCE_LEASE_MS", default_value_t = 30_000)]
+    pub lease_ms: u64,
+    /// Timeout of one call to the provider. Shorter than the 4 s "slow" test method, so a
+    /// slow charge answers 202 processing.
+    #[arg(long, env = "PAYONCE_PROVIDER_TIMEOUT_MS", default_value_t = 3_000)]
+    pub provider_timeout_ms: u64,
+    /// How long a request that meets its own key in flight waits for the result before
+    /// answering 409 IN_PROGRESS (so a double click gets the same answer twice).
+    #[arg(long, env = "PAYONCE_IN_PROGRESS_WAIT_MS", default_value_t = 2_000)]
+    pub in_progress_wait_ms: u64,
+    /// `Retry-After` seconds on 202 processing and 409 IN_PROGRESS.
+    #[arg(long, default_value_t = 1)]
+    pub retry_after_secs: u64,
+}
+
+/// The server's runtime settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub(crate) dev: bool,
+    pub(crate) lease: Duration,
+    pub(crate) provider_timeout: Duration,
+    pub(crate) in_progress_wait: Duration,
+    pub(crate) retry_after_secs: u64,
+    pub(crate) session_secret: Vec<u8>,
+    /// How long a finished key is kept (and so replays): announced in
+    /// `Idempotency-Key-Retention`.
+    pub(crate) key_retention: Duration,
+}
+
+/// Why the flags do not make a valid configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The lease would end while the leaseholder may still be talking to the provider.
+    #[error("--lease-ms ({lease} ms) must be greater than --provider-timeout-ms ({timeout} ms)")]
+    LeaseTooShort {
+        /// Lease.
+        lease: u64,
+        /// Provider timeout.
+        timeout: u64,
+    },
+    /// An empty or too short secret would make tokens forgeable.
+    #[error("the session secret must be at least 16 bytes")]
+    WeakSecret,
+}
+
+impl Config {
+    /// Validates the flags.
+    pub fn from_args(args: &ServerArgs) -> Result<Self, ConfigError> {
+        if args.lease_ms <= args.provider_timeout_ms {
+            return Err(ConfigError::LeaseTooShort {
+                lease: args.lease_ms,
+                timeout: args.provider_timeout_ms,
+            });
+        }
+        let session_secret = match &args.session_secret {
+            Some(s) if s.len() < 16 => return Err(ConfigError::WeakSecret),
+            Some(s) => s.as_bytes().to_vec(),
+            None => {
+                let mut v = uuid::Uuid::new_v4().as_bytes().to_vec();
+                v.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
+                v
+            }
+        };
+        Ok(Self {
+            dev: args.dev,
+            lease: Duration::from_millis(args.lease_ms),
+            provider_timeout: Duration::from_millis(args.provider_timeout_ms),
+            in_progress_wait: Duration::from_millis(args.in_progress_wait_ms),
+            retry_after_secs: args.retry_after_secs,
+            session_secret,
+            key_retention: Duration::from_secs(24 * 3600),
+        })
+    }
+
+    /// A config for in-process tests (`app()` with `oneshot`).
+    pub fn for_tests() -> Self {
+        Self {
+            dev: true,
+            lease: Duration::from_millis(30_000),
+            provider_timeout: Duration::from_millis(3_000),
+            in_progress_wait: Duration::from_millis(2_000),
+            retry_after_secs: 1,
+            session_secret: b"test-secret-test-secret".to_vec(),
+            key_retention: Duration::from_secs(24 * 3600),
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! One error type for every handler: [`AppError`] turns into an RFC 9457 problem.
+//!
+//! Client errors carry a [`Problem`] built from a stable [`ErrorCode`]. Server-side
+//! failures (store, bugs) are logged with their detail and answered with an opaque body:
+//! the client learns the code, never our internals.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use payonce_protocol::headers::RETRY_AFTER;
+use payonce_protocol::problem::PROBLEM_CONTENT_TYPE;
+use payonce_protocol::{AttemptStatus, ErrorCode, Problem};
+
+/// The crate's result alias.
+pub(crate) type AppResult<T> = Result<T, AppError>;
+
+/// Everything a handler can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// A problem the client caused or must react to (4xx, and 402/409 outcomes).
+    #[error("{}", .0.code.as_str())]
+    Client(Box<Problem>),
+    /// The store failed. Logged; the client sees `STORE_UNAVAILABLE` or `INTERNAL`.
+    #[error("store error: {0}")]
+    Store(#[from] sqlx::Error),
+    /// A bug or an impossible state. Logged; the client sees `INTERNAL`.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl AppError {
+    /// A client problem with the code's standard title and status.
+    pub(crate) fn code(code: ErrorCode) -> Self {
+        Self::Client(Box::new(Problem::new(code)))
+    }
+
+    /// A client problem with a detail line (never internal error text).
+    pub(crate) fn detail(code: ErrorCode, detail: impl Into<String>) -> Self {
+        Self::Client(Box::new(Problem::new(code).with_detail(detail)))
+    }
+
+    /// Builds a client problem with extra members set by `f`.
+    pub(crate) fn with(code: ErrorCode, f: impl FnOnce(&mut Problem)) -> Self {
+        let mut p = Problem::new(code);
+        f(&mut p);
+        Self::Client(Box::new(p))
+    }
+
+    /// A problem about an attempt in `status` (409/402/422 answers carry it).
+    pub(crate) fn attempt(code: ErrorCode, status: AttemptStatus) -> Self {
+        Self::with(code, |p| p.attempt_status = Some(status))
+    }
+
+    pub(crate) fn internal(msg: impl Into<String>) -> Self {
+        Self::Internal(msg.into())
+    }
+
+    /// The problem the client will see (opaque for server-side failures).
+    pub(crate) fn to_problem(&self) -> Problem {
+        match self {
+            Self::Client(p) => (**p).clone(),
+            Self::Store(e) if store_unreachable(e) => Problem::new(ErrorCode::StoreUnavailable)
+                .with_detail("the store is unreachable; retry with the same key"),
+            Self::Store(_) | Self::Internal(_) => Problem::new(ErrorCode::Internal),
+        }
+    }
+}
+
+/// Errors meaning "the database could not be reached", as opposed to a query bug. Those are
+/// a 503 so a client keeps its key and retries; anything else is a 500.
+fn store_unreachable(e: &sqlx::Error) -> bool {
+    matches!(
+        e,
+        sqlx::Error::Io(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Tls(_)
+    )
+}
+
+/// Serializes a problem as `application/problem+json` with its status and, when it has one,
+/// a `Retry-After` header mirroring `retryAfter`.
+pub(crate) fn problem_response(problem: &Problem) -> Response {
+    let status = StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let body = problem_body(problem);
+    let mut res = (status, body).into_response();
+    let headers = res.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(PROBLEM_CONTENT_TYPE),
+    );
+    if let Some(secs) = problem.retry_after {
+        headers.insert(RETRY_AFTER, HeaderValue::from(secs));
+    }
+    res
+}
+
+/// The exact bytes of a problem body. Stored results are built with this too, so a replay
+/// and the first answer cannot differ.
+pub(crate) fn problem_body(problem: &Problem) -> String {
+    // Serializing a struct of strings and integers cannot fail; fall back to a fixed body
+    // rather than panicking if it ever did.
+    serde_json::to_string(problem)
+        .unwrap_or_else(|_| r#"{"type":"/problems/internal","title":"Internal server error","status":500,"code":"INTERNAL"}"#.to_owned())
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        match &self {
+            Self::Client(p) => tracing::debug!(code = p.code.as_str(), "client problem"),
+            other => tracing::error!(error = %other, "request failed"),
+        }
+        problem_response(&self.to_problem())
+    }
+}
+
+impl From<Problem> for AppError {
+    fn from(p: Problem) -> Self {
+        Self::Client(Box::new(p))
+    }
+}

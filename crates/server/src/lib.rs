@@ -1,0 +1,276 @@
+//! The payonce companion server: orders priced by the server, and a pay endpoint that
+//! charges the customer once however often the request is retried, duplicated, raced or
+//! cancelled. SQLite by default, PostgreSQL for several processes.
+//!
+//! # Layout
+//! - [`config`]: the command line and runtime settings.
+//! - `error`: [`AppError`], the one error type; every error leaves as an RFC 9457 problem.
+//! - `extract`: extractors for JSON bodies, path ids, `Idempotency-Key`, the dev fault header.
+//! - `auth`: HMAC-signed dev session tokens and the authenticated-user extractor.
+//! - `catalog`: the catalog and the one place prices are computed.
+//! - `orders`: create, read, change the cart (the cart-lock rule).
+//! - `pay`: the pay rules (`NextAction`, claim, drive, reconcile, settle).
+//! - `cancel`: the cancel table and tombstones.
+//! - `provider_client`: the provider over HTTP, each answer sorted by what it proves.
+//! - [`store`]: SQL over SQLite or PostgreSQL, migrations, audit trail.
+//! - `faults`: dev-mode fault injection and named failpoints.
+//! - `openapi`: the hand-written OpenAPI document (`openapi.json` in this crate).
+//! - `server` ([`run`]): listeners, the embedded mock provider, graceful shutdown.
+
+pub mod config;
+pub mod store;
+
+mod auth;
+mod cancel;
+mod catalog;
+mod error;
+mod extract;
+mod faults;
+mod openapi;
+mod orders;
+mod pay;
+mod provider_client;
+mod server;
+
+pub use config::{Cli, Command, Config, ServerArgs};
+pub use error::AppError;
+pub use server::{run, RunError};
+pub use store::{Backend, Store};
+
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, HeaderName, HeaderValue, Method};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, patch, post};
+use axum::{Json, Router};
+use payonce_protocol::body::paths;
+use payonce_protocol::headers::{
+    DEV_FAULT, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, KEY_RETENTION, REQUEST_ID, RETRY_AFTER,
+};
+use payonce_protocol::ErrorCode;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+
+/// Largest request body accepted. Every body of this API is a few hundred bytes; 16 KiB
+/// leaves room for a 20-line cart and a long address, and nothing for abuse.
+pub const MAX_BODY_BYTES: usize = 16 * 1024;
+
+/// Shared state of the handlers.
+#[derive(Clone)]
+pub struct AppState {
+    pub(crate) store: Store,
+    pub(crate) provider: provider_client::ProviderClient,
+    pub(crate) config: Arc<Config>,
+}
+
+impl AppState {
+    /// State over `store`, reaching the provider at `provider_url`.
+    pub fn new(store: Store, provider_url: &str, config: Config) -> Result<Self, RunError> {
+        let provider = provider_client::ProviderClient::new(provider_url, config.provider_timeout)
+            .map_err(|e| RunError::Provider(e.to_string()))?;
+        Ok(Self {
+            store,
+            provider,
+            config: Arc::new(config),
+        })
+    }
+}
+
+/// Every route as `(method, path template)`. The OpenAPI document must list each one
+/// (tested), and the fuzzer walks the document.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("post", "/dev/sessions"),
+    ("get", "/catalog"),
+    ("post", "/orders"),
+    ("get", "/orders/{id}"),
+    ("patch", "/orders/{id}/cart"),
+    ("post", "/orders/{id}/pay"),
+    ("post", "/orders/{id}/payment-attempts/cancel"),
+    ("get", "/healthz"),
+    ("get", "/openapi.json"),
+];
+
+/// The API as a router. `static_dir` files are served for paths no route claims.
+pub fn app(state: AppState, static_dir: Option<PathBuf>) -> Router {
+    let dev = state.config.dev;
+    let router = Router::new()
+        .route(paths::DEV_SESSIONS, post(auth::create_dev_session))
+        .route(paths::CATALOG, get(catalog::list))
+        .route(paths::ORDERS, post(orders::create))
+        .route(&paths::order("{id}"), get(orders::get))
+        .route(&paths::cart("{id}"), patch(orders::patch_cart))
+        .route(&paths::pay("{id}"), post(pay::handler))
+        .route(&paths::cancel("{id}"), post(cancel::handler))
+        .route(paths::HEALTHZ, get(healthz))
+        .route(paths::OPENAPI, get(openapi::serve))
+        .method_not_allowed_fallback(method_not_allowed);
+    let router = match static_dir {
+        Some(dir) => router.fallback_service(
+            tower_http::services::ServeDir::new(dir)
+                .not_found_service(axum::routing::any(not_found).with_state(state.clone())),
+        ),
+        None => router.fallback(not_found),
+    };
+    let router = router
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(CatchPanicLayer::custom(panic_response))
+        .with_state(state);
+    if dev {
+        router.layer(dev_cors())
+    } else {
+        router
+    }
+}
+
+async fn healthz(State(state): State<AppState>) -> Response {
+    if state.store.ping().await {
+        let backend = match state.store.backend() {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        };
+        Json(serde_json::json!({ "status": "ok", "store": backend })).into_response()
+    } else {
+        AppError::code(ErrorCode::StoreUnavailable).into_response()
+    }
+}
+
+async fn not_found() -> AppError {
+    AppError::code(ErrorCode::NotFound)
+}
+
+async fn method_not_allowed() -> AppError {
+    AppError::code(ErrorCode::MethodNotAllowed)
+}
+
+fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    AppError::internal("handler panicked").into_response()
+}
+
+/// Dev CORS: any `http://localhost[:port]` or `http://127.0.0.1[:port]` page may call the API
+/// with credentials, send the idempotency and dev fault headers, and read the headers a
+/// client needs to act on (`Idempotent-Replayed`, `Retry-After`). Never on without `--dev`.
+fn dev_cors() -> CorsLayer {
+    let names = |list: &[&str]| -> Vec<HeaderName> {
+        list.iter()
+            .filter_map(|n| HeaderName::from_bytes(n.as_bytes()).ok())
+            .collect()
+    };
+    CorsLayer::new()
+        .allow_origin(AllowOrigin::predicate(|origin: &HeaderValue, _| {
+            is_local_origin(origin.as_bytes())
+        }))
+        .allow_credentials(true)
+        .allow_methods([Method::GET, Method::POST, Method::PATCH])
+        .allow_headers(
+            [header::CONTENT_TYPE, header::AUTHORIZATION]
+                .into_iter()
+                .chain(names(&[IDEMPOTENCY_KEY, DEV_FAULT]))
+                .collect::<Vec<_>>(),
+        )
+        .expose_headers(names(&[
+            IDEMPOTENT_REPLAYED,
+            RETRY_AFTER,
+            KEY_RETENTION,
+            REQUEST_ID,
+        ]))
+        .max_age(Duration::from_secs(600))
+}
+
+/// True for `http://localhost`, `http://127.0.0.1`, with an optional numeric port.
+pub(crate) fn is_local_origin(origin: &[u8]) -> bool {
+    let Ok(origin) = std::str::from_utf8(origin) else {
+        return false;
+    };
+    let Some(rest) = origin
+        .strip_prefix("http://localhost")
+        .or_else(|| origin.strip_prefix("http://127.0.0.1"))
+    else {
+        return false;
+    };
+    match rest.strip_prefix(':') {
+        None => rest.is_empty(),
+        Some(port) => (1..=5).contains(&port.len()) && port.bytes().all(|b| b.is_ascii_digit()),
+    }
+}
+
+/// Milliseconds since the Unix epoch: the store's clock unit.
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// Lower-case hex.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[usize::from(b >> 4)] as char);
+        s.push(DIGITS[usize::from(b & 0xf)] as char);
+    }
+    s
+}
+
+/// Parses lower-case hex only: one spelling per value.
+pub(crate) fn unhex(s: &str) -> Option<Vec<u8>> {
+    fn nibble(c: u8) -> Option<u8> {
+        match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            _ => None,
+        }
+    }
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    s.as_bytes()
+        .chunks(2)
+        .map(|p| Some(nibble(p[0])? << 4 | nibble(p[1])?))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn local_origins() {
+        for ok in [
+            "http://localhost:5173",
+            "http://127.0.0.1:8080",
+            "http://localhost",
+        ] {
+            assert!(is_local_origin(ok.as_bytes()), "{ok}");
+        }
+        for bad in [
+            "https://localhost:5173",
+            "http://localhost.evil.com",
+            "http://127.0.0.1:80x",
+            "http://localhost:",
+            "null",
+        ] {
+            assert!(!is_local_origin(bad.as_bytes()), "{bad}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn hex_round_trips(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            prop_assert_eq!(unhex(&hex(&bytes)), Some(bytes));
+        }
+
+        #[test]
+        fn unhex_never_panics(s in ".{0,80}") {
+            let _ = unhex(&s);
+        }
+
+        #[test]
+        fn origins_never_panic(s in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let _ = is_local_origin(&s);
+        }
+    }
+}

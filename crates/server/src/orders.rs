@@ -1,0 +1,173 @@
+//! Orders: create, read, and change the cart. The cart rule "no edits while a payment is
+//! active or once paid" lives in [`change_cart`]; the database enforces it with a
+//! conditional update, the checks before it only pick the right error.
+
+use crate::auth::AuthUser;
+use crate::catalog::{price_cart, MAX_ADDRESS};
+use crate::error::{AppError, AppResult};
+use crate::extract::{ApiJson, PathId};
+use crate::store::attempts::get_payment;
+use crate::store::audit::{self, Entry};
+use crate::store::orders::{self as db, OrderRow};
+use crate::{now_ms, AppState};
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use payonce_protocol::{CreateOrderRequest, ErrorCode, Order, OrderStatus, UpdateCartRequest};
+
+/// Loads the caller's order or answers 404 (also for someone else's order: its existence is
+/// not the caller's business).
+pub(crate) async fn load_owned(state: &AppState, id: &str, user: &str) -> AppResult<OrderRow> {
+    db::get_order(state.store.pool(), id, user)
+        .await?
+        .ok_or_else(|| AppError::code(ErrorCode::OrderNotFound))
+}
+
+/// The wire view of an order.
+pub(crate) async fn view(state: &AppState, row: OrderRow) -> AppResult<Order> {
+    let payment = match &row.payment_id {
+        Some(id) => get_payment(state.store.pool(), id).await?,
+        None => None,
+    };
+    Ok(Order {
+        id: row.id,
+        status: row.status,
+        version: u64::try_from(row.version).unwrap_or(0),
+        items: row.items,
+        coupon: row.coupon,
+        address: row.address,
+        subtotal: row.subtotal,
+        discount: row.discount,
+        amount: row.amount,
+        currency: row.currency,
+        payment_in_progress: row.active_attempt.is_some(),
+        payment,
+    })
+}
+
+fn check_address(address: Option<&str>) -> AppResult<()> {
+    match address {
+        Some(a) if a.chars().count() > MAX_ADDRESS => Err(AppError::detail(
+            ErrorCode::InvalidRequest,
+            format!("address is longer than {MAX_ADDRESS} characters"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// `POST /orders`.
+pub(crate) async fn create(
+    State(state): State<AppState>,
+    AuthUser(user): AuthUser,
+    ApiJson(req): ApiJson<CreateOrderRequest>,
+) -> AppResult<(StatusCode, Json<Order>)> {
+    check_address(req.address.as_deref())?;
+    let coupon = req.coupon.as_deref().filter(|c| !c.is_empty());
+    let priced = price_cart(&state, &req.items, coupon).await?;
+    let id = format!("ord_{}", uuid::Uuid::new_v4().simple());
+    let now = now_ms();
+    let mut tx = state.store.begin_write().await?;
+    db::insert_order(&mut *tx, &id, &user, &priced, req.address.as_deref(), now).await?;
+    let entry = Entry {
+        actor: &user,
+        entity: "order",
+        entity_id: &id,
+        from: None,
+        to: "unpaid v1",
+        reason: "order created",
+    };
+    audit::record(&mut *tx, &entry, now).await?;
+    tx.commit().await?;
+    let row = load_owned(&state, &id, &user).await?;
+    Ok((StatusCode::CREATED, Json(view(&state, row).await?)))
+}
+
+/// `GET /orders/{id}`.
+pub(crate) async fn get(
+    State(state): State<AppState>,
+    AuthUser(user): AuthUser,
+    PathId(id): PathId,
+) -> AppResult<Json<Order>> {
+    let row = load_owned(&state, &id, &user).await?;
+    Ok(Json(view(&state, row).await?))
+}
+
+/// `PATCH /orders/{id}/cart`.
+pub(crate) async fn patch_cart(
+    State(state): State<AppState>,
+    AuthUser(user): AuthUser,
+    PathId(id): PathId,
+    ApiJson(req): ApiJson<UpdateCartRequest>,
+) -> AppResult<Json<Order>> {
+    let row = change_cart(&state, &user, &id, &req).await?;
+    Ok(Json(view(&state, row).await?))
+}
+
+/// How many times a cart change retries when a concurrent edit bumped the version under it.
+const CART_RETRIES: usize = 5;
+
+/// The cart rule: edits bump the version; refused while an attempt is active
+/// (`PAYMENT_IN_PROGRESS`) and once paid (`ORDER_ALREADY_PAID`).
+async fn change_cart(
+    state: &AppState,
+    user: &str,
+    id: &str,
+    req: &UpdateCartRequest,
+) -> AppResult<OrderRow> {
+    check_address(req.address.as_deref())?;
+    for _ in 0..CART_RETRIES {
+        let current = load_owned(state, id, user).await?;
+        if current.status != OrderStatus::Unpaid {
+            return Err(AppError::code(ErrorCode::OrderAlreadyPaid));
+        }
+        if current.active_attempt.is_some() {
+            return Err(AppError::code(ErrorCode::PaymentInProgress));
+        }
+        let lines = req.items.clone().unwrap_or_else(|| current.cart_lines());
+        // An empty string removes the coupon / address; an absent member keeps it.
+        let coupon = match &req.coupon {
+            Some(c) if c.is_empty() => None,
+            Some(c) => Some(c.as_str()),
+            None => current.coupon.as_deref(),
+        };
+        let address = match &req.address {
+            Some(a) if a.is_empty() => None,
+            Some(a) => Some(a.as_str()),
+            None => current.address.as_deref(),
+        };
+        let priced = price_cart(state, &lines, coupon).await?;
+        let unchanged = priced.lines == current.items
+            && priced.coupon == current.coupon
+            && address == current.address.as_deref()
+            && priced.amount == current.amount;
+        if unchanged {
+            // Nothing that matters changed: keep the version, so a key bound to it stays valid.
+            return Ok(current);
+        }
+        let now = now_ms();
+        let mut tx = state.store.begin_write().await?;
+        if db::update_cart(&mut *tx, id, user, current.version, &priced, address, now).await? {
+            let (from, to) = (
+                format!("unpaid v{}", current.version),
+                format!("unpaid v{}", current.version + 1),
+            );
+            let entry = Entry {
+                actor: user,
+                entity: "order",
+                entity_id: id,
+                from: Some(&from),
+                to: &to,
+                reason: "cart changed",
+            };
+            audit::record(&mut *tx, &entry, now).await?;
+            tx.commit().await?;
+            return load_owned(state, id, user).await;
+        }
+        // The order moved under us (paid, locked, or edited elsewhere): re-read and decide again.
+        tx.rollback().await?;
+    }
+    Err(AppError::detail(
+        ErrorCode::OrderChanged,
+        "the order kept changing; reload it and try again",
+    ))
+}

@@ -1,0 +1,102 @@
+//! The payment provider, reached only over HTTP with a timeout.
+//!
+//! Every answer is sorted into what it proves. Only a clear answer settles an attempt: a
+//! charge (succeeded or declined), or a 400 that says the provider refused the request
+//! outright. A timeout, a 5xx, a 409/422 or anything unexpected proves nothing, so the
+//! attempt stays `processing` and is never charged blindly.
+
+use payonce_protocol::headers::IDEMPOTENCY_KEY;
+use payonce_protocol::provider::{paths, Charge, ChargeRequest, ChargeStatus};
+use reqwest::StatusCode;
+use std::time::Duration;
+
+/// What a charge call proved.
+#[derive(Debug)]
+pub(crate) enum ChargeOutcome {
+    /// Money moved.
+    Succeeded(Charge),
+    /// The provider declined; no money moved.
+    Declined(Charge),
+    /// The provider refused the request itself (400): nothing was charged.
+    Rejected(String),
+    /// Timeout, 5xx, network error, or an answer we cannot read: outcome unknown.
+    Unknown(String),
+}
+
+/// What a lookup by provider key proved.
+#[derive(Debug)]
+pub(crate) enum Lookup {
+    /// A charge exists for the key.
+    Found(Charge),
+    /// The provider has never seen the key: re-driving with it is safe.
+    NotFound,
+    /// The provider could not tell us.
+    Unknown(String),
+}
+
+/// HTTP client for the provider.
+#[derive(Clone)]
+pub(crate) struct ProviderClient {
+    http: reqwest::Client,
+    base: String,
+}
+
+impl ProviderClient {
+    pub(crate) fn new(base: &str, timeout: Duration) -> Result<Self, reqwest::Error> {
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout)
+            .build()?;
+        Ok(Self {
+            http,
+            base: base.trim_end_matches('/').to_owned(),
+        })
+    }
+
+    /// `POST /charges` with the saved provider key.
+    pub(crate) async fn charge(&self, provider_key: &str, req: &ChargeRequest) -> ChargeOutcome {
+        let url = format!("{}{}", self.base, paths::CHARGES);
+        let res = match self
+            .http
+            .post(url)
+            .header(IDEMPOTENCY_KEY, provider_key)
+            .json(req)
+            .send()
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => return ChargeOutcome::Unknown(format!("charge call failed: {e}")),
+        };
+        let status = res.status();
+        if status.is_success() || status == StatusCode::PAYMENT_REQUIRED {
+            return match res.json::<Charge>().await {
+                Ok(c) if c.status == ChargeStatus::Declined => ChargeOutcome::Declined(c),
+                Ok(c) if status.is_success() => ChargeOutcome::Succeeded(c),
+                Ok(c) => ChargeOutcome::Unknown(format!("402 with a {:?} charge", c.status)),
+                Err(e) => ChargeOutcome::Unknown(format!("unreadable charge ({status}): {e}")),
+            };
+        }
+        if status == StatusCode::BAD_REQUEST {
+            let detail = res.text().await.unwrap_or_default();
+            return ChargeOutcome::Rejected(detail);
+        }
+        ChargeOutcome::Unknown(format!("provider answered {status}"))
+    }
+
+    /// `GET /charges/by-key/{providerKey}`.
+    pub(crate) async fn charge_by_key(&self, provider_key: &str) -> Lookup {
+        let url = format!("{}{}", self.base, paths::charge_by_key(provider_key));
+        let res = match self.http.get(url).send().await {
+            Ok(r) => r,
+            Err(e) => return Lookup::Unknown(format!("lookup failed: {e}")),
+        };
+        match res.status() {
+            StatusCode::OK => match res.json::<Charge>().await {
+                Ok(c) => Lookup::Found(c),
+                Err(e) => Lookup::Unknown(format!("unreadable charge: {e}")),
+            },
+            StatusCode::NOT_FOUND => Lookup::NotFound,
+            other => Lookup::Unknown(format!("lookup answered {other}")),
+        }
+    }
+}

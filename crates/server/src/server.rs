@@ -1,0 +1,130 @@
+//! Process wiring: the embedded (or standalone) mock provider, the store, the API listener,
+//! the "listening on" lines the tests and scripts parse, and graceful shutdown.
+
+use crate::config::{Cli, Command, Config, ConfigError, ServerArgs};
+use crate::store::{Store, StoreError};
+use crate::{app, AppState};
+use payonce_mock_provider::{MockProvider, ProviderConfig};
+use std::net::SocketAddr;
+use tokio::net::TcpListener;
+
+/// Why the process could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Bad flags.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The store could not start.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A listener could not be bound or served.
+    #[error("listener {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The provider (client or embedded server) could not start.
+    #[error("provider: {0}")]
+    Provider(String),
+}
+
+/// Runs what the command line asks for until SIGINT/SIGTERM.
+pub async fn run(cli: Cli) -> Result<(), RunError> {
+    match cli.command {
+        Some(Command::MockProvider { addr, webhook_url }) => {
+            let (handle, _) = start_provider(addr, webhook_url).await?;
+            tokio::select! {
+                r = handle => r.map_err(|e| RunError::Provider(e.to_string()))?,
+                () = shutdown_signal() => {}
+            }
+            Ok(())
+        }
+        None => run_api(cli.server).await,
+    }
+}
+
+async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), RunError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| RunError::Listen { addr, source })?;
+    let local = listener
+        .local_addr()
+        .map_err(|source| RunError::Listen { addr, source })?;
+    Ok((listener, local))
+}
+
+/// Starts the mock provider on its own listener and prints its line.
+async fn start_provider(
+    addr: SocketAddr,
+    webhook_url: Option<String>,
+) -> Result<(tokio::task::JoinHandle<()>, SocketAddr), RunError> {
+    let provider = MockProvider::new(ProviderConfig {
+        webhook_url,
+        ..ProviderConfig::default()
+    })
+    .map_err(|e| RunError::Provider(e.to_string()))?;
+    let (listener, local) = bind(addr).await?;
+    println!("payonce: provider listening on http://{local}");
+    let handle = tokio::spawn(async move {
+        if let Err(e) = provider.serve(listener).await {
+            tracing::error!(error = %e, "mock provider stopped");
+        }
+    });
+    Ok((handle, local))
+}
+
+async fn run_api(args: ServerArgs) -> Result<(), RunError> {
+    let config = Config::from_args(&args)?;
+    if args.session_secret.is_none() {
+        tracing::warn!("no --session-secret: tokens are signed with a random per-process secret");
+    }
+    if args.redis_url.is_some() {
+        tracing::info!("--redis-url accepted; this version keeps keys in the SQL store only");
+    }
+    let provider_url = match &args.provider_url {
+        Some(url) => url.clone(),
+        None => {
+            // Bound first, so port 0 works and the URL is known before the API starts.
+            let (handle, local) = start_provider(args.provider_addr, None).await?;
+            drop(handle); // runs for the life of the process
+            format!("http://{local}")
+        }
+    };
+    let store = Store::connect(&args.database_url).await?;
+    let state = AppState::new(store, &provider_url, config)?;
+    let router = app(state, args.static_dir.clone());
+    let (listener, local) = bind(args.addr).await?;
+    println!("payonce: api listening on http://{local}");
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .map_err(|source| RunError::Listen {
+            addr: local,
+            source,
+        })
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}

@@ -1,0 +1,362 @@
+//! Idempotency rows (pay attempts and cancel tombstones), stock reservations, the order
+//! lock, and payments. Every state change is one conditional statement, so the database
+//! decides races, not the application.
+
+use super::orders::decode_err;
+use payonce_protocol::{AttemptStatus, OrderLine, Payment};
+use sqlx::any::{AnyExecutor, AnyRow};
+use sqlx::Row;
+
+/// One `(user, key)` row.
+#[derive(Debug, Clone)]
+pub(crate) struct AttemptRow {
+    pub id: String,
+    pub order_id: String,
+    pub status: AttemptStatus,
+    pub fingerprint: Option<String>,
+    pub order_version: Option<i64>,
+    pub amount: Option<i64>,
+    pub currency: Option<String>,
+    pub payment_method_id: Option<String>,
+    pub provider_key: Option<String>,
+    pub locked_until: Option<i64>,
+    pub response_status: Option<i64>,
+    pub response_body: Option<String>,
+}
+
+fn attempt_from_row(row: &AnyRow) -> sqlx::Result<AttemptRow> {
+    let status: String = row.try_get("status")?;
+    Ok(AttemptRow {
+        id: row.try_get("id")?,
+        order_id: row.try_get("order_id")?,
+        status: AttemptStatus::parse(&status)
+            .ok_or_else(|| decode_err(format!("bad attempt status {status}")))?,
+        fingerprint: row.try_get("fingerprint")?,
+        order_version: row.try_get("order_version")?,
+        amount: row.try_get("amount")?,
+        currency: row.try_get("currency")?,
+        payment_method_id: row.try_get("payment_method_id")?,
+        provider_key: row.try_get("provider_key")?,
+        locked_until: row.try_get("locked_until")?,
+        response_status: row.try_get("response_status")?,
+        response_body: row.try_get("response_body")?,
+    })
+}
+
+/// Looks a key up in the caller's scope only: `(user, key)`. Another user's row with the
+/// same key is invisible.
+pub(crate) async fn find<'c>(
+    e: impl AnyExecutor<'c>,
+    user: &str,
+    key: &str,
+) -> sqlx::Result<Option<AttemptRow>> {
+    let row = sqlx::query(
+        "SELECT id, order_id, status, fingerprint, order_version, amount, currency, payment_method_id,
+                provider_key, locked_until, response_status, response_body
+         FROM attempts WHERE user_id = $1 AND idem_key = $2",
+    )
+    .bind(user)
+    .bind(key)
+    .fetch_optional(e)
+    .await?;
+    row.as_ref().map(attempt_from_row).transpose()
+}
+
+/// A new processing attempt.
+pub(crate) struct NewAttempt<'a> {
+    pub id: &'a str,
+    pub user: &'a str,
+    pub key: &'a str,
+    pub order_id: &'a str,
+    pub fingerprint: &'a str,
+    pub order_version: i64,
+    pub amount: i64,
+    pub currency: &'a str,
+    pub payment_method_id: &'a str,
+    pub provider_key: &'a str,
+    pub locked_until: i64,
+    pub lease_token: &'a str,
+    pub now: i64,
+}
+
+/// The claim: inserts the key as processing unless any unique slot is taken, either
+/// `(user, key)` (the same key seen before) or "one processing attempt per order". Returns
+/// whether this call inserted it. Never read-then-write: the unique indexes decide.
+pub(crate) async fn insert_processing<'c>(
+    e: impl AnyExecutor<'c>,
+    a: &NewAttempt<'_>,
+) -> sqlx::Result<bool> {
+    let row: Option<(String,)> = sqlx::query_as(
+        "INSERT INTO attempts (id, user_id, idem_key, order_id, status, fingerprint, order_version, amount, currency,
+                               payment_method_id, provider_key, locked_until, lease_token, created_at, updated_at)
+         VALUES ($1, $2, $3, $4, 'processing', $5, $6, $7, $8, $9, $10, $11, $12, $13, $13)
+         ON CONFLICT DO NOTHING
+         RETURNING id",
+    )
+    .bind(a.id)
+    .bind(a.user)
+    .bind(a.key)
+    .bind(a.order_id)
+    .bind(a.fingerprint)
+    .bind(a.order_version)
+    .bind(a.amount)
+    .bind(a.currency)
+    .bind(a.payment_method_id)
+    .bind(a.provider_key)
+    .bind(a.locked_until)
+    .bind(a.lease_token)
+    .bind(a.now)
+    .fetch_optional(e)
+    .await?;
+    Ok(row.is_some())
+}
+
+/// The cancel tombstone: takes the `(user, key)` slot as `cancelled` if it is free.
+pub(crate) async fn insert_tombstone<'c>(
+    e: impl AnyExecutor<'c>,
+    id: &str,
+    user: &str,
+    key: &str,
+    order_id: &str,
+    now: i64,
+    expires_at: i64,
+) -> sqlx::Result<bool> {
+    let row: Option<(String,)> = sqlx::query_as(
+        "INSERT INTO attempts (id, user_id, idem_key, order_id, status, created_at, updated_at, expires_at)
+         VALUES ($1, $2, $3, $4, 'cancelled', $5, $5, $6)
+         ON CONFLICT (user_id, idem_key) DO NOTHING
+         RETURNING id",
+    )
+    .bind(id)
+    .bind(user)
+    .bind(key)
+    .bind(order_id)
+    .bind(now)
+    .bind(expires_at)
+    .fetch_optional(e)
+    .await?;
+    Ok(row.is_some())
+}
+
+/// Takes over the lease of a processing attempt whose lease has expired. Exactly one of
+/// several concurrent retries wins.
+pub(crate) async fn take_expired_lease<'c>(
+    e: impl AnyExecutor<'c>,
+    id: &str,
+    now: i64,
+    until: i64,
+    token: &str,
+) -> sqlx::Result<bool> {
+    let res = sqlx::query(
+        "UPDATE attempts SET locked_until = $1, lease_token = $2, updated_at = $3
+         WHERE id = $4 AND status = 'processing' AND (locked_until IS NULL OR locked_until <= $3)",
+    )
+    .bind(until)
+    .bind(token)
+    .bind(now)
+    .bind(id)
+    .execute(e)
+    .await?;
+    Ok(res.rows_affected() == 1)
+}
+
+/// Ends our lease early after an inconclusive provider call: nobody is talking to the
+/// provider about this attempt any more, so the next retry may ask it at once.
+pub(crate) async fn release_lease<'c>(
+    e: impl AnyExecutor<'c>,
+    id: &str,
+    token: &str,
+    now: i64,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE attempts SET locked_until = $1, updated_at = $1
+         WHERE id = $2 AND status = 'processing' AND lease_token = $3",
+    )
+    .bind(now)
+    .bind(id)
+    .bind(token)
+    .execute(e)
+    .await?;
+    Ok(())
+}
+
+/// Moves a processing attempt to its final status with the answer to replay. Returns false
+/// when it was no longer processing (someone else settled it first: their answer stands).
+pub(crate) async fn finish<'c>(
+    e: impl AnyExecutor<'c>,
+    id: &str,
+    status: AttemptStatus,
+    response_status: u16,
+    response_body: &str,
+    charge_id: Option<&str>,
+    now: i64,
+    expires_at: i64,
+) -> sqlx::Result<bool> {
+    let res = sqlx::query(
+        "UPDATE attempts SET status = $1, response_status = $2, response_body = $3, charge_id = $4,
+                locked_until = NULL, lease_token = NULL, updated_at = $5, expires_at = $6
+         WHERE id = $7 AND status = 'processing'",
+    )
+    .bind(status.as_str())
+    .bind(i64::from(response_status))
+    .bind(response_body)
+    .bind(charge_id.map(str::to_owned))
+    .bind(now)
+    .bind(expires_at)
+    .bind(id)
+    .execute(e)
+    .await?;
+    Ok(res.rows_affected() == 1)
+}
+
+/// Locks the order for `attempt`: only at the expected version, unpaid, and with no other
+/// active attempt. One statement, so two claims for one order cannot both pass.
+pub(crate) async fn lock_order<'c>(
+    e: impl AnyExecutor<'c>,
+    order_id: &str,
+    user: &str,
+    version: i64,
+    attempt: &str,
+    now: i64,
+) -> sqlx::Result<bool> {
+    let res = sqlx::query(
+        "UPDATE orders SET active_attempt = $1, updated_at = $2
+         WHERE id = $3 AND user_id = $4 AND version = $5 AND status = 'unpaid' AND active_attempt IS NULL",
+    )
+    .bind(attempt)
+    .bind(now)
+    .bind(order_id)
+    .bind(user)
+    .bind(version)
+    .execute(e)
+    .await?;
+    Ok(res.rows_affected() == 1)
+}
+
+/// Marks the order paid by `attempt` and clears the lock.
+pub(crate) async fn mark_paid<'c>(
+    e: impl AnyExecutor<'c>,
+    order_id: &str,
+    attempt: &str,
+    payment_id: &str,
+    now: i64,
+) -> sqlx::Result<bool> {
+    let res = sqlx::query(
+        "UPDATE orders SET status = 'paid', active_attempt = NULL, payment_id = $1, updated_at = $2
+         WHERE id = $3 AND active_attempt = $4 AND status = 'unpaid'",
+    )
+    .bind(payment_id)
+    .bind(now)
+    .bind(order_id)
+    .bind(attempt)
+    .execute(e)
+    .await?;
+    Ok(res.rows_affected() == 1)
+}
+
+/// Clears the lock held by `attempt` (the attempt ended without a charge).
+pub(crate) async fn unlock_order<'c>(
+    e: impl AnyExecutor<'c>,
+    order_id: &str,
+    attempt: &str,
+    now: i64,
+) -> sqlx::Result<bool> {
+    let res = sqlx::query("UPDATE orders SET active_attempt = NULL, updated_at = $1 WHERE id = $2 AND active_attempt = $3")
+        .bind(now)
+        .bind(order_id)
+        .bind(attempt)
+        .execute(e)
+        .await?;
+    Ok(res.rows_affected() == 1)
+}
+
+/// Reserves `qty` units of `sku` if that many are left.
+pub(crate) async fn reserve_stock<'c>(
+    e: impl AnyExecutor<'c>,
+    line: &OrderLine,
+) -> sqlx::Result<bool> {
+    let res = sqlx::query("UPDATE catalog SET stock = stock - $1 WHERE sku = $2 AND stock >= $1")
+        .bind(i64::from(line.quantity))
+        .bind(line.sku.as_str())
+        .execute(e)
+        .await?;
+    Ok(res.rows_affected() == 1)
+}
+
+/// Gives reserved units back (the attempt ended without a charge).
+pub(crate) async fn release_stock<'c>(
+    e: impl AnyExecutor<'c>,
+    line: &OrderLine,
+) -> sqlx::Result<()> {
+    sqlx::query("UPDATE catalog SET stock = stock + $1 WHERE sku = $2")
+        .bind(i64::from(line.quantity))
+        .bind(line.sku.as_str())
+        .execute(e)
+        .await?;
+    Ok(())
+}
+
+/// Records a payment.
+pub(crate) async fn insert_payment<'c>(
+    e: impl AnyExecutor<'c>,
+    p: &Payment,
+    attempt: &str,
+    now: i64,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO payments (id, order_id, attempt_id, amount, currency, payment_method_id, charge_id, status, created_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+    )
+    .bind(p.id.as_str())
+    .bind(p.order_id.as_str())
+    .bind(attempt)
+    .bind(p.amount)
+    .bind(p.currency.as_str())
+    .bind(p.payment_method_id.as_str())
+    .bind(p.charge_id.as_str())
+    .bind(p.status.as_str())
+    .bind(now)
+    .execute(e)
+    .await?;
+    Ok(())
+}
+
+/// A payment by id.
+pub(crate) async fn get_payment<'c>(
+    e: impl AnyExecutor<'c>,
+    id: &str,
+) -> sqlx::Result<Option<Payment>> {
+    let row: Option<(String, String, i64, String, String, String, String)> = sqlx::query_as(
+        "SELECT id, order_id, amount, currency, payment_method_id, charge_id, status FROM payments WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_optional(e)
+    .await?;
+    row.map(
+        |(id, order_id, amount, currency, payment_method_id, charge_id, status)| {
+            Ok(Payment {
+                status: AttemptStatus::parse(&status)
+                    .ok_or_else(|| decode_err(format!("bad payment status {status}")))?,
+                id,
+                order_id,
+                amount,
+                currency,
+                payment_method_id,
+                charge_id,
+            })
+        },
+    )
+    .transpose()
+}
+
+/// The payment made by an attempt, if any.
+pub(crate) async fn payment_of_attempt<'c>(
+    e: impl AnyExecutor<'c>,
+    attempt: &str,
+) -> sqlx::Result<Option<String>> {
+    let row: Option<(String,)> = sqlx::query_as("SELECT id FROM payments WHERE attempt_id = $1")
+        .bind(attempt)
+        .fetch_optional(e)
+        .await?;
+    Ok(row.map(|r| r.0))
+}

@@ -1,0 +1,207 @@
+//! Database access: one [`Store`] over sqlx's `Any` driver, SQLite or PostgreSQL.
+//!
+//! SQL is written once: `$1` placeholders, `INSERT … ON CONFLICT DO NOTHING RETURNING`,
+//! conditional `UPDATE`s and a partial unique index behave the same on both, so every rule is
+//! an atomic statement instead of a read-then-write, and no `SELECT … FOR UPDATE` is needed.
+//!
+//! # Layout
+//! - this file: connecting, pragmas, write transactions, migrations.
+//! - [`orders`]: catalog, coupons and orders.
+//! - [`attempts`]: the idempotency rows (attempts and tombstones), payments.
+//! - [`audit`]: the append-only audit trail.
+
+pub(crate) mod attempts;
+pub(crate) mod audit;
+pub(crate) mod orders;
+
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::{Any, AnyPool, ConnectOptions, Connection, Transaction};
+use std::str::FromStr;
+use std::time::Duration;
+
+/// Which database is behind the `Any` pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// Embedded file, the default.
+    Sqlite,
+    /// `DATABASE_URL=postgres://…`; several server processes may share it.
+    Postgres,
+}
+
+/// A write transaction.
+pub(crate) type Tx = Transaction<'static, Any>;
+
+/// The store: a pool and what it talks to.
+#[derive(Clone)]
+pub struct Store {
+    pool: AnyPool,
+    backend: Backend,
+}
+
+/// Why the store could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Neither `sqlite:` nor `postgres:`.
+    #[error("unsupported database url (expected sqlite://PATH or postgres://...)")]
+    UnsupportedUrl,
+    /// The SQLite file's directory could not be created.
+    #[error("cannot create the database directory: {0}")]
+    Dir(#[from] std::io::Error),
+    /// Connecting or migrating failed.
+    #[error("database error: {0}")]
+    Sql(#[from] sqlx::Error),
+}
+
+struct Migration {
+    version: i64,
+    name: &'static str,
+    sqlite: &'static str,
+    postgres: &'static str,
+}
+
+/// Every migration, in order. Each backend has its own file because DDL dialects differ.
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "init",
+    sqlite: include_str!("../../migrations/sqlite/0001_init.sql"),
+    postgres: include_str!("../../migrations/postgres/0001_init.sql"),
+}];
+
+/// An arbitrary constant naming the migration lock among PostgreSQL advisory locks, so that
+/// several processes starting together migrate one at a time.
+const PG_MIGRATION_LOCK: i64 = 0x7061_796f_6e63_65;
+
+impl Store {
+    /// Connects, prepares and migrates.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        sqlx::any::install_default_drivers();
+        let (backend, url) = normalize_url(url)?;
+        let options = AnyConnectOptions::from_str(&url)?;
+        if backend == Backend::Sqlite {
+            // WAL lets readers run beside the one writer. It is a property of the file and
+            // needs an exclusive lock that busy_timeout cannot wait for, so it is set once,
+            // here, before the pool opens more connections.
+            let mut conn = options.connect().await?;
+            sqlx::raw_sql("PRAGMA journal_mode = WAL")
+                .execute(&mut conn)
+                .await?;
+            conn.close().await?;
+        }
+        let pool = AnyPoolOptions::new()
+            .max_connections(if backend == Backend::Sqlite { 8 } else { 16 })
+            .acquire_timeout(Duration::from_secs(10))
+            .after_connect(move |conn, _meta| {
+                Box::pin(async move {
+                    if backend == Backend::Sqlite {
+                        // Writers queue on the file lock instead of failing with SQLITE_BUSY.
+                        sqlx::raw_sql("PRAGMA busy_timeout = 15000")
+                            .execute(&mut *conn)
+                            .await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect_with(options)
+            .await?;
+        let store = Self { pool, backend };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    pub(crate) fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    /// Starts a write transaction. On SQLite it is `BEGIN IMMEDIATE`: it takes the write
+    /// lock up front, so two transactions can never both read and then deadlock upgrading to
+    /// write (which SQLite answers with SQLITE_BUSY without waiting). PostgreSQL's row
+    /// locks and unique indexes serialize the conflicting statements themselves.
+    pub(crate) async fn begin_write(&self) -> sqlx::Result<Tx> {
+        match self.backend {
+            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await,
+            Backend::Postgres => self.pool.begin().await,
+        }
+    }
+
+    /// True when the store answers.
+    pub(crate) async fn ping(&self) -> bool {
+        sqlx::query("SELECT 1").execute(&self.pool).await.is_ok()
+    }
+
+    async fn migrate(&self) -> sqlx::Result<()> {
+        let mut tx = self.begin_write().await?;
+        if self.backend == Backend::Postgres {
+            sqlx::query("SELECT 1 FROM pg_advisory_xact_lock($1)")
+                .bind(PG_MIGRATION_LOCK)
+                .execute(&mut *tx)
+                .await?;
+        }
+        sqlx::raw_sql(
+            "CREATE TABLE IF NOT EXISTS payonce_migrations (
+                version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)",
+        )
+        .execute(&mut *tx)
+        .await?;
+        for m in MIGRATIONS {
+            let done: Option<(i64,)> =
+                sqlx::query_as("SELECT version FROM payonce_migrations WHERE version = $1")
+                    .bind(m.version)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            if done.is_some() {
+                continue;
+            }
+            let sql = match self.backend {
+                Backend::Sqlite => m.sqlite,
+                Backend::Postgres => m.postgres,
+            };
+            sqlx::raw_sql(sql).execute(&mut *tx).await?;
+            sqlx::query(
+                "INSERT INTO payonce_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
+            )
+            .bind(m.version)
+            .bind(m.name)
+            .bind(crate::now_ms())
+            .execute(&mut *tx)
+            .await?;
+            tracing::info!(version = m.version, name = m.name, "migration applied");
+        }
+        tx.commit().await
+    }
+}
+
+/// Recognizes the backend and, for SQLite, creates the file's directory and asks for the
+/// file to be created (`mode=rwc`).
+fn normalize_url(url: &str) -> Result<(Backend, String), StoreError> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Ok((Backend::Postgres, url.to_owned()));
+    }
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .ok_or(StoreError::UnsupportedUrl)?;
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    if path.is_empty() || path == ":memory:" {
+        // An in-memory database would be one per pool connection: keys would be forgotten.
+        return Err(StoreError::UnsupportedUrl);
+    }
+    if let Some(dir) = std::path::Path::new(path)
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+    {
+        std::fs::create_dir_all(dir)?;
+    }
+    let query = if query.contains("mode=") {
+        query.to_owned()
+    } else if query.is_empty() {
+        "mode=rwc".to_owned()
+    } else {
+        format!("{query}&mode=rwc")
+    };
+    Ok((Backend::Sqlite, format!("sqlite://{path}?{query}")))
+}
