@@ -13,6 +13,10 @@
 use wasm_bindgen::prelude::*;
 
 pub mod core;
+#[cfg(target_arch = "wasm32")]
+mod web;
+#[cfg(target_arch = "wasm32")]
+pub use web::{PayonceClient, PayonceError};
 
 /// The SDK version, for support reports and the release smoke test.
 #[wasm_bindgen]

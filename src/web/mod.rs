@@ -1,0 +1,642 @@
+//! The JavaScript API: `PayonceClient` and `PayonceError`. This layer only does I/O; every
+//! decision is made by [`crate::core`].
+//!
+//! # Layout
+//! - `mod.rs`: the facade, option parsing and the pay loop that drives the core.
+//! - [`store`]: sessionStorage / memory entries.
+//! - [`io`]: fetch with timeout, abortable waits, `online`, Web Locks.
+//! - [`tabs`]: BroadcastChannel receipts and duplicate-tab detection.
+
+mod io;
+mod store;
+mod tabs;
+
+use crate::core::attempt::{after_verdict, plan_pay, Attempt, Entry, PayPlan};
+use crate::core::classify::{
+    classify_cancel, classify_pay, CancelOutcome, Final, RetryCause, Verdict,
+};
+use crate::core::error::{SdkError, Warning};
+use crate::core::retry::{Next, PendingReason, RetryBudget, RetryPolicy, Schedule};
+use io::{Abort, Call};
+use js_sys::{Function, Promise, Reflect};
+use payonce_protocol::body::{paths, DevFault};
+use payonce_protocol::{headers, CancelRequest, CheckoutSnapshot, IdempotencyKey, PayResponse};
+use serde::{Deserialize, Serialize};
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use store::Store;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::{future_to_promise, JsFuture};
+
+#[wasm_bindgen(typescript_custom_section)]
+const TS_TYPES: &'static str = r#"
+/** What a key pays for: a change of any field is a new intention (a new key). */
+export interface Checkout {
+  orderId: string;
+  /** The server's order version the customer saw. */
+  orderVersion: number;
+  paymentMethodId: string;
+}
+export interface Payment {
+  id: string;
+  orderId: string;
+  /** Minor units (cents). */
+  amount: number;
+  currency: string;
+  paymentMethodId: string;
+  chargeId: string;
+  status: "succeeded" | "refunded";
+}
+/** The result of `pay`. Only `pending` keeps the key (the server may still be charging). */
+export type PayOutcome =
+  | { kind: "paid"; payment: Payment }
+  | { kind: "declined"; code: "PAYMENT_DECLINED" | "PAYMENT_FAILED" }
+  | { kind: "orderChanged"; currentVersion?: number }
+  | { kind: "cancelled" }
+  | { kind: "pending"; reason: "deadline" | "attempts" | "budget" };
+/** The result of `cancel`. `processing` and `unknown` keep the key. */
+export type CancelOutcome =
+  | { kind: "none" }
+  | { kind: "cancelled" }
+  | { kind: "declined" }
+  | { kind: "failed" }
+  | { kind: "paid"; payment?: Payment }
+  | { kind: "processing" }
+  | { kind: "unknown" };
+export type PayStatus = "processing" | "checkingStatus" | "takingLonger" | "waitingForNetwork";
+export interface RetryOptions {
+  baseDelayMs?: number;
+  maxDelayMs?: number;
+  maxAttempts?: number;
+  maxRetryAfterMs?: number;
+  budget?: { capacity?: number; retryCost?: number; timeoutCost?: number; successRefill?: number };
+}
+export type PayonceWarningCode = "STORAGE_UNAVAILABLE" | "UNREADABLE_ENTRY" | "DUPLICATED_TAB";
+export interface ClientOptions {
+  /** The payonce API origin, e.g. "https://api.example.com". */
+  baseUrl: string;
+  requestTimeoutMs?: number;
+  retry?: RetryOptions;
+  /** Total time one `pay` keeps asking before it returns `pending`. */
+  deadlineMs?: number;
+  /** When `onStatus` hears "takingLonger". */
+  longWaitMs?: number;
+  storage?: "session" | "memory";
+  onWarning?: (code: PayonceWarningCode) => void;
+}
+export interface PayOptions {
+  /** Aborts waits and requests at once; the attempt and its key are kept. */
+  signal?: AbortSignal;
+  onStatus?: (status: PayStatus) => void;
+  /** Dev servers only: asks the server to inject this fault into the first request. */
+  devFault?: "drop-response";
+}
+export type PendingAttempt =
+  | {
+      state: "saved" | "sent" | "unknown";
+      orderId: string;
+      orderVersion: number;
+      paymentMethodId: string;
+      key: string;
+      createdAt: number;
+      sends: number;
+    }
+  | { state: "unreadable"; orderId: string; key?: string };
+export type PayonceErrorCode =
+  | "INVALID_CONFIG"
+  | "INVALID_CHECKOUT"
+  | "SNAPSHOT_CONFLICT"
+  | "UNREADABLE_ATTEMPT"
+  | "KEY_REUSED_WITH_DIFFERENT_DETAILS"
+  | "SERVER_REJECTED"
+  | "ABORTED"
+  | "UNSUPPORTED";
+"#;
+
+/// An error with a stable `code`; test it with `instanceof PayonceError`.
+#[wasm_bindgen]
+pub struct PayonceError {
+    error: SdkError,
+}
+
+#[wasm_bindgen]
+impl PayonceError {
+    /// The stable code.
+    #[wasm_bindgen(getter, unchecked_return_type = "PayonceErrorCode")]
+    pub fn code(&self) -> String {
+        self.error.code().to_owned()
+    }
+    /// A human-readable explanation (do not match on it).
+    #[wasm_bindgen(getter)]
+    pub fn message(&self) -> String {
+        self.error.to_string()
+    }
+    /// The server's problem code, when the server refused the request.
+    #[wasm_bindgen(getter, js_name = problemCode)]
+    pub fn problem_code(&self) -> Option<String> {
+        self.error.problem_code().map(|c| c.as_str().to_owned())
+    }
+    /// The HTTP status, when the server refused the request.
+    #[wasm_bindgen(getter)]
+    pub fn status(&self) -> Option<u16> {
+        match self.error {
+            SdkError::ServerRejected { status, .. } => Some(status),
+            _ => None,
+        }
+    }
+    /// `PayonceError [CODE]: message`.
+    #[wasm_bindgen(js_name = toString)]
+    pub fn to_js_string(&self) -> String {
+        format!("PayonceError [{}]: {}", self.error.code(), self.error)
+    }
+}
+
+impl From<SdkError> for JsValue {
+    fn from(error: SdkError) -> Self {
+        PayonceError { error }.into()
+    }
+}
+
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+enum StorageChoice {
+    Session,
+    Memory,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Options {
+    base_url: String,
+    request_timeout_ms: Option<u32>,
+    retry: Option<RetryPolicy>,
+    deadline_ms: Option<u64>,
+    long_wait_ms: Option<u64>,
+    storage: Option<StorageChoice>,
+}
+
+struct Inner {
+    base_url: String,
+    request_timeout_ms: u32,
+    deadline_ms: u64,
+    long_wait_ms: u64,
+    policy: RetryPolicy,
+    budget: RefCell<RetryBudget>,
+    store: Store,
+    on_warning: Option<Function>,
+    /// Pay calls running in this client, by order: a double click joins the running call.
+    inflight: RefCell<BTreeMap<String, (CheckoutSnapshot, Promise)>>,
+}
+
+impl Inner {
+    fn warn(&self, w: Warning) {
+        if let Some(f) = &self.on_warning {
+            let _ = f.call1(&JsValue::NULL, &w.code().into());
+        }
+    }
+    fn note(&self, fell: store::FellBack) {
+        if fell.0 {
+            self.warn(Warning::StorageUnavailable);
+        }
+    }
+}
+
+/// The payonce client: one per page (or per test). Create it with `PayonceClient.create`.
+#[wasm_bindgen]
+pub struct PayonceClient {
+    inner: Rc<Inner>,
+}
+
+fn callback(obj: &JsValue, name: &str) -> Option<Function> {
+    Reflect::get(obj, &name.into())
+        .ok()
+        .and_then(|f| f.dyn_into::<Function>().ok())
+}
+
+#[wasm_bindgen]
+impl PayonceClient {
+    /// Creates a client. Throws `PayonceError` (`INVALID_CONFIG`) on unusable options.
+    pub fn create(
+        #[wasm_bindgen(unchecked_param_type = "ClientOptions")] options: JsValue,
+    ) -> Result<PayonceClient, JsValue> {
+        let o: Options = serde_wasm_bindgen::from_value(options.clone())
+            .map_err(|e| SdkError::InvalidConfig(e.to_string()))?;
+        if !(o.base_url.starts_with("http://") || o.base_url.starts_with("https://")) {
+            return Err(SdkError::InvalidConfig("baseUrl must be an http(s) URL".into()).into());
+        }
+        let policy = o.retry.unwrap_or_default();
+        let on_warning = callback(&options, "onWarning");
+        let (store, fell) = Store::new(o.storage != Some(StorageChoice::Memory));
+        let inner = Inner {
+            base_url: o.base_url.trim_end_matches('/').to_owned(),
+            request_timeout_ms: o.request_timeout_ms.unwrap_or(15_000).max(1),
+            deadline_ms: o.deadline_ms.unwrap_or(60_000),
+            long_wait_ms: o.long_wait_ms.unwrap_or(10_000),
+            policy,
+            budget: RefCell::new(RetryBudget::new(policy.budget)),
+            store,
+            on_warning,
+            inflight: RefCell::new(BTreeMap::new()),
+        };
+        inner.note(fell);
+        tabs::join(inner.on_warning.clone());
+        Ok(PayonceClient {
+            inner: Rc::new(inner),
+        })
+    }
+
+    /// Pays for `checkout` exactly once, retrying with the same key until a final answer, the
+    /// deadline, or the retry budget. A second call for the same checkout while one runs
+    /// returns the same promise (double click); another checkout for an order with an
+    /// unresolved attempt rejects with `SNAPSHOT_CONFLICT`.
+    #[wasm_bindgen(unchecked_return_type = "Promise<PayOutcome>")]
+    pub fn pay(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "Checkout")] checkout: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "PayOptions")] options: Option<js_sys::Object>,
+    ) -> Promise {
+        match serde_wasm_bindgen::from_value::<CheckoutSnapshot>(checkout) {
+            Ok(c) if !c.order_id.is_empty() => start_pay(&self.inner, c, options),
+            Ok(_) => rejected(SdkError::InvalidCheckout("orderId is empty".into())),
+            Err(e) => rejected(SdkError::InvalidCheckout(e.to_string())),
+        }
+    }
+
+    /// Continues the unresolved attempt stored for `orderId` (after a reload or a bfcache
+    /// restore) with its own key and snapshot. Resolves `undefined` when there is none.
+    #[wasm_bindgen(unchecked_return_type = "Promise<PayOutcome | undefined>")]
+    pub fn resume(
+        &self,
+        #[wasm_bindgen(js_name = orderId)] order_id: String,
+        #[wasm_bindgen(unchecked_param_type = "PayOptions")] options: Option<js_sys::Object>,
+    ) -> Promise {
+        match self.inner.store.get(&order_id) {
+            Entry::Missing => Promise::resolve(&JsValue::UNDEFINED),
+            Entry::Valid(a) => start_pay(&self.inner, a.snapshot, options),
+            Entry::Unreadable { .. } => rejected(SdkError::UnreadableAttempt),
+        }
+    }
+
+    /// Cancels the unresolved attempt for `orderId` (seed: "Cancel endpoint"). The server
+    /// tombstones a key it never saw, so a late request with it can never charge. The key is
+    /// removed only when the answer is final.
+    #[wasm_bindgen(unchecked_return_type = "Promise<CancelOutcome>")]
+    pub fn cancel(&self, #[wasm_bindgen(js_name = orderId)] order_id: String) -> Promise {
+        let inner = self.inner.clone();
+        future_to_promise(async move {
+            let outcome = cancel(&inner, &order_id).await;
+            Ok(store::to_js(&outcome))
+        })
+    }
+
+    /// The unresolved attempt stored for `orderId`, if any.
+    #[wasm_bindgen(js_name = pendingAttempt, unchecked_return_type = "PendingAttempt | undefined")]
+    pub fn pending_attempt(&self, #[wasm_bindgen(js_name = orderId)] order_id: String) -> JsValue {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Pending<'a> {
+            state: &'a str,
+            order_id: &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            order_version: Option<u64>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            payment_method_id: Option<&'a str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            key: Option<&'a str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            created_at: Option<u64>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            sends: Option<u32>,
+        }
+        match self.inner.store.get(&order_id) {
+            Entry::Missing => JsValue::UNDEFINED,
+            Entry::Valid(a) => store::to_js(&Pending {
+                state: a.state.as_str(),
+                order_id: &order_id,
+                order_version: Some(a.snapshot.order_version),
+                payment_method_id: Some(&a.snapshot.payment_method_id),
+                key: Some(a.key.as_str()),
+                created_at: Some(a.created_at),
+                sends: Some(a.sends),
+            }),
+            Entry::Unreadable { key } => store::to_js(&Pending {
+                state: "unreadable",
+                order_id: &order_id,
+                order_version: None,
+                payment_method_id: None,
+                key: key.as_ref().map(|k| k.as_str()),
+                created_at: None,
+                sends: None,
+            }),
+        }
+    }
+
+    /// Forgets every stored attempt and known receipt (call on logout: keys belong to the
+    /// signed-in user). Returns how many attempts were removed.
+    #[wasm_bindgen(js_name = clearAll)]
+    pub fn clear_all(&self) -> u32 {
+        tabs::forget_all();
+        self.inner.store.clear_all()
+    }
+
+    /// Where attempts are kept right now: `"memory"` after a storage failure or by choice.
+    #[wasm_bindgen(getter, js_name = storageMode, unchecked_return_type = "\"session\" | \"memory\"")]
+    pub fn storage_mode(&self) -> String {
+        if self.inner.store.in_memory() {
+            "memory"
+        } else {
+            "session"
+        }
+        .to_owned()
+    }
+
+    /// True when this tab was detected as a duplicate that inherited another tab's storage.
+    #[wasm_bindgen(getter, js_name = duplicatedTab)]
+    pub fn duplicated_tab(&self) -> bool {
+        tabs::duplicated()
+    }
+
+    /// How many retry-budget tokens are left (for dashboards and tests).
+    #[wasm_bindgen(getter, js_name = retryTokens)]
+    pub fn retry_tokens(&self) -> u32 {
+        self.inner.budget.borrow().tokens()
+    }
+}
+
+fn rejected(e: SdkError) -> Promise {
+    Promise::reject(&e.into())
+}
+
+/// Per-call options from JavaScript.
+struct PayCall {
+    abort: Abort,
+    on_status: Option<Function>,
+    dev_fault: Option<DevFault>,
+}
+
+impl PayCall {
+    fn from_js(o: Option<&js_sys::Object>) -> Self {
+        let get = |name: &str| {
+            o.and_then(|o| Reflect::get(o, &name.into()).ok())
+                .filter(|v| !v.is_undefined())
+        };
+        let signal = get("signal").and_then(|s| s.dyn_into::<web_sys::AbortSignal>().ok());
+        Self {
+            abort: Abort::new(signal),
+            on_status: o.and_then(|o| callback(o, "onStatus")),
+            dev_fault: get("devFault")
+                .and_then(|v| v.as_string())
+                .and_then(|s| DevFault::parse(&s)),
+        }
+    }
+    fn status(&self, s: &str) {
+        if let Some(f) = &self.on_status {
+            let _ = f.call1(&JsValue::NULL, &s.into());
+        }
+    }
+}
+
+fn start_pay(
+    inner: &Rc<Inner>,
+    checkout: CheckoutSnapshot,
+    options: Option<js_sys::Object>,
+) -> Promise {
+    let order_id = checkout.order_id.clone();
+    let running = inner.inflight.borrow().get(&order_id).cloned();
+    if let Some((snapshot, promise)) = running {
+        if snapshot != checkout {
+            return rejected(SdkError::SnapshotConflict);
+        }
+        // Same intention while a call runs (double click): share its outcome, but honour
+        // this caller's own signal.
+        let mut call = PayCall::from_js(options.as_ref());
+        return future_to_promise(async move { call.abort.guard(JsFuture::from(promise)).await? });
+    }
+    // The promise exists (and is registered) before the work starts, so a call that ends
+    // at once cannot unregister before it was registered.
+    let (promise, resolve, reject) = io::deferred3();
+    inner
+        .inflight
+        .borrow_mut()
+        .insert(order_id.clone(), (checkout.clone(), promise.clone()));
+    let call = PayCall::from_js(options.as_ref());
+    let inner = inner.clone();
+    wasm_bindgen_futures::spawn_local(async move {
+        let result = pay(&inner, checkout, call).await;
+        inner.inflight.borrow_mut().remove(&order_id);
+        let _ = match result {
+            Ok(outcome) => resolve.call1(&JsValue::NULL, &outcome),
+            Err(e) => reject.call1(&JsValue::NULL, &e.into()),
+        };
+    });
+    promise
+}
+
+/// What `pay` resolves with: a final outcome or `pending`.
+#[derive(Serialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+enum Pending {
+    Pending { reason: PendingReason },
+}
+
+fn outcome_js(f: &Final) -> JsValue {
+    store::to_js(f)
+}
+
+/// The pay loop: plan the key, save it, send, classify, retry or finish.
+async fn pay(
+    inner: &Inner,
+    checkout: CheckoutSnapshot,
+    mut call: PayCall,
+) -> Result<JsValue, SdkError> {
+    let order_id = checkout.order_id.clone();
+    // One payment per order at a time across every tab: a second tab waits here, then finds
+    // the first one's receipt or its stored attempt.
+    let _lock = io::lock(&format!("payonce:{order_id}"), &mut call.abort).await?;
+    if let Some(payment) = tabs::paid(&order_id) {
+        return Ok(outcome_js(&Final::Paid { payment }));
+    }
+    let mut attempt = match plan_pay(&inner.store.get(&order_id), &checkout) {
+        PayPlan::Reuse(a) => a,
+        PayPlan::Conflict { .. } => return Err(SdkError::SnapshotConflict),
+        PayPlan::ResolveUnreadable => return Err(SdkError::UnreadableAttempt),
+        PayPlan::Mint {
+            replaces_unreadable,
+        } => {
+            if replaces_unreadable {
+                inner.warn(Warning::UnreadableEntry);
+            }
+            let key = IdempotencyKey::parse(&io::random_uuid()?)
+                .map_err(|_| SdkError::Unsupported("crypto.randomUUID gave an unusable key"))?;
+            let a = Attempt::new(key, checkout, js_sys::Date::now() as u64);
+            // Saved BEFORE the request leaves (seed step 2).
+            inner.note(inner.store.put(&a));
+            a
+        }
+    };
+
+    let mut schedule = Schedule::new(
+        inner.policy,
+        js_sys::Date::now(),
+        inner.deadline_ms,
+        inner.long_wait_ms,
+    );
+    let taking_longer = TakingLonger::start(inner.long_wait_ms, call.on_status.clone());
+    let pay_url = format!("{}{}", inner.base_url, paths::pay(&encode(&order_id)));
+    let body = store::json(&attempt.snapshot.pay_request());
+    let mut first = true;
+    let result = loop {
+        if io::offline() {
+            call.status("waitingForNetwork");
+            let left = schedule.remaining_ms(js_sys::Date::now());
+            if !call.abort.guard(io::wait_online(left)).await? {
+                break Ok(pending(PendingReason::Deadline));
+            }
+        }
+        attempt = attempt.sending();
+        inner.note(inner.store.update(&attempt));
+        if first {
+            call.status("processing");
+        }
+        let fault = if first { call.dev_fault } else { None };
+        first = false;
+        let mut hdrs = vec![
+            ("Content-Type", "application/json"),
+            (headers::IDEMPOTENCY_KEY, attempt.key.as_str()),
+        ];
+        if let Some(f) = fault {
+            hdrs.push((headers::DEV_FAULT, f.as_str()));
+        }
+        let reply = io::post::<PayResponse>(
+            Call {
+                url: pay_url.clone(),
+                headers: &hdrs,
+                body: body.clone(),
+                timeout_ms: inner.request_timeout_ms,
+            },
+            &mut call.abort,
+        )
+        .await?;
+        let verdict = classify_pay(&reply);
+        match after_verdict(attempt.clone(), &verdict) {
+            None => inner.store.remove(&order_id, Some(&attempt.key)),
+            Some(a) => {
+                inner.note(inner.store.update(&a));
+                attempt = a;
+            }
+        }
+        match verdict {
+            Verdict::Final(f) => {
+                inner.budget.borrow_mut().refill();
+                if let Final::Paid { payment } = &f {
+                    tabs::announce_paid(&order_id, payment);
+                }
+                break Ok(outcome_js(&f));
+            }
+            Verdict::Rejected { status, code } => {
+                inner.budget.borrow_mut().refill();
+                break Err(SdkError::rejected(status, code));
+            }
+            Verdict::Retry { cause, .. } => {
+                let next = {
+                    let mut budget = inner.budget.borrow_mut();
+                    schedule.after(
+                        &verdict,
+                        js_sys::Date::now(),
+                        &mut budget,
+                        &mut js_sys::Math::random,
+                    )
+                };
+                match next {
+                    Next::GiveUp(reason) => break Ok(pending(reason)),
+                    Next::Wait { ms } => {
+                        call.status(if cause == RetryCause::InProgress {
+                            "processing"
+                        } else {
+                            "checkingStatus"
+                        });
+                        call.abort.guard(io::sleep(ms)).await?;
+                    }
+                }
+            }
+        }
+    };
+    taking_longer.stop();
+    result
+}
+
+fn pending(reason: PendingReason) -> JsValue {
+    store::to_js(&Pending::Pending { reason })
+}
+
+/// Fires "takingLonger" once, `long_wait_ms` after the call started, unless stopped first.
+struct TakingLonger(Rc<Cell<bool>>);
+
+impl TakingLonger {
+    fn start(ms: u64, on_status: Option<Function>) -> Self {
+        let done = Rc::new(Cell::new(false));
+        if let Some(f) = on_status {
+            let d = done.clone();
+            wasm_bindgen_futures::spawn_local(async move {
+                io::sleep(ms).await;
+                if !d.get() {
+                    let _ = f.call1(&JsValue::NULL, &"takingLonger".into());
+                }
+            });
+        }
+        Self(done)
+    }
+    fn stop(&self) {
+        self.0.set(true);
+    }
+}
+
+impl Drop for TakingLonger {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Path segments are percent-encoded: an order id is data, never path syntax.
+fn encode(segment: &str) -> String {
+    js_sys::encode_uri_component(segment).into()
+}
+
+async fn cancel(inner: &Inner, order_id: &str) -> CancelOutcome {
+    let entry = inner.store.get(order_id);
+    let Some(key) = entry.key().cloned() else {
+        if let Entry::Unreadable { .. } = entry {
+            // Nothing readable to cancel: the entry can only get in the way.
+            inner.store.remove(order_id, None);
+            inner.warn(Warning::UnreadableEntry);
+        }
+        return CancelOutcome::None;
+    };
+    let url = format!("{}{}", inner.base_url, paths::cancel(&encode(order_id)));
+    let body = store::json(&CancelRequest { key: key.clone() });
+    let hdrs = [("Content-Type", "application/json")];
+    let mut no_abort = Abort::new(None);
+    let reply = io::post(
+        Call {
+            url,
+            headers: &hdrs,
+            body,
+            timeout_ms: inner.request_timeout_ms,
+        },
+        &mut no_abort,
+    )
+    .await;
+    let outcome = match reply {
+        Ok(r) => classify_cancel(&r),
+        Err(_) => CancelOutcome::Unknown,
+    };
+    if outcome.removes_key() {
+        inner.store.remove(order_id, Some(&key));
+    }
+    if let CancelOutcome::Paid { payment: Some(p) } = &outcome {
+        tabs::announce_paid(order_id, p);
+    }
+    outcome
+}

@@ -1,0 +1,171 @@
+//! Where attempts are kept: sessionStorage (survives a reload, dies with the tab, never shared
+//! with other tabs: seed step 2), or memory when storage is unavailable.
+//!
+//! Entry format: key `payonce:attempt:<orderId>`, value the JSON of [`Attempt`]:
+//! `{"key":"…","snapshot":{"orderId":"…","orderVersion":3,"paymentMethodId":"pm_…"},
+//! "state":"saved"|"sent"|"unknown","createdAt":1764466000000,"sends":1}`.
+//!
+//! Fallback: any storage call that throws (blocked storage, quota) moves the write to memory,
+//! reports `STORAGE_UNAVAILABLE` once, and keeps going. Reads look in memory first, then in
+//! sessionStorage, so an attempt saved before the fallback still blocks a second payment.
+
+use crate::core::attempt::{storage_key, Attempt, Entry, KeyOnly, STORAGE_PREFIX};
+use payonce_protocol::IdempotencyKey;
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use wasm_bindgen::JsValue;
+use web_sys::Storage;
+
+pub(crate) struct Store {
+    session: Option<Storage>,
+    memory: RefCell<BTreeMap<String, String>>,
+    fell_back: Cell<bool>,
+}
+
+/// Whether a write moved to memory just now (so the caller reports it once).
+pub(crate) struct FellBack(pub bool);
+
+impl Store {
+    /// `use_session = false` keeps everything in memory (the `storage: "memory"` option).
+    /// Returns the store and whether sessionStorage was wanted but unavailable.
+    pub(crate) fn new(use_session: bool) -> (Self, FellBack) {
+        let session = if use_session { probe() } else { None };
+        let fell = use_session && session.is_none();
+        (
+            Self {
+                session,
+                memory: RefCell::new(BTreeMap::new()),
+                fell_back: Cell::new(fell),
+            },
+            FellBack(fell),
+        )
+    }
+
+    pub(crate) fn in_memory(&self) -> bool {
+        self.session.is_none() || self.fell_back.get()
+    }
+
+    fn raw(&self, name: &str) -> Option<String> {
+        if let Some(v) = self.memory.borrow().get(name) {
+            return Some(v.clone());
+        }
+        self.session
+            .as_ref()
+            .and_then(|s| s.get_item(name).ok().flatten())
+    }
+
+    /// What is stored for an order. A damaged value is an [`Entry::Unreadable`], never a panic.
+    pub(crate) fn get(&self, order_id: &str) -> Entry {
+        match self.raw(&storage_key(order_id)) {
+            None => Entry::Missing,
+            Some(text) => decode(&text),
+        }
+    }
+
+    /// Writes an attempt (before its request is sent).
+    pub(crate) fn put(&self, a: &Attempt) -> FellBack {
+        let name = storage_key(&a.snapshot.order_id);
+        let text = encode(a);
+        if !self.fell_back.get() {
+            if let Some(s) = &self.session {
+                if s.set_item(&name, &text).is_ok() {
+                    return FellBack(false);
+                }
+                self.fell_back.set(true);
+                self.memory.borrow_mut().insert(name, text);
+                return FellBack(true);
+            }
+        }
+        self.memory.borrow_mut().insert(name, text);
+        FellBack(false)
+    }
+
+    /// Writes `a` back only while the stored entry still holds the same key: a cancel or a
+    /// final answer elsewhere may have removed it, and it must not come back.
+    pub(crate) fn update(&self, a: &Attempt) -> FellBack {
+        match self.get(&a.snapshot.order_id) {
+            Entry::Valid(cur) if cur.key == a.key => self.put(a),
+            _ => FellBack(false),
+        }
+    }
+
+    /// Removes the order's entry if it still holds `key` (or any entry, with `None`).
+    pub(crate) fn remove(&self, order_id: &str, key: Option<&IdempotencyKey>) {
+        let entry = self.get(order_id);
+        if let (Some(k), Some(cur)) = (key, entry.key()) {
+            if k != cur {
+                return;
+            }
+        }
+        let name = storage_key(order_id);
+        self.memory.borrow_mut().remove(&name);
+        if let Some(s) = &self.session {
+            let _ = s.remove_item(&name);
+        }
+    }
+
+    /// Removes every attempt (logout). Returns how many were removed.
+    pub(crate) fn clear_all(&self) -> u32 {
+        let mut n = 0;
+        {
+            let mut m = self.memory.borrow_mut();
+            let before = m.len();
+            m.retain(|k, _| !k.starts_with(STORAGE_PREFIX));
+            n += (before - m.len()) as u32;
+        }
+        if let Some(s) = &self.session {
+            let names: Vec<String> = (0..s.length().unwrap_or(0))
+                .filter_map(|i| s.key(i).ok().flatten())
+                .filter(|k| k.starts_with(STORAGE_PREFIX))
+                .collect();
+            for k in names {
+                if s.remove_item(&k).is_ok() {
+                    n += 1;
+                }
+            }
+        }
+        n
+    }
+}
+
+/// sessionStorage if it exists and accepts a write (Safari's private mode and blocked
+/// third-party storage throw on access or on `setItem`).
+fn probe() -> Option<Storage> {
+    let s = web_sys::window()?.session_storage().ok()??;
+    let probe = "payonce:probe";
+    s.set_item(probe, "1").ok()?;
+    s.remove_item(probe).ok()?;
+    Some(s)
+}
+
+fn encode(a: &Attempt) -> String {
+    json(a)
+}
+
+/// JSON text of a value, through the browser's own `JSON.stringify` (no serde_json in the
+/// bundle).
+pub(crate) fn json<T: serde::Serialize>(v: &T) -> String {
+    serde_wasm_bindgen::to_value(v)
+        .ok()
+        .and_then(|v| js_sys::JSON::stringify(&v).ok())
+        .and_then(|s| s.as_string())
+        .unwrap_or_default()
+}
+
+fn decode(text: &str) -> Entry {
+    let Ok(v) = js_sys::JSON::parse(text) else {
+        return Entry::Unreadable { key: None };
+    };
+    let full = serde_wasm_bindgen::from_value::<Attempt>(v.clone()).ok();
+    let key_only = if full.is_none() {
+        serde_wasm_bindgen::from_value::<KeyOnly>(v).ok()
+    } else {
+        None
+    };
+    Entry::from_decoded(full, key_only)
+}
+
+/// An attempt as a plain JS object (for `pendingAttempt`).
+pub(crate) fn to_js<T: serde::Serialize>(v: &T) -> JsValue {
+    serde_wasm_bindgen::to_value(v).unwrap_or(JsValue::UNDEFINED)
+}

@@ -1,0 +1,171 @@
+//! What tabs tell each other over the `payonce` BroadcastChannel:
+//! - `{"t":"paid","orderId":…,"payment":…}`: an order was paid here. A tab queued on the same
+//!   order's Web Lock then answers with this receipt instead of starting a payment.
+//! - `{"t":"hello","tab":id}` / `{"t":"taken","tab":id}`: duplicate-tab detection. Each tab
+//!   keeps an id in sessionStorage (`payonce:tab`). A duplicated tab inherits a copy of that
+//!   storage, id included; when it says hello, the original answers "taken", and the duplicate
+//!   takes a new id and reports `DUPLICATED_TAB` (its inherited attempts keep their keys: the
+//!   server deduplicates them and the Web Lock serialises the two tabs' sends).
+//!
+//! Receipts live in one page-wide map, so two clients in one page (and tabs) see each other.
+
+use js_sys::Function;
+use payonce_protocol::Payment;
+use serde::{Deserialize, Serialize};
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use wasm_bindgen::prelude::*;
+use web_sys::{BroadcastChannel, MessageEvent};
+
+const CHANNEL: &str = "payonce";
+const TAB_ID: &str = "payonce:tab";
+
+#[derive(Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "camelCase")]
+enum Message {
+    #[serde(rename_all = "camelCase")]
+    Paid {
+        order_id: String,
+        payment: Payment,
+    },
+    Hello {
+        tab: String,
+    },
+    Taken {
+        tab: String,
+    },
+}
+
+struct Tabs {
+    channel: Option<BroadcastChannel>,
+    tab_id: RefCell<Option<String>>,
+    duplicated: Cell<bool>,
+    listeners: RefCell<Vec<Function>>,
+}
+
+thread_local! {
+    static PAID: RefCell<BTreeMap<String, Payment>> = const { RefCell::new(BTreeMap::new()) };
+    static TABS: Tabs = Tabs::start();
+}
+
+impl Tabs {
+    fn start() -> Self {
+        let channel = BroadcastChannel::new(CHANNEL).ok();
+        let tabs = Self {
+            channel,
+            tab_id: RefCell::new(None),
+            duplicated: Cell::new(false),
+            listeners: RefCell::new(Vec::new()),
+        };
+        if let Some(ch) = &tabs.channel {
+            // Lives as long as the page: the channel is page-wide, like the receipts.
+            let on_message = Closure::<dyn Fn(MessageEvent)>::new(|e: MessageEvent| {
+                if let Ok(m) = serde_wasm_bindgen::from_value::<Message>(e.data()) {
+                    TABS.with(|t| t.receive(m));
+                }
+            });
+            ch.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+            on_message.forget();
+        }
+        let id = session_tab_id();
+        if let (Some(id), Some(ch)) = (&id, &tabs.channel) {
+            post(ch, &Message::Hello { tab: id.clone() });
+        }
+        *tabs.tab_id.borrow_mut() = id;
+        tabs
+    }
+
+    fn receive(&self, m: Message) {
+        match m {
+            Message::Paid { order_id, payment } => remember_paid(&order_id, payment),
+            Message::Hello { tab } if self.tab_id.borrow().as_deref() == Some(tab.as_str()) => {
+                if let Some(ch) = &self.channel {
+                    post(ch, &Message::Taken { tab });
+                }
+            }
+            Message::Taken { tab } if self.tab_id.borrow().as_deref() == Some(tab.as_str()) => {
+                *self.tab_id.borrow_mut() = new_tab_id();
+                self.duplicated.set(true);
+                for f in self.listeners.borrow().iter() {
+                    let _ = f.call1(
+                        &JsValue::NULL,
+                        &crate::core::error::Warning::DuplicatedTab.code().into(),
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn post(ch: &BroadcastChannel, m: &Message) {
+    if let Ok(v) = serde_wasm_bindgen::to_value(m) {
+        let _ = ch.post_message(&v);
+    }
+}
+
+/// This tab's id, made on first use.
+fn session_tab_id() -> Option<String> {
+    let s = web_sys::window()?.session_storage().ok()??;
+    match s.get_item(TAB_ID).ok()? {
+        Some(id) => Some(id),
+        None => new_tab_id(),
+    }
+}
+
+fn new_tab_id() -> Option<String> {
+    let id = crate::web::io::random_uuid().ok()?;
+    let s = web_sys::window()?.session_storage().ok()??;
+    s.set_item(TAB_ID, &id).ok()?;
+    Some(id)
+}
+
+/// Joins the page-wide tab coordination; `on_warning` hears `DUPLICATED_TAB`.
+pub(crate) fn join(on_warning: Option<Function>) {
+    TABS.with(|t| {
+        if let Some(f) = on_warning {
+            if t.duplicated.get() {
+                let _ = f.call1(
+                    &JsValue::NULL,
+                    &crate::core::error::Warning::DuplicatedTab.code().into(),
+                );
+            }
+            t.listeners.borrow_mut().push(f);
+        }
+    });
+}
+
+/// True once this tab was found to be a duplicate.
+pub(crate) fn duplicated() -> bool {
+    TABS.with(|t| t.duplicated.get())
+}
+
+fn remember_paid(order_id: &str, payment: Payment) {
+    PAID.with(|p| p.borrow_mut().insert(order_id.to_owned(), payment));
+}
+
+/// Records a payment made here and tells the other tabs.
+pub(crate) fn announce_paid(order_id: &str, payment: &Payment) {
+    remember_paid(order_id, payment.clone());
+    TABS.with(|t| {
+        if let Some(ch) = &t.channel {
+            post(
+                ch,
+                &Message::Paid {
+                    order_id: order_id.to_owned(),
+                    payment: payment.clone(),
+                },
+            );
+        }
+    });
+}
+
+/// The receipt of an order paid by this page or another tab, if known.
+pub(crate) fn paid(order_id: &str) -> Option<Payment> {
+    PAID.with(|p| p.borrow().get(order_id).cloned())
+}
+
+/// Forgets every receipt (logout).
+pub(crate) fn forget_all() {
+    PAID.with(|p| p.borrow_mut().clear());
+}
