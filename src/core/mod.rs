@@ -7,5 +7,6 @@ pub mod classify;
 pub mod error;
 pub mod retry;
 
-#[cfg(test)]
+// proptest does not build for wasm32; the core is tested natively.
+#[cfg(all(test, not(target_arch = "wasm32")))]
 mod properties;
