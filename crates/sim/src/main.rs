@@ -1,0 +1,247 @@
+//! `retry-storm`: 1,000 clients, a 10 s outage, and what each retry strategy does to the
+//! recovered server — driven by the SDK's own pure core (`payonce::core`), not a copy of it.
+//!
+//! Layout
+//! - `main.rs`     command line, the table, docs/retry-storm.md
+//! - `model.rs`    the discrete-event model (clients, outage, server capacity) and the figures
+//! - `strategy.rs` the strategies: no jitter, Stripe, AWS, and the SDK's `Schedule`/`RetryBudget`
+//! - `plot.rs`     docs/retry-storm.png (plotters, bitmap backend, a font from crates.io)
+//!
+//! The model (deterministic from `--seed`)
+//! - 1,000 clients, one payment intent each. By default every first request leaves at t = 0,
+//!   the instant the server goes down (`--arrival burst`): the crowd that was mid-checkout,
+//!   in lock step, which is the case jitter exists for. `--arrival spread:MS` spreads first
+//!   requests uniformly over `[0, MS)` instead.
+//! - The outage is `[0, 10 s)`: a request that reaches the server then is never answered
+//!   (black hole), so the client's own timeout fires — the SDK default of 15 s, used for every
+//!   strategy. After the outage the server answers.
+//! - Capacity (`--capacity RPS`, 0 = unlimited): the recovered server takes RPS requests per
+//!   second (a token bucket holding 100 ms worth) and sheds the rest at once with
+//!   `503 + Retry-After: 1` (`--retry-after S`). Taken requests get `200 succeeded` after
+//!   100 ms; nothing is charged twice because every retry carries the same key.
+//! - Every answer is read by the SDK's `classify_pay`; the strategies (see `strategy.rs`)
+//!   share its backoff envelope, its max 8 attempts and its 15 s timeout and differ in jitter,
+//!   budget and `Retry-After`. "ours" is `Schedule::after` + `RetryBudget` with
+//!   `RetryPolicy::default()` and the web layer's 60 s deadline, exactly as `pay` calls them.
+//! - Figures: requests that reached the server after recovery, in 1 s buckets aligned to the
+//!   recovery instant (100 ms buckets are Poisson noise at these rates: a perfectly smooth
+//!   random flow of 200 req/s would already show peak/mean ≈ 1.5 in them). The recovery window
+//!   runs from recovery to the end of the last pay call ("drain"); mean = requests in it / its
+//!   length. Retries per intent = (requests − intents) / intents.
+
+mod model;
+mod plot;
+mod strategy;
+
+use model::{Arrival, Figures, Run, Scenario};
+use payonce::core::retry::RetryPolicy;
+use std::fmt::Write as _;
+use std::process::ExitCode;
+use strategy::{Proposal, Strategy, SDK_REQUEST_TIMEOUT_MS};
+
+/// The issue's targets (goals to report, not assertions).
+const TARGET_PEAK_TO_MEAN: f64 = 1.5;
+const TARGET_RETRIES_PER_INTENT: f64 = 1.2;
+
+struct Args {
+    seed: u64,
+    scenario: Scenario,
+    png: Option<String>,
+    md: Option<String>,
+}
+
+fn usage() -> &'static str {
+    "usage: retry-storm [--seed N] [--clients N] [--outage-s S] [--arrival burst|spread:MS]\n\
+     \x20                  [--timeout-ms MS] [--capacity RPS] [--retry-after S]\n\
+     \x20                  [--png PATH] [--md PATH] [--no-files]"
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        seed: 7,
+        scenario: Scenario {
+            clients: 1_000,
+            arrival: Arrival::Burst,
+            outage_ms: 10_000,
+            timeout_ms: SDK_REQUEST_TIMEOUT_MS,
+            capacity_rps: 250,
+            retry_after_s: 1,
+            latency_ms: 100,
+            shed_latency_ms: 10,
+        },
+        png: Some("docs/retry-storm.png".into()),
+        md: Some("docs/retry-storm.md".into()),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        if flag == "--no-files" {
+            a.png = None;
+            a.md = None;
+            continue;
+        }
+        if flag == "--help" || flag == "-h" {
+            return Err(usage().into());
+        }
+        let v = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let num = |v: &str| {
+            v.parse::<u64>()
+                .map_err(|_| format!("{flag}: not a number: {v}"))
+        };
+        let s = &mut a.scenario;
+        match flag.as_str() {
+            "--seed" => a.seed = num(&v)?,
+            "--clients" => s.clients = num(&v)? as usize,
+            "--outage-s" => s.outage_ms = num(&v)? * 1000,
+            "--timeout-ms" => s.timeout_ms = num(&v)?.max(1),
+            "--capacity" => {
+                s.capacity_rps = u32::try_from(num(&v)?).map_err(|_| "--capacity too large")?
+            }
+            "--retry-after" => s.retry_after_s = num(&v)?,
+            "--arrival" => {
+                s.arrival = match v.as_str() {
+                    "burst" => Arrival::Burst,
+                    _ => match v.strip_prefix("spread:") {
+                        Some(ms) => Arrival::Spread(num(ms)?),
+                        None => return Err(format!("--arrival: burst or spread:MS, not {v}")),
+                    },
+                }
+            }
+            "--png" => a.png = Some(v),
+            "--md" => a.md = Some(v),
+            _ => return Err(format!("unknown flag {flag}\n{}", usage())),
+        }
+    }
+    Ok(a)
+}
+
+/// The strategies, in table order. The last is a proposed change to the SDK's policy, shown
+/// so its effect can be weighed; the SDK itself is not changed by this program.
+fn strategies() -> Vec<Strategy> {
+    vec![
+        Strategy::NoJitter,
+        Strategy::Stripe,
+        Strategy::AwsFullJitter,
+        Strategy::Sdk {
+            label: "ours (SDK default)",
+            policy: RetryPolicy::default(),
+            proposal: Proposal::NONE,
+        },
+        Strategy::Sdk {
+            label: "ours + RA jitter",
+            policy: RetryPolicy::default(),
+            proposal: Proposal {
+                retry_after_spread: 1.0,
+                timeout_window_ms: None,
+            },
+        },
+        Strategy::Sdk {
+            label: "ours + RA jitter + timeout window",
+            policy: RetryPolicy::default(),
+            proposal: Proposal {
+                retry_after_spread: 1.0,
+                timeout_window_ms: Some(5_000),
+            },
+        },
+    ]
+}
+
+fn table(rows: &[(String, Figures)]) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "| strategy | requests | retries/intent | peak req/s (1 s) | mean req/s | peak/mean | busy peak/mean | first req after recovery (s) | drain (s after recovery) | 503s | paid | given up |"
+    );
+    let _ = writeln!(
+        t,
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    for (label, f) in rows {
+        let _ = writeln!(
+            t,
+            "| {label} | {} | {:.2}{} | {:.0} | {:.0} | {:.2}{} | {:.2} | {:.2} | {:.1} | {} | {} | {} |",
+            f.requests,
+            f.retries_per_intent,
+            mark(f.retries_per_intent <= TARGET_RETRIES_PER_INTENT),
+            f.peak_rps,
+            f.mean_rps,
+            f.peak_to_mean,
+            mark(f.peak_to_mean <= TARGET_PEAK_TO_MEAN),
+            f.busy_peak_to_mean,
+            f.first_after_s,
+            f.drain_s,
+            f.shed,
+            f.paid,
+            f.given_up,
+        );
+    }
+    t
+}
+
+fn mark(ok: bool) -> &'static str {
+    if ok {
+        ""
+    } else {
+        " ✗"
+    }
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let sc = args.scenario;
+    let runs: Vec<Run> = strategies()
+        .into_iter()
+        .map(|s| model::run(&sc, s, args.seed))
+        .collect();
+    let rows: Vec<(String, Figures)> = runs
+        .iter()
+        .map(|r| (r.strategy.label().to_owned(), model::figures(r, &sc)))
+        .collect();
+    let t = table(&rows);
+    let desc = describe(&sc, args.seed);
+    println!("{desc}\n");
+    println!("{t}");
+    let figures: Vec<Figures> = rows.into_iter().map(|r| r.1).collect();
+    if let Some(png) = &args.png {
+        let title = format!("Retry storm: {desc}");
+        let title = title.split("; targets").next().unwrap_or(&title);
+        if let Err(e) = plot::draw(png, &runs, &figures, &sc, title) {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+        println!("wrote {png}");
+    }
+    if let Some(md) = &args.md {
+        let command =
+            std::iter::once("cargo run --release -p payonce-sim --bin retry-storm --".to_owned())
+                .chain(std::env::args().skip(1))
+                .collect::<Vec<_>>()
+                .join(" ");
+        let doc = format!(
+            "# Retry storm\n\nWritten by `crates/sim` (`retry-storm`); do not edit by hand. Produced by:\n\n```sh\n{command}\n```\n\n{desc}\n\n{t}\n![request rate over time per strategy](retry-storm.png)\n"
+        );
+        if let Err(e) = std::fs::write(md, doc) {
+            eprintln!("{md}: {e}");
+            return ExitCode::FAILURE;
+        }
+        println!("wrote {md}");
+    }
+    ExitCode::SUCCESS
+}
+
+fn describe(sc: &Scenario, seed: u64) -> String {
+    format!(
+        "seed {seed}: {} clients, {}, outage [0, {} s), request timeout {} s, capacity {}, Retry-After {} s on 503; targets peak/mean ≤ {TARGET_PEAK_TO_MEAN}, retries/intent ≤ {TARGET_RETRIES_PER_INTENT} (✗ = missed)",
+        sc.clients,
+        sc.arrival,
+        sc.outage_ms / 1000,
+        sc.timeout_ms as f64 / 1000.0,
+        if sc.capacity_rps == 0 { "unlimited".to_owned() } else { format!("{} req/s", sc.capacity_rps) },
+        sc.retry_after_s,
+    )
+}
