@@ -45,6 +45,8 @@ const TARGET_RETRIES_PER_INTENT: f64 = 1.2;
 
 struct Args {
     seed: u64,
+    /// The proposal shown in the last row(s).
+    proposal: Proposal,
     scenario: Scenario,
     png: Option<String>,
     md: Option<String>,
@@ -53,12 +55,18 @@ struct Args {
 fn usage() -> &'static str {
     "usage: retry-storm [--seed N] [--clients N] [--outage-s S] [--arrival burst|spread:MS]\n\
      \x20                  [--timeout-ms MS] [--capacity RPS] [--retry-after S]\n\
+     \x20                  [--proposed-ra-spread F] [--proposed-timeout-window-ms MS]\n\
      \x20                  [--png PATH] [--md PATH] [--no-files]"
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut a = Args {
         seed: 7,
+        proposal: Proposal {
+            retry_after_spread: 1.0,
+            timeout_window_ms: Some(5_000),
+            paced_is_not_failure: true,
+        },
         scenario: Scenario {
             clients: 1_000,
             arrival: Arrival::Burst,
@@ -97,6 +105,14 @@ fn parse_args() -> Result<Args, String> {
                 s.capacity_rps = u32::try_from(num(&v)?).map_err(|_| "--capacity too large")?
             }
             "--retry-after" => s.retry_after_s = num(&v)?,
+            "--proposed-ra-spread" => {
+                a.proposal.retry_after_spread = v
+                    .parse()
+                    .map_err(|_| format!("{flag}: not a number: {v}"))?
+            }
+            "--proposed-timeout-window-ms" => {
+                a.proposal.timeout_window_ms = Some(num(&v)?).filter(|w| *w > 0)
+            }
             "--arrival" => {
                 s.arrival = match v.as_str() {
                     "burst" => Arrival::Burst,
@@ -116,7 +132,7 @@ fn parse_args() -> Result<Args, String> {
 
 /// The strategies, in table order. The last is a proposed change to the SDK's policy, shown
 /// so its effect can be weighed; the SDK itself is not changed by this program.
-fn strategies() -> Vec<Strategy> {
+fn strategies(p: Proposal) -> Vec<Strategy> {
     vec![
         Strategy::NoJitter,
         Strategy::Stripe,
@@ -130,17 +146,22 @@ fn strategies() -> Vec<Strategy> {
             label: "ours + RA jitter",
             policy: RetryPolicy::default(),
             proposal: Proposal {
-                retry_after_spread: 1.0,
-                timeout_window_ms: None,
+                retry_after_spread: p.retry_after_spread,
+                ..Proposal::NONE
             },
         },
         Strategy::Sdk {
             label: "ours + RA jitter + timeout window",
             policy: RetryPolicy::default(),
             proposal: Proposal {
-                retry_after_spread: 1.0,
-                timeout_window_ms: Some(5_000),
+                paced_is_not_failure: false,
+                ..p
             },
+        },
+        Strategy::Sdk {
+            label: "ours + all three",
+            policy: RetryPolicy::default(),
+            proposal: p,
         },
     ]
 }
@@ -194,7 +215,7 @@ fn main() -> ExitCode {
         }
     };
     let sc = args.scenario;
-    let runs: Vec<Run> = strategies()
+    let runs: Vec<Run> = strategies(args.proposal)
         .into_iter()
         .map(|s| model::run(&sc, s, args.seed))
         .collect();
@@ -206,6 +227,9 @@ fn main() -> ExitCode {
     let desc = describe(&sc, args.seed);
     println!("{desc}\n");
     println!("{t}");
+    let sens = sensitivity(&sc, args.seed, args.proposal);
+    println!("Same seed, one change at a time (AWS, the SDK today, the SDK with the proposals):\n");
+    println!("{sens}");
     let figures: Vec<Figures> = rows.into_iter().map(|r| r.1).collect();
     if let Some(png) = &args.png {
         let title = format!("Retry storm: {desc}");
@@ -223,7 +247,7 @@ fn main() -> ExitCode {
                 .collect::<Vec<_>>()
                 .join(" ");
         let doc = format!(
-            "# Retry storm\n\nWritten by `crates/sim` (`retry-storm`); do not edit by hand. Produced by:\n\n```sh\n{command}\n```\n\n{desc}\n\n{t}\n![request rate over time per strategy](retry-storm.png)\n"
+            "# Retry storm\n\nWritten by `crates/sim` (`retry-storm`); do not edit by hand. Produced by:\n\n```sh\n{command}\n```\n\n{desc}\n\n{t}\n![request rate over time per strategy](retry-storm.png)\n\n## One change at a time\n\n{sens}\n{READING}"
         );
         if let Err(e) = std::fs::write(md, doc) {
             eprintln!("{md}: {e}");
@@ -233,6 +257,101 @@ fn main() -> ExitCode {
     }
     ExitCode::SUCCESS
 }
+
+/// AWS, the SDK today and the SDK with every proposal, in variants of `sc` that change one
+/// thing each, so a conclusion can be checked against the scenario it depends on.
+fn sensitivity(sc: &Scenario, seed: u64, proposal: Proposal) -> String {
+    let variants: [(String, Scenario); 6] = [
+        ("as above".into(), *sc),
+        (
+            "unlimited capacity".into(),
+            Scenario {
+                capacity_rps: 0,
+                ..*sc
+            },
+        ),
+        (
+            "capacity 100 req/s".into(),
+            Scenario {
+                capacity_rps: 100,
+                ..*sc
+            },
+        ),
+        (
+            "capacity 500 req/s".into(),
+            Scenario {
+                capacity_rps: 500,
+                ..*sc
+            },
+        ),
+        (
+            "arrivals spread over the outage".into(),
+            Scenario {
+                arrival: Arrival::Spread(sc.outage_ms),
+                ..*sc
+            },
+        ),
+        (
+            "request timeout 5 s".into(),
+            Scenario {
+                timeout_ms: 5_000,
+                ..*sc
+            },
+        ),
+    ];
+    let all = strategies(proposal);
+    let picked = [all[2], all[3], all[all.len() - 1]];
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "| scenario | strategy | retries/intent | peak/mean | busy peak/mean | 503s | given up | drain (s) |"
+    );
+    let _ = writeln!(t, "|---|---|---:|---:|---:|---:|---:|---:|");
+    for (name, v) in &variants {
+        for s in picked {
+            let f = model::figures(&model::run(v, s, seed), v);
+            let _ = writeln!(
+                t,
+                "| {name} | {} | {:.2}{} | {:.2}{} | {:.2} | {} | {} | {:.1} |",
+                s.label(),
+                f.retries_per_intent,
+                mark(f.retries_per_intent <= TARGET_RETRIES_PER_INTENT),
+                f.peak_to_mean,
+                mark(f.peak_to_mean <= TARGET_PEAK_TO_MEAN),
+                f.busy_peak_to_mean,
+                f.shed,
+                f.given_up,
+                f.drain_s,
+            );
+        }
+    }
+    t
+}
+
+/// How to read the tables; fixed text, the figures above carry the numbers.
+const READING: &str = "
+## Reading the figures
+
+- **peak/mean** is the highest 1 s bucket after recovery over the mean from recovery to the
+  drain. While the request timeout (15 s) outlasts the outage (10 s), every client sits on a
+  request the dead server swallowed until 5 s after recovery, so the server idles for those
+  5 s whatever the backoff does, and this ratio cannot reach 1.5 without spreading retries over
+  10 s or more. **busy peak/mean** starts the window at the first request the recovered server
+  receives: the storm's own shape.
+- A high mean is not a virtue: a strategy that keeps hammering a saturated server has a flat
+  rate and many 503s. Read peak/mean together with retries/intent and 503s.
+- **given up** are pay calls that returned `pending` (key kept, nothing lost; the app may
+  resume them): every strategy here stops after 8 failed sends, and a 503 counts as one.
+- The proposals are emulated in `crates/sim/src/strategy.rs` (`Proposal`) by rewriting the
+  verdict the SDK's `Schedule` sees; the SDK is not changed by this program.
+  - *RA jitter*: wait uniformly in `[Retry-After, 2 × Retry-After)` instead of exactly
+    `Retry-After`, so clients shed together do not come back together.
+  - *timeout window*: after our own request timeout, draw the first wait from `[0, 5 s)`
+    (the backoff cap) instead of `[0, 0.5 s)`: clients whose requests hung on a dead server
+    time out together, and half a second cannot spread a crowd.
+  - *paced is not failure* (in \"all three\"): a 429/5xx with `Retry-After` is the server
+    pacing us, bounded by the deadline, not a failed send towards the 8 attempts.
+";
 
 fn describe(sc: &Scenario, seed: u64) -> String {
     format!(

@@ -51,6 +51,10 @@ pub(crate) struct Proposal {
     /// `[0, base)`: everyone whose request hung on a dead server times out at the same moment,
     /// and `[0, 0.5 s)` cannot spread a crowd. `None` = today.
     pub timeout_window_ms: Option<u64>,
+    /// Count a 429/5xx that came with `Retry-After` as the server pacing us (like a poll of an
+    /// attempt in progress: free, bounded by the deadline) rather than as a failed send
+    /// towards `max_attempts`. false = today.
+    pub paced_is_not_failure: bool,
 }
 
 impl Proposal {
@@ -58,6 +62,7 @@ impl Proposal {
     pub(crate) const NONE: Self = Self {
         retry_after_spread: 0.0,
         timeout_window_ms: None,
+        paced_is_not_failure: false,
     };
 }
 
@@ -182,8 +187,14 @@ impl Proposal {
             }
             (ra, _) => *ra,
         };
+        let cause = match (cause, retry_after_ms) {
+            (RetryCause::ServerTrouble, Some(_)) if self.paced_is_not_failure => {
+                RetryCause::InProgress
+            }
+            (c, _) => *c,
+        };
         Verdict::Retry {
-            cause: *cause,
+            cause,
             retry_after_ms: wait,
         }
     }
