@@ -115,12 +115,40 @@ pub fn app(state: AppState, static_dir: Option<PathBuf>) -> Router {
     };
     let router = router
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn(refuse_large_bodies))
         .layer(CatchPanicLayer::custom(panic_response))
         .with_state(state);
     if dev {
         router.layer(dev_cors())
     } else {
         router
+    }
+}
+
+/// Bodies up to this size are read and discarded before a 413 is sent.
+const DRAIN_LIMIT: u64 = 1024 * 1024;
+
+/// Answers 413 to a body declared larger than [`MAX_BODY_BYTES`] before any handler runs.
+/// The body is drained first (up to [`DRAIN_LIMIT`]): closing a socket with unread data
+/// makes TCP reset the connection, and the client would see a reset instead of the problem.
+/// Bodies without a declared length are capped by `DefaultBodyLimit` as they stream.
+async fn refuse_large_bodies(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    match declared {
+        Some(len) if len > MAX_BODY_BYTES as u64 => {
+            if len <= DRAIN_LIMIT {
+                let _ = axum::body::to_bytes(req.into_body(), DRAIN_LIMIT as usize).await;
+            }
+            AppError::code(ErrorCode::PayloadTooLarge).into_response()
+        }
+        _ => next.run(req).await,
     }
 }
 
@@ -223,7 +251,7 @@ pub(crate) fn unhex(s: &str) -> Option<Vec<u8>> {
             _ => None,
         }
     }
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     s.as_bytes()

@@ -19,7 +19,7 @@ use crate::extract::{ApiJson, DevFaultHeader, IdemKeyHeader, PathId};
 use crate::faults::{self, failpoint};
 use crate::orders::load_owned;
 use crate::provider_client::{ChargeOutcome, Lookup};
-use crate::store::attempts::{self as db, AttemptRow, NewAttempt};
+use crate::store::attempts::{self as db, AttemptRow, Final, NewAttempt};
 use crate::store::audit::{self, Entry};
 use crate::store::orders::{get_order, OrderRow};
 use crate::{now_ms, AppState};
@@ -644,13 +644,16 @@ async fn settle_charged(
     .map_err(|e| AppError::internal(e.to_string()))?;
     let now = now_ms();
     let mut tx = state.store.begin_write().await?;
+    let fin = Final {
+        status: AttemptStatus::Succeeded,
+        response_status: 200,
+        response_body: &body,
+        charge_id: Some(&charge.id),
+    };
     if !db::finish(
         &mut *tx,
         &claim.attempt_id,
-        AttemptStatus::Succeeded,
-        200,
-        &body,
-        Some(&charge.id),
+        &fin,
         now,
         expires_at(state, now),
     )
@@ -718,13 +721,16 @@ async fn settle_uncharged(
     let body = problem_body(&problem);
     let now = now_ms();
     let mut tx = state.store.begin_write().await?;
+    let fin = Final {
+        status,
+        response_status: problem.status,
+        response_body: &body,
+        charge_id: None,
+    };
     if !db::finish(
         &mut *tx,
         &claim.attempt_id,
-        status,
-        problem.status,
-        &body,
-        None,
+        &fin,
         now,
         expires_at(state, now),
     )

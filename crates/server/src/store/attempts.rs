@@ -180,15 +180,20 @@ pub(crate) async fn release_lease<'c>(
     Ok(())
 }
 
+/// The final state of an attempt and the answer to replay for it.
+pub(crate) struct Final<'a> {
+    pub status: AttemptStatus,
+    pub response_status: u16,
+    pub response_body: &'a str,
+    pub charge_id: Option<&'a str>,
+}
+
 /// Moves a processing attempt to its final status with the answer to replay. Returns false
 /// when it was no longer processing (someone else settled it first: their answer stands).
 pub(crate) async fn finish<'c>(
     e: impl AnyExecutor<'c>,
     id: &str,
-    status: AttemptStatus,
-    response_status: u16,
-    response_body: &str,
-    charge_id: Option<&str>,
+    fin: &Final<'_>,
     now: i64,
     expires_at: i64,
 ) -> sqlx::Result<bool> {
@@ -197,10 +202,10 @@ pub(crate) async fn finish<'c>(
                 locked_until = NULL, lease_token = NULL, updated_at = $5, expires_at = $6
          WHERE id = $7 AND status = 'processing'",
     )
-    .bind(status.as_str())
-    .bind(i64::from(response_status))
-    .bind(response_body)
-    .bind(charge_id.map(str::to_owned))
+    .bind(fin.status.as_str())
+    .bind(i64::from(fin.response_status))
+    .bind(fin.response_body)
+    .bind(fin.charge_id.map(str::to_owned))
     .bind(now)
     .bind(expires_at)
     .bind(id)

@@ -69,7 +69,7 @@ const MIGRATIONS: &[Migration] = &[Migration {
 
 /// An arbitrary constant naming the migration lock among PostgreSQL advisory locks, so that
 /// several processes starting together migrate one at a time.
-const PG_MIGRATION_LOCK: i64 = 0x7061_796f_6e63_65;
+const PG_MIGRATION_LOCK: i64 = 0x7061_796f_6e63_6521; // "payonce!"
 
 impl Store {
     /// Connects, prepares and migrates.

@@ -1,0 +1,142 @@
+//! Races: the charge-once guarantee under concurrency, in one process and across three.
+
+use crate::common::{client, id_of, key, ledger, Backend, Opts, Proc, Resp, TestApp, TestDb};
+use crate::on_both_backends;
+use futures_util::future::join_all;
+
+const APPROVE: &str = "pm_card_approve";
+
+on_both_backends!(
+    fifty_concurrent_pays_with_one_key_charge_once,
+    two_keys_for_one_order_charge_once
+);
+
+/// All answers must agree: one 200, and every other one the same bytes replayed.
+fn assert_agree(answers: &[Resp]) {
+    let first = &answers[0];
+    for r in answers {
+        assert_eq!(
+            r.status,
+            200,
+            "every request gets the outcome: {}",
+            r.text()
+        );
+        assert_eq!(r.body, first.body, "every request gets the same bytes");
+    }
+    let fresh = answers
+        .iter()
+        .filter(|r| r.header("idempotent-replayed").is_none())
+        .count();
+    assert_eq!(
+        fresh, 1,
+        "exactly one request did the work; the others replayed it"
+    );
+}
+
+async fn fifty_concurrent_pays_with_one_key_charge_once(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let t = app.session("alice").await;
+    let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
+    let k = key();
+    let answers =
+        join_all((0..50).map(|_| app.send(app.pay_request(&t, &id, Some(&k), 1, APPROVE)))).await;
+    assert_agree(&answers);
+    assert_eq!(
+        app.ledger(&id).await.len(),
+        1,
+        "exactly one charge in the provider ledger"
+    );
+    assert_eq!(app.stock("tee-classic").await, 999);
+}
+
+async fn two_keys_for_one_order_charge_once(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let t = app.session("alice").await;
+    for _ in 0..5 {
+        let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
+        let (k1, k2) = (key(), key());
+        let (a, b) = tokio::join!(
+            app.send(app.pay_request(&t, &id, Some(&k1), 1, APPROVE)),
+            app.send(app.pay_request(&t, &id, Some(&k2), 1, APPROVE)),
+        );
+        let mut statuses = [a.status, b.status];
+        statuses.sort_unstable();
+        assert_eq!(statuses, [200, 409], "{} / {}", a.text(), b.text());
+        let loser = if a.status == 409 { &a } else { &b };
+        assert_eq!(loser.code(), "PAYMENT_ALREADY_ACTIVE");
+        assert_eq!(app.ledger(&id).await.len(), 1);
+    }
+}
+
+/// Three API processes on one PostgreSQL database, one standalone provider shared by them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_processes_on_one_postgres_charge_once() {
+    let Some(db) = TestDb::create(Backend::Postgres).await else {
+        return;
+    };
+    let provider = Proc::spawn(
+        &[
+            "mock-provider".into(),
+            "--addr".into(),
+            "127.0.0.1:0".into(),
+        ],
+        false,
+    );
+    let provider_url = provider.provider.clone().unwrap();
+    let mut args = Opts::default().args(&db.url);
+    args.extend(["--provider-url".into(), provider_url.clone()]);
+    // Started together: they also race to migrate the fresh database.
+    let procs: Vec<Proc> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..3)
+            .map(|_| s.spawn(|| Proc::spawn(&args, true)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("spawn"))
+            .collect()
+    });
+    let apis: Vec<String> = procs.iter().map(|p| p.api.clone().unwrap()).collect();
+    let apps: Vec<TestApp> = apis
+        .iter()
+        .map(|api| TestApp {
+            api: api.clone(),
+            provider: provider_url.clone(),
+            http: client(),
+            _procs: vec![],
+            db: None,
+        })
+        .collect();
+    let t = apps[0].session("alice").await;
+
+    // 50 pays with one key, spread over the three processes.
+    let id = id_of(&apps[1].create_order(&t, &[("tee-classic", 1)]).await);
+    let k = key();
+    let answers = join_all((0..50).map(|i| {
+        let app = &apps[i % 3];
+        app.send(app.pay_request(&t, &id, Some(&k), 1, APPROVE))
+    }))
+    .await;
+    assert_agree(&answers);
+    assert_eq!(ledger(&client(), &provider_url, &id).await.len(), 1);
+
+    // Two keys for one order on two processes.
+    for _ in 0..5 {
+        let id = id_of(&apps[0].create_order(&t, &[("mug-enamel", 1)]).await);
+        let (a, b) = tokio::join!(
+            apps[1].send(apps[1].pay_request(&t, &id, Some(&key()), 1, APPROVE)),
+            apps[2].send(apps[2].pay_request(&t, &id, Some(&key()), 1, APPROVE)),
+        );
+        let mut statuses = [a.status, b.status];
+        statuses.sort_unstable();
+        assert_eq!(statuses, [200, 409], "{} / {}", a.text(), b.text());
+        assert_eq!(ledger(&client(), &provider_url, &id).await.len(), 1);
+    }
+    drop(apps);
+    drop(procs);
+    drop(provider);
+    drop(db);
+}

@@ -1,0 +1,414 @@
+//! Bad input of every kind gets a 4xx problem; a proptest fuzzer walks the OpenAPI
+//! document's operations and never finds a 5xx; dev CORS; the OpenAPI document itself.
+
+use crate::common::{id_of, key, Backend, Opts, TestApp};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+const OPENAPI: &str = include_str!("../../openapi.json");
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_are_4xx_problems() {
+    let Some(app) = TestApp::spawn(Backend::Sqlite).await else {
+        return;
+    };
+    let t = app.session("alice").await;
+    let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
+    let pay = app.url(&format!("/orders/{id}/pay"));
+    let k = key();
+    let cases: Vec<(&str, reqwest::RequestBuilder, u16, &str)> = vec![
+        ("syntax", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).header("content-type", "application/json").body("{\"orderVersion\": 1,"), 400, "INVALID_REQUEST"),
+        ("wrong type", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).json(&json!({ "orderVersion": "1", "paymentMethodId": "pm_card_approve" })), 400, "INVALID_REQUEST"),
+        ("negative version", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).json(&json!({ "orderVersion": -1, "paymentMethodId": "pm_card_approve" })), 400, "INVALID_REQUEST"),
+        ("unknown field", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).json(&json!({ "orderVersion": 1, "paymentMethodId": "pm_card_approve", "amount": 1 })), 400, "INVALID_REQUEST"),
+        ("missing field", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).json(&json!({ "orderVersion": 1 })), 400, "INVALID_REQUEST"),
+        ("bad method id", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).json(&json!({ "orderVersion": 1, "paymentMethodId": "pm card; DROP" })), 400, "INVALID_REQUEST"),
+        ("no content type", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).body("{}"), 415, "UNSUPPORTED_MEDIA_TYPE"),
+        ("huge body", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).header("content-type", "application/json").body(format!("{{\"paymentMethodId\":\"{}\"}}", "x".repeat(64 * 1024))), 413, "PAYLOAD_TOO_LARGE"),
+        ("bad key", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", "tiny").json(&json!({ "orderVersion": 1, "paymentMethodId": "pm_card_approve" })), 400, "IDEMPOTENCY_KEY_INVALID"),
+        ("two keys", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).header("Idempotency-Key", key()).json(&json!({ "orderVersion": 1, "paymentMethodId": "pm_card_approve" })), 400, "IDEMPOTENCY_KEY_INVALID"),
+        ("bad token", app.http.post(&pay).bearer_auth("v1.alice.1.deadbeef").header("Idempotency-Key", &k).json(&json!({ "orderVersion": 1, "paymentMethodId": "pm_card_approve" })), 401, "UNAUTHENTICATED"),
+        ("basic auth", app.http.post(&pay).header("authorization", "Basic YWxpY2U6eA==").header("Idempotency-Key", &k).json(&json!({ "orderVersion": 1, "paymentMethodId": "pm_card_approve" })), 401, "UNAUTHENTICATED"),
+        ("bad session user", app.http.post(app.url("/dev/sessions")).json(&json!({ "userId": "alice smith" })), 400, "INVALID_REQUEST"),
+        ("unknown sku", app.http.post(app.url("/orders")).bearer_auth(&t).json(&json!({ "items": [{ "sku": "nope", "quantity": 1 }] })), 400, "INVALID_REQUEST"),
+        ("zero quantity", app.http.post(app.url("/orders")).bearer_auth(&t).json(&json!({ "items": [{ "sku": "tee-classic", "quantity": 0 }] })), 400, "INVALID_REQUEST"),
+        ("huge quantity", app.http.post(app.url("/orders")).bearer_auth(&t).json(&json!({ "items": [{ "sku": "tee-classic", "quantity": 4294967296u64 }] })), 400, "INVALID_REQUEST"),
+        ("no route", app.http.get(app.url("/nope")), 404, "NOT_FOUND"),
+        ("wrong method", app.http.delete(app.url("/orders")), 405, "METHOD_NOT_ALLOWED"),
+        ("unknown fault", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).header("Payonce-Dev-Fault", "explode").json(&json!({ "orderVersion": 1, "paymentMethodId": "pm_card_approve" })), 400, "INVALID_REQUEST"),
+    ];
+    for (name, req, status, code) in cases {
+        let r = app.send(req).await;
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (status, code),
+            "{name}: {}",
+            r.text()
+        );
+        assert!(
+            r.is_problem(),
+            "{name}: content-type {:?}",
+            r.header("content-type")
+        );
+        assert_eq!(r.json()["status"], status, "{name}");
+    }
+    assert!(
+        app.ledger(&id).await.is_empty(),
+        "no bad request charged anything"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_features_are_refused_without_dev_mode() {
+    let Some(app) = TestApp::spawn_with(
+        Backend::Sqlite,
+        Opts {
+            dev: false,
+            ..Opts::default()
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    let r = app
+        .send(
+            app.http
+                .post(app.url("/dev/sessions"))
+                .json(&json!({ "userId": "alice" })),
+        )
+        .await;
+    assert_eq!((r.status, r.code().as_str()), (403, "DEV_MODE_REQUIRED"));
+    // A token signed with the shared secret still authenticates; the fault header does not pass.
+    let r = app
+        .send(
+            app.http
+                .post(app.url("/orders/x/pay"))
+                .header("Payonce-Dev-Fault", "drop-response")
+                .header(
+                    "authorization",
+                    format!("Bearer {}", sign_like_server("alice")),
+                )
+                .header("Idempotency-Key", key())
+                .json(&json!({ "orderVersion": 1, "paymentMethodId": "pm_card_approve" })),
+        )
+        .await;
+    assert_eq!((r.status, r.code().as_str()), (403, "DEV_MODE_REQUIRED"));
+    // No CORS outside dev mode.
+    let r = app
+        .send(
+            app.http
+                .request(reqwest::Method::OPTIONS, app.url("/orders"))
+                .header("origin", "http://localhost:5173")
+                .header("access-control-request-method", "POST"),
+        )
+        .await;
+    assert_eq!(r.header("access-control-allow-origin"), None);
+}
+
+/// The server's token format, rebuilt here so a server without dev sessions can be called.
+fn sign_like_server(user: &str) -> String {
+    use hmac::{KeyInit, Mac};
+    let exp = 4_102_444_800u64; // 2100-01-01
+    let payload = format!("v1.{user}.{exp}");
+    let mut mac =
+        <hmac::Hmac<sha2::Sha256> as KeyInit>::new_from_slice(crate::common::SECRET.as_bytes())
+            .unwrap();
+    mac.update(payload.as_bytes());
+    let tag: String = mac
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("{payload}.{tag}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_cors_allows_localhost_pages_with_credentials() {
+    let Some(app) = TestApp::spawn(Backend::Sqlite).await else {
+        return;
+    };
+    let t = app.session("alice").await;
+    let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
+    let origin = "http://localhost:5173";
+    let r = app
+        .send(
+            app.http
+                .request(
+                    reqwest::Method::OPTIONS,
+                    app.url(&format!("/orders/{id}/pay")),
+                )
+                .header("origin", origin)
+                .header("access-control-request-method", "POST")
+                .header(
+                    "access-control-request-headers",
+                    "content-type,idempotency-key",
+                ),
+        )
+        .await;
+    assert!(r.status < 300, "preflight: {} {}", r.status, r.text());
+    assert_eq!(
+        r.header("access-control-allow-origin").as_deref(),
+        Some(origin)
+    );
+    assert_eq!(
+        r.header("access-control-allow-credentials").as_deref(),
+        Some("true")
+    );
+    let allowed = r
+        .header("access-control-allow-headers")
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    assert!(
+        allowed.contains("idempotency-key") && allowed.contains("content-type"),
+        "{allowed}"
+    );
+    assert!(r
+        .header("access-control-allow-methods")
+        .unwrap_or_default()
+        .contains("POST"));
+
+    // The actual request: the page can read the replay and retry headers.
+    let k = key();
+    app.pay(&t, &id, Some(&k), 1, "pm_card_approve").await;
+    let r = app
+        .send(
+            app.pay_request(&t, &id, Some(&k), 1, "pm_card_approve")
+                .header("origin", "http://127.0.0.1:4173"),
+        )
+        .await;
+    assert_eq!(
+        r.header("access-control-allow-origin").as_deref(),
+        Some("http://127.0.0.1:4173")
+    );
+    assert_eq!(
+        r.header("access-control-allow-credentials").as_deref(),
+        Some("true")
+    );
+    let exposed = r
+        .header("access-control-expose-headers")
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    assert!(
+        exposed.contains("idempotent-replayed") && exposed.contains("retry-after"),
+        "{exposed}"
+    );
+    assert_eq!(r.header("idempotent-replayed").as_deref(), Some("true"));
+
+    // A foreign origin gets no CORS grant.
+    let r = app
+        .send(
+            app.http
+                .request(reqwest::Method::OPTIONS, app.url("/orders"))
+                .header("origin", "http://evil.example")
+                .header("access-control-request-method", "POST"),
+        )
+        .await;
+    assert_eq!(r.header("access-control-allow-origin"), None);
+}
+
+/// `(method, path)` of every operation in the document.
+fn operations(doc: &Value) -> Vec<(String, String)> {
+    let mut ops = Vec::new();
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for method in item.as_object().expect("path item").keys() {
+            ops.push((method.clone(), path.clone()));
+        }
+    }
+    ops
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openapi_document_is_served_and_lists_every_route() {
+    let Some(app) = TestApp::spawn(Backend::Sqlite).await else {
+        return;
+    };
+    let r = app.send(app.http.get(app.url("/openapi.json"))).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.text(),
+        OPENAPI,
+        "the served document is the one in the repository"
+    );
+    let doc = r.json();
+    let ops = operations(&doc);
+    for (method, path) in payonce_server::ROUTES {
+        assert!(
+            ops.contains(&(method.to_string(), path.to_string())),
+            "{method} {path} missing from openapi.json"
+        );
+    }
+    // And every documented operation is routed (not a 404/405 fallback).
+    for (method, path) in &ops {
+        let url = app.url(&path.replace("{id}", "ord_x"));
+        let m = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+        let r = app.send(app.http.request(m, url)).await;
+        assert!(
+            !["NOT_FOUND", "METHOD_NOT_ALLOWED"].contains(&r.code().as_str()) || r.status == 200,
+            "{method} {path}: {}",
+            r.text()
+        );
+    }
+}
+
+// --- the fuzzer ------------------------------------------------------------------------
+
+fn json_value() -> impl Strategy<Value = Value> {
+    let names = prop_oneof![
+        Just("items".to_owned()),
+        Just("sku".to_owned()),
+        Just("quantity".to_owned()),
+        Just("orderVersion".to_owned()),
+        Just("paymentMethodId".to_owned()),
+        Just("key".to_owned()),
+        Just("coupon".to_owned()),
+        Just("address".to_owned()),
+        Just("userId".to_owned()),
+        "[a-zA-Z]{1,8}",
+    ];
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        (0u64..5).prop_map(Value::from),
+        any::<f64>().prop_map(Value::from),
+        Just(Value::from("tee-classic")),
+        Just(Value::from("pm_card_approve")),
+        Just(Value::from("SAVE10")),
+        ".{0,24}".prop_map(Value::from),
+    ];
+    leaf.prop_recursive(3, 24, 5, move |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            proptest::collection::btree_map(names.clone(), inner, 0..4)
+                .prop_map(|m: BTreeMap<String, Value>| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+#[derive(Debug, Clone)]
+enum Body {
+    None,
+    Json(Value),
+    Bytes(Vec<u8>),
+}
+
+#[derive(Debug, Clone)]
+struct Case {
+    op: usize,
+    id: Option<String>,
+    auth: u8,
+    key: Option<String>,
+    body: Body,
+    content_type: Option<&'static str>,
+}
+
+fn case(n_ops: usize) -> impl Strategy<Value = Case> {
+    let body = prop_oneof![
+        Just(Body::None),
+        json_value().prop_map(Body::Json),
+        proptest::collection::vec(any::<u8>(), 0..64).prop_map(Body::Bytes),
+    ];
+    let key = prop_oneof![
+        Just(None),
+        "[A-Za-z0-9-]{16,40}".prop_map(Some),
+        ".{0,30}".prop_map(Some),
+        Just(Some(String::new()))
+    ];
+    let id = prop_oneof![
+        Just(None),
+        "[A-Za-z0-9_.~-]{1,40}".prop_map(Some),
+        Just(Some("%FF%FE".to_owned())),
+        Just(Some("..".to_owned()))
+    ];
+    let ct = prop_oneof![
+        Just(Some("application/json")),
+        Just(None),
+        Just(Some("text/plain")),
+        Just(Some("application/json; charset=utf-8"))
+    ];
+    (0..n_ops, id, 0u8..3, key, body, ct).prop_map(|(op, id, auth, key, body, content_type)| Case {
+        op,
+        id,
+        auth,
+        key,
+        body,
+        content_type,
+    })
+}
+
+#[test]
+fn fuzzing_every_documented_operation_finds_no_5xx() {
+    let rt = rt();
+    let Some(app) = rt.block_on(TestApp::spawn(Backend::Sqlite)) else {
+        return;
+    };
+    let doc: Value = serde_json::from_str(OPENAPI).unwrap();
+    let ops = operations(&doc);
+    let (token, order) = rt.block_on(async {
+        let t = app.session("fuzzer").await;
+        let o = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
+        (t, o)
+    });
+    let mut runner = TestRunner::new(Config {
+        cases: 400,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let result = runner.run(&case(ops.len()), |c| {
+        let (method, template) = &ops[c.op];
+        // Half the time the real order, so the fuzzer gets past the 404.
+        let id = c.id.clone().unwrap_or_else(|| order.clone());
+        let url = app.url(&template.replace("{id}", &id));
+        let m = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+        let mut req = app.http.request(m, url);
+        req = match c.auth {
+            0 => req.bearer_auth(&token),
+            1 => req.bearer_auth("v1.fuzzer.1.bad"),
+            _ => req,
+        };
+        if let Some(k) = &c.key {
+            if let Ok(v) = reqwest::header::HeaderValue::from_str(k) {
+                req = req.header("Idempotency-Key", v);
+            }
+        }
+        if let Some(ct) = c.content_type {
+            req = req.header("content-type", ct);
+        }
+        req = match &c.body {
+            Body::None => req,
+            Body::Json(v) => req.body(serde_json::to_vec(v).unwrap()),
+            Body::Bytes(b) => req.body(b.clone()),
+        };
+        let r = rt.block_on(app.send(req));
+        if r.status >= 500 {
+            return Err(TestCaseError::fail(format!(
+                "{method} {template}: {} {}",
+                r.status,
+                r.text()
+            )));
+        }
+        if r.status >= 400 && !r.is_problem() {
+            return Err(TestCaseError::fail(format!(
+                "{method} {template}: {} is not a problem: {}",
+                r.status,
+                r.text()
+            )));
+        }
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("fuzzer found a failure: {e}");
+    }
+}

@@ -1,0 +1,13 @@
+//! Black-box tests of `payonce-server`: the real binary, real SQLite files and a real
+//! PostgreSQL server, over HTTP. One binary, so the test suite links once.
+//!
+//! # Layout
+//! - `common`: the harness ([`common::TestApp`], fresh databases, process spawning).
+//! - `rules`: every pay rule of issue #3 and every cancel row, on both backends.
+//! - `concurrency`: 50 concurrent pays, two keys racing, three processes on one PostgreSQL.
+//! - `input`: malformed input of every kind, the OpenAPI fuzzer, CORS, the OpenAPI document.
+
+mod common;
+mod concurrency;
+mod input;
+mod rules;
