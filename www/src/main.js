@@ -50,6 +50,7 @@ const state = {
   abort: null,
   running: null,
   userAbort: false,
+  longWait: false,
 };
 
 // ---------------------------------------------------------------- small view helpers
@@ -174,12 +175,16 @@ async function reloadOrder() {
 function onStatus(ev) {
   const name = statusName(ev);
   log(`sdk: ${name}`);
+  // Once the wait is long, later polls ("processing" on each 202/IN_PROGRESS) must not put
+  // "Processing…" back: the customer keeps the long-wait message until an outcome arrives.
+  if (state.longWait && (name === "processing" || name === "checkingStatus")) return;
   if (name === "processing") {
     setStatus(TEXT.processing, "busy");
   } else if (name === "checkingStatus") {
     setStatus(TEXT.checking, "busy");
     offerCancel("We don't know yet whether the payment went through. Retrying keeps the same key, so it cannot charge twice.");
   } else if (name === "takingLonger") {
+    state.longWait = true;
     setStatus(TEXT.longWait, "busy");
     offerCancel("You may keep this page open or come back later; refreshing is safe.");
   } else if (name === "waitingForNetwork") {
@@ -197,6 +202,7 @@ async function runAttempt(start) {
   setBusy(true);
   hideNotice();
   state.userAbort = false;
+  state.longWait = false;
   const abort = new AbortController();
   state.abort = abort;
   const run = (async () => {
