@@ -28,6 +28,8 @@
 //!   random flow of 200 req/s would already show peak/mean ≈ 1.5 in them). The recovery window
 //!   runs from recovery to the end of the last pay call ("drain"); mean = requests in it / its
 //!   length. Retries per intent = (requests − intents) / intents.
+//! - The last rows are proposed changes to the SDK's policy, emulated on top of the core
+//!   (`strategy::Proposal`; tune with `--proposed-*`); the SDK itself is not changed here.
 
 mod model;
 mod plot;
@@ -241,13 +243,17 @@ fn main() -> ExitCode {
         println!("wrote {png}");
     }
     if let Some(md) = &args.md {
-        let command =
-            std::iter::once("cargo run --release -p payonce-sim --bin retry-storm --".to_owned())
-                .chain(std::env::args().skip(1))
-                .collect::<Vec<_>>()
-                .join(" ");
+        let flags: Vec<String> = std::env::args().skip(1).collect();
+        let command = if flags.is_empty() {
+            "cargo run --release -p payonce-sim --bin retry-storm".to_owned()
+        } else {
+            format!(
+                "cargo run --release -p payonce-sim --bin retry-storm -- {}",
+                flags.join(" ")
+            )
+        };
         let doc = format!(
-            "# Retry storm\n\nWritten by `crates/sim` (`retry-storm`); do not edit by hand. Produced by:\n\n```sh\n{command}\n```\n\n{desc}\n\n{t}\n![request rate over time per strategy](retry-storm.png)\n\n## One change at a time\n\n{sens}\n{READING}"
+            "# Retry storm\n\nWritten by `crates/sim` (`retry-storm`); do not edit by hand. Produced from the repository root by:\n\n```sh\n{command}\n```\n\n{desc}\n\n{t}\n![request rate over time per strategy](retry-storm.png)\n\n## One change at a time\n\n{sens}\n{READING}"
         );
         if let Err(e) = std::fs::write(md, doc) {
             eprintln!("{md}: {e}");
