@@ -41,6 +41,7 @@ export function createApi(baseUrl) {
     createOrder: (items) => call("POST", "/orders", { items }),
     getOrder: (id) => call("GET", `/orders/${enc(id)}`),
     updateCart: (id, patch) => call("PATCH", `/orders/${enc(id)}/cart`, patch),
+    openapi: () => call("GET", "/openapi.json"),
     /** Dev-only configuration (provider URL, available faults); null when the server has none. */
     devConfig: async () => {
       try {
@@ -64,4 +65,16 @@ export async function fetchLedger(providerUrl, orderId) {
   if (!res.ok) throw new Error(`ledger: HTTP ${res.status}`);
   const body = await res.json();
   return body.charges ?? [];
+}
+
+/**
+ * POST <provider>/dev/webhooks/redeliver?orderId=: the provider sends the order's webhook
+ * events again (deliberate duplicates). Answers the number of events, or throws.
+ */
+export async function redeliverWebhooks(providerUrl, orderId) {
+  const url = `${providerUrl.replace(/\/+$/, "")}/dev/webhooks/redeliver?orderId=${encodeURIComponent(orderId)}`;
+  const res = await fetch(url, { method: "POST" });
+  const body = await res.json().catch(() => null);
+  if (res.status !== 202) throw new Error(body?.detail ?? `HTTP ${res.status}`);
+  return body?.redelivered ?? 0;
 }

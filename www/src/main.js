@@ -6,7 +6,7 @@
 //   ?provider=URL     mock provider URL for the ledger panel (else GET /dev/config)
 //   ?longWaitMs= ?requestTimeoutMs= ?deadlineMs=   SDK timings (tests shorten them)
 import "./style.css";
-import { createApi, catalogItems, fetchLedger } from "./api.js";
+import { createApi, catalogItems, fetchLedger, redeliverWebhooks } from "./api.js";
 import { installDevNetwork } from "./devnet.js";
 import { formatMoney, shortId } from "./format.js";
 import { loadSdk, statusName, errorCode } from "./sdk.js";
@@ -504,8 +504,37 @@ async function refreshLedger() {
 
 // ---------------------------------------------------------------- dev panel
 
-function setupDevPanel(config) {
+/**
+ * Which later-issue dev features this server build has. Probed without side effects: the
+ * OpenAPI document names the fault values it accepts, and a redelivery for an order that has
+ * no events tells whether the provider has a webhook URL (it answers 400 without one).
+ */
+async function detectFeatures(config) {
   const faults = new Set(config?.faults ?? []);
+  try {
+    if (JSON.stringify(await state.api.openapi()).includes("crash-after-charge")) faults.add("crash-after-charge");
+  } catch {
+    // no document: only /dev/config counts
+  }
+  let webhooks = false;
+  if (state.providerUrl) {
+    try {
+      await redeliverWebhooks(state.providerUrl, "payonce-demo-probe-no-such-order");
+      webhooks = true;
+    } catch {
+      webhooks = false;
+    }
+  }
+  return { faults, webhooks };
+}
+
+function markUnavailable(el) {
+  el.title = UNAVAILABLE;
+  el.classList.add("unavailable");
+  el.append(Object.assign(document.createElement("span"), { className: "muted small", textContent: ` (${UNAVAILABLE})` }));
+}
+
+function setupDevPanel({ faults, webhooks }) {
   const drop = $("fault-drop");
   drop.addEventListener("change", () => log(`dev: lose the next response ${drop.checked ? "on" : "off"}`));
   const offline = $("fault-offline");
@@ -513,27 +542,39 @@ function setupDevPanel(config) {
     state.devnet.offline = offline.checked;
     log(`dev: payment requests ${offline.checked ? "blocked (network down)" : "flow again"}`);
   });
-  // Issue-4 server features: enabled only when the server says it has them.
-  for (const [id, labelId, fault] of [
-    ["fault-crash", "crash-label", "crash-after-charge"],
-    ["fault-dup-webhooks", "dupwh-label", "duplicate-webhooks"],
-  ]) {
-    const box = $(id);
-    if (faults.has(fault)) {
-      box.disabled = false;
-      box.addEventListener("change", () => {
-        state.devnet.nextFault = box.checked ? fault : null;
-        log(`dev: ${fault} ${box.checked ? "armed for the next payment" : "off"}`);
-      });
-      state.devnet.onConsumed(() => {
-        box.checked = false;
-      });
-    } else {
-      box.disabled = true;
-      $(labelId).title = UNAVAILABLE;
-      $(labelId).classList.add("unavailable");
-      $(labelId).append(Object.assign(document.createElement("span"), { className: "muted small", textContent: ` (${UNAVAILABLE})` }));
-    }
+  // Issue-4 server features: enabled only when this build has them.
+  const crash = $("fault-crash");
+  if (faults.has("crash-after-charge")) {
+    crash.disabled = false;
+    crash.addEventListener("change", () => {
+      state.devnet.nextFault = crash.checked ? "crash-after-charge" : null;
+      log(`dev: crash after charge ${crash.checked ? "armed for the next payment" : "off"}`);
+    });
+    state.devnet.onConsumed(() => {
+      crash.checked = false;
+    });
+  } else {
+    crash.disabled = true;
+    markUnavailable($("crash-label"));
+  }
+  const dup = $("dup-webhooks");
+  if (webhooks) {
+    dup.disabled = false;
+    dup.addEventListener("click", async () => {
+      try {
+        const n = await redeliverWebhooks(state.providerUrl, state.order.id);
+        log(`dev: the provider sends this order's ${n} webhook event(s) again`);
+      } catch (err) {
+        log(`dev: redelivery failed (${err.message})`);
+      }
+      setTimeout(() => {
+        reloadOrder().catch(() => {});
+        refreshLedger();
+      }, 1000);
+    });
+  } else {
+    dup.disabled = true;
+    markUnavailable(dup);
   }
   $("change-elsewhere").addEventListener("click", changeElsewhere);
   $("ledger-refresh").addEventListener("click", refreshLedger);
@@ -599,7 +640,7 @@ async function main() {
   }
   state.client = await sdk.PayonceClient.create(options);
 
-  setupDevPanel(config);
+  setupDevPanel(await detectFeatures(config));
   $("pay").addEventListener("click", onPay);
   $("edit-cart").addEventListener("click", openEditor);
   $("editor-cancel").addEventListener("click", closeEditor);
