@@ -127,3 +127,63 @@ impl FromRequestParts<AppState> for DevFaultHeader {
         Ok(Self(Some(fault)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::{HeaderValue, Request};
+    use proptest::prelude::*;
+
+    fn parts_with(values: &[HeaderValue]) -> Parts {
+        let mut req = Request::new(());
+        for v in values {
+            req.headers_mut().append(IDEMPOTENCY_KEY, v.clone());
+        }
+        req.into_parts().0
+    }
+
+    fn code(r: &Result<IdempotencyKey, AppError>) -> Option<ErrorCode> {
+        match r {
+            Err(AppError::Client(p)) => Some(p.code),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn missing_duplicate_and_quoted_keys() {
+        assert_eq!(
+            code(&parse_key_header(&parts_with(&[]))),
+            Some(ErrorCode::IdempotencyKeyMissing)
+        );
+        let k = HeaderValue::from_static("0123456789abcdef");
+        assert_eq!(
+            code(&parse_key_header(&parts_with(&[k.clone(), k.clone()]))),
+            Some(ErrorCode::IdempotencyKeyInvalid)
+        );
+        let quoted = HeaderValue::from_static("\"0123456789abcdef\"");
+        assert_eq!(
+            parse_key_header(&parts_with(&[quoted])).unwrap(),
+            parse_key_header(&parts_with(&[k])).unwrap()
+        );
+    }
+
+    proptest! {
+        /// Any header bytes: never a panic; accepted exactly when the protocol parser accepts
+        /// the text, and otherwise a 400 IDEMPOTENCY_KEY_INVALID with a reason.
+        #[test]
+        fn any_header_value_is_a_key_or_a_400(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let Ok(value) = HeaderValue::from_bytes(&bytes) else { return Ok(()) };
+            let result = parse_key_header(&parts_with(&[value.clone()]));
+            match value.to_str().ok().map(IdempotencyKey::parse) {
+                Some(Ok(k)) => prop_assert_eq!(result.unwrap(), k),
+                _ => match result {
+                    Err(AppError::Client(p)) => {
+                        prop_assert_eq!(p.code, ErrorCode::IdempotencyKeyInvalid);
+                        prop_assert!(p.reason.is_some());
+                    }
+                    other => prop_assert!(false, "unexpected {:?}", other.map(|k| k.to_string())),
+                },
+            }
+        }
+    }
+}

@@ -297,6 +297,46 @@ fn json_value() -> impl Strategy<Value = Value> {
     })
 }
 
+/// Objects with the API's own members, valid or not, so cases get past the JSON layer and
+/// into the rules.
+fn shaped_body(preferred: u8) -> impl Strategy<Value = Value> {
+    let version = prop_oneof![4 => Just(json!(1)), 1 => Just(json!(2)), 1 => json_value()];
+    let method = prop_oneof![
+        Just(json!("pm_card_approve")),
+        Just(json!("pm_card_decline")),
+        Just(json!("pm_card_transient")),
+        json_value()
+    ];
+    let sku = prop_oneof![
+        Just(json!("tee-classic")),
+        Just(json!("poster-limited")),
+        json_value()
+    ];
+    let quantity = prop_oneof![(1u32..5).prop_map(|q| json!(q)), json_value()];
+    let line = (sku, quantity).prop_map(|(s, q)| json!({ "sku": s, "quantity": q }));
+    let items = proptest::collection::vec(line, 0..3).prop_map(Value::Array);
+    let key = prop_oneof!["[A-Za-z0-9-]{16,40}".prop_map(Value::from), json_value()];
+    // Mostly the exact member set of one operation; sometimes any mix.
+    let mask = prop_oneof![3 => Just(preferred), 1 => any::<u8>()];
+    (version, method, items, key, mask).prop_map(|(v, m, items, k, mask)| {
+        let mut o = serde_json::Map::new();
+        let members = [
+            ("orderVersion", v),
+            ("paymentMethodId", m),
+            ("items", items),
+            ("key", k),
+            ("coupon", json!("SAVE10")),
+            ("userId", json!("fuzzer")),
+        ];
+        for (bit, (name, value)) in members.into_iter().enumerate() {
+            if mask & (1 << bit) != 0 {
+                o.insert(name.to_owned(), value);
+            }
+        }
+        Value::Object(o)
+    })
+}
+
 #[derive(Debug, Clone)]
 enum Body {
     None,
@@ -314,37 +354,57 @@ struct Case {
     content_type: Option<&'static str>,
 }
 
-fn case(n_ops: usize) -> impl Strategy<Value = Case> {
-    let body = prop_oneof![
-        Just(Body::None),
-        json_value().prop_map(Body::Json),
-        proptest::collection::vec(any::<u8>(), 0..64).prop_map(Body::Bytes),
-    ];
-    let key = prop_oneof![
-        Just(None),
-        "[A-Za-z0-9-]{16,40}".prop_map(Some),
-        ".{0,30}".prop_map(Some),
-        Just(Some(String::new()))
-    ];
-    let id = prop_oneof![
-        Just(None),
-        "[A-Za-z0-9_.~-]{1,40}".prop_map(Some),
-        Just(Some("%FF%FE".to_owned())),
-        Just(Some("..".to_owned()))
-    ];
-    let ct = prop_oneof![
-        Just(Some("application/json")),
-        Just(None),
-        Just(Some("text/plain")),
-        Just(Some("application/json; charset=utf-8"))
-    ];
-    (0..n_ops, id, 0u8..3, key, body, ct).prop_map(|(op, id, auth, key, body, content_type)| Case {
-        op,
-        id,
-        auth,
-        key,
-        body,
-        content_type,
+/// The member set (bits of [`shaped_body`]) of the operation's own request body.
+fn preferred_members(method: &str, path: &str) -> u8 {
+    match (method, path) {
+        ("post", p) if p.ends_with("/pay") => 0b11,
+        ("post", "/orders") => 0b10100,
+        ("patch", _) => 0b10100,
+        ("post", p) if p.ends_with("/cancel") => 0b1000,
+        ("post", "/dev/sessions") => 0b100000,
+        _ => 0,
+    }
+}
+
+/// Valid choices are weighted up so that many cases reach the rules behind the extractors.
+fn case(ops: Vec<(String, String)>) -> impl Strategy<Value = Case> {
+    (0..ops.len()).prop_flat_map(move |op| {
+        let preferred = preferred_members(&ops[op].0, &ops[op].1);
+        let body = prop_oneof![
+            1 => Just(Body::None),
+            1 => json_value().prop_map(Body::Json),
+            4 => shaped_body(preferred).prop_map(Body::Json),
+            1 => proptest::collection::vec(any::<u8>(), 0..64).prop_map(Body::Bytes),
+        ];
+        let key = prop_oneof![
+            1 => Just(None),
+            4 => "[A-Za-z0-9-]{16,40}".prop_map(Some),
+            1 => ".{0,30}".prop_map(Some),
+            1 => Just(Some(String::new())),
+        ];
+        let id = prop_oneof![
+            4 => Just(None),
+            1 => "[A-Za-z0-9_.~-]{1,40}".prop_map(Some),
+            1 => Just(Some("%FF%FE".to_owned())),
+            1 => Just(Some("..".to_owned())),
+        ];
+        let auth = prop_oneof![4 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8)];
+        let ct = prop_oneof![
+            4 => Just(Some("application/json")),
+            1 => Just(None),
+            1 => Just(Some("text/plain")),
+            1 => Just(Some("application/json; charset=utf-8")),
+        ];
+        (Just(op), id, auth, key, body, ct).prop_map(|(op, id, auth, key, body, content_type)| {
+            Case {
+                op,
+                id,
+                auth,
+                key,
+                body,
+                content_type,
+            }
+        })
     })
 }
 
@@ -361,12 +421,13 @@ fn fuzzing_every_documented_operation_finds_no_5xx() {
         let o = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
         (t, o)
     });
+    let statuses = std::sync::Mutex::new(std::collections::BTreeMap::<u16, usize>::new());
     let mut runner = TestRunner::new(Config {
-        cases: 400,
+        cases: 1500,
         failure_persistence: None,
         ..Config::default()
     });
-    let result = runner.run(&case(ops.len()), |c| {
+    let result = runner.run(&case(ops.clone()), |c| {
         let (method, template) = &ops[c.op];
         // Half the time the real order, so the fuzzer gets past the 404.
         let id = c.id.clone().unwrap_or_else(|| order.clone());
@@ -392,6 +453,7 @@ fn fuzzing_every_documented_operation_finds_no_5xx() {
             Body::Bytes(b) => req.body(b.clone()),
         };
         let r = rt.block_on(app.send(req));
+        *statuses.lock().unwrap().entry(r.status).or_default() += 1;
         if r.status >= 500 {
             return Err(TestCaseError::fail(format!(
                 "{method} {template}: {} {}",
@@ -411,4 +473,20 @@ fn fuzzing_every_documented_operation_finds_no_5xx() {
     if let Err(e) = result {
         panic!("fuzzer found a failure: {e}");
     }
+    // The fuzzer must reach the rules, not only bounce off the JSON layer.
+    let statuses = statuses.into_inner().unwrap();
+    let ok = statuses
+        .iter()
+        .filter(|(s, _)| **s < 300)
+        .map(|(_, n)| n)
+        .sum::<usize>();
+    let deep = [402u16, 409, 422]
+        .iter()
+        .filter_map(|s| statuses.get(s))
+        .sum::<usize>();
+    assert!(
+        ok >= 20 && deep >= 5,
+        "the fuzzer stayed shallow: {statuses:?}"
+    );
+    eprintln!("fuzzer statuses: {statuses:?}");
 }
