@@ -173,7 +173,7 @@ mod tests {
         #[test]
         fn any_header_value_is_a_key_or_a_400(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
             let Ok(value) = HeaderValue::from_bytes(&bytes) else { return Ok(()) };
-            let result = parse_key_header(&parts_with(&[value.clone()]));
+            let result = parse_key_header(&parts_with(std::slice::from_ref(&value)));
             match value.to_str().ok().map(IdempotencyKey::parse) {
                 Some(Ok(k)) => prop_assert_eq!(result.unwrap(), k),
                 _ => match result {
