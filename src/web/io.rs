@@ -75,6 +75,10 @@ impl Abort {
         Self { signal, fired }
     }
 
+    pub(crate) fn is_none(&self) -> bool {
+        self.signal.is_none()
+    }
+
     pub(crate) fn aborted(&self) -> bool {
         self.signal.as_ref().is_some_and(|s| s.aborted())
     }
@@ -209,12 +213,11 @@ pub(crate) async fn post<T: DeserializeOwned>(
             Ok(p) => JsFuture::from(p).await.ok(),
             Err(_) => None,
         };
-        let ok = (200..300).contains(&status).then(|| {
-            body.clone()
-                .and_then(|b| serde_wasm_bindgen::from_value(b).ok())
-        });
+        let ok = (200..300)
+            .contains(&status)
+            .then(|| body.clone().and_then(|b| crate::web::jsv::from_js(b).ok()));
         let problem = (!(200..300).contains(&status))
-            .then(|| body.and_then(|b| serde_wasm_bindgen::from_value(b).ok()));
+            .then(|| body.and_then(|b| crate::web::jsv::from_js(b).ok()));
         Ok::<_, JsValue>(Reply::Http {
             status,
             retry_after,

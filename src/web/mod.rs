@@ -8,6 +8,7 @@
 //! - [`tabs`]: BroadcastChannel receipts and duplicate-tab detection.
 
 mod io;
+mod jsv;
 mod store;
 mod tabs;
 
@@ -23,12 +24,11 @@ use payonce_protocol::body::{paths, DevFault};
 use payonce_protocol::{headers, CancelRequest, CheckoutSnapshot, IdempotencyKey, PayResponse};
 use serde::{Deserialize, Serialize};
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
 use std::rc::Rc;
 use store::Store;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
-use wasm_bindgen_futures::{future_to_promise, JsFuture};
+use wasm_bindgen_futures::{spawn_local, JsFuture};
 
 #[wasm_bindgen(typescript_custom_section)]
 const TS_TYPES: &'static str = r#"
@@ -187,7 +187,7 @@ struct Inner {
     store: Store,
     on_warning: Option<Function>,
     /// Pay calls running in this client, by order: a double click joins the running call.
-    inflight: RefCell<BTreeMap<String, (CheckoutSnapshot, Promise)>>,
+    inflight: RefCell<Vec<(CheckoutSnapshot, Promise)>>,
 }
 
 impl Inner {
@@ -221,8 +221,9 @@ impl PayonceClient {
     pub fn create(
         #[wasm_bindgen(unchecked_param_type = "ClientOptions")] options: JsValue,
     ) -> Result<PayonceClient, JsValue> {
-        let o: Options = serde_wasm_bindgen::from_value(options.clone())
-            .map_err(|e| SdkError::InvalidConfig(e.to_string()))?;
+        let o: Options = jsv::from_js(options.clone()).map_err(|_| {
+            SdkError::InvalidConfig("the options do not match ClientOptions".into())
+        })?;
         if !(o.base_url.starts_with("http://") || o.base_url.starts_with("https://")) {
             return Err(SdkError::InvalidConfig("baseUrl must be an http(s) URL".into()).into());
         }
@@ -238,7 +239,7 @@ impl PayonceClient {
             budget: RefCell::new(RetryBudget::new(policy.budget)),
             store,
             on_warning,
-            inflight: RefCell::new(BTreeMap::new()),
+            inflight: RefCell::new(Vec::new()),
         };
         inner.note(fell);
         tabs::join(inner.on_warning.clone());
@@ -257,10 +258,12 @@ impl PayonceClient {
         #[wasm_bindgen(unchecked_param_type = "Checkout")] checkout: JsValue,
         #[wasm_bindgen(unchecked_param_type = "PayOptions")] options: Option<js_sys::Object>,
     ) -> Promise {
-        match serde_wasm_bindgen::from_value::<CheckoutSnapshot>(checkout) {
+        match jsv::from_js::<CheckoutSnapshot>(checkout) {
             Ok(c) if !c.order_id.is_empty() => start_pay(&self.inner, c, options),
             Ok(_) => rejected(SdkError::InvalidCheckout("orderId is empty".into())),
-            Err(e) => rejected(SdkError::InvalidCheckout(e.to_string())),
+            Err(_) => rejected(SdkError::InvalidCheckout(
+                "the checkout does not match Checkout".into(),
+            )),
         }
     }
 
@@ -285,10 +288,7 @@ impl PayonceClient {
     #[wasm_bindgen(unchecked_return_type = "Promise<CancelOutcome>")]
     pub fn cancel(&self, #[wasm_bindgen(js_name = orderId)] order_id: String) -> Promise {
         let inner = self.inner.clone();
-        future_to_promise(async move {
-            let outcome = cancel(&inner, &order_id).await;
-            Ok(store::to_js(&outcome))
-        })
+        spawn_promise(async move { Ok::<_, JsValue>(to_js(&cancel(&inner, &order_id).await)) })
     }
 
     /// The unresolved attempt stored for `orderId`, if any.
@@ -312,7 +312,7 @@ impl PayonceClient {
         }
         match self.inner.store.get(&order_id) {
             Entry::Missing => JsValue::UNDEFINED,
-            Entry::Valid(a) => store::to_js(&Pending {
+            Entry::Valid(a) => to_js(&Pending {
                 state: a.state.as_str(),
                 order_id: &order_id,
                 order_version: Some(a.snapshot.order_version),
@@ -321,7 +321,7 @@ impl PayonceClient {
                 created_at: Some(a.created_at),
                 sends: Some(a.sends),
             }),
-            Entry::Unreadable { key } => store::to_js(&Pending {
+            Entry::Unreadable { key } => to_js(&Pending {
                 state: "unreadable",
                 order_id: &order_id,
                 order_version: None,
@@ -404,7 +404,12 @@ fn start_pay(
     options: Option<js_sys::Object>,
 ) -> Promise {
     let order_id = checkout.order_id.clone();
-    let running = inner.inflight.borrow().get(&order_id).cloned();
+    let running = inner
+        .inflight
+        .borrow()
+        .iter()
+        .find(|(c, _)| c.order_id == order_id)
+        .cloned();
     if let Some((snapshot, promise)) = running {
         if snapshot != checkout {
             return rejected(SdkError::SnapshotConflict);
@@ -412,22 +417,45 @@ fn start_pay(
         // Same intention while a call runs (double click): share its outcome, but honour
         // this caller's own signal.
         let mut call = PayCall::from_js(options.as_ref());
-        return future_to_promise(async move { call.abort.guard(JsFuture::from(promise)).await? });
+        if call.abort.is_none() {
+            return promise;
+        }
+        return spawn_promise(async move {
+            match call.abort.guard(JsFuture::from(promise)).await {
+                Ok(shared) => shared,
+                Err(e) => Err(e.into()),
+            }
+        });
     }
-    // The promise exists (and is registered) before the work starts, so a call that ends
-    // at once cannot unregister before it was registered.
-    let (promise, resolve, reject) = io::deferred3();
+    let call = PayCall::from_js(options.as_ref());
+    let registered = checkout.clone();
+    let inner2 = inner.clone();
+    let promise = spawn_promise(async move {
+        let result = pay(&inner2, checkout, call).await;
+        inner2
+            .inflight
+            .borrow_mut()
+            .retain(|(c, _)| c.order_id != order_id);
+        result
+    });
+    // Registered before the work first runs (spawned tasks start on a later microtask).
     inner
         .inflight
         .borrow_mut()
-        .insert(order_id.clone(), (checkout.clone(), promise.clone()));
-    let call = PayCall::from_js(options.as_ref());
-    let inner = inner.clone();
-    wasm_bindgen_futures::spawn_local(async move {
-        let result = pay(&inner, checkout, call).await;
-        inner.inflight.borrow_mut().remove(&order_id);
-        let _ = match result {
-            Ok(outcome) => resolve.call1(&JsValue::NULL, &outcome),
+        .push((registered, promise.clone()));
+    promise
+}
+
+/// Runs `f` as a task and settles the returned promise with its result.
+fn spawn_promise<F, E>(f: F) -> Promise
+where
+    F: std::future::Future<Output = Result<JsValue, E>> + 'static,
+    E: Into<JsValue>,
+{
+    let (promise, resolve, reject) = io::deferred3();
+    spawn_local(async move {
+        let _ = match f.await {
+            Ok(v) => resolve.call1(&JsValue::NULL, &v),
             Err(e) => reject.call1(&JsValue::NULL, &e.into()),
         };
     });
@@ -441,8 +469,13 @@ enum Pending {
     Pending { reason: PendingReason },
 }
 
+/// A Rust value as a plain JS object (outcomes, pending attempts).
+fn to_js<T: Serialize>(v: &T) -> JsValue {
+    jsv::to_js(v).unwrap_or(JsValue::UNDEFINED)
+}
+
 fn outcome_js(f: &Final) -> JsValue {
-    store::to_js(f)
+    to_js(f)
 }
 
 /// The pay loop: plan the key, save it, send, classify, retry or finish.
@@ -485,7 +518,7 @@ async fn pay(
     );
     let taking_longer = TakingLonger::start(inner.long_wait_ms, call.on_status.clone());
     let pay_url = format!("{}{}", inner.base_url, paths::pay(&encode(&order_id)));
-    let body = store::json(&attempt.snapshot.pay_request());
+    let body = jsv::to_json(&attempt.snapshot.pay_request());
     let mut first = true;
     let result = loop {
         if io::offline() {
@@ -568,7 +601,7 @@ async fn pay(
 }
 
 fn pending(reason: PendingReason) -> JsValue {
-    store::to_js(&Pending::Pending { reason })
+    to_js(&Pending::Pending { reason })
 }
 
 /// Fires "takingLonger" once, `long_wait_ms` after the call started, unless stopped first.
@@ -615,7 +648,7 @@ async fn cancel(inner: &Inner, order_id: &str) -> CancelOutcome {
         return CancelOutcome::None;
     };
     let url = format!("{}{}", inner.base_url, paths::cancel(&encode(order_id)));
-    let body = store::json(&CancelRequest { key: key.clone() });
+    let body = jsv::to_json(&CancelRequest { key: key.clone() });
     let hdrs = [("Content-Type", "application/json")];
     let mut no_abort = Abort::new(None);
     let reply = io::post(

@@ -10,15 +10,14 @@
 //! sessionStorage, so an attempt saved before the fallback still blocks a second payment.
 
 use crate::core::attempt::{storage_key, Attempt, Entry, KeyOnly, STORAGE_PREFIX};
+use crate::web::jsv;
 use payonce_protocol::IdempotencyKey;
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
-use wasm_bindgen::JsValue;
 use web_sys::Storage;
 
 pub(crate) struct Store {
     session: Option<Storage>,
-    memory: RefCell<BTreeMap<String, String>>,
+    memory: RefCell<Vec<(String, String)>>,
     fell_back: Cell<bool>,
 }
 
@@ -34,7 +33,7 @@ impl Store {
         (
             Self {
                 session,
-                memory: RefCell::new(BTreeMap::new()),
+                memory: RefCell::new(Vec::new()),
                 fell_back: Cell::new(fell),
             },
             FellBack(fell),
@@ -46,7 +45,7 @@ impl Store {
     }
 
     fn raw(&self, name: &str) -> Option<String> {
-        if let Some(v) = self.memory.borrow().get(name) {
+        if let Some((_, v)) = self.memory.borrow().iter().find(|(k, _)| k == name) {
             return Some(v.clone());
         }
         self.session
@@ -72,12 +71,18 @@ impl Store {
                     return FellBack(false);
                 }
                 self.fell_back.set(true);
-                self.memory.borrow_mut().insert(name, text);
+                self.remember(name, text);
                 return FellBack(true);
             }
         }
-        self.memory.borrow_mut().insert(name, text);
+        self.remember(name, text);
         FellBack(false)
+    }
+
+    fn remember(&self, name: String, text: String) {
+        let mut m = self.memory.borrow_mut();
+        m.retain(|(k, _)| *k != name);
+        m.push((name, text));
     }
 
     /// Writes `a` back only while the stored entry still holds the same key: a cancel or a
@@ -98,7 +103,7 @@ impl Store {
             }
         }
         let name = storage_key(order_id);
-        self.memory.borrow_mut().remove(&name);
+        self.memory.borrow_mut().retain(|(k, _)| *k != name);
         if let Some(s) = &self.session {
             let _ = s.remove_item(&name);
         }
@@ -110,7 +115,7 @@ impl Store {
         {
             let mut m = self.memory.borrow_mut();
             let before = m.len();
-            m.retain(|k, _| !k.starts_with(STORAGE_PREFIX));
+            m.retain(|(k, _)| !k.starts_with(STORAGE_PREFIX));
             n += (before - m.len()) as u32;
         }
         if let Some(s) = &self.session {
@@ -139,33 +144,18 @@ fn probe() -> Option<Storage> {
 }
 
 fn encode(a: &Attempt) -> String {
-    json(a)
-}
-
-/// JSON text of a value, through the browser's own `JSON.stringify` (no serde_json in the
-/// bundle).
-pub(crate) fn json<T: serde::Serialize>(v: &T) -> String {
-    serde_wasm_bindgen::to_value(v)
-        .ok()
-        .and_then(|v| js_sys::JSON::stringify(&v).ok())
-        .and_then(|s| s.as_string())
-        .unwrap_or_default()
+    jsv::to_json(a)
 }
 
 fn decode(text: &str) -> Entry {
     let Ok(v) = js_sys::JSON::parse(text) else {
         return Entry::Unreadable { key: None };
     };
-    let full = serde_wasm_bindgen::from_value::<Attempt>(v.clone()).ok();
+    let full = jsv::from_js::<Attempt>(v.clone()).ok();
     let key_only = if full.is_none() {
-        serde_wasm_bindgen::from_value::<KeyOnly>(v).ok()
+        jsv::from_js::<KeyOnly>(v).ok()
     } else {
         None
     };
     Entry::from_decoded(full, key_only)
-}
-
-/// An attempt as a plain JS object (for `pendingAttempt`).
-pub(crate) fn to_js<T: serde::Serialize>(v: &T) -> JsValue {
-    serde_wasm_bindgen::to_value(v).unwrap_or(JsValue::UNDEFINED)
 }

@@ -13,7 +13,6 @@ use js_sys::Function;
 use payonce_protocol::Payment;
 use serde::{Deserialize, Serialize};
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
 use wasm_bindgen::prelude::*;
 use web_sys::{BroadcastChannel, MessageEvent};
 
@@ -44,7 +43,7 @@ struct Tabs {
 }
 
 thread_local! {
-    static PAID: RefCell<BTreeMap<String, Payment>> = const { RefCell::new(BTreeMap::new()) };
+    static PAID: RefCell<Vec<(String, Payment)>> = const { RefCell::new(Vec::new()) };
     static TABS: Tabs = Tabs::start();
 }
 
@@ -60,7 +59,7 @@ impl Tabs {
         if let Some(ch) = &tabs.channel {
             // Lives as long as the page: the channel is page-wide, like the receipts.
             let on_message = Closure::<dyn Fn(MessageEvent)>::new(|e: MessageEvent| {
-                if let Ok(m) = serde_wasm_bindgen::from_value::<Message>(e.data()) {
+                if let Ok(m) = crate::web::jsv::from_js::<Message>(e.data()) {
                     TABS.with(|t| t.receive(m));
                 }
             });
@@ -99,7 +98,7 @@ impl Tabs {
 }
 
 fn post(ch: &BroadcastChannel, m: &Message) {
-    if let Ok(v) = serde_wasm_bindgen::to_value(m) {
+    if let Ok(v) = crate::web::jsv::to_js(m) {
         let _ = ch.post_message(&v);
     }
 }
@@ -141,7 +140,11 @@ pub(crate) fn duplicated() -> bool {
 }
 
 fn remember_paid(order_id: &str, payment: Payment) {
-    PAID.with(|p| p.borrow_mut().insert(order_id.to_owned(), payment));
+    PAID.with(|p| {
+        let mut p = p.borrow_mut();
+        p.retain(|(o, _)| o != order_id);
+        p.push((order_id.to_owned(), payment));
+    });
 }
 
 /// Records a payment made here and tells the other tabs.
@@ -162,7 +165,12 @@ pub(crate) fn announce_paid(order_id: &str, payment: &Payment) {
 
 /// The receipt of an order paid by this page or another tab, if known.
 pub(crate) fn paid(order_id: &str) -> Option<Payment> {
-    PAID.with(|p| p.borrow().get(order_id).cloned())
+    PAID.with(|p| {
+        p.borrow()
+            .iter()
+            .find(|(o, _)| o == order_id)
+            .map(|(_, pay)| pay.clone())
+    })
 }
 
 /// Forgets every receipt (logout).
