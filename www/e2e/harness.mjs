@@ -314,6 +314,17 @@ export async function saveScreenshot(page, name, { failure = false } = {}) {
   await page.screenshot({ path: join(dir, `${name}.png`), fullPage: true, animations: "disabled" });
 }
 
+/** Polls `fn` until it returns a truthy value (or throws `message` after `timeout` ms). */
+export async function until(fn, message, timeout = 30_000) {
+  const end = Date.now() + timeout;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > end) throw new Error(`timed out waiting: ${message}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
 /** Minor units shown as the page shows them (the page formats with en-US). */
 export function money(minor, currency = "USD") {
   const f = new Intl.NumberFormat("en-US", { style: "currency", currency });
