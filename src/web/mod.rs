@@ -256,7 +256,9 @@ impl PayonceClient {
     pub fn pay(
         &self,
         #[wasm_bindgen(unchecked_param_type = "Checkout")] checkout: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "PayOptions")] options: Option<js_sys::Object>,
+        #[wasm_bindgen(unchecked_optional_param_type = "PayOptions")] options: Option<
+            js_sys::Object,
+        >,
     ) -> Promise {
         match jsv::from_js::<CheckoutSnapshot>(checkout) {
             Ok(c) if !c.order_id.is_empty() => start_pay(&self.inner, c, options),
@@ -273,7 +275,9 @@ impl PayonceClient {
     pub fn resume(
         &self,
         #[wasm_bindgen(js_name = orderId)] order_id: String,
-        #[wasm_bindgen(unchecked_param_type = "PayOptions")] options: Option<js_sys::Object>,
+        #[wasm_bindgen(unchecked_optional_param_type = "PayOptions")] options: Option<
+            js_sys::Object,
+        >,
     ) -> Promise {
         match self.inner.store.get(&order_id) {
             Entry::Missing => Promise::resolve(&JsValue::UNDEFINED),

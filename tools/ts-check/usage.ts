@@ -1,0 +1,93 @@
+// Compiles only if the published types (pkg/payonce.d.ts) are precise: discriminated unions
+// narrow, every outcome kind is handled (the `never` checks), errors are a class with a code.
+// Run by scripts/test.sh as `tsc --strict --noEmit -p tools/ts-check` after build-pkg.
+import init, {
+  PayonceClient,
+  PayonceError,
+  version,
+  type CancelOutcome,
+  type Checkout,
+  type PayOutcome,
+  type PayStatus,
+  type PayonceErrorCode,
+} from "../../pkg/payonce.js";
+
+function unreachable(x: never): never {
+  throw new Error(`unhandled: ${JSON.stringify(x)}`);
+}
+
+function describe(o: PayOutcome): string {
+  switch (o.kind) {
+    case "paid":
+      return `paid ${o.payment.amount} ${o.payment.currency} (${o.payment.id})`;
+    case "declined":
+      return o.code === "PAYMENT_DECLINED" ? "declined" : "failed, not charged";
+    case "orderChanged":
+      return `order changed to v${o.currentVersion ?? "?"}`;
+    case "cancelled":
+      return "cancelled";
+    case "pending":
+      return `still confirming (${o.reason})`;
+    default:
+      return unreachable(o);
+  }
+}
+
+function afterCancel(c: CancelOutcome): boolean {
+  switch (c.kind) {
+    case "none":
+    case "cancelled":
+    case "declined":
+    case "failed":
+      return true; // the cart may change
+    case "paid":
+      return c.payment?.status === "succeeded";
+    case "processing":
+    case "unknown":
+      return false; // keep the cart locked
+    default:
+      return unreachable(c);
+  }
+}
+
+export async function checkout(apiUrl: string): Promise<string> {
+  await init();
+  const client = PayonceClient.create({
+    baseUrl: apiUrl,
+    requestTimeoutMs: 15_000,
+    retry: { baseDelayMs: 500, maxDelayMs: 5_000, maxAttempts: 8, budget: { capacity: 500 } },
+    deadlineMs: 60_000,
+    longWaitMs: 10_000,
+    storage: "session",
+    onWarning: (code) => console.warn(code satisfies "STORAGE_UNAVAILABLE" | "UNREADABLE_ENTRY" | "DUPLICATED_TAB"),
+  });
+  const mode: "session" | "memory" = client.storageMode;
+  const cart: Checkout = { orderId: "ord_1", orderVersion: 3, paymentMethodId: "pm_card_approve" };
+  const controller = new AbortController();
+  const seen: PayStatus[] = [];
+  try {
+    const outcome = await client.pay(cart, { signal: controller.signal, onStatus: (s) => seen.push(s) });
+    const again = await client.pay(cart); // options are optional
+    const resumed = await client.resume("ord_1");
+    if (resumed !== undefined) describe(resumed);
+    const pending = client.pendingAttempt("ord_1");
+    if (pending?.state === "unreadable") {
+      const key: string | undefined = pending.key;
+      void key;
+    } else if (pending) {
+      const version: number = pending.orderVersion;
+      void version;
+    }
+    afterCancel(await client.cancel("ord_1"));
+    const removed: number = client.clearAll();
+    return `${describe(outcome)} ${describe(again)} ${mode} ${removed} ${version()} ${seen.join(",")}`;
+  } catch (e) {
+    if (e instanceof PayonceError) {
+      const code: PayonceErrorCode = e.code;
+      const status: number | undefined = e.status;
+      const problem: string | undefined = e.problemCode;
+      return `${code} ${status ?? ""} ${problem ?? ""} ${e.message}`;
+    }
+    throw e;
+  }
+}
