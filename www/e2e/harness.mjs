@@ -252,7 +252,7 @@ export class Checkout {
   }
 
   orderId() {
-    return this.page.locator("#order-id").textContent();
+    return this.page.locator("#order-id").getAttribute("data-id");
   }
 
   async orderVersion() {

@@ -137,7 +137,10 @@ function renderMethods() {
 
 function renderOrder(order) {
   state.order = order;
-  $("order-id").textContent = order.id;
+  const idEl = $("order-id");
+  idEl.textContent = shortId(order.id, 16);
+  idEl.title = order.id;
+  idEl.dataset.id = order.id;
   $("order-version").textContent = String(order.version);
   $("order-status").textContent = order.paymentInProgress && order.status === "unpaid" ? "payment in progress" : order.status;
   const rows = order.items.map((l) => {
@@ -182,10 +185,12 @@ function onStatus(ev) {
     setStatus(TEXT.processing, "busy");
   } else if (name === "checkingStatus") {
     setStatus(TEXT.checking, "busy");
+    refreshLedger();
     offerCancel("We don't know yet whether the payment went through. Retrying keeps the same key, so it cannot charge twice.");
   } else if (name === "takingLonger") {
     state.longWait = true;
     setStatus(TEXT.longWait, "busy");
+    refreshLedger();
     offerCancel("You may keep this page open or come back later; refreshing is safe.");
   } else if (name === "waitingForNetwork") {
     setStatus(TEXT.offline, "busy");
