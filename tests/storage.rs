@@ -297,3 +297,37 @@ async fn a_bad_checkout_is_rejected_without_storing_anything() {
     assert_eq!(error_code(&err), "INVALID_CHECKOUT");
     assert!(stored("ord_bad").is_none());
 }
+
+#[wasm_bindgen_test]
+async fn offline_waits_for_the_network_without_sending_or_spending_budget() {
+    // Headless Chromium is always online: play the browser's part with a getter and the event.
+    run_js(
+        "window.__payonceOnline = false; Object.defineProperty(navigator, 'onLine', \
+           { configurable: true, get() { return window.__payonceOnline; } });",
+    );
+    let c = client("");
+    let (on_status, statuses) = recorder();
+    let tokens = c.retry_tokens();
+    let p = c.pay(
+        checkout("ord_offline", 1),
+        Some(with(js("{}"), "onStatus", &on_status).unchecked_into()),
+    );
+    tick(300).await;
+    assert_eq!(statuses.borrow().as_slice(), ["waitingForNetwork"]);
+    let e = stored("ord_offline").expect("saved before waiting");
+    assert_eq!(
+        (s(&e, "state"), n(&e, "sends")),
+        ("saved".into(), 0.0),
+        "nothing sent while offline"
+    );
+    assert_eq!(c.retry_tokens(), tokens, "waiting costs no budget");
+
+    run_js("window.__payonceOnline = true; delete navigator.onLine; window.dispatchEvent(new Event('online'));");
+    let out = settle(p).await.unwrap();
+    assert_eq!(s(&out, "kind"), "pending");
+    assert_eq!(
+        n(&stored("ord_offline").unwrap(), "sends"),
+        2.0,
+        "sent once the network came back"
+    );
+}
