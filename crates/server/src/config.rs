@@ -83,6 +83,13 @@ pub struct ServerArgs {
     /// answering 409 IN_PROGRESS (so a double click gets the same answer twice).
     #[arg(long, env = "PAYONCE_IN_PROGRESS_WAIT_MS", default_value_t = 2_000)]
     pub in_progress_wait_ms: u64,
+    /// How often the background job settles stuck attempts and deletes expired keys
+    /// (0 disables it).
+    #[arg(long, env = "PAYONCE_JOBS_INTERVAL_MS", default_value_t = 30_000)]
+    pub jobs_interval_ms: u64,
+    /// How long a finished key replays before the cleanup job may delete it.
+    #[arg(long, default_value_t = 24 * 3600)]
+    pub key_retention_secs: u64,
     /// `Retry-After` seconds on 202 processing and 409 IN_PROGRESS.
     #[arg(long, default_value_t = 1)]
     pub retry_after_secs: u64,
@@ -100,6 +107,8 @@ pub struct Config {
     /// How long a finished key is kept (and so replays): announced in
     /// `Idempotency-Key-Retention`.
     pub(crate) key_retention: Duration,
+    /// Period of the background jobs; `None`: off.
+    pub(crate) jobs_interval: Option<Duration>,
 }
 
 /// Why the flags do not make a valid configuration.
@@ -143,7 +152,9 @@ impl Config {
             in_progress_wait: Duration::from_millis(args.in_progress_wait_ms),
             retry_after_secs: args.retry_after_secs,
             session_secret,
-            key_retention: Duration::from_secs(24 * 3600),
+            key_retention: Duration::from_secs(args.key_retention_secs),
+            jobs_interval: (args.jobs_interval_ms > 0)
+                .then(|| Duration::from_millis(args.jobs_interval_ms)),
         })
     }
 
@@ -157,6 +168,7 @@ impl Config {
             retry_after_secs: 1,
             session_secret: b"test-secret-test-secret".to_vec(),
             key_retention: Duration::from_secs(24 * 3600),
+            jobs_interval: None,
         }
     }
 }

@@ -13,6 +13,7 @@
 //! - `cancel`: the cancel table and tombstones.
 //! - `provider_client`: the provider over HTTP, each answer sorted by what it proves.
 //! - [`store`]: SQL over SQLite or PostgreSQL, migrations, audit trail.
+//! - `jobs`: background reconciliation of stuck attempts and cleanup of expired keys.
 //! - `faults`: dev-mode fault injection and named failpoints.
 //! - `openapi`: the hand-written OpenAPI document (`openapi.json` in this crate).
 //! - `server` ([`run`]): listeners, the embedded mock provider, graceful shutdown.
@@ -26,6 +27,7 @@ mod catalog;
 mod error;
 mod extract;
 mod faults;
+mod jobs;
 mod openapi;
 mod orders;
 mod pay;

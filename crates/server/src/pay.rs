@@ -188,6 +188,11 @@ pub(crate) struct PayAnswer {
 }
 
 impl PayAnswer {
+    /// True unless the answer is "still processing".
+    pub(crate) fn is_final(&self) -> bool {
+        self.status != 202
+    }
+
     fn into_response(self, retention: Duration) -> Response {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut res = (status, self.body).into_response();
@@ -318,22 +323,9 @@ async fn run(
             NextAction::InProgress => return Err(in_progress(&state)),
             NextAction::Reconcile => {
                 let Some(row) = row else { continue };
-                let token = uuid::Uuid::new_v4().to_string();
-                let now = now_ms();
-                let until = now + lease_ms(&state);
-                if !db::take_expired_lease(state.store.pool(), &row.id, now, until, &token).await? {
+                let Some(claim) = take_over(&state, &row, &order, &user, "a retry").await? else {
                     continue; // another retry took it; look again
-                }
-                let claim = Claim::from_row(&row, &order, &user, token)?;
-                let entry = Entry {
-                    actor: &user,
-                    entity: "attempt",
-                    entity_id: &claim.attempt_id,
-                    from: Some("processing"),
-                    to: "processing",
-                    reason: "lease expired; asking the provider about the provider key",
                 };
-                audit::record(state.store.pool(), &entry, now).await?;
                 match reconcile(&state, &claim).await? {
                     Some(answer) => return Ok(answer),
                     None => continue,
@@ -342,6 +334,35 @@ async fn run(
         }
     }
     Err(in_progress(&state))
+}
+
+/// Takes over the expired lease of a processing attempt (exactly one contender wins) and
+/// records why. `actor` is the user (a retry) or `system` (the reconciliation job).
+pub(crate) async fn take_over(
+    state: &AppState,
+    row: &AttemptRow,
+    order: &OrderRow,
+    actor: &str,
+    who: &str,
+) -> AppResult<Option<Claim>> {
+    let token = uuid::Uuid::new_v4().to_string();
+    let now = now_ms();
+    let until = now + lease_ms(state);
+    if !db::take_expired_lease(state.store.pool(), &row.id, now, until, &token).await? {
+        return Ok(None);
+    }
+    let claim = Claim::from_row(row, order, actor, token)?;
+    let reason = format!("lease expired; {who} asks the provider about the provider key");
+    let entry = Entry {
+        actor,
+        entity: "attempt",
+        entity_id: &claim.attempt_id,
+        from: Some("processing"),
+        to: "processing",
+        reason: &reason,
+    };
+    audit::record(state.store.pool(), &entry, now).await?;
+    Ok(Some(claim))
 }
 
 fn in_progress(state: &AppState) -> AppError {
@@ -358,7 +379,8 @@ fn lease_ms(state: &AppState) -> i64 {
 /// Everything needed to charge and settle one claimed attempt.
 pub(crate) struct Claim {
     attempt_id: String,
-    user: String,
+    /// Who the audit trail names for this claim's changes.
+    actor: String,
     order_id: String,
     amount: i64,
     currency: String,
@@ -374,7 +396,7 @@ impl Claim {
     fn from_row(
         row: &AttemptRow,
         order: &OrderRow,
-        user: &str,
+        actor: &str,
         lease_token: String,
     ) -> AppResult<Self> {
         let missing = || {
@@ -385,7 +407,7 @@ impl Claim {
         };
         Ok(Self {
             attempt_id: row.id.clone(),
-            user: user.to_owned(),
+            actor: actor.to_owned(),
             order_id: row.order_id.clone(),
             amount: row.amount.ok_or_else(missing)?,
             currency: row.currency.clone().ok_or_else(missing)?,
@@ -493,7 +515,7 @@ async fn claim(
     tx.commit().await?;
     Ok(Claimed::Won(Claim {
         attempt_id,
-        user: user.to_owned(),
+        actor: user.to_owned(),
         order_id: order.id.clone(),
         amount: order.amount,
         currency: order.currency.clone(),
@@ -540,7 +562,7 @@ async fn drive(state: &AppState, claim: &Claim) -> AppResult<Option<PayAnswer>> 
 
 /// Rule 5: ask the provider what happened under the provider key, settle from that, and
 /// re-drive with the same provider key only when the provider has no charge for it.
-async fn reconcile(state: &AppState, claim: &Claim) -> AppResult<Option<PayAnswer>> {
+pub(crate) async fn reconcile(state: &AppState, claim: &Claim) -> AppResult<Option<PayAnswer>> {
     match state.provider.charge_by_key(&claim.provider_key).await {
         Lookup::Found(charge) => {
             let outcome = match charge.status {
@@ -682,7 +704,7 @@ async fn settle_charged(
     }
     let reason = format!("provider charge {} succeeded", charge.id);
     let entry = Entry {
-        actor: &claim.user,
+        actor: &claim.actor,
         entity: "attempt",
         entity_id: &claim.attempt_id,
         from: Some("processing"),
@@ -691,7 +713,7 @@ async fn settle_charged(
     };
     audit::record(&mut *tx, &entry, now).await?;
     let entry = Entry {
-        actor: &claim.user,
+        actor: &claim.actor,
         entity: "order",
         entity_id: &claim.order_id,
         from: Some("unpaid"),
@@ -744,7 +766,7 @@ async fn settle_uncharged(
         db::release_stock(&mut *tx, line).await?;
     }
     let entry = Entry {
-        actor: &claim.user,
+        actor: &claim.actor,
         entity: "attempt",
         entity_id: &claim.attempt_id,
         from: Some("processing"),
@@ -753,7 +775,7 @@ async fn settle_uncharged(
     };
     audit::record(&mut *tx, &entry, now).await?;
     let entry = Entry {
-        actor: &claim.user,
+        actor: &claim.actor,
         entity: "order",
         entity_id: &claim.order_id,
         from: Some("unpaid (payment active)"),
@@ -778,6 +800,7 @@ mod tests {
     fn row(status: AttemptStatus, fp: Option<&str>, locked_until: Option<i64>) -> AttemptRow {
         AttemptRow {
             id: "att".into(),
+            user_id: "alice".into(),
             order_id: "o1".into(),
             status,
             fingerprint: fp.map(str::to_owned),

@@ -93,7 +93,11 @@ async fn run_api(args: ServerArgs) -> Result<(), RunError> {
         }
     };
     let store = Store::connect(&args.database_url).await?;
+    let jobs_interval = config.jobs_interval;
     let state = AppState::new(store, &provider_url, config)?;
+    if let Some(every) = jobs_interval {
+        tokio::spawn(crate::jobs::run(state.clone(), every));
+    }
     let router = app(state, args.static_dir.clone());
     let (listener, local) = bind(args.addr).await?;
     println!("payonce: api listening on http://{local}");

@@ -11,6 +11,7 @@ use sqlx::Row;
 #[derive(Debug, Clone)]
 pub(crate) struct AttemptRow {
     pub id: String,
+    pub user_id: String,
     pub order_id: String,
     pub status: AttemptStatus,
     pub fingerprint: Option<String>,
@@ -28,6 +29,7 @@ fn attempt_from_row(row: &AnyRow) -> sqlx::Result<AttemptRow> {
     let status: String = row.try_get("status")?;
     Ok(AttemptRow {
         id: row.try_get("id")?,
+        user_id: row.try_get("user_id")?,
         order_id: row.try_get("order_id")?,
         status: AttemptStatus::parse(&status)
             .ok_or_else(|| decode_err(format!("bad attempt status {status}")))?,
@@ -51,7 +53,7 @@ pub(crate) async fn find<'c>(
     key: &str,
 ) -> sqlx::Result<Option<AttemptRow>> {
     let row = sqlx::query(
-        "SELECT id, order_id, status, fingerprint, order_version, amount, currency, payment_method_id,
+        "SELECT id, user_id, order_id, status, fingerprint, order_version, amount, currency, payment_method_id,
                 provider_key, locked_until, response_status, response_body
          FROM attempts WHERE user_id = $1 AND idem_key = $2",
     )
@@ -60,6 +62,40 @@ pub(crate) async fn find<'c>(
     .fetch_optional(e)
     .await?;
     row.as_ref().map(attempt_from_row).transpose()
+}
+
+/// Processing attempts whose lease has expired: nobody is driving them. The oldest first,
+/// at most `limit`.
+pub(crate) async fn stuck<'c>(
+    e: impl AnyExecutor<'c>,
+    now: i64,
+    limit: i64,
+) -> sqlx::Result<Vec<AttemptRow>> {
+    let rows = sqlx::query(
+        "SELECT id, user_id, order_id, status, fingerprint, order_version, amount, currency, payment_method_id,
+                provider_key, locked_until, response_status, response_body
+         FROM attempts
+         WHERE status = 'processing' AND (locked_until IS NULL OR locked_until <= $1)
+         ORDER BY updated_at
+         LIMIT $2",
+    )
+    .bind(now)
+    .bind(limit)
+    .fetch_all(e)
+    .await?;
+    rows.iter().map(attempt_from_row).collect()
+}
+
+/// Deletes finished keys (and tombstones) past their retention. Processing rows are never
+/// deleted: their outcome is still unknown.
+pub(crate) async fn delete_expired<'c>(e: impl AnyExecutor<'c>, now: i64) -> sqlx::Result<u64> {
+    let res = sqlx::query(
+        "DELETE FROM attempts WHERE status <> 'processing' AND expires_at IS NOT NULL AND expires_at < $1",
+    )
+    .bind(now)
+    .execute(e)
+    .await?;
+    Ok(res.rows_affected())
 }
 
 /// A new processing attempt.

@@ -266,6 +266,10 @@ pub struct Opts {
     pub lease_ms: u64,
     pub provider_timeout_ms: u64,
     pub in_progress_wait_ms: u64,
+    /// Background jobs period; 0 (the test default) keeps attempts exactly where a test
+    /// leaves them.
+    pub jobs_interval_ms: u64,
+    pub key_retention_secs: u64,
 }
 
 impl Default for Opts {
@@ -277,6 +281,8 @@ impl Default for Opts {
             lease_ms: 2_000,
             provider_timeout_ms: 1_000,
             in_progress_wait_ms: 2_000,
+            jobs_interval_ms: 0,
+            key_retention_secs: 24 * 3600,
         }
     }
 }
@@ -296,6 +302,10 @@ impl Opts {
             self.provider_timeout_ms.to_string(),
             "--in-progress-wait-ms".into(),
             self.in_progress_wait_ms.to_string(),
+            "--jobs-interval-ms".into(),
+            self.jobs_interval_ms.to_string(),
+            "--key-retention-secs".into(),
+            self.key_retention_secs.to_string(),
         ];
         if self.dev {
             a.push("--dev".into());

@@ -33,6 +33,8 @@ on_both_backends!(
     cancel_final_attempts_answer_their_status,
     keys_are_scoped_per_user,
     dropped_response_is_replayed_on_retry,
+    reconciliation_job_settles_abandoned_attempts,
+    expired_keys_are_cleaned_up_but_processing_ones_never,
 );
 
 async fn auth_tokens_are_signed_and_orders_are_private(backend: Backend) {
@@ -738,4 +740,82 @@ async fn dropped_response_is_replayed_on_retry(backend: Backend) {
     assert_eq!(r.status, 200);
     assert_eq!(r.header("idempotent-replayed").as_deref(), Some("true"));
     assert_eq!(app.ledger(&id).await.len(), 1);
+}
+
+async fn reconciliation_job_settles_abandoned_attempts(backend: Backend) {
+    let opts = Opts {
+        jobs_interval_ms: 200,
+        ..Opts::default()
+    };
+    let Some(app) = TestApp::spawn_with(backend, opts).await else {
+        return;
+    };
+    let t = app.session("alice").await;
+    // The client gives up after the 202 and never retries; the job must finish the work.
+    for method in [TIMEOUT, TRANSIENT] {
+        let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
+        assert_eq!(app.pay(&t, &id, Some(&key()), 1, method).await.status, 202);
+        let mut status = String::new();
+        for _ in 0..100 {
+            status = app.get_order(&t, &id).await.json()["status"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            if status == "paid" {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(
+            status, "paid",
+            "{method}: the job settles the attempt from the provider"
+        );
+        assert_eq!(app.ledger(&id).await.len(), 1, "{method}: charged once");
+    }
+    let pool = app.db_pool().await;
+    let (n,): (i64,) = sqlx::query_as(
+        "SELECT COUNT(*) FROM audit_log WHERE actor = 'system' AND to_state = 'succeeded'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(n, 2, "the audit trail names the job");
+}
+
+async fn expired_keys_are_cleaned_up_but_processing_ones_never(backend: Backend) {
+    let opts = Opts {
+        jobs_interval_ms: 200,
+        key_retention_secs: 1,
+        lease_ms: 60_000,
+        // Longer than the slow method's 4 s: its request stays in flight, lease live.
+        provider_timeout_ms: 5_000,
+        ..Opts::default()
+    };
+    let Some(app) = TestApp::spawn_with(backend, opts).await else {
+        return;
+    };
+    let t = app.session("alice").await;
+    let declined = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
+    let k = key();
+    assert_eq!(
+        app.pay(&t, &declined, Some(&k), 1, DECLINE).await.status,
+        402
+    );
+    app.cancel(&t, &declined, &key()).await;
+    // A processing attempt with a live lease (a slow charge in flight) must survive.
+    let busy = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
+    let inflight = tokio::spawn(app.pay_request(&t, &busy, Some(&key()), 1, SLOW).send());
+    app.wait_until_active(&t, &busy).await;
+    tokio::time::sleep(Duration::from_millis(1_800)).await;
+    let pool = app.db_pool().await;
+    let rows: Vec<(String,)> = sqlx::query_as("SELECT status FROM attempts ORDER BY status")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        rows,
+        vec![("processing".to_owned(),)],
+        "finished keys and tombstones expired; processing kept"
+    );
+    inflight.await.unwrap().unwrap();
 }
