@@ -44,8 +44,9 @@ export function missingPrerequisite() {
 /**
  * Registers a scenario with node:test. Prerequisites are checked once: missing ones fail under
  * CI=true and skip (with the reason) elsewhere, so a developer without Chromium is told why.
+ * `options` go to Env.start (e.g. a separate provider process, extra server flags).
  */
-export function scenario(test, name, fn) {
+export function scenario(test, name, fn, options = {}) {
   const missing = missingPrerequisite();
   if (missing && !CI) {
     test(name, { skip: missing }, () => {});
@@ -53,7 +54,7 @@ export function scenario(test, name, fn) {
   }
   test(name, { timeout: 120_000 }, async (t) => {
     if (missing) throw new Error(`CI=true and ${missing}`);
-    const env = await Env.start();
+    const env = await Env.start(options);
     try {
       await fn(env, t);
     } catch (err) {
@@ -75,20 +76,14 @@ function serverCommand() {
 
 const LISTEN = /^payonce: (api|provider) listening on (http:\/\/\S+)\s*$/;
 
-/** Spawns the server on port 0 with a fresh SQLite file; resolves once both URLs are printed. */
-export async function startServer() {
-  const dir = await mkdtemp(join(tmpdir(), "payonce-e2e-"));
+/**
+ * Spawns the server binary with `args` and resolves once it printed a listening line for each
+ * of `wanted` ("api", "provider"). The process gets its own process group, so a kill reaches
+ * the server even when it runs under `cargo run`.
+ */
+async function spawnListening(args, wanted, output = []) {
   const [cmd, pre] = serverCommand();
-  const args = [
-    ...pre,
-    "--addr", "127.0.0.1:0",
-    "--provider-addr", "127.0.0.1:0",
-    "--database-url", `sqlite://${join(dir, "payonce.db")}`,
-    "--dev",
-    "--static-dir", DIST,
-  ];
-  const child = spawn(cmd, args, { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"], env: process.env });
-  const output = [];
+  const child = spawn(cmd, [...pre, ...args], { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"], env: process.env, detached: true });
   const urls = await new Promise((resolveUrls, reject) => {
     const found = {};
     let buf = "";
@@ -97,7 +92,7 @@ export async function startServer() {
       const m = LISTEN.exec(line);
       if (m) {
         found[m[1]] = m[2].replace(/\/+$/, "");
-        if (found.api && found.provider) resolveUrls(found);
+        if (wanted.every((w) => found[w])) resolveUrls(found);
       }
     };
     child.stdout.setEncoding("utf8").on("data", (d) => {
@@ -114,44 +109,124 @@ export async function startServer() {
       reject(new Error(`server exited (${code ?? sig}) before listening:\n${output.slice(-40).join("\n")}`)),
     );
   });
+  const exited = new Promise((r) => child.once("exit", r));
+  const signal = (sig) => {
+    try {
+      process.kill(-child.pid, sig);
+    } catch {
+      // already gone
+    }
+  };
   return {
-    apiUrl: urls.api,
-    providerUrl: urls.provider,
+    urls,
     output,
+    /** SIGKILL: a crash, no chance to finish anything. */
+    async crash() {
+      signal("SIGKILL");
+      await exited;
+    },
     async stop() {
       if (child.exitCode === null && child.signalCode === null) {
-        const exited = new Promise((r) => child.once("exit", r));
-        child.kill("SIGTERM");
-        const t = setTimeout(() => child.kill("SIGKILL"), 5000);
+        signal("SIGTERM");
+        const t = setTimeout(() => signal("SIGKILL"), 5000);
         await exited;
         clearTimeout(t);
       }
-      await rm(dir, { recursive: true, force: true });
     },
   };
+}
+
+/**
+ * Starts the API in dev mode serving www/dist, with a SQLite file in `dir` (a fresh temp dir
+ * by default), on `addr` (port 0 by default). Without `providerUrl` it embeds the provider.
+ */
+export async function startServer({ dir, addr = "127.0.0.1:0", providerUrl = null, extraArgs = [], output = [] } = {}) {
+  const ownDir = !dir;
+  dir ??= await mkdtemp(join(tmpdir(), "payonce-e2e-"));
+  const args = [
+    "--addr", addr,
+    ...(providerUrl ? ["--provider-url", providerUrl] : ["--provider-addr", "127.0.0.1:0"]),
+    "--database-url", `sqlite://${join(dir, "payonce.db")}`,
+    "--dev",
+    "--static-dir", DIST,
+    ...extraArgs,
+  ];
+  let proc;
+  try {
+    proc = await spawnListening(args, providerUrl ? ["api"] : ["api", "provider"], output);
+  } catch (err) {
+    if (ownDir) await rm(dir, { recursive: true, force: true });
+    throw err;
+  }
+  return {
+    apiUrl: proc.urls.api,
+    providerUrl: providerUrl ?? proc.urls.provider,
+    dir,
+    output,
+    crash: () => proc.crash(),
+    async stop({ keepDir = false } = {}) {
+      await proc.stop();
+      if (!keepDir) await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** `payonce-server mock-provider` on its own: its ledger outlives an API crash. */
+export async function startProvider(output = []) {
+  const proc = await spawnListening(["mock-provider", "--addr", "127.0.0.1:0"], ["provider"], output);
+  return { url: proc.urls.provider, output, stop: () => proc.stop() };
 }
 
 export async function launchBrowser() {
   return chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS });
 }
 
-/** One server + one browser for one scenario. */
+/** One server (and optionally a separate provider) + one browser for one scenario. */
 export class Env {
-  static async start() {
+  /**
+   * `separateProvider`: run the provider as its own process, so the API can crash and restart
+   * while the ledger stays. `extraArgs`: more server flags.
+   */
+  static async start({ separateProvider = false, extraArgs = [] } = {}) {
     const env = new Env();
-    env.server = await startServer();
+    env.extraArgs = extraArgs;
+    env.output = [];
+    env.pages = [];
+    if (separateProvider) env.provider = await startProvider(env.output);
     try {
+      env.server = await startServer({ providerUrl: env.provider?.url ?? null, extraArgs, output: env.output });
       env.browser = await launchBrowser();
     } catch (err) {
-      await env.server.stop();
+      await env.stop();
       throw err;
     }
-    env.pages = [];
     return env;
   }
 
   get api() {
     return this.server.apiUrl;
+  }
+
+  get providerUrl() {
+    return this.server.providerUrl;
+  }
+
+  /** Kills the API process (SIGKILL), as a crash would. */
+  async crashApi() {
+    await this.server.crash();
+    this.output.push("--- the test crashed the API (SIGKILL)");
+  }
+
+  /** Starts the API again on the same address and database, as after a crash. */
+  async restartApi() {
+    const { port } = new URL(this.server.apiUrl);
+    this.server = await startServer({
+      dir: this.server.dir,
+      addr: `127.0.0.1:${port}`,
+      providerUrl: this.provider?.url ?? null,
+      extraArgs: this.extraArgs,
+      output: this.output,
+    });
   }
 
   /** A browser context is one user's browser profile: the session cookie is shared by its tabs. */
@@ -173,7 +248,7 @@ export class Env {
 
   /** GET <provider>/ledger?orderId=: the ground truth for "charged once". */
   async ledger(orderId) {
-    const res = await fetch(`${this.server.providerUrl}/ledger?orderId=${encodeURIComponent(orderId)}`);
+    const res = await fetch(`${this.providerUrl}/ledger?orderId=${encodeURIComponent(orderId)}`);
     if (!res.ok) throw new Error(`ledger answered ${res.status}`);
     return (await res.json()).charges;
   }
@@ -195,7 +270,7 @@ export class Env {
   }
 
   async dumpOnFailure(name) {
-    const lines = [`--- ${name}: server output (last 60 lines)`, ...this.server.output.slice(-60)];
+    const lines = [`--- ${name}: server output (last 60 lines)`, ...this.output.slice(-60)];
     for (const [i, p] of this.pages.entries()) {
       if (p.isClosed()) continue;
       try {
@@ -213,6 +288,7 @@ export class Env {
   async stop() {
     await this.browser?.close().catch(() => {});
     await this.server?.stop();
+    await this.provider?.stop();
   }
 }
 
@@ -234,7 +310,7 @@ export class Checkout {
 
   async goto(query = {}) {
     const url = new URL(this.env.api + "/");
-    url.searchParams.set("provider", this.env.server.providerUrl);
+    url.searchParams.set("provider", this.env.providerUrl);
     for (const [k, v] of Object.entries(query)) url.searchParams.set(k, String(v));
     await this.page.goto(url.href);
     await this.ready();
