@@ -185,6 +185,43 @@ pub(crate) async fn post<T: DeserializeOwned>(
     call: Call<'_>,
     abort: &mut Abort,
 ) -> Result<Reply<T>, SdkError> {
+    Ok(decode(exchange(call, abort).await?))
+}
+
+/// Decodes the body: 2xx as `T`, anything else as a problem.
+fn decode<T: DeserializeOwned>(raw: Reply<JsValue>) -> Reply<T> {
+    match raw {
+        Reply::NoAnswer { timed_out } => Reply::NoAnswer { timed_out },
+        Reply::Http {
+            status,
+            retry_after,
+            ok: body,
+            ..
+        } => {
+            let success = (200..300).contains(&status);
+            let ok = if success {
+                body.clone().and_then(|b| crate::web::jsv::from_js(b).ok())
+            } else {
+                None
+            };
+            let problem = if success {
+                None
+            } else {
+                body.and_then(|b| crate::web::jsv::from_js(b).ok())
+            };
+            Reply::Http {
+                status,
+                retry_after,
+                ok,
+                problem,
+            }
+        }
+    }
+}
+
+/// The request itself, not generic over the answer type (one copy in the module). The raw
+/// JSON body, whatever the status, travels in `ok`.
+async fn exchange(call: Call<'_>, abort: &mut Abort) -> Result<Reply<JsValue>, SdkError> {
     let w = window()?;
     let controller =
         AbortController::new().map_err(|_| SdkError::Unsupported("no AbortController"))?;
@@ -213,16 +250,11 @@ pub(crate) async fn post<T: DeserializeOwned>(
             Ok(p) => JsFuture::from(p).await.ok(),
             Err(_) => None,
         };
-        let ok = (200..300)
-            .contains(&status)
-            .then(|| body.clone().and_then(|b| crate::web::jsv::from_js(b).ok()));
-        let problem = (!(200..300).contains(&status))
-            .then(|| body.and_then(|b| crate::web::jsv::from_js(b).ok()));
         Ok::<_, JsValue>(Reply::Http {
             status,
             retry_after,
-            ok: ok.flatten(),
-            problem: problem.flatten(),
+            ok: body,
+            problem: None,
         })
     };
     let outcome = abort

@@ -60,43 +60,70 @@ const MAX_SAFE: f64 = 9_007_199_254_740_991.0;
 
 struct De(JsValue);
 
+/// What a JS value is, as far as serde cares.
+enum Js {
+    Unit,
+    Bool(bool),
+    U64(u64),
+    I64(i64),
+    F64(f64),
+    Str(String),
+    Seq(Array),
+    Map(JsValue, Array),
+    Other,
+}
+
+#[inline(never)]
+fn inspect(x: JsValue) -> Js {
+    if x.is_null() || x.is_undefined() {
+        return Js::Unit;
+    }
+    if let Some(b) = x.as_bool() {
+        return Js::Bool(b);
+    }
+    if let Some(n) = x.as_f64() {
+        return if n.fract() == 0.0 && (0.0..=MAX_SAFE).contains(&n) {
+            Js::U64(n as u64)
+        } else if n.fract() == 0.0 && (-MAX_SAFE..0.0).contains(&n) {
+            Js::I64(n as i64)
+        } else {
+            Js::F64(n)
+        };
+    }
+    if let Some(s) = x.as_string() {
+        return Js::Str(s);
+    }
+    if Array::is_array(&x) {
+        return Js::Seq(x.unchecked_into());
+    }
+    if x.is_object() && !x.is_function() {
+        let keys = Object::keys::<JsValue>(x.unchecked_ref());
+        return Js::Map(x, keys);
+    }
+    Js::Other
+}
+
 impl<'de> de::Deserializer<'de> for De {
     type Error = Error;
 
     fn deserialize_any<V: Visitor<'de>>(self, v: V) -> Result<V::Value, Error> {
-        let x = self.0;
-        if x.is_null() || x.is_undefined() {
-            return v.visit_unit();
-        }
-        if let Some(b) = x.as_bool() {
-            return v.visit_bool(b);
-        }
-        if let Some(n) = x.as_f64() {
-            return if n.fract() == 0.0 && (0.0..=MAX_SAFE).contains(&n) {
-                v.visit_u64(n as u64)
-            } else if n.fract() == 0.0 && (-MAX_SAFE..0.0).contains(&n) {
-                v.visit_i64(n as i64)
-            } else {
-                v.visit_f64(n)
-            };
-        }
-        if let Some(s) = x.as_string() {
-            return v.visit_string(s);
-        }
-        if Array::is_array(&x) {
-            let items: Array = x.unchecked_into();
-            return v.visit_seq(Seq { items, at: 0 });
-        }
-        if x.is_object() && !x.is_function() {
-            let keys = Object::keys::<JsValue>(x.unchecked_ref());
-            return v.visit_map(Map {
-                obj: x,
+        // The JS inspection is not generic, so each visitor adds only this small match.
+        match inspect(self.0) {
+            Js::Unit => v.visit_unit(),
+            Js::Bool(b) => v.visit_bool(b),
+            Js::U64(n) => v.visit_u64(n),
+            Js::I64(n) => v.visit_i64(n),
+            Js::F64(n) => v.visit_f64(n),
+            Js::Str(s) => v.visit_string(s),
+            Js::Seq(items) => v.visit_seq(Seq { items, at: 0 }),
+            Js::Map(obj, keys) => v.visit_map(Map {
+                obj,
                 keys,
                 at: 0,
                 value: None,
-            });
+            }),
+            Js::Other => Err(Error),
         }
-        Err(Error)
     }
 
     fn deserialize_option<V: Visitor<'de>>(self, v: V) -> Result<V::Value, Error> {

@@ -19,20 +19,37 @@ use web_sys::{BroadcastChannel, MessageEvent};
 const CHANNEL: &str = "payonce";
 const TAB_ID: &str = "payonce:tab";
 
+#[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+enum Kind {
+    Paid,
+    Hello,
+    Taken,
+}
+
+/// One flat shape for every message (a tagged enum would pull serde's buffering code into
+/// the module for three small messages).
 #[derive(Serialize, Deserialize)]
-#[serde(tag = "t", rename_all = "camelCase")]
-enum Message {
-    #[serde(rename_all = "camelCase")]
-    Paid {
-        order_id: String,
-        payment: Payment,
-    },
-    Hello {
-        tab: String,
-    },
-    Taken {
-        tab: String,
-    },
+#[serde(rename_all = "camelCase")]
+struct Message {
+    t: Kind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tab: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    order_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    payment: Option<Payment>,
+}
+
+impl Message {
+    fn tab(t: Kind, tab: String) -> Self {
+        Self {
+            t,
+            tab: Some(tab),
+            order_id: None,
+            payment: None,
+        }
+    }
 }
 
 struct Tabs {
@@ -68,21 +85,22 @@ impl Tabs {
         }
         let id = session_tab_id();
         if let (Some(id), Some(ch)) = (&id, &tabs.channel) {
-            post(ch, &Message::Hello { tab: id.clone() });
+            post(ch, &Message::tab(Kind::Hello, id.clone()));
         }
         *tabs.tab_id.borrow_mut() = id;
         tabs
     }
 
     fn receive(&self, m: Message) {
-        match m {
-            Message::Paid { order_id, payment } => remember_paid(&order_id, payment),
-            Message::Hello { tab } if self.tab_id.borrow().as_deref() == Some(tab.as_str()) => {
-                if let Some(ch) = &self.channel {
-                    post(ch, &Message::Taken { tab });
+        let mine = m.tab.is_some() && *self.tab_id.borrow() == m.tab;
+        match (m.t, m.order_id, m.payment) {
+            (Kind::Paid, Some(order_id), Some(payment)) => remember_paid(&order_id, payment),
+            (Kind::Hello, ..) if mine => {
+                if let (Some(ch), Some(tab)) = (&self.channel, m.tab) {
+                    post(ch, &Message::tab(Kind::Taken, tab));
                 }
             }
-            Message::Taken { tab } if self.tab_id.borrow().as_deref() == Some(tab.as_str()) => {
+            (Kind::Taken, ..) if mine => {
                 *self.tab_id.borrow_mut() = new_tab_id();
                 self.duplicated.set(true);
                 for f in self.listeners.borrow().iter() {
@@ -152,13 +170,13 @@ pub(crate) fn announce_paid(order_id: &str, payment: &Payment) {
     remember_paid(order_id, payment.clone());
     TABS.with(|t| {
         if let Some(ch) = &t.channel {
-            post(
-                ch,
-                &Message::Paid {
-                    order_id: order_id.to_owned(),
-                    payment: payment.clone(),
-                },
-            );
+            let m = Message {
+                t: Kind::Paid,
+                tab: None,
+                order_id: Some(order_id.to_owned()),
+                payment: Some(payment.clone()),
+            };
+            post(ch, &m);
         }
     });
 }
