@@ -32,12 +32,11 @@ scenario(test, "two tabs paying the same order → one charge", async (env) => {
   assert.equal(await b.orderId(), await a.orderId(), "both tabs show the same order");
 
   const { orderId, charges, bStatus } = await payFromTwoTabs(env, a, b);
+  // Tab B either got tab A's receipt from the SDK, or was refused by the server and then shows
+  // the order as paid (or as being paid); any receipt it shows is the order's one charge.
+  assert.match(bStatus, /already (being )?paid|^Paid\./);
   const bReceipt = await b.receipt();
-  if (/^Paid\./.test(bStatus)) {
-    assert.equal(bReceipt?.chargeId, charges[0].id, "tab B shows tab A's receipt, not a charge of its own");
-  } else {
-    assert.equal(bReceipt, null, "tab B was refused and shows no receipt of its own");
-  }
+  if (bReceipt) assert.equal(bReceipt.chargeId, charges[0].id, "tab B shows the order's one charge, not one of its own");
   if (b.keys().length) assert.notEqual(b.keys()[0], a.keys()[0], "each tab made its own key");
 
   await b.reload();
