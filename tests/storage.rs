@@ -242,17 +242,38 @@ async fn two_clients_sharing_storage_share_one_key() {
 async fn abort_ends_the_wait_at_once_and_keeps_the_key() {
     // Waits of up to a minute: only the signal can end this call quickly.
     let c = PayonceClient::create(js(&format!(
-        r#"{{"baseUrl":"{DEAD_API}","retry":{{"baseDelayMs":60000,"maxDelayMs":60000,"maxAttempts":9}},"deadlineMs":600000}}"#
+        r#"{{"baseUrl":"{DEAD_API}","retry":{{"baseDelayMs":60000,"maxDelayMs":60000,"maxAttempts":9}},"deadlineMs":600000,"longWaitMs":50}}"#
     )))
     .unwrap();
     let ctl = web_sys::AbortController::new().unwrap();
-    let opts = with(js("{}"), "signal", &ctl.signal());
+    let (on_status, statuses) = recorder();
+    let opts = with(
+        with(js("{}"), "signal", &ctl.signal()),
+        "onStatus",
+        &on_status,
+    );
     let p = c.pay(checkout("ord_abort", 1), Some(opts.unchecked_into()));
-    tick(200).await;
+    // Wait until the call is in its (jittered, up to a minute) retry wait, past longWaitMs.
+    for _ in 0..100 {
+        if statuses.borrow().iter().any(|s| s == "takingLonger") {
+            break;
+        }
+        tick(20).await;
+    }
+    assert!(
+        statuses.borrow().iter().any(|s| s == "takingLonger"),
+        "{:?}",
+        statuses.borrow()
+    );
     ctl.abort();
     let err = settle(p).await.expect_err("aborted");
     assert_eq!(error_code(&err), "ABORTED");
-    assert!(stored("ord_abort").is_some(), "abort keeps the key");
+    let e = stored("ord_abort").expect("abort keeps the key");
+    assert_eq!(
+        s(&e, "state"),
+        "unknown",
+        "the attempt stays unresolved, not final"
+    );
 }
 
 #[wasm_bindgen_test]
