@@ -12,6 +12,8 @@ use serde::{Deserialize, Serialize};
 pub mod paths {
     /// `POST` a dev session.
     pub const DEV_SESSIONS: &str = "/dev/sessions";
+    /// `GET` the dev configuration (dev mode only): [`super::DevConfig`].
+    pub const DEV_CONFIG: &str = "/dev/config";
     /// `GET` the catalog.
     pub const CATALOG: &str = "/catalog";
     /// `POST` an order.
@@ -272,6 +274,9 @@ pub enum DevFault {
 }
 
 impl DevFault {
+    /// Every fault this version knows.
+    pub const ALL: [DevFault; 1] = [Self::DropResponse];
+
     /// Wire spelling.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -282,4 +287,14 @@ impl DevFault {
     pub fn parse(s: &str) -> Option<Self> {
         (s == "drop-response").then_some(Self::DropResponse)
     }
+}
+
+/// `GET /dev/config` answer (dev mode only): what a demo page needs to show its dev panel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DevConfig {
+    /// Base URL of the payment provider this server charges (embedded or `--provider-url`).
+    pub provider_url: String,
+    /// The [`DevFault`]s this server accepts in the `Payonce-Dev-Fault` header.
+    pub faults: Vec<DevFault>,
 }

@@ -307,6 +307,10 @@ proptest! {
         round_trip(&DevSessionResponse { user_id: order_id, token: pm });
         round_trip(&DevFault::DropResponse);
         prop_assert_eq!(DevFault::parse(DevFault::DropResponse.as_str()), Some(DevFault::DropResponse));
+        for f in DevFault::ALL {
+            prop_assert_eq!(DevFault::parse(f.as_str()), Some(f));
+        }
+        round_trip(&DevConfig { provider_url: "http://127.0.0.1:8081".into(), faults: DevFault::ALL.to_vec() });
     }
 
     #[test]

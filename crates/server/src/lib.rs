@@ -65,6 +65,8 @@ pub struct AppState {
     pub(crate) store: Store,
     pub(crate) provider: provider_client::ProviderClient,
     pub(crate) config: Arc<Config>,
+    /// The provider's base URL, for `GET /dev/config`.
+    pub(crate) provider_url: Arc<str>,
 }
 
 impl AppState {
@@ -76,6 +78,7 @@ impl AppState {
             store,
             provider,
             config: Arc::new(config),
+            provider_url: provider_url.into(),
         })
     }
 }
@@ -84,6 +87,7 @@ impl AppState {
 /// (tested), and the fuzzer walks the document.
 pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/dev/sessions"),
+    ("get", "/dev/config"),
     ("get", "/catalog"),
     ("post", "/orders"),
     ("get", "/orders/{id}"),
@@ -99,6 +103,7 @@ pub fn app(state: AppState, static_dir: Option<PathBuf>) -> Router {
     let dev = state.config.dev;
     let router = Router::new()
         .route(paths::DEV_SESSIONS, post(auth::create_dev_session))
+        .route(paths::DEV_CONFIG, get(dev_config))
         .route(paths::CATALOG, get(catalog::list))
         .route(paths::ORDERS, post(orders::create))
         .route(&paths::order("{id}"), get(orders::get))
@@ -164,6 +169,19 @@ async fn healthz(State(state): State<AppState>) -> Response {
     } else {
         AppError::code(ErrorCode::StoreUnavailable).into_response()
     }
+}
+
+/// `GET /dev/config`: the provider URL and the accepted faults, for a demo page's dev panel.
+async fn dev_config(
+    State(state): State<AppState>,
+) -> Result<Json<payonce_protocol::DevConfig>, AppError> {
+    if !state.config.dev {
+        return Err(AppError::code(ErrorCode::DevModeRequired));
+    }
+    Ok(Json(payonce_protocol::DevConfig {
+        provider_url: state.provider_url.to_string(),
+        faults: payonce_protocol::body::DevFault::ALL.to_vec(),
+    }))
 }
 
 async fn not_found() -> AppError {

@@ -501,3 +501,26 @@ fn fuzzing_every_documented_operation_finds_no_5xx() {
     );
     eprintln!("fuzzer statuses: {statuses:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_config_names_the_provider_and_the_faults() {
+    let Some(app) = TestApp::spawn(Backend::Sqlite).await else {
+        return;
+    };
+    let r = app.send(app.http.get(app.url("/dev/config"))).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let cfg = r.json();
+    assert_eq!(cfg["providerUrl"], app.provider.as_str());
+    assert_eq!(cfg["faults"], json!(["drop-response"]));
+    // The URL is the provider that really charges: its ledger answers there.
+    let t = app.session("alice").await;
+    let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
+    assert_eq!(
+        app.pay(&t, &id, Some(&key()), 1, "pm_card_approve")
+            .await
+            .status,
+        200
+    );
+    let charges = crate::common::ledger(&app.http, cfg["providerUrl"].as_str().unwrap(), &id).await;
+    assert_eq!(charges.len(), 1);
+}
