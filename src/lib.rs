@@ -8,6 +8,21 @@
 //! - `web` (wasm32 only): the thin I/O layer and the JavaScript API (`PayonceClient`,
 //!   `PayonceError`): sessionStorage with an in-memory fallback, fetch with per-request
 //!   timeouts, Web Locks, BroadcastChannel, `online` waits and abort signals.
+//!
+//! # Decisions worth knowing
+//! - A key is minted only on a Pay click with no unresolved attempt for the order, and saved in
+//!   sessionStorage (`payonce:attempt:<orderId>`) before the request leaves. It is removed only
+//!   on a final answer: paid, declined/failed, cancelled, or `ORDER_CHANGED`. Every other answer,
+//!   including refusals such as `KEY_REUSED_WITH_DIFFERENT_DETAILS` or `PAYMENT_ALREADY_ACTIVE`,
+//!   keeps it; `cancel()` resolves such a key (the server tombstones a key it never saw).
+//! - Other details for an order with an unresolved attempt reject with `SNAPSHOT_CONFLICT`.
+//! - A stored entry that does not decode never crashes the SDK: if a key can still be read from
+//!   it, pay rejects with `UNREADABLE_ATTEMPT` until `cancel()` resolves it; if not, it is
+//!   replaced and reported (`onWarning("UNREADABLE_ENTRY")`).
+//! - Storage that throws moves attempts to memory (`storageMode === "memory"`, warning
+//!   `STORAGE_UNAVAILABLE`); unresolved attempts still block other details on this page.
+//! - The wasm carries no serde_json, serde-wasm-bindgen or uuid: JS values go through a small
+//!   serde bridge (`web::jsv`), keys come from `crypto.randomUUID()`.
 #![deny(missing_docs)]
 
 use wasm_bindgen::prelude::*;
