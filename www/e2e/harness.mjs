@@ -309,8 +309,9 @@ export class Checkout {
   }
 
   async goto(query = {}) {
+    // No ?provider=: the page finds the provider through the server's GET /dev/config, as
+    // it does when a person runs the demo.
     const url = new URL(this.env.api + "/");
-    url.searchParams.set("provider", this.env.providerUrl);
     for (const [k, v] of Object.entries(query)) url.searchParams.set(k, String(v));
     await this.page.goto(url.href);
     await this.ready();
