@@ -27,9 +27,14 @@ pub enum Command {
         /// Listen address (port 0 picks a free port).
         #[arg(long, default_value = "127.0.0.1:8081")]
         addr: SocketAddr,
-        /// Where the provider posts signed webhooks (optional).
+        /// Where the provider posts signed webhooks (optional), e.g.
+        /// `http://127.0.0.1:8080/webhooks/provider`.
         #[arg(long, env = "PAYONCE_WEBHOOK_URL")]
         webhook_url: Option<String>,
+        /// Secret the webhooks are signed with.
+        #[arg(long, env = "PAYONCE_WEBHOOK_SECRET", hide_env_values = true,
+              default_value = payonce_mock_provider::DEFAULT_WEBHOOK_SECRET)]
+        webhook_secret: String,
     },
 }
 
@@ -83,6 +88,14 @@ pub struct ServerArgs {
     /// answering 409 IN_PROGRESS (so a double click gets the same answer twice).
     #[arg(long, env = "PAYONCE_IN_PROGRESS_WAIT_MS", default_value_t = 2_000)]
     pub in_progress_wait_ms: u64,
+    /// Secret of the provider's webhook signatures (shared with the provider).
+    #[arg(long, env = "PAYONCE_WEBHOOK_SECRET", hide_env_values = true,
+          default_value = payonce_mock_provider::DEFAULT_WEBHOOK_SECRET)]
+    pub webhook_secret: String,
+    /// Do not let the embedded provider send webhooks (attempts then settle only through
+    /// retries and the reconciliation job).
+    #[arg(long)]
+    pub no_provider_webhooks: bool,
     /// How often the background job settles stuck attempts and deletes expired keys
     /// (0 disables it).
     #[arg(long, env = "PAYONCE_JOBS_INTERVAL_MS", default_value_t = 30_000)]
@@ -107,6 +120,8 @@ pub struct Config {
     /// How long a finished key is kept (and so replays): announced in
     /// `Idempotency-Key-Retention`.
     pub(crate) key_retention: Duration,
+    /// Secret of the provider's webhook signatures.
+    pub(crate) webhook_secret: String,
     /// Period of the background jobs; `None`: off.
     pub(crate) jobs_interval: Option<Duration>,
 }
@@ -153,6 +168,7 @@ impl Config {
             retry_after_secs: args.retry_after_secs,
             session_secret,
             key_retention: Duration::from_secs(args.key_retention_secs),
+            webhook_secret: args.webhook_secret.clone(),
             jobs_interval: (args.jobs_interval_ms > 0)
                 .then(|| Duration::from_millis(args.jobs_interval_ms)),
         })
@@ -168,6 +184,7 @@ impl Config {
             retry_after_secs: 1,
             session_secret: b"test-secret-test-secret".to_vec(),
             key_retention: Duration::from_secs(24 * 3600),
+            webhook_secret: payonce_mock_provider::DEFAULT_WEBHOOK_SECRET.to_owned(),
             jobs_interval: None,
         }
     }

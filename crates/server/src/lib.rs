@@ -11,6 +11,7 @@
 //! - `orders`: create, read, change the cart (the cart-lock rule).
 //! - `pay`: the pay rules (`NextAction`, claim, drive, reconcile, settle).
 //! - `cancel`: the cancel table and tombstones.
+//! - `webhooks`: signed provider events, settled from the provider's own answer.
 //! - `provider_client`: the provider over HTTP, each answer sorted by what it proves.
 //! - [`store`]: SQL over SQLite or PostgreSQL, migrations, audit trail.
 //! - `jobs`: background reconciliation of stuck attempts and cleanup of expired keys.
@@ -33,6 +34,7 @@ mod orders;
 mod pay;
 mod provider_client;
 mod server;
+mod webhooks;
 
 pub use config::{Cli, Command, Config, ServerArgs};
 pub use error::AppError;
@@ -96,6 +98,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/orders/{id}/payment-attempts/cancel"),
     ("get", "/healthz"),
     ("get", "/openapi.json"),
+    ("post", "/webhooks/provider"),
 ];
 
 /// The API as a router. `static_dir` files are served for paths no route claims.
@@ -112,6 +115,7 @@ pub fn app(state: AppState, static_dir: Option<PathBuf>) -> Router {
         .route(&paths::cancel("{id}"), post(cancel::handler))
         .route(paths::HEALTHZ, get(healthz))
         .route(paths::OPENAPI, get(openapi::serve))
+        .route(paths::WEBHOOKS, post(webhooks::handler))
         .method_not_allowed_fallback(method_not_allowed);
     let router = match static_dir {
         Some(dir) => router.fallback_service(

@@ -564,17 +564,41 @@ async fn drive(state: &AppState, claim: &Claim) -> AppResult<Option<PayAnswer>> 
 /// re-drive with the same provider key only when the provider has no charge for it.
 pub(crate) async fn reconcile(state: &AppState, claim: &Claim) -> AppResult<Option<PayAnswer>> {
     match state.provider.charge_by_key(&claim.provider_key).await {
-        Lookup::Found(charge) => {
-            let outcome = match charge.status {
-                ChargeStatus::Declined => ChargeOutcome::Declined(charge),
-                ChargeStatus::Succeeded | ChargeStatus::Refunded => {
-                    ChargeOutcome::Succeeded(charge)
-                }
-            };
-            settle(state, claim, outcome).await
-        }
+        Lookup::Found(charge) => settle(state, claim, outcome_of(charge)).await,
         Lookup::NotFound => drive(state, claim).await,
         Lookup::Unknown(why) => settle(state, claim, ChargeOutcome::Unknown(why)).await,
+    }
+}
+
+/// What an existing charge means for its attempt.
+fn outcome_of(charge: Charge) -> ChargeOutcome {
+    match charge.status {
+        ChargeStatus::Declined => ChargeOutcome::Declined(charge),
+        ChargeStatus::Succeeded | ChargeStatus::Refunded => ChargeOutcome::Succeeded(charge),
+    }
+}
+
+/// A provider webhook says `row`'s charge has an outcome. A webhook is a hint, never the
+/// evidence: the outcome is read back from the provider by provider key, so even a correctly
+/// signed but made-up event cannot mark an order paid. No lease is taken: the request that
+/// claimed the attempt may be mid-call (the provider can call us before it answers it), and
+/// settling is a conditional update, so whoever settles first wins and the other replays.
+/// Returns true when this call settled the attempt.
+pub(crate) async fn settle_from_webhook(
+    state: &AppState,
+    row: &AttemptRow,
+    order: &OrderRow,
+) -> AppResult<bool> {
+    // A token nobody holds: this path never releases or takes a lease.
+    let claim = Claim::from_row(
+        row,
+        order,
+        "provider-webhook",
+        uuid::Uuid::new_v4().to_string(),
+    )?;
+    match state.provider.charge_by_key(&claim.provider_key).await {
+        Lookup::Found(charge) => Ok(settle(state, &claim, outcome_of(charge)).await?.is_some()),
+        Lookup::NotFound | Lookup::Unknown(_) => Ok(false),
     }
 }
 
@@ -619,6 +643,11 @@ async fn settle(
                 now_ms(),
             )
             .await?;
+            // A webhook may have settled it while we waited: then its stored answer stands.
+            let row = db::find_by_id(state.store.pool(), &claim.attempt_id).await?;
+            if row.is_some_and(|r| r.status.is_final()) {
+                return Ok(None);
+            }
             let body = serde_json::to_string(&PayResponse {
                 status: AttemptStatus::Processing,
                 order_id: claim.order_id.clone(),

@@ -33,8 +33,12 @@ pub enum RunError {
 /// Runs what the command line asks for until SIGINT/SIGTERM.
 pub async fn run(cli: Cli) -> Result<(), RunError> {
     match cli.command {
-        Some(Command::MockProvider { addr, webhook_url }) => {
-            let (handle, _) = start_provider(addr, webhook_url).await?;
+        Some(Command::MockProvider {
+            addr,
+            webhook_url,
+            webhook_secret,
+        }) => {
+            let (handle, _) = start_provider(addr, webhook_url, webhook_secret).await?;
             tokio::select! {
                 r = handle => r.map_err(|e| RunError::Provider(e.to_string()))?,
                 () = shutdown_signal() => {}
@@ -59,9 +63,11 @@ async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), RunError> {
 async fn start_provider(
     addr: SocketAddr,
     webhook_url: Option<String>,
+    webhook_secret: String,
 ) -> Result<(tokio::task::JoinHandle<()>, SocketAddr), RunError> {
     let provider = MockProvider::new(ProviderConfig {
         webhook_url,
+        webhook_secret,
         ..ProviderConfig::default()
     })
     .map_err(|e| RunError::Provider(e.to_string()))?;
@@ -83,13 +89,19 @@ async fn run_api(args: ServerArgs) -> Result<(), RunError> {
     if args.redis_url.is_some() {
         tracing::info!("--redis-url accepted; this version keeps keys in the SQL store only");
     }
+    // The API listener is bound first so the embedded provider can be told where to send
+    // its webhooks (port 0 allowed); it serves once the store is ready.
+    let (listener, local) = bind(args.addr).await?;
     let provider_url = match &args.provider_url {
         Some(url) => url.clone(),
         None => {
-            // Bound first, so port 0 works and the URL is known before the API starts.
-            let (handle, local) = start_provider(args.provider_addr, None).await?;
+            let webhook_url = (!args.no_provider_webhooks)
+                .then(|| format!("http://{local}{}", payonce_protocol::body::paths::WEBHOOKS));
+            let (handle, provider) =
+                start_provider(args.provider_addr, webhook_url, args.webhook_secret.clone())
+                    .await?;
             drop(handle); // runs for the life of the process
-            format!("http://{local}")
+            format!("http://{provider}")
         }
     };
     let store = Store::connect(&args.database_url).await?;
@@ -99,7 +111,6 @@ async fn run_api(args: ServerArgs) -> Result<(), RunError> {
         tokio::spawn(crate::jobs::run(state.clone(), every));
     }
     let router = app(state, args.static_dir.clone());
-    let (listener, local) = bind(args.addr).await?;
     println!("payonce: api listening on http://{local}");
     axum::serve(listener, router)
         .with_graceful_shutdown(shutdown_signal())

@@ -64,6 +64,71 @@ pub(crate) async fn find<'c>(
     row.as_ref().map(attempt_from_row).transpose()
 }
 
+/// The attempt that owns a provider key (provider keys are unique).
+pub(crate) async fn find_by_provider_key<'c>(
+    e: impl AnyExecutor<'c>,
+    provider_key: &str,
+) -> sqlx::Result<Option<AttemptRow>> {
+    let row = sqlx::query(
+        "SELECT id, user_id, order_id, status, fingerprint, order_version, amount, currency, payment_method_id,
+                provider_key, locked_until, response_status, response_body
+         FROM attempts WHERE provider_key = $1",
+    )
+    .bind(provider_key)
+    .fetch_optional(e)
+    .await?;
+    row.as_ref().map(attempt_from_row).transpose()
+}
+
+/// An attempt by id.
+pub(crate) async fn find_by_id<'c>(
+    e: impl AnyExecutor<'c>,
+    id: &str,
+) -> sqlx::Result<Option<AttemptRow>> {
+    let row = sqlx::query(
+        "SELECT id, user_id, order_id, status, fingerprint, order_version, amount, currency, payment_method_id,
+                provider_key, locked_until, response_status, response_body
+         FROM attempts WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_optional(e)
+    .await?;
+    row.as_ref().map(attempt_from_row).transpose()
+}
+
+/// True when a webhook event id was handled before.
+pub(crate) async fn webhook_seen<'c>(
+    e: impl AnyExecutor<'c>,
+    event_id: &str,
+) -> sqlx::Result<bool> {
+    let row: Option<(String,)> = sqlx::query_as("SELECT id FROM webhook_events WHERE id = $1")
+        .bind(event_id)
+        .fetch_optional(e)
+        .await?;
+    Ok(row.is_some())
+}
+
+/// Records a handled webhook event (a duplicate insert is a no-op).
+pub(crate) async fn record_webhook<'c>(
+    e: impl AnyExecutor<'c>,
+    event_id: &str,
+    event_type: &str,
+    provider_key: &str,
+    now: i64,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO webhook_events (id, event_type, provider_key, received_at) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (id) DO NOTHING",
+    )
+    .bind(event_id)
+    .bind(event_type)
+    .bind(provider_key)
+    .bind(now)
+    .execute(e)
+    .await?;
+    Ok(())
+}
+
 /// Processing attempts whose lease has expired: nobody is driving them. The oldest first,
 /// at most `limit`.
 pub(crate) async fn stuck<'c>(

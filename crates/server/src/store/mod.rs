@@ -60,12 +60,20 @@ struct Migration {
 }
 
 /// Every migration, in order. Each backend has its own file because DDL dialects differ.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "init",
-    sqlite: include_str!("../../migrations/sqlite/0001_init.sql"),
-    postgres: include_str!("../../migrations/postgres/0001_init.sql"),
-}];
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "init",
+        sqlite: include_str!("../../migrations/sqlite/0001_init.sql"),
+        postgres: include_str!("../../migrations/postgres/0001_init.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "webhook_events",
+        sqlite: include_str!("../../migrations/sqlite/0002_webhook_events.sql"),
+        postgres: include_str!("../../migrations/postgres/0002_webhook_events.sql"),
+    },
+];
 
 /// An arbitrary constant naming the migration lock among PostgreSQL advisory locks, so that
 /// several processes starting together migrate one at a time.

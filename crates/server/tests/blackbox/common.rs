@@ -270,6 +270,9 @@ pub struct Opts {
     /// leaves them.
     pub jobs_interval_ms: u64,
     pub key_retention_secs: u64,
+    /// Let the embedded provider send webhooks (off by default, so a test's attempt stays
+    /// processing until the test settles it).
+    pub webhooks: bool,
 }
 
 impl Default for Opts {
@@ -283,6 +286,7 @@ impl Default for Opts {
             in_progress_wait_ms: 2_000,
             jobs_interval_ms: 0,
             key_retention_secs: 24 * 3600,
+            webhooks: false,
         }
     }
 }
@@ -309,6 +313,9 @@ impl Opts {
         ];
         if self.dev {
             a.push("--dev".into());
+        }
+        if !self.webhooks {
+            a.push("--no-provider-webhooks".into());
         }
         a
     }

@@ -5,9 +5,11 @@
 //! - `common`: the harness ([`common::TestApp`], fresh databases, process spawning).
 //! - `rules`: every pay rule of issue #3 and every cancel row, on both backends.
 //! - `concurrency`: 50 concurrent pays, two keys racing, three processes on one PostgreSQL.
+//! - `webhooks`: signed provider events settle attempts; forged ones cannot.
 //! - `input`: malformed input of every kind, the OpenAPI fuzzer, CORS, the OpenAPI document.
 
 mod common;
 mod concurrency;
 mod input;
 mod rules;
+mod webhooks;

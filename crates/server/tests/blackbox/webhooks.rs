@@ -1,0 +1,162 @@
+//! Provider webhooks: they settle attempts without any client retry, their signatures are
+//! checked, and a signed event is still only a hint (the provider is asked).
+
+use crate::common::{id_of, key, Backend, Opts, TestApp};
+use crate::on_both_backends;
+use serde_json::json;
+use std::time::Duration;
+
+on_both_backends!(
+    webhooks_settle_attempts_without_any_retry,
+    webhook_signatures_are_checked_and_events_are_only_hints,
+);
+
+async fn wait_for_status(app: &TestApp, token: &str, id: &str, want: &str) -> String {
+    let mut status = String::new();
+    for _ in 0..100 {
+        status = app.get_order(token, id).await.json()["status"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        if status == want {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    status
+}
+
+async fn webhooks_settle_attempts_without_any_retry(backend: Backend) {
+    let opts = Opts {
+        webhooks: true,
+        ..Opts::default()
+    };
+    let Some(app) = TestApp::spawn_with(backend, opts).await else {
+        return;
+    };
+    let t = app.session("alice").await;
+    let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
+    // The provider charges at once and calls us, but answers our call too late: the webhook
+    // is what settles the attempt (the jobs are off and the client never retries).
+    let r = app.pay(&t, &id, Some(&key()), 1, "pm_card_timeout").await;
+    assert!([200, 202].contains(&r.status), "{}", r.text());
+    assert_eq!(wait_for_status(&app, &t, &id, "paid").await, "paid");
+    assert_eq!(app.ledger(&id).await.len(), 1);
+    let pool = app.db_pool().await;
+    let (n,): (i64,) = sqlx::query_as(
+        "SELECT COUNT(*) FROM audit_log WHERE actor = 'provider-webhook' AND to_state = 'succeeded'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(n, 1, "the audit trail names the webhook");
+    let (events,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM webhook_events")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(events >= 1);
+
+    // A declined charge's webhook leaves the order unpaid and unlocked.
+    let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
+    assert_eq!(
+        app.pay(&t, &id, Some(&key()), 1, "pm_card_decline")
+            .await
+            .status,
+        402
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let o = app.get_order(&t, &id).await.json();
+    assert_eq!(
+        (o["status"].as_str(), o["paymentInProgress"].as_bool()),
+        (Some("unpaid"), Some(false))
+    );
+}
+
+fn signed(body: &[u8]) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    payonce_mock_provider::sign(payonce_mock_provider::DEFAULT_WEBHOOK_SECRET, now, body)
+}
+
+async fn webhook_signatures_are_checked_and_events_are_only_hints(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let t = app.session("alice").await;
+    let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
+    // The transient method's first call is a 503: nothing charged, the attempt stays processing.
+    let k = key();
+    assert_eq!(
+        app.pay(&t, &id, Some(&k), 1, "pm_card_transient")
+            .await
+            .status,
+        202
+    );
+    let pool = app.db_pool().await;
+    let (pk, amount): (String, i64) =
+        sqlx::query_as("SELECT provider_key, amount FROM attempts WHERE idem_key = $1")
+            .bind(&k)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    let event = json!({
+        "id": "evt_forged_1",
+        "type": "charge.succeeded",
+        "created": 1,
+        "charge": {
+            "id": "ch_forged", "providerKey": pk, "amount": amount, "currency": "USD",
+            "paymentMethodId": "pm_card_transient", "orderId": id, "status": "succeeded", "createdAt": 1
+        }
+    });
+    let body = serde_json::to_vec(&event).unwrap();
+    let url = app.url("/webhooks/provider");
+    let post = |sig: Option<String>| {
+        let mut req = app
+            .http
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(body.clone());
+        if let Some(s) = sig {
+            req = req.header("Payonce-Signature", s);
+        }
+        app.send(req)
+    };
+    let r = post(None).await;
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (400, "WEBHOOK_SIGNATURE_INVALID")
+    );
+    assert_eq!(r.json()["reason"], "missing");
+    let r = post(Some(payonce_mock_provider::sign(
+        "another-secret",
+        1_700_000_000,
+        &body,
+    )))
+    .await;
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (400, "WEBHOOK_SIGNATURE_INVALID")
+    );
+    let r = post(Some(signed(b"another body"))).await;
+    assert_eq!(
+        (r.status, r.json()["reason"].as_str()),
+        (400, Some("mismatch"))
+    );
+
+    // Correctly signed, but the provider has no such charge: acknowledged, and nothing paid.
+    let r = post(Some(signed(&body))).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let o = app.get_order(&t, &id).await.json();
+    assert_eq!(
+        (o["status"].as_str(), o["paymentInProgress"].as_bool()),
+        (Some("unpaid"), Some(true))
+    );
+    // A duplicate is acknowledged too.
+    assert_eq!(post(Some(signed(&body))).await.status, 200);
+    // The retry settles it for real (one charge, by the same provider key).
+    let r = app.pay(&t, &id, Some(&k), 1, "pm_card_transient").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(app.ledger(&id).await.len(), 1);
+}
