@@ -128,12 +128,38 @@ pub fn app(state: AppState, static_dir: Option<PathBuf>) -> Router {
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn(refuse_large_bodies))
         .layer(CatchPanicLayer::custom(panic_response))
+        .layer(axum::middleware::from_fn(request_id))
         .with_state(state);
     if dev {
         router.layer(dev_cors())
     } else {
         router
     }
+}
+
+/// Names every request: the client's `X-Request-Id` when it is a plausible id, else a new
+/// one. It is on the response and on every log line of the request, so a client's report of
+/// an opaque 500 can be matched to the logged detail.
+async fn request_id(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    use tracing::Instrument;
+    let id = req
+        .headers()
+        .get(REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| {
+            (1..=64).contains(&v.len())
+                && v.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+        .map(str::to_owned)
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let span =
+        tracing::info_span!("request", id = %id, method = %req.method(), path = %req.uri().path());
+    let mut res = next.run(req).instrument(span).await;
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        res.headers_mut().insert(REQUEST_ID, v);
+    }
+    res
 }
 
 /// Bodies up to this size are read and discarded before a 413 is sent.

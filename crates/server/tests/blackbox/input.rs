@@ -49,6 +49,10 @@ async fn malformed_requests_are_4xx_problems() {
     ];
     for (name, req, status, code) in cases {
         let r = app.send(req).await;
+        assert!(
+            r.header("x-request-id").is_some(),
+            "{name}: every answer names its request"
+        );
         assert_eq!(
             (r.status, r.code().as_str()),
             (status, code),
