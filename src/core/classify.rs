@@ -8,6 +8,7 @@
 //! | 409 `ATTEMPT_CANCELLED` (tombstone)           | final: cancelled           | remove |
 //! | 409 `ORDER_CHANGED`                           | final: orderChanged        | remove |
 //! | 202 `processing`, 409 `IN_PROGRESS`           | retry (server-directed)    | keep   |
+//! | 429 / 503 with `Retry-After`                  | retry (server-paced)       | keep   |
 //! | no answer, timeout, 408, 429, 5xx, bad 200    | retry (unknown outcome)    | keep   |
 //! | any other answer (422, 409 `PAYMENT_ALREADY_ACTIVE`, 401, 400, ...) | rejected | keep |
 //!
@@ -85,8 +86,12 @@ pub enum RetryCause {
     NoAnswer,
     /// Our per-request timeout fired.
     TimedOut,
-    /// 408, 429, 5xx, or a 200 whose body did not decode.
+    /// 408, 429, 5xx without a usable `Retry-After`, or a 200 whose body did not decode.
     ServerTrouble,
+    /// 429 or 503 with `Retry-After` (header or problem `retryAfter`): the server is alive and
+    /// says when to come back. It paces us rather than failing us, so it does not count as a
+    /// failed send (see [`crate::core::retry::Schedule::after`]).
+    Paced,
 }
 
 /// What to do after an answer.
@@ -195,6 +200,8 @@ pub fn classify_pay(reply: &Reply<PayResponse>) -> Verdict {
         (409, Some(ErrorCode::OrderChanged)) => Verdict::Final(Final::OrderChanged {
             current_version: problem.and_then(|p| p.current_version),
         }),
+        // RFC 9110/6585 give `Retry-After` its "come back then" meaning on 503 and 429 only.
+        (429 | 503, _) if wait.is_some() => retry(RetryCause::Paced),
         (408 | 429 | 500..=599, _) => retry(RetryCause::ServerTrouble),
         _ => Verdict::Rejected { status, code },
     }
@@ -340,6 +347,60 @@ mod tests {
             classify_pay(&http(200, None, None)),
             Verdict::Retry { .. }
         ));
+    }
+
+    #[test]
+    fn shedding_with_retry_after_is_pacing_and_other_trouble_is_not() {
+        let with_ra = |status| Reply::<PayResponse>::Http {
+            status,
+            retry_after: Some("2".into()),
+            ok: None,
+            problem: None,
+        };
+        for s in [429, 503] {
+            assert_eq!(
+                classify_pay(&with_ra(s)),
+                Verdict::Retry {
+                    cause: RetryCause::Paced,
+                    retry_after_ms: Some(2_000)
+                },
+                "{s}"
+            );
+            assert_eq!(
+                classify_pay(&http(s, None, None)),
+                Verdict::Retry {
+                    cause: RetryCause::ServerTrouble,
+                    retry_after_ms: None
+                },
+                "{s} without Retry-After is plain trouble"
+            );
+        }
+        // Retry-After means "come back then" only on 429/503: a 500 or 502 with it is trouble.
+        for s in [500, 502, 504, 408] {
+            assert!(
+                matches!(
+                    classify_pay(&with_ra(s)),
+                    Verdict::Retry {
+                        cause: RetryCause::ServerTrouble,
+                        ..
+                    }
+                ),
+                "{s}"
+            );
+        }
+        // The problem body's `retryAfter` counts when CORS hides the header.
+        let v = classify_pay(&http(
+            503,
+            None,
+            Some(Problem::new(ErrorCode::StoreUnavailable).with_retry_after(3)),
+        ));
+        assert_eq!(
+            v,
+            Verdict::Retry {
+                cause: RetryCause::Paced,
+                retry_after_ms: Some(3_000)
+            }
+        );
     }
 
     #[test]

@@ -4,19 +4,39 @@
 //! - Stripe's clients wait `0.5 s · 2^n` capped at 5 s, jittered to ×0.5–1. We use the same
 //!   envelope with **full jitter** (AWS: `random(0, min(cap, base · 2^n))`), which spreads a
 //!   crowd of clients best after an outage.
+//! - After our own request **timeout** the wait is full jitter over the whole cap, `[0, 5 s)`,
+//!   whatever `n` is: a timeout means the server may be down or drowning, and every client whose
+//!   request hung on it times out at about the same moment; `[0, 0.5 s)` cannot spread them.
 //! - AWS SDKs share a **retry budget** (a token bucket of 500; a retry costs 5, a timeout 10,
 //!   a success refills). Ours is per client and the same shape, so a dying server is not
 //!   hammered by every tab. Polling an attempt the server reports as in progress costs nothing:
 //!   the server paces it with `Retry-After`.
 //! - ky honours `Retry-After` up to a cap and aborts waits at once. We honour it up to
 //!   [`RetryPolicy::max_retry_after_ms`], never past the total deadline, and the web layer makes
-//!   every wait abortable.
+//!   every wait abortable. We **jitter** it over `[ra, 2·ra]`: clients the server shed in the
+//!   same instant with the same `Retry-After` must not all come back in the same instant.
+//! - A 429/503 **with** `Retry-After` ([`RetryCause::Paced`]) is the server pacing us, not a
+//!   failed send: like an in-progress poll it does not count towards
+//!   [`RetryPolicy::max_attempts`] (the deadline bounds it). Unlike a poll it still costs
+//!   [`BudgetConfig::retry_cost`] (as throttling errors do in AWS's standard mode): a server that
+//!   keeps shedding a client drains that client's bucket, so across calls the client stops
+//!   asking and reports `pending`, and a `Retry-After: 0` from a broken proxy cannot turn into
+//!   a minute of back-to-back requests.
 //!
-//! Randomness is injected ([`Jitter`]), so tests and a native retry-storm simulation drive it
+//! The figures behind these choices: `docs/retry-storm.md` (`crates/sim`, driven by this very
+//! module). Randomness is injected ([`Jitter`]), so tests and the simulation drive it
 //! deterministically.
 
 use crate::core::classify::{RetryCause, Verdict};
 use serde::Deserialize;
+
+/// Default per-request timeout of the web layer (`requestTimeoutMs`). Here, in the core, so
+/// the native retry-storm simulation uses the very numbers the SDK ships with.
+pub const DEFAULT_REQUEST_TIMEOUT_MS: u32 = 15_000;
+/// Default total time one `pay` keeps asking before it returns `pending` (`deadlineMs`).
+pub const DEFAULT_DEADLINE_MS: u64 = 60_000;
+/// Default time after which `onStatus` hears `takingLonger` (`longWaitMs`).
+pub const DEFAULT_LONG_WAIT_MS: u64 = 10_000;
 
 /// A source of uniform randomness in `[0, 1)`.
 pub trait Jitter {
@@ -30,18 +50,32 @@ impl<F: FnMut() -> f64> Jitter for F {
     }
 }
 
+/// `ceiling · u` for the next `u` in `[0, 1]` (non-finite draws count as 0).
+fn scaled(ceiling: u64, jitter: &mut impl Jitter) -> u64 {
+    let u = jitter.next_unit();
+    let u = if u.is_finite() {
+        u.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    // `as` saturates; u < 1 keeps the result < ceiling (u = 1 gives the ceiling itself).
+    ((ceiling as f64) * u) as u64
+}
+
 /// Backoff and retry limits. Public so a native simulation can reuse the exact policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct RetryPolicy {
-    /// Backoff base: the first wait is drawn from `[0, base]`.
+    /// Backoff base: the first wait after no answer or a 5xx is drawn from `[0, base)`.
     pub base_delay_ms: u64,
-    /// Cap of the computed (jittered, exponential) wait.
+    /// Cap of the computed (jittered, exponential) wait; after our own timeout the wait is
+    /// drawn from `[0, max_delay)`.
     pub max_delay_ms: u64,
-    /// How many failed sends (no answer, timeout, 5xx) a pay call tolerates before it returns
-    /// `pending`. Polls of an in-progress attempt do not count: the deadline bounds them.
+    /// How many failed sends (no answer, timeout, 5xx without `Retry-After`) a pay call
+    /// tolerates before it returns `pending`. Polls of an in-progress attempt and 429/503 with
+    /// `Retry-After` do not count: the deadline bounds them.
     pub max_attempts: u32,
-    /// Cap of a server-requested `Retry-After`.
+    /// Cap of a server-requested `Retry-After`, jitter included.
     pub max_retry_after_ms: u64,
     /// The retry budget.
     pub budget: BudgetConfig,
@@ -61,30 +95,60 @@ impl Default for RetryPolicy {
 
 impl RetryPolicy {
     /// The full-jitter wait before retry number `n` (0-based): uniform in
-    /// `[0, min(max_delay, base · 2^n)]`, saturating instead of overflowing.
+    /// `[0, min(max_delay, base · 2^n))`, saturating instead of overflowing.
     pub fn backoff_ms(&self, n: u32, jitter: &mut impl Jitter) -> u64 {
         let exp = self
             .base_delay_ms
             .saturating_mul(1u64.checked_shl(n.min(63)).unwrap_or(u64::MAX));
-        let ceiling = exp.min(self.max_delay_ms);
-        let u = jitter.next_unit();
-        let u = if u.is_finite() {
-            u.clamp(0.0, 1.0)
-        } else {
-            0.0
-        };
-        // `as` saturates; u < 1 keeps the result ≤ ceiling.
-        ((ceiling as f64) * u) as u64
+        scaled(exp.min(self.max_delay_ms), jitter)
     }
 
-    /// The wait before the next send: the server's `Retry-After` (capped) when it gave one,
-    /// otherwise the jittered backoff.
-    pub fn delay_ms(&self, n: u32, retry_after_ms: Option<u64>, jitter: &mut impl Jitter) -> u64 {
-        match retry_after_ms {
-            Some(ra) => ra.min(self.max_retry_after_ms),
-            None => self.backoff_ms(n, jitter),
+    /// The wait after our own request timeout: full jitter over the cap, `[0, max_delay)`.
+    pub fn after_timeout_ms(&self, jitter: &mut impl Jitter) -> u64 {
+        scaled(self.max_delay_ms, jitter)
+    }
+
+    /// The wait for a server's `Retry-After: ra`: uniform in `[ra, 2·ra]`, both ends capped by
+    /// `max_retry_after_ms` (so never below `min(ra, cap)` nor above `min(2·ra, cap)`).
+    pub fn retry_after_wait_ms(&self, ra: u64, jitter: &mut impl Jitter) -> u64 {
+        let floor = ra.min(self.max_retry_after_ms);
+        let top = ra.saturating_mul(2).min(self.max_retry_after_ms);
+        floor + scaled(top - floor, jitter)
+    }
+
+    /// The wait before the next send after `cause`, and the least of it that must fit before
+    /// the deadline: `(floor, wait)`. A server's `Retry-After` (jittered, capped) when it gave
+    /// one; after our timeout, full jitter over the cap; otherwise the jittered backoff. Only
+    /// `Retry-After` has a floor below the wait (the server's own number): the jitter on top
+    /// may be cut at the deadline, the floor may not.
+    pub fn delay_ms(
+        &self,
+        n: u32,
+        cause: RetryCause,
+        retry_after_ms: Option<u64>,
+        jitter: &mut impl Jitter,
+    ) -> (u64, u64) {
+        match (retry_after_ms, cause) {
+            (Some(ra), _) => (
+                ra.min(self.max_retry_after_ms),
+                self.retry_after_wait_ms(ra, jitter),
+            ),
+            (None, RetryCause::TimedOut) => {
+                let ms = self.after_timeout_ms(jitter);
+                (ms, ms)
+            }
+            (None, _) => {
+                let ms = self.backoff_ms(n, jitter);
+                (ms, ms)
+            }
         }
     }
+}
+
+/// True for a send that failed (it counts towards `max_attempts`); false for answers with
+/// which the server paces us: an attempt in progress, a 429/503 with `Retry-After`.
+fn is_failed_send(cause: RetryCause) -> bool {
+    !matches!(cause, RetryCause::InProgress | RetryCause::Paced)
 }
 
 /// The retry budget's shape (AWS "standard" retry mode numbers by default).
@@ -93,7 +157,7 @@ impl RetryPolicy {
 pub struct BudgetConfig {
     /// Tokens when full.
     pub capacity: u32,
-    /// Cost of retrying after no answer or a 5xx.
+    /// Cost of retrying after no answer, a 408/429/5xx, or a 429/503 with `Retry-After`.
     pub retry_cost: u32,
     /// Cost of retrying after our own timeout fired.
     pub timeout_cost: u32,
@@ -140,7 +204,11 @@ impl RetryBudget {
         match cause {
             RetryCause::InProgress => 0,
             RetryCause::TimedOut => self.config.timeout_cost,
-            RetryCause::NoAnswer | RetryCause::ServerTrouble => self.config.retry_cost,
+            // Pacing is not a failure (no attempt counted) but it is a request the server had to
+            // refuse: it costs like one, so a client the server keeps shedding runs dry.
+            RetryCause::NoAnswer | RetryCause::ServerTrouble | RetryCause::Paced => {
+                self.config.retry_cost
+            }
         }
     }
 
@@ -229,8 +297,10 @@ impl Schedule {
         fire
     }
 
-    /// Decides what follows a verdict that was not final. `Final` and `Rejected` verdicts end
-    /// the call elsewhere; given one here, this gives up (defensive, never a panic).
+    /// Decides what follows a verdict that was not final: counts failed sends (not polls, not
+    /// paced answers), draws the wait, keeps it inside the deadline, charges the budget.
+    /// `Final` and `Rejected` verdicts end the call elsewhere; given one here, this gives up
+    /// (defensive, never a panic).
     pub fn after(
         &mut self,
         verdict: &Verdict,
@@ -245,17 +315,20 @@ impl Schedule {
             } => (*cause, *retry_after_ms),
             _ => return Next::GiveUp(PendingReason::Attempts),
         };
-        if cause != RetryCause::InProgress {
+        if is_failed_send(cause) {
             self.failures += 1;
             if self.failures >= self.policy.max_attempts {
                 return Next::GiveUp(PendingReason::Attempts);
             }
         }
-        let ms = self.policy.delay_ms(self.waits, retry_after, jitter);
-        // A wait that ends past the deadline is pointless: report pending now.
-        if ms >= self.remaining_ms(now_ms) {
+        let (floor, ms) = self.policy.delay_ms(self.waits, cause, retry_after, jitter);
+        // A wait whose floor ends past the deadline is pointless: report pending now. Jitter
+        // above the floor is ours, so it is cut at the deadline rather than ending the call.
+        let remaining = self.remaining_ms(now_ms);
+        if floor >= remaining {
             return Next::GiveUp(PendingReason::Deadline);
         }
+        let ms = ms.min(remaining - 1);
         if !budget.try_withdraw(cause) {
             return Next::GiveUp(PendingReason::Budget);
         }
@@ -276,6 +349,29 @@ mod tests {
         cause: RetryCause::NoAnswer,
         retry_after_ms: None,
     };
+    const TIMED_OUT: Verdict = Verdict::Retry {
+        cause: RetryCause::TimedOut,
+        retry_after_ms: None,
+    };
+    fn paced(ms: u64) -> Verdict {
+        Verdict::Retry {
+            cause: RetryCause::Paced,
+            retry_after_ms: Some(ms),
+        }
+    }
+    fn poll(ms: u64) -> Verdict {
+        Verdict::Retry {
+            cause: RetryCause::InProgress,
+            retry_after_ms: Some(ms),
+        }
+    }
+    const CAUSES: [RetryCause; 5] = [
+        RetryCause::InProgress,
+        RetryCause::NoAnswer,
+        RetryCause::TimedOut,
+        RetryCause::ServerTrouble,
+        RetryCause::Paced,
+    ];
 
     #[test]
     fn backoff_envelope_doubles_up_to_the_cap() {
@@ -293,13 +389,46 @@ mod tests {
     }
 
     #[test]
-    fn retry_after_is_honoured_and_capped() {
+    fn retry_after_is_honoured_jittered_up_to_twice_and_capped() {
         let p = RetryPolicy::default();
-        assert_eq!(p.delay_ms(0, Some(2_000), &mut fixed(0.0)), 2_000);
+        let wait = |ra, u| p.delay_ms(0, RetryCause::Paced, Some(ra), &mut fixed(u));
+        assert_eq!(wait(2_000, 0.0), (2_000, 2_000), "never sooner than asked");
+        assert_eq!(wait(2_000, 0.5), (2_000, 3_000));
+        assert_eq!(wait(2_000, 0.999_999), (2_000, 3_999));
+        assert_eq!(wait(7_000, 1.0), (7_000, 10_000), "jitter stops at the cap");
         assert_eq!(
-            p.delay_ms(0, Some(3_600_000), &mut fixed(0.0)),
-            p.max_retry_after_ms
+            wait(3_600_000, 0.5),
+            (p.max_retry_after_ms, p.max_retry_after_ms),
+            "an absurd Retry-After is capped"
         );
+    }
+
+    #[test]
+    fn a_timeout_spreads_the_first_wait_over_the_whole_cap() {
+        let p = RetryPolicy::default();
+        let near_one = 0.999_999;
+        // No answer: the usual envelope starts at base (0.5 s).
+        assert_eq!(
+            p.delay_ms(0, RetryCause::NoAnswer, None, &mut fixed(near_one)),
+            (499, 499)
+        );
+        // Our own timeout: the first wait already spans [0, 5 s).
+        assert_eq!(
+            p.delay_ms(0, RetryCause::TimedOut, None, &mut fixed(near_one)),
+            (4_999, 4_999)
+        );
+        assert_eq!(
+            p.delay_ms(0, RetryCause::TimedOut, None, &mut fixed(0.0)),
+            (0, 0)
+        );
+        // Through a schedule: the first wait after a timeout may be anywhere below the cap.
+        let mut s = Schedule::new(p, 0.0, DEFAULT_DEADLINE_MS, DEFAULT_LONG_WAIT_MS);
+        let mut b = RetryBudget::new(BudgetConfig::default());
+        assert_eq!(
+            s.after(&TIMED_OUT, 15_000.0, &mut b, &mut fixed(0.6)),
+            Next::Wait { ms: 3_000 }
+        );
+        assert_eq!(b.tokens(), 490, "a timeout costs the timeout price");
     }
 
     #[test]
@@ -311,7 +440,7 @@ mod tests {
             success_refill: 1,
         });
         assert!(b.try_withdraw(RetryCause::NoAnswer));
-        assert!(b.try_withdraw(RetryCause::NoAnswer));
+        assert!(b.try_withdraw(RetryCause::Paced), "pacing costs a retry");
         assert!(
             !b.try_withdraw(RetryCause::NoAnswer),
             "2 tokens cannot pay 5"
@@ -325,23 +454,24 @@ mod tests {
     }
 
     #[test]
-    fn schedule_gives_up_after_max_attempts_but_polls_do_not_count() {
+    fn schedule_gives_up_after_max_attempts_but_polls_and_pacing_do_not_count() {
         let policy = RetryPolicy {
             max_attempts: 3,
             ..RetryPolicy::default()
         };
         let mut s = Schedule::new(policy, 0.0, 600_000, 15_000);
         let mut b = RetryBudget::new(BudgetConfig::default());
-        let poll = Verdict::Retry {
-            cause: RetryCause::InProgress,
-            retry_after_ms: Some(1_000),
-        };
         for _ in 0..20 {
             assert_eq!(
-                s.after(&poll, 0.0, &mut b, &mut fixed(0.5)),
+                s.after(&poll(1_000), 0.0, &mut b, &mut fixed(0.5)),
+                Next::Wait { ms: 1_500 }
+            );
+            assert_eq!(
+                s.after(&paced(1_000), 0.0, &mut b, &mut fixed(0.0)),
                 Next::Wait { ms: 1_000 }
             );
         }
+        assert_eq!(b.tokens(), 500 - 20 * 5, "polls are free, pacing is not");
         assert!(matches!(
             s.after(&NO_ANSWER, 0.0, &mut b, &mut fixed(0.5)),
             Next::Wait { .. }
@@ -360,21 +490,46 @@ mod tests {
     fn schedule_never_waits_past_the_deadline() {
         let mut s = Schedule::new(RetryPolicy::default(), 1_000.0, 10_000, 5_000);
         let mut b = RetryBudget::new(BudgetConfig::default());
-        let poll = Verdict::Retry {
-            cause: RetryCause::InProgress,
-            retry_after_ms: Some(3_000),
-        };
         assert_eq!(
-            s.after(&poll, 1_000.0, &mut b, &mut fixed(0.0)),
+            s.after(&poll(3_000), 1_000.0, &mut b, &mut fixed(0.0)),
             Next::Wait { ms: 3_000 }
         );
+        // 2 s left: Retry-After 1.5 s fits, its jitter up to 3 s is cut just before the end.
         assert_eq!(
-            s.after(&poll, 9_000.0, &mut b, &mut fixed(0.0)),
+            s.after(&paced(1_500), 9_000.0, &mut b, &mut fixed(0.9)),
+            Next::Wait { ms: 1_999 }
+        );
+        // 1 s left: Retry-After 3 s does not fit at all.
+        assert_eq!(
+            s.after(&poll(3_000), 10_000.0, &mut b, &mut fixed(0.0)),
             Next::GiveUp(PendingReason::Deadline)
         );
         assert!(!s.taking_longer(5_999.0));
         assert!(s.taking_longer(6_000.0));
         assert!(!s.taking_longer(7_000.0), "reported once");
+    }
+
+    #[test]
+    fn paced_answers_end_at_the_deadline_not_at_max_attempts() {
+        let mut s = Schedule::new(RetryPolicy::default(), 0.0, DEFAULT_DEADLINE_MS, 10_000);
+        let mut b = RetryBudget::new(BudgetConfig::default());
+        let mut now = 0.0;
+        let mut sends = 1;
+        let end = loop {
+            match s.after(&paced(1_000), now, &mut b, &mut fixed(0.5)) {
+                Next::Wait { ms } => {
+                    now += ms as f64;
+                    sends += 1;
+                }
+                Next::GiveUp(r) => break r,
+            }
+        };
+        assert_eq!(end, PendingReason::Deadline);
+        assert!(sends > RetryPolicy::default().max_attempts, "{sends} sends");
+        assert!(
+            now < DEFAULT_DEADLINE_MS as f64,
+            "the last wait ended in time"
+        );
     }
 
     #[test]
@@ -387,6 +542,11 @@ mod tests {
         assert_eq!(
             s.after(&NO_ANSWER, 0.0, &mut b, &mut fixed(0.5)),
             Next::GiveUp(PendingReason::Budget)
+        );
+        assert_eq!(
+            s.after(&paced(1_000), 0.0, &mut b, &mut fixed(0.5)),
+            Next::GiveUp(PendingReason::Budget),
+            "a shed client with an empty bucket stops asking"
         );
     }
 
@@ -402,27 +562,72 @@ mod tests {
         }
 
         #[test]
-        fn any_delay_is_bounded_and_honours_retry_after(
-            n in 0u32..100, ra in proptest::option::of(0u64..10_000_000), u in 0.0f64..1.0,
+        fn retry_after_waits_stay_within_ra_and_twice_ra_under_the_cap(
+            ra in 0u64..10_000_000, cap in 0u64..1_000_000, n in 0u32..100,
+            c in 0usize..5, u in proptest::num::f64::ANY,
         ) {
-            let p = RetryPolicy::default();
-            let d = p.delay_ms(n, ra, &mut fixed(u));
-            prop_assert!(d <= p.max_delay_ms.max(p.max_retry_after_ms));
-            if let Some(ra) = ra {
-                prop_assert_eq!(d, ra.min(p.max_retry_after_ms));
+            let p = RetryPolicy { max_retry_after_ms: cap, ..RetryPolicy::default() };
+            let (floor, d) = p.delay_ms(n, CAUSES[c], Some(ra), &mut fixed(u));
+            prop_assert_eq!(floor, ra.min(cap));
+            prop_assert!(d >= ra.min(cap), "{} < {}", d, ra.min(cap));
+            prop_assert!(d <= (2 * ra).min(cap), "{} > {}", d, (2 * ra).min(cap));
+        }
+
+        #[test]
+        fn the_wait_after_a_timeout_is_below_the_cap(
+            n in 0u32..100, cap in 1u64..1_000_000, u in 0.0f64..1.0,
+        ) {
+            let p = RetryPolicy { max_delay_ms: cap, ..RetryPolicy::default() };
+            let (floor, d) = p.delay_ms(n, RetryCause::TimedOut, None, &mut fixed(u));
+            prop_assert_eq!(floor, d);
+            prop_assert!(d < cap);
+            // and the draw uses the whole window, not just [0, base)
+            prop_assert_eq!(d, ((cap as f64) * u) as u64);
+        }
+
+        #[test]
+        fn paced_answers_never_exhaust_attempts_but_respect_the_deadline(
+            ras in proptest::collection::vec(0u64..20_000, 1..200),
+            us in proptest::collection::vec(0.0f64..1.0, 200),
+            step in 0u64..2_000,
+        ) {
+            let deadline = DEFAULT_DEADLINE_MS;
+            let mut s = Schedule::new(RetryPolicy::default(), 0.0, deadline, 10_000);
+            let mut b = RetryBudget::new(BudgetConfig::default());
+            let mut now = 0.0;
+            for (ra, u) in ras.iter().zip(&us) {
+                match s.after(&paced(*ra), now, &mut b, &mut fixed(*u)) {
+                    Next::Wait { ms } => {
+                        prop_assert!(ms >= (*ra).min(10_000), "sooner than the server asked");
+                        prop_assert!(now + (ms as f64) < deadline as f64, "waited past the deadline");
+                        now += (ms + step) as f64;
+                    }
+                    Next::GiveUp(PendingReason::Attempts) => {
+                        prop_assert!(false, "paced answers counted as failed sends");
+                    }
+                    Next::GiveUp(PendingReason::Deadline) => {
+                        prop_assert!((*ra).min(10_000) as f64 >= deadline as f64 - now);
+                        break;
+                    }
+                    Next::GiveUp(PendingReason::Budget) => {
+                        prop_assert!(b.tokens() < BudgetConfig::default().retry_cost);
+                        break;
+                    }
+                }
             }
         }
 
         #[test]
         fn a_schedule_ends_and_never_overruns_the_deadline(
-            causes in proptest::collection::vec(0u8..3, 1..300), seed in 0.0f64..1.0, step in 0u64..5_000,
+            causes in proptest::collection::vec(0usize..5, 1..300), seed in 0.0f64..1.0, step in 0u64..5_000,
         ) {
             let mut s = Schedule::new(RetryPolicy::default(), 0.0, 60_000, 15_000);
             let mut b = RetryBudget::new(BudgetConfig::default());
             let mut now = 0.0;
             for c in causes {
-                let cause = [RetryCause::InProgress, RetryCause::NoAnswer, RetryCause::TimedOut][c as usize];
-                let v = Verdict::Retry { cause, retry_after_ms: (cause == RetryCause::InProgress).then_some(1_000) };
+                let cause = CAUSES[c];
+                let server_paced = matches!(cause, RetryCause::InProgress | RetryCause::Paced);
+                let v = Verdict::Retry { cause, retry_after_ms: server_paced.then_some(1_000) };
                 let next = s.after(&v, now, &mut b, &mut fixed(seed));
                 if now >= 60_000.0 {
                     prop_assert!(matches!(next, Next::GiveUp(_)), "waited past the deadline");

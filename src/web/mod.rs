@@ -17,7 +17,10 @@ use crate::core::classify::{
     classify_cancel, classify_pay, CancelOutcome, Final, RetryCause, Verdict,
 };
 use crate::core::error::{SdkError, Warning};
-use crate::core::retry::{Next, PendingReason, RetryBudget, RetryPolicy, Schedule};
+use crate::core::retry::{
+    Next, PendingReason, RetryBudget, RetryPolicy, Schedule, DEFAULT_DEADLINE_MS,
+    DEFAULT_LONG_WAIT_MS, DEFAULT_REQUEST_TIMEOUT_MS,
+};
 use io::{Abort, Call};
 use js_sys::{Function, Promise, Reflect};
 use payonce_protocol::body::{paths, DevFault};
@@ -232,9 +235,12 @@ impl PayonceClient {
         let (store, fell) = Store::new(o.storage != Some(StorageChoice::Memory));
         let inner = Inner {
             base_url: o.base_url.trim_end_matches('/').to_owned(),
-            request_timeout_ms: o.request_timeout_ms.unwrap_or(15_000).max(1),
-            deadline_ms: o.deadline_ms.unwrap_or(60_000),
-            long_wait_ms: o.long_wait_ms.unwrap_or(10_000),
+            request_timeout_ms: o
+                .request_timeout_ms
+                .unwrap_or(DEFAULT_REQUEST_TIMEOUT_MS)
+                .max(1),
+            deadline_ms: o.deadline_ms.unwrap_or(DEFAULT_DEADLINE_MS),
+            long_wait_ms: o.long_wait_ms.unwrap_or(DEFAULT_LONG_WAIT_MS),
             policy,
             budget: RefCell::new(RetryBudget::new(policy.budget)),
             store,

@@ -22,14 +22,15 @@
 //! - Every answer is read by the SDK's `classify_pay`; the strategies (see `strategy.rs`)
 //!   share its backoff envelope, its max 8 attempts and its 15 s timeout and differ in jitter,
 //!   budget and `Retry-After`. "ours" is `Schedule::after` + `RetryBudget` with
-//!   `RetryPolicy::default()` and the web layer's 60 s deadline, exactly as `pay` calls them.
+//!   `RetryPolicy::default()` and the core's default 60 s deadline, exactly as `pay` calls them;
+//!   the timeout and the deadline are the core's `DEFAULT_*` constants the web layer uses.
 //! - Figures: requests that reached the server after recovery, in 1 s buckets aligned to the
 //!   recovery instant (100 ms buckets are Poisson noise at these rates: a perfectly smooth
 //!   random flow of 200 req/s would already show peak/mean ≈ 1.5 in them). The recovery window
 //!   runs from recovery to the end of the last pay call ("drain"); mean = requests in it / its
 //!   length. Retries per intent = (requests − intents) / intents.
-//! - The last rows are proposed changes to the SDK's policy, emulated on top of the core
-//!   (`strategy::Proposal`; tune with `--proposed-*`); the SDK itself is not changed here.
+//! - "previous SDK default" re-enacts the SDK's policy before this simulation's findings were
+//!   applied (`strategy::Strategy::PreviousSdk`), so the effect of the change stays visible.
 
 mod model;
 mod plot;
@@ -37,9 +38,10 @@ mod strategy;
 
 use model::{Arrival, Figures, Run, Scenario};
 use payonce::core::retry::RetryPolicy;
+use payonce::core::retry::DEFAULT_REQUEST_TIMEOUT_MS;
 use std::fmt::Write as _;
 use std::process::ExitCode;
-use strategy::{Proposal, Strategy, SDK_REQUEST_TIMEOUT_MS};
+use strategy::Strategy;
 
 /// The issue's targets (goals to report, not assertions).
 const TARGET_PEAK_TO_MEAN: f64 = 1.5;
@@ -47,8 +49,6 @@ const TARGET_RETRIES_PER_INTENT: f64 = 1.2;
 
 struct Args {
     seed: u64,
-    /// The proposal shown in the last row(s).
-    proposal: Proposal,
     scenario: Scenario,
     png: Option<String>,
     md: Option<String>,
@@ -57,23 +57,17 @@ struct Args {
 fn usage() -> &'static str {
     "usage: retry-storm [--seed N] [--clients N] [--outage-s S] [--arrival burst|spread:MS]\n\
      \x20                  [--timeout-ms MS] [--capacity RPS] [--retry-after S]\n\
-     \x20                  [--proposed-ra-spread F] [--proposed-timeout-window-ms MS]\n\
      \x20                  [--png PATH] [--md PATH] [--no-files]"
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut a = Args {
         seed: 7,
-        proposal: Proposal {
-            retry_after_spread: 1.0,
-            timeout_window_ms: Some(5_000),
-            paced_is_not_failure: true,
-        },
         scenario: Scenario {
             clients: 1_000,
             arrival: Arrival::Burst,
             outage_ms: 10_000,
-            timeout_ms: SDK_REQUEST_TIMEOUT_MS,
+            timeout_ms: u64::from(DEFAULT_REQUEST_TIMEOUT_MS),
             capacity_rps: 250,
             retry_after_s: 1,
             latency_ms: 100,
@@ -107,14 +101,6 @@ fn parse_args() -> Result<Args, String> {
                 s.capacity_rps = u32::try_from(num(&v)?).map_err(|_| "--capacity too large")?
             }
             "--retry-after" => s.retry_after_s = num(&v)?,
-            "--proposed-ra-spread" => {
-                a.proposal.retry_after_spread = v
-                    .parse()
-                    .map_err(|_| format!("{flag}: not a number: {v}"))?
-            }
-            "--proposed-timeout-window-ms" => {
-                a.proposal.timeout_window_ms = Some(num(&v)?).filter(|w| *w > 0)
-            }
             "--arrival" => {
                 s.arrival = match v.as_str() {
                     "burst" => Arrival::Burst,
@@ -132,38 +118,17 @@ fn parse_args() -> Result<Args, String> {
     Ok(a)
 }
 
-/// The strategies, in table order. The last is a proposed change to the SDK's policy, shown
-/// so its effect can be weighed; the SDK itself is not changed by this program.
-fn strategies(p: Proposal) -> Vec<Strategy> {
+/// The strategies, in table order: three anchors, the SDK before the simulation's findings
+/// were applied to it, and the SDK as it ships.
+fn strategies() -> Vec<Strategy> {
     vec![
         Strategy::NoJitter,
         Strategy::Stripe,
         Strategy::AwsFullJitter,
+        Strategy::PreviousSdk,
         Strategy::Sdk {
             label: "ours (SDK default)",
             policy: RetryPolicy::default(),
-            proposal: Proposal::NONE,
-        },
-        Strategy::Sdk {
-            label: "ours + RA jitter",
-            policy: RetryPolicy::default(),
-            proposal: Proposal {
-                retry_after_spread: p.retry_after_spread,
-                ..Proposal::NONE
-            },
-        },
-        Strategy::Sdk {
-            label: "ours + RA jitter + timeout window",
-            policy: RetryPolicy::default(),
-            proposal: Proposal {
-                paced_is_not_failure: false,
-                ..p
-            },
-        },
-        Strategy::Sdk {
-            label: "ours + all three",
-            policy: RetryPolicy::default(),
-            proposal: p,
         },
     ]
 }
@@ -217,7 +182,7 @@ fn main() -> ExitCode {
         }
     };
     let sc = args.scenario;
-    let runs: Vec<Run> = strategies(args.proposal)
+    let runs: Vec<Run> = strategies()
         .into_iter()
         .map(|s| model::run(&sc, s, args.seed))
         .collect();
@@ -229,8 +194,8 @@ fn main() -> ExitCode {
     let desc = describe(&sc, args.seed);
     println!("{desc}\n");
     println!("{t}");
-    let sens = sensitivity(&sc, args.seed, args.proposal);
-    println!("Same seed, one change at a time (AWS, the SDK today, the SDK with the proposals):\n");
+    let sens = sensitivity(&sc, args.seed);
+    println!("Same seed, one change at a time (AWS, the previous SDK default, the SDK):\n");
     println!("{sens}");
     let figures: Vec<Figures> = rows.into_iter().map(|r| r.1).collect();
     if let Some(png) = &args.png {
@@ -264,9 +229,9 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// AWS, the SDK today and the SDK with every proposal, in variants of `sc` that change one
-/// thing each, so a conclusion can be checked against the scenario it depends on.
-fn sensitivity(sc: &Scenario, seed: u64, proposal: Proposal) -> String {
+/// AWS, the previous SDK default and the SDK, in variants of `sc` that change one thing each,
+/// so a conclusion can be checked against the scenario it depends on.
+fn sensitivity(sc: &Scenario, seed: u64) -> String {
     let variants: [(String, Scenario); 6] = [
         ("as above".into(), *sc),
         (
@@ -305,8 +270,8 @@ fn sensitivity(sc: &Scenario, seed: u64, proposal: Proposal) -> String {
             },
         ),
     ];
-    let all = strategies(proposal);
-    let picked = [all[2], all[3], all[all.len() - 1]];
+    let all = strategies();
+    let picked = [all[2], all[3], all[4]];
     let mut t = String::new();
     let _ = writeln!(
         t,
@@ -347,16 +312,20 @@ const READING: &str = "
 - A high mean is not a virtue: a strategy that keeps hammering a saturated server has a flat
   rate and many 503s. Read peak/mean together with retries/intent and 503s.
 - **given up** are pay calls that returned `pending` (key kept, nothing lost; the app may
-  resume them): every strategy here stops after 8 failed sends, and a 503 counts as one.
-- The proposals are emulated in `crates/sim/src/strategy.rs` (`Proposal`) by rewriting the
-  verdict the SDK's `Schedule` sees; the SDK is not changed by this program.
-  - *RA jitter*: wait uniformly in `[Retry-After, 2 × Retry-After)` instead of exactly
-    `Retry-After`, so clients shed together do not come back together.
-  - *timeout window*: after our own request timeout, draw the first wait from `[0, 5 s)`
-    (the backoff cap) instead of `[0, 0.5 s)`: clients whose requests hung on a dead server
-    time out together, and half a second cannot spread a crowd.
-  - *paced is not failure* (in \"all three\"): a 429/5xx with `Retry-After` is the server
-    pacing us, bounded by the deadline, not a failed send towards the 8 attempts.
+  resume them). Every strategy stops after 8 failed sends; for all but ours a 503 counts as
+  one. Ours (since the findings below) treats a 429/503 with `Retry-After` as the server
+  pacing it: not a failed send, bounded by the 60 s deadline, and charged 5 budget tokens.
+- What the SDK changed after the first run of this simulation (the \"previous SDK default\"
+  row re-enacts the policy before it, `crates/sim/src/strategy.rs`):
+  - *Retry-After jitter*: wait uniformly in `[Retry-After, 2 × Retry-After]` (capped by
+    `maxRetryAfterMs` and the deadline) instead of exactly `Retry-After`, so clients shed
+    together do not come back together.
+  - *timeout window*: after our own request timeout, draw the wait from `[0, 5 s)` (the
+    backoff cap) instead of `[0, 0.5 s)`: clients whose requests hung on a dead server time
+    out together, and half a second cannot spread a crowd.
+  - *paced is not failure*: a 429/503 with `Retry-After` does not count towards the 8
+    attempts; it still costs retry-budget tokens, so a server that keeps shedding a client
+    drains that client's bucket.
 ";
 
 fn describe(sc: &Scenario, seed: u64) -> String {

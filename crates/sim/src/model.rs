@@ -4,7 +4,7 @@
 //! scheduled (a sequence number breaks ties), so a run is a pure function of its seed.
 
 use crate::strategy::{ClientRetry, Strategy};
-use payonce::core::classify::{classify_pay, Reply, Verdict};
+use payonce::core::classify::{classify_pay, Reply, RetryCause, Verdict};
 use payonce::core::retry::{Next, PendingReason};
 use payonce_protocol::{AttemptStatus, PayResponse, Payment};
 use rand::rngs::StdRng;
@@ -222,10 +222,15 @@ pub(crate) fn run(scenario: &Scenario, strategy: Strategy, seed: u64) -> Run {
     out
 }
 
+/// The verdict as a client that ignores `Retry-After` sees it: a shed request is plain
+/// server trouble, not the server pacing it.
 fn strip_retry_after(v: Verdict) -> Verdict {
     match v {
         Verdict::Retry { cause, .. } => Verdict::Retry {
-            cause,
+            cause: match cause {
+                RetryCause::Paced => RetryCause::ServerTrouble,
+                c => c,
+            },
             retry_after_ms: None,
         },
         v => v,
