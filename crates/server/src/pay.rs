@@ -485,7 +485,7 @@ async fn claim(
         tx.rollback().await?;
         return Err(order_conflict(current.as_ref(), order.version));
     }
-    for line in &order.items {
+    for line in by_sku(&order.items) {
         if !db::reserve_stock(&mut *tx, line).await? {
             tx.rollback().await?;
             return Err(AppError::with(ErrorCode::OutOfStock, |p| {
@@ -524,6 +524,14 @@ async fn claim(
         lease_token,
         lines: order.items.clone(),
     }))
+}
+
+/// Lines in SKU order. Every transaction that touches several catalog rows locks them in
+/// this one order, so two orders sharing SKUs can never deadlock on PostgreSQL.
+fn by_sku(lines: &[OrderLine]) -> Vec<&OrderLine> {
+    let mut sorted: Vec<&OrderLine> = lines.iter().collect();
+    sorted.sort_by(|a, b| a.sku.cmp(&b.sku));
+    sorted
 }
 
 fn order_changed(current: i64) -> AppError {
@@ -791,7 +799,7 @@ async fn settle_uncharged(
         return Ok(None);
     }
     db::unlock_order(&mut *tx, &claim.order_id, &claim.attempt_id, now).await?;
-    for line in &claim.lines {
+    for line in by_sku(&claim.lines) {
         db::release_stock(&mut *tx, line).await?;
     }
     let entry = Entry {

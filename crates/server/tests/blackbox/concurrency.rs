@@ -8,7 +8,8 @@ const APPROVE: &str = "pm_card_approve";
 
 on_both_backends!(
     fifty_concurrent_pays_with_one_key_charge_once,
-    two_keys_for_one_order_charge_once
+    two_keys_for_one_order_charge_once,
+    many_orders_sharing_skus_pay_concurrently,
 );
 
 /// All answers must agree: one 200, and every other one the same bytes replayed.
@@ -139,4 +140,35 @@ async fn three_processes_on_one_postgres_charge_once() {
     drop(procs);
     drop(provider);
     drop(db);
+}
+
+async fn many_orders_sharing_skus_pay_concurrently(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let t = app.session("alice").await;
+    // Lines in opposite orders: stock rows must be locked in one order or PostgreSQL
+    // deadlocks and aborts one of the transactions.
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        let items: &[(&str, u32)] = if i % 2 == 0 {
+            &[("tee-classic", 1), ("mug-enamel", 2)]
+        } else {
+            &[("mug-enamel", 2), ("tee-classic", 1)]
+        };
+        ids.push(id_of(&app.create_order(&t, items).await));
+    }
+    let answers = join_all(
+        ids.iter()
+            .map(|id| app.send(app.pay_request(&t, id, Some(&key()), 1, APPROVE))),
+    )
+    .await;
+    for r in &answers {
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    for id in &ids {
+        assert_eq!(app.ledger(id).await.len(), 1);
+    }
+    assert_eq!(app.stock("tee-classic").await, 1000 - 20);
+    assert_eq!(app.stock("mug-enamel").await, 1000 - 40);
 }
