@@ -10,6 +10,7 @@ on_both_backends!(
     fifty_concurrent_pays_with_one_key_charge_once,
     two_keys_for_one_order_charge_once,
     many_orders_sharing_skus_pay_concurrently,
+    cancel_racing_pay_never_disagrees,
 );
 
 /// All answers must agree: one 200, and every other one the same bytes replayed.
@@ -171,4 +172,43 @@ async fn many_orders_sharing_skus_pay_concurrently(backend: Backend) {
     }
     assert_eq!(app.stock("tee-classic").await, 1000 - 20);
     assert_eq!(app.stock("mug-enamel").await, 1000 - 40);
+}
+
+async fn cancel_racing_pay_never_disagrees(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let t = app.session("alice").await;
+    let mut outcomes = std::collections::BTreeSet::new();
+    for _ in 0..10 {
+        let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
+        let k = key();
+        let (pay, cancel) = tokio::join!(
+            app.send(app.pay_request(&t, &id, Some(&k), 1, APPROVE)),
+            app.cancel(&t, &id, &k),
+        );
+        let cancelled = cancel.json()["status"] == "cancelled";
+        let charges = app.ledger(&id).await.len();
+        if cancelled {
+            // The tombstone won the slot: the pay can never charge.
+            assert_eq!(
+                (pay.status, pay.code().as_str()),
+                (409, "ATTEMPT_CANCELLED")
+            );
+            assert_eq!(charges, 0);
+        } else {
+            // The pay won: cancel reports it as it was (in flight or done), never "cancelled".
+            assert_eq!(pay.status, 200, "{}", pay.text());
+            assert!(
+                ["processing", "succeeded"].contains(&cancel.json()["status"].as_str().unwrap())
+            );
+            assert_eq!(charges, 1);
+        }
+        outcomes.insert(cancelled);
+    }
+    eprintln!(
+        "cancel won in some rounds: {}, pay won in some: {}",
+        outcomes.contains(&true),
+        outcomes.contains(&false)
+    );
 }
