@@ -485,8 +485,8 @@ async fn rule5_expired_lease_after_a_crash_settles_from_the_provider(backend: Ba
     );
     let provider_url = provider.provider.clone().unwrap();
     let opts = Opts {
-        provider_timeout_ms: 3_000,
-        lease_ms: 3_500,
+        provider_timeout_ms: 5_000,
+        lease_ms: 6_000,
         in_progress_wait_ms: 0,
         ..Opts::default()
     };
@@ -509,6 +509,8 @@ async fn rule5_expired_lease_after_a_crash_settles_from_the_provider(backend: Ba
     // waits. The attempt is left processing with a live lease.
     let inflight = tokio::spawn(app.pay_request(&t, &id, Some(&k), 1, SLOW).send());
     app.wait_until_active(&t, &id).await;
+    // The lease ends at most 6 s after now (it was taken before the order showed active).
+    let lease_over = tokio::time::Instant::now() + Duration::from_millis(6_100);
     tokio::time::sleep(Duration::from_millis(200)).await;
     first.kill();
     assert!(
@@ -528,7 +530,7 @@ async fn rule5_expired_lease_after_a_crash_settles_from_the_provider(backend: Ba
     // The lease is still live: a retry never charges, it is told to wait.
     let r = app.pay(&t, &id, Some(&k), 1, SLOW).await;
     assert_eq!((r.status, r.code().as_str()), (409, "IN_PROGRESS"));
-    tokio::time::sleep(Duration::from_millis(3_600)).await;
+    tokio::time::sleep_until(lease_over).await;
     // Lease expired: the retry asks the provider about the provider key and settles.
     let r = app.pay(&t, &id, Some(&k), 1, SLOW).await;
     assert_eq!(r.status, 200, "{}", r.text());
