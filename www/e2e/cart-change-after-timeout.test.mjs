@@ -24,10 +24,12 @@ scenario(test, "cart change after a timeout → cancel → new key → one charg
   const k1 = tab.payRequests[0].key;
   assert.deepEqual(tab.keys(), [k1], "retries reuse the key");
 
-  await tab.page.unroute(payUrl);
+  // Cancel while the network still swallows pay requests: no retry of K1 can slip through
+  // before the cancel (the tombstone) lands. The cancel request itself goes through.
   await tab.page.click("#cancel-attempt");
   await tab.waitForStatus(/cancelled — nothing was charged/);
   await tab.page.locator("#cart-editor").waitFor();
+  await tab.page.unroute(payUrl);
 
   // Edit the cart: one more unit of the first item.
   const first = tab.page.locator("#editor-items input[data-sku]").first();

@@ -305,6 +305,18 @@ export class Checkout {
         this.payRequests.push({ key: h["idempotency-key"], fault: h["payonce-dev-fault"] ?? null, body: req.postData() });
       }
     });
+    this.payResponses = [];
+    page.on("response", async (res) => {
+      const req = res.request();
+      if (req.method() !== "POST" || !/\/orders\/[^/]+\/pay$/.test(new URL(req.url()).pathname)) return;
+      let code = null;
+      try {
+        code = (await res.json())?.code ?? null;
+      } catch {
+        // a dropped or empty body
+      }
+      this.payResponses.push({ key: req.headers()["idempotency-key"], status: res.status(), code });
+    });
     page.on("pageerror", (err) => this.consoleErrors.push(String(err)));
   }
 

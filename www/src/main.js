@@ -247,6 +247,7 @@ async function onPay() {
 }
 
 async function resumeAttempt() {
+  if (state.busy) return;
   setStatus(TEXT.checking, "busy");
   await runAttempt((opts) => state.client.resume(state.order.id, opts));
 }
@@ -285,6 +286,12 @@ async function showOutcome(outcome) {
         ["Check again", resumeAttempt, "check-again"],
         ["Change cart (cancel this attempt)", cancelAndEdit, "cancel-attempt"],
       ]);
+      break;
+    case undefined:
+      // resume() found no stored attempt (another tab of this browser finished it).
+      await reloadOrder();
+      if (state.order.status === "paid") setStatus("This order is paid. It was charged once.", "ok");
+      else setStatus("Ready to pay.", "idle");
       break;
     default:
       setStatus(`Unexpected payment outcome: ${JSON.stringify(outcome)}`, "error");
@@ -654,18 +661,18 @@ async function main() {
   const order = await openOrder(params.get("order"));
   document.body.dataset.ready = "true";
 
-  if (order.status === "unpaid") {
-    // Seed 003 step 8: after a refresh the saved key is reused and the latest status fetched.
-    const pending = await state.client.pendingAttempt(order.id);
-    if (pending) {
-      log(`found an unfinished attempt for this order (key ${shortId(pending.key ?? "")}); checking it`);
-      const m = pending.paymentMethodId ?? pending.snapshot?.paymentMethodId;
-      const radio = m && document.querySelector(`input[name="method"][value="${CSS.escape(m)}"]`);
-      if (radio) radio.checked = true;
-      await resumeAttempt();
-    } else {
-      setStatus("Ready to pay.", "idle");
-    }
+  // Seed 003 step 8: after a refresh the saved key is reused and the latest status fetched.
+  // Also when the order already shows as paid: the replay brings this attempt's receipt and
+  // lets the SDK drop the key (only a final answer may remove it).
+  const pending = await state.client.pendingAttempt(order.id);
+  if (pending) {
+    log(`found an unfinished attempt for this order (key ${shortId(pending.key ?? "")}); checking it`);
+    const m = pending.paymentMethodId;
+    const radio = m && document.querySelector(`input[name="method"][value="${CSS.escape(m)}"]`);
+    if (radio) radio.checked = true;
+    await resumeAttempt();
+  } else if (order.status === "unpaid") {
+    setStatus("Ready to pay.", "idle");
   } else {
     setStatus("This order is paid. It was charged once.", "ok");
   }
