@@ -6,7 +6,8 @@
 #
 # Under CI=true (exported to every suite, including cargo tests) a missing service, browser or
 # tool is a failure with a message, never a skip. Outside CI, missing PostgreSQL/Redis is a
-# warning with instructions: the demo does not need them, but the server's tests do.
+# warning with instructions: the demo does not need them, and the server tests that do say
+# SKIPPED outside CI.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -48,7 +49,7 @@ ensure() { # ensure NAME CHECK START HOW-TO: checks a service, tries to start it
     echo "services: ERROR: $name is not reachable and CI=true; $howto" >&2
     return 1
   fi
-  echo "services: WARNING: $name is not reachable; the server tests that need it will fail. $howto" >&2
+  echo "services: WARNING: $name is not reachable; the server tests that need it skip (CI=true fails them). $howto" >&2
   return 0
 }
 services() {
