@@ -173,19 +173,51 @@ impl Config {
                 .then(|| Duration::from_millis(args.jobs_interval_ms)),
         })
     }
+}
 
-    /// A config for in-process tests (`app()` with `oneshot`).
-    pub fn for_tests() -> Self {
-        Self {
-            dev: true,
-            lease: Duration::from_millis(30_000),
-            provider_timeout: Duration::from_millis(3_000),
-            in_progress_wait: Duration::from_millis(2_000),
-            retry_after_secs: 1,
-            session_secret: b"test-secret-test-secret".to_vec(),
-            key_retention: Duration::from_secs(24 * 3600),
-            webhook_secret: payonce_mock_provider::DEFAULT_WEBHOOK_SECRET.to_owned(),
-            jobs_interval: None,
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> ServerArgs {
+        let argv = std::iter::once("payonce-server").chain(extra.iter().copied());
+        Cli::try_parse_from(argv).expect("flags parse").server
+    }
+
+    #[test]
+    fn a_lease_must_outlast_the_provider_timeout() {
+        let a = args(&["--lease-ms", "3000", "--provider-timeout-ms", "3000"]);
+        assert!(matches!(
+            Config::from_args(&a),
+            Err(ConfigError::LeaseTooShort { .. })
+        ));
+        assert!(Config::from_args(&args(&[
+            "--lease-ms",
+            "3001",
+            "--provider-timeout-ms",
+            "3000"
+        ]))
+        .is_ok());
+    }
+
+    #[test]
+    fn a_short_session_secret_is_refused() {
+        assert!(matches!(
+            Config::from_args(&args(&["--session-secret", "short"])),
+            Err(ConfigError::WeakSecret)
+        ));
+    }
+
+    #[test]
+    fn provider_addr_and_provider_url_conflict() {
+        let argv = [
+            "payonce-server",
+            "--provider-addr",
+            "127.0.0.1:1",
+            "--provider-url",
+            "http://x",
+        ];
+        assert!(Cli::try_parse_from(argv).is_err());
+        assert!(Cli::try_parse_from(["payonce-server", "--provider-url", "http://x"]).is_ok());
     }
 }

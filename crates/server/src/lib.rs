@@ -4,7 +4,7 @@
 //!
 //! # Layout
 //! - [`config`]: the command line and runtime settings.
-//! - `error`: [`AppError`], the one error type; every error leaves as an RFC 9457 problem.
+//! - `error`: `AppError`, the one error type; every error leaves as an RFC 9457 problem.
 //! - `extract`: extractors for JSON bodies, path ids, `Idempotency-Key`, the dev fault header.
 //! - `auth`: HMAC-signed dev session tokens and the authenticated-user extractor.
 //! - `catalog`: the catalog and the one place prices are computed.
@@ -37,7 +37,7 @@ mod server;
 mod webhooks;
 
 pub use config::{Cli, Command, Config, ServerArgs};
-pub use error::AppError;
+use error::AppError;
 pub use server::{run, RunError};
 pub use store::{Backend, Store};
 
