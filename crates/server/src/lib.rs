@@ -155,7 +155,12 @@ async fn request_id(req: axum::extract::Request, next: axum::middleware::Next) -
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     let span =
         tracing::info_span!("request", id = %id, method = %req.method(), path = %req.uri().path());
-    let mut res = next.run(req).instrument(span).await;
+    let started = std::time::Instant::now();
+    let mut res = next.run(req).instrument(span.clone()).await;
+    span.in_scope(|| {
+        let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        tracing::info!(status = res.status().as_u16(), ms, "answered");
+    });
     if let Ok(v) = HeaderValue::from_str(&id) {
         res.headers_mut().insert(REQUEST_ID, v);
     }
