@@ -588,6 +588,18 @@ function setupDevPanel({ faults, webhooks }) {
     dup.disabled = true;
     markUnavailable(dup);
   }
+  $("user-id").value = params.get("user") || "demo";
+  $("switch-user").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    if (state.busy) return;
+    // Seed 003 security checklist: clear payment keys on logout.
+    const removed = state.client.clearAll();
+    log(`dev: cleared ${removed} stored payment attempt(s) before switching user`);
+    const url = new URL(location.href);
+    url.search = "";
+    url.searchParams.set("user", $("user-id").value);
+    location.assign(url);
+  });
   $("change-elsewhere").addEventListener("click", changeElsewhere);
   $("ledger-refresh").addEventListener("click", refreshLedger);
   $("new-order").addEventListener("click", async () => {
