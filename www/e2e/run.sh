@@ -9,7 +9,9 @@ www=$(dirname "$e2e")
 root=$(dirname "$www")
 
 if [ -z "${PAYONCE_SERVER_BIN:-}" ]; then
-  (cd "$root" && cargo build --quiet -p payonce-server)
+  locked=()
+  [ "${CI:-}" = true ] && locked=(--locked) # under CI the lockfile must already say what is built
+  (cd "$root" && cargo build --quiet "${locked[@]}" -p payonce-server)
 fi
 "$www/build.sh"
 
