@@ -19,6 +19,8 @@
 //! - `openapi`: the hand-written OpenAPI document (`openapi.json` in this crate).
 //! - `server` ([`run`]): listeners, the embedded mock provider, graceful shutdown.
 
+#![deny(missing_docs)]
+
 pub mod config;
 pub mod store;
 
