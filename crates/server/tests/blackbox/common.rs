@@ -273,6 +273,8 @@ pub struct Opts {
     /// Let the embedded provider send webhooks (off by default, so a test's attempt stays
     /// processing until the test settles it).
     pub webhooks: bool,
+    /// More flags, appended as given.
+    pub extra: Vec<String>,
 }
 
 impl Default for Opts {
@@ -287,6 +289,7 @@ impl Default for Opts {
             jobs_interval_ms: 0,
             key_retention_secs: 24 * 3600,
             webhooks: false,
+            extra: Vec::new(),
         }
     }
 }
@@ -317,6 +320,7 @@ impl Opts {
         if !self.webhooks {
             a.push("--no-provider-webhooks".into());
         }
+        a.extend(self.extra.iter().cloned());
         a
     }
 }

@@ -528,3 +528,33 @@ async fn dev_config_names_the_provider_and_the_faults() {
     let charges = crate::common::ledger(&app.http, cfg["providerUrl"].as_str().unwrap(), &id).await;
     assert_eq!(charges.len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn static_dir_serves_the_page_beside_the_api() {
+    let dir =
+        std::env::temp_dir().join(format!("payonce-static-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("index.html"), "<h1>checkout</h1>").unwrap();
+    let opts = Opts {
+        extra: vec!["--static-dir".into(), dir.display().to_string()],
+        ..Opts::default()
+    };
+    let Some(app) = TestApp::spawn_with(Backend::Sqlite, opts).await else {
+        return;
+    };
+    let r = app.send(app.http.get(app.url("/"))).await;
+    assert_eq!((r.status, r.text().as_str()), (200, "<h1>checkout</h1>"));
+    let r = app.send(app.http.get(app.url("/nope.js"))).await;
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (404, "NOT_FOUND"),
+        "a missing file is a problem too"
+    );
+    assert_eq!(
+        app.send(app.http.get(app.url("/catalog"))).await.status,
+        200,
+        "API routes win"
+    );
+    drop(app);
+    let _ = std::fs::remove_dir_all(&dir);
+}
