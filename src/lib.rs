@@ -21,8 +21,10 @@
 //!   replaced and reported (`onWarning("UNREADABLE_ENTRY")`).
 //! - Storage that throws moves attempts to memory (`storageMode === "memory"`, warning
 //!   `STORAGE_UNAVAILABLE`); unresolved attempts still block other details on this page.
-//! - The wasm carries no serde_json, serde-wasm-bindgen or uuid: JS values go through a small
-//!   serde bridge (`web::jsv`), keys come from `crypto.randomUUID()`. The wasm32 allocator is
+//! - The wasm carries no serde code, serde_json or uuid: JS values are read and written field
+//!   by field with `Reflect` (`web::jsv`), JSON text goes through the browser's `JSON`, keys
+//!   come from `crypto.randomUUID()`. The protocol types keep their serde derives for the
+//!   server; the SDK only links the parts it calls. The wasm32 allocator is
 //!   talc, not the default dlmalloc (2.7 KB gzip smaller, measured on the release package).
 #![deny(missing_docs)]
 

@@ -16,11 +16,9 @@
 
 use crate::core::classify::Verdict;
 use payonce_protocol::{CheckoutSnapshot, IdempotencyKey};
-use serde::{Deserialize, Serialize};
 
 /// Where an attempt stands, as far as this client knows. Only non-final states exist here.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttemptState {
     /// The key is minted and stored; no request has left yet.
     Saved,
@@ -41,11 +39,11 @@ impl AttemptState {
     }
 }
 
-/// One stored attempt: the JSON value of `payonce:attempt:<orderId>`.
+/// One stored attempt: the JSON value of `payonce:attempt:<orderId>` (members in camelCase;
+/// the web layer's store reads and writes it).
 ///
 /// Only the key and the snapshot are stored: never card data or tokens (seed checklist).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attempt {
     /// The idempotency key, sent on every retry of this attempt.
     pub key: IdempotencyKey,
@@ -88,13 +86,6 @@ pub fn storage_key(order_id: &str) -> String {
 /// Prefix of every attempt entry, so `clearAll` (logout) finds them.
 pub const STORAGE_PREFIX: &str = "payonce:attempt:";
 
-/// Just the key of an entry whose other members no longer parse: enough to cancel it.
-#[derive(Debug, Clone, Deserialize)]
-pub struct KeyOnly {
-    /// The key, if it is still a valid one.
-    pub key: IdempotencyKey,
-}
-
 /// What storage holds for an order, after decoding.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Entry {
@@ -112,13 +103,11 @@ pub enum Entry {
 
 impl Entry {
     /// Builds an entry from the two decoding tries the storage layer makes: the full record,
-    /// then (only if that failed) the key alone.
-    pub fn from_decoded(full: Option<Attempt>, key_only: Option<KeyOnly>) -> Self {
-        match (full, key_only) {
+    /// then (only if that failed) the key alone, which is enough to cancel the attempt.
+    pub fn from_decoded(full: Option<Attempt>, salvaged_key: Option<IdempotencyKey>) -> Self {
+        match (full, salvaged_key) {
             (Some(a), _) => Self::Valid(a),
-            (None, k) => Self::Unreadable {
-                key: k.map(|k| k.key),
-            },
+            (None, key) => Self::Unreadable { key },
         }
     }
 
@@ -265,37 +254,20 @@ mod tests {
     }
 
     #[test]
-    fn stored_json_round_trips_and_garbage_salvages_the_key() {
-        let a = Attempt::new(
-            key("6f13d95a-e6c1-4bf2-9459-99b502098dc1"),
-            snap(3, "pm_a"),
-            1_700_000,
-        )
-        .sending();
-        let json = serde_json::to_string(&a).unwrap();
-        assert!(
-            json.contains("\"state\":\"sent\"") && json.contains("\"orderVersion\":3"),
-            "{json}"
+    fn a_readable_record_wins_and_an_unreadable_one_keeps_only_its_key() {
+        let k = key("6f13d95a-e6c1-4bf2-9459-99b502098dc1");
+        let a = Attempt::new(k.clone(), snap(3, "pm_a"), 1_700_000).sending();
+        assert_eq!(
+            Entry::from_decoded(Some(a.clone()), Some(k.clone())),
+            Entry::Valid(a)
         );
-        let back: Attempt = serde_json::from_str(&json).unwrap();
-        assert_eq!(back, a);
-
         // A record damaged by hand or by an older SDK: the key survives, the rest does not.
-        let damaged = r#"{"key":"6f13d95a-e6c1-4bf2-9459-99b502098dc1","snapshot":"v3:pm_a"}"#;
-        let full = serde_json::from_str::<Attempt>(damaged).ok();
-        let ko = serde_json::from_str::<KeyOnly>(damaged).ok();
+        let e = Entry::from_decoded(None, Some(k.clone()));
+        assert_eq!(e.key(), Some(&k));
+        assert_eq!(plan_pay(&e, &snap(3, "pm_a")), PayPlan::ResolveUnreadable);
+        // Nothing readable at all: nothing live can be recovered.
         assert_eq!(
-            Entry::from_decoded(full, ko).key(),
-            Some(&key("6f13d95a-e6c1-4bf2-9459-99b502098dc1"))
-        );
-
-        // A key that is not a valid key is not salvaged (it could never be sent anyway).
-        let bad = r#"{"key":"short"}"#;
-        assert_eq!(
-            Entry::from_decoded(
-                serde_json::from_str(bad).ok(),
-                serde_json::from_str(bad).ok()
-            ),
+            Entry::from_decoded(None, None),
             Entry::Unreadable { key: None }
         );
     }

@@ -24,7 +24,6 @@
 //! ([`ErrorCode::http_status`]), so a proxy's stray body cannot end an attempt.
 
 use payonce_protocol::{AttemptStatus, CancelResponse, ErrorCode, PayResponse, Payment, Problem};
-use serde::Serialize;
 
 /// A decoded HTTP answer. The web layer decodes 2xx bodies as the success type and anything
 /// else as a [`Problem`]; a body that does not decode is `None`.
@@ -49,13 +48,9 @@ pub enum Reply<T> {
     },
 }
 
-/// A final outcome of a pay call: the attempt is over and its key is removed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(
-    tag = "kind",
-    rename_all = "camelCase",
-    rename_all_fields = "camelCase"
-)]
+/// A final outcome of a pay call: the attempt is over and its key is removed. JavaScript gets
+/// it as `{ kind: Final::kind(), ...members in camelCase }` (the `PayOutcome` union).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Final {
     /// Charged once; the receipt.
     Paid {
@@ -75,6 +70,18 @@ pub enum Final {
     },
     /// The attempt was cancelled (a tombstone): it can never charge.
     Cancelled,
+}
+
+impl Final {
+    /// The `kind` tag of the outcome in JavaScript.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Paid { .. } => "paid",
+            Self::Declined { .. } => "declined",
+            Self::OrderChanged { .. } => "orderChanged",
+            Self::Cancelled => "cancelled",
+        }
+    }
 }
 
 /// Why a request is worth repeating with the same key.
@@ -207,9 +214,9 @@ pub fn classify_pay(reply: &Reply<PayResponse>) -> Verdict {
     }
 }
 
-/// What a cancel call found (seed: "Cancel endpoint").
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "kind", rename_all = "camelCase")]
+/// What a cancel call found (seed: "Cancel endpoint"). JavaScript gets it as
+/// `{ kind: CancelOutcome::kind(), payment? }` (the `CancelOutcome` union).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CancelOutcome {
     /// No attempt was stored for the order: nothing to cancel.
     None,
@@ -231,6 +238,19 @@ pub enum CancelOutcome {
 }
 
 impl CancelOutcome {
+    /// The `kind` tag of the outcome in JavaScript.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Cancelled => "cancelled",
+            Self::Declined => "declined",
+            Self::Failed => "failed",
+            Self::Paid { .. } => "paid",
+            Self::Processing => "processing",
+            Self::Unknown => "unknown",
+        }
+    }
+
     /// True when the stored key must be removed.
     pub fn removes_key(&self) -> bool {
         !matches!(self, Self::None | Self::Processing | Self::Unknown)
@@ -490,26 +510,40 @@ mod tests {
     }
 
     #[test]
-    fn final_outcomes_serialize_as_the_documented_union() {
-        let v = serde_json::to_value(Final::OrderChanged {
-            current_version: Some(4),
-        })
-        .unwrap();
+    fn outcome_kinds_are_the_documented_union_tags() {
+        let finals = [
+            Final::Paid { payment: payment() },
+            Final::Declined {
+                code: ErrorCode::PaymentDeclined,
+            },
+            Final::OrderChanged {
+                current_version: Some(4),
+            },
+            Final::Cancelled,
+        ];
+        let kinds: Vec<_> = finals.iter().map(Final::kind).collect();
+        assert_eq!(kinds, ["paid", "declined", "orderChanged", "cancelled"]);
+        let cancels = [
+            CancelOutcome::None,
+            CancelOutcome::Cancelled,
+            CancelOutcome::Declined,
+            CancelOutcome::Failed,
+            CancelOutcome::Paid { payment: None },
+            CancelOutcome::Processing,
+            CancelOutcome::Unknown,
+        ];
+        let kinds: Vec<_> = cancels.iter().map(CancelOutcome::kind).collect();
         assert_eq!(
-            v,
-            serde_json::json!({"kind": "orderChanged", "currentVersion": 4})
-        );
-        let v = serde_json::to_value(Final::Declined {
-            code: ErrorCode::PaymentDeclined,
-        })
-        .unwrap();
-        assert_eq!(
-            v,
-            serde_json::json!({"kind": "declined", "code": "PAYMENT_DECLINED"})
-        );
-        assert_eq!(
-            serde_json::to_value(Final::Cancelled).unwrap(),
-            serde_json::json!({"kind": "cancelled"})
+            kinds,
+            [
+                "none",
+                "cancelled",
+                "declined",
+                "failed",
+                "paid",
+                "processing",
+                "unknown"
+            ]
         );
     }
 }

@@ -28,7 +28,6 @@
 //! deterministically.
 
 use crate::core::classify::{RetryCause, Verdict};
-use serde::Deserialize;
 
 /// Default per-request timeout of the web layer (`requestTimeoutMs`). Here, in the core, so
 /// the native retry-storm simulation uses the very numbers the SDK ships with.
@@ -63,8 +62,8 @@ fn scaled(ceiling: u64, jitter: &mut impl Jitter) -> u64 {
 }
 
 /// Backoff and retry limits. Public so a native simulation can reuse the exact policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+/// JavaScript sets it as `ClientOptions.retry` (members in camelCase, each optional).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {
     /// Backoff base: the first wait after no answer or a 5xx is drawn from `[0, base)`.
     pub base_delay_ms: u64,
@@ -152,8 +151,7 @@ fn is_failed_send(cause: RetryCause) -> bool {
 }
 
 /// The retry budget's shape (AWS "standard" retry mode numbers by default).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BudgetConfig {
     /// Tokens when full.
     pub capacity: u32,
@@ -234,8 +232,7 @@ impl RetryBudget {
 }
 
 /// Why a pay call stopped asking while the outcome was still open. The key is kept.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PendingReason {
     /// The total deadline ran out (or the next wait would pass it).
     Deadline,
@@ -243,6 +240,17 @@ pub enum PendingReason {
     Attempts,
     /// The client's retry budget is empty.
     Budget,
+}
+
+impl PendingReason {
+    /// The `reason` of a `pending` outcome in JavaScript.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Deadline => "deadline",
+            Self::Attempts => "attempts",
+            Self::Budget => "budget",
+        }
+    }
 }
 
 /// The next thing a pay call does after an unknown outcome.

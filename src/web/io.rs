@@ -4,9 +4,9 @@
 
 use crate::core::classify::Reply;
 use crate::core::error::SdkError;
+use crate::web::jsv::{self, Bad};
 use gloo_timers::future::TimeoutFuture;
 use js_sys::{Function, Promise, Reflect};
-use serde::de::DeserializeOwned;
 use std::future::{poll_fn, Future};
 use std::pin::pin;
 use std::task::Poll;
@@ -180,16 +180,17 @@ pub(crate) struct Call<'a> {
 }
 
 /// POSTs JSON with credentials, a per-request timeout and the caller's abort, and decodes the
-/// answer: 2xx as `T`, anything else as a problem. Never fails except on abort.
-pub(crate) async fn post<T: DeserializeOwned>(
+/// answer: 2xx with `ok`, anything else as a problem. Never fails except on abort.
+pub(crate) async fn post<T>(
     call: Call<'_>,
     abort: &mut Abort,
+    ok: fn(&JsValue) -> Result<T, Bad>,
 ) -> Result<Reply<T>, SdkError> {
-    Ok(decode(exchange(call, abort).await?))
+    Ok(decode(exchange(call, abort).await?, ok))
 }
 
-/// Decodes the body: 2xx as `T`, anything else as a problem.
-fn decode<T: DeserializeOwned>(raw: Reply<JsValue>) -> Reply<T> {
+/// Decodes the body: 2xx with `ok`, anything else as a problem.
+fn decode<T>(raw: Reply<JsValue>, ok: fn(&JsValue) -> Result<T, Bad>) -> Reply<T> {
     match raw {
         Reply::NoAnswer { timed_out } => Reply::NoAnswer { timed_out },
         Reply::Http {
@@ -199,21 +200,12 @@ fn decode<T: DeserializeOwned>(raw: Reply<JsValue>) -> Reply<T> {
             ..
         } => {
             let success = (200..300).contains(&status);
-            let ok = if success {
-                body.clone().and_then(|b| crate::web::jsv::from_js(b).ok())
-            } else {
-                None
-            };
-            let problem = if success {
-                None
-            } else {
-                body.and_then(|b| crate::web::jsv::from_js(b).ok())
-            };
+            let body = body.as_ref();
             Reply::Http {
                 status,
                 retry_after,
-                ok,
-                problem,
+                ok: body.filter(|_| success).and_then(|b| ok(b).ok()),
+                problem: body.filter(|_| !success).and_then(|b| jsv::problem(b).ok()),
             }
         }
     }

@@ -1,426 +1,374 @@
-//! A small serde bridge between Rust values and plain JavaScript values (objects, arrays,
-//! strings, numbers), replacing serde-wasm-bindgen and serde_json in the bundle.
+//! Plain JavaScript values in and out, field by field: the options, checkouts, answers, stored
+//! attempts (and, in `web::tabs`, tab messages) the SDK reads, and the outcomes it hands back.
 //!
-//! Why our own: every general-purpose serde format formats its error messages eagerly, and
-//! those messages can print floats, which drags Rust's float formatting (~15 KB) into the
-//! Wasm module. Here an error is a unit value and messages are dropped unread, so that code is
-//! never linked. It also walks an object's own keys (not the struct's field list), so
-//! `deny_unknown_fields` catches option typos. JSON text goes through the browser's `JSON`.
+//! Why by hand and not serde: the derived (de)serializers of a dozen types, their field
+//! visitors and a serde format were the largest part of the Wasm module (about 15 KB), and
+//! general formats pull in Rust's float formatting for their error messages. Each reader here
+//! is a few `Reflect.get`s; a value that does not fit is [`Bad`], a unit with no message.
+//! JSON text goes through the browser's `JSON`.
 //!
-//! Supported: everything the payonce types use (structs, `Option`, unit enums as strings,
-//! internally tagged enums, sequences, string-keyed maps, integers up to 2^53).
+//! The shapes (the `.d.ts` in `web/mod.rs` documents the JS-facing ones; the wire ones are
+//! `payonce_protocol`'s, spelled by its serde attributes on the server):
+//! - readers are as strict as the protocol's serde derives where it matters for a decision
+//!   (required members, integer types, known enum spellings, `deny_unknown_fields` on the
+//!   checkout and the retry options, so option typos are caught) and lenient elsewhere: a
+//!   problem body needs only its `code`; `null` counts as absent.
+//! - writers leave out absent members, as `JSON.stringify` and `skip_serializing_if` do.
 
+use crate::core::attempt::{Attempt, AttemptState};
 use js_sys::{Array, Object, Reflect};
-use serde::de::{self, DeserializeSeed, IntoDeserializer, MapAccess, SeqAccess, Visitor};
-use serde::ser::{self, Impossible, Serialize};
-use std::fmt;
+use payonce_protocol::{
+    AttemptStatus, CancelResponse, CheckoutSnapshot, ErrorCode, IdempotencyKey, PayResponse,
+    Payment, Problem,
+};
 use wasm_bindgen::{JsCast, JsValue};
 
-/// The one error: "this value does not fit". Deliberately carries no message (see above).
+/// "This value does not fit." Deliberately carries no message (see the module doc).
 #[derive(Debug)]
-pub(crate) struct Error;
+pub(crate) struct Bad;
 
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("value does not match the expected shape")
-    }
-}
-impl std::error::Error for Error {}
-impl de::Error for Error {
-    fn custom<T: fmt::Display>(_: T) -> Self {
-        Error
-    }
-}
-impl ser::Error for Error {
-    fn custom<T: fmt::Display>(_: T) -> Self {
-        Error
-    }
-}
+type R<T> = Result<T, Bad>;
 
-/// Decodes a JS value.
-pub(crate) fn from_js<T: de::DeserializeOwned>(v: JsValue) -> Result<T, Error> {
-    T::deserialize(De(v))
-}
-
-/// Encodes as a JS value.
-pub(crate) fn to_js<T: Serialize + ?Sized>(v: &T) -> Result<JsValue, Error> {
-    v.serialize(Ser)
-}
-
-/// Encodes as JSON text (via `JSON.stringify`).
-pub(crate) fn to_json<T: Serialize + ?Sized>(v: &T) -> String {
-    to_js(v)
-        .ok()
-        .and_then(|v| js_sys::JSON::stringify(&v).ok())
-        .and_then(|s| s.as_string())
-        .unwrap_or_default()
-}
-
+/// 2^53 - 1: larger integers do not survive a JS number.
 const MAX_SAFE: f64 = 9_007_199_254_740_991.0;
 
-struct De(JsValue);
-
-/// What a JS value is, as far as serde cares.
-enum Js {
-    Unit,
-    Bool(bool),
-    U64(u64),
-    I64(i64),
-    F64(f64),
-    Str(String),
-    Seq(Array),
-    Map(JsValue, Array),
-    Other,
+/// `o[k]`, or `undefined` when `o` is not an object.
+pub(crate) fn get(o: &JsValue, k: &str) -> JsValue {
+    if !o.is_object() {
+        return JsValue::UNDEFINED;
+    }
+    Reflect::get(o, &JsValue::from_str(k)).unwrap_or(JsValue::UNDEFINED)
 }
 
-#[inline(never)]
-fn inspect(x: JsValue) -> Js {
-    if x.is_null() || x.is_undefined() {
-        return Js::Unit;
-    }
-    if let Some(b) = x.as_bool() {
-        return Js::Bool(b);
-    }
-    if let Some(n) = x.as_f64() {
-        return if n.fract() == 0.0 && (0.0..=MAX_SAFE).contains(&n) {
-            Js::U64(n as u64)
-        } else if n.fract() == 0.0 && (-MAX_SAFE..0.0).contains(&n) {
-            Js::I64(n as i64)
-        } else {
-            Js::F64(n)
-        };
-    }
-    if let Some(s) = x.as_string() {
-        return Js::Str(s);
-    }
-    if Array::is_array(&x) {
-        return Js::Seq(x.unchecked_into());
-    }
-    if x.is_object() && !x.is_function() {
-        let keys = Object::keys::<JsValue>(x.unchecked_ref());
-        return Js::Map(x, keys);
-    }
-    Js::Other
+fn absent(v: &JsValue) -> bool {
+    v.is_undefined() || v.is_null()
 }
 
-impl<'de> de::Deserializer<'de> for De {
-    type Error = Error;
-
-    fn deserialize_any<V: Visitor<'de>>(self, v: V) -> Result<V::Value, Error> {
-        // The JS inspection is not generic, so each visitor adds only this small match.
-        match inspect(self.0) {
-            Js::Unit => v.visit_unit(),
-            Js::Bool(b) => v.visit_bool(b),
-            Js::U64(n) => v.visit_u64(n),
-            Js::I64(n) => v.visit_i64(n),
-            Js::F64(n) => v.visit_f64(n),
-            Js::Str(s) => v.visit_string(s),
-            Js::Seq(items) => v.visit_seq(Seq { items, at: 0 }),
-            Js::Map(obj, keys) => v.visit_map(Map {
-                obj,
-                keys,
-                at: 0,
-                value: None,
-            }),
-            Js::Other => Err(Error),
-        }
-    }
-
-    fn deserialize_option<V: Visitor<'de>>(self, v: V) -> Result<V::Value, Error> {
-        if self.0.is_null() || self.0.is_undefined() {
-            v.visit_none()
-        } else {
-            v.visit_some(self)
-        }
-    }
-
-    fn deserialize_enum<V: Visitor<'de>>(
-        self,
-        _name: &'static str,
-        _variants: &'static [&'static str],
-        v: V,
-    ) -> Result<V::Value, Error> {
-        // Only unit variants travel as plain strings; that is all payonce uses.
-        let s = self.0.as_string().ok_or(Error)?;
-        v.visit_enum(IntoDeserializer::<Error>::into_deserializer(s))
-    }
-
-    fn deserialize_newtype_struct<V: Visitor<'de>>(
-        self,
-        _name: &'static str,
-        v: V,
-    ) -> Result<V::Value, Error> {
-        v.visit_newtype_struct(self)
-    }
-
-    fn deserialize_ignored_any<V: Visitor<'de>>(self, v: V) -> Result<V::Value, Error> {
-        v.visit_unit()
-    }
-
-    serde::forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
-        unit unit_struct seq tuple tuple_struct map struct identifier
-    }
-}
-
-struct Seq {
-    items: Array,
-    at: u32,
-}
-
-impl<'de> SeqAccess<'de> for Seq {
-    type Error = Error;
-    fn next_element_seed<T: DeserializeSeed<'de>>(
-        &mut self,
-        seed: T,
-    ) -> Result<Option<T::Value>, Error> {
-        if self.at >= self.items.length() {
-            return Ok(None);
-        }
-        let item = self.items.get(self.at);
-        self.at += 1;
-        seed.deserialize(De(item)).map(Some)
-    }
-}
-
-struct Map {
-    obj: JsValue,
-    keys: Array,
-    at: u32,
-    value: Option<JsValue>,
-}
-
-impl<'de> MapAccess<'de> for Map {
-    type Error = Error;
-    fn next_key_seed<K: DeserializeSeed<'de>>(
-        &mut self,
-        seed: K,
-    ) -> Result<Option<K::Value>, Error> {
-        if self.at >= self.keys.length() {
-            return Ok(None);
-        }
-        let key = self.keys.get(self.at);
-        self.at += 1;
-        self.value = Some(Reflect::get(&self.obj, &key).unwrap_or(JsValue::UNDEFINED));
-        seed.deserialize(De(key)).map(Some)
-    }
-    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, Error> {
-        seed.deserialize(De(self.value.take().unwrap_or(JsValue::UNDEFINED)))
-    }
-}
-
-struct Ser;
-
-fn num(n: f64) -> Result<JsValue, Error> {
-    Ok(JsValue::from_f64(n))
-}
-
-impl ser::Serializer for Ser {
-    type Ok = JsValue;
-    type Error = Error;
-    type SerializeSeq = SeqSer;
-    type SerializeTuple = SeqSer;
-    type SerializeTupleStruct = SeqSer;
-    type SerializeTupleVariant = Impossible<JsValue, Error>;
-    type SerializeMap = ObjSer;
-    type SerializeStruct = ObjSer;
-    type SerializeStructVariant = Impossible<JsValue, Error>;
-
-    fn serialize_bool(self, v: bool) -> Result<JsValue, Error> {
-        Ok(JsValue::from_bool(v))
-    }
-    fn serialize_i8(self, v: i8) -> Result<JsValue, Error> {
-        num(v.into())
-    }
-    fn serialize_i16(self, v: i16) -> Result<JsValue, Error> {
-        num(v.into())
-    }
-    fn serialize_i32(self, v: i32) -> Result<JsValue, Error> {
-        num(v.into())
-    }
-    fn serialize_i64(self, v: i64) -> Result<JsValue, Error> {
-        num(v as f64)
-    }
-    fn serialize_u8(self, v: u8) -> Result<JsValue, Error> {
-        num(v.into())
-    }
-    fn serialize_u16(self, v: u16) -> Result<JsValue, Error> {
-        num(v.into())
-    }
-    fn serialize_u32(self, v: u32) -> Result<JsValue, Error> {
-        num(v.into())
-    }
-    fn serialize_u64(self, v: u64) -> Result<JsValue, Error> {
-        num(v as f64)
-    }
-    fn serialize_f32(self, v: f32) -> Result<JsValue, Error> {
-        num(v.into())
-    }
-    fn serialize_f64(self, v: f64) -> Result<JsValue, Error> {
-        num(v)
-    }
-    fn serialize_char(self, v: char) -> Result<JsValue, Error> {
-        Ok(JsValue::from_str(v.encode_utf8(&mut [0; 4])))
-    }
-    fn serialize_str(self, v: &str) -> Result<JsValue, Error> {
-        Ok(JsValue::from_str(v))
-    }
-    fn serialize_bytes(self, _: &[u8]) -> Result<JsValue, Error> {
-        Err(Error)
-    }
-    fn serialize_none(self) -> Result<JsValue, Error> {
-        Ok(JsValue::UNDEFINED)
-    }
-    fn serialize_some<T: Serialize + ?Sized>(self, v: &T) -> Result<JsValue, Error> {
-        v.serialize(self)
-    }
-    fn serialize_unit(self) -> Result<JsValue, Error> {
-        Ok(JsValue::NULL)
-    }
-    fn serialize_unit_struct(self, _: &'static str) -> Result<JsValue, Error> {
-        Ok(JsValue::NULL)
-    }
-    fn serialize_unit_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        variant: &'static str,
-    ) -> Result<JsValue, Error> {
-        Ok(JsValue::from_str(variant))
-    }
-    fn serialize_newtype_struct<T: Serialize + ?Sized>(
-        self,
-        _: &'static str,
-        v: &T,
-    ) -> Result<JsValue, Error> {
-        v.serialize(self)
-    }
-    fn serialize_newtype_variant<T: Serialize + ?Sized>(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: &T,
-    ) -> Result<JsValue, Error> {
-        Err(Error)
-    }
-    fn serialize_seq(self, _: Option<usize>) -> Result<SeqSer, Error> {
-        Ok(SeqSer(Array::new()))
-    }
-    fn serialize_tuple(self, _: usize) -> Result<SeqSer, Error> {
-        Ok(SeqSer(Array::new()))
-    }
-    fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Result<SeqSer, Error> {
-        Ok(SeqSer(Array::new()))
-    }
-    fn serialize_tuple_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeTupleVariant, Error> {
-        Err(Error)
-    }
-    fn serialize_map(self, _: Option<usize>) -> Result<ObjSer, Error> {
-        Ok(ObjSer {
-            obj: Object::new(),
-            key: JsValue::UNDEFINED,
-        })
-    }
-    fn serialize_struct(self, _: &'static str, _: usize) -> Result<ObjSer, Error> {
-        Ok(ObjSer {
-            obj: Object::new(),
-            key: JsValue::UNDEFINED,
-        })
-    }
-    fn serialize_struct_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeStructVariant, Error> {
-        Err(Error)
-    }
-}
-
-struct SeqSer(Array);
-
-impl ser::SerializeSeq for SeqSer {
-    type Ok = JsValue;
-    type Error = Error;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Error> {
-        self.0.push(&v.serialize(Ser)?);
+/// A plain object (not an array, not a function).
+pub(crate) fn object(v: &JsValue) -> R<()> {
+    if v.is_object() && !v.is_function() && !Array::is_array(v) {
         Ok(())
-    }
-    fn end(self) -> Result<JsValue, Error> {
-        Ok(self.0.into())
-    }
-}
-impl ser::SerializeTuple for SeqSer {
-    type Ok = JsValue;
-    type Error = Error;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Error> {
-        ser::SerializeSeq::serialize_element(self, v)
-    }
-    fn end(self) -> Result<JsValue, Error> {
-        Ok(self.0.into())
-    }
-}
-impl ser::SerializeTupleStruct for SeqSer {
-    type Ok = JsValue;
-    type Error = Error;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Error> {
-        ser::SerializeSeq::serialize_element(self, v)
-    }
-    fn end(self) -> Result<JsValue, Error> {
-        Ok(self.0.into())
+    } else {
+        Err(Bad)
     }
 }
 
-struct ObjSer {
-    obj: Object,
-    key: JsValue,
+/// A plain object whose own keys are all in `allowed` (serde's `deny_unknown_fields`).
+fn object_of(v: &JsValue, allowed: &[&str]) -> R<()> {
+    object(v)?;
+    let keys = Object::keys::<JsValue>(v.unchecked_ref());
+    for i in 0..keys.length() {
+        let k = keys.get(i).as_string().unwrap_or_default();
+        if !allowed.contains(&k.as_str()) {
+            return Err(Bad);
+        }
+    }
+    Ok(())
 }
 
-impl ObjSer {
-    fn set(&self, key: &JsValue, v: JsValue) -> Result<(), Error> {
-        // `None` members are left out, as JSON.stringify would.
+pub(crate) fn string(v: JsValue) -> R<String> {
+    v.as_string().ok_or(Bad)
+}
+
+/// An integer in `[min, max]` (both within ±2^53).
+fn integer(v: &JsValue, min: f64, max: f64) -> R<f64> {
+    match v.as_f64() {
+        Some(n) if n.fract() == 0.0 && n >= min && n <= max => Ok(n),
+        _ => Err(Bad),
+    }
+}
+
+fn uint(v: &JsValue, max: u64) -> R<u64> {
+    integer(v, 0.0, (max as f64).min(MAX_SAFE)).map(|n| n as u64)
+}
+
+/// `o[k]` read by `f`; absent (`undefined` or `null`) is `None`.
+pub(crate) fn opt<T>(o: &JsValue, k: &str, f: impl FnOnce(JsValue) -> R<T>) -> R<Option<T>> {
+    let v = get(o, k);
+    if absent(&v) {
+        Ok(None)
+    } else {
+        f(v).map(Some)
+    }
+}
+
+pub(crate) fn req_string(o: &JsValue, k: &str) -> R<String> {
+    string(get(o, k))
+}
+
+fn opt_uint(o: &JsValue, k: &str, max: u64) -> R<Option<u64>> {
+    opt(o, k, |v| uint(&v, max))
+}
+
+fn status(v: JsValue) -> R<AttemptStatus> {
+    AttemptStatus::parse(&string(v)?).ok_or(Bad)
+}
+
+fn key(v: JsValue) -> R<IdempotencyKey> {
+    IdempotencyKey::parse(&string(v)?).map_err(|_| Bad)
+}
+
+/// Builds a plain object member by member; `None` members are left out.
+pub(crate) struct Obj(Object);
+
+impl Obj {
+    pub(crate) fn new() -> Self {
+        Self(Object::new())
+    }
+    /// Sets `k`, unless `v` is `undefined` (an absent member).
+    pub(crate) fn set(self, k: &str, v: JsValue) -> Self {
         if !v.is_undefined() {
-            Reflect::set(&self.obj, key, &v).map_err(|_| Error)?;
+            let _ = Reflect::set(&self.0, &JsValue::from_str(k), &v);
+        }
+        self
+    }
+    pub(crate) fn str(self, k: &str, v: &str) -> Self {
+        self.set(k, JsValue::from_str(v))
+    }
+    pub(crate) fn num(self, k: &str, v: f64) -> Self {
+        self.set(k, JsValue::from_f64(v))
+    }
+    pub(crate) fn opt_num(self, k: &str, v: Option<f64>) -> Self {
+        match v {
+            Some(n) => self.num(k, n),
+            None => self,
+        }
+    }
+    pub(crate) fn opt_str(self, k: &str, v: Option<&str>) -> Self {
+        match v {
+            Some(s) => self.str(k, s),
+            None => self,
+        }
+    }
+    pub(crate) fn js(self) -> JsValue {
+        self.0.into()
+    }
+    /// As JSON text (via `JSON.stringify`).
+    pub(crate) fn json(self) -> String {
+        js_sys::JSON::stringify(&self.0)
+            .ok()
+            .and_then(|s| s.as_string())
+            .unwrap_or_default()
+    }
+}
+
+// --- checkout -------------------------------------------------------------------------------
+
+const CHECKOUT: [&str; 3] = ["orderId", "orderVersion", "paymentMethodId"];
+
+/// A `Checkout` (the protocol's `CheckoutSnapshot`; unknown members are refused).
+pub(crate) fn checkout(v: &JsValue) -> R<CheckoutSnapshot> {
+    object_of(v, &CHECKOUT)?;
+    Ok(CheckoutSnapshot {
+        order_id: req_string(v, CHECKOUT[0])?,
+        order_version: uint(&get(v, CHECKOUT[1]), u64::MAX)?,
+        payment_method_id: req_string(v, CHECKOUT[2])?,
+    })
+}
+
+fn checkout_js(c: &CheckoutSnapshot) -> Obj {
+    Obj::new()
+        .str(CHECKOUT[0], &c.order_id)
+        .num(CHECKOUT[1], c.order_version as f64)
+        .str(CHECKOUT[2], &c.payment_method_id)
+}
+
+/// The pay request body (`PayRequest`) as JSON.
+pub(crate) fn pay_request_json(c: &CheckoutSnapshot) -> String {
+    Obj::new()
+        .num(CHECKOUT[1], c.order_version as f64)
+        .str(CHECKOUT[2], &c.payment_method_id)
+        .json()
+}
+
+/// The cancel request body (`CancelRequest`) as JSON.
+pub(crate) fn cancel_request_json(k: &IdempotencyKey) -> String {
+    Obj::new().str("key", k.as_str()).json()
+}
+
+// --- answers --------------------------------------------------------------------------------
+
+/// A `Payment`.
+pub(crate) fn payment(v: JsValue) -> R<Payment> {
+    object(&v)?;
+    Ok(Payment {
+        id: req_string(&v, "id")?,
+        order_id: req_string(&v, "orderId")?,
+        amount: integer(&get(&v, "amount"), -MAX_SAFE, MAX_SAFE)? as i64,
+        currency: req_string(&v, "currency")?,
+        payment_method_id: req_string(&v, "paymentMethodId")?,
+        charge_id: req_string(&v, "chargeId")?,
+        status: status(get(&v, "status"))?,
+    })
+}
+
+/// A `Payment` as the plain object the `.d.ts` describes.
+pub(crate) fn payment_js(p: &Payment) -> JsValue {
+    Obj::new()
+        .str("id", &p.id)
+        .str("orderId", &p.order_id)
+        .num("amount", p.amount as f64)
+        .str("currency", &p.currency)
+        .str("paymentMethodId", &p.payment_method_id)
+        .str("chargeId", &p.charge_id)
+        .str("status", p.status.as_str())
+        .js()
+}
+
+/// A 2xx pay answer body.
+pub(crate) fn pay_response(v: &JsValue) -> R<PayResponse> {
+    object(v)?;
+    Ok(PayResponse {
+        status: status(get(v, "status"))?,
+        order_id: req_string(v, "orderId")?,
+        payment: opt(v, "payment", payment)?,
+    })
+}
+
+/// A 2xx cancel answer body.
+pub(crate) fn cancel_response(v: &JsValue) -> R<CancelResponse> {
+    object(v)?;
+    Ok(CancelResponse {
+        status: status(get(v, "status"))?,
+        payment: opt(v, "payment", payment)?,
+    })
+}
+
+/// An error answer body: only the members the SDK decides on. A problem whose `code` is
+/// missing or unknown is no problem at all (the status alone then decides).
+pub(crate) fn problem(v: &JsValue) -> R<Problem> {
+    object(v)?;
+    let code = req_string(v, "code")?;
+    let code = *ErrorCode::ALL
+        .iter()
+        .find(|c| c.as_str() == code)
+        .ok_or(Bad)?;
+    Ok(Problem {
+        type_uri: String::new(),
+        title: String::new(),
+        status: code.http_status(),
+        detail: None,
+        code,
+        // A malformed optional member is ignored rather than losing the code.
+        retry_after: opt_uint(v, "retryAfter", u64::MAX).ok().flatten(),
+        current_version: opt_uint(v, "currentVersion", u64::MAX).ok().flatten(),
+        attempt_status: None,
+        reason: None,
+        sku: None,
+    })
+}
+
+// --- stored attempts ------------------------------------------------------------------------
+
+/// An attempt as stored (see `web::store` for the format).
+pub(crate) fn attempt_json(a: &Attempt) -> String {
+    Obj::new()
+        .str("key", a.key.as_str())
+        .set("snapshot", checkout_js(&a.snapshot).js())
+        .str("state", a.state.as_str())
+        .num("createdAt", a.created_at as f64)
+        .num("sends", a.sends.into())
+        .json()
+}
+
+/// A stored attempt, all members required (the snapshot exactly a checkout).
+pub(crate) fn attempt(v: &JsValue) -> R<Attempt> {
+    object(v)?;
+    let state = req_string(v, "state")?;
+    Ok(Attempt {
+        key: key(get(v, "key"))?,
+        snapshot: checkout(&get(v, "snapshot"))?,
+        state: [
+            AttemptState::Saved,
+            AttemptState::Sent,
+            AttemptState::Unknown,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == state)
+        .ok_or(Bad)?,
+        created_at: uint(&get(v, "createdAt"), u64::MAX)?,
+        sends: uint(&get(v, "sends"), u32::MAX.into())? as u32,
+    })
+}
+
+/// Just the key of a stored value whose other members do not read.
+pub(crate) fn salvage_key(v: &JsValue) -> R<IdempotencyKey> {
+    object(v)?;
+    key(get(v, "key"))
+}
+
+// --- options --------------------------------------------------------------------------------
+
+/// `ClientOptions.retry`: the core's policy, each member optional (the default fills it).
+pub(crate) fn retry_policy(
+    v: JsValue,
+    mut p: crate::core::retry::RetryPolicy,
+) -> R<crate::core::retry::RetryPolicy> {
+    const K: [&str; 5] = [
+        "baseDelayMs",
+        "maxDelayMs",
+        "maxAttempts",
+        "maxRetryAfterMs",
+        "budget",
+    ];
+    const B: [&str; 4] = ["capacity", "retryCost", "timeoutCost", "successRefill"];
+    object_of(&v, &K)?;
+    let u32_max = u64::from(u32::MAX);
+    let set64 = |slot: &mut u64, k| -> R<()> {
+        if let Some(n) = opt_uint(&v, k, u64::MAX)? {
+            *slot = n;
         }
         Ok(())
+    };
+    set64(&mut p.base_delay_ms, K[0])?;
+    set64(&mut p.max_delay_ms, K[1])?;
+    set64(&mut p.max_retry_after_ms, K[3])?;
+    if let Some(n) = opt_uint(&v, K[2], u32_max)? {
+        p.max_attempts = n as u32;
     }
+    let b = get(&v, K[4]);
+    if !absent(&b) {
+        object_of(&b, &B)?;
+        let c = &mut p.budget;
+        for (slot, k) in [
+            (&mut c.capacity, B[0]),
+            (&mut c.retry_cost, B[1]),
+            (&mut c.timeout_cost, B[2]),
+            (&mut c.success_refill, B[3]),
+        ] {
+            if let Some(n) = opt_uint(&b, k, u32_max)? {
+                *slot = n as u32;
+            }
+        }
+    }
+    Ok(p)
 }
 
-impl ser::SerializeMap for ObjSer {
-    type Ok = JsValue;
-    type Error = Error;
-    fn serialize_key<T: Serialize + ?Sized>(&mut self, k: &T) -> Result<(), Error> {
-        self.key = k.serialize(Ser)?;
-        Ok(())
-    }
-    fn serialize_value<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Error> {
-        let key = std::mem::replace(&mut self.key, JsValue::UNDEFINED);
-        self.set(&key, v.serialize(Ser)?)
-    }
-    fn end(self) -> Result<JsValue, Error> {
-        Ok(self.obj.into())
-    }
+/// What `PayonceClient.create` reads from `ClientOptions` (callbacks are read separately).
+pub(crate) struct Options {
+    pub base_url: String,
+    pub request_timeout_ms: Option<u32>,
+    pub retry: Option<JsValue>,
+    pub deadline_ms: Option<u64>,
+    pub long_wait_ms: Option<u64>,
+    /// `storage: "memory"`.
+    pub memory: bool,
 }
 
-impl ser::SerializeStruct for ObjSer {
-    type Ok = JsValue;
-    type Error = Error;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        k: &'static str,
-        v: &T,
-    ) -> Result<(), Error> {
-        self.set(&JsValue::from_str(k), v.serialize(Ser)?)
-    }
-    fn end(self) -> Result<JsValue, Error> {
-        Ok(self.obj.into())
-    }
+pub(crate) fn options(v: &JsValue) -> R<Options> {
+    object(v)?;
+    let memory = match opt(v, "storage", string)?.as_deref() {
+        None | Some("session") => false,
+        Some("memory") => true,
+        Some(_) => return Err(Bad),
+    };
+    let retry = get(v, "retry");
+    Ok(Options {
+        base_url: req_string(v, "baseUrl")?,
+        request_timeout_ms: opt_uint(v, "requestTimeoutMs", u32::MAX.into())?.map(|n| n as u32),
+        retry: (!absent(&retry)).then_some(retry),
+        deadline_ms: opt_uint(v, "deadlineMs", u64::MAX)?,
+        long_wait_ms: opt_uint(v, "longWaitMs", u64::MAX)?,
+        memory,
+    })
 }

@@ -6,6 +6,8 @@
 //! - [`store`]: sessionStorage / memory entries.
 //! - [`io`]: fetch with timeout, abortable waits, `online`, Web Locks.
 //! - [`tabs`]: BroadcastChannel receipts and duplicate-tab detection.
+//! - [`jsv`]: plain JS values in and out, field by field (options, checkouts, answers, stored
+//!   attempts, outcomes).
 
 mod io;
 mod jsv;
@@ -24,8 +26,7 @@ use crate::core::retry::{
 use io::{Abort, Call};
 use js_sys::{Function, Promise, Reflect};
 use payonce_protocol::body::{paths, DevFault};
-use payonce_protocol::{headers, CancelRequest, CheckoutSnapshot, IdempotencyKey, PayResponse};
-use serde::{Deserialize, Serialize};
+use payonce_protocol::{headers, CheckoutSnapshot, IdempotencyKey};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use store::Store;
@@ -162,24 +163,6 @@ impl From<SdkError> for JsValue {
     }
 }
 
-#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-enum StorageChoice {
-    Session,
-    Memory,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Options {
-    base_url: String,
-    request_timeout_ms: Option<u32>,
-    retry: Option<RetryPolicy>,
-    deadline_ms: Option<u64>,
-    long_wait_ms: Option<u64>,
-    storage: Option<StorageChoice>,
-}
-
 struct Inner {
     base_url: String,
     request_timeout_ms: u32,
@@ -224,15 +207,17 @@ impl PayonceClient {
     pub fn create(
         #[wasm_bindgen(unchecked_param_type = "ClientOptions")] options: JsValue,
     ) -> Result<PayonceClient, JsValue> {
-        let o: Options = jsv::from_js(options.clone()).map_err(|_| {
-            SdkError::InvalidConfig("the options do not match ClientOptions".into())
-        })?;
+        let mismatch = || SdkError::InvalidConfig("the options do not match ClientOptions".into());
+        let o = jsv::options(&options).map_err(|_| mismatch())?;
         if !(o.base_url.starts_with("http://") || o.base_url.starts_with("https://")) {
             return Err(SdkError::InvalidConfig("baseUrl must be an http(s) URL".into()).into());
         }
-        let policy = o.retry.unwrap_or_default();
+        let policy = match o.retry {
+            Some(v) => jsv::retry_policy(v, RetryPolicy::default()).map_err(|_| mismatch())?,
+            None => RetryPolicy::default(),
+        };
         let on_warning = callback(&options, "onWarning");
-        let (store, fell) = Store::new(o.storage != Some(StorageChoice::Memory));
+        let (store, fell) = Store::new(!o.memory);
         let inner = Inner {
             base_url: o.base_url.trim_end_matches('/').to_owned(),
             request_timeout_ms: o
@@ -266,7 +251,7 @@ impl PayonceClient {
             js_sys::Object,
         >,
     ) -> Promise {
-        match jsv::from_js::<CheckoutSnapshot>(checkout) {
+        match jsv::checkout(&checkout) {
             Ok(c) if !c.order_id.is_empty() => start_pay(&self.inner, c, options),
             Ok(_) => rejected(SdkError::InvalidCheckout("orderId is empty".into())),
             Err(_) => rejected(SdkError::InvalidCheckout(
@@ -298,48 +283,29 @@ impl PayonceClient {
     #[wasm_bindgen(unchecked_return_type = "Promise<CancelOutcome>")]
     pub fn cancel(&self, #[wasm_bindgen(js_name = orderId)] order_id: String) -> Promise {
         let inner = self.inner.clone();
-        spawn_promise(async move { Ok::<_, JsValue>(to_js(&cancel(&inner, &order_id).await)) })
+        spawn_promise(async move { Ok::<_, JsValue>(cancel_js(&cancel(&inner, &order_id).await)) })
     }
 
     /// The unresolved attempt stored for `orderId`, if any.
     #[wasm_bindgen(js_name = pendingAttempt, unchecked_return_type = "PendingAttempt | undefined")]
     pub fn pending_attempt(&self, #[wasm_bindgen(js_name = orderId)] order_id: String) -> JsValue {
-        #[derive(Serialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Pending<'a> {
-            state: &'a str,
-            order_id: &'a str,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            order_version: Option<u64>,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            payment_method_id: Option<&'a str>,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            key: Option<&'a str>,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            created_at: Option<u64>,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            sends: Option<u32>,
-        }
+        let o = jsv::Obj::new();
         match self.inner.store.get(&order_id) {
             Entry::Missing => JsValue::UNDEFINED,
-            Entry::Valid(a) => to_js(&Pending {
-                state: a.state.as_str(),
-                order_id: &order_id,
-                order_version: Some(a.snapshot.order_version),
-                payment_method_id: Some(&a.snapshot.payment_method_id),
-                key: Some(a.key.as_str()),
-                created_at: Some(a.created_at),
-                sends: Some(a.sends),
-            }),
-            Entry::Unreadable { key } => to_js(&Pending {
-                state: "unreadable",
-                order_id: &order_id,
-                order_version: None,
-                payment_method_id: None,
-                key: key.as_ref().map(|k| k.as_str()),
-                created_at: None,
-                sends: None,
-            }),
+            Entry::Valid(a) => o
+                .str("state", a.state.as_str())
+                .str("orderId", &order_id)
+                .num("orderVersion", a.snapshot.order_version as f64)
+                .str("paymentMethodId", &a.snapshot.payment_method_id)
+                .str("key", a.key.as_str())
+                .num("createdAt", a.created_at as f64)
+                .num("sends", a.sends.into())
+                .js(),
+            Entry::Unreadable { key } => o
+                .str("state", "unreadable")
+                .str("orderId", &order_id)
+                .opt_str("key", key.as_ref().map(|k| k.as_str()))
+                .js(),
         }
     }
 
@@ -472,20 +438,36 @@ where
     promise
 }
 
-/// What `pay` resolves with: a final outcome or `pending`.
-#[derive(Serialize)]
-#[serde(tag = "kind", rename_all = "camelCase")]
-enum Pending {
-    Pending { reason: PendingReason },
-}
-
-/// A Rust value as a plain JS object (outcomes, pending attempts).
-fn to_js<T: Serialize>(v: &T) -> JsValue {
-    jsv::to_js(v).unwrap_or(JsValue::UNDEFINED)
-}
-
+/// A final outcome as the `PayOutcome` union member.
 fn outcome_js(f: &Final) -> JsValue {
-    to_js(f)
+    let o = jsv::Obj::new().str("kind", f.kind());
+    match f {
+        Final::Paid { payment } => o.set("payment", jsv::payment_js(payment)),
+        Final::Declined { code } => o.str("code", code.as_str()),
+        Final::OrderChanged { current_version } => {
+            o.opt_num("currentVersion", current_version.map(|v| v as f64))
+        }
+        Final::Cancelled => o,
+    }
+    .js()
+}
+
+/// `{ kind: "pending", reason }`: the call stopped asking, the key is kept.
+fn pending(reason: PendingReason) -> JsValue {
+    jsv::Obj::new()
+        .str("kind", "pending")
+        .str("reason", reason.as_str())
+        .js()
+}
+
+/// A cancel outcome as the `CancelOutcome` union member.
+fn cancel_js(c: &CancelOutcome) -> JsValue {
+    let o = jsv::Obj::new().str("kind", c.kind());
+    match c {
+        CancelOutcome::Paid { payment: Some(p) } => o.set("payment", jsv::payment_js(p)),
+        _ => o,
+    }
+    .js()
 }
 
 /// The pay loop: plan the key, save it, send, classify, retry or finish.
@@ -528,7 +510,7 @@ async fn pay(
     );
     let taking_longer = TakingLonger::start(inner.long_wait_ms, call.on_status.clone());
     let pay_url = format!("{}{}", inner.base_url, paths::pay(&encode(&order_id)));
-    let body = jsv::to_json(&attempt.snapshot.pay_request());
+    let body = jsv::pay_request_json(&attempt.snapshot);
     let mut first = true;
     let result = loop {
         if io::offline() {
@@ -552,7 +534,7 @@ async fn pay(
         if let Some(f) = fault {
             hdrs.push((headers::DEV_FAULT, f.as_str()));
         }
-        let reply = io::post::<PayResponse>(
+        let reply = io::post(
             Call {
                 url: pay_url.clone(),
                 headers: &hdrs,
@@ -560,6 +542,7 @@ async fn pay(
                 timeout_ms: inner.request_timeout_ms,
             },
             &mut call.abort,
+            jsv::pay_response,
         )
         .await?;
         let verdict = classify_pay(&reply);
@@ -610,10 +593,6 @@ async fn pay(
     result
 }
 
-fn pending(reason: PendingReason) -> JsValue {
-    to_js(&Pending::Pending { reason })
-}
-
 /// Fires "takingLonger" once, `long_wait_ms` after the call started, unless stopped first.
 struct TakingLonger(Rc<Cell<bool>>);
 
@@ -658,7 +637,7 @@ async fn cancel(inner: &Inner, order_id: &str) -> CancelOutcome {
         return CancelOutcome::None;
     };
     let url = format!("{}{}", inner.base_url, paths::cancel(&encode(order_id)));
-    let body = jsv::to_json(&CancelRequest { key: key.clone() });
+    let body = jsv::cancel_request_json(&key);
     let hdrs = [("Content-Type", "application/json")];
     let mut no_abort = Abort::new(None);
     let reply = io::post(
@@ -669,6 +648,7 @@ async fn cancel(inner: &Inner, order_id: &str) -> CancelOutcome {
             timeout_ms: inner.request_timeout_ms,
         },
         &mut no_abort,
+        jsv::cancel_response,
     )
     .await;
     let outcome = match reply {

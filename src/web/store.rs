@@ -9,7 +9,7 @@
 //! reports `STORAGE_UNAVAILABLE` once, and keeps going. Reads look in memory first, then in
 //! sessionStorage, so an attempt saved before the fallback still blocks a second payment.
 
-use crate::core::attempt::{storage_key, Attempt, Entry, KeyOnly, STORAGE_PREFIX};
+use crate::core::attempt::{storage_key, Attempt, Entry, STORAGE_PREFIX};
 use crate::web::jsv;
 use payonce_protocol::IdempotencyKey;
 use std::cell::{Cell, RefCell};
@@ -144,18 +144,18 @@ fn probe() -> Option<Storage> {
 }
 
 fn encode(a: &Attempt) -> String {
-    jsv::to_json(a)
+    jsv::attempt_json(a)
 }
 
 fn decode(text: &str) -> Entry {
     let Ok(v) = js_sys::JSON::parse(text) else {
         return Entry::Unreadable { key: None };
     };
-    let full = jsv::from_js::<Attempt>(v.clone()).ok();
-    let key_only = if full.is_none() {
-        jsv::from_js::<KeyOnly>(v).ok()
+    let full = jsv::attempt(&v).ok();
+    let salvaged = if full.is_none() {
+        jsv::salvage_key(&v).ok()
     } else {
         None
     };
-    Entry::from_decoded(full, key_only)
+    Entry::from_decoded(full, salvaged)
 }

@@ -11,7 +11,6 @@
 
 use js_sys::Function;
 use payonce_protocol::Payment;
-use serde::{Deserialize, Serialize};
 use std::cell::{Cell, RefCell};
 use wasm_bindgen::prelude::*;
 use web_sys::{BroadcastChannel, MessageEvent};
@@ -19,29 +18,58 @@ use web_sys::{BroadcastChannel, MessageEvent};
 const CHANNEL: &str = "payonce";
 const TAB_ID: &str = "payonce:tab";
 
-#[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Paid,
     Hello,
     Taken,
 }
 
-/// One flat shape for every message (a tagged enum would pull serde's buffering code into
-/// the module for three small messages).
-#[derive(Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+impl Kind {
+    const ALL: [Kind; 3] = [Self::Paid, Self::Hello, Self::Taken];
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Paid => "paid",
+            Self::Hello => "hello",
+            Self::Taken => "taken",
+        }
+    }
+}
+
+/// One flat shape for every message.
 struct Message {
     t: Kind,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     tab: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     order_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     payment: Option<Payment>,
 }
 
 impl Message {
+    fn from_js(v: &JsValue) -> Option<Self> {
+        use crate::web::jsv::{object, opt, payment, req_string, string};
+        object(v).ok()?;
+        let t = req_string(v, "t").ok()?;
+        Some(Self {
+            t: Kind::ALL.into_iter().find(|k| k.as_str() == t)?,
+            tab: opt(v, "tab", string).ok()?,
+            order_id: opt(v, "orderId", string).ok()?,
+            payment: opt(v, "payment", payment).ok()?,
+        })
+    }
+    fn to_js(&self) -> JsValue {
+        crate::web::jsv::Obj::new()
+            .str("t", self.t.as_str())
+            .opt_str("tab", self.tab.as_deref())
+            .opt_str("orderId", self.order_id.as_deref())
+            .set(
+                "payment",
+                self.payment
+                    .as_ref()
+                    .map_or(JsValue::UNDEFINED, crate::web::jsv::payment_js),
+            )
+            .js()
+    }
+
     fn tab(t: Kind, tab: String) -> Self {
         Self {
             t,
@@ -76,7 +104,7 @@ impl Tabs {
         if let Some(ch) = &tabs.channel {
             // Lives as long as the page: the channel is page-wide, like the receipts.
             let on_message = Closure::<dyn Fn(MessageEvent)>::new(|e: MessageEvent| {
-                if let Ok(m) = crate::web::jsv::from_js::<Message>(e.data()) {
+                if let Some(m) = Message::from_js(&e.data()) {
                     TABS.with(|t| t.receive(m));
                 }
             });
@@ -116,9 +144,7 @@ impl Tabs {
 }
 
 fn post(ch: &BroadcastChannel, m: &Message) {
-    if let Ok(v) = crate::web::jsv::to_js(m) {
-        let _ = ch.post_message(&v);
-    }
+    let _ = ch.post_message(&m.to_js());
 }
 
 /// This tab's id, made on first use.
