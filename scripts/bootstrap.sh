@@ -4,7 +4,7 @@
 # Tools come only from crates.io, Debian and npm: nothing downloads a prebuilt binary.
 #   - wasm32 target (rustup), wasm-pack and wasm-bindgen-cli (cargo install, crates.io)
 #   - chromium + chromium-driver (Debian apt; needs root)
-#   - wasm-opt (npm `binaryen`), playwright-core, typescript: `npm ci --prefix tools`
+#   - wasm-opt (npm `binaryen`), terser, playwright-core, typescript: `npm ci --prefix tools`
 #   - www/ npm dependencies, when www/package.json exists and pkg/ is built
 # usage: scripts/bootstrap.sh [--no-browser]   (--no-browser: skip Chromium, e.g. for the demo)
 set -euo pipefail
@@ -69,11 +69,12 @@ fi
 # marker npm writes is newer than the lockfile only when that install finished.
 has_tools() {
   test -x tools/node_modules/.bin/wasm-opt && test -x tools/node_modules/.bin/tsc \
+    && test -x tools/node_modules/.bin/terser \
     && test -d tools/node_modules/playwright-core \
     && test tools/node_modules/.package-lock.json -nt tools/package-lock.json
 }
 install_tools() { npm ci --prefix tools --no-audit --no-fund; }
-step "npm tools (binaryen wasm-opt, playwright-core, typescript)" has_tools install_tools
+step "npm tools (binaryen wasm-opt, terser, playwright-core, typescript)" has_tools install_tools
 
 # www/ installs the SDK from ../pkg (a `file:` dependency), so its npm install needs the built
 # package; before scripts/build-pkg.sh has run it is left for later (test.sh and demo.sh call

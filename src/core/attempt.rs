@@ -80,7 +80,8 @@ impl Attempt {
 /// Storage key of an order's attempt. One entry per order: an order has at most one
 /// unresolved attempt on this client.
 pub fn storage_key(order_id: &str) -> String {
-    format!("{STORAGE_PREFIX}{order_id}")
+    // Not `format!`: the Wasm module would link Rust's formatting machinery for it.
+    [STORAGE_PREFIX, order_id].concat()
 }
 
 /// Prefix of every attempt entry, so `clearAll` (logout) finds them.

@@ -3,28 +3,25 @@
 
 use payonce_protocol::ErrorCode;
 
-/// Why a call failed. Reaches JavaScript as a `PayonceError` with [`SdkError::code`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Why a call failed. Reaches JavaScript as a `PayonceError` with [`SdkError::code`] and
+/// [`SdkError::message`].
+///
+/// `Display` is written by hand around [`SdkError::message`] rather than derived with
+/// thiserror: the Wasm module shows the message, and building it with `concat` keeps Rust's
+/// formatting machinery (integer and padding code) out of the module.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SdkError {
     /// `PayonceClient.create` got options it cannot use.
-    #[error("invalid options: {0}")]
     InvalidConfig(String),
     /// `pay` got a checkout it cannot use.
-    #[error("invalid checkout: {0}")]
     InvalidCheckout(String),
     /// `pay` was called with other details while an attempt for the order is unresolved.
-    #[error(
-        "an unresolved payment attempt for this order has other details; cancel or finish it first"
-    )]
     SnapshotConflict,
     /// The stored attempt is damaged but still names a key that may be live.
-    #[error("the stored payment attempt is unreadable; call cancel() to resolve it")]
     UnreadableAttempt,
     /// The server holds this key with other details. The key is kept; cancel resolves it.
-    #[error("the server holds this key with other payment details; call cancel() to resolve it")]
     KeyReused,
     /// The server refused the request. The key is kept.
-    #[error("the server refused the payment (HTTP {status})")]
     ServerRejected {
         /// HTTP status.
         status: u16,
@@ -32,15 +29,61 @@ pub enum SdkError {
         code: Option<ErrorCode>,
     },
     /// The caller's signal aborted the call. The attempt and its key are kept.
-    #[error("aborted; the payment attempt and its key are kept")]
     Aborted,
     /// The page has no `window`, `fetch` or `crypto.randomUUID` (not a browser window, or
     /// not a secure context).
-    #[error("unsupported environment: {0}")]
     Unsupported(&'static str),
 }
 
+impl std::fmt::Display for SdkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message())
+    }
+}
+
+impl std::error::Error for SdkError {}
+
+/// `n` in decimal.
+fn decimal(mut n: u16) -> String {
+    let mut digits = [0u8; 5];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    digits[at..].iter().map(|&d| char::from(d)).collect()
+}
+
 impl SdkError {
+    /// A human-readable explanation (for people; match on [`SdkError::code`]).
+    pub fn message(&self) -> String {
+        match self {
+            Self::InvalidConfig(why) => ["invalid options: ", why].concat(),
+            Self::InvalidCheckout(why) => ["invalid checkout: ", why].concat(),
+            Self::SnapshotConflict => "an unresolved payment attempt for this order has other \
+                details; cancel or finish it first"
+                .into(),
+            Self::UnreadableAttempt => {
+                "the stored payment attempt is unreadable; call cancel() to resolve it".into()
+            }
+            Self::KeyReused => "the server holds this key with other payment details; call \
+                cancel() to resolve it"
+                .into(),
+            Self::ServerRejected { status, .. } => [
+                "the server refused the payment (HTTP ",
+                &decimal(*status),
+                ")",
+            ]
+            .concat(),
+            Self::Aborted => "aborted; the payment attempt and its key are kept".into(),
+            Self::Unsupported(why) => ["unsupported environment: ", why].concat(),
+        }
+    }
+
     /// The stable code JavaScript matches on.
     pub fn code(&self) -> &'static str {
         match self {
@@ -100,6 +143,30 @@ impl Warning {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn messages_read_well_and_display_is_the_message() {
+        for (status, text) in [(0, "0"), (7, "7"), (409, "409"), (65_535, "65535")] {
+            let e = SdkError::rejected(status, None);
+            assert_eq!(
+                e.to_string(),
+                ["the server refused the payment (HTTP ", text, ")"].concat()
+            );
+        }
+        assert_eq!(
+            SdkError::InvalidConfig("baseUrl must be an http(s) URL".into()).to_string(),
+            "invalid options: baseUrl must be an http(s) URL"
+        );
+        assert_eq!(
+            SdkError::SnapshotConflict.message(),
+            "an unresolved payment attempt for this order has other details; cancel or finish \
+             it first"
+        );
+        assert_eq!(
+            SdkError::KeyReused.message(),
+            "the server holds this key with other payment details; call cancel() to resolve it"
+        );
+    }
 
     #[test]
     fn codes_are_stable_and_server_codes_come_from_the_protocol() {

@@ -135,7 +135,7 @@ impl PayonceError {
     /// A human-readable explanation (do not match on it).
     #[wasm_bindgen(getter)]
     pub fn message(&self) -> String {
-        self.error.to_string()
+        self.error.message()
     }
     /// The server's problem code, when the server refused the request.
     #[wasm_bindgen(getter, js_name = problemCode)]
@@ -153,7 +153,13 @@ impl PayonceError {
     /// `PayonceError [CODE]: message`.
     #[wasm_bindgen(js_name = toString)]
     pub fn to_js_string(&self) -> String {
-        format!("PayonceError [{}]: {}", self.error.code(), self.error)
+        [
+            "PayonceError [",
+            self.error.code(),
+            "]: ",
+            &self.error.message(),
+        ]
+        .concat()
     }
 }
 
@@ -479,7 +485,7 @@ async fn pay(
     let order_id = checkout.order_id.clone();
     // One payment per order at a time across every tab: a second tab waits here, then finds
     // the first one's receipt or its stored attempt.
-    let _lock = io::lock(&format!("payonce:{order_id}"), &mut call.abort).await?;
+    let _lock = io::lock(&["payonce:", &order_id].concat(), &mut call.abort).await?;
     if let Some(payment) = tabs::paid(&order_id) {
         return Ok(outcome_js(&Final::Paid { payment }));
     }
@@ -509,7 +515,7 @@ async fn pay(
         inner.long_wait_ms,
     );
     let taking_longer = TakingLonger::start(inner.long_wait_ms, call.on_status.clone());
-    let pay_url = format!("{}{}", inner.base_url, paths::pay(&encode(&order_id)));
+    let pay_url = [&inner.base_url, &paths::pay(&encode(&order_id))[..]].concat();
     let body = jsv::pay_request_json(&attempt.snapshot);
     let mut first = true;
     let result = loop {
@@ -636,7 +642,7 @@ async fn cancel(inner: &Inner, order_id: &str) -> CancelOutcome {
         }
         return CancelOutcome::None;
     };
-    let url = format!("{}{}", inner.base_url, paths::cancel(&encode(order_id)));
+    let url = [&inner.base_url, &paths::cancel(&encode(order_id))[..]].concat();
     let body = jsv::cancel_request_json(&key);
     let hdrs = [("Content-Type", "application/json")];
     let mut no_abort = Abort::new(None);

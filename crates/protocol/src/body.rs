@@ -33,12 +33,14 @@ pub mod paths {
         format!("/orders/{order_id}/cart")
     }
     /// `POST /orders/{id}/pay`.
+    // `concat`, not `format!`: the Wasm SDK links these two, and `format!` would pull Rust's
+    // formatting machinery into its module.
     pub fn pay(order_id: &str) -> String {
-        format!("/orders/{order_id}/pay")
+        [ORDERS, "/", order_id, "/pay"].concat()
     }
     /// `POST /orders/{id}/payment-attempts/cancel`.
     pub fn cancel(order_id: &str) -> String {
-        format!("/orders/{order_id}/payment-attempts/cancel")
+        [ORDERS, "/", order_id, "/payment-attempts/cancel"].concat()
     }
     /// `POST /payments/{id}/refund`.
     pub fn refund(payment_id: &str) -> String {
