@@ -1,15 +1,17 @@
 //! Browser primitives the pay loop awaits: abortable waits, the `online` event, Web Locks and
 //! fetch with a per-request timeout. Every wait here ends at once when the caller's signal
-//! aborts; dropping a future cancels its timer or request.
+//! aborts.
+//!
+//! Everything awaited is a JS promise, raced in JS (`Promise.race`) and awaited through one
+//! non-generic [`Abort::guard`]: generic Rust combinators (a `race` of two futures, timer
+//! futures) were monomorphised into every caller's state machine and made the pay loop the
+//! largest function in the module. Timers are `setTimeout`s that resolve a promise; a timer
+//! that loses a race just resolves a promise nobody awaits any more.
 
 use crate::core::classify::Reply;
 use crate::core::error::SdkError;
 use crate::web::jsv::{self, Bad};
-use gloo_timers::future::TimeoutFuture;
-use js_sys::{Function, Promise, Reflect};
-use std::future::{poll_fn, Future};
-use std::pin::pin;
-use std::task::Poll;
+use js_sys::{Array, Function, Promise, Reflect};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
@@ -21,18 +23,39 @@ extern "C" {
     type LockManager;
     #[wasm_bindgen(method)]
     fn request(this: &LockManager, name: &str, callback: &Function) -> Promise;
+
+    /// The global `setTimeout` (windows and workers alike); returns the timer id.
+    #[wasm_bindgen(js_name = setTimeout)]
+    fn set_timeout(f: &Function, ms: f64) -> JsValue;
+    #[wasm_bindgen(js_name = clearTimeout)]
+    fn clear_timeout(id: &JsValue);
+    /// `Promise.race(list)`.
+    #[wasm_bindgen(js_namespace = Promise, js_name = race)]
+    fn race(list: &Array) -> Promise;
 }
 
-/// Polls two futures; the first to finish wins and the other is dropped (cancelled).
-pub(crate) async fn race<A: Future, B: Future>(a: A, b: B) -> Result<A::Output, B::Output> {
-    let (mut a, mut b) = (pin!(a), pin!(b));
-    poll_fn(|cx| {
-        if let Poll::Ready(v) = a.as_mut().poll(cx) {
-            return Poll::Ready(Ok(v));
-        }
-        b.as_mut().poll(cx).map(Err)
-    })
-    .await
+/// `Promise.race([a, b])`.
+fn race2(a: &Promise, b: &Promise) -> Promise {
+    race(&Array::of2(a, b))
+}
+
+/// Calls `f` after `ms` milliseconds unless [`Timer::clear`]ed (or dropped) first.
+pub(crate) struct Timer(JsValue);
+
+impl Timer {
+    pub(crate) fn start(f: &Function, ms: u64) -> Self {
+        // setTimeout fires at once for delays past 2^31 - 1 ms: clamp (about 24 days).
+        Self(set_timeout(f, ms.min(i32::MAX as u64) as f64))
+    }
+    fn clear(&self) {
+        clear_timeout(&self.0);
+    }
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        self.clear();
+    }
 }
 
 /// A promise and the function that resolves it.
@@ -61,17 +84,16 @@ fn once_event(target: &web_sys::EventTarget, event: &str) -> Promise {
     p
 }
 
-/// The caller's abort signal, if any, as something to race against.
+/// The caller's abort signal, if any.
 pub(crate) struct Abort {
     signal: Option<AbortSignal>,
-    fired: Option<JsFuture>,
+    /// Resolves when the signal fires.
+    fired: Option<Promise>,
 }
 
 impl Abort {
     pub(crate) fn new(signal: Option<AbortSignal>) -> Self {
-        let fired = signal
-            .as_ref()
-            .map(|s| JsFuture::from(once_event(s, "abort")));
+        let fired = signal.as_ref().map(|s| once_event(s, "abort"));
         Self { signal, fired }
     }
 
@@ -83,21 +105,29 @@ impl Abort {
         self.signal.as_ref().is_some_and(|s| s.aborted())
     }
 
-    /// Runs `f` unless the signal aborts first.
-    pub(crate) async fn guard<F: Future>(&mut self, f: F) -> Result<F::Output, SdkError> {
+    /// Awaits `p` unless the signal aborts first: `Err(Aborted)`, else how `p` settled.
+    pub(crate) async fn guard(&self, p: Promise) -> Result<Result<JsValue, JsValue>, SdkError> {
         if self.aborted() {
             return Err(SdkError::Aborted);
         }
-        match self.fired.as_mut() {
-            None => Ok(f.await),
-            Some(fired) => race(f, fired).await.map_err(|_| SdkError::Aborted),
+        let p = match &self.fired {
+            Some(fired) => race2(&p, fired),
+            None => p,
+        };
+        let settled = JsFuture::from(p).await;
+        if self.aborted() {
+            return Err(SdkError::Aborted);
         }
+        Ok(settled)
     }
 }
 
-/// Waits `ms` milliseconds.
-pub(crate) async fn sleep(ms: u64) {
-    TimeoutFuture::new(ms.min(u32::MAX as u64) as u32).await;
+/// A promise resolved (with `undefined`) after `ms` milliseconds.
+pub(crate) fn sleep(ms: u64) -> Promise {
+    let (p, resolve) = deferred();
+    // The timer lives on in JS; losing a race only leaves a promise nobody awaits.
+    std::mem::forget(Timer::start(&resolve, ms));
+    p
 }
 
 fn window() -> Result<web_sys::Window, SdkError> {
@@ -109,13 +139,17 @@ pub(crate) fn offline() -> bool {
     web_sys::window().is_some_and(|w| !w.navigator().on_line())
 }
 
-/// Waits for the `online` event, at most `max_ms`. True if the network came back.
-pub(crate) async fn wait_online(max_ms: u64) -> bool {
+/// Waits for the `online` event, at most `max_ms`, unless the signal aborts. True if the
+/// network came back.
+pub(crate) async fn wait_online(max_ms: u64, abort: &Abort) -> Result<bool, SdkError> {
     let Some(w) = web_sys::window() else {
-        return true;
+        return Ok(true);
     };
-    let online = JsFuture::from(once_event(&w, "online"));
-    race(online, sleep(max_ms)).await.is_ok() || !offline()
+    // The event resolves with an Event, the timer with `undefined`.
+    let online = abort
+        .guard(race2(&once_event(&w, "online"), &sleep(max_ms)))
+        .await?;
+    Ok(online.is_ok_and(|v| !v.is_undefined()) || !offline())
 }
 
 /// A fresh random key from `crypto.randomUUID()` (secure contexts only).
@@ -144,7 +178,7 @@ impl Drop for LockGuard {
 /// Takes the Web Lock `name` (exclusive, across every tab of the origin). `None` when the
 /// browser has no Web Locks: the server's key and order rules still hold, only the cross-tab
 /// queueing is lost.
-pub(crate) async fn lock(name: &str, abort: &mut Abort) -> Result<Option<LockGuard>, SdkError> {
+pub(crate) async fn lock(name: &str, abort: &Abort) -> Result<Option<LockGuard>, SdkError> {
     let Some(w) = web_sys::window() else {
         return Ok(None);
     };
@@ -162,10 +196,10 @@ pub(crate) async fn lock(name: &str, abort: &mut Abort) -> Result<Option<LockGua
     // The guard exists before we wait: if the caller aborts while queued, dropping it resolves
     // `held`, so the lock is released the moment it is granted.
     let guard = LockGuard(release);
-    let request = JsFuture::from(locks.request(name, callback.unchecked_ref()));
+    let request = locks.request(name, callback.unchecked_ref());
     // `request` settles only after the lock is released, unless the request itself fails
     // (e.g. an opaque origin): then go on without the lock instead of waiting forever.
-    match abort.guard(race(JsFuture::from(granted), request)).await? {
+    match abort.guard(race2(&granted, &request)).await? {
         Ok(_) => Ok(Some(guard)),
         Err(_) => Ok(None),
     }
@@ -183,7 +217,7 @@ pub(crate) struct Call<'a> {
 /// answer: 2xx with `ok`, anything else as a problem. Never fails except on abort.
 pub(crate) async fn post<T>(
     call: Call<'_>,
-    abort: &mut Abort,
+    abort: &Abort,
     ok: fn(&JsValue) -> Result<T, Bad>,
 ) -> Result<Reply<T>, SdkError> {
     Ok(decode(exchange(call, abort).await?, ok))
@@ -213,7 +247,7 @@ fn decode<T>(raw: Reply<JsValue>, ok: fn(&JsValue) -> Result<T, Bad>) -> Reply<T
 
 /// The request itself, not generic over the answer type (one copy in the module). The raw
 /// JSON body, whatever the status, travels in `ok`.
-async fn exchange(call: Call<'_>, abort: &mut Abort) -> Result<Reply<JsValue>, SdkError> {
+async fn exchange(call: Call<'_>, abort: &Abort) -> Result<Reply<JsValue>, SdkError> {
     let w = window()?;
     let controller =
         AbortController::new().map_err(|_| SdkError::Unsupported("no AbortController"))?;
@@ -227,43 +261,53 @@ async fn exchange(call: Call<'_>, abort: &mut Abort) -> Result<Reply<JsValue>, S
     init.set_headers(&headers);
     init.set_body(&call.body.into());
     init.set_signal(Some(&controller.signal()));
-    let exchange = async {
-        let resp: Response = JsFuture::from(w.fetch_with_str_and_init(&call.url, &init))
+    // Our timeout aborts our own controller: fetch, or the body read, then rejects.
+    let stop = Reflect::get(&controller, &"abort".into())
+        .map(|f| f.unchecked_into::<Function>().bind0(&controller))
+        .map_err(|_| SdkError::Unsupported("no AbortController"))?;
+    let timer = Timer::start(&stop, call.timeout_ms.into());
+    let timed_out = || controller.signal().aborted();
+    let answer = async {
+        let Ok(resp) = abort
+            .guard(w.fetch_with_str_and_init(&call.url, &init))
             .await?
-            .unchecked_into();
-        let status = resp.status();
+        else {
+            return Ok(None);
+        };
+        let resp: Response = resp.unchecked_into();
         let retry_after = resp
             .headers()
             .get(payonce_protocol::headers::RETRY_AFTER)
             .ok()
             .flatten();
-        // A body that is not JSON (or is cut off) decodes to nothing; the status still counts.
+        // A body that is not JSON decodes to nothing; the status still counts. A body our
+        // timeout cut off is no answer, as a request that never came back.
         let body = match resp.json() {
-            Ok(p) => JsFuture::from(p).await.ok(),
+            Ok(p) => match abort.guard(p).await? {
+                Ok(b) => Some(b),
+                Err(_) if timed_out() => return Ok(None),
+                Err(_) => None,
+            },
             Err(_) => None,
         };
-        Ok::<_, JsValue>(Reply::Http {
+        Ok(Some((resp.status(), retry_after, body)))
+    }
+    .await;
+    timer.clear();
+    match answer {
+        Ok(Some((status, retry_after, body))) => Ok(Reply::Http {
             status,
             retry_after,
             ok: body,
             problem: None,
-        })
-    };
-    let outcome = abort
-        .guard(race(exchange, sleep(call.timeout_ms.into())))
-        .await;
-    // Whatever ended the exchange early, stop the request on the wire too.
-    let reply = match outcome {
-        Ok(Ok(Ok(reply))) => reply,
-        Ok(Ok(Err(_network))) => Reply::NoAnswer { timed_out: false },
-        Ok(Err(())) => {
-            controller.abort();
-            Reply::NoAnswer { timed_out: true }
-        }
+        }),
+        Ok(None) => Ok(Reply::NoAnswer {
+            timed_out: timed_out(),
+        }),
+        // The caller aborted: stop the request on the wire too.
         Err(e) => {
             controller.abort();
-            return Err(e);
+            Err(e)
         }
-    };
-    Ok(reply)
+    }
 }

@@ -4,7 +4,7 @@
 //! # Layout
 //! - `mod.rs`: the facade, option parsing and the pay loop that drives the core.
 //! - [`store`]: sessionStorage / memory entries.
-//! - [`io`]: fetch with timeout, abortable waits, `online`, Web Locks.
+//! - [`io`]: fetch with timeout, abortable waits, `online`, Web Locks, all as JS promises.
 //! - [`tabs`]: BroadcastChannel receipts and duplicate-tab detection.
 //! - [`jsv`]: plain JS values in and out, field by field (options, checkouts, answers, stored
 //!   attempts, outcomes).
@@ -27,12 +27,12 @@ use io::{Abort, Call};
 use js_sys::{Function, Promise, Reflect};
 use payonce_protocol::body::{paths, DevFault};
 use payonce_protocol::{headers, CheckoutSnapshot, IdempotencyKey};
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::rc::Rc;
 use store::Store;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
-use wasm_bindgen_futures::{spawn_local, JsFuture};
+use wasm_bindgen_futures::spawn_local;
 
 #[wasm_bindgen(typescript_custom_section)]
 const TS_TYPES: &'static str = r#"
@@ -398,12 +398,12 @@ fn start_pay(
         }
         // Same intention while a call runs (double click): share its outcome, but honour
         // this caller's own signal.
-        let mut call = PayCall::from_js(options.as_ref());
+        let call = PayCall::from_js(options.as_ref());
         if call.abort.is_none() {
             return promise;
         }
         return spawn_promise(async move {
-            match call.abort.guard(JsFuture::from(promise)).await {
+            match call.abort.guard(promise).await {
                 Ok(shared) => shared,
                 Err(e) => Err(e.into()),
             }
@@ -480,12 +480,12 @@ fn cancel_js(c: &CancelOutcome) -> JsValue {
 async fn pay(
     inner: &Inner,
     checkout: CheckoutSnapshot,
-    mut call: PayCall,
+    call: PayCall,
 ) -> Result<JsValue, SdkError> {
     let order_id = checkout.order_id.clone();
     // One payment per order at a time across every tab: a second tab waits here, then finds
     // the first one's receipt or its stored attempt.
-    let _lock = io::lock(&["payonce:", &order_id].concat(), &mut call.abort).await?;
+    let _lock = io::lock(&["payonce:", &order_id].concat(), &call.abort).await?;
     if let Some(payment) = tabs::paid(&order_id) {
         return Ok(outcome_js(&Final::Paid { payment }));
     }
@@ -514,7 +514,7 @@ async fn pay(
         inner.deadline_ms,
         inner.long_wait_ms,
     );
-    let taking_longer = TakingLonger::start(inner.long_wait_ms, call.on_status.clone());
+    let mut taking_longer = TakingLonger::start(inner.long_wait_ms, call.on_status.as_ref());
     let pay_url = [&inner.base_url, &paths::pay(&encode(&order_id))[..]].concat();
     let body = jsv::pay_request_json(&attempt.snapshot);
     let mut first = true;
@@ -522,7 +522,7 @@ async fn pay(
         if io::offline() {
             call.status("waitingForNetwork");
             let left = schedule.remaining_ms(js_sys::Date::now());
-            if !call.abort.guard(io::wait_online(left)).await? {
+            if !io::wait_online(left, &call.abort).await? {
                 break Ok(pending(PendingReason::Deadline));
             }
         }
@@ -547,7 +547,7 @@ async fn pay(
                 body: body.clone(),
                 timeout_ms: inner.request_timeout_ms,
             },
-            &mut call.abort,
+            &call.abort,
             jsv::pay_response,
         )
         .await?;
@@ -589,7 +589,7 @@ async fn pay(
                         } else {
                             "checkingStatus"
                         });
-                        call.abort.guard(io::sleep(ms)).await?;
+                        let _ = call.abort.guard(io::sleep(ms)).await?;
                     }
                 }
             }
@@ -599,31 +599,21 @@ async fn pay(
     result
 }
 
-/// Fires "takingLonger" once, `long_wait_ms` after the call started, unless stopped first.
-struct TakingLonger(Rc<Cell<bool>>);
+/// Fires "takingLonger" once, `long_wait_ms` after the call started, unless stopped (or
+/// dropped) first: a JS timer calling `onStatus("takingLonger")`.
+struct TakingLonger(Option<io::Timer>);
 
 impl TakingLonger {
-    fn start(ms: u64, on_status: Option<Function>) -> Self {
-        let done = Rc::new(Cell::new(false));
-        if let Some(f) = on_status {
-            let d = done.clone();
-            wasm_bindgen_futures::spawn_local(async move {
-                io::sleep(ms).await;
-                if !d.get() {
-                    let _ = f.call1(&JsValue::NULL, &"takingLonger".into());
-                }
-            });
-        }
-        Self(done)
+    fn start(ms: u64, on_status: Option<&Function>) -> Self {
+        Self(on_status.map(|f| {
+            let fire: Function = f
+                .bind1(&JsValue::NULL, &"takingLonger".into())
+                .unchecked_into();
+            io::Timer::start(&fire, ms)
+        }))
     }
-    fn stop(&self) {
-        self.0.set(true);
-    }
-}
-
-impl Drop for TakingLonger {
-    fn drop(&mut self) {
-        self.stop();
+    fn stop(&mut self) {
+        self.0 = None;
     }
 }
 
@@ -645,7 +635,7 @@ async fn cancel(inner: &Inner, order_id: &str) -> CancelOutcome {
     let url = [&inner.base_url, &paths::cancel(&encode(order_id))[..]].concat();
     let body = jsv::cancel_request_json(&key);
     let hdrs = [("Content-Type", "application/json")];
-    let mut no_abort = Abort::new(None);
+    let no_abort = Abort::new(None);
     let reply = io::post(
         Call {
             url,
@@ -653,7 +643,7 @@ async fn cancel(inner: &Inner, order_id: &str) -> CancelOutcome {
             body,
             timeout_ms: inner.request_timeout_ms,
         },
-        &mut no_abort,
+        &no_abort,
         jsv::cancel_response,
     )
     .await;
