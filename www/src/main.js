@@ -213,7 +213,12 @@ async function runAttempt(start) {
   const run = (async () => {
     try {
       const outcome = await start({ signal: abort.signal, onStatus });
-      if (!state.userAbort) await showOutcome(outcome);
+      if (!state.userAbort) {
+        // The outcome is known: the controls follow the order from now on, so they are live
+        // by the time the status line announces the outcome.
+        state.busy = false;
+        await showOutcome(outcome);
+      }
     } catch (err) {
       if (!state.userAbort) await showError(err);
     } finally {
@@ -255,6 +260,12 @@ async function resumeAttempt() {
 async function showOutcome(outcome) {
   log(`outcome: ${outcome?.kind}`);
   hideNotice();
+  if (outcome?.kind === "paid") {
+    // Paid: lock Pay at once, before the order is fetched again.
+    renderOrder({ ...state.order, status: "paid", paymentInProgress: false, payment: outcome.payment });
+  } else {
+    updateControls();
+  }
   switch (outcome?.kind) {
     case "paid":
       showReceipt(outcome.payment);
