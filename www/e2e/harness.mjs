@@ -120,6 +120,8 @@ async function spawnListening(args, wanted, output = []) {
   return {
     urls,
     output,
+    /** Resolves when the process has ended (for a server that aborts itself). */
+    exited,
     /** SIGKILL: a crash, no chance to finish anything. */
     async crash() {
       signal("SIGKILL");
@@ -140,12 +142,19 @@ async function spawnListening(args, wanted, output = []) {
  * Starts the API in dev mode serving www/dist, with a SQLite file in `dir` (a fresh temp dir
  * by default), on `addr` (port 0 by default). Without `providerUrl` it embeds the provider.
  */
-export async function startServer({ dir, addr = "127.0.0.1:0", providerUrl = null, extraArgs = [], output = [] } = {}) {
+export async function startServer({
+  dir,
+  addr = "127.0.0.1:0",
+  providerAddr = "127.0.0.1:0",
+  providerUrl = null,
+  extraArgs = [],
+  output = [],
+} = {}) {
   const ownDir = !dir;
   dir ??= await mkdtemp(join(tmpdir(), "payonce-e2e-"));
   const args = [
     "--addr", addr,
-    ...(providerUrl ? ["--provider-url", providerUrl] : ["--provider-addr", "127.0.0.1:0"]),
+    ...(providerUrl ? ["--provider-url", providerUrl] : ["--provider-addr", providerAddr]),
     "--database-url", `sqlite://${join(dir, "payonce.db")}`,
     "--dev",
     "--static-dir", DIST,
@@ -164,6 +173,7 @@ export async function startServer({ dir, addr = "127.0.0.1:0", providerUrl = nul
     dir,
     output,
     crash: () => proc.crash(),
+    exited: proc.exited,
     async stop({ keepDir = false } = {}) {
       await proc.stop();
       if (!keepDir) await rm(dir, { recursive: true, force: true });
@@ -217,12 +227,16 @@ export class Env {
     this.output.push("--- the test crashed the API (SIGKILL)");
   }
 
-  /** Starts the API again on the same address and database, as after a crash. */
+  /**
+   * Starts the API again on the same addresses and database, as after a crash (an embedded
+   * provider comes back on its old port too, so the page's URLs stay valid).
+   */
   async restartApi() {
     const { port } = new URL(this.server.apiUrl);
     this.server = await startServer({
       dir: this.server.dir,
       addr: `127.0.0.1:${port}`,
+      providerAddr: `127.0.0.1:${new URL(this.server.providerUrl).port}`,
       providerUrl: this.provider?.url ?? null,
       extraArgs: this.extraArgs,
       output: this.output,
