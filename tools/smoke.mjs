@@ -124,10 +124,10 @@ try {
   const page = context.pages()[0] ?? (await context.newPage());
   page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
   // The canned 402 and 503 are expected (Chromium logs them as console errors too).
-  const expected = (url) => /\/orders\/ord_(declined|busy)\/pay$/.test(url ?? "");
-  page.on("console", (m) => { if (m.type() === "error" && !expected(m.location().url)) problems.push(`console error: ${m.text()} ${m.location().url ?? ""}`.trim()); });
+  const cannedError = (url) => /\/orders\/ord_(declined|busy)\/pay$/.test(url ?? "");
+  page.on("console", (m) => { if (m.type() === "error" && !cannedError(m.location().url)) problems.push(`console error: ${m.text()} ${m.location().url ?? ""}`.trim()); });
   page.on("requestfailed", (r) => problems.push(`request failed: ${r.url()} ${r.failure()?.errorText}`));
-  page.on("response", (r) => { if (r.status() >= 400 && !expected(r.url())) problems.push(`HTTP ${r.status()}: ${r.url()}`); });
+  page.on("response", (r) => { if (r.status() >= 400 && !cannedError(r.url())) problems.push(`HTTP ${r.status()}: ${r.url()}`); });
   await page.goto(origin + "/");
   await page.waitForFunction(() => window.__smoke !== undefined, null, { timeout: 30_000 });
   result = await page.evaluate(() => window.__smoke);
