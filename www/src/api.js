@@ -42,6 +42,8 @@ export function createApi(baseUrl) {
     getOrder: (id) => call("GET", `/orders/${enc(id)}`),
     updateCart: (id, patch) => call("PATCH", `/orders/${enc(id)}/cart`, patch),
     openapi: () => call("GET", "/openapi.json"),
+    /** Dev-only: the mails the server "sent" about an order (the long-wait message's promise). */
+    mailbox: (orderId) => call("GET", `/dev/mailbox?orderId=${enc(orderId)}`),
     /** Dev-only configuration (provider URL, available faults); null when the server has none. */
     devConfig: async () => {
       try {

@@ -225,6 +225,8 @@ async function runAttempt(start) {
       state.abort = null;
       if (!state.userAbort) setBusy(false);
       refreshLedger();
+      // Webhooks and the confirmation mail can trail the answer by a moment.
+      setTimeout(refreshLedger, 1500);
     }
   })();
   state.running = run;
@@ -482,9 +484,37 @@ async function changeElsewhere() {
   }
 }
 
-// ---------------------------------------------------------------- ledger (dev)
+// ---------------------------------------------------------------- ledger and mailbox (dev)
+
+async function refreshMailbox() {
+  const summary = $("mailbox-summary");
+  if (!state.order || state.mailbox === false) return;
+  try {
+    const { mails = [] } = (await state.api.mailbox(state.order.id)) ?? {};
+    state.mailbox = true;
+    const items = mails.map((m) => {
+      const li = document.createElement("li");
+      const subject = document.createElement("strong");
+      subject.textContent = m.subject;
+      const body = document.createElement("span");
+      body.textContent = ` — ${m.body}`;
+      li.append(subject, body);
+      return li;
+    });
+    $("mail-list").replaceChildren(...items);
+    summary.textContent = mails.length ? `${mails.length} mail${mails.length === 1 ? "" : "s"}` : "No mail yet.";
+  } catch (err) {
+    if (err.status === 404 || err.status === 405) {
+      state.mailbox = false; // this server build has no mailbox; stop asking
+      summary.textContent = UNAVAILABLE;
+    } else {
+      summary.textContent = `Mailbox not reachable (${err.code ?? err.message}).`;
+    }
+  }
+}
 
 async function refreshLedger() {
+  refreshMailbox();
   const summary = $("ledger-summary");
   if (!state.order) return;
   if (!state.providerUrl) {
