@@ -60,17 +60,20 @@ impl Drop for Timer {
 
 /// A promise and the function that resolves it.
 pub(crate) fn deferred() -> (Promise, Function) {
-    let mut resolve = None;
-    let p = Promise::new(&mut |res, _rej| resolve = Some(res));
-    // The executor runs synchronously inside `new Promise`, so `resolve` is set.
-    (p, resolve.unwrap_or_else(|| Function::new_no_args("")))
+    let (p, resolve, _) = deferred3();
+    (p, resolve)
 }
 
 /// A promise with its resolve and reject functions.
 pub(crate) fn deferred3() -> (Promise, Function, Function) {
     let mut fns = None;
     let p = Promise::new(&mut |res, rej| fns = Some((res, rej)));
-    let (res, rej) = fns.unwrap_or_else(|| (Function::new_no_args(""), Function::new_no_args("")));
+    // The executor runs synchronously inside `new Promise`, so `fns` is set; the fallback
+    // (calling `undefined`, which only throws into an ignored `Err`) is never used.
+    let (res, rej) = fns.unwrap_or_else(|| {
+        let none: Function = JsValue::UNDEFINED.unchecked_into();
+        (none.clone(), none)
+    });
     (p, res, rej)
 }
 
@@ -205,11 +208,11 @@ pub(crate) async fn lock(name: &str, abort: &Abort) -> Result<Option<LockGuard>,
     }
 }
 
-/// One HTTP request's parts.
+/// One HTTP request's parts. Every request is a JSON POST (`Content-Type` is set here).
 pub(crate) struct Call<'a> {
-    pub url: String,
+    pub url: &'a str,
     pub headers: &'a [(&'a str, &'a str)],
-    pub body: String,
+    pub body: &'a str,
     pub timeout_ms: u32,
 }
 
@@ -252,14 +255,15 @@ async fn exchange(call: Call<'_>, abort: &Abort) -> Result<Reply<JsValue>, SdkEr
     let controller =
         AbortController::new().map_err(|_| SdkError::Unsupported("no AbortController"))?;
     let headers = js_sys::Object::new();
-    for (k, v) in call.headers {
+    let json = [("Content-Type", "application/json")];
+    for (k, v) in json.iter().chain(call.headers) {
         let _ = Reflect::set(&headers, &(*k).into(), &(*v).into());
     }
     let init = RequestInit::new();
     init.set_method("POST");
     init.set_credentials(RequestCredentials::Include);
     init.set_headers(&headers);
-    init.set_body(&call.body.into());
+    init.set_body(&JsValue::from_str(call.body));
     init.set_signal(Some(&controller.signal()));
     // Our timeout aborts our own controller: fetch, or the body read, then rejects.
     let stop = Reflect::get(&controller, &"abort".into())
@@ -269,7 +273,7 @@ async fn exchange(call: Call<'_>, abort: &Abort) -> Result<Reply<JsValue>, SdkEr
     let timed_out = || controller.signal().aborted();
     let answer = async {
         let Ok(resp) = abort
-            .guard(w.fetch_with_str_and_init(&call.url, &init))
+            .guard(w.fetch_with_str_and_init(call.url, &init))
             .await?
         else {
             return Ok(None);

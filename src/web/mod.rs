@@ -531,20 +531,22 @@ async fn pay(
         if first {
             call.status("processing");
         }
-        let fault = if first { call.dev_fault } else { None };
+        let fault = call.dev_fault.filter(|_| first);
         first = false;
-        let mut hdrs = vec![
-            ("Content-Type", "application/json"),
-            (headers::IDEMPOTENCY_KEY, attempt.key.as_str()),
-        ];
-        if let Some(f) = fault {
-            hdrs.push((headers::DEV_FAULT, f.as_str()));
-        }
+        let key = (headers::IDEMPOTENCY_KEY, attempt.key.as_str());
+        let with_fault;
+        let hdrs: &[(&str, &str)] = match fault {
+            Some(f) => {
+                with_fault = [key, (headers::DEV_FAULT, f.as_str())];
+                &with_fault
+            }
+            None => std::slice::from_ref(&key),
+        };
         let reply = io::post(
             Call {
-                url: pay_url.clone(),
-                headers: &hdrs,
-                body: body.clone(),
+                url: &pay_url,
+                headers: hdrs,
+                body: &body,
                 timeout_ms: inner.request_timeout_ms,
             },
             &call.abort,
@@ -634,13 +636,12 @@ async fn cancel(inner: &Inner, order_id: &str) -> CancelOutcome {
     };
     let url = [&inner.base_url, &paths::cancel(&encode(order_id))[..]].concat();
     let body = jsv::cancel_request_json(&key);
-    let hdrs = [("Content-Type", "application/json")];
     let no_abort = Abort::new(None);
     let reply = io::post(
         Call {
-            url,
-            headers: &hdrs,
-            body,
+            url: &url,
+            headers: &[],
+            body: &body,
             timeout_ms: inner.request_timeout_ms,
         },
         &no_abort,

@@ -119,13 +119,14 @@ impl Store {
             n += (before - m.len()) as u32;
         }
         if let Some(s) = &self.session {
-            let names: Vec<String> = (0..s.length().unwrap_or(0))
-                .filter_map(|i| s.key(i).ok().flatten())
-                .filter(|k| k.starts_with(STORAGE_PREFIX))
-                .collect();
-            for k in names {
-                if s.remove_item(&k).is_ok() {
-                    n += 1;
+            // From the last index down, so a removal never shifts a key not yet visited.
+            let mut i = s.length().unwrap_or(0);
+            while i > 0 {
+                i -= 1;
+                if let Ok(Some(k)) = s.key(i) {
+                    if k.starts_with(STORAGE_PREFIX) && s.remove_item(&k).is_ok() {
+                        n += 1;
+                    }
                 }
             }
         }
