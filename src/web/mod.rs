@@ -128,19 +128,23 @@ pub struct PayonceError {
 #[wasm_bindgen]
 impl PayonceError {
     /// The stable code.
+    // Strings are returned as `JsValue`s (with their TypeScript types spelled out): a returned
+    // `String` costs a multi-value shim per getter in the module.
     #[wasm_bindgen(getter, unchecked_return_type = "PayonceErrorCode")]
-    pub fn code(&self) -> String {
-        self.error.code().to_owned()
+    pub fn code(&self) -> JsValue {
+        self.error.code().into()
     }
     /// A human-readable explanation (do not match on it).
-    #[wasm_bindgen(getter)]
-    pub fn message(&self) -> String {
-        self.error.message()
+    #[wasm_bindgen(getter, unchecked_return_type = "string")]
+    pub fn message(&self) -> JsValue {
+        self.error.message().into()
     }
     /// The server's problem code, when the server refused the request.
-    #[wasm_bindgen(getter, js_name = problemCode)]
-    pub fn problem_code(&self) -> Option<String> {
-        self.error.problem_code().map(|c| c.as_str().to_owned())
+    #[wasm_bindgen(getter, js_name = problemCode, unchecked_return_type = "string | undefined")]
+    pub fn problem_code(&self) -> JsValue {
+        self.error
+            .problem_code()
+            .map_or(JsValue::UNDEFINED, |c| c.as_str().into())
     }
     /// The HTTP status, when the server refused the request.
     #[wasm_bindgen(getter)]
@@ -151,8 +155,8 @@ impl PayonceError {
         }
     }
     /// `PayonceError [CODE]: message`.
-    #[wasm_bindgen(js_name = toString)]
-    pub fn to_js_string(&self) -> String {
+    #[wasm_bindgen(js_name = toString, unchecked_return_type = "string")]
+    pub fn to_js_string(&self) -> JsValue {
         [
             "PayonceError [",
             self.error.code(),
@@ -160,6 +164,7 @@ impl PayonceError {
             &self.error.message(),
         ]
         .concat()
+        .into()
     }
 }
 
@@ -325,13 +330,13 @@ impl PayonceClient {
 
     /// Where attempts are kept right now: `"memory"` after a storage failure or by choice.
     #[wasm_bindgen(getter, js_name = storageMode, unchecked_return_type = "\"session\" | \"memory\"")]
-    pub fn storage_mode(&self) -> String {
+    pub fn storage_mode(&self) -> JsValue {
         if self.inner.store.in_memory() {
             "memory"
         } else {
             "session"
         }
-        .to_owned()
+        .into()
     }
 
     /// True when this tab was detected as a duplicate that inherited another tab's storage.
