@@ -15,7 +15,7 @@ use js_sys::{Array, Function, Promise, Reflect};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
-use web_sys::{AbortController, AbortSignal, RequestCredentials, RequestInit, Response};
+use web_sys::{AbortController, AbortSignal, Response};
 
 #[wasm_bindgen]
 extern "C" {
@@ -80,8 +80,11 @@ pub(crate) fn deferred3() -> (Promise, Function, Function) {
 /// A promise resolved the first time `target` fires `event`.
 fn once_event(target: &web_sys::EventTarget, event: &str) -> Promise {
     let (p, resolve) = deferred();
-    let opts = web_sys::AddEventListenerOptions::new();
-    opts.set_once(true);
+    // `{ once: true }` as a plain object: no AddEventListenerOptions bindings needed.
+    let opts: web_sys::AddEventListenerOptions = jsv::Obj::new()
+        .set("once", JsValue::TRUE)
+        .js()
+        .unchecked_into();
     let _ = target
         .add_event_listener_with_callback_and_add_event_listener_options(event, &resolve, &opts);
     p
@@ -161,7 +164,7 @@ pub(crate) fn random_uuid() -> Result<String, SdkError> {
         .crypto()
         .map_err(|_| SdkError::Unsupported("no crypto"))?;
     // `randomUUID` is missing outside secure contexts; calling it would throw.
-    if !Reflect::has(&c, &"randomUUID".into()).unwrap_or(false) {
+    if !jsv::get(&c, "randomUUID").is_function() {
         return Err(SdkError::Unsupported(
             "crypto.randomUUID needs a secure context",
         ));
@@ -174,7 +177,7 @@ pub(crate) struct LockGuard(Function);
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        let _ = self.0.call0(&JsValue::NULL);
+        let _ = self.0.call1(&JsValue::NULL, &JsValue::UNDEFINED);
     }
 }
 
@@ -193,7 +196,7 @@ pub(crate) async fn lock(name: &str, abort: &Abort) -> Result<Option<LockGuard>,
     let (held, release) = deferred();
     let (granted, grant) = deferred();
     let callback = Closure::once_into_js(move |_lock: JsValue| -> Promise {
-        let _ = grant.call0(&JsValue::NULL);
+        let _ = grant.call1(&JsValue::NULL, &JsValue::UNDEFINED);
         held
     });
     // The guard exists before we wait: if the caller aborts while queued, dropping it resolves
@@ -259,15 +262,23 @@ async fn exchange(call: Call<'_>, abort: &Abort) -> Result<Reply<JsValue>, SdkEr
     for (k, v) in json.iter().chain(call.headers) {
         let _ = Reflect::set(&headers, &(*k).into(), &(*v).into());
     }
-    let init = RequestInit::new();
-    init.set_method("POST");
-    init.set_credentials(RequestCredentials::Include);
-    init.set_headers(&headers);
-    init.set_body(&JsValue::from_str(call.body));
-    init.set_signal(Some(&controller.signal()));
+    // A plain `RequestInit` dictionary: no web-sys setter bindings needed.
+    let init: web_sys::RequestInit = jsv::Obj::new()
+        .str("method", "POST")
+        .str("credentials", "include")
+        .set("headers", headers.into())
+        .str("body", call.body)
+        .set("signal", controller.signal().into())
+        .js()
+        .unchecked_into();
     // Our timeout aborts our own controller: fetch, or the body read, then rejects.
     let stop = Reflect::get(&controller, &"abort".into())
-        .map(|f| f.unchecked_into::<Function>().bind0(&controller))
+        .map(|f| {
+            let f: Function = f.unchecked_into();
+            // `abort(undefined)`: the default AbortError reason (one `bind` binding for all).
+            f.bind1(&controller, &JsValue::UNDEFINED)
+                .unchecked_into::<Function>()
+        })
         .map_err(|_| SdkError::Unsupported("no AbortController"))?;
     let timer = Timer::start(&stop, call.timeout_ms.into());
     let timed_out = || controller.signal().aborted();

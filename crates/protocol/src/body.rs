@@ -24,6 +24,8 @@ pub mod paths {
     pub const OPENAPI: &str = "/openapi.json";
     /// `POST` provider webhooks.
     pub const WEBHOOKS: &str = "/webhooks/provider";
+    /// `GET` (dev mode only) the mails sent about one order: `?orderId=`, [`super::Mailbox`].
+    pub const DEV_MAILBOX: &str = "/dev/mailbox";
     /// `GET /orders/{id}`.
     pub fn order(order_id: &str) -> String {
         format!("/orders/{order_id}")
@@ -273,21 +275,25 @@ pub struct RefundResponse {
 pub enum DevFault {
     /// Process the request fully, then drop the connection without answering.
     DropResponse,
+    /// Abort the whole server process right after the provider charged, before the outcome
+    /// is saved (a crash mid-payment; the server recovers it on restart).
+    CrashAfterCharge,
 }
 
 impl DevFault {
     /// Every fault this version knows.
-    pub const ALL: [DevFault; 1] = [Self::DropResponse];
+    pub const ALL: [DevFault; 2] = [Self::DropResponse, Self::CrashAfterCharge];
 
     /// Wire spelling.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::DropResponse => "drop-response",
+            Self::CrashAfterCharge => "crash-after-charge",
         }
     }
     /// Parses the wire spelling.
     pub fn parse(s: &str) -> Option<Self> {
-        (s == "drop-response").then_some(Self::DropResponse)
+        Self::ALL.into_iter().find(|f| f.as_str() == s)
     }
 }
 
@@ -299,4 +305,34 @@ pub struct DevConfig {
     pub provider_url: String,
     /// The [`DevFault`]s this server accepts in the `Payonce-Dev-Fault` header.
     pub faults: Vec<DevFault>,
+}
+
+/// `GET /dev/mailbox?orderId=` query.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MailboxQuery {
+    /// The order whose mails to list (the caller's own orders only).
+    pub order_id: String,
+}
+
+/// One mail the server sent (dev mode records them instead of sending).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Mail {
+    /// The order the mail is about.
+    pub order_id: String,
+    /// Subject line.
+    pub subject: String,
+    /// Plain-text body.
+    pub body: String,
+    /// When it was sent, unix milliseconds.
+    pub sent_at: i64,
+}
+
+/// `GET /dev/mailbox` answer: oldest first. One confirmation per paid order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Mailbox {
+    /// The mails.
+    pub mails: Vec<Mail>,
 }

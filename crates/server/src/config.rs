@@ -35,6 +35,14 @@ pub enum Command {
         #[arg(long, env = "PAYONCE_WEBHOOK_SECRET", hide_env_values = true,
               default_value = payonce_mock_provider::DEFAULT_WEBHOOK_SECRET)]
         webhook_secret: String,
+        /// JSON file the ledger is written through to and loaded from, so a restarted
+        /// provider keeps its charges and resends undelivered webhooks. Default: memory only.
+        #[arg(long)]
+        state_file: Option<PathBuf>,
+        /// Webhook misbehaviour: `off`, `realistic`, or a list of `dup=P`, `delay-ms=N`,
+        /// `reorder`, `reorder-ms=N`, `early`.
+        #[arg(long, default_value = "off")]
+        webhook_chaos: payonce_mock_provider::WebhookChaos,
     },
 }
 
@@ -106,6 +114,25 @@ pub struct ServerArgs {
     /// `Retry-After` seconds on 202 processing and 409 IN_PROGRESS.
     #[arg(long, default_value_t = 1)]
     pub retry_after_secs: u64,
+    /// Reconciliation threshold: a processing attempt older than this whose lease has expired
+    /// is settled from the provider, and flagged for manual review if the provider cannot
+    /// tell. (The outbox worker drives abandoned attempts sooner; see `src/jobs.rs`.)
+    #[arg(long, env = "PAYONCE_RECONCILE_AFTER_MS", default_value_t = 120_000)]
+    pub reconcile_after_ms: u64,
+    /// How long audit rows (and handled webhook events) are kept: the card dispute window.
+    #[arg(long, default_value_t = 180)]
+    pub audit_retention_days: u64,
+    /// State file of the embedded provider (its ledger survives a restart of this process).
+    /// Default: `provider.json` beside the SQLite database; memory only with PostgreSQL.
+    #[arg(long, conflicts_with = "provider_url")]
+    pub provider_state: Option<PathBuf>,
+    /// Webhook misbehaviour of the embedded provider (see `mock-provider --webhook-chaos`).
+    #[arg(long, default_value = "off", conflicts_with = "provider_url")]
+    pub provider_webhook_chaos: payonce_mock_provider::WebhookChaos,
+    /// Dev only: abort the process when it reaches this named step (repeatable; names in
+    /// `faults::ALL`). For crash tests; refused without `--dev`.
+    #[arg(long = "failpoint", env = "PAYONCE_FAILPOINTS", value_delimiter = ',')]
+    pub failpoints: Vec<String>,
 }
 
 /// The server's runtime settings.
@@ -124,6 +151,12 @@ pub struct Config {
     pub(crate) webhook_secret: String,
     /// Period of the background jobs; `None`: off.
     pub(crate) jobs_interval: Option<Duration>,
+    /// Processing attempts older than this are reconciled (and flagged if still unknown).
+    pub(crate) reconcile_after: Duration,
+    /// Audit rows older than this are deleted.
+    pub(crate) audit_retention: Duration,
+    /// Armed failpoints (dev only).
+    pub(crate) failpoints: Vec<String>,
 }
 
 /// Why the flags do not make a valid configuration.
@@ -140,6 +173,12 @@ pub enum ConfigError {
     /// An empty or too short secret would make tokens forgeable.
     #[error("the session secret must be at least 16 bytes")]
     WeakSecret,
+    /// Failpoints abort the process: never outside dev mode.
+    #[error("--failpoint / PAYONCE_FAILPOINTS require --dev")]
+    FailpointsNeedDev,
+    /// A failpoint name nobody checks would make a crash test pass for the wrong reason.
+    #[error("unknown failpoint {0:?} (known: {known})", known = crate::faults::ALL.join(", "))]
+    UnknownFailpoint(String),
 }
 
 impl Config {
@@ -150,6 +189,21 @@ impl Config {
                 lease: args.lease_ms,
                 timeout: args.provider_timeout_ms,
             });
+        }
+        let failpoints: Vec<String> = args
+            .failpoints
+            .iter()
+            .map(|f| f.trim().to_owned())
+            .filter(|f| !f.is_empty())
+            .collect();
+        if let Some(bad) = failpoints
+            .iter()
+            .find(|f| !crate::faults::ALL.contains(&f.as_str()))
+        {
+            return Err(ConfigError::UnknownFailpoint(bad.clone()));
+        }
+        if !failpoints.is_empty() && !args.dev {
+            return Err(ConfigError::FailpointsNeedDev);
         }
         let session_secret = match &args.session_secret {
             Some(s) if s.len() < 16 => return Err(ConfigError::WeakSecret),
@@ -171,6 +225,9 @@ impl Config {
             webhook_secret: args.webhook_secret.clone(),
             jobs_interval: (args.jobs_interval_ms > 0)
                 .then(|| Duration::from_millis(args.jobs_interval_ms)),
+            reconcile_after: Duration::from_millis(args.reconcile_after_ms),
+            audit_retention: Duration::from_secs(args.audit_retention_days.saturating_mul(86_400)),
+            failpoints,
         })
     }
 }
@@ -206,6 +263,20 @@ mod tests {
             Config::from_args(&args(&["--session-secret", "short"])),
             Err(ConfigError::WeakSecret)
         ));
+    }
+
+    #[test]
+    fn failpoints_need_dev_mode_and_known_names() {
+        assert!(matches!(
+            Config::from_args(&args(&["--failpoint", "after-claim"])),
+            Err(ConfigError::FailpointsNeedDev)
+        ));
+        assert!(matches!(
+            Config::from_args(&args(&["--dev", "--failpoint", "after-lunch"])),
+            Err(ConfigError::UnknownFailpoint(_))
+        ));
+        let c = Config::from_args(&args(&["--dev", "--failpoint", "after-claim,email"])).unwrap();
+        assert_eq!(c.failpoints, ["after-claim", "email"]);
     }
 
     #[test]

@@ -1,60 +1,212 @@
 //! Background jobs, one loop per process (several processes may run them at once: every
 //! step is guarded by the same atomic statements as a request).
 //!
-//! - Reconciliation: an attempt left `processing` with an expired lease (the provider timed
-//!   out, or the server crashed mid-charge) and no client retry would keep its order locked
-//!   forever. The job settles it exactly like a retry does (pay rule 5): take the lease, ask
-//!   the provider about the provider key, settle, re-drive only if the provider has no charge.
-//! - Cleanup: finished keys and tombstones are deleted once their retention has passed
-//!   (announced to clients in `Idempotency-Key-Retention`); processing rows never are.
+//! - **Outbox worker**: a pending outbox row ("charge this provider key") whose attempt's
+//!   lease has expired was abandoned: the process that claimed it crashed before or during
+//!   its provider call, or the call was inconclusive. The worker takes the lease and drives
+//!   the attempt.
+//! - **Reconciliation**: an attempt still processing after `--reconcile-after-ms` is
+//!   settled the same way; if the provider cannot tell us its outcome, the attempt is
+//!   flagged for manual review (column, audit row, metric) and stays processing with its
+//!   order locked: never charged blindly.
+//! - **Confirmation emails**: the job queue, at least once; `confirmation_email_sent` makes
+//!   a redelivered job a no-op.
+//! - **Cleanup**: finished keys and tombstones after the key retention (never processing
+//!   ones), audit rows and handled webhook events after the dispute window.
+//!
+//! One rule, one place: both the outbox worker and reconciliation call [`drive_abandoned`],
+//! which is the retry's own path (pay rule 5): take the expired lease, ask the provider about
+//! the provider key, settle from its answer (succeeded → paid; declined → unlocked), and
+//! only when the provider has *no* charge, re-drive with the *same* provider key. We chose
+//! re-driving over "mark failed" for "no charge": the outbox row is the durable intent to
+//! charge that the customer committed to, the order is still locked for it, and the same
+//! provider key makes the re-drive safe even if an earlier call lands late.
 
 use crate::error::AppResult;
+use crate::faults::{self, failpoint};
 use crate::pay;
-use crate::store::attempts as db;
+use crate::store::attempts::{self as db, AttemptRow};
+use crate::store::audit::{self, Entry};
 use crate::store::orders::get_order;
+use crate::store::queue::{self, Mail};
 use crate::{now_ms, AppState};
 use std::time::Duration;
 
-/// Attempts settled per round, so one round stays short.
+/// Rows handled per step and round, so one round stays short.
 const BATCH: i64 = 20;
 
-/// Runs both jobs every `every` until the process ends.
+/// Runs every job every `every` until the process ends.
 pub(crate) async fn run(state: AppState, every: Duration) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        match reconcile_stuck(&state).await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(settled = n, "reconciliation round"),
-            Err(e) => tracing::warn!(error = %e, "reconciliation round failed"),
-        }
-        match db::delete_expired(state.store.pool(), now_ms()).await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(deleted = n, "expired keys deleted"),
-            Err(e) => tracing::warn!(error = %e, "key cleanup failed"),
-        }
+        round(&state).await;
     }
 }
 
-/// One reconciliation round; returns how many attempts reached a final state.
-pub(crate) async fn reconcile_stuck(state: &AppState) -> AppResult<usize> {
+/// One round of every job; failures are logged and retried next round.
+pub(crate) async fn round(state: &AppState) {
+    match drain_outbox(state).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(settled = n, "outbox round"),
+        Err(e) => tracing::warn!(error = %e, "outbox round failed"),
+    }
+    match reconcile_stuck(state).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(settled = n, "reconciliation round"),
+        Err(e) => tracing::warn!(error = %e, "reconciliation round failed"),
+    }
+    match send_emails(state).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(sent = n, "email round"),
+        Err(e) => tracing::warn!(error = %e, "email round failed"),
+    }
+    match cleanup(state).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(deleted = n, "cleanup round"),
+        Err(e) => tracing::warn!(error = %e, "cleanup failed"),
+    }
+}
+
+/// What driving an abandoned attempt came to.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Driven {
+    /// Someone else holds the lease or settled it first.
+    Skipped,
+    /// The attempt reached a final state.
+    Settled,
+    /// The provider could not tell; the attempt stays processing.
+    Unknown,
+}
+
+/// The one function that settles or drives an abandoned attempt (see the module docs).
+pub(crate) async fn drive_abandoned(
+    state: &AppState,
+    row: &AttemptRow,
+    who: &str,
+) -> AppResult<Driven> {
+    let Some(order) = get_order(state.store.pool(), &row.order_id, &row.user_id).await? else {
+        tracing::error!(attempt = %row.id, "processing attempt without its order");
+        return Ok(Driven::Skipped);
+    };
+    let Some(claim) = pay::take_over(state, row, &order, "system", who).await? else {
+        return Ok(Driven::Skipped); // a retry or another process got there first
+    };
+    if who == OUTBOX_WORKER {
+        failpoint(faults::OUTBOX);
+    }
+    Ok(match pay::reconcile(state, &claim).await? {
+        Some(answer) if answer.is_final() => Driven::Settled,
+        Some(_) => Driven::Unknown,
+        None => Driven::Skipped,
+    })
+}
+
+const OUTBOX_WORKER: &str = "the outbox worker";
+const RECONCILIATION: &str = "the reconciliation job";
+
+/// Drives attempts whose outbox row is pending and whose lease expired.
+pub(crate) async fn drain_outbox(state: &AppState) -> AppResult<usize> {
     let mut settled = 0;
-    for row in db::stuck(state.store.pool(), now_ms(), BATCH).await? {
-        let Some(order) = get_order(state.store.pool(), &row.order_id, &row.user_id).await? else {
-            tracing::error!(attempt = %row.id, "processing attempt without its order");
-            continue;
-        };
-        let Some(claim) =
-            pay::take_over(state, &row, &order, "system", "the reconciliation job").await?
-        else {
-            continue; // a retry or another process got there first
-        };
-        if let Some(answer) = pay::reconcile(state, &claim).await? {
-            if answer.is_final() {
+    for row in queue::outbox_pending(state.store.pool(), now_ms(), BATCH).await? {
+        let driven = drive_abandoned(state, &row, OUTBOX_WORKER).await?;
+        tracing::debug!(attempt = %row.id, ?driven, "outbox row");
+        settled += usize::from(driven == Driven::Settled);
+    }
+    Ok(settled)
+}
+
+/// Settles attempts processing longer than the threshold; flags the ones the provider
+/// cannot tell us about.
+pub(crate) async fn reconcile_stuck(state: &AppState) -> AppResult<usize> {
+    let now = now_ms();
+    let threshold = i64::try_from(state.config.reconcile_after.as_millis()).unwrap_or(i64::MAX);
+    let before = now.saturating_sub(threshold);
+    let mut settled = 0;
+    for row in queue::stuck_since(state.store.pool(), before, now, BATCH).await? {
+        match drive_abandoned(state, &row, RECONCILIATION).await? {
+            Driven::Settled => {
                 settled += 1;
+                tracing::info!(attempt = %row.id, "reconciliation settled an attempt");
             }
+            Driven::Unknown => flag_for_review(state, &row).await?,
+            Driven::Skipped => {}
         }
     }
     Ok(settled)
+}
+
+/// Manual review: the column, an audit row and a log line (the metric hook), once.
+async fn flag_for_review(state: &AppState, row: &AttemptRow) -> AppResult<()> {
+    let now = now_ms();
+    let mut tx = state.store.begin_write().await?;
+    if !queue::flag_review(&mut *tx, &row.id, now).await? {
+        tx.rollback().await?;
+        return Ok(());
+    }
+    let entry = Entry {
+        actor: "system",
+        entity: "attempt",
+        entity_id: &row.id,
+        from: Some("processing"),
+        to: "processing (needs review)",
+        reason: "reconciliation: the provider cannot tell this attempt's outcome; flagged for manual review, never charged blindly",
+    };
+    audit::record(&mut *tx, &entry, now).await?;
+    tx.commit().await?;
+    tracing::error!(attempt = %row.id, order = %row.order_id, "attempt flagged for manual review");
+    Ok(())
+}
+
+/// Delivers due confirmation-email jobs. At least once: the lease is the redelivery timer,
+/// the ack comes after the send, and the flag set with the send makes a redelivery a no-op.
+pub(crate) async fn send_emails(state: &AppState) -> AppResult<usize> {
+    let pool = state.store.pool();
+    let lease = i64::try_from(state.config.lease.as_millis()).unwrap_or(i64::MAX / 4);
+    let mut sent = 0;
+    for (job, order_id) in queue::jobs_ready(pool, now_ms(), BATCH).await? {
+        let now = now_ms();
+        if !queue::lease_job(pool, &job, now, now + lease).await? {
+            continue;
+        }
+        let Some((user, amount, currency)) = queue::order_summary(pool, &order_id).await? else {
+            queue::ack_job(pool, &job, now).await?;
+            continue;
+        };
+        // The "send" is the mailbox insert, in the transaction that sets the flag: the dev
+        // mailbox is our own table. A real mailer is outside the database; it would get the
+        // job id as its idempotency key, and the flag would be set right after it answers.
+        let mut tx = state.store.begin_write().await?;
+        if queue::flag_email_sent(&mut *tx, &order_id).await? {
+            let subject = format!("Order {order_id}: payment received");
+            let body = format!(
+                "We received your payment of {amount} (minor units) {currency} for order {order_id}. Thank you!"
+            );
+            let mail = Mail {
+                order_id: &order_id,
+                user_id: &user,
+                subject: &subject,
+                body: &body,
+            };
+            queue::insert_mail(&mut *tx, &mail, now).await?;
+            sent += 1;
+        } else {
+            tracing::info!(job = %job, order = %order_id, "confirmation already sent: redelivery is a no-op");
+        }
+        tx.commit().await?;
+        failpoint(faults::EMAIL);
+        queue::ack_job(pool, &job, now_ms()).await?;
+    }
+    Ok(sent)
+}
+
+/// Retention.
+pub(crate) async fn cleanup(state: &AppState) -> AppResult<u64> {
+    let pool = state.store.pool();
+    let now = now_ms();
+    let keys = db::delete_expired(pool, now).await?;
+    let window = i64::try_from(state.config.audit_retention.as_millis()).unwrap_or(i64::MAX);
+    let old = queue::delete_old(pool, now.saturating_sub(window), now).await?;
+    Ok(keys + old)
 }

@@ -11,10 +11,13 @@
 //! - `orders`: create, read, change the cart (the cart-lock rule).
 //! - `pay`: the pay rules (`NextAction`, claim, drive, reconcile, settle).
 //! - `cancel`: the cancel table and tombstones.
+//! - `refunds`: `POST /payments/{id}/refund`, once per payment, through the provider.
+//! - `mailbox`: `GET /dev/mailbox`, the confirmation mails dev mode records.
 //! - `webhooks`: signed provider events, settled from the provider's own answer.
 //! - `provider_client`: the provider over HTTP, each answer sorted by what it proves.
 //! - [`store`]: SQL over SQLite or PostgreSQL, migrations, audit trail.
-//! - `jobs`: background reconciliation of stuck attempts and cleanup of expired keys.
+//! - `jobs`: the outbox worker, reconciliation (with manual review), confirmation emails
+//!   (at least once, sent once), cleanup and retention.
 //! - `faults`: dev-mode fault injection and named failpoints.
 //! - `openapi`: the hand-written OpenAPI document (`openapi.json` in this crate).
 //! - `server` ([`run`]): listeners, the embedded mock provider, graceful shutdown.
@@ -31,10 +34,12 @@ mod error;
 mod extract;
 mod faults;
 mod jobs;
+mod mailbox;
 mod openapi;
 mod orders;
 mod pay;
 mod provider_client;
+mod refunds;
 mod server;
 mod webhooks;
 
@@ -101,6 +106,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/healthz"),
     ("get", "/openapi.json"),
     ("post", "/webhooks/provider"),
+    ("post", "/payments/{id}/refund"),
+    ("get", "/dev/mailbox"),
 ];
 
 /// The API as a router. `static_dir` files are served for paths no route claims.
@@ -118,6 +125,8 @@ pub fn app(state: AppState, static_dir: Option<PathBuf>) -> Router {
         .route(paths::HEALTHZ, get(healthz))
         .route(paths::OPENAPI, get(openapi::serve))
         .route(paths::WEBHOOKS, post(webhooks::handler))
+        .route(&paths::refund("{id}"), post(refunds::handler))
+        .route(paths::DEV_MAILBOX, get(mailbox::handler))
         .method_not_allowed_fallback(method_not_allowed);
     let router = match static_dir {
         Some(dir) => router.fallback_service(

@@ -22,6 +22,7 @@ use crate::provider_client::{ChargeOutcome, Lookup};
 use crate::store::attempts::{self as db, AttemptRow, Final, NewAttempt};
 use crate::store::audit::{self, Entry};
 use crate::store::orders::{get_order, OrderRow};
+use crate::store::queue;
 use crate::{now_ms, AppState};
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -193,7 +194,7 @@ impl PayAnswer {
         self.status != 202
     }
 
-    fn into_response(self, retention: Duration) -> Response {
+    fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut res = (status, self.body).into_response();
         let h = res.headers_mut();
@@ -209,7 +210,6 @@ impl PayAnswer {
         if let Some(secs) = self.retry_after {
             h.insert(RETRY_AFTER, HeaderValue::from(secs));
         }
-        h.insert(KEY_RETENTION, HeaderValue::from(retention.as_secs()));
         res
     }
 }
@@ -248,18 +248,28 @@ pub(crate) async fn handler(
     }
     // The work runs in its own task: if the client hangs up mid-charge, the attempt is still
     // settled and stored, ready to replay on the retry.
-    let task = tokio::spawn(run(state, user, order, key, req));
+    let crash = fault == Some(DevFault::CrashAfterCharge);
+    let task =
+        tokio::spawn(faults::CRASH_AFTER_CHARGE.scope(crash, run(state, user, order, key, req)));
     let result = match task.await {
         Ok(r) => r,
         Err(e) => Err(AppError::internal(format!("pay task failed: {e}"))),
     };
+    if matches!(&result, Ok(a) if a.is_final() && !a.replayed) {
+        failpoint(faults::AFTER_SAVE);
+    }
     if fault == Some(DevFault::DropResponse) {
         return faults::dropped_response();
     }
-    match result {
-        Ok(answer) => answer.into_response(retention),
+    let mut res = match result {
+        Ok(answer) => answer.into_response(),
         Err(e) => e.into_response(),
-    }
+    };
+    // Every pay answer says how long its key replays (seed 000: keep keys at least the
+    // client retry window; a client may drop a key once it knows the outcome).
+    res.headers_mut()
+        .insert(KEY_RETENTION, HeaderValue::from(retention.as_secs()));
+    res
 }
 
 /// Rules 2 to 5 for one request.
@@ -512,6 +522,10 @@ async fn claim(
         reason: "attempt claimed; cart locked; stock reserved",
     };
     audit::record(&mut *tx, &entry, now).await?;
+    // The outbox row: "charge this provider key", committed with the claim. This request
+    // executes it inline right after the commit; if the process dies first, the outbox
+    // worker finds it (src/jobs.rs). The provider is never called inside a transaction.
+    queue::insert_outbox(&mut *tx, &attempt_id, &pk, now).await?;
     tx.commit().await?;
     Ok(Claimed::Won(Claim {
         attempt_id,
@@ -564,7 +578,10 @@ async fn drive(state: &AppState, claim: &Claim) -> AppResult<Option<PayAnswer>> 
         order_id: claim.order_id.clone(),
     };
     let outcome = state.provider.charge(&claim.provider_key, &req).await;
-    failpoint(faults::AFTER_PROVIDER_CALL);
+    if faults::crash_after_charge_requested() {
+        faults::crash("crash-after-charge (dev fault header)");
+    }
+    failpoint(faults::AFTER_CHARGE);
     settle(state, claim, outcome).await
 }
 
@@ -591,12 +608,14 @@ fn outcome_of(charge: Charge) -> ChargeOutcome {
 /// signed but made-up event cannot mark an order paid. No lease is taken: the request that
 /// claimed the attempt may be mid-call (the provider can call us before it answers it), and
 /// settling is a conditional update, so whoever settles first wins and the other replays.
-/// Returns true when this call settled the attempt.
+/// Returns `Some(true)` when this call settled the attempt, `Some(false)` when there was
+/// nothing to apply (settled by someone else, or the provider has no such charge), `None`
+/// when the provider could not be asked (the event must be delivered again).
 pub(crate) async fn settle_from_webhook(
     state: &AppState,
     row: &AttemptRow,
     order: &OrderRow,
-) -> AppResult<bool> {
+) -> AppResult<Option<bool>> {
     // A token nobody holds: this path never releases or takes a lease.
     let claim = Claim::from_row(
         row,
@@ -605,8 +624,11 @@ pub(crate) async fn settle_from_webhook(
         uuid::Uuid::new_v4().to_string(),
     )?;
     match state.provider.charge_by_key(&claim.provider_key).await {
-        Lookup::Found(charge) => Ok(settle(state, &claim, outcome_of(charge)).await?.is_some()),
-        Lookup::NotFound | Lookup::Unknown(_) => Ok(false),
+        Lookup::Found(charge) => Ok(Some(
+            settle(state, &claim, outcome_of(charge)).await?.is_some(),
+        )),
+        Lookup::NotFound => Ok(Some(false)),
+        Lookup::Unknown(_) => Ok(None),
     }
 }
 
@@ -758,6 +780,10 @@ async fn settle_charged(
         reason: &reason,
     };
     audit::record(&mut *tx, &entry, now).await?;
+    queue::outbox_done(&mut *tx, &claim.attempt_id, now).await?;
+    // The confirmation email is a job committed with the success: exactly one per paid
+    // order, delivered at least once, made idempotent by `confirmation_email_sent`.
+    queue::enqueue_email(&mut *tx, &claim.order_id, now).await?;
     failpoint(faults::BEFORE_SETTLE_COMMIT);
     tx.commit().await?;
     Ok(Some(PayAnswer {
@@ -820,6 +846,7 @@ async fn settle_uncharged(
         reason: "attempt ended without a charge; cart unlocked; stock released",
     };
     audit::record(&mut *tx, &entry, now).await?;
+    queue::outbox_done(&mut *tx, &claim.attempt_id, now).await?;
     tx.commit().await?;
     Ok(Some(PayAnswer {
         status: problem.status,

@@ -6,7 +6,7 @@
 //! attempt stays `processing` and is never charged blindly.
 
 use payonce_protocol::headers::IDEMPOTENCY_KEY;
-use payonce_protocol::provider::{paths, Charge, ChargeRequest, ChargeStatus};
+use payonce_protocol::provider::{paths, Charge, ChargeRequest, ChargeStatus, Refund};
 use reqwest::StatusCode;
 use std::time::Duration;
 
@@ -31,6 +31,17 @@ pub(crate) enum Lookup {
     /// The provider has never seen the key: re-driving with it is safe.
     NotFound,
     /// The provider could not tell us.
+    Unknown(String),
+}
+
+/// What a refund call proved.
+#[derive(Debug)]
+pub(crate) enum RefundOutcome {
+    /// Refunded (now, or earlier under the same refund key).
+    Refunded(Refund),
+    /// The provider refuses (declined, or refunded under another key): nothing moved.
+    NotAllowed(String),
+    /// Timeout, 5xx, network error: unknown; calling again with the same key is safe.
     Unknown(String),
 }
 
@@ -98,5 +109,31 @@ impl ProviderClient {
             StatusCode::NOT_FOUND => Lookup::NotFound,
             other => Lookup::Unknown(format!("lookup answered {other}")),
         }
+    }
+
+    /// `POST /charges/{id}/refunds` with the saved provider refund key (a full refund).
+    pub(crate) async fn refund(&self, charge_id: &str, refund_key: &str) -> RefundOutcome {
+        let url = format!("{}{}", self.base, paths::refunds(charge_id));
+        let res = match self
+            .http
+            .post(url)
+            .header(IDEMPOTENCY_KEY, refund_key)
+            .send()
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => return RefundOutcome::Unknown(format!("refund call failed: {e}")),
+        };
+        let status = res.status();
+        if status.is_success() {
+            return match res.json::<Refund>().await {
+                Ok(r) => RefundOutcome::Refunded(r),
+                Err(e) => RefundOutcome::Unknown(format!("unreadable refund: {e}")),
+            };
+        }
+        if status == StatusCode::CONFLICT {
+            return RefundOutcome::NotAllowed(res.text().await.unwrap_or_default());
+        }
+        RefundOutcome::Unknown(format!("provider answered {status}"))
     }
 }

@@ -6,6 +6,7 @@ use crate::store::{Store, StoreError};
 use crate::{app, AppState};
 use payonce_mock_provider::{MockProvider, ProviderConfig};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use tokio::net::TcpListener;
 
 /// Why the process could not run.
@@ -37,8 +38,17 @@ pub async fn run(cli: Cli) -> Result<(), RunError> {
             addr,
             webhook_url,
             webhook_secret,
+            state_file,
+            webhook_chaos,
         }) => {
-            let (handle, _) = start_provider(addr, webhook_url, webhook_secret).await?;
+            let config = ProviderConfig {
+                webhook_url,
+                webhook_secret,
+                webhook_chaos,
+                state_file,
+                ..ProviderConfig::default()
+            };
+            let (handle, _) = start_provider(addr, config).await?;
             tokio::select! {
                 r = handle => r.map_err(|e| RunError::Provider(e.to_string()))?,
                 () = shutdown_signal() => {}
@@ -62,15 +72,9 @@ async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), RunError> {
 /// Starts the mock provider on its own listener and prints its line.
 async fn start_provider(
     addr: SocketAddr,
-    webhook_url: Option<String>,
-    webhook_secret: String,
+    config: ProviderConfig,
 ) -> Result<(tokio::task::JoinHandle<()>, SocketAddr), RunError> {
-    let provider = MockProvider::new(ProviderConfig {
-        webhook_url,
-        webhook_secret,
-        ..ProviderConfig::default()
-    })
-    .map_err(|e| RunError::Provider(e.to_string()))?;
+    let provider = MockProvider::new(config).map_err(|e| RunError::Provider(e.to_string()))?;
     let (listener, local) = bind(addr).await?;
     println!("payonce: provider listening on http://{local}");
     let handle = tokio::spawn(async move {
@@ -83,6 +87,7 @@ async fn start_provider(
 
 async fn run_api(args: ServerArgs) -> Result<(), RunError> {
     let config = Config::from_args(&args)?;
+    crate::faults::arm(&config.failpoints);
     if args.session_secret.is_none() {
         tracing::warn!("no --session-secret: tokens are signed with a random per-process secret");
     }
@@ -97,9 +102,21 @@ async fn run_api(args: ServerArgs) -> Result<(), RunError> {
         None => {
             let webhook_url = (!args.no_provider_webhooks)
                 .then(|| format!("http://{local}{}", payonce_protocol::body::paths::WEBHOOKS));
-            let (handle, provider) =
-                start_provider(args.provider_addr, webhook_url, args.webhook_secret.clone())
-                    .await?;
+            // The embedded provider keeps its ledger in a file by default, so a crash of this
+            // process (the provider's host) does not make it forget what it charged: a
+            // restart must find the charge by provider key, never charge again.
+            let state_file = args
+                .provider_state
+                .clone()
+                .or_else(|| default_provider_state(&args.database_url));
+            let config = ProviderConfig {
+                webhook_url,
+                webhook_secret: args.webhook_secret.clone(),
+                webhook_chaos: args.provider_webhook_chaos.clone(),
+                state_file,
+                ..ProviderConfig::default()
+            };
+            let (handle, provider) = start_provider(args.provider_addr, config).await?;
             drop(handle); // runs for the life of the process
             format!("http://{provider}")
         }
@@ -119,6 +136,23 @@ async fn run_api(args: ServerArgs) -> Result<(), RunError> {
             addr: local,
             source,
         })
+}
+
+/// `provider.json` beside a SQLite database file; `None` for PostgreSQL (several API
+/// processes then share a standalone provider, which has its own `--state-file`).
+fn default_provider_state(database_url: &str) -> Option<PathBuf> {
+    let rest = database_url
+        .strip_prefix("sqlite://")
+        .or_else(|| database_url.strip_prefix("sqlite:"))?;
+    let path = rest.split('?').next().unwrap_or(rest);
+    if path.is_empty() || path == ":memory:" {
+        return None;
+    }
+    let dir = std::path::Path::new(path)
+        .parent()
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    Some(dir.join("provider.json"))
 }
 
 async fn shutdown_signal() {

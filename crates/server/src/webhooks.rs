@@ -1,12 +1,29 @@
 //! `POST /webhooks/provider`: the provider's signed, at-least-once event stream.
 //!
-//! An event is only a hint that an attempt may be settled. The handler checks the
-//! `Payonce-Signature` (HMAC with the shared secret, timestamp within a tolerance), skips event
-//! ids it has handled, and settles the attempt that owns the charge's provider key from what
-//! the provider itself answers for that key ([`pay::settle_from_webhook`]). Duplicates,
-//! delays and reordering are harmless: settling is a conditional update on a processing row.
+//! An event is only a hint that an attempt may be settled. The handler:
+//! 1. checks the `Payonce-Signature` (HMAC with the shared secret, timestamp within a
+//!    tolerance): bad or stale → 400, nothing stored;
+//! 2. records the event id under its primary key (the unique index deduplicates); an event
+//!    already *handled* is a duplicate: acknowledged, nothing applied;
+//! 3. links the event to our attempt through the provider key, and settles that attempt
+//!    from what the provider itself answers for the key ([`pay::settle_from_webhook`]);
+//! 4. marks the event handled, and only then answers 2xx.
+//!
+//! Duplicates, delays and reordering cannot double-apply: settling is a conditional update
+//! on a processing row, so the second application matches nothing.
+//!
+//! **An event for a provider key no attempt owns is answered 404 and not marked handled**,
+//! so the provider redelivers it with backoff. We chose that over parking the event: our
+//! claim commits the attempt (with its provider key) *before* the provider is ever called,
+//! so a charge we made always has its attempt by the time the provider can report it; an
+//! unknown key is either a commit not visible yet (another process, a lagging replica) or
+//! not ours, and in both cases the provider's own at-least-once retry is the durable
+//! queue; a parking table would be a second one to drain. The same holds when the provider
+//! cannot confirm the event right now (503). An event that crashed mid-handling stays
+//! unhandled and is applied when the provider delivers it again.
 
 use crate::error::{AppError, AppResult};
+use crate::faults::{self, failpoint};
 use crate::pay;
 use crate::store::attempts as db;
 use crate::store::orders::get_order;
@@ -60,25 +77,21 @@ pub(crate) async fn handler(
             format!("not a webhook event: {e}"),
         )
     })?;
-    if db::webhook_seen(state.store.pool(), &event.id).await? {
+    let kind = match event.event_type {
+        EventType::ChargeSucceeded => "charge.succeeded",
+        EventType::ChargeDeclined => "charge.declined",
+        EventType::ChargeRefunded => "charge.refunded",
+    };
+    let pool = state.store.pool();
+    if db::webhook_arrived(pool, &event.id, kind, &event.charge.provider_key, now_ms()).await? {
+        tracing::debug!(event = %event.id, "duplicate webhook acknowledged");
         return Ok(StatusCode::OK);
     }
+    failpoint(faults::WEBHOOK);
     // In its own task, like pay: a provider that hangs up must not abort a settle.
     let task = tokio::spawn(async move {
         handle(&state, &event).await?;
-        let kind = match event.event_type {
-            EventType::ChargeSucceeded => "charge.succeeded",
-            EventType::ChargeDeclined => "charge.declined",
-            EventType::ChargeRefunded => "charge.refunded",
-        };
-        db::record_webhook(
-            state.store.pool(),
-            &event.id,
-            kind,
-            &event.charge.provider_key,
-            now_ms(),
-        )
-        .await?;
+        db::webhook_handled(state.store.pool(), &event.id, now_ms()).await?;
         Ok::<_, AppError>(())
     });
     task.await
@@ -94,8 +107,12 @@ async fn handle(state: &AppState, event: &WebhookEvent) -> AppResult<()> {
     let Some(row) =
         db::find_by_provider_key(state.store.pool(), &event.charge.provider_key).await?
     else {
-        tracing::warn!(event = %event.id, "webhook for a provider key we never used");
-        return Ok(());
+        // Not acknowledged: the provider redelivers (see the module docs for why).
+        tracing::warn!(event = %event.id, "webhook for a provider key no attempt owns (yet)");
+        return Err(AppError::detail(
+            ErrorCode::PaymentNotFound,
+            "no payment attempt owns this provider key (yet); deliver the event again later",
+        ));
     };
     if row.status.is_final() {
         return Ok(());
@@ -106,8 +123,18 @@ async fn handle(state: &AppState, event: &WebhookEvent) -> AppResult<()> {
             row.id
         )));
     };
-    if pay::settle_from_webhook(state, &row, &order).await? {
-        tracing::info!(event = %event.id, attempt = %row.id, "attempt settled by webhook");
+    match pay::settle_from_webhook(state, &row, &order).await? {
+        Some(true) => {
+            tracing::info!(event = %event.id, attempt = %row.id, "attempt settled by webhook")
+        }
+        Some(false) => {}
+        None => {
+            return Err(AppError::with(ErrorCode::StoreUnavailable, |p| {
+                p.detail =
+                    Some("the provider could not confirm this event; deliver it again".into());
+                p.retry_after = Some(1);
+            }))
+        }
     }
     Ok(())
 }

@@ -25,7 +25,12 @@ pub(crate) struct AttemptRow {
     pub response_body: Option<String>,
 }
 
-fn attempt_from_row(row: &AnyRow) -> sqlx::Result<AttemptRow> {
+/// The columns [`attempt_from_row`] reads, for queries that alias `attempts` as `a`.
+pub(crate) const ATTEMPT_COLUMNS: &str =
+    "a.id, a.user_id, a.order_id, a.status, a.fingerprint, a.order_version, a.amount, a.currency,
+     a.payment_method_id, a.provider_key, a.locked_until, a.response_status, a.response_body";
+
+pub(crate) fn attempt_from_row(row: &AnyRow) -> sqlx::Result<AttemptRow> {
     let status: String = row.try_get("status")?;
     Ok(AttemptRow {
         id: row.try_get("id")?,
@@ -96,26 +101,15 @@ pub(crate) async fn find_by_id<'c>(
     row.as_ref().map(attempt_from_row).transpose()
 }
 
-/// True when a webhook event id was handled before.
-pub(crate) async fn webhook_seen<'c>(
-    e: impl AnyExecutor<'c>,
-    event_id: &str,
-) -> sqlx::Result<bool> {
-    let row: Option<(String,)> = sqlx::query_as("SELECT id FROM webhook_events WHERE id = $1")
-        .bind(event_id)
-        .fetch_optional(e)
-        .await?;
-    Ok(row.is_some())
-}
-
-/// Records a handled webhook event (a duplicate insert is a no-op).
-pub(crate) async fn record_webhook<'c>(
-    e: impl AnyExecutor<'c>,
+/// Records that a webhook event arrived (its id is the primary key: a duplicate insert is a
+/// no-op). Returns true when the event was already handled: a duplicate to acknowledge.
+pub(crate) async fn webhook_arrived(
+    pool: &sqlx::AnyPool,
     event_id: &str,
     event_type: &str,
     provider_key: &str,
     now: i64,
-) -> sqlx::Result<()> {
+) -> sqlx::Result<bool> {
     sqlx::query(
         "INSERT INTO webhook_events (id, event_type, provider_key, received_at) VALUES ($1, $2, $3, $4)
          ON CONFLICT (id) DO NOTHING",
@@ -124,31 +118,28 @@ pub(crate) async fn record_webhook<'c>(
     .bind(event_type)
     .bind(provider_key)
     .bind(now)
-    .execute(e)
+    .execute(pool)
     .await?;
-    Ok(())
+    let row: Option<(Option<i64>,)> =
+        sqlx::query_as("SELECT handled_at FROM webhook_events WHERE id = $1")
+            .bind(event_id)
+            .fetch_optional(pool)
+            .await?;
+    Ok(matches!(row, Some((Some(_),))))
 }
 
-/// Processing attempts whose lease has expired: nobody is driving them. The oldest first,
-/// at most `limit`.
-pub(crate) async fn stuck<'c>(
+/// Marks a webhook event handled: from now on it is a duplicate.
+pub(crate) async fn webhook_handled<'c>(
     e: impl AnyExecutor<'c>,
+    event_id: &str,
     now: i64,
-    limit: i64,
-) -> sqlx::Result<Vec<AttemptRow>> {
-    let rows = sqlx::query(
-        "SELECT id, user_id, order_id, status, fingerprint, order_version, amount, currency, payment_method_id,
-                provider_key, locked_until, response_status, response_body
-         FROM attempts
-         WHERE status = 'processing' AND (locked_until IS NULL OR locked_until <= $1)
-         ORDER BY updated_at
-         LIMIT $2",
-    )
-    .bind(now)
-    .bind(limit)
-    .fetch_all(e)
-    .await?;
-    rows.iter().map(attempt_from_row).collect()
+) -> sqlx::Result<()> {
+    sqlx::query("UPDATE webhook_events SET handled_at = $1 WHERE id = $2 AND handled_at IS NULL")
+        .bind(now)
+        .bind(event_id)
+        .execute(e)
+        .await?;
+    Ok(())
 }
 
 /// Deletes finished keys (and tombstones) past their retention. Processing rows are never

@@ -9,10 +9,14 @@
 //! - [`orders`]: catalog, coupons and orders.
 //! - [`attempts`]: the idempotency rows (attempts and tombstones), payments.
 //! - [`audit`]: the append-only audit trail.
+//! - [`queue`]: the outbox, the job queue, the dev mailbox, manual review, retention.
+//! - [`refunds`]: refund keys and their stored answers.
 
 pub(crate) mod attempts;
 pub(crate) mod audit;
 pub(crate) mod orders;
+pub(crate) mod queue;
+pub(crate) mod refunds;
 
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{Any, AnyPool, ConnectOptions, Connection, Transaction};
@@ -72,6 +76,12 @@ const MIGRATIONS: &[Migration] = &[
         name: "webhook_events",
         sqlite: include_str!("../../migrations/sqlite/0002_webhook_events.sql"),
         postgres: include_str!("../../migrations/postgres/0002_webhook_events.sql"),
+    },
+    Migration {
+        version: 3,
+        name: "outbox_jobs_refunds",
+        sqlite: include_str!("../../migrations/sqlite/0003_outbox_jobs_refunds.sql"),
+        postgres: include_str!("../../migrations/postgres/0003_outbox_jobs_refunds.sql"),
     },
 ];
 

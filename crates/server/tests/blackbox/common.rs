@@ -215,6 +215,21 @@ impl Proc {
         proc
     }
 
+    /// Waits (up to `within`) for the process to exit by itself, e.g. aborted at a
+    /// failpoint. `None`: still running.
+    pub async fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Kills the process at once (a crash, as far as the store can tell).
     pub fn kill(&mut self) {
         let _ = self.child.kill();

@@ -515,7 +515,10 @@ async fn dev_config_names_the_provider_and_the_faults() {
     assert_eq!(r.status, 200, "{}", r.text());
     let cfg = r.json();
     assert_eq!(cfg["providerUrl"], app.provider.as_str());
-    assert_eq!(cfg["faults"], json!(["drop-response"]));
+    assert_eq!(
+        cfg["faults"],
+        json!(["drop-response", "crash-after-charge"])
+    );
     // The URL is the provider that really charges: its ledger answers there.
     let t = app.session("alice").await;
     let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);

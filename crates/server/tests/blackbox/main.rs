@@ -6,10 +6,15 @@
 //! - `rules`: every pay rule of issue #3 and every cancel row, on both backends.
 //! - `concurrency`: 50 concurrent pays, two keys racing, three processes on one PostgreSQL.
 //! - `webhooks`: signed provider events settle attempts; forged ones cannot.
+//! - `crash`: the server aborted at every failpoint, restarted, audited (charged once, paid
+//!   once, stock once, one email).
+//! - `workers`: webhook chaos, refunds, reconciliation and manual review, retention.
 //! - `input`: malformed input of every kind, the OpenAPI fuzzer, CORS, the OpenAPI document.
 
 mod common;
 mod concurrency;
+mod crash;
 mod input;
 mod rules;
 mod webhooks;
+mod workers;

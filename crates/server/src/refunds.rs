@@ -1,0 +1,204 @@
+//! `POST /payments/{id}/refund` with its own `Idempotency-Key`: a succeeded payment is
+//! refunded once, through the provider's refund with a provider refund key derived from
+//! (user, refund key), so retries and races at any step reach the provider as one refund.
+//!
+//! | the caller's refund key is | we do |
+//! |---|---|
+//! | used for another payment | 422 `KEY_REUSED_WITH_DIFFERENT_DETAILS` |
+//! | final | replay the stored answer byte for byte (`Idempotent-Replayed: true`) |
+//! | processing | call the provider again with the same refund key (it deduplicates) |
+//! | new, payment succeeded and not being refunded | claim it (unique slots), then call |
+//! | new, otherwise | 409 `REFUND_NOT_ALLOWED` |
+//!
+//! A provider that cannot be reached leaves the refund processing: 409 `IN_PROGRESS` with
+//! `Retry-After`, and the retry calls again with the same key.
+
+use crate::auth::AuthUser;
+use crate::error::{AppError, AppResult};
+use crate::extract::{IdemKeyHeader, PathId};
+use crate::provider_client::RefundOutcome;
+use crate::store::audit::{self, Entry};
+use crate::store::refunds::{self as db, NewRefund, RefundRow};
+use crate::{now_ms, AppState};
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use payonce_protocol::headers::{IDEMPOTENT_REPLAYED, KEY_RETENTION};
+use payonce_protocol::{AttemptStatus, ErrorCode, IdempotencyKey, Payment, RefundResponse};
+use sha2::{Digest, Sha256};
+
+/// The provider refund key for `(user, refund key)`: stable across retries and processes,
+/// scoped by user, and never equal to a charge's provider key (another prefix and domain).
+pub(crate) fn provider_refund_key(user: &str, key: &IdempotencyKey) -> String {
+    let mut h = Sha256::new();
+    h.update(b"payonce.provider-refund-key.v1\0");
+    h.update(user.as_bytes());
+    h.update(b"\0");
+    h.update(key.as_str().as_bytes());
+    format!("rk_{}", &crate::hex(&h.finalize())[..40])
+}
+
+/// The handler.
+pub(crate) async fn handler(
+    State(state): State<AppState>,
+    AuthUser(user): AuthUser,
+    PathId(payment_id): PathId,
+    IdemKeyHeader(key): IdemKeyHeader,
+) -> Response {
+    let retention = state.config.key_retention.as_secs();
+    let result = async {
+        let (payment, attempt_id) = db::owned_payment(state.store.pool(), &user, &payment_id)
+            .await?
+            .ok_or_else(|| AppError::code(ErrorCode::PaymentNotFound))?;
+        let key = key?;
+        // In its own task, like pay: a hang-up must not abort a half-stored refund.
+        let task =
+            tokio::spawn(async move { run(&state, &user, &key, payment, &attempt_id).await });
+        task.await
+            .map_err(|e| AppError::internal(format!("refund task failed: {e}")))?
+    }
+    .await;
+    let mut res = match result {
+        Ok((status, body, replayed)) => {
+            let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let mut res = (code, body).into_response();
+            res.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            if replayed {
+                res.headers_mut()
+                    .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+            }
+            res
+        }
+        Err(e) => e.into_response(),
+    };
+    res.headers_mut()
+        .insert(KEY_RETENTION, HeaderValue::from(retention));
+    res
+}
+
+/// `(status, body, replayed)`.
+type Answer = (u16, String, bool);
+
+async fn run(
+    state: &AppState,
+    user: &str,
+    key: &IdempotencyKey,
+    payment: Payment,
+    attempt_id: &str,
+) -> AppResult<Answer> {
+    let pool = state.store.pool();
+    // Each turn ends or observes someone else's progress (a row appeared or was settled).
+    for _ in 0..100 {
+        match db::find(pool, user, key.as_str()).await? {
+            Some(row) if row.payment_id != payment.id => {
+                return Err(AppError::detail(
+                    ErrorCode::KeyReusedWithDifferentDetails,
+                    "this refund key was used for another payment",
+                ));
+            }
+            Some(RefundRow {
+                response_status: Some(status),
+                response_body: Some(body),
+                ..
+            }) => return Ok((u16::try_from(status).unwrap_or(500), body, true)),
+            Some(row) => {
+                if let Some(answer) = drive(state, &row, &payment, attempt_id).await? {
+                    return Ok(answer);
+                }
+            }
+            None => {
+                if payment.status != AttemptStatus::Succeeded {
+                    return Err(not_allowed("the payment is not in a refundable state"));
+                }
+                let new = NewRefund {
+                    id: &format!("rfd_{}", uuid::Uuid::new_v4().simple()),
+                    user,
+                    key: key.as_str(),
+                    payment_id: &payment.id,
+                    provider_refund_key: &provider_refund_key(user, key),
+                    now: now_ms(),
+                };
+                if !db::insert_processing(pool, &new).await?
+                    && db::find(pool, user, key.as_str()).await?.is_none()
+                {
+                    // Not our key's slot: the payment's one refund belongs to another key.
+                    return Err(not_allowed(
+                        "this payment is already refunded or being refunded",
+                    ));
+                }
+            }
+        }
+    }
+    Err(AppError::internal("refund decision did not converge"))
+}
+
+fn not_allowed(detail: &str) -> AppError {
+    AppError::detail(ErrorCode::RefundNotAllowed, detail)
+}
+
+/// Calls the provider with the saved refund key and stores the outcome. `None`: someone
+/// else stored it first; the caller replays theirs.
+async fn drive(
+    state: &AppState,
+    row: &RefundRow,
+    payment: &Payment,
+    attempt_id: &str,
+) -> AppResult<Option<Answer>> {
+    let refund = match state
+        .provider
+        .refund(&payment.charge_id, &row.provider_refund_key)
+        .await
+    {
+        RefundOutcome::Refunded(r) => r,
+        RefundOutcome::NotAllowed(why) => {
+            tracing::warn!(refund = %row.id, %why, "provider refuses the refund");
+            return Err(not_allowed("the provider refuses to refund this charge"));
+        }
+        RefundOutcome::Unknown(why) => {
+            tracing::warn!(refund = %row.id, %why, "refund outcome unknown; stays processing");
+            return Err(AppError::with(ErrorCode::InProgress, |p| {
+                p.detail = Some("the refund is in progress; retry with the same key".into());
+                p.retry_after = Some(state.config.retry_after_secs);
+            }));
+        }
+    };
+    let body = serde_json::to_string(&RefundResponse {
+        payment: Payment {
+            status: AttemptStatus::Refunded,
+            ..payment.clone()
+        },
+        refund_id: refund.id.clone(),
+    })
+    .map_err(|e| AppError::internal(e.to_string()))?;
+    let now = now_ms();
+    let expires = now + i64::try_from(state.config.key_retention.as_millis()).unwrap_or(0);
+    let mut tx = state.store.begin_write().await?;
+    if !db::finish(&mut *tx, &row.id, &refund.id, 200, &body, now, expires).await? {
+        tx.rollback().await?;
+        return Ok(None);
+    }
+    db::mark_refunded(&mut tx, &payment.id, &payment.order_id, attempt_id, now).await?;
+    let reason = format!(
+        "provider refund {} of charge {}",
+        refund.id, payment.charge_id
+    );
+    for (entity, id, from) in [
+        ("payment", payment.id.as_str(), "succeeded"),
+        ("order", payment.order_id.as_str(), "paid"),
+    ] {
+        let entry = Entry {
+            actor: "system",
+            entity,
+            entity_id: id,
+            from: Some(from),
+            to: "refunded",
+            reason: &reason,
+        };
+        audit::record(&mut *tx, &entry, now).await?;
+    }
+    tx.commit().await?;
+    Ok(Some((200, body, false)))
+}

@@ -1,0 +1,269 @@
+//! Kill the server at every step that matters, restart it on the same database and the same
+//! provider ledger, let the same client retry and the jobs run, then audit: exactly one
+//! charge in the provider's ledger, the attempt final, the order paid once, stock taken
+//! once, one confirmation email. On SQLite and PostgreSQL.
+//!
+//! The process aborts itself at a named failpoint (`--failpoint NAME`, dev only) or on the
+//! `Payonce-Dev-Fault: crash-after-charge` header: `abort()`, no graceful anything. The
+//! embedded provider keeps its ledger in `--provider-state`, so it survives the crash of
+//! the process that hosts it, and resends the webhooks it could not deliver.
+
+use crate::common::{client, id_of, key, Backend, Opts, Proc, TestApp, TestDb};
+use crate::on_both_backends;
+use serde_json::Value;
+use std::path::PathBuf;
+use std::time::Duration;
+
+on_both_backends!(
+    crash_after_claim,
+    crash_after_charge,
+    crash_before_settle_commit,
+    crash_after_save,
+    crash_inside_webhook_handler,
+    crash_inside_outbox_worker,
+    crash_inside_email_job,
+    crash_after_charge_dev_fault_header,
+);
+
+async fn crash_after_claim(b: Backend) {
+    scenario(b, Crash::Failpoint("after-claim"), "pm_card_approve").await
+}
+async fn crash_after_charge(b: Backend) {
+    scenario(b, Crash::Failpoint("after-charge"), "pm_card_approve").await
+}
+async fn crash_before_settle_commit(b: Backend) {
+    scenario(
+        b,
+        Crash::Failpoint("before-settle-commit"),
+        "pm_card_approve",
+    )
+    .await
+}
+async fn crash_after_save(b: Backend) {
+    scenario(b, Crash::Failpoint("after-save"), "pm_card_approve").await
+}
+async fn crash_inside_webhook_handler(b: Backend) {
+    scenario(b, Crash::Failpoint("webhook"), "pm_card_approve").await
+}
+/// The transient method's first call is a 503 (nothing charged, 202 to the client): the
+/// outbox worker then takes the abandoned row over and crashes while holding it.
+async fn crash_inside_outbox_worker(b: Backend) {
+    scenario(b, Crash::Failpoint("outbox"), "pm_card_transient").await
+}
+async fn crash_inside_email_job(b: Backend) {
+    scenario(b, Crash::Failpoint("email"), "pm_card_approve").await
+}
+async fn crash_after_charge_dev_fault_header(b: Backend) {
+    scenario(b, Crash::Header, "pm_card_approve").await
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Crash {
+    Failpoint(&'static str),
+    /// `Payonce-Dev-Fault: crash-after-charge`.
+    Header,
+}
+
+/// A temp dir for the provider's state file (PostgreSQL tests have no SQLite dir).
+struct TempDir(PathBuf);
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+async fn scenario(backend: Backend, crash: Crash, method: &str) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let dir = TempDir(
+        std::env::temp_dir().join(format!("payonce-crash-{}", uuid::Uuid::new_v4().simple())),
+    );
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let state_file = dir.0.join("provider.json");
+    let webhook_case = matches!(crash, Crash::Failpoint("webhook"));
+    let mut extra = vec![
+        "--provider-addr".into(),
+        "127.0.0.1:0".into(),
+        "--provider-state".into(),
+        state_file.display().to_string(),
+    ];
+    if webhook_case {
+        // Early delivery: the provider calls us before it answers our charge call, so the
+        // handler crashes while the attempt is still processing.
+        extra.extend(["--provider-webhook-chaos".into(), "early".into()]);
+    }
+    let opts = Opts {
+        jobs_interval_ms: 100,
+        lease_ms: 1_500,
+        provider_timeout_ms: 1_000,
+        in_progress_wait_ms: 0,
+        webhooks: webhook_case,
+        extra,
+        ..Opts::default()
+    };
+    let args = opts.args(&db.url);
+    let mut first_args = args.clone();
+    if let Crash::Failpoint(name) = crash {
+        first_args.extend(["--failpoint".into(), name.into()]);
+    }
+
+    // --- the first process: pay, and die at the step ------------------------------------
+    let mut first = Proc::spawn(&first_args, true);
+    let app = TestApp {
+        api: first.api.clone().unwrap(),
+        provider: first.provider.clone().unwrap(),
+        http: client(),
+        _procs: vec![],
+        db: None,
+    };
+    let t = app.session("alice").await;
+    let stock_before = app.stock("tee-classic").await;
+    let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
+    let k = key();
+    let mut req = app.pay_request(&t, &id, Some(&k), 1, method);
+    if matches!(crash, Crash::Header) {
+        req = req.header("Payonce-Dev-Fault", "crash-after-charge");
+    }
+    // The answer may or may not arrive (the email and outbox crashes happen after it).
+    let _ = req.send().await;
+    let status = first.wait_exit(Duration::from_secs(20)).await;
+    let status = status.unwrap_or_else(|| panic!("{crash:?}: the server never crashed"));
+    assert!(
+        !status.success(),
+        "{crash:?}: aborted, not a clean exit: {status:?}"
+    );
+
+    // --- the second process on the same database and provider ledger ---------------------
+    let second = Proc::spawn(&args, true);
+    let app = TestApp {
+        api: second.api.clone().unwrap(),
+        provider: second.provider.clone().unwrap(),
+        http: client(),
+        _procs: vec![second],
+        db: Some(db),
+    };
+    // The same client retries with the same key until it learns the outcome.
+    let mut last = None;
+    for _ in 0..150 {
+        let r = app.pay(&t, &id, Some(&k), 1, method).await;
+        if r.status == 200 {
+            last = Some(r);
+            break;
+        }
+        assert!(
+            [202, 409].contains(&r.status),
+            "{crash:?}: a retry is told to wait, never charged blindly: {} {}",
+            r.status,
+            r.text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let paid = last.unwrap_or_else(|| panic!("{crash:?}: the retry never got its receipt"));
+
+    // The confirmation email: the job runs after the restart (or was sent before it).
+    let mails = wait_for_mails(&app, &t, &id, 1).await;
+    tokio::time::sleep(Duration::from_millis(400)).await; // a few more job rounds
+    assert_eq!(
+        mailbox(&app, &t, &id).await.len(),
+        1,
+        "{crash:?}: one email"
+    );
+    assert_eq!(mails[0]["orderId"], id.as_str());
+
+    // --- the audit ---------------------------------------------------------------------
+    let charges = app.ledger(&id).await;
+    assert_eq!(
+        charges.len(),
+        1,
+        "{crash:?}: exactly one charge: {charges:?}"
+    );
+    assert_eq!(charges[0]["status"], "succeeded");
+    assert_eq!(paid.json()["payment"]["chargeId"], charges[0]["id"]);
+    let order = app.get_order(&t, &id).await.json();
+    assert_eq!(order["status"], "paid", "{crash:?}");
+    assert_eq!(order["paymentInProgress"], false);
+    assert_eq!(
+        app.stock("tee-classic").await,
+        stock_before - 1,
+        "{crash:?}: stock taken once"
+    );
+    let pool = app.db_pool().await;
+    let (status,): (String,) = sqlx::query_as("SELECT status FROM attempts WHERE idem_key = $1")
+        .bind(&k)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(status, "succeeded", "{crash:?}: the attempt is final");
+    let (payments,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM payments WHERE order_id = $1")
+        .bind(&id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(payments, 1, "{crash:?}: paid once");
+    let (paid_rows,): (i64,) = sqlx::query_as(
+        "SELECT COUNT(*) FROM audit_log WHERE entity = 'order' AND entity_id = $1 AND to_state = 'paid'",
+    )
+    .bind(&id)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(paid_rows, 1, "{crash:?}: one unpaid → paid transition");
+    let (pending,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM outbox WHERE done_at IS NULL")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(pending, 0, "{crash:?}: the outbox is drained");
+    if matches!(crash, Crash::Failpoint("email")) {
+        // The crash came between the send and the ack: the job was delivered again, and the
+        // flag made the second delivery a no-op.
+        let (deliveries,): (i64,) = wait_job_done(&pool, &id).await;
+        assert!(
+            deliveries >= 2,
+            "the email job was redelivered ({deliveries})"
+        );
+    }
+}
+
+async fn wait_job_done(pool: &sqlx::AnyPool, order: &str) -> (i64,) {
+    for _ in 0..100 {
+        let row: Option<(i64,)> = sqlx::query_as(
+            "SELECT deliveries FROM jobs WHERE order_id = $1 AND done_at IS NOT NULL",
+        )
+        .bind(order)
+        .fetch_optional(pool)
+        .await
+        .unwrap();
+        if let Some(r) = row {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the email job was never acknowledged");
+}
+
+/// `GET /dev/mailbox?orderId=`.
+pub async fn mailbox(app: &TestApp, token: &str, order: &str) -> Vec<Value> {
+    let r = app
+        .send(
+            app.http
+                .get(app.url(&format!("/dev/mailbox?orderId={order}")))
+                .bearer_auth(token),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["mails"].as_array().cloned().unwrap_or_default()
+}
+
+/// Waits until the order has `n` mails; returns them.
+pub async fn wait_for_mails(app: &TestApp, token: &str, order: &str, n: usize) -> Vec<Value> {
+    let mut mails = Vec::new();
+    for _ in 0..100 {
+        mails = mailbox(app, token, order).await;
+        if mails.len() >= n {
+            return mails;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("order {order}: expected {n} mails, got {mails:?}");
+}

@@ -1,0 +1,400 @@
+//! What runs besides the pay request: webhooks under chaos, refunds, reconciliation with
+//! manual review, retention, and the key-retention header.
+
+use crate::common::{id_of, key, Backend, Opts, Proc, TestApp, TestDb};
+use crate::crash::{mailbox, wait_for_mails};
+use crate::on_both_backends;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+on_both_backends!(
+    chaotic_webhooks_never_double_apply,
+    a_webhook_for_an_unknown_provider_key_is_not_acknowledged,
+    a_refund_retried_ten_times_or_raced_ten_times_refunds_once,
+    unreachable_provider_flags_stuck_attempts_for_review_never_charges,
+    audit_rows_are_kept_for_the_dispute_window_then_deleted,
+);
+
+async fn order_status(app: &TestApp, t: &str, id: &str) -> (String, bool) {
+    let o = app.get_order(t, id).await.json();
+    (
+        o["status"].as_str().unwrap().to_owned(),
+        o["paymentInProgress"].as_bool().unwrap(),
+    )
+}
+
+async fn count(pool: &sqlx::AnyPool, sql: &str, bind: &str) -> i64 {
+    let (n,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(sql.to_owned()))
+        .bind(bind)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    n
+}
+
+async fn chaotic_webhooks_never_double_apply(backend: Backend) {
+    let opts = Opts {
+        webhooks: true,
+        jobs_interval_ms: 100,
+        extra: vec![
+            "--provider-webhook-chaos".into(),
+            "dup=0.6,delay-ms=400,reorder,reorder-ms=200,early".into(),
+        ],
+        ..Opts::default()
+    };
+    let Some(app) = TestApp::spawn_with(backend, opts).await else {
+        return;
+    };
+    let t = app.session("alice").await;
+    let stock_before = app.stock("mug-enamel").await;
+    let methods = [
+        "pm_card_approve",
+        "pm_card_approve",
+        "pm_card_decline",
+        "pm_card_timeout",
+        "pm_card_slow",
+        "pm_card_transient",
+    ];
+    let mut orders = Vec::new();
+    for m in methods {
+        let id = id_of(&app.create_order(&t, &[("mug-enamel", 1)]).await);
+        let r = app.pay(&t, &id, Some(&key()), 1, m).await;
+        assert!([200, 202, 402].contains(&r.status), "{m}: {}", r.text());
+        orders.push((id, m));
+    }
+    // Deliberate duplicates on top of the chaos: every event of every order, twice more.
+    for _ in 0..2 {
+        for (id, _) in &orders {
+            let r = app
+                .http
+                .post(format!(
+                    "{}/dev/webhooks/redeliver?orderId={id}",
+                    app.provider
+                ))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status().as_u16(), 202);
+        }
+    }
+    // Everything settles by webhook or by the workers, without a single client retry.
+    for (id, m) in &orders {
+        let want = if *m == "pm_card_decline" {
+            "unpaid"
+        } else {
+            "paid"
+        };
+        let mut now = (String::new(), true);
+        for _ in 0..150 {
+            now = order_status(&app, &t, id).await;
+            if now == (want.to_owned(), false) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(now, (want.to_owned(), false), "{m}");
+    }
+    tokio::time::sleep(Duration::from_millis(1_500)).await; // let late duplicates land
+    let pool = app.db_pool().await;
+    let mut paid = 0;
+    for (id, m) in &orders {
+        assert_eq!(app.ledger(id).await.len(), 1, "{m}: one charge");
+        let settled = count(
+            &pool,
+            "SELECT COUNT(*) FROM audit_log a JOIN attempts t ON t.id = a.entity_id
+             WHERE a.entity = 'attempt' AND t.order_id = $1 AND a.from_state = 'processing'
+               AND a.to_state IN ('succeeded', 'declined', 'failed')",
+            id,
+        )
+        .await;
+        assert_eq!(settled, 1, "{m}: applied exactly once");
+        let payments = count(
+            &pool,
+            "SELECT COUNT(*) FROM payments WHERE order_id = $1",
+            id,
+        )
+        .await;
+        let mails = if *m == "pm_card_decline" {
+            assert_eq!(payments, 0);
+            mailbox(&app, &t, id).await
+        } else {
+            paid += 1;
+            assert_eq!(payments, 1, "{m}: one payment");
+            wait_for_mails(&app, &t, id, 1).await
+        };
+        assert_eq!(
+            mails.len(),
+            usize::from(*m != "pm_card_decline"),
+            "{m}: mails"
+        );
+    }
+    assert_eq!(
+        app.stock("mug-enamel").await,
+        stock_before - paid,
+        "stock taken once per paid order"
+    );
+    let (received, handled): (i64, i64) =
+        sqlx::query_as("SELECT COUNT(*), COUNT(handled_at) FROM webhook_events")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert!(
+        handled >= orders.len() as i64,
+        "every order's event handled ({handled})"
+    );
+    assert_eq!(received, handled, "no event left half-handled");
+}
+
+async fn a_webhook_for_an_unknown_provider_key_is_not_acknowledged(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let event = json!({
+        "id": "evt_early_1",
+        "type": "charge.succeeded",
+        "created": 1,
+        "charge": {
+            "id": "ch_x", "providerKey": "pk_nobody_has_this_key_0000", "amount": 100, "currency": "USD",
+            "paymentMethodId": "pm_card_approve", "orderId": "ord_x", "status": "succeeded", "createdAt": 1
+        }
+    });
+    let body = serde_json::to_vec(&event).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let sig =
+        payonce_mock_provider::sign(payonce_mock_provider::DEFAULT_WEBHOOK_SECRET, now, &body);
+    for _ in 0..2 {
+        let r = app
+            .send(
+                app.http
+                    .post(app.url("/webhooks/provider"))
+                    .header("content-type", "application/json")
+                    .header("Payonce-Signature", &sig)
+                    .body(body.clone()),
+            )
+            .await;
+        // Not acknowledged (the provider redelivers), and the second delivery is not
+        // mistaken for a handled duplicate.
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (404, "PAYMENT_NOT_FOUND"),
+            "{}",
+            r.text()
+        );
+    }
+    let pool = app.db_pool().await;
+    let (handled,): (Option<i64>,) =
+        sqlx::query_as("SELECT handled_at FROM webhook_events WHERE id = 'evt_early_1'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(handled, None);
+}
+
+async fn refund(app: &TestApp, t: &str, payment: &str, k: Option<&str>) -> crate::common::Resp {
+    let mut req = app
+        .http
+        .post(app.url(&format!("/payments/{payment}/refund")))
+        .bearer_auth(t);
+    if let Some(k) = k {
+        req = req.header("Idempotency-Key", k);
+    }
+    app.send(req).await
+}
+
+/// The provider's own record of refunds: its state file.
+fn provider_refunds(state: &std::path::Path, charge: &str) -> usize {
+    let v: Value = serde_json::from_slice(&std::fs::read(state).unwrap()).unwrap();
+    v["refunds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["refund"]["chargeId"] == charge)
+        .count()
+}
+
+async fn a_refund_retried_ten_times_or_raced_ten_times_refunds_once(backend: Backend) {
+    let state = std::env::temp_dir().join(format!(
+        "payonce-refund-{}.json",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let opts = Opts {
+        extra: vec!["--provider-state".into(), state.display().to_string()],
+        ..Opts::default()
+    };
+    let Some(app) = TestApp::spawn_with(backend, opts).await else {
+        return;
+    };
+    let t = app.session("alice").await;
+    let pay = |id: String| {
+        let app = &app;
+        let t = &t;
+        async move {
+            let r = app.pay(t, &id, Some(&key()), 1, "pm_card_approve").await;
+            assert_eq!(r.status, 200, "{}", r.text());
+            assert_eq!(
+                r.header("idempotency-key-retention").as_deref(),
+                Some("86400")
+            );
+            r.json()["payment"].clone()
+        }
+    };
+    let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
+    let payment = pay(id.clone()).await;
+    let pid = payment["id"].as_str().unwrap().to_owned();
+    let charge = payment["chargeId"].as_str().unwrap().to_owned();
+
+    // Retried ten times with one key: one refund, ten identical answers.
+    let rk = key();
+    let first = refund(&app, &t, &pid, Some(&rk)).await;
+    assert_eq!(first.status, 200, "{}", first.text());
+    assert_eq!(first.json()["payment"]["status"], "refunded");
+    for _ in 0..9 {
+        let r = refund(&app, &t, &pid, Some(&rk)).await;
+        assert_eq!((r.status, &r.body), (200, &first.body));
+        assert_eq!(r.header("idempotent-replayed").as_deref(), Some("true"));
+    }
+    let ledger = app.ledger(&id).await;
+    assert_eq!(
+        (ledger.len(), ledger[0]["status"].as_str()),
+        (1, Some("refunded"))
+    );
+    assert_eq!(provider_refunds(&state, &charge), 1);
+    assert_eq!(app.get_order(&t, &id).await.json()["status"], "refunded");
+    // Another key for the same payment, another user, no key, a key of another payment.
+    let r = refund(&app, &t, &pid, Some(&key())).await;
+    assert_eq!((r.status, r.code().as_str()), (409, "REFUND_NOT_ALLOWED"));
+    let bob = app.session("bob").await;
+    assert_eq!(
+        refund(&app, &bob, &pid, Some(&key())).await.code(),
+        "PAYMENT_NOT_FOUND"
+    );
+    assert_eq!(
+        refund(&app, &t, &pid, None).await.code(),
+        "IDEMPOTENCY_KEY_MISSING"
+    );
+
+    // Raced ten times with one key on another payment: still one refund.
+    let id2 = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
+    let payment2 = pay(id2.clone()).await;
+    let pid2 = payment2["id"].as_str().unwrap().to_owned();
+    let charge2 = payment2["chargeId"].as_str().unwrap().to_owned();
+    assert_eq!(
+        refund(&app, &t, &pid2, Some(&rk)).await.code(),
+        "KEY_REUSED_WITH_DIFFERENT_DETAILS"
+    );
+    let rk2 = key();
+    let answers =
+        futures_util::future::join_all((0..10).map(|_| refund(&app, &t, &pid2, Some(&rk2)))).await;
+    let ok: Vec<_> = answers.iter().filter(|r| r.status == 200).collect();
+    for r in &answers {
+        assert!(
+            r.status == 200 || (r.status == 409 && r.code() == "IN_PROGRESS"),
+            "{} {}",
+            r.status,
+            r.text()
+        );
+    }
+    assert!(!ok.is_empty());
+    assert!(
+        ok.iter().all(|r| r.body == ok[0].body),
+        "one answer for one key"
+    );
+    assert_eq!(provider_refunds(&state, &charge2), 1);
+    let pool = app.db_pool().await;
+    let n = count(
+        &pool,
+        "SELECT COUNT(*) FROM refunds WHERE payment_id = $1",
+        &pid2,
+    )
+    .await;
+    assert_eq!(n, 1);
+    let _ = std::fs::remove_file(&state);
+}
+
+async fn unreachable_provider_flags_stuck_attempts_for_review_never_charges(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    // A provider that is not there: every call fails, nothing can be learned.
+    let opts = Opts {
+        jobs_interval_ms: 100,
+        extra: vec![
+            "--provider-url".into(),
+            "http://127.0.0.1:9".into(),
+            "--reconcile-after-ms".into(),
+            "300".into(),
+        ],
+        ..Opts::default()
+    };
+    let proc = Proc::spawn(&opts.args(&db.url), true);
+    let app = TestApp {
+        api: proc.api.clone().unwrap(),
+        provider: "http://127.0.0.1:9".into(),
+        http: crate::common::client(),
+        _procs: vec![proc],
+        db: Some(db),
+    };
+    let t = app.session("alice").await;
+    let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
+    let r = app.pay(&t, &id, Some(&key()), 1, "pm_card_approve").await;
+    assert_eq!(r.status, 202, "{}", r.text());
+    let pool = app.db_pool().await;
+    let mut flagged = 0;
+    for _ in 0..100 {
+        flagged = count(
+            &pool,
+            "SELECT COUNT(*) FROM attempts WHERE order_id = $1 AND needs_review_at IS NOT NULL",
+            &id,
+        )
+        .await;
+        if flagged == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(flagged, 1, "flagged for manual review");
+    tokio::time::sleep(Duration::from_millis(500)).await; // more rounds: flagged once
+    let audits = count(
+        &pool,
+        "SELECT COUNT(*) FROM audit_log a JOIN attempts t ON t.id = a.entity_id
+         WHERE t.order_id = $1 AND a.to_state = 'processing (needs review)'",
+        &id,
+    )
+    .await;
+    assert_eq!(audits, 1, "one audit row");
+    // Still processing, still locked: nothing decided without the provider.
+    assert_eq!(
+        order_status(&app, &t, &id).await,
+        ("unpaid".to_owned(), true)
+    );
+}
+
+async fn audit_rows_are_kept_for_the_dispute_window_then_deleted(backend: Backend) {
+    for (days, kept) in [("180", true), ("0", false)] {
+        let opts = Opts {
+            jobs_interval_ms: 100,
+            extra: vec!["--audit-retention-days".into(), days.into()],
+            ..Opts::default()
+        };
+        let Some(app) = TestApp::spawn_with(backend, opts).await else {
+            return;
+        };
+        let t = app.session("alice").await;
+        let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
+        let r = app.pay(&t, &id, Some(&key()), 1, "pm_card_decline").await;
+        assert_eq!(
+            r.header("idempotency-key-retention").as_deref(),
+            Some("86400")
+        );
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let pool = app.db_pool().await;
+        let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM audit_log")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(n > 0, kept, "retention {days} days: {n} audit rows");
+    }
+}
