@@ -1,0 +1,523 @@
+//! `payonce-bench`: what the server costs, measured in one run on one machine.
+//!
+//! It spawns the real `payonce-server` binary (`--dev`, embedded mock provider approving at
+//! once) and measures, on SQLite and on PostgreSQL:
+//! - new-key pays/s and p50/p99 over HTTP keep-alive, `--clients` concurrent clients, each
+//!   pay on an order created in an untimed setup phase;
+//! - the raw store doing the same statements in-process (`payonce_server::bench::raw_pay`:
+//!   order read, key lookup, claim transaction, settle transaction; no HTTP, no auth, no
+//!   provider), and the ratio of the two;
+//! - replays/s against the same server's no-op endpoint (`GET /dev/config`: no store access)
+//!   and `GET /healthz` (one `SELECT 1`), and the ratios; on PostgreSQL also replays through
+//!   a server started with `--redis-url` when the build has a Redis fast path;
+//! - 1,000 concurrent pays with one key over three instances on one PostgreSQL with one
+//!   standalone provider: charges in the ledger (must be 1), statuses, p99.
+//!
+//! The table is printed and written between markers into `docs/benchmarks.md`, with the
+//! machine described. A benchmark, never a test: nothing here runs under `cargo test`.
+//!
+//! # Layout
+//! - `main.rs`: options, the run, the report (table, machine, docs file).
+//! - `phases.rs`: the measured phases.
+//! - `load.rs`: the load generator and its figures (rate, percentiles).
+//! - `proc.rs`: spawned processes and per-run databases.
+
+mod load;
+mod phases;
+mod proc;
+
+use clap::Parser;
+use phases::{BackendFigures, RedisFigure, StormFigures};
+use proc::Backend;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// Why the benchmark could not run.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BenchError {
+    #[error("cannot start {0}: {1} (build it first: cargo build --release -p payonce-server)")]
+    Spawn(String, std::io::Error),
+    #[error("setup: {0}")]
+    Setup(String),
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("sql: {0}")]
+    Sql(#[from] sqlx::Error),
+    #[error("http: {0}")]
+    Http(#[from] reqwest::Error),
+    #[error("server store: {0}")]
+    Store(#[from] payonce_server::store::StoreError),
+    #[error("server config: {0}")]
+    Config(#[from] payonce_server::config::ConfigError),
+    #[error("server state: {0}")]
+    Run(#[from] payonce_server::RunError),
+    #[error("server flags: {0}")]
+    Flags(#[from] clap::Error),
+}
+
+/// Load benchmark of payonce-server (see docs/benchmarks.md).
+#[derive(Debug, Parser)]
+#[command(name = "payonce-bench")]
+struct Args {
+    /// Smoke run: few pays, short phases, one small storm round; docs are not written.
+    #[arg(long)]
+    quick: bool,
+    /// Concurrent clients (one keep-alive connection each).
+    #[arg(long, default_value_t = 16)]
+    clients: usize,
+    /// New-key pays per backend (the same number again on the raw store). Default 2000
+    /// (200 with --quick).
+    #[arg(long)]
+    pays: Option<usize>,
+    /// Measured seconds of each timed phase (replays, no-op, healthz). Default 3 (0.5 with
+    /// --quick).
+    #[arg(long)]
+    phase_secs: Option<f64>,
+    /// Concurrent same-key requests per storm round. Default 1000 (200 with --quick).
+    #[arg(long)]
+    storm: Option<usize>,
+    /// Storm rounds, a new order each. Default 3 (1 with --quick).
+    #[arg(long)]
+    storm_rounds: Option<usize>,
+    /// The payonce-server binary. Default: next to this one.
+    #[arg(long)]
+    server_bin: Option<PathBuf>,
+    /// A PostgreSQL URL whose server lets us create a database per run.
+    #[arg(
+        long,
+        env = "PAYONCE_BENCH_PG_URL",
+        default_value = "postgres://root@127.0.0.1:5432/test"
+    )]
+    pg_url: String,
+    /// Redis, for the server's fast path (when the build has one).
+    #[arg(long, default_value = "redis://127.0.0.1:6379")]
+    redis_url: String,
+    /// Where the results go. Default: docs/benchmarks.md of this repository (not with --quick).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Print only; do not write the docs file.
+    #[arg(long)]
+    no_write: bool,
+}
+
+/// Resolved options the phases use.
+#[derive(Debug, Clone)]
+pub(crate) struct Opts {
+    pub clients: usize,
+    pub pays: usize,
+    pub phase: Duration,
+    pub storm: usize,
+    pub storm_rounds: usize,
+    pub server_bin: PathBuf,
+    pub pg_url: String,
+    pub redis_url: String,
+}
+
+/// Targets of issue 7 (goals to report, not assertions).
+const PAY_TARGET: f64 = 0.6;
+const REPLAY_TARGET: f64 = 0.7;
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("payonce-bench: runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("payonce-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<(), BenchError> {
+    let quick = args.quick;
+    let server_bin = match args.server_bin.clone() {
+        Some(p) => p,
+        None => std::env::current_exe()?
+            .parent()
+            .map(|d| d.join("payonce-server"))
+            .unwrap_or_else(|| PathBuf::from("payonce-server")),
+    };
+    let opts = Opts {
+        clients: args.clients.max(1),
+        pays: args.pays.unwrap_or(if quick { 200 } else { 2000 }).max(1),
+        phase: Duration::from_secs_f64(
+            args.phase_secs
+                .unwrap_or(if quick { 0.5 } else { 3.0 })
+                .max(0.1),
+        ),
+        storm: args.storm.unwrap_or(if quick { 200 } else { 1000 }).max(1),
+        storm_rounds: args
+            .storm_rounds
+            .unwrap_or(if quick { 1 } else { 3 })
+            .max(1),
+        server_bin,
+        pg_url: args.pg_url.clone(),
+        redis_url: args.redis_url.clone(),
+    };
+    let out = match (&args.out, args.no_write, quick) {
+        (_, true, _) => None,
+        (Some(p), false, _) => Some(p.clone()),
+        (None, false, false) => {
+            Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/benchmarks.md"))
+        }
+        (None, false, true) => None,
+    };
+    let started = Instant::now();
+    let mut machine = Machine::describe();
+    println!(
+        "payonce-bench: {}",
+        std::env::args().collect::<Vec<_>>().join(" ")
+    );
+    println!("load average at start: {}", machine.load_start);
+    if cfg!(debug_assertions) {
+        println!("WARNING: a debug build of the benchmark; build with --release for figures");
+    }
+    let mut backends = Vec::new();
+    for b in [Backend::Sqlite, Backend::Postgres] {
+        eprintln!("{}: pays, raw store, replays, no-op…", b.name());
+        match phases::backend(&opts, b).await {
+            Ok(f) => backends.push(f),
+            Err(e) => eprintln!("  {} skipped: {e}", b.name()),
+        }
+    }
+    eprintln!(
+        "storm: {} × {} same-key pays over 3 instances…",
+        opts.storm_rounds, opts.storm
+    );
+    let storm = match phases::storm(&opts).await {
+        Ok(s) => Some(s),
+        Err(e) => {
+            eprintln!("  storm skipped: {e}");
+            None
+        }
+    };
+    machine.load_end = loadavg();
+    machine.pg_settings = pg_settings(&opts.pg_url).await;
+    let table = render(
+        &opts,
+        &machine,
+        &backends,
+        storm.as_ref(),
+        started.elapsed(),
+    );
+    println!("\n{table}");
+    println!("load average at end: {}", machine.load_end);
+    if let Some(path) = out {
+        write_docs(&path, &table)?;
+        println!("written to {}", path.display());
+    }
+    Ok(())
+}
+
+/// The machine the figures come from.
+struct Machine {
+    nproc: usize,
+    cpu: String,
+    mem: String,
+    os: String,
+    kernel: String,
+    rustc: String,
+    date: String,
+    load_start: String,
+    load_end: String,
+    pg_settings: String,
+}
+
+impl Machine {
+    fn describe() -> Self {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu = cpuinfo
+            .lines()
+            .find_map(|l| l.strip_prefix("model name"))
+            .and_then(|l| l.split_once(':'))
+            .map_or("unknown".into(), |(_, v)| v.trim().to_owned());
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let mem = meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .map_or("unknown".into(), |kb| {
+                format!("{:.1} GiB", kb / 1024.0 / 1024.0)
+            });
+        let os = std::fs::read_to_string("/etc/os-release")
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("PRETTY_NAME="))
+            .map_or("unknown".into(), |v| v.trim_matches('"').to_owned());
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map_or("unknown".into(), |s| s.trim().to_owned());
+        Self {
+            nproc: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            cpu,
+            mem,
+            os,
+            kernel,
+            rustc: command_line("rustc", &["--version"]),
+            date: command_line("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+            load_start: loadavg(),
+            load_end: String::new(),
+            pg_settings: String::new(),
+        }
+    }
+}
+
+fn command_line(cmd: &str, args: &[&str]) -> String {
+    std::process::Command::new(cmd)
+        .args(args)
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map_or("unknown".into(), |s| s.trim().to_owned())
+}
+
+/// The 1, 5 and 15 minute load averages.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// The PostgreSQL settings that decide commit cost.
+async fn pg_settings(url: &str) -> String {
+    use sqlx::Connection;
+    let Ok(mut conn) = sqlx::PgConnection::connect(url).await else {
+        return "unreachable".into();
+    };
+    let mut parts = Vec::new();
+    for name in [
+        "server_version",
+        "synchronous_commit",
+        "fsync",
+        "shared_buffers",
+        "max_connections",
+    ] {
+        let q = sqlx::AssertSqlSafe(format!("SHOW {name}"));
+        if let Ok((v,)) = sqlx::query_as::<_, (String,)>(q).fetch_one(&mut conn).await {
+            parts.push(format!("{name}={v}"));
+        }
+    }
+    let _ = conn.close().await;
+    parts.join(", ")
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        a / b
+    } else {
+        0.0
+    }
+}
+
+fn verdict(r: f64, target: f64) -> &'static str {
+    if r >= target {
+        "met"
+    } else {
+        "MISSED"
+    }
+}
+
+fn load_high(load: &str, nproc: usize) -> bool {
+    load.split_whitespace()
+        .next()
+        .and_then(|v| v.parse::<f64>().ok())
+        .is_some_and(|l| l > nproc as f64 * 0.5)
+}
+
+/// The results as markdown.
+fn render(
+    opts: &Opts,
+    m: &Machine,
+    backends: &[BackendFigures],
+    storm: Option<&StormFigures>,
+    took: Duration,
+) -> String {
+    let mut s = String::new();
+    let cmd = std::env::args().skip(1).collect::<Vec<_>>().join(" ");
+    let _ = writeln!(
+        s,
+        "Run {} on {} cores ({}), {}, {} (kernel {}), {}; release build.",
+        m.date, m.nproc, m.cpu, m.mem, m.os, m.kernel, m.rustc
+    );
+    let _ = writeln!(
+        s,
+        "Command: `CARGO_TARGET_DIR=/work/target-bench cargo build --release -p payonce-server -p payonce-bench && /work/target-bench/release/payonce-bench{}{}` (took {:.0} s).",
+        if cmd.is_empty() { "" } else { " " },
+        cmd,
+        took.as_secs_f64()
+    );
+    let _ = writeln!(
+        s,
+        "Load average (1/5/15 min) at start {}, at end {}.",
+        m.load_start, m.load_end
+    );
+    if load_high(&m.load_start, m.nproc) || load_high(&m.load_end, m.nproc) {
+        let _ = writeln!(
+            s,
+            "**Other work was running on the machine during this run** (load average above half the cores): absolute figures are low and noisy; ratios within one run are the comparable part."
+        );
+    }
+    let _ = writeln!(
+        s,
+        "PostgreSQL: {}. SQLite: WAL, synchronous=FULL (sqlx default), file on the local disk.",
+        m.pg_settings
+    );
+    let _ = writeln!(
+        s,
+        "{} clients, each one keep-alive connection, one request at a time; {} new-key pays per backend and as many raw-store pays; timed phases {:.1} s after a 0.5 s warm-up. The client runs on the same cores as the server.\n",
+        opts.clients,
+        opts.pays,
+        opts.phase.as_secs_f64()
+    );
+
+    let _ = writeln!(
+        s,
+        "| measurement | {} |",
+        backends
+            .iter()
+            .map(|b| b.backend.name())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+    let _ = writeln!(s, "|---|{}", "---:|".repeat(backends.len()));
+    let row = |s: &mut String, label: &str, f: &dyn Fn(&BackendFigures) -> String| {
+        let _ = writeln!(
+            s,
+            "| {label} | {} |",
+            backends.iter().map(f).collect::<Vec<_>>().join(" | ")
+        );
+    };
+    let rate = |x: &load::Sample| format!("{:.0}/s", x.rate());
+    let lat = |x: &load::Sample| format!("{:.1} / {:.1} ms", x.ms(0.5), x.ms(0.99));
+    row(&mut s, "new-key pays over HTTP", &|b| rate(&b.http_pays));
+    row(&mut s, "  p50 / p99", &|b| lat(&b.http_pays));
+    row(
+        &mut s,
+        "raw store, same statements, no HTTP/provider",
+        &|b| rate(&b.raw_pays),
+    );
+    row(&mut s, "  p50 / p99", &|b| lat(&b.raw_pays));
+    row(
+        &mut s,
+        &format!("**pays / raw store** (target ≥ {PAY_TARGET})"),
+        &|b| {
+            let r = ratio(b.http_pays.rate(), b.raw_pays.rate());
+            format!("**{r:.2}** {}", verdict(r, PAY_TARGET))
+        },
+    );
+    row(&mut s, "replays from the database", &|b| rate(&b.replays));
+    row(&mut s, "  p50 / p99", &|b| lat(&b.replays));
+    row(&mut s, "no-op `GET /dev/config` (no store access)", &|b| {
+        rate(&b.noop)
+    });
+    row(&mut s, "  p50 / p99", &|b| lat(&b.noop));
+    row(
+        &mut s,
+        &format!("**replays / no-op** (target ≥ {REPLAY_TARGET})"),
+        &|b| {
+            let r = ratio(b.replays.rate(), b.noop.rate());
+            format!("**{r:.2}** {}", verdict(r, REPLAY_TARGET))
+        },
+    );
+    row(&mut s, "`GET /healthz` (one `SELECT 1`)", &|b| {
+        rate(&b.healthz)
+    });
+    row(&mut s, "replays / healthz", &|b| {
+        format!("{:.2}", ratio(b.replays.rate(), b.healthz.rate()))
+    });
+    row(&mut s, "replays from Redis", &|b| match &b.redis {
+        None => "—".into(),
+        Some(RedisFigure::NotAvailable(why)) => format!("redis: {why}"),
+        Some(RedisFigure::Measured(x)) => format!(
+            "{} ({:.2} × no-op)",
+            rate(x),
+            ratio(x.rate(), b.noop.rate())
+        ),
+    });
+    row(
+        &mut s,
+        "errors (pays / raw / replays / no-op / healthz)",
+        &|b| {
+            format!(
+                "{} / {} / {} / {} / {}",
+                b.http_pays.errors,
+                b.raw_pays.errors,
+                b.replays.errors,
+                b.noop.errors,
+                b.healthz.errors
+            )
+        },
+    );
+    row(&mut s, "charges in the ledger after the pays", &|b| {
+        format!("{} of {}", b.ledger_charges, opts.pays)
+    });
+
+    if let Some(st) = storm {
+        let _ = writeln!(s, "\nSame key, {} concurrent requests × {} rounds (a new order each), round-robin over 3 API processes on one PostgreSQL database, one standalone mock provider, shared `--session-secret`; each request on its own new connection (connect time included):\n", st.requests_per_round, st.rounds);
+        let _ = writeln!(
+            s,
+            "| charges per order (must be 1) | answers | 200 bodies identical | p50 | p99 | max |"
+        );
+        let _ = writeln!(s, "|---|---|---|---:|---:|---:|");
+        let statuses = st
+            .statuses
+            .iter()
+            .map(|(code, n)| {
+                if *code == 0 {
+                    format!("{n} × no answer")
+                } else {
+                    format!("{n} × {code}")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let _ = writeln!(
+            s,
+            "| {} | {statuses} | {} | {:.0} ms | {:.0} ms | {:.0} ms |",
+            st.charges
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            if st.answers_agree { "yes" } else { "NO" },
+            st.latency.ms(0.5),
+            st.latency.ms(0.99),
+            st.latency.max_ms()
+        );
+    } else {
+        let _ = writeln!(s, "\nSame-key storm: not run (PostgreSQL unreachable).");
+    }
+    s
+}
+
+const BEGIN: &str = "<!-- payonce-bench:begin (generated; edits inside are overwritten) -->";
+const END: &str = "<!-- payonce-bench:end -->";
+
+/// Replaces the generated section of the docs file (or creates the file), keeping the
+/// hand-written analysis around it.
+fn write_docs(path: &Path, table: &str) -> Result<(), BenchError> {
+    let section = format!("{BEGIN}\n{table}{END}");
+    let old = std::fs::read_to_string(path).unwrap_or_default();
+    let new = match (old.find(BEGIN), old.find(END)) {
+        (Some(b), Some(e)) if e > b => format!("{}{section}{}", &old[..b], &old[e + END.len()..]),
+        _ => {
+            format!("# Benchmarks\n\nProduced by `crates/bench` (`payonce-bench`).\n\n{section}\n")
+        }
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(path, new)?;
+    Ok(())
+}

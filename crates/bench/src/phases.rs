@@ -1,0 +1,588 @@
+//! The measured phases. Per backend: new-key pays over HTTP, the same statements on the raw
+//! store, replays, the no-op endpoint and `/healthz`; on PostgreSQL also replays through a
+//! server given `--redis-url`. Then the same-key storm over three instances.
+
+use crate::load::{self, Sample};
+use crate::proc::{Backend, Db, Proc};
+use crate::{BenchError, Opts};
+use payonce_protocol::body::paths;
+use payonce_protocol::headers::IDEMPOTENCY_KEY;
+use payonce_protocol::provider::methods::APPROVE;
+use payonce_protocol::provider::{paths as provider_paths, Ledger};
+use serde_json::json;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Every spawned server and the raw store share it (several processes verify each other's
+/// tokens).
+const SECRET: &str = "payonce-bench-secret-0123456789";
+
+/// Orders are spread over these SKUs, one unit each, so claims do not all queue on one
+/// catalog row. Their stock is topped up before the run.
+const SKUS: [&str; 4] = ["hoodie-zip", "mug-enamel", "sticker-pack", "tee-classic"];
+
+/// Replays warm up this long before the window opens (and so do the other timed phases).
+const WARMUP: Duration = Duration::from_millis(500);
+
+/// What Redis gave, if anything.
+#[derive(Debug, Clone)]
+pub(crate) enum RedisFigure {
+    /// Measured replays/s through a server started with `--redis-url`.
+    Measured(Sample),
+    /// Why there is no figure.
+    NotAvailable(String),
+}
+
+/// The figures of one backend.
+#[derive(Debug, Clone)]
+pub(crate) struct BackendFigures {
+    pub backend: Backend,
+    pub http_pays: Sample,
+    pub raw_pays: Sample,
+    pub replays: Sample,
+    pub noop: Sample,
+    pub healthz: Sample,
+    pub redis: Option<RedisFigure>,
+    /// Charges in the provider ledger after the HTTP pays (must equal the pays).
+    pub ledger_charges: usize,
+}
+
+/// The same-key storm's figures.
+#[derive(Debug, Clone)]
+pub(crate) struct StormFigures {
+    pub rounds: usize,
+    pub requests_per_round: usize,
+    /// Charges in the ledger per round's order (each must be 1).
+    pub charges: Vec<usize>,
+    /// `(status, count)`, by status.
+    pub statuses: Vec<(u16, usize)>,
+    /// True when every 200 body of a round is the same bytes.
+    pub answers_agree: bool,
+    pub latency: Sample,
+}
+
+fn server_args(db_url: &str, extra: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "--dev",
+        "--addr",
+        "127.0.0.1:0",
+        "--database-url",
+        db_url,
+        "--session-secret",
+        SECRET,
+        // The pay path alone: webhooks would add a second settle attempt per charge, and
+        // the background job a periodic scan; neither is in the raw-store baseline.
+        "--no-provider-webhooks",
+        "--jobs-interval-ms",
+        "0",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    a.extend(extra.iter().map(|s| (*s).to_owned()));
+    a
+}
+
+fn client() -> Result<reqwest::Client, BenchError> {
+    Ok(reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()?)
+}
+
+async fn top_up_stock(db_url: &str) -> Result<(), BenchError> {
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::any::AnyPoolOptions::new()
+        .max_connections(1)
+        .connect(db_url)
+        .await?;
+    sqlx::query("UPDATE catalog SET stock = 1000000000")
+        .execute(&pool)
+        .await?;
+    pool.close().await;
+    Ok(())
+}
+
+async fn session(http: &reqwest::Client, api: &str, user: &str) -> Result<String, BenchError> {
+    let res = http
+        .post(format!("{api}{}", paths::DEV_SESSIONS))
+        .json(&json!({ "userId": user }))
+        .send()
+        .await?;
+    let v: serde_json::Value = res.json().await?;
+    v["token"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| BenchError::Setup(format!("no token in dev session answer: {v}")))
+}
+
+/// Creates `n` orders over HTTP (not timed); order `j` belongs to user `j % tokens.len()`.
+async fn create_orders(
+    clients: &[reqwest::Client],
+    api: &str,
+    tokens: &Arc<Vec<String>>,
+    n: usize,
+) -> Result<Vec<String>, BenchError> {
+    let ids = Arc::new(Mutex::new(vec![String::new(); n]));
+    let (cl, api2, tokens2, ids2) = (
+        Arc::new(clients.to_vec()),
+        api.to_owned(),
+        tokens.clone(),
+        ids.clone(),
+    );
+    let s = load::by_count(clients.len(), n, move |w, j| {
+        let (http, url, token, ids) = (
+            cl[w].clone(),
+            format!("{api2}{}", paths::ORDERS),
+            tokens2[j % tokens2.len()].clone(),
+            ids2.clone(),
+        );
+        async move {
+            let res = http
+                .post(url)
+                .bearer_auth(token)
+                .json(&json!({ "items": [{ "sku": SKUS[j % SKUS.len()], "quantity": 1 }] }))
+                .send()
+                .await
+                .map_err(|e| e.to_string())?;
+            let status = res.status().as_u16();
+            let v: serde_json::Value = res.json().await.map_err(|e| e.to_string())?;
+            let id = v["id"]
+                .as_str()
+                .filter(|_| status == 201)
+                .ok_or_else(|| format!("create order answered {status}: {v}"))?;
+            if let Ok(mut ids) = ids.lock() {
+                ids[j] = id.to_owned();
+            }
+            Ok(())
+        }
+    })
+    .await;
+    if s.errors > 0 {
+        return Err(BenchError::Setup(format!(
+            "creating orders: {} errors, first: {}",
+            s.errors,
+            s.first_error.unwrap_or_default()
+        )));
+    }
+    let ids = ids.lock().map(|v| v.clone()).unwrap_or_default();
+    Ok(ids)
+}
+
+/// One pay request; `replay` says whether the answer must be a replay.
+async fn pay(
+    http: &reqwest::Client,
+    url: String,
+    token: &str,
+    key: &str,
+    replay: bool,
+) -> Result<(), String> {
+    let res = http
+        .post(url)
+        .bearer_auth(token)
+        .header(IDEMPOTENCY_KEY, key)
+        .json(&json!({ "orderVersion": 1, "paymentMethodId": APPROVE }))
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = res.status().as_u16();
+    let replayed = res.headers().contains_key("idempotent-replayed");
+    let body = res.bytes().await.map_err(|e| e.to_string())?;
+    if status != 200 || replayed != replay {
+        return Err(format!(
+            "pay answered {status} (replayed: {replayed}): {}",
+            String::from_utf8_lossy(&body)
+        ));
+    }
+    Ok(())
+}
+
+/// `GET path`, expecting 200.
+async fn get_ok(http: &reqwest::Client, url: String) -> Result<(), String> {
+    let res = http.get(url).send().await.map_err(|e| e.to_string())?;
+    let status = res.status().as_u16();
+    let body = res.bytes().await.map_err(|e| e.to_string())?;
+    if status != 200 {
+        return Err(format!(
+            "answered {status}: {}",
+            String::from_utf8_lossy(&body)
+        ));
+    }
+    Ok(())
+}
+
+async fn ledger(
+    http: &reqwest::Client,
+    provider: &str,
+    order: Option<&str>,
+) -> Result<usize, BenchError> {
+    let mut url = format!("{provider}{}", provider_paths::LEDGER);
+    if let Some(o) = order {
+        url.push_str("?orderId=");
+        url.push_str(o);
+    }
+    let l: Ledger = http.get(url).send().await?.json().await?;
+    Ok(l.charges.len())
+}
+
+/// Opens each client's keep-alive connection before a timed phase.
+async fn warm(clients: &[reqwest::Client], api: &str) -> Result<(), BenchError> {
+    for c in clients {
+        get_ok(c, format!("{api}{}", paths::HEALTHZ))
+            .await
+            .map_err(BenchError::Setup)?;
+    }
+    Ok(())
+}
+
+/// Replays of `pairs` (order, user, key), for the measured time.
+async fn replay_phase(
+    opts: &Opts,
+    clients: &Arc<Vec<reqwest::Client>>,
+    api: &str,
+    tokens: &Arc<Vec<String>>,
+    pairs: &Arc<Vec<(String, usize, String)>>,
+) -> Sample {
+    let (cl, api, tokens, pairs) = (
+        clients.clone(),
+        api.to_owned(),
+        tokens.clone(),
+        pairs.clone(),
+    );
+    load::by_time(opts.clients, WARMUP, opts.phase, move |w, i| {
+        let (order, user, key) = pairs[i % pairs.len()].clone();
+        let (http, token, url) = (
+            cl[w].clone(),
+            tokens[user].clone(),
+            format!("{api}{}", paths::pay(&order)),
+        );
+        async move { pay(&http, url, &token, &key, true).await }
+    })
+    .await
+}
+
+/// `GET path` for the measured time.
+async fn get_phase(opts: &Opts, clients: &Arc<Vec<reqwest::Client>>, url: String) -> Sample {
+    let cl = clients.clone();
+    load::by_time(opts.clients, WARMUP, opts.phase, move |w, _| {
+        let (http, url) = (cl[w].clone(), url.clone());
+        async move { get_ok(&http, url).await }
+    })
+    .await
+}
+
+/// Every figure of one backend, on a fresh database.
+pub(crate) async fn backend(opts: &Opts, backend: Backend) -> Result<BackendFigures, BenchError> {
+    let db = Db::create(backend, &opts.pg_url).await?;
+    let r = backend_on(opts, backend, &db).await;
+    db.remove().await;
+    r
+}
+
+async fn backend_on(opts: &Opts, backend: Backend, db: &Db) -> Result<BackendFigures, BenchError> {
+    let name = backend.name();
+    let server = Proc::spawn(
+        &opts.server_bin,
+        &{
+            let mut a = server_args(&db.url, &[]);
+            a.extend(["--provider-addr".to_owned(), "127.0.0.1:0".to_owned()]);
+            a
+        },
+        db.dir.join("server.log"),
+        true,
+    )?;
+    let (api, provider) = (server.api(), server.provider());
+    top_up_stock(&db.url).await?;
+
+    // Setup, not timed: a session per client, 2 × pays orders (half for the raw store,
+    // half over HTTP), a fresh key for each HTTP pay.
+    let clients: Vec<reqwest::Client> = (0..opts.clients)
+        .map(|_| client())
+        .collect::<Result<_, _>>()?;
+    let mut tokens = Vec::with_capacity(opts.clients);
+    for u in 0..opts.clients {
+        tokens.push(session(&clients[0], &api, &format!("bench-u{u}")).await?);
+    }
+    let tokens = Arc::new(tokens);
+    let n = opts.pays;
+    let t = Instant::now();
+    let orders = create_orders(&clients, &api, &tokens, 2 * n).await?;
+    eprintln!(
+        "  {name}: {} orders created in {:.1} s (setup, not timed)",
+        2 * n,
+        t.elapsed().as_secs_f64()
+    );
+    let users: Vec<String> = (0..opts.clients).map(|u| format!("bench-u{u}")).collect();
+
+    // The raw store: the same statements in this process, no HTTP and no provider.
+    let raw_pays = {
+        let store = payonce_server::Store::connect(&db.url).await?;
+        let cli = <payonce_server::Cli as clap::Parser>::try_parse_from([
+            "payonce-server",
+            "--dev",
+            "--session-secret",
+            SECRET,
+        ])?;
+        let config = payonce_server::Config::from_args(&cli.server)?;
+        // The provider URL is never called on this path.
+        let state = Arc::new(payonce_server::AppState::new(
+            store.clone(),
+            "http://127.0.0.1:9",
+            config,
+        )?);
+        let (orders, users) = (Arc::new(orders[..n].to_vec()), Arc::new(users.clone()));
+        let s = load::by_count(opts.clients, n, move |_, i| {
+            let (state, orders, users) = (state.clone(), orders.clone(), users.clone());
+            async move {
+                let key = uuid::Uuid::new_v4().to_string();
+                payonce_server::bench::raw_pay(
+                    &state,
+                    &users[i % users.len()],
+                    &orders[i],
+                    &key,
+                    APPROVE,
+                )
+                .await
+                .map_err(|e| e.to_string())
+            }
+        })
+        .await;
+        // The pool closes when its last clone (here and in the state) is dropped.
+        drop(store);
+        s
+    };
+    report_errors(name, "raw store pays", &raw_pays);
+
+    // New-key pays over HTTP.
+    warm(&clients, &api).await?;
+    let clients = Arc::new(clients);
+    let pairs: Arc<Vec<(String, usize, String)>> = Arc::new(
+        (n..2 * n)
+            .map(|j| {
+                (
+                    orders[j].clone(),
+                    j % opts.clients,
+                    uuid::Uuid::new_v4().to_string(),
+                )
+            })
+            .collect(),
+    );
+    let http_pays = {
+        let (cl, api, tokens, pairs) =
+            (clients.clone(), api.clone(), tokens.clone(), pairs.clone());
+        load::by_count(opts.clients, n, move |w, i| {
+            let (order, user, key) = pairs[i].clone();
+            let (http, token, url) = (
+                cl[w].clone(),
+                tokens[user].clone(),
+                format!("{api}{}", paths::pay(&order)),
+            );
+            async move { pay(&http, url, &token, &key, false).await }
+        })
+        .await
+    };
+    report_errors(name, "HTTP pays", &http_pays);
+    let ledger_charges = ledger(&clients[0], &provider, None).await?;
+
+    let replays = replay_phase(opts, &clients, &api, &tokens, &pairs).await;
+    report_errors(name, "replays", &replays);
+    let noop = get_phase(opts, &clients, format!("{api}{}", paths::DEV_CONFIG)).await;
+    report_errors(name, "no-op", &noop);
+    let healthz = get_phase(opts, &clients, format!("{api}{}", paths::HEALTHZ)).await;
+    report_errors(name, "healthz", &healthz);
+    drop(server);
+
+    let redis = if backend == Backend::Postgres {
+        Some(redis_replays(opts, db, &clients, &tokens, &pairs).await)
+    } else {
+        None
+    };
+    Ok(BackendFigures {
+        backend,
+        http_pays,
+        raw_pays,
+        replays,
+        noop,
+        healthz,
+        redis,
+        ledger_charges,
+    })
+}
+
+/// Replays through a server given `--redis-url`, on the same database and keys. The server
+/// says in its log when it only accepts the flag (the fast path is not in this build).
+async fn redis_replays(
+    opts: &Opts,
+    db: &Db,
+    clients: &Arc<Vec<reqwest::Client>>,
+    tokens: &Arc<Vec<String>>,
+    pairs: &Arc<Vec<(String, usize, String)>>,
+) -> RedisFigure {
+    let log = db.dir.join("server-redis.log");
+    let args = {
+        let mut a = server_args(&db.url, &["--redis-url", &opts.redis_url]);
+        a.extend(["--provider-addr".to_owned(), "127.0.0.1:0".to_owned()]);
+        a
+    };
+    let server = match Proc::spawn(&opts.server_bin, &args, log.clone(), true) {
+        Ok(s) => s,
+        Err(e) => {
+            return RedisFigure::NotAvailable(format!(
+                "the server did not start with --redis-url: {e}"
+            ))
+        }
+    };
+    // Give the startup lines a moment to reach the log file.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    if text.contains("keeps keys in the SQL store only") {
+        return RedisFigure::NotAvailable("not available in this build".into());
+    }
+    let api = server.api();
+    if let Err(e) = warm(clients, &api).await {
+        return RedisFigure::NotAvailable(e.to_string());
+    }
+    // One pass over every key first, so answers the fast path caches on first read are
+    // cached before the window opens.
+    for (order, user, key) in pairs.iter() {
+        let url = format!("{api}{}", paths::pay(order));
+        if let Err(e) = pay(&clients[0], url, &tokens[*user], key, true).await {
+            return RedisFigure::NotAvailable(format!(
+                "replay through the Redis server failed: {e}"
+            ));
+        }
+    }
+    let s = replay_phase(opts, clients, &api, tokens, pairs).await;
+    report_errors("PostgreSQL", "Redis replays", &s);
+    RedisFigure::Measured(s)
+}
+
+fn report_errors(backend: &str, phase: &str, s: &Sample) {
+    if s.errors > 0 {
+        eprintln!(
+            "  WARNING {backend} {phase}: {} errors (first: {})",
+            s.errors,
+            s.first_error.as_deref().unwrap_or("?")
+        );
+    }
+}
+
+/// `requests` concurrent pays with one key, spread over three API processes on one
+/// PostgreSQL database and one standalone provider; `rounds` times, a new order each time.
+pub(crate) async fn storm(opts: &Opts) -> Result<StormFigures, BenchError> {
+    let db = Db::create(Backend::Postgres, &opts.pg_url).await?;
+    let r = storm_on(opts, &db).await;
+    db.remove().await;
+    r
+}
+
+async fn storm_on(opts: &Opts, db: &Db) -> Result<StormFigures, BenchError> {
+    let provider = Proc::spawn(
+        &opts.server_bin,
+        &[
+            "mock-provider".into(),
+            "--addr".into(),
+            "127.0.0.1:0".into(),
+        ],
+        db.dir.join("provider.log"),
+        false,
+    )?;
+    let provider_url = provider.provider();
+    let mut apis = Vec::new();
+    for i in 0..3 {
+        let args = server_args(&db.url, &["--provider-url", &provider_url]);
+        apis.push(Proc::spawn(
+            &opts.server_bin,
+            &args,
+            db.dir.join(format!("api{i}.log")),
+            true,
+        )?);
+    }
+    let urls: Vec<String> = apis.iter().map(Proc::api).collect();
+    // One client per instance: each opens as many connections as there are requests in
+    // flight, so every request of the storm has its own connection.
+    let clients: Vec<reqwest::Client> = (0..3).map(|_| client()).collect::<Result<_, _>>()?;
+    let token = session(&clients[0], &urls[0], "bench-storm").await?;
+    let mut figures = StormFigures {
+        rounds: opts.storm_rounds,
+        requests_per_round: opts.storm,
+        charges: Vec::new(),
+        statuses: Vec::new(),
+        answers_agree: true,
+        latency: Sample::default(),
+    };
+    let mut latencies = Vec::new();
+    let mut errors = 0;
+    let mut statuses = std::collections::BTreeMap::<u16, usize>::new();
+    for round in 0..opts.storm_rounds {
+        let res = clients[0]
+            .post(format!("{}{}", urls[round % 3], paths::ORDERS))
+            .bearer_auth(&token)
+            .json(&json!({ "items": [{ "sku": "tee-classic", "quantity": 1 }] }))
+            .send()
+            .await?;
+        let v: serde_json::Value = res.json().await?;
+        let order = v["id"]
+            .as_str()
+            .ok_or_else(|| BenchError::Setup(format!("create order: {v}")))?
+            .to_owned();
+        let key = uuid::Uuid::new_v4().to_string();
+        let (go_tx, go_rx) = tokio::sync::watch::channel(false);
+        let tasks: Vec<_> = (0..opts.storm)
+            .map(|i| {
+                let http = clients[i % 3].clone();
+                let url = format!("{}{}", urls[i % 3], paths::pay(&order));
+                let (token, key, mut go) = (token.clone(), key.clone(), go_rx.clone());
+                tokio::spawn(async move {
+                    let _ = go.wait_for(|g| *g).await;
+                    let t0 = Instant::now();
+                    let res = http
+                        .post(url)
+                        .bearer_auth(token)
+                        .header(IDEMPOTENCY_KEY, key)
+                        .json(&json!({ "orderVersion": 1, "paymentMethodId": APPROVE }))
+                        .send()
+                        .await;
+                    match res {
+                        Ok(r) => {
+                            let status = r.status().as_u16();
+                            let body = r.bytes().await.map(|b| b.to_vec()).unwrap_or_default();
+                            Some((status, body, t0.elapsed()))
+                        }
+                        Err(_) => None,
+                    }
+                })
+            })
+            .collect();
+        // Let every task reach its wait before the start.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let _ = go_tx.send(true);
+        let mut first_ok: Option<Vec<u8>> = None;
+        for t in tasks {
+            match t.await.ok().flatten() {
+                Some((status, body, took)) => {
+                    *statuses.entry(status).or_default() += 1;
+                    latencies.push(u64::try_from(took.as_micros()).unwrap_or(u64::MAX));
+                    if status == 200 {
+                        match &first_ok {
+                            None => first_ok = Some(body),
+                            Some(b) if *b != body => figures.answers_agree = false,
+                            Some(_) => {}
+                        }
+                    }
+                }
+                None => errors += 1,
+            }
+        }
+        figures
+            .charges
+            .push(ledger(&clients[0], &provider_url, Some(&order)).await?);
+    }
+    if errors > 0 {
+        *statuses.entry(0).or_default() += errors;
+    }
+    figures.statuses = statuses.into_iter().collect();
+    figures.latency = Sample::from_latencies(latencies, errors, Duration::ZERO);
+    drop(apis);
+    drop(provider);
+    Ok(figures)
+}
