@@ -398,3 +398,49 @@ async fn audit_rows_are_kept_for_the_dispute_window_then_deleted(backend: Backen
         assert_eq!(n > 0, kept, "retention {days} days: {n} audit rows");
     }
 }
+
+/// `payonce-server mock-provider --state-file`: a restarted standalone provider still knows
+/// its charges, so a lookup by provider key after a crash finds the charge instead of "no
+/// such charge" (which would make reconciliation charge again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_provider_keeps_its_ledger_across_a_restart() {
+    let state = std::env::temp_dir().join(format!(
+        "payonce-provider-{}.json",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let args: Vec<String> = vec![
+        "mock-provider".into(),
+        "--addr".into(),
+        "127.0.0.1:0".into(),
+        "--state-file".into(),
+        state.display().to_string(),
+    ];
+    let http = crate::common::client();
+    let mut first = Proc::spawn(&args, false);
+    let url = first.provider.clone().unwrap();
+    let body = json!({ "amount": 2500, "currency": "USD", "paymentMethodId": "pm_card_approve", "orderId": "ord_restart" });
+    let r = http
+        .post(format!("{url}/charges"))
+        .header("Idempotency-Key", "pk_restart_test_0000000001")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    first.kill();
+    let second = Proc::spawn(&args, false);
+    let url = second.provider.clone().unwrap();
+    let r = http
+        .get(format!("{url}/charges/by-key/pk_restart_test_0000000001"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200, "the charge survived the restart");
+    assert_eq!(
+        crate::common::ledger(&http, &url, "ord_restart")
+            .await
+            .len(),
+        1
+    );
+    let _ = std::fs::remove_file(&state);
+}
