@@ -24,6 +24,8 @@ pub mod paths {
     pub const OPENAPI: &str = "/openapi.json";
     /// `POST` provider webhooks.
     pub const WEBHOOKS: &str = "/webhooks/provider";
+    /// `GET` Prometheus metrics (text exposition format).
+    pub const METRICS: &str = "/metrics";
     /// `GET` (dev mode only) the mails sent about one order: `?orderId=`, [`super::Mailbox`].
     pub const DEV_MAILBOX: &str = "/dev/mailbox";
     /// `GET /orders/{id}`.

@@ -75,10 +75,27 @@ pub struct ServerArgs {
     /// Serve this directory's files for paths no API route claims (the demo page).
     #[arg(long)]
     pub static_dir: Option<PathBuf>,
-    /// Accepted for the CLI contract; this version keeps every key in the SQL store only
-    /// (a cache may never be the only store of a key).
+    /// Redis fast path (`redis://HOST:PORT/DB`): keys are claimed with `SET NX` before the
+    /// database claim and final answers cached for replays. The database stays the guard;
+    /// an unreachable Redis only degrades to the database path.
     #[arg(long, env = "REDIS_URL")]
     pub redis_url: Option<String>,
+    /// Timeout of one Redis connect or command; past it the request uses the database.
+    #[arg(long, env = "PAYONCE_REDIS_TIMEOUT_MS", default_value_t = 150)]
+    pub redis_timeout_ms: u64,
+    /// Pay requests per user and minute (any request, replays included; 0: no limit).
+    #[arg(long, env = "PAYONCE_PAY_RATE_PER_MIN", default_value_t = 600)]
+    pub pay_rate_per_min: u32,
+    /// Pay requests a user may send at once before the per-minute rate applies.
+    #[arg(long, env = "PAYONCE_PAY_RATE_BURST", default_value_t = 600)]
+    pub pay_rate_burst: u32,
+    /// New payment attempts (pays with a key not seen before) per user and minute
+    /// (0: no limit). Retries of a known key never count here.
+    #[arg(long, env = "PAYONCE_NEW_ATTEMPTS_PER_MIN", default_value_t = 120)]
+    pub new_attempts_per_min: u32,
+    /// New payment attempts a user may start at once.
+    #[arg(long, env = "PAYONCE_NEW_ATTEMPTS_BURST", default_value_t = 60)]
+    pub new_attempts_burst: u32,
     /// Secret for HMAC-signing session tokens. Several processes behind one database must
     /// share it. Default: a random secret per process (tokens die with the process).
     #[arg(long, env = "PAYONCE_SESSION_SECRET", hide_env_values = true)]
@@ -151,6 +168,13 @@ pub struct Config {
     pub(crate) webhook_secret: String,
     /// Period of the background jobs; `None`: off.
     pub(crate) jobs_interval: Option<Duration>,
+    /// The Redis fast path, if configured (URL already validated).
+    pub(crate) redis_url: Option<String>,
+    /// Bound of one Redis connect or command.
+    pub(crate) redis_timeout: Duration,
+    /// Per-user buckets: any pay request, and new attempts.
+    pub(crate) pay_rate: Option<crate::limits::Rate>,
+    pub(crate) new_attempt_rate: Option<crate::limits::Rate>,
     /// Processing attempts older than this are reconciled (and flagged if still unknown).
     pub(crate) reconcile_after: Duration,
     /// Audit rows older than this are deleted.
@@ -173,6 +197,9 @@ pub enum ConfigError {
     /// An empty or too short secret would make tokens forgeable.
     #[error("the session secret must be at least 16 bytes")]
     WeakSecret,
+    /// `--redis-url` does not parse (unreachable is fine: that only degrades).
+    #[error("invalid --redis-url: {0}")]
+    RedisUrl(String),
     /// Failpoints abort the process: never outside dev mode.
     #[error("--failpoint / PAYONCE_FAILPOINTS require --dev")]
     FailpointsNeedDev,
@@ -214,8 +241,18 @@ impl Config {
                 v
             }
         };
+        if let Some(url) = &args.redis_url {
+            redis::Client::open(url.as_str()).map_err(|e| ConfigError::RedisUrl(e.to_string()))?;
+        }
         Ok(Self {
             dev: args.dev,
+            redis_url: args.redis_url.clone(),
+            redis_timeout: Duration::from_millis(args.redis_timeout_ms.max(1)),
+            pay_rate: crate::limits::Rate::new(args.pay_rate_burst, args.pay_rate_per_min),
+            new_attempt_rate: crate::limits::Rate::new(
+                args.new_attempts_burst,
+                args.new_attempts_per_min,
+            ),
             lease: Duration::from_millis(args.lease_ms),
             provider_timeout: Duration::from_millis(args.provider_timeout_ms),
             in_progress_wait: Duration::from_millis(args.in_progress_wait_ms),

@@ -10,6 +10,10 @@
 //! - `catalog`: the catalog and the one place prices are computed.
 //! - `orders`: create, read, change the cart (the cart-lock rule).
 //! - `pay`: the pay rules (`NextAction`, claim, drive, reconcile, settle).
+//! - `fast_path`: around the pay rules: rate limit, the optional Redis fast path, metrics.
+//! - `redis_cache`: the Redis connection behind a circuit breaker.
+//! - `limits`: per-user token buckets (429 `RATE_LIMITED`).
+//! - `metrics`: counters and `GET /metrics` (Prometheus text format), hooks for the jobs.
 //! - `cancel`: the cancel table and tombstones.
 //! - `refunds`: `POST /payments/{id}/refund`, once per payment, through the provider.
 //! - `mailbox`: `GET /dev/mailbox`, the confirmation mails dev mode records.
@@ -21,12 +25,9 @@
 //! - `faults`: dev-mode fault injection and named failpoints.
 //! - `openapi`: the hand-written OpenAPI document (`openapi.json` in this crate).
 //! - `server` ([`run`]): listeners, the embedded mock provider, graceful shutdown.
-//! - `bench` (hidden): the raw-store pay path the load benchmark measures against.
 
 #![deny(missing_docs)]
 
-#[doc(hidden)]
-pub mod bench;
 pub mod config;
 pub mod store;
 
@@ -35,13 +36,17 @@ mod cancel;
 mod catalog;
 mod error;
 mod extract;
+mod fast_path;
 mod faults;
 mod jobs;
+mod limits;
 mod mailbox;
+mod metrics;
 mod openapi;
 mod orders;
 mod pay;
 mod provider_client;
+mod redis_cache;
 mod refunds;
 mod server;
 mod webhooks;
@@ -79,6 +84,10 @@ pub struct AppState {
     pub(crate) config: Arc<Config>,
     /// The provider's base URL, for `GET /dev/config`.
     pub(crate) provider_url: Arc<str>,
+    /// The Redis fast path, when `--redis-url` is set.
+    pub(crate) redis: Option<Arc<redis_cache::RedisCache>>,
+    /// Per-user pay rate limits of this process.
+    pub(crate) limits: Arc<limits::Limits>,
 }
 
 impl AppState {
@@ -86,11 +95,24 @@ impl AppState {
     pub fn new(store: Store, provider_url: &str, config: Config) -> Result<Self, RunError> {
         let provider = provider_client::ProviderClient::new(provider_url, config.provider_timeout)
             .map_err(|e| RunError::Provider(e.to_string()))?;
+        let redis = match &config.redis_url {
+            Some(url) => Some(Arc::new(
+                redis_cache::RedisCache::new(url, config.redis_timeout)
+                    .map_err(|e| RunError::Config(config::ConfigError::RedisUrl(e)))?,
+            )),
+            None => None,
+        };
+        let limits = Arc::new(limits::Limits::new(
+            config.pay_rate,
+            config.new_attempt_rate,
+        ));
         Ok(Self {
             store,
             provider,
             config: Arc::new(config),
             provider_url: provider_url.into(),
+            redis,
+            limits,
         })
     }
 }
@@ -109,6 +131,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/healthz"),
     ("get", "/openapi.json"),
     ("post", "/webhooks/provider"),
+    ("get", "/metrics"),
     ("post", "/payments/{id}/refund"),
     ("get", "/dev/mailbox"),
 ];
@@ -128,6 +151,7 @@ pub fn app(state: AppState, static_dir: Option<PathBuf>) -> Router {
         .route(paths::HEALTHZ, get(healthz))
         .route(paths::OPENAPI, get(openapi::serve))
         .route(paths::WEBHOOKS, post(webhooks::handler))
+        .route(paths::METRICS, get(metrics::serve))
         .route(&paths::refund("{id}"), post(refunds::handler))
         .route(paths::DEV_MAILBOX, get(mailbox::handler))
         .method_not_allowed_fallback(method_not_allowed);

@@ -98,7 +98,7 @@ pub(crate) fn provider_key(user: &str, key: &IdempotencyKey) -> String {
 /// of (order, version): the current one when the request names the current version, the
 /// amount recorded with the attempt when it names the attempt's version. Any other version
 /// cannot be the attempt's, so there is nothing to compare (`None` → mismatch).
-fn request_fingerprint(
+pub(crate) fn request_fingerprint(
     row: &AttemptRow,
     order: &OrderRow,
     user: &str,
@@ -189,6 +189,31 @@ pub(crate) struct PayAnswer {
 }
 
 impl PayAnswer {
+    /// A stored final answer, replayed.
+    pub(crate) fn replay(status: u16, body: String) -> Self {
+        Self {
+            status,
+            body,
+            replayed: true,
+            retry_after: None,
+        }
+    }
+
+    /// The HTTP status.
+    pub(crate) fn status(&self) -> u16 {
+        self.status
+    }
+
+    /// The exact body bytes.
+    pub(crate) fn body(&self) -> &str {
+        &self.body
+    }
+
+    /// True when this is a stored answer sent again.
+    pub(crate) fn replayed(&self) -> bool {
+        self.replayed
+    }
+
     /// True unless the answer is "still processing".
     pub(crate) fn is_final(&self) -> bool {
         self.status != 202
@@ -249,8 +274,11 @@ pub(crate) async fn handler(
     // The work runs in its own task: if the client hangs up mid-charge, the attempt is still
     // settled and stored, ready to replay on the retry.
     let crash = fault == Some(DevFault::CrashAfterCharge);
-    let task =
-        tokio::spawn(faults::CRASH_AFTER_CHARGE.scope(crash, run(state, user, order, key, req)));
+    // (through the rate limit, the Redis fast path and the metrics: `fast_path`)
+    let task = tokio::spawn(
+        faults::CRASH_AFTER_CHARGE
+            .scope(crash, crate::fast_path::pay(state, user, order, key, req)),
+    );
     let result = match task.await {
         Ok(r) => r,
         Err(e) => Err(AppError::internal(format!("pay task failed: {e}"))),
@@ -272,15 +300,15 @@ pub(crate) async fn handler(
     res
 }
 
-/// Rules 2 to 5 for one request.
-async fn run(
+/// Rules 2 to 5 for one request. A key in flight is waited on until `deadline`.
+pub(crate) async fn run(
     state: AppState,
     user: String,
     order: OrderRow,
     key: IdempotencyKey,
     req: PayRequest,
+    deadline: Instant,
 ) -> AppResult<PayAnswer> {
-    let deadline = Instant::now() + state.config.in_progress_wait;
     // Each turn either ends or observes progress by someone else (a row appeared, a lease
     // was taken, an attempt settled); the bound only guards against a livelock bug.
     for _ in 0..10_000 {
@@ -296,16 +324,20 @@ async fn run(
             Instant::now() < deadline,
         );
         match action {
-            NextAction::StartProcessing => match claim(&state, &user, &order, &key, &req).await? {
-                Claimed::Won(claim) => {
-                    failpoint(faults::AFTER_CLAIM);
-                    match drive(&state, &claim).await? {
-                        Some(answer) => return Ok(answer),
-                        None => continue,
+            NextAction::StartProcessing => {
+                // Only a new key costs a token of this bucket (see `limits`).
+                state.limits.new_attempt(&user)?;
+                match claim(&state, &user, &order, &key, &req).await? {
+                    Claimed::Won(claim) => {
+                        failpoint(faults::AFTER_CLAIM);
+                        match drive(&state, &claim).await? {
+                            Some(answer) => return Ok(answer),
+                            None => continue,
+                        }
                     }
+                    Claimed::Lost => continue,
                 }
-                Claimed::Lost => continue,
-            },
+            }
             NextAction::Replay { status, body } => {
                 return Ok(PayAnswer {
                     status,
@@ -429,7 +461,7 @@ impl Claim {
     }
 }
 
-pub(crate) enum Claimed {
+enum Claimed {
     Won(Claim),
     /// The key appeared meanwhile (another request claimed or cancelled it): decide again.
     Lost,
@@ -437,7 +469,7 @@ pub(crate) enum Claimed {
 
 /// Rule 3, in one write transaction. Every check is a conditional statement whose row
 /// count decides; the reads only choose which error to report.
-pub(crate) async fn claim(
+async fn claim(
     state: &AppState,
     user: &str,
     order: &OrderRow,
@@ -698,7 +730,7 @@ fn expires_at(state: &AppState, now: i64) -> i64 {
     now + i64::try_from(state.config.key_retention.as_millis()).unwrap_or(0)
 }
 
-pub(crate) async fn settle_charged(
+async fn settle_charged(
     state: &AppState,
     claim: &Claim,
     charge: &Charge,

@@ -91,9 +91,6 @@ async fn run_api(args: ServerArgs) -> Result<(), RunError> {
     if args.session_secret.is_none() {
         tracing::warn!("no --session-secret: tokens are signed with a random per-process secret");
     }
-    if args.redis_url.is_some() {
-        tracing::info!("--redis-url accepted; this version keeps keys in the SQL store only");
-    }
     // The API listener is bound first so the embedded provider can be told where to send
     // its webhooks (port 0 allowed); it serves once the store is ready.
     let (listener, local) = bind(args.addr).await?;
@@ -124,6 +121,9 @@ async fn run_api(args: ServerArgs) -> Result<(), RunError> {
     let store = Store::connect(&args.database_url).await?;
     let jobs_interval = config.jobs_interval;
     let state = AppState::new(store, &provider_url, config)?;
+    if let Some(redis) = &state.redis {
+        redis.announce().await;
+    }
     if let Some(every) = jobs_interval {
         tokio::spawn(crate::jobs::run(state.clone(), every));
     }

@@ -172,10 +172,22 @@ impl Proc {
         } else {
             Stdio::null()
         };
+        Self::spawn_with_stderr(args, want_api, stderr)
+    }
+
+    /// Like [`Proc::spawn`], with the server's log (stderr) written to `log`, for tests that
+    /// assert what the server says.
+    pub fn spawn_logged(args: &[String], want_api: bool, log: &std::path::Path) -> Proc {
+        let file = std::fs::File::create(log).expect("log file");
+        Self::spawn_with_stderr(args, want_api, Stdio::from(file))
+    }
+
+    fn spawn_with_stderr(args: &[String], want_api: bool, stderr: Stdio) -> Proc {
         let mut child = Command::new(env!("CARGO_BIN_EXE_payonce-server"))
             .args(args)
             .env_remove("DATABASE_URL")
             .env_remove("PAYONCE_PROVIDER_URL")
+            .env_remove("REDIS_URL")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(stderr)

@@ -9,11 +9,14 @@
 //! - `crash`: the server aborted at every failpoint, restarted, audited (charged once, paid
 //!   once, stock once, one email).
 //! - `workers`: webhook chaos, refunds, reconciliation and manual review, retention.
+//! - `fast_path`: the Redis fast path (flushed, killed, unreachable), the rate limit,
+//!   `GET /metrics`.
 //! - `input`: malformed input of every kind, the OpenAPI fuzzer, CORS, the OpenAPI document.
 
 mod common;
 mod concurrency;
 mod crash;
+mod fast_path;
 mod input;
 mod rules;
 mod webhooks;

@@ -1,0 +1,203 @@
+//! The Redis connection of the fast path, behind a circuit breaker.
+//!
+//! Redis is an accelerator, never a store of record: every operation here may fail, and a
+//! failure only means "ask the database". So every command has a short timeout, and after
+//! a failure the breaker opens for a backoff (doubling up to [`MAX_BACKOFF`]) during which
+//! Redis is not asked at all: a dead Redis costs one timeout per backoff period, not one
+//! per request. After the backoff one request (whoever gets the connect lock; the others
+//! skip Redis meanwhile) reconnects.
+
+use redis::aio::MultiplexedConnection;
+use redis::AsyncConnectionConfig;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
+use std::time::Duration;
+use tokio::sync::Mutex;
+
+/// First backoff after a failure.
+const MIN_BACKOFF: Duration = Duration::from_millis(250);
+/// Longest backoff: how long a recovered Redis may stay unused at worst.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Why Redis was not used.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CacheError {
+    /// The breaker is open, or another request is reconnecting.
+    #[error("redis skipped (breaker open or reconnecting)")]
+    Skipped,
+    /// The command failed or timed out.
+    #[error("redis: {0}")]
+    Failed(String),
+}
+
+/// The Redis fast path's connection.
+pub(crate) struct RedisCache {
+    client: redis::Client,
+    /// The URL without credentials, for logs.
+    url: String,
+    timeout: Duration,
+    conn: Mutex<Option<MultiplexedConnection>>,
+    /// Unix ms until which Redis is not asked.
+    open_until: AtomicI64,
+    failures: AtomicU32,
+    /// Last known state, for `/metrics` and for logging transitions once.
+    up: AtomicBool,
+}
+
+impl std::fmt::Debug for RedisCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisCache")
+            .field("timeout", &self.timeout)
+            .field("up", &self.is_up())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Redis URLs may carry a password: log only scheme, host, port and database.
+pub(crate) fn redacted(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+            format!("{scheme}://{host}")
+        }
+        None => "(unparsable url)".to_owned(),
+    }
+}
+
+impl RedisCache {
+    /// A cache on `url` (parsed now, connected lazily). `timeout` bounds each connect and
+    /// each command.
+    pub(crate) fn new(url: &str, timeout: Duration) -> Result<Self, String> {
+        let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+        Ok(Self {
+            client,
+            url: redacted(url),
+            timeout,
+            conn: Mutex::new(None),
+            open_until: AtomicI64::new(0),
+            failures: AtomicU32::new(0),
+            up: AtomicBool::new(false),
+        })
+    }
+
+    /// True while the last command succeeded.
+    pub(crate) fn is_up(&self) -> bool {
+        self.up.load(Ordering::Relaxed)
+    }
+
+    /// Connects and pings once, for the start-up log line.
+    pub(crate) async fn probe(&self) -> Result<(), CacheError> {
+        self.query::<String>(&redis::cmd("PING")).await.map(|_| ())
+    }
+
+    /// Probes Redis at start and says in the log whether the fast path is on. Unreachable
+    /// is not fatal: pays then go to the database until Redis answers.
+    pub(crate) async fn announce(&self) {
+        match self.probe().await {
+            Ok(()) => tracing::info!(url = %self.url, "redis fast path on"),
+            Err(e) => tracing::warn!(url = %self.url, error = %e,
+                "redis unreachable at start: DEGRADED, pays use the database path only until it answers"),
+        }
+    }
+
+    async fn connection(&self) -> Result<MultiplexedConnection, CacheError> {
+        if crate::now_ms() < self.open_until.load(Ordering::Relaxed) {
+            return Err(CacheError::Skipped);
+        }
+        // One reconnect at a time; everyone else goes to the database meanwhile.
+        let Ok(mut guard) = self.conn.try_lock() else {
+            return Err(CacheError::Skipped);
+        };
+        if let Some(c) = guard.as_ref() {
+            return Ok(c.clone());
+        }
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(Some(self.timeout));
+        let connect = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config);
+        match tokio::time::timeout(self.timeout * 2, connect).await {
+            Ok(Ok(c)) => {
+                *guard = Some(c.clone());
+                Ok(c)
+            }
+            Ok(Err(e)) => Err(CacheError::Failed(e.to_string())),
+            Err(_) => Err(CacheError::Failed("connect timed out".into())),
+        }
+    }
+
+    /// Runs one command under the timeout; trips the breaker on failure.
+    pub(crate) async fn query<T: redis::FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+    ) -> Result<T, CacheError> {
+        let mut conn = match self.connection().await {
+            Ok(c) => c,
+            Err(CacheError::Skipped) => return Err(CacheError::Skipped),
+            Err(e) => {
+                self.trip(&e);
+                return Err(e);
+            }
+        };
+        let result = match tokio::time::timeout(self.timeout, cmd.query_async::<T>(&mut conn)).await
+        {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(CacheError::Failed(e.to_string())),
+            Err(_) => Err(CacheError::Failed("command timed out".into())),
+        };
+        match &result {
+            Ok(_) => self.heal(),
+            Err(e) => self.trip(e),
+        }
+        result
+    }
+
+    fn heal(&self) {
+        self.failures.store(0, Ordering::Relaxed);
+        if !self.up.swap(true, Ordering::Relaxed) {
+            tracing::info!("redis fast path up");
+        }
+    }
+
+    fn trip(&self, why: &CacheError) {
+        let n = self.failures.fetch_add(1, Ordering::Relaxed).min(16);
+        let backoff = MIN_BACKOFF.saturating_mul(1 << n.min(5)).min(MAX_BACKOFF);
+        let until = crate::now_ms() + i64::try_from(backoff.as_millis()).unwrap_or(5_000);
+        self.open_until.store(until, Ordering::Relaxed);
+        if self.up.swap(false, Ordering::Relaxed) || n == 0 {
+            tracing::warn!(error = %why, backoff_ms = backoff.as_millis() as u64,
+                "redis unavailable: degraded to the database path");
+        }
+        // Drop the connection so the next try after the backoff reconnects (a killed server
+        // leaves a dead socket behind). Skip if someone is reconnecting right now.
+        if let Ok(mut guard) = self.conn.try_lock() {
+            *guard = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_logged_without_credentials() {
+        assert_eq!(
+            redacted("redis://user:secret@127.0.0.1:6379/3"),
+            "redis://127.0.0.1:6379/3"
+        );
+        assert_eq!(redacted("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(redacted("nonsense"), "(unparsable url)");
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_redis_fails_fast_then_is_skipped() {
+        // Port 1 on loopback: nothing listens, the connect is refused at once.
+        let cache = RedisCache::new("redis://127.0.0.1:1/0", Duration::from_millis(100))
+            .expect("url parses");
+        assert!(matches!(cache.probe().await, Err(CacheError::Failed(_))));
+        assert!(!cache.is_up());
+        // The breaker is open: the next call does not even try.
+        assert!(matches!(cache.probe().await, Err(CacheError::Skipped)));
+    }
+}

@@ -1,0 +1,684 @@
+//! The Redis fast path, the pay rate limit and `GET /metrics`, against the real binary, a
+//! real Redis and real SQLite/PostgreSQL.
+//!
+//! Redis: the machine's server (`PAYONCE_TEST_REDIS_URL`, default `redis://127.0.0.1:6379`),
+//! one database number per test so a `FLUSHDB` never touches another test; and, where a
+//! test kills Redis, a private `redis-server` on a free port (`PAYONCE_TEST_REDIS_SERVER`,
+//! default `redis-server`). Unavailable Redis fails the test (under `CI=true` always;
+//! locally `PAYONCE_ALLOW_SKIP=1` makes it a loud skip), like PostgreSQL.
+
+use crate::common::{client, id_of, key, ledger, Backend, Opts, Proc, Resp, TestApp, TestDb};
+use crate::on_both_backends;
+use futures_util::future::join_all;
+use redis::aio::MultiplexedConnection;
+use serde_json::Value;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const APPROVE: &str = "pm_card_approve";
+const DECLINE: &str = "pm_card_decline";
+const SLOW: &str = "pm_card_slow";
+const TIMEOUT: &str = "pm_card_timeout";
+
+/// Database numbers on the shared Redis, one per test.
+const DB_REPLAY_SQLITE: u8 = 11;
+const DB_REPLAY_POSTGRES: u8 = 12;
+const DB_FLUSH: u8 = 13;
+
+on_both_backends!(redis_replays_are_byte_identical_checked_and_scoped);
+
+fn redis_base() -> String {
+    std::env::var("PAYONCE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+/// Redis (or redis-server) is missing: a failure under CI, a loud skip only when allowed.
+fn unavailable<T>(what: &str) -> Option<T> {
+    let how = "start it with: redis-server --daemonize yes (apt-get install redis-server)";
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{what}; CI requires it: {how}");
+    }
+    eprintln!("SKIPPED: {what}; {how}");
+    if std::env::var("PAYONCE_ALLOW_SKIP").as_deref() == Ok("1") {
+        return None;
+    }
+    panic!("{what}; set PAYONCE_ALLOW_SKIP=1 to skip Redis tests: {how}");
+}
+
+async fn connect(url: &str) -> Result<MultiplexedConnection, String> {
+    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    let conn = tokio::time::timeout(
+        Duration::from_secs(5),
+        client.get_multiplexed_async_connection(),
+    )
+    .await
+    .map_err(|_| "connect timed out".to_owned())?
+    .map_err(|e| e.to_string())?;
+    Ok(conn)
+}
+
+/// The shared Redis at database `db`, emptied, and a connection to look inside it.
+async fn shared_redis(db: u8) -> Option<(String, MultiplexedConnection)> {
+    let url = format!("{}/{db}", redis_base());
+    match connect(&url).await {
+        Ok(mut c) => {
+            let _: () = redis::cmd("FLUSHDB")
+                .query_async(&mut c)
+                .await
+                .expect("FLUSHDB");
+            Some((url, c))
+        }
+        Err(e) => unavailable(&format!("redis unreachable at {url} ({e})")),
+    }
+}
+
+async fn redis_get(conn: &mut MultiplexedConnection, key: &str) -> Option<Value> {
+    let v: Option<String> = redis::cmd("GET")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .expect("GET");
+    v.map(|s| serde_json::from_str(&s).expect("entry is JSON"))
+}
+
+/// A redis-server of the test's own, on a free port, without persistence: killing it is
+/// losing Redis, without touching the machine's.
+struct PrivateRedis {
+    child: Child,
+    port: u16,
+}
+
+impl PrivateRedis {
+    async fn start(port: Option<u16>) -> Option<Self> {
+        let port = port.unwrap_or_else(|| {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
+            l.local_addr().expect("addr").port()
+        });
+        let bin =
+            std::env::var("PAYONCE_TEST_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let child = Command::new(&bin)
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let child = match child {
+            Ok(c) => c,
+            Err(e) => return unavailable(&format!("cannot run {bin} ({e})")),
+        };
+        let me = Self { child, port };
+        for _ in 0..200 {
+            if let Ok(mut c) = connect(&me.url()).await {
+                let pong: Result<String, _> = redis::cmd("PING").query_async(&mut c).await;
+                if pong.is_ok() {
+                    return Some(me);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("private redis-server on port {port} never answered PING");
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The value of one series on `GET /metrics` (0 when absent), e.g.
+/// `payonce_pay_replays_total{source="redis"}`.
+async fn metric(app: &TestApp, series: &str) -> f64 {
+    let r = app.send(app.http.get(app.url("/metrics"))).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.text()
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .map(|v| v.parse().expect("metric value"))
+        .unwrap_or(0.0)
+}
+
+/// Every answer 200 with the same bytes; exactly one did the work, the others replayed it.
+fn assert_agree(answers: &[Resp]) {
+    let first = &answers[0];
+    for r in answers {
+        assert_eq!(
+            r.status,
+            200,
+            "every request gets the outcome: {}",
+            r.text()
+        );
+        assert_eq!(r.body, first.body, "every request gets the same bytes");
+    }
+    let fresh = answers
+        .iter()
+        .filter(|r| r.header("idempotent-replayed").is_none())
+        .count();
+    assert_eq!(
+        fresh, 1,
+        "exactly one request did the work; the others replayed it"
+    );
+}
+
+fn redis_opts(url: &str) -> Opts {
+    Opts {
+        // A generous Redis timeout: these tests assert what Redis serves, and a loaded test
+        // machine must not turn a slow answer into a (correct, but different) database read.
+        extra: vec![
+            "--redis-url".into(),
+            url.into(),
+            "--redis-timeout-ms".into(),
+            "2000".into(),
+        ],
+        ..Opts::default()
+    }
+}
+
+async fn stored_body(app: &TestApp, user: &str, k: &str) -> String {
+    let pool = app.db_pool().await;
+    sqlx::query_scalar("SELECT response_body FROM attempts WHERE user_id = $1 AND idem_key = $2")
+        .bind(user)
+        .bind(k)
+        .fetch_one(&pool)
+        .await
+        .expect("stored answer")
+}
+
+async fn redis_replays_are_byte_identical_checked_and_scoped(backend: Backend) {
+    let db = match backend {
+        Backend::Sqlite => DB_REPLAY_SQLITE,
+        Backend::Postgres => DB_REPLAY_POSTGRES,
+    };
+    let Some((url, mut redis)) = shared_redis(db).await else {
+        return;
+    };
+    let Some(app) = TestApp::spawn_with(backend, redis_opts(&url)).await else {
+        return;
+    };
+    let (alice, bob) = (app.session("alice").await, app.session("bob").await);
+    let order_a = id_of(&app.create_order(&alice, &[("tee-classic", 1)]).await);
+    let k = key();
+
+    let first = app.pay(&alice, &order_a, Some(&k), 1, APPROVE).await;
+    assert_eq!(first.status, 200, "{}", first.text());
+    assert!(first.header("idempotent-replayed").is_none());
+    // Redis holds the final answer under alice's scope, the exact bytes the database stored.
+    let entry = redis_get(&mut redis, &format!("idem:alice:{k}"))
+        .await
+        .expect("final answer cached in redis");
+    assert_eq!(entry["state"], "final");
+    assert_eq!(entry["body"].as_str().unwrap().as_bytes(), &first.body[..]);
+    assert_eq!(
+        stored_body(&app, "alice", &k).await.as_bytes(),
+        &first.body[..]
+    );
+
+    // A replay is served from Redis: same bytes, marked replayed.
+    let from_redis = r#"payonce_pay_replays_total{source="redis"}"#;
+    let before = metric(&app, from_redis).await;
+    let replay = app.pay(&alice, &order_a, Some(&k), 1, APPROVE).await;
+    assert_eq!(replay.status, 200);
+    assert_eq!(
+        replay.header("idempotent-replayed").as_deref(),
+        Some("true")
+    );
+    assert_eq!(
+        replay.body, first.body,
+        "byte-identical to the first answer"
+    );
+    assert_eq!(
+        metric(&app, from_redis).await,
+        before + 1.0,
+        "served from redis"
+    );
+
+    // Same key, different details: Redis never replays it; 422, nothing charged.
+    let mismatch_seen = r#"payonce_redis_lookups_total{result="mismatch"}"#;
+    let before = metric(&app, mismatch_seen).await;
+    let other = app.pay(&alice, &order_a, Some(&k), 1, DECLINE).await;
+    assert_eq!(other.status, 422, "{}", other.text());
+    assert_eq!(other.code(), "KEY_REUSED_WITH_DIFFERENT_DETAILS");
+    assert_eq!(metric(&app, mismatch_seen).await, before + 1.0);
+    assert_eq!(app.ledger(&order_a).await.len(), 1);
+
+    // Bob sends alice's key for his own order: his own attempt, never alice's bytes.
+    let order_b = id_of(&app.create_order(&bob, &[("mug-enamel", 1)]).await);
+    let b = app.pay(&bob, &order_b, Some(&k), 1, APPROVE).await;
+    assert_eq!(b.status, 200, "{}", b.text());
+    assert!(b.header("idempotent-replayed").is_none(), "a fresh attempt");
+    assert_ne!(b.body, first.body);
+    assert_eq!(b.json()["orderId"], order_b.as_str());
+    assert_eq!(app.ledger(&order_b).await.len(), 1);
+    let bob_entry = redis_get(&mut redis, &format!("idem:bob:{k}"))
+        .await
+        .unwrap();
+    assert_eq!(bob_entry["body"].as_str().unwrap().as_bytes(), &b.body[..]);
+    // And alice's order stays hers, whatever key bob sends.
+    let stolen = app.pay(&bob, &order_a, Some(&k), 1, APPROVE).await;
+    assert_eq!(stolen.status, 404);
+    assert_eq!(app.ledger(&order_a).await.len(), 1);
+}
+
+/// Three API processes on one PostgreSQL database and one standalone provider.
+struct Cluster {
+    apps: Vec<TestApp>,
+    provider_url: String,
+    _procs: Vec<Proc>,
+    _provider: Proc,
+    _db: TestDb,
+}
+
+async fn cluster(redis_url: &str) -> Option<Cluster> {
+    let db = TestDb::create(Backend::Postgres).await?;
+    let provider = Proc::spawn(
+        &[
+            "mock-provider".into(),
+            "--addr".into(),
+            "127.0.0.1:0".into(),
+        ],
+        false,
+    );
+    let provider_url = provider.provider.clone().unwrap();
+    // The slow method takes 4 s: the provider timeout and the lease outlast it, and every
+    // duplicate waits for the outcome instead of answering 409.
+    let opts = Opts {
+        lease_ms: 20_000,
+        provider_timeout_ms: 8_000,
+        in_progress_wait_ms: 15_000,
+        ..redis_opts(redis_url)
+    };
+    let mut args = opts.args(&db.url);
+    args.extend(["--provider-url".into(), provider_url.clone()]);
+    let procs: Vec<Proc> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..3)
+            .map(|_| s.spawn(|| Proc::spawn(&args, true)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("spawn"))
+            .collect()
+    });
+    let apps = procs
+        .iter()
+        .map(|p| TestApp {
+            api: p.api.clone().unwrap(),
+            provider: provider_url.clone(),
+            http: client(),
+            _procs: vec![],
+            db: None,
+        })
+        .collect();
+    Some(Cluster {
+        apps,
+        provider_url,
+        _procs: procs,
+        _provider: provider,
+        _db: db,
+    })
+}
+
+impl Cluster {
+    /// 25 same-key pays over the three processes, while `middle` runs once the charge is in
+    /// flight; then 25 more. Returns all 50 answers.
+    async fn fifty_pays_around<F: std::future::Future<Output = ()>>(
+        &self,
+        token: &str,
+        order: &str,
+        k: &str,
+        middle: F,
+    ) -> Vec<Resp> {
+        let wave = |from: usize| {
+            join_all((from..from + 25).map(|i| {
+                let app = &self.apps[i % 3];
+                app.send(app.pay_request(token, order, Some(k), 1, SLOW))
+            }))
+        };
+        let (mut first, second) = tokio::join!(wave(0), async {
+            middle.await;
+            wave(25).await
+        });
+        first.extend(second);
+        first
+    }
+}
+
+/// The attempt is still processing: the provider has not answered (the slow method records
+/// its charge at once and answers 4 s later), nothing is settled yet.
+async fn assert_in_flight(app: &TestApp, token: &str, order: &str) {
+    let o = app.get_order(token, order).await.json();
+    assert_eq!(
+        o["paymentInProgress"], true,
+        "the charge must still be in flight: {o}"
+    );
+    assert_eq!(o["status"], "unpaid", "{o}");
+}
+
+/// Waits until Redis shows the key claimed (a processing marker): the charge is in flight.
+async fn wait_for_marker(conn: &mut MultiplexedConnection, rkey: &str) {
+    for _ in 0..500 {
+        if let Some(v) = redis_get(conn, rkey).await {
+            assert_eq!(v["state"], "processing", "{v}");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{rkey} was never claimed in redis");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_flushed_mid_flight_over_three_processes_charges_once() {
+    let Some((url, mut redis)) = shared_redis(DB_FLUSH).await else {
+        return;
+    };
+    let Some(c) = cluster(&url).await else {
+        return;
+    };
+    let t = c.apps[0].session("alice").await;
+    let order = id_of(&c.apps[1].create_order(&t, &[("tee-classic", 1)]).await);
+    let k = key();
+    let rkey = format!("idem:alice:{k}");
+    let http = client();
+    let answers = c
+        .fifty_pays_around(&t, &order, &k, async {
+            wait_for_marker(&mut redis, &rkey).await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            assert_in_flight(&c.apps[0], &t, &order).await;
+            let _: () = redis::cmd("FLUSHDB").query_async(&mut redis).await.unwrap();
+            assert!(redis_get(&mut redis, &rkey).await.is_none(), "flushed");
+        })
+        .await;
+    assert_agree(&answers);
+    assert_eq!(
+        ledger(&http, &c.provider_url, &order).await.len(),
+        1,
+        "one charge"
+    );
+    // Redis has the final answer again, and every process replays the same bytes from it.
+    let entry = redis_get(&mut redis, &rkey).await.expect("cache refilled");
+    assert_eq!(
+        entry["body"].as_str().unwrap().as_bytes(),
+        &answers[0].body[..]
+    );
+    for app in &c.apps {
+        let r = app.pay(&t, &order, Some(&k), 1, SLOW).await;
+        assert_eq!(r.header("idempotent-replayed").as_deref(), Some("true"));
+        assert_eq!(r.body, answers[0].body);
+    }
+    assert_eq!(ledger(&http, &c.provider_url, &order).await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_mid_flight_over_three_processes_charges_once_then_recovers() {
+    let Some(mut private) = PrivateRedis::start(None).await else {
+        return;
+    };
+    let port = private.port;
+    let url = private.url();
+    let Some(c) = cluster(&url).await else {
+        return;
+    };
+    let mut redis = connect(&url).await.expect("private redis");
+    let t = c.apps[0].session("alice").await;
+    let order = id_of(&c.apps[2].create_order(&t, &[("tee-classic", 1)]).await);
+    let k = key();
+    let rkey = format!("idem:alice:{k}");
+    let http = client();
+    let answers = c
+        .fifty_pays_around(&t, &order, &k, async {
+            wait_for_marker(&mut redis, &rkey).await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            assert_in_flight(&c.apps[0], &t, &order).await;
+            private.kill();
+        })
+        .await;
+    assert_agree(&answers);
+    assert_eq!(
+        ledger(&http, &c.provider_url, &order).await.len(),
+        1,
+        "one charge"
+    );
+    for app in &c.apps {
+        assert_eq!(
+            metric(app, "payonce_redis_up").await,
+            0.0,
+            "degraded, and says so"
+        );
+    }
+
+    // Redis comes back empty on the same port: the processes reconnect after their
+    // backoff, refill the cache from the database, and serve replays from it again.
+    let _restarted = PrivateRedis::start(Some(port))
+        .await
+        .expect("restart redis");
+    let from_redis = r#"payonce_pay_replays_total{source="redis"}"#;
+    let app = &c.apps[0];
+    let before = metric(app, from_redis).await;
+    let mut served_from_redis = false;
+    for _ in 0..100 {
+        let r = app.pay(&t, &order, Some(&k), 1, SLOW).await;
+        assert_eq!(r.body, answers[0].body);
+        assert_eq!(r.header("idempotent-replayed").as_deref(), Some("true"));
+        if metric(app, from_redis).await > before {
+            served_from_redis = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        served_from_redis,
+        "replays come from redis again after it restarts"
+    );
+    assert_eq!(metric(app, "payonce_redis_up").await, 1.0);
+    assert_eq!(ledger(&http, &c.provider_url, &order).await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_redis_at_start_degrades_to_the_database_and_says_so() {
+    let db = TestDb::create(Backend::Sqlite).await.unwrap();
+    let dir = std::env::temp_dir().join(format!("payonce-log-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("server.log");
+    // Port 1 on loopback: nothing listens there.
+    let mut args = redis_opts("redis://127.0.0.1:1/0").args(&db.url);
+    args.extend(["--provider-addr".into(), "127.0.0.1:0".into()]);
+    let proc = Proc::spawn_logged(&args, true, &log);
+    let app = TestApp {
+        api: proc.api.clone().unwrap(),
+        provider: proc.provider.clone().unwrap(),
+        http: client(),
+        _procs: vec![proc],
+        db: Some(db),
+    };
+    let t = app.session("alice").await;
+    let order = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
+    let k = key();
+    let first = app.pay(&t, &order, Some(&k), 1, APPROVE).await;
+    assert_eq!(first.status, 200, "{}", first.text());
+    let again = app.pay(&t, &order, Some(&k), 1, APPROVE).await;
+    assert_eq!(again.header("idempotent-replayed").as_deref(), Some("true"));
+    assert_eq!(again.body, first.body);
+    assert_eq!(app.ledger(&order).await.len(), 1);
+    assert_eq!(metric(&app, "payonce_redis_up").await, 0.0);
+    assert_eq!(
+        metric(&app, r#"payonce_pay_replays_total{source="database"}"#).await,
+        1.0
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("redis unreachable at start: DEGRADED"),
+        "the log says the fast path is off: {text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_keys_are_rate_limited_per_user_and_retries_are_not() {
+    let opts = Opts {
+        extra: [
+            "--new-attempts-burst",
+            "2",
+            "--new-attempts-per-min",
+            "60",
+            "--pay-rate-burst",
+            "20",
+            "--pay-rate-per-min",
+            "60",
+        ]
+        .map(String::from)
+        .to_vec(),
+        ..Opts::default()
+    };
+    let Some(app) = TestApp::spawn_with(Backend::Sqlite, opts).await else {
+        return;
+    };
+    let (alice, bob) = (app.session("alice").await, app.session("bob").await);
+    let mut orders = Vec::new();
+    for _ in 0..3 {
+        orders.push(id_of(
+            &app.create_order(&alice, &[("tee-classic", 1)]).await,
+        ));
+    }
+    let keys = [key(), key(), key()];
+    for i in 0..2 {
+        let r = app
+            .pay(&alice, &orders[i], Some(&keys[i]), 1, APPROVE)
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    // The third new key within the burst is refused before anything is claimed or charged.
+    let limited = app
+        .pay(&alice, &orders[2], Some(&keys[2]), 1, APPROVE)
+        .await;
+    assert_eq!(limited.status, 429, "{}", limited.text());
+    assert!(limited.is_problem());
+    assert_eq!(limited.code(), "RATE_LIMITED");
+    let retry_after: u64 = limited
+        .header("retry-after")
+        .expect("Retry-After")
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&retry_after), "{retry_after}");
+    assert!(app.ledger(&orders[2]).await.is_empty());
+    // Retries of a known key are not new attempts: they replay.
+    for _ in 0..5 {
+        let r = app
+            .pay(&alice, &orders[0], Some(&keys[0]), 1, APPROVE)
+            .await;
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("idempotent-replayed").as_deref(), Some("true"));
+    }
+    // Another user has a bucket of their own.
+    let bobs = id_of(&app.create_order(&bob, &[("tee-classic", 1)]).await);
+    assert_eq!(
+        app.pay(&bob, &bobs, Some(&key()), 1, APPROVE).await.status,
+        200
+    );
+    // After Retry-After the same key goes through, once.
+    tokio::time::sleep(Duration::from_millis(retry_after * 1000 + 100)).await;
+    let r = app
+        .pay(&alice, &orders[2], Some(&keys[2]), 1, APPROVE)
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(app.ledger(&orders[2]).await.len(), 1);
+    // A runaway loop of replays hits the looser per-request bucket.
+    let mut refused = 0;
+    for _ in 0..30 {
+        let r = app
+            .pay(&alice, &orders[0], Some(&keys[0]), 1, APPROVE)
+            .await;
+        if r.status == 429 {
+            assert_eq!(r.code(), "RATE_LIMITED");
+            refused += 1;
+        }
+    }
+    assert!(refused > 0, "30 quick requests exceed a burst of 20");
+    assert_eq!(
+        metric(
+            &app,
+            r#"payonce_pay_rate_limited_total{bucket="new_attempts"}"#
+        )
+        .await,
+        1.0
+    );
+    assert_eq!(
+        metric(&app, r#"payonce_pay_rate_limited_total{bucket="requests"}"#).await,
+        f64::from(refused)
+    );
+    assert_eq!(app.ledger(&orders[0]).await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_pays_replays_conflicts_mismatches_and_stuck_attempts() {
+    let Some(app) = TestApp::spawn(Backend::Sqlite).await else {
+        return;
+    };
+    let r = app.send(app.http.get(app.url("/metrics"))).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("content-type").as_deref(),
+        Some("text/plain; version=0.0.4; charset=utf-8")
+    );
+    assert!(r
+        .text()
+        .contains("# TYPE payonce_pay_requests_total counter"));
+    let ok = r#"payonce_pay_requests_total{outcome="succeeded",status="200"}"#;
+    let stuck = r#"payonce_attempts_processing{older_than_seconds="0"}"#;
+    assert_eq!(metric(&app, ok).await, 0.0);
+    assert_eq!(metric(&app, stuck).await, 0.0);
+
+    let t = app.session("alice").await;
+    let order = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
+    let k = key();
+    assert_eq!(app.pay(&t, &order, Some(&k), 1, APPROVE).await.status, 200);
+    assert_eq!(app.pay(&t, &order, Some(&k), 1, APPROVE).await.status, 200);
+    assert_eq!(app.pay(&t, &order, Some(&k), 1, DECLINE).await.status, 422);
+    // A provider that never answers leaves an attempt processing; a second key for that
+    // order is a 409.
+    let stuck_order = id_of(&app.create_order(&t, &[("mug-enamel", 1)]).await);
+    let p = app.pay(&t, &stuck_order, Some(&key()), 1, TIMEOUT).await;
+    assert_eq!(p.status, 202, "{}", p.text());
+    let busy = app.pay(&t, &stuck_order, Some(&key()), 1, APPROVE).await;
+    assert_eq!(busy.status, 409, "{}", busy.text());
+
+    assert_eq!(
+        metric(&app, ok).await,
+        2.0,
+        "the first answer and its replay"
+    );
+    assert_eq!(
+        metric(&app, r#"payonce_pay_replays_total{source="database"}"#).await,
+        1.0
+    );
+    assert_eq!(metric(&app, "payonce_pay_key_mismatches_total").await, 1.0);
+    assert_eq!(
+        metric(
+            &app,
+            r#"payonce_pay_requests_total{outcome="processing",status="202"}"#
+        )
+        .await,
+        1.0
+    );
+    let code = busy.code();
+    assert_eq!(
+        metric(
+            &app,
+            &format!(r#"payonce_pay_conflicts_total{{code="{code}"}}"#)
+        )
+        .await,
+        1.0
+    );
+    assert_eq!(
+        metric(&app, stuck).await,
+        1.0,
+        "one attempt stuck in processing"
+    );
+}
