@@ -25,9 +25,12 @@
 //! - `faults`: dev-mode fault injection and named failpoints.
 //! - `openapi`: the hand-written OpenAPI document (`openapi.json` in this crate).
 //! - `server` ([`run`]): listeners, the embedded mock provider, graceful shutdown.
+//! - `bench` (hidden): the raw-store pay path the load benchmark measures against.
 
 #![deny(missing_docs)]
 
+#[doc(hidden)]
+pub mod bench;
 pub mod config;
 pub mod store;
 

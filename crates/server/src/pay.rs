@@ -461,7 +461,7 @@ impl Claim {
     }
 }
 
-enum Claimed {
+pub(crate) enum Claimed {
     Won(Claim),
     /// The key appeared meanwhile (another request claimed or cancelled it): decide again.
     Lost,
@@ -469,7 +469,7 @@ enum Claimed {
 
 /// Rule 3, in one write transaction. Every check is a conditional statement whose row
 /// count decides; the reads only choose which error to report.
-async fn claim(
+pub(crate) async fn claim(
     state: &AppState,
     user: &str,
     order: &OrderRow,
@@ -730,7 +730,7 @@ fn expires_at(state: &AppState, now: i64) -> i64 {
     now + i64::try_from(state.config.key_retention.as_millis()).unwrap_or(0)
 }
 
-async fn settle_charged(
+pub(crate) async fn settle_charged(
     state: &AppState,
     claim: &Claim,
     charge: &Charge,

@@ -108,6 +108,40 @@ async fn dev_features_are_refused_without_dev_mode() {
         )
         .await;
     assert_eq!((r.status, r.code().as_str()), (403, "DEV_MODE_REQUIRED"));
+    let r = app
+        .send(
+            app.http
+                .post(app.url("/orders/x/pay"))
+                .header("Payonce-Dev-Fault", "crash-after-charge")
+                .bearer_auth(sign_like_server("alice"))
+                .header("Idempotency-Key", key())
+                .json(&json!({ "orderVersion": 1, "paymentMethodId": "pm_card_approve" })),
+        )
+        .await;
+    assert_eq!((r.status, r.code().as_str()), (403, "DEV_MODE_REQUIRED"));
+    let r = app
+        .send(
+            app.http
+                .get(app.url("/dev/mailbox?orderId=x"))
+                .bearer_auth(sign_like_server("alice")),
+        )
+        .await;
+    assert_eq!((r.status, r.code().as_str()), (403, "DEV_MODE_REQUIRED"));
+    // A server asked to arm failpoints without --dev refuses to start at all.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_payonce-server"))
+        .args(["--addr", "127.0.0.1:0", "--provider-addr", "127.0.0.1:0"])
+        .args([
+            "--database-url",
+            "sqlite:///nonexistent-dir-never-created/x.db",
+        ])
+        .args(["--failpoint", "after-claim"])
+        .env_remove("PAYONCE_FAILPOINTS")
+        .output()
+        .expect("run payonce-server");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("require --dev"), "{err}");
+    assert!(out.stdout.is_empty(), "no listener was started");
     // No CORS outside dev mode.
     let r = app
         .send(
