@@ -134,6 +134,57 @@ async fn scenario(backend: Backend, crash: Crash, method: &str) {
         "{crash:?}: aborted, not a clean exit: {status:?}"
     );
 
+    // What the crash left behind proves where it happened.
+    {
+        let pool = db.pool().await;
+        let row: Option<(String,)> =
+            sqlx::query_as("SELECT status FROM attempts WHERE idem_key = $1")
+                .bind(&k)
+                .fetch_optional(&pool)
+                .await
+                .unwrap();
+        let (pending,): (i64,) =
+            sqlx::query_as("SELECT COUNT(*) FROM outbox WHERE done_at IS NULL")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        let saved = matches!(crash, Crash::Failpoint("after-save" | "email"));
+        let want = if saved { "succeeded" } else { "processing" };
+        assert_eq!(
+            row,
+            Some((want.to_owned(),)),
+            "{crash:?}: the attempt after the crash"
+        );
+        assert_eq!(
+            pending,
+            i64::from(!saved),
+            "{crash:?}: the outbox row after the crash"
+        );
+        pool.close().await;
+        // The provider's ledger as its state file holds it: charged before the crash unless
+        // the crash came before the call (or the call was the transient 503).
+        // (No file at all: the provider never changed its state.)
+        let charged = match std::fs::read(&state_file) {
+            Ok(bytes) => {
+                let ledger: Value = serde_json::from_slice(&bytes).unwrap();
+                ledger["charges"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|c| c["charge"]["orderId"] == id.as_str())
+                    .count()
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => panic!("provider state: {e}"),
+        };
+        let before_call = matches!(crash, Crash::Failpoint("after-claim" | "outbox"));
+        assert_eq!(
+            charged,
+            usize::from(!before_call),
+            "{crash:?}: charges at the crash"
+        );
+    }
+
     // --- the second process on the same database and provider ledger ---------------------
     let second = Proc::spawn(&args, true);
     let app = TestApp {
