@@ -24,6 +24,7 @@
 
 use crate::error::AppResult;
 use crate::faults::{self, failpoint};
+use crate::metrics;
 use crate::pay;
 use crate::store::attempts::{self as db, AttemptRow};
 use crate::store::audit::{self, Entry};
@@ -112,6 +113,11 @@ pub(crate) async fn drain_outbox(state: &AppState) -> AppResult<usize> {
     for row in queue::outbox_pending(state.store.pool(), now_ms(), BATCH).await? {
         let driven = drive_abandoned(state, &row, OUTBOX_WORKER).await?;
         tracing::debug!(attempt = %row.id, ?driven, "outbox row");
+        match driven {
+            Driven::Settled => metrics::outbox("drained"),
+            Driven::Unknown => metrics::outbox("inconclusive"),
+            Driven::Skipped => {}
+        }
         settled += usize::from(driven == Driven::Settled);
     }
     Ok(settled)
@@ -128,6 +134,7 @@ pub(crate) async fn reconcile_stuck(state: &AppState) -> AppResult<usize> {
         match drive_abandoned(state, &row, RECONCILIATION).await? {
             Driven::Settled => {
                 settled += 1;
+                metrics::reconciliation("settled");
                 tracing::info!(attempt = %row.id, "reconciliation settled an attempt");
             }
             Driven::Unknown => flag_for_review(state, &row).await?,
@@ -156,6 +163,7 @@ async fn flag_for_review(state: &AppState, row: &AttemptRow) -> AppResult<()> {
     audit::record(&mut *tx, &entry, now).await?;
     tx.commit().await?;
     tracing::error!(attempt = %row.id, order = %row.order_id, "attempt flagged for manual review");
+    metrics::reconciliation("manual_review");
     Ok(())
 }
 
@@ -190,9 +198,11 @@ pub(crate) async fn send_emails(state: &AppState) -> AppResult<usize> {
                 body: &body,
             };
             queue::insert_mail(&mut *tx, &mail, now).await?;
+            metrics::email("sent");
             sent += 1;
         } else {
             tracing::info!(job = %job, order = %order_id, "confirmation already sent: redelivery is a no-op");
+            metrics::email("already_sent");
         }
         tx.commit().await?;
         failpoint(faults::EMAIL);

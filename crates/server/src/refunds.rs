@@ -16,6 +16,7 @@
 use crate::auth::AuthUser;
 use crate::error::{AppError, AppResult};
 use crate::extract::{IdemKeyHeader, PathId};
+use crate::metrics;
 use crate::provider_client::RefundOutcome;
 use crate::store::audit::{self, Entry};
 use crate::store::refunds::{self as db, NewRefund, RefundRow};
@@ -103,7 +104,10 @@ async fn run(
                 response_status: Some(status),
                 response_body: Some(body),
                 ..
-            }) => return Ok((u16::try_from(status).unwrap_or(500), body, true)),
+            }) => {
+                metrics::refund("replayed");
+                return Ok((u16::try_from(status).unwrap_or(500), body, true));
+            }
             Some(row) => {
                 if let Some(answer) = drive(state, &row, &payment, attempt_id).await? {
                     return Ok(answer);
@@ -136,6 +140,7 @@ async fn run(
 }
 
 fn not_allowed(detail: &str) -> AppError {
+    metrics::refund("not_allowed");
     AppError::detail(ErrorCode::RefundNotAllowed, detail)
 }
 
@@ -159,6 +164,7 @@ async fn drive(
         }
         RefundOutcome::Unknown(why) => {
             tracing::warn!(refund = %row.id, %why, "refund outcome unknown; stays processing");
+            metrics::refund("in_progress");
             return Err(AppError::with(ErrorCode::InProgress, |p| {
                 p.detail = Some("the refund is in progress; retry with the same key".into());
                 p.retry_after = Some(state.config.retry_after_secs);
@@ -200,5 +206,6 @@ async fn drive(
         audit::record(&mut *tx, &entry, now).await?;
     }
     tx.commit().await?;
+    metrics::refund("refunded");
     Ok(Some((200, body, false)))
 }

@@ -24,6 +24,7 @@
 
 use crate::error::{AppError, AppResult};
 use crate::faults::{self, failpoint};
+use crate::metrics;
 use crate::pay;
 use crate::store::attempts as db;
 use crate::store::orders::get_order;
@@ -70,7 +71,10 @@ pub(crate) async fn handler(
         now_ms() / 1000,
         TOLERANCE,
     )
-    .map_err(|e| signature_invalid(e.reason()))?;
+    .map_err(|e| {
+        metrics::webhook_event("bad_signature");
+        signature_invalid(e.reason())
+    })?;
     let event: WebhookEvent = serde_json::from_slice(&body).map_err(|e| {
         AppError::detail(
             ErrorCode::InvalidRequest,
@@ -85,6 +89,7 @@ pub(crate) async fn handler(
     let pool = state.store.pool();
     if db::webhook_arrived(pool, &event.id, kind, &event.charge.provider_key, now_ms()).await? {
         tracing::debug!(event = %event.id, "duplicate webhook acknowledged");
+        metrics::webhook_event("duplicate");
         return Ok(StatusCode::OK);
     }
     failpoint(faults::WEBHOOK);
@@ -109,6 +114,7 @@ async fn handle(state: &AppState, event: &WebhookEvent) -> AppResult<()> {
     else {
         // Not acknowledged: the provider redelivers (see the module docs for why).
         tracing::warn!(event = %event.id, "webhook for a provider key no attempt owns (yet)");
+        metrics::webhook_event("unknown_provider_key");
         return Err(AppError::detail(
             ErrorCode::PaymentNotFound,
             "no payment attempt owns this provider key (yet); deliver the event again later",
@@ -125,15 +131,17 @@ async fn handle(state: &AppState, event: &WebhookEvent) -> AppResult<()> {
     };
     match pay::settle_from_webhook(state, &row, &order).await? {
         Some(true) => {
-            tracing::info!(event = %event.id, attempt = %row.id, "attempt settled by webhook")
+            tracing::info!(event = %event.id, attempt = %row.id, "attempt settled by webhook");
+            metrics::webhook_event("applied");
         }
-        Some(false) => {}
+        Some(false) => metrics::webhook_event("no_effect"),
         None => {
+            metrics::webhook_event("unconfirmed");
             return Err(AppError::with(ErrorCode::StoreUnavailable, |p| {
                 p.detail =
                     Some("the provider could not confirm this event; deliver it again".into());
                 p.retry_after = Some(1);
-            }))
+            }));
         }
     }
     Ok(())
