@@ -23,6 +23,16 @@ async fn order_status(app: &TestApp, t: &str, id: &str) -> (String, bool) {
     )
 }
 
+/// The value of one series in `GET /metrics` (0 when absent).
+async fn metric(app: &TestApp, series: &str) -> f64 {
+    let r = app.send(app.http.get(app.url("/metrics"))).await;
+    assert_eq!(r.status, 200);
+    r.text()
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
 async fn count(pool: &sqlx::AnyPool, sql: &str, bind: &str) -> i64 {
     let (n,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(sql.to_owned()))
         .bind(bind)
@@ -143,6 +153,11 @@ async fn chaotic_webhooks_never_double_apply(backend: Backend) {
         "every order's event handled ({handled})"
     );
     assert_eq!(received, handled, "no event left half-handled");
+    let dup = metric(&app, r#"payonce_webhook_events_total{result="duplicate"}"#).await;
+    assert!(
+        dup >= orders.len() as f64,
+        "duplicates were delivered and counted: {dup}"
+    );
 }
 
 async fn a_webhook_for_an_unknown_provider_key_is_not_acknowledged(backend: Backend) {
@@ -311,6 +326,8 @@ async fn a_refund_retried_ten_times_or_raced_ten_times_refunds_once(backend: Bac
     )
     .await;
     assert_eq!(n, 1);
+    let refunded = metric(&app, r#"payonce_refunds_total{result="refunded"}"#).await;
+    assert_eq!(refunded, 2.0, "two payments, two refunds");
     let _ = std::fs::remove_file(&state);
 }
 
@@ -365,6 +382,12 @@ async fn unreachable_provider_flags_stuck_attempts_for_review_never_charges(back
     )
     .await;
     assert_eq!(audits, 1, "one audit row");
+    let flagged = metric(
+        &app,
+        r#"payonce_reconciliation_total{result="manual_review"}"#,
+    )
+    .await;
+    assert_eq!(flagged, 1.0, "the manual-review metric");
     // Still processing, still locked: nothing decided without the provider.
     assert_eq!(
         order_status(&app, &t, &id).await,
