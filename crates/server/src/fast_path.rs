@@ -412,6 +412,48 @@ mod tests {
         assert_eq!(Entry::from_row(&row), None);
     }
 
+    /// A cached answer replays only for its own user and the same details, through the same
+    /// fingerprint rule as the database row.
+    #[test]
+    fn a_cached_answer_replays_only_for_its_user_and_details() {
+        use payonce_protocol::OrderStatus;
+        let order = OrderRow {
+            id: "o1".into(),
+            status: OrderStatus::Paid,
+            version: 1,
+            items: Vec::new(),
+            coupon: None,
+            address: None,
+            subtotal: 100,
+            discount: 0,
+            amount: 100,
+            currency: "USD".into(),
+            active_attempt: None,
+            payment_id: None,
+        };
+        let req = |method: &str| PayRequest {
+            order_version: 1,
+            payment_method_id: method.into(),
+        };
+        let fp = pay::fingerprint(&pay::Details {
+            user: "alice",
+            order_id: "o1",
+            order_version: 1,
+            amount: 100,
+            currency: "USD",
+            payment_method_id: "pm_card_approve",
+        });
+        let entry = final_entry("alice", &fp);
+        let Entry::Final { body, .. } = &entry else {
+            unreachable!()
+        };
+        let answer = replay(&entry, "alice", &order, &req("pm_card_approve")).expect("replay");
+        assert_eq!((answer.status(), answer.body()), (200, body.as_str()));
+        assert!(answer.replayed());
+        assert!(replay(&entry, "alice", &order, &req("pm_card_decline")).is_none());
+        assert!(replay(&entry, "bob", &order, &req("pm_card_approve")).is_none());
+    }
+
     #[test]
     fn keys_are_scoped_by_user() {
         let k = IdempotencyKey::parse("0123456789abcdef").unwrap();
