@@ -23,6 +23,7 @@ on_both_backends!(
     crash_inside_outbox_worker,
     crash_inside_email_job,
     crash_after_charge_dev_fault_header,
+    crash_after_a_decline_unlocks_without_charge_or_mail,
 );
 
 async fn crash_after_claim(b: Backend) {
@@ -317,4 +318,95 @@ pub async fn wait_for_mails(app: &TestApp, token: &str, order: &str, n: usize) -
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("order {order}: expected {n} mails, got {mails:?}");
+}
+
+/// The provider declined, then the server died before saving that: after the restart the
+/// decline is learned from the provider (not charged again, not "paid"), the order unlocks,
+/// the reserved stock comes back, and no confirmation is sent.
+async fn crash_after_a_decline_unlocks_without_charge_or_mail(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let dir = TempDir(
+        std::env::temp_dir().join(format!("payonce-crash-{}", uuid::Uuid::new_v4().simple())),
+    );
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let opts = Opts {
+        jobs_interval_ms: 100,
+        lease_ms: 1_500,
+        provider_timeout_ms: 1_000,
+        in_progress_wait_ms: 0,
+        extra: vec![
+            "--provider-addr".into(),
+            "127.0.0.1:0".into(),
+            "--provider-state".into(),
+            dir.0.join("provider.json").display().to_string(),
+        ],
+        ..Opts::default()
+    };
+    let args = opts.args(&db.url);
+    let mut first_args = args.clone();
+    first_args.extend(["--failpoint".into(), "after-charge".into()]);
+    let mut first = Proc::spawn(&first_args, true);
+    let app = TestApp {
+        api: first.api.clone().unwrap(),
+        provider: first.provider.clone().unwrap(),
+        http: client(),
+        _procs: vec![],
+        db: None,
+    };
+    let t = app.session("alice").await;
+    let stock_before = app.stock("tee-classic").await;
+    let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
+    let k = key();
+    let _ = app
+        .pay_request(&t, &id, Some(&k), 1, "pm_card_decline")
+        .send()
+        .await;
+    assert!(
+        first.wait_exit(Duration::from_secs(20)).await.is_some(),
+        "crashed"
+    );
+
+    let second = Proc::spawn(&args, true);
+    let app = TestApp {
+        api: second.api.clone().unwrap(),
+        provider: second.provider.clone().unwrap(),
+        http: client(),
+        _procs: vec![second],
+        db: Some(db),
+    };
+    // No client retry: the outbox worker settles it once the lease is over.
+    let mut order = Value::Null;
+    for _ in 0..100 {
+        order = app.get_order(&t, &id).await.json();
+        if order["paymentInProgress"] == false {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        (
+            order["status"].as_str(),
+            order["paymentInProgress"].as_bool()
+        ),
+        (Some("unpaid"), Some(false))
+    );
+    let r = app.pay(&t, &id, Some(&k), 1, "pm_card_decline").await;
+    assert_eq!((r.status, r.code().as_str()), (402, "PAYMENT_DECLINED"));
+    let charges = app.ledger(&id).await;
+    assert_eq!(
+        (charges.len(), charges[0]["status"].as_str()),
+        (1, Some("declined"))
+    );
+    assert_eq!(
+        app.stock("tee-classic").await,
+        stock_before,
+        "the reserved unit came back"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        mailbox(&app, &t, &id).await.is_empty(),
+        "no confirmation for a decline"
+    );
 }
