@@ -330,6 +330,8 @@ pub(crate) async fn run(
                 match claim(&state, &user, &order, &key, &req).await? {
                     Claimed::Won(claim) => {
                         failpoint(faults::AFTER_CLAIM);
+                        // The claim's outbox row, executed inline by this request.
+                        crate::metrics::outbox("executed_inline");
                         match drive(&state, &claim).await? {
                             Some(answer) => return Ok(answer),
                             None => continue,
