@@ -161,6 +161,18 @@ async fn scenario(backend: Backend, crash: Crash, method: &str) {
             i64::from(!saved),
             "{crash:?}: the outbox row after the crash"
         );
+        if webhook_case {
+            let (all, handled): (i64, i64) =
+                sqlx::query_as("SELECT COUNT(*), COUNT(handled_at) FROM webhook_events")
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+            assert_eq!(
+                (all, handled),
+                (1, 0),
+                "recorded on arrival, crashed before applying"
+            );
+        }
         pool.close().await;
         // The provider's ledger as its state file holds it: charged before the crash unless
         // the crash came before the call (or the call was the transient 503).
@@ -266,6 +278,27 @@ async fn scenario(backend: Backend, crash: Crash, method: &str) {
         .await
         .unwrap();
     assert_eq!(pending, 0, "{crash:?}: the outbox is drained");
+    if webhook_case {
+        // The event the handler crashed on was recorded but not handled; the restarted
+        // provider delivers it again and this time it is handled (not taken for a duplicate).
+        let mut left = (0, 0);
+        for _ in 0..100 {
+            let (all, handled): (i64, i64) =
+                sqlx::query_as("SELECT COUNT(*), COUNT(handled_at) FROM webhook_events")
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+            left = (all, handled);
+            if all > 0 && all == handled {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            left.0 > 0 && left.0 == left.1,
+            "events (all, handled): {left:?}"
+        );
+    }
     if matches!(crash, Crash::Failpoint("email")) {
         // The crash came between the send and the ack: the job was delivered again, and the
         // flag made the second delivery a no-op.
