@@ -146,8 +146,9 @@ pub struct ServerArgs {
     /// Webhook misbehaviour of the embedded provider (see `mock-provider --webhook-chaos`).
     #[arg(long, default_value = "off", conflicts_with = "provider_url")]
     pub provider_webhook_chaos: payonce_mock_provider::WebhookChaos,
-    /// Dev only: abort the process when it reaches this named step (repeatable; names in
-    /// `faults::ALL`). For crash tests; refused without `--dev`.
+    /// Dev only: abort the process when it reaches this named step (repeatable, or a comma
+    /// list): after-claim, after-charge, before-settle-commit, after-save, webhook, outbox,
+    /// email. For crash tests; the server refuses to start with it unless `--dev`.
     #[arg(long = "failpoint", env = "PAYONCE_FAILPOINTS", value_delimiter = ',')]
     pub failpoints: Vec<String>,
 }
