@@ -226,8 +226,9 @@ pub(crate) async fn stuck_since<'c>(
     rows.iter().map(attempt_from_row).collect()
 }
 
-/// Retention: audit rows and handled webhook events older than `before` (the dispute
-/// window), acknowledged jobs and finished outbox rows as old, and expired finished refund keys. Returns rows deleted.
+/// Retention: audit rows, webhook events, acknowledged jobs and finished outbox rows older
+/// than `audit_before` (the dispute window), and finished refund keys past their expiry.
+/// Returns how many rows were deleted.
 pub(crate) async fn delete_old<'c>(
     e: impl AnyExecutor<'c> + Copy,
     audit_before: i64,
@@ -237,7 +238,8 @@ pub(crate) async fn delete_old<'c>(
     for (sql, at) in [
         ("DELETE FROM audit_log WHERE at < $1", audit_before),
         (
-            "DELETE FROM webhook_events WHERE handled_at IS NOT NULL AND handled_at < $1",
+            // Unhandled ones too (a key no attempt ever owned): the provider gave up long ago.
+            "DELETE FROM webhook_events WHERE received_at < $1",
             audit_before,
         ),
         (
