@@ -10,6 +10,14 @@ export PATH="$root/tools/node_modules/.bin:$HOME/.cargo/bin:$PATH"
 addr=${PAYONCE_DEMO_ADDR:-127.0.0.1:8080}
 mkdir -p .data
 args=(--addr "$addr" --dev --database-url "sqlite://.data/payonce.db")
+# One session secret kept beside the demo database, so a restarted demo server (e.g. after the
+# page's "Crash after charge") still accepts the page's session and the page can finish checking.
+# Passed through the environment, not argv, so it is not printed or visible in `ps`.
+if [ -z "${PAYONCE_SESSION_SECRET:-}" ]; then
+  [ -s .data/session-secret ] || (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >.data/session-secret)
+  PAYONCE_SESSION_SECRET=$(cat .data/session-secret)
+  export PAYONCE_SESSION_SECRET
+fi
 
 if [ -f www/package.json ]; then
   # The page imports the built package as a user would: build the package, then the page.
