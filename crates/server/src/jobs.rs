@@ -81,20 +81,36 @@ pub(crate) enum Driven {
     Unknown,
 }
 
+/// Which worker drives an abandoned attempt (for the audit trail and the failpoint).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Worker {
+    Outbox,
+    Reconciliation,
+}
+
+impl Worker {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Outbox => "the outbox worker",
+            Self::Reconciliation => "the reconciliation job",
+        }
+    }
+}
+
 /// The one function that settles or drives an abandoned attempt (see the module docs).
 pub(crate) async fn drive_abandoned(
     state: &AppState,
     row: &AttemptRow,
-    who: &str,
+    worker: Worker,
 ) -> AppResult<Driven> {
     let Some(order) = get_order(state.store.pool(), &row.order_id, &row.user_id).await? else {
         tracing::error!(attempt = %row.id, "processing attempt without its order");
         return Ok(Driven::Skipped);
     };
-    let Some(claim) = pay::take_over(state, row, &order, "system", who).await? else {
+    let Some(claim) = pay::take_over(state, row, &order, "system", worker.name()).await? else {
         return Ok(Driven::Skipped); // a retry or another process got there first
     };
-    if who == OUTBOX_WORKER {
+    if worker == Worker::Outbox {
         failpoint(faults::OUTBOX);
     }
     Ok(match pay::reconcile(state, &claim).await? {
@@ -104,14 +120,11 @@ pub(crate) async fn drive_abandoned(
     })
 }
 
-const OUTBOX_WORKER: &str = "the outbox worker";
-const RECONCILIATION: &str = "the reconciliation job";
-
 /// Drives attempts whose outbox row is pending and whose lease expired.
 pub(crate) async fn drain_outbox(state: &AppState) -> AppResult<usize> {
     let mut settled = 0;
     for row in queue::outbox_pending(state.store.pool(), now_ms(), BATCH).await? {
-        let driven = drive_abandoned(state, &row, OUTBOX_WORKER).await?;
+        let driven = drive_abandoned(state, &row, Worker::Outbox).await?;
         tracing::debug!(attempt = %row.id, ?driven, "outbox row");
         match driven {
             Driven::Settled => metrics::outbox("drained"),
@@ -131,7 +144,7 @@ pub(crate) async fn reconcile_stuck(state: &AppState) -> AppResult<usize> {
     let before = now.saturating_sub(threshold);
     let mut settled = 0;
     for row in queue::stuck_since(state.store.pool(), before, now, BATCH).await? {
-        match drive_abandoned(state, &row, RECONCILIATION).await? {
+        match drive_abandoned(state, &row, Worker::Reconciliation).await? {
             Driven::Settled => {
                 settled += 1;
                 metrics::reconciliation("settled");
