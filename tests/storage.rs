@@ -58,7 +58,7 @@ async fn the_key_is_saved_before_the_request_and_kept_when_no_answer_comes() {
     );
 
     let e = stored("ord_save").expect("key kept after an unknown outcome");
-    assert_eq!(s(&e, "key").len(), 36, "a UUID from crypto.randomUUID");
+    assert_eq!(s(&e, "key").len(), 36, "a v4 UUID minted by the uuid crate");
     assert_eq!(s(&e, "state"), "unknown");
     assert_eq!(n(&e, "sends"), 2.0, "maxAttempts sends, all with this key");
     let snap = get(&e, "snapshot");

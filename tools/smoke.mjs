@@ -27,7 +27,7 @@ const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
 // Then the release build (wasm-opt'd module, minified glue) pays through the real API surface
 // against this server playing the payonce API with canned answers (same origin, so no CORS):
 // a 200 receipt, a 402 decline, and a 503 + Retry-After that is retried with the same key.
-// That covers options and checkout parsing, Web Locks, crypto.randomUUID, fetch, timers,
+// That covers options and checkout parsing, Web Locks, uuid keys, fetch, gloo timers,
 // answer decoding, outcomes and PayonceError, which the dev-profile tests never see optimised.
 const PAGE = `<!doctype html><meta charset="utf-8"><title>payonce smoke</title>
 <script type="module">

@@ -16,9 +16,11 @@
 
 use crate::core::classify::Verdict;
 use payonce_protocol::{CheckoutSnapshot, IdempotencyKey};
+use serde::{Deserialize, Serialize};
 
 /// Where an attempt stands, as far as this client knows. Only non-final states exist here.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum AttemptState {
     /// The key is minted and stored; no request has left yet.
     Saved,
@@ -39,11 +41,12 @@ impl AttemptState {
     }
 }
 
-/// One stored attempt: the JSON value of `payonce:attempt:<orderId>` (members in camelCase;
-/// the web layer's store reads and writes it).
+/// One stored attempt: the JSON value of `payonce:attempt:<orderId>` (members in camelCase,
+/// all required; the web layer's store reads and writes it with these serde derives).
 ///
 /// Only the key and the snapshot are stored: never card data or tokens (seed checklist).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Attempt {
     /// The idempotency key, sent on every retry of this attempt.
     pub key: IdempotencyKey,

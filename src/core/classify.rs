@@ -24,6 +24,7 @@
 //! ([`ErrorCode::http_status`]), so a proxy's stray body cannot end an attempt.
 
 use payonce_protocol::{AttemptStatus, CancelResponse, ErrorCode, PayResponse, Payment, Problem};
+use serde::Serialize;
 
 /// A decoded HTTP answer. The web layer decodes 2xx bodies as the success type and anything
 /// else as a [`Problem`]; a body that does not decode is `None`.
@@ -49,8 +50,13 @@ pub enum Reply<T> {
 }
 
 /// A final outcome of a pay call: the attempt is over and its key is removed. JavaScript gets
-/// it as `{ kind: Final::kind(), ...members in camelCase }` (the `PayOutcome` union).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// it serialized as `{ kind, ...members }` in camelCase (the `PayOutcome` union).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(
+    tag = "kind",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
 pub enum Final {
     /// Charged once; the receipt.
     Paid {
@@ -66,22 +72,11 @@ pub enum Final {
     /// The order changed since the customer saw it: reload the checkout and confirm again.
     OrderChanged {
         /// The order's current version, when the server said.
+        #[serde(skip_serializing_if = "Option::is_none")]
         current_version: Option<u64>,
     },
     /// The attempt was cancelled (a tombstone): it can never charge.
     Cancelled,
-}
-
-impl Final {
-    /// The `kind` tag of the outcome in JavaScript.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::Paid { .. } => "paid",
-            Self::Declined { .. } => "declined",
-            Self::OrderChanged { .. } => "orderChanged",
-            Self::Cancelled => "cancelled",
-        }
-    }
 }
 
 /// Why a request is worth repeating with the same key.
@@ -214,9 +209,10 @@ pub fn classify_pay(reply: &Reply<PayResponse>) -> Verdict {
     }
 }
 
-/// What a cancel call found (seed: "Cancel endpoint"). JavaScript gets it as
-/// `{ kind: CancelOutcome::kind(), payment? }` (the `CancelOutcome` union).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What a cancel call found (seed: "Cancel endpoint"). JavaScript gets it serialized as
+/// `{ kind, payment? }` (the `CancelOutcome` union).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
 pub enum CancelOutcome {
     /// No attempt was stored for the order: nothing to cancel.
     None,
@@ -229,6 +225,7 @@ pub enum CancelOutcome {
     /// The attempt had succeeded (possibly refunded since): show the receipt. Key removed.
     Paid {
         /// The payment, when the server sent it.
+        #[serde(skip_serializing_if = "Option::is_none")]
         payment: Option<Payment>,
     },
     /// A charge may be under way: wait. Key kept.
@@ -238,19 +235,6 @@ pub enum CancelOutcome {
 }
 
 impl CancelOutcome {
-    /// The `kind` tag of the outcome in JavaScript.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::None => "none",
-            Self::Cancelled => "cancelled",
-            Self::Declined => "declined",
-            Self::Failed => "failed",
-            Self::Paid { .. } => "paid",
-            Self::Processing => "processing",
-            Self::Unknown => "unknown",
-        }
-    }
-
     /// True when the stored key must be removed.
     pub fn removes_key(&self) -> bool {
         !matches!(self, Self::None | Self::Processing | Self::Unknown)
@@ -521,8 +505,31 @@ mod tests {
             },
             Final::Cancelled,
         ];
-        let kinds: Vec<_> = finals.iter().map(Final::kind).collect();
-        assert_eq!(kinds, ["paid", "declined", "orderChanged", "cancelled"]);
+        // The web layer hands these to JavaScript through their serde derives.
+        let j = |s: &str| serde_json::from_str::<serde_json::Value>(s).unwrap();
+        let finals: Vec<_> = finals
+            .iter()
+            .map(|f| serde_json::to_value(f).unwrap())
+            .collect();
+        assert_eq!(finals[0]["kind"], "paid");
+        assert_eq!(finals[0]["payment"]["orderId"], payment().order_id);
+        assert_eq!(
+            finals[1],
+            j(r#"{"code":"PAYMENT_DECLINED","kind":"declined"}"#)
+        );
+        assert_eq!(
+            finals[2],
+            j(r#"{"currentVersion":4,"kind":"orderChanged"}"#)
+        );
+        assert_eq!(finals[3], j(r#"{"kind":"cancelled"}"#));
+        let unknown_version = Final::OrderChanged {
+            current_version: None,
+        };
+        assert_eq!(
+            serde_json::to_value(unknown_version).unwrap(),
+            j(r#"{"kind":"orderChanged"}"#),
+            "an absent member is left out"
+        );
         let cancels = [
             CancelOutcome::None,
             CancelOutcome::Cancelled,
@@ -532,17 +539,20 @@ mod tests {
             CancelOutcome::Processing,
             CancelOutcome::Unknown,
         ];
-        let kinds: Vec<_> = cancels.iter().map(CancelOutcome::kind).collect();
+        let kinds: Vec<_> = cancels
+            .iter()
+            .map(|c| serde_json::to_value(c).unwrap())
+            .collect();
         assert_eq!(
             kinds,
             [
-                "none",
-                "cancelled",
-                "declined",
-                "failed",
-                "paid",
-                "processing",
-                "unknown"
+                j(r#"{"kind":"none"}"#),
+                j(r#"{"kind":"cancelled"}"#),
+                j(r#"{"kind":"declined"}"#),
+                j(r#"{"kind":"failed"}"#),
+                j(r#"{"kind":"paid"}"#),
+                j(r#"{"kind":"processing"}"#),
+                j(r#"{"kind":"unknown"}"#)
             ]
         );
     }

@@ -30,8 +30,8 @@ pub enum SdkError {
     },
     /// The caller's signal aborted the call. The attempt and its key are kept.
     Aborted,
-    /// The page has no `window`, `fetch` or `crypto.randomUUID` (not a browser window, or
-    /// not a secure context).
+    /// The page has no `window`, `fetch` or `AbortController` (not a browser window, or
+    /// not one with `crypto.getRandomValues`).
     Unsupported(&'static str),
 }
 

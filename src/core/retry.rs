@@ -28,6 +28,7 @@
 //! deterministically.
 
 use crate::core::classify::{RetryCause, Verdict};
+use serde::Serialize;
 
 /// Default per-request timeout of the web layer (`requestTimeoutMs`). Here, in the core, so
 /// the native retry-storm simulation uses the very numbers the SDK ships with.
@@ -231,8 +232,10 @@ impl RetryBudget {
     }
 }
 
-/// Why a pay call stopped asking while the outcome was still open. The key is kept.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Why a pay call stopped asking while the outcome was still open. The key is kept. Serialized
+/// as the `reason` of a `pending` outcome in JavaScript.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum PendingReason {
     /// The total deadline ran out (or the next wait would pass it).
     Deadline,
@@ -240,17 +243,6 @@ pub enum PendingReason {
     Attempts,
     /// The client's retry budget is empty.
     Budget,
-}
-
-impl PendingReason {
-    /// The `reason` of a `pending` outcome in JavaScript.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Deadline => "deadline",
-            Self::Attempts => "attempts",
-            Self::Budget => "budget",
-        }
-    }
 }
 
 /// The next thing a pay call does after an unknown outcome.

@@ -5,13 +5,18 @@
 //! Everything awaited is a JS promise, raced in JS (`Promise.race`) and awaited through one
 //! non-generic [`Abort::guard`]: generic Rust combinators (a `race` of two futures, timer
 //! futures) were monomorphised into every caller's state machine and made the pay loop the
-//! largest function in the module. Timers are `setTimeout`s that resolve a promise; a timer
-//! that loses a race just resolves a promise nobody awaits any more.
+//! largest function in the module. Timers are gloo-timers' `Timeout`s (cancelled on drop)
+//! that resolve a promise; a timer that loses a race just resolves a promise nobody awaits
+//! any more.
 
 use crate::core::classify::Reply;
 use crate::core::error::SdkError;
-use crate::web::jsv::{self, Bad};
+use crate::web::value;
+use gloo_timers::callback::Timeout;
 use js_sys::{Array, Function, Promise, Reflect};
+use payonce_protocol::{ErrorCode, Problem};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
@@ -24,11 +29,6 @@ extern "C" {
     #[wasm_bindgen(method)]
     fn request(this: &LockManager, name: &str, callback: &Function) -> Promise;
 
-    /// The global `setTimeout` (windows and workers alike); returns the timer id.
-    #[wasm_bindgen(js_name = setTimeout)]
-    fn set_timeout(f: &Function, ms: f64) -> JsValue;
-    #[wasm_bindgen(js_name = clearTimeout)]
-    fn clear_timeout(id: &JsValue);
     /// `Promise.race(list)`.
     #[wasm_bindgen(js_namespace = Promise, js_name = race)]
     fn race(list: &Array) -> Promise;
@@ -39,23 +39,14 @@ fn race2(a: &Promise, b: &Promise) -> Promise {
     race(&Array::of2(a, b))
 }
 
-/// Calls `f` after `ms` milliseconds unless [`Timer::clear`]ed (or dropped) first.
-pub(crate) struct Timer(JsValue);
-
-impl Timer {
-    pub(crate) fn start(f: &Function, ms: u64) -> Self {
-        // setTimeout fires at once for delays past 2^31 - 1 ms: clamp (about 24 days).
-        Self(set_timeout(f, ms.min(i32::MAX as u64) as f64))
-    }
-    fn clear(&self) {
-        clear_timeout(&self.0);
-    }
-}
-
-impl Drop for Timer {
-    fn drop(&mut self) {
-        self.clear();
-    }
+/// Calls `f()` after `ms` milliseconds unless the returned `Timeout` is dropped (or
+/// cancelled) first.
+pub(crate) fn timer(f: Function, ms: u64) -> Timeout {
+    // setTimeout fires at once for delays past 2^31 - 1 ms (gloo passes them on as i32):
+    // clamp (about 24 days).
+    Timeout::new(ms.min(i32::MAX as u64) as u32, move || {
+        let _ = f.call0(&JsValue::NULL);
+    })
 }
 
 /// A promise and the function that resolves it.
@@ -81,10 +72,8 @@ pub(crate) fn deferred3() -> (Promise, Function, Function) {
 fn once_event(target: &web_sys::EventTarget, event: &str) -> Promise {
     let (p, resolve) = deferred();
     // `{ once: true }` as a plain object: no AddEventListenerOptions bindings needed.
-    let opts: web_sys::AddEventListenerOptions = jsv::Obj::new()
-        .set("once", JsValue::TRUE)
-        .js()
-        .unchecked_into();
+    let opts: web_sys::AddEventListenerOptions =
+        value::object(&[("once", &JsValue::TRUE)]).unchecked_into();
     let _ = target
         .add_event_listener_with_callback_and_add_event_listener_options(event, &resolve, &opts);
     p
@@ -128,12 +117,11 @@ impl Abort {
     }
 }
 
-/// A promise resolved (with `undefined`) after `ms` milliseconds.
-pub(crate) fn sleep(ms: u64) -> Promise {
+/// A promise resolved (with `undefined`) after `ms` milliseconds, and its timer: keep the
+/// timer while the promise is awaited; dropping it (an abort, a race lost) cancels it.
+pub(crate) fn sleep(ms: u64) -> (Promise, Timeout) {
     let (p, resolve) = deferred();
-    // The timer lives on in JS; losing a race only leaves a promise nobody awaits.
-    std::mem::forget(Timer::start(&resolve, ms));
-    p
+    (p, timer(resolve, ms))
 }
 
 fn window() -> Result<web_sys::Window, SdkError> {
@@ -152,24 +140,21 @@ pub(crate) async fn wait_online(max_ms: u64, abort: &Abort) -> Result<bool, SdkE
         return Ok(true);
     };
     // The event resolves with an Event, the timer with `undefined`.
+    let (slept, _timer) = sleep(max_ms);
     let online = abort
-        .guard(race2(&once_event(&w, "online"), &sleep(max_ms)))
+        .guard(race2(&once_event(&w, "online"), &slept))
         .await?;
     Ok(online.is_ok_and(|v| !v.is_undefined()) || !offline())
 }
 
-/// A fresh random key from `crypto.randomUUID()` (secure contexts only).
-pub(crate) fn random_uuid() -> Result<String, SdkError> {
-    let c = window()?
-        .crypto()
-        .map_err(|_| SdkError::Unsupported("no crypto"))?;
-    // `randomUUID` is missing outside secure contexts; calling it would throw.
-    if !jsv::get(&c, "randomUUID").is_function() {
-        return Err(SdkError::Unsupported(
-            "crypto.randomUUID needs a secure context",
-        ));
-    }
-    Ok(c.random_uuid())
+/// A fresh random v4 UUID (uuid's `js` feature draws it from `crypto.getRandomValues`),
+/// hyphenated, lower case.
+pub(crate) fn random_uuid() -> String {
+    // `encode_lower` into a stack buffer: `to_string` would link Rust's formatting machinery.
+    uuid::Uuid::new_v4()
+        .hyphenated()
+        .encode_lower(&mut uuid::Uuid::encode_buffer())
+        .to_owned()
 }
 
 /// Holds a Web Lock until dropped.
@@ -220,17 +205,56 @@ pub(crate) struct Call<'a> {
 }
 
 /// POSTs JSON with credentials, a per-request timeout and the caller's abort, and decodes the
-/// answer: 2xx with `ok`, anything else as a problem. Never fails except on abort.
-pub(crate) async fn post<T>(
+/// answer: 2xx as `T`, anything else as a problem. Never fails except on abort.
+pub(crate) async fn post<T: DeserializeOwned>(
     call: Call<'_>,
     abort: &Abort,
-    ok: fn(&JsValue) -> Result<T, Bad>,
 ) -> Result<Reply<T>, SdkError> {
-    Ok(decode(exchange(call, abort).await?, ok))
+    Ok(decode(exchange(call, abort).await?))
 }
 
-/// Decodes the body: 2xx with `ok`, anything else as a problem.
-fn decode<T>(raw: Reply<JsValue>, ok: fn(&JsValue) -> Result<T, Bad>) -> Reply<T> {
+/// An error answer body: only the members the SDK decides on (the server's [`Problem`] has
+/// more, all ignored here).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ProblemBody {
+    code: ErrorCode,
+    retry_after: Option<u64>,
+    current_version: Option<u64>,
+}
+
+/// Just the code, when an optional member is malformed.
+#[derive(Deserialize)]
+struct ProblemCode {
+    code: ErrorCode,
+}
+
+/// A problem body. One whose `code` is missing or unknown is no problem at all (the status
+/// alone then decides); a malformed optional member is dropped rather than losing the code.
+fn problem(v: &JsValue) -> Option<Problem> {
+    let p = value::from_js::<ProblemBody>(v).or_else(|| {
+        value::from_js::<ProblemCode>(v).map(|c| ProblemBody {
+            code: c.code,
+            retry_after: None,
+            current_version: None,
+        })
+    })?;
+    Some(Problem {
+        type_uri: String::new(),
+        title: String::new(),
+        status: p.code.http_status(),
+        detail: None,
+        code: p.code,
+        retry_after: p.retry_after,
+        current_version: p.current_version,
+        attempt_status: None,
+        reason: None,
+        sku: None,
+    })
+}
+
+/// Decodes the body: 2xx as `T`, anything else as a problem.
+fn decode<T: DeserializeOwned>(raw: Reply<JsValue>) -> Reply<T> {
     match raw {
         Reply::NoAnswer { timed_out } => Reply::NoAnswer { timed_out },
         Reply::Http {
@@ -244,8 +268,8 @@ fn decode<T>(raw: Reply<JsValue>, ok: fn(&JsValue) -> Result<T, Bad>) -> Reply<T
             Reply::Http {
                 status,
                 retry_after,
-                ok: body.filter(|_| success).and_then(|b| ok(b).ok()),
-                problem: body.filter(|_| !success).and_then(|b| jsv::problem(b).ok()),
+                ok: body.filter(|_| success).and_then(value::from_js),
+                problem: body.filter(|_| !success).and_then(problem),
             }
         }
     }
@@ -263,14 +287,14 @@ async fn exchange(call: Call<'_>, abort: &Abort) -> Result<Reply<JsValue>, SdkEr
         let _ = Reflect::set(&headers, &(*k).into(), &(*v).into());
     }
     // A plain `RequestInit` dictionary: no web-sys setter bindings needed.
-    let init: web_sys::RequestInit = jsv::Obj::new()
-        .str("method", "POST")
-        .str("credentials", "include")
-        .set("headers", headers.into())
-        .str("body", call.body)
-        .set("signal", controller.signal().into())
-        .js()
-        .unchecked_into();
+    let init: web_sys::RequestInit = value::object(&[
+        ("method", &"POST".into()),
+        ("credentials", &"include".into()),
+        ("headers", &headers.into()),
+        ("body", &call.body.into()),
+        ("signal", &controller.signal().into()),
+    ])
+    .unchecked_into();
     // Our timeout aborts our own controller: fetch, or the body read, then rejects.
     let stop = Reflect::get(&controller, &"abort".into())
         .map(|f| {
@@ -280,7 +304,7 @@ async fn exchange(call: Call<'_>, abort: &Abort) -> Result<Reply<JsValue>, SdkEr
                 .unchecked_into::<Function>()
         })
         .map_err(|_| SdkError::Unsupported("no AbortController"))?;
-    let timer = Timer::start(&stop, call.timeout_ms.into());
+    let deadline = timer(stop, call.timeout_ms.into());
     let timed_out = || controller.signal().aborted();
     let answer = async {
         let Ok(resp) = abort
@@ -308,7 +332,7 @@ async fn exchange(call: Call<'_>, abort: &Abort) -> Result<Reply<JsValue>, SdkEr
         Ok(Some((resp.status(), retry_after, body)))
     }
     .await;
-    timer.clear();
+    drop(deadline);
     match answer {
         Ok(Some((status, retry_after, body))) => Ok(Reply::Http {
             status,

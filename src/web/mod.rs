@@ -6,13 +6,13 @@
 //! - [`store`]: sessionStorage / memory entries.
 //! - [`io`]: fetch with timeout, abortable waits, `online`, Web Locks, all as JS promises.
 //! - [`tabs`]: BroadcastChannel receipts and duplicate-tab detection.
-//! - [`jsv`]: plain JS values in and out, field by field (options, checkouts, answers, stored
-//!   attempts, outcomes).
+//! - [`value`]: JS values in and out through serde-wasm-bindgen (options, checkouts, answers,
+//!   stored attempts, outcomes).
 
 mod io;
-mod jsv;
 mod store;
 mod tabs;
+mod value;
 
 use crate::core::attempt::{after_verdict, plan_pay, Attempt, Entry, PayPlan};
 use crate::core::classify::{
@@ -20,13 +20,14 @@ use crate::core::classify::{
 };
 use crate::core::error::{SdkError, Warning};
 use crate::core::retry::{
-    Next, PendingReason, RetryBudget, RetryPolicy, Schedule, DEFAULT_DEADLINE_MS,
+    BudgetConfig, Next, PendingReason, RetryBudget, RetryPolicy, Schedule, DEFAULT_DEADLINE_MS,
     DEFAULT_LONG_WAIT_MS, DEFAULT_REQUEST_TIMEOUT_MS,
 };
 use io::{Abort, Call};
 use js_sys::{Function, Promise, Reflect};
 use payonce_protocol::body::{paths, DevFault};
-use payonce_protocol::{headers, CheckoutSnapshot, IdempotencyKey};
+use payonce_protocol::{headers, CancelRequest, CheckoutSnapshot, IdempotencyKey};
+use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::rc::Rc;
 use store::Store;
@@ -206,6 +207,108 @@ pub struct PayonceClient {
     inner: Rc<Inner>,
 }
 
+/// `ClientOptions` as read with serde (callbacks are read separately). `null` counts as absent.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Options {
+    base_url: String,
+    request_timeout_ms: Option<u32>,
+    retry: Option<RetryOptions>,
+    deadline_ms: Option<u64>,
+    long_wait_ms: Option<u64>,
+    storage: Option<StorageOption>,
+}
+
+#[derive(Deserialize, PartialEq)]
+#[serde(rename_all = "lowercase")]
+enum StorageOption {
+    Session,
+    Memory,
+}
+
+/// `ClientOptions.retry`: each member optional, the default policy fills the rest.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RetryOptions {
+    base_delay_ms: Option<u64>,
+    max_delay_ms: Option<u64>,
+    max_attempts: Option<u32>,
+    max_retry_after_ms: Option<u64>,
+    budget: Option<BudgetOptions>,
+}
+
+/// The members `RetryOptions` reads: any other is a typo and refused.
+const RETRY_KEYS: [&str; 5] = [
+    "baseDelayMs",
+    "maxDelayMs",
+    "maxAttempts",
+    "maxRetryAfterMs",
+    "budget",
+];
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct BudgetOptions {
+    capacity: Option<u32>,
+    retry_cost: Option<u32>,
+    timeout_cost: Option<u32>,
+    success_refill: Option<u32>,
+}
+
+const BUDGET_KEYS: [&str; 4] = ["capacity", "retryCost", "timeoutCost", "successRefill"];
+
+/// The members of a `Checkout` (all required): any other is refused.
+const CHECKOUT_KEYS: [&str; 3] = ["orderId", "orderVersion", "paymentMethodId"];
+
+impl RetryOptions {
+    fn policy(self) -> RetryPolicy {
+        let d = RetryPolicy::default();
+        let b = self.budget.unwrap_or(BudgetOptions {
+            capacity: None,
+            retry_cost: None,
+            timeout_cost: None,
+            success_refill: None,
+        });
+        RetryPolicy {
+            base_delay_ms: self.base_delay_ms.unwrap_or(d.base_delay_ms),
+            max_delay_ms: self.max_delay_ms.unwrap_or(d.max_delay_ms),
+            max_attempts: self.max_attempts.unwrap_or(d.max_attempts),
+            max_retry_after_ms: self.max_retry_after_ms.unwrap_or(d.max_retry_after_ms),
+            budget: BudgetConfig {
+                capacity: b.capacity.unwrap_or(d.budget.capacity),
+                retry_cost: b.retry_cost.unwrap_or(d.budget.retry_cost),
+                timeout_cost: b.timeout_cost.unwrap_or(d.budget.timeout_cost),
+                success_refill: b.success_refill.unwrap_or(d.budget.success_refill),
+            },
+        }
+    }
+}
+
+/// `PendingAttempt`: both union members in one shape, absent members left out.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PendingView<'a> {
+    state: &'a str,
+    order_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    order_version: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payment_method_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    created_at: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sends: Option<u32>,
+}
+
+/// `{ kind: "pending", reason }`: the call stopped asking, the key is kept.
+#[derive(Serialize)]
+struct Pending {
+    kind: &'static str,
+    reason: PendingReason,
+}
+
 fn callback(obj: &JsValue, name: &str) -> Option<Function> {
     Reflect::get(obj, &name.into())
         .ok()
@@ -219,16 +322,21 @@ impl PayonceClient {
         #[wasm_bindgen(unchecked_param_type = "ClientOptions")] options: JsValue,
     ) -> Result<PayonceClient, JsValue> {
         let mismatch = || SdkError::InvalidConfig("the options do not match ClientOptions".into());
-        let o = jsv::options(&options).map_err(|_| mismatch())?;
+        let retry = value::get(&options, "retry");
+        let typo = !value::keys_within(&retry, &RETRY_KEYS)
+            || !value::keys_within(&value::get(&retry, "budget"), &BUDGET_KEYS);
+        let o = match value::from_js::<Options>(&options) {
+            Some(o) if !typo => o,
+            _ => return Err(mismatch().into()),
+        };
         if !(o.base_url.starts_with("http://") || o.base_url.starts_with("https://")) {
             return Err(SdkError::InvalidConfig("baseUrl must be an http(s) URL".into()).into());
         }
-        let policy = match o.retry {
-            Some(v) => jsv::retry_policy(v, RetryPolicy::default()).map_err(|_| mismatch())?,
-            None => RetryPolicy::default(),
-        };
+        let policy = o
+            .retry
+            .map_or_else(RetryPolicy::default, RetryOptions::policy);
         let on_warning = callback(&options, "onWarning");
-        let (store, fell) = Store::new(!o.memory);
+        let (store, fell) = Store::new(o.storage != Some(StorageOption::Memory));
         let inner = Inner {
             base_url: o.base_url.trim_end_matches('/').to_owned(),
             request_timeout_ms: o
@@ -262,10 +370,12 @@ impl PayonceClient {
             js_sys::Object,
         >,
     ) -> Promise {
-        match jsv::checkout(&checkout) {
-            Ok(c) if !c.order_id.is_empty() => start_pay(&self.inner, c, options),
-            Ok(_) => rejected(SdkError::InvalidCheckout("orderId is empty".into())),
-            Err(_) => rejected(SdkError::InvalidCheckout(
+        let read = value::from_js::<CheckoutSnapshot>(&checkout)
+            .filter(|_| value::keys_within(&checkout, &CHECKOUT_KEYS));
+        match read {
+            Some(c) if !c.order_id.is_empty() => start_pay(&self.inner, c, options),
+            Some(_) => rejected(SdkError::InvalidCheckout("orderId is empty".into())),
+            None => rejected(SdkError::InvalidCheckout(
                 "the checkout does not match Checkout".into(),
             )),
         }
@@ -294,30 +404,37 @@ impl PayonceClient {
     #[wasm_bindgen(unchecked_return_type = "Promise<CancelOutcome>")]
     pub fn cancel(&self, #[wasm_bindgen(js_name = orderId)] order_id: String) -> Promise {
         let inner = self.inner.clone();
-        spawn_promise(async move { Ok::<_, JsValue>(cancel_js(&cancel(&inner, &order_id).await)) })
+        spawn_promise(
+            async move { Ok::<_, JsValue>(value::to_js(&cancel(&inner, &order_id).await)) },
+        )
     }
 
     /// The unresolved attempt stored for `orderId`, if any.
     #[wasm_bindgen(js_name = pendingAttempt, unchecked_return_type = "PendingAttempt | undefined")]
     pub fn pending_attempt(&self, #[wasm_bindgen(js_name = orderId)] order_id: String) -> JsValue {
-        let o = jsv::Obj::new();
-        match self.inner.store.get(&order_id) {
-            Entry::Missing => JsValue::UNDEFINED,
-            Entry::Valid(a) => o
-                .str("state", a.state.as_str())
-                .str("orderId", &order_id)
-                .num("orderVersion", a.snapshot.order_version as f64)
-                .str("paymentMethodId", &a.snapshot.payment_method_id)
-                .str("key", a.key.as_str())
-                .num("createdAt", a.created_at as f64)
-                .num("sends", a.sends.into())
-                .js(),
-            Entry::Unreadable { key } => o
-                .str("state", "unreadable")
-                .str("orderId", &order_id)
-                .opt_str("key", key.as_ref().map(|k| k.as_str()))
-                .js(),
-        }
+        let entry = self.inner.store.get(&order_id);
+        let view = match &entry {
+            Entry::Missing => return JsValue::UNDEFINED,
+            Entry::Valid(a) => PendingView {
+                state: a.state.as_str(),
+                order_id: &order_id,
+                order_version: Some(a.snapshot.order_version),
+                payment_method_id: Some(&a.snapshot.payment_method_id),
+                key: Some(a.key.as_str()),
+                created_at: Some(a.created_at),
+                sends: Some(a.sends),
+            },
+            Entry::Unreadable { key } => PendingView {
+                state: "unreadable",
+                order_id: &order_id,
+                order_version: None,
+                payment_method_id: None,
+                key: key.as_ref().map(|k| k.as_str()),
+                created_at: None,
+                sends: None,
+            },
+        };
+        value::to_js(&view)
     }
 
     /// Forgets every stored attempt and known receipt (call on logout: keys belong to the
@@ -451,34 +568,15 @@ where
 
 /// A final outcome as the `PayOutcome` union member.
 fn outcome_js(f: &Final) -> JsValue {
-    let o = jsv::Obj::new().str("kind", f.kind());
-    match f {
-        Final::Paid { payment } => o.set("payment", jsv::payment_js(payment)),
-        Final::Declined { code } => o.str("code", code.as_str()),
-        Final::OrderChanged { current_version } => {
-            o.opt_num("currentVersion", current_version.map(|v| v as f64))
-        }
-        Final::Cancelled => o,
-    }
-    .js()
+    value::to_js(f)
 }
 
 /// `{ kind: "pending", reason }`: the call stopped asking, the key is kept.
 fn pending(reason: PendingReason) -> JsValue {
-    jsv::Obj::new()
-        .str("kind", "pending")
-        .str("reason", reason.as_str())
-        .js()
-}
-
-/// A cancel outcome as the `CancelOutcome` union member.
-fn cancel_js(c: &CancelOutcome) -> JsValue {
-    let o = jsv::Obj::new().str("kind", c.kind());
-    match c {
-        CancelOutcome::Paid { payment: Some(p) } => o.set("payment", jsv::payment_js(p)),
-        _ => o,
-    }
-    .js()
+    value::to_js(&Pending {
+        kind: "pending",
+        reason,
+    })
 }
 
 /// The pay loop: plan the key, save it, send, classify, retry or finish.
@@ -504,8 +602,8 @@ async fn pay(
             if replaces_unreadable {
                 inner.warn(Warning::UnreadableEntry);
             }
-            let key = IdempotencyKey::parse(&io::random_uuid()?)
-                .map_err(|_| SdkError::Unsupported("crypto.randomUUID gave an unusable key"))?;
+            let key = IdempotencyKey::parse(&io::random_uuid())
+                .map_err(|_| SdkError::Unsupported("uuid gave an unusable key"))?;
             let a = Attempt::new(key, checkout, js_sys::Date::now() as u64);
             // Saved BEFORE the request leaves (seed step 2).
             inner.note(inner.store.put(&a));
@@ -521,7 +619,7 @@ async fn pay(
     );
     let mut taking_longer = TakingLonger::start(inner.long_wait_ms, call.on_status.as_ref());
     let pay_url = [&inner.base_url, &paths::pay(&encode(&order_id))[..]].concat();
-    let body = jsv::pay_request_json(&attempt.snapshot);
+    let body = value::to_json(&attempt.snapshot.pay_request());
     let mut first = true;
     let result = loop {
         if io::offline() {
@@ -555,7 +653,6 @@ async fn pay(
                 timeout_ms: inner.request_timeout_ms,
             },
             &call.abort,
-            jsv::pay_response,
         )
         .await?;
         let verdict = classify_pay(&reply);
@@ -596,7 +693,8 @@ async fn pay(
                         } else {
                             "checkingStatus"
                         });
-                        let _ = call.abort.guard(io::sleep(ms)).await?;
+                        let (slept, _timer) = io::sleep(ms);
+                        let _ = call.abort.guard(slept).await?;
                     }
                 }
             }
@@ -607,8 +705,8 @@ async fn pay(
 }
 
 /// Fires "takingLonger" once, `long_wait_ms` after the call started, unless stopped (or
-/// dropped) first: a JS timer calling `onStatus("takingLonger")`.
-struct TakingLonger(Option<io::Timer>);
+/// dropped) first: a gloo-timers `Timeout` calling `onStatus("takingLonger")`.
+struct TakingLonger(Option<gloo_timers::callback::Timeout>);
 
 impl TakingLonger {
     fn start(ms: u64, on_status: Option<&Function>) -> Self {
@@ -616,7 +714,7 @@ impl TakingLonger {
             let fire: Function = f
                 .bind1(&JsValue::NULL, &"takingLonger".into())
                 .unchecked_into();
-            io::Timer::start(&fire, ms)
+            io::timer(fire, ms)
         }))
     }
     fn stop(&mut self) {
@@ -640,7 +738,7 @@ async fn cancel(inner: &Inner, order_id: &str) -> CancelOutcome {
         return CancelOutcome::None;
     };
     let url = [&inner.base_url, &paths::cancel(&encode(order_id))[..]].concat();
-    let body = jsv::cancel_request_json(&key);
+    let body = value::to_json(&CancelRequest { key: key.clone() });
     let no_abort = Abort::new(None);
     let reply = io::post(
         Call {
@@ -650,7 +748,6 @@ async fn cancel(inner: &Inner, order_id: &str) -> CancelOutcome {
             timeout_ms: inner.request_timeout_ms,
         },
         &no_abort,
-        jsv::cancel_response,
     )
     .await;
     let outcome = match reply {

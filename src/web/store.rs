@@ -1,7 +1,8 @@
 //! Where attempts are kept: sessionStorage (survives a reload, dies with the tab, never shared
 //! with other tabs: seed step 2), or memory when storage is unavailable.
 //!
-//! Entry format: key `payonce:attempt:<orderId>`, value the JSON of [`Attempt`]:
+//! Entry format: key `payonce:attempt:<orderId>`, value the JSON of [`Attempt`] (its serde
+//! derives, through serde-wasm-bindgen and the browser's `JSON`):
 //! `{"key":"…","snapshot":{"orderId":"…","orderVersion":3,"paymentMethodId":"pm_…"},
 //! "state":"saved"|"sent"|"unknown","createdAt":1764466000000,"sends":1}`.
 //!
@@ -10,8 +11,9 @@
 //! sessionStorage, so an attempt saved before the fallback still blocks a second payment.
 
 use crate::core::attempt::{storage_key, Attempt, Entry, STORAGE_PREFIX};
-use crate::web::jsv;
+use crate::web::value;
 use payonce_protocol::IdempotencyKey;
+use serde::Deserialize;
 use std::cell::{Cell, RefCell};
 use web_sys::Storage;
 
@@ -145,16 +147,22 @@ fn probe() -> Option<Storage> {
 }
 
 fn encode(a: &Attempt) -> String {
-    jsv::attempt_json(a)
+    value::to_json(a)
+}
+
+/// Just the key of a stored value whose other members do not read.
+#[derive(Deserialize)]
+struct KeyOnly {
+    key: IdempotencyKey,
 }
 
 fn decode(text: &str) -> Entry {
     let Ok(v) = js_sys::JSON::parse(text) else {
         return Entry::Unreadable { key: None };
     };
-    let full = jsv::attempt(&v).ok();
+    let full = value::from_js::<Attempt>(&v);
     let salvaged = if full.is_none() {
-        jsv::salvage_key(&v).ok()
+        value::from_js::<KeyOnly>(&v).map(|k| k.key)
     } else {
         None
     };

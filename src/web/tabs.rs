@@ -9,8 +9,10 @@
 //!
 //! Receipts live in one page-wide map, so two clients in one page (and tabs) see each other.
 
+use crate::web::value;
 use js_sys::Function;
 use payonce_protocol::Payment;
+use serde::{Deserialize, Serialize};
 use std::cell::{Cell, RefCell};
 use wasm_bindgen::prelude::*;
 use web_sys::{BroadcastChannel, MessageEvent};
@@ -18,58 +20,29 @@ use web_sys::{BroadcastChannel, MessageEvent};
 const CHANNEL: &str = "payonce";
 const TAB_ID: &str = "payonce:tab";
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 enum Kind {
     Paid,
     Hello,
     Taken,
 }
 
-impl Kind {
-    const ALL: [Kind; 3] = [Self::Paid, Self::Hello, Self::Taken];
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Paid => "paid",
-            Self::Hello => "hello",
-            Self::Taken => "taken",
-        }
-    }
-}
-
-/// One flat shape for every message.
+/// One flat shape for every message; absent members are left out. A message that does not
+/// read (another version, another app on the channel) is ignored.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct Message {
     t: Kind,
+    #[serde(skip_serializing_if = "Option::is_none")]
     tab: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     order_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     payment: Option<Payment>,
 }
 
 impl Message {
-    fn from_js(v: &JsValue) -> Option<Self> {
-        use crate::web::jsv::{object, opt, payment, req_string, string};
-        object(v).ok()?;
-        let t = req_string(v, "t").ok()?;
-        Some(Self {
-            t: Kind::ALL.into_iter().find(|k| k.as_str() == t)?,
-            tab: opt(v, "tab", string).ok()?,
-            order_id: opt(v, "orderId", string).ok()?,
-            payment: opt(v, "payment", payment).ok()?,
-        })
-    }
-    fn to_js(&self) -> JsValue {
-        crate::web::jsv::Obj::new()
-            .str("t", self.t.as_str())
-            .opt_str("tab", self.tab.as_deref())
-            .opt_str("orderId", self.order_id.as_deref())
-            .set(
-                "payment",
-                self.payment
-                    .as_ref()
-                    .map_or(JsValue::UNDEFINED, crate::web::jsv::payment_js),
-            )
-            .js()
-    }
-
     fn tab(t: Kind, tab: String) -> Self {
         Self {
             t,
@@ -104,7 +77,7 @@ impl Tabs {
         if let Some(ch) = &tabs.channel {
             // Lives as long as the page: the channel is page-wide, like the receipts.
             let on_message = Closure::<dyn Fn(MessageEvent)>::new(|e: MessageEvent| {
-                if let Some(m) = Message::from_js(&e.data()) {
+                if let Some(m) = value::from_js::<Message>(&e.data()) {
                     TABS.with(|t| t.receive(m));
                 }
             });
@@ -144,7 +117,7 @@ impl Tabs {
 }
 
 fn post(ch: &BroadcastChannel, m: &Message) {
-    let _ = ch.post_message(&m.to_js());
+    let _ = ch.post_message(&value::to_js(m));
 }
 
 /// This tab's id, made on first use.
@@ -157,7 +130,7 @@ fn session_tab_id() -> Option<String> {
 }
 
 fn new_tab_id() -> Option<String> {
-    let id = crate::web::io::random_uuid().ok()?;
+    let id = crate::web::io::random_uuid();
     let s = web_sys::window()?.session_storage().ok()??;
     s.set_item(TAB_ID, &id).ok()?;
     Some(id)
