@@ -100,6 +100,9 @@ struct Args {
     /// Print only; do not write the docs file.
     #[arg(long)]
     no_write: bool,
+    /// Run only these parts (for profiling one of them): sqlite, postgres, storm.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
 }
 
 /// Resolved options the phases use.
@@ -184,8 +187,13 @@ async fn run(args: Args) -> Result<(), BenchError> {
     if cfg!(debug_assertions) {
         println!("WARNING: a debug build of the benchmark; build with --release for figures");
     }
+    let wanted = |part: &str| args.only.is_empty() || args.only.iter().any(|o| o == part);
+    let out = if args.only.is_empty() { out } else { None };
     let mut backends = Vec::new();
     for b in [Backend::Sqlite, Backend::Postgres] {
+        if !wanted(b.key()) {
+            continue;
+        }
         eprintln!("{}: pays, raw store, replays, no-op…", b.name());
         match phases::backend(&opts, b).await {
             Ok(f) => backends.push(f),
@@ -229,6 +237,8 @@ struct Machine {
     os: String,
     kernel: String,
     rustc: String,
+    /// The source the binaries were built from (`git describe --dirty`).
+    source: String,
     date: String,
     load_start: String,
     load_end: String,
@@ -265,6 +275,16 @@ impl Machine {
             os,
             kernel,
             rustc: command_line("rustc", &["--version"]),
+            source: command_line(
+                "git",
+                &[
+                    "-C",
+                    env!("CARGO_MANIFEST_DIR"),
+                    "describe",
+                    "--always",
+                    "--dirty",
+                ],
+            ),
             date: command_line("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
             load_start: loadavg(),
             load_end: String::new(),
@@ -359,6 +379,11 @@ fn render(
     );
     let _ = writeln!(
         s,
+        "Source: commit `{}` of this repository (`-dirty`: the build included uncommitted changes in the working tree).",
+        m.source
+    );
+    let _ = writeln!(
+        s,
         "Load average (1/5/15 min) at start {}, at end {}.",
         m.load_start, m.load_end
     );
@@ -375,7 +400,7 @@ fn render(
     );
     let _ = writeln!(
         s,
-        "{} clients, each one keep-alive connection, one request at a time; {} new-key pays per backend and as many raw-store pays; timed phases {:.1} s after a 0.5 s warm-up. The client runs on the same cores as the server.\n",
+        "{} clients, each one keep-alive connection, one request at a time; one customer (dev session) per order; {} new-key pays per backend and as many raw-store pays; timed phases {:.1} s after a 0.5 s warm-up. The client runs on the same cores as the server.\n",
         opts.clients,
         opts.pays,
         opts.phase.as_secs_f64()
@@ -464,7 +489,7 @@ fn render(
     });
 
     if let Some(st) = storm {
-        let _ = writeln!(s, "\nSame key, {} concurrent requests × {} rounds (a new order each), round-robin over 3 API processes on one PostgreSQL database, one standalone mock provider, shared `--session-secret`; each request on its own new connection (connect time included):\n", st.requests_per_round, st.rounds);
+        let _ = writeln!(s, "\nSame key, {} concurrent requests × {} rounds (a new order and customer each), round-robin over 3 API processes on one PostgreSQL database, one standalone mock provider, shared `--session-secret`; each request on its own new connection (connect time included):\n", st.requests_per_round, st.rounds);
         let _ = writeln!(
             s,
             "| charges per order (must be 1) | answers | 200 bodies identical | p50 | p99 | max |"
@@ -496,7 +521,7 @@ fn render(
             st.latency.max_ms()
         );
     } else {
-        let _ = writeln!(s, "\nSame-key storm: not run (PostgreSQL unreachable).");
+        let _ = writeln!(s, "\nSame-key storm: not run.");
     }
     s
 }

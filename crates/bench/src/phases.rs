@@ -115,6 +115,42 @@ async fn session(http: &reqwest::Client, api: &str, user: &str) -> Result<String
         .ok_or_else(|| BenchError::Setup(format!("no token in dev session answer: {v}")))
 }
 
+fn user_name(j: usize) -> String {
+    format!("bench-u{j}")
+}
+
+/// Dev sessions (not timed) for users `0..n`; their tokens, by user.
+async fn sessions(
+    clients: &[reqwest::Client],
+    api: &str,
+    n: usize,
+) -> Result<Vec<String>, BenchError> {
+    let tokens = Arc::new(Mutex::new(vec![String::new(); n]));
+    let (cl, api2, tokens2) = (Arc::new(clients.to_vec()), api.to_owned(), tokens.clone());
+    let s = load::by_count(clients.len(), n, move |w, j| {
+        let (http, api, tokens) = (cl[w].clone(), api2.clone(), tokens2.clone());
+        async move {
+            let token = session(&http, &api, &user_name(j))
+                .await
+                .map_err(|e| e.to_string())?;
+            if let Ok(mut t) = tokens.lock() {
+                t[j] = token;
+            }
+            Ok(())
+        }
+    })
+    .await;
+    if s.errors > 0 {
+        return Err(BenchError::Setup(format!(
+            "dev sessions: {} errors, first: {}",
+            s.errors,
+            s.first_error.unwrap_or_default()
+        )));
+    }
+    let tokens = tokens.lock().map(|v| v.clone()).unwrap_or_default();
+    Ok(tokens)
+}
+
 /// Creates `n` orders over HTTP (not timed); order `j` belongs to user `j % tokens.len()`.
 async fn create_orders(
     clients: &[reqwest::Client],
@@ -298,20 +334,18 @@ async fn backend_on(opts: &Opts, backend: Backend, db: &Db) -> Result<BackendFig
     let clients: Vec<reqwest::Client> = (0..opts.clients)
         .map(|_| client())
         .collect::<Result<_, _>>()?;
-    let mut tokens = Vec::with_capacity(opts.clients);
-    for u in 0..opts.clients {
-        tokens.push(session(&clients[0], &api, &format!("bench-u{u}")).await?);
-    }
-    let tokens = Arc::new(tokens);
     let n = opts.pays;
     let t = Instant::now();
+    // One customer per order, as in a shop: the server's per-user rate limits are for one
+    // client's runaway loop, and a benchmark user paying thousands of orders would be one.
+    let tokens = Arc::new(sessions(&clients, &api, 2 * n).await?);
     let orders = create_orders(&clients, &api, &tokens, 2 * n).await?;
     eprintln!(
         "  {name}: {} orders created in {:.1} s (setup, not timed)",
         2 * n,
         t.elapsed().as_secs_f64()
     );
-    let users: Vec<String> = (0..opts.clients).map(|u| format!("bench-u{u}")).collect();
+    let users: Vec<String> = (0..2 * n).map(user_name).collect();
 
     // The raw store: the same statements in this process, no HTTP and no provider.
     let raw_pays = {
@@ -357,13 +391,7 @@ async fn backend_on(opts: &Opts, backend: Backend, db: &Db) -> Result<BackendFig
     let clients = Arc::new(clients);
     let pairs: Arc<Vec<(String, usize, String)>> = Arc::new(
         (n..2 * n)
-            .map(|j| {
-                (
-                    orders[j].clone(),
-                    j % opts.clients,
-                    uuid::Uuid::new_v4().to_string(),
-                )
-            })
+            .map(|j| (orders[j].clone(), j, uuid::Uuid::new_v4().to_string()))
             .collect(),
     );
     let http_pays = {
@@ -501,7 +529,7 @@ async fn storm_on(opts: &Opts, db: &Db) -> Result<StormFigures, BenchError> {
     // One client per instance: each opens as many connections as there are requests in
     // flight, so every request of the storm has its own connection.
     let clients: Vec<reqwest::Client> = (0..3).map(|_| client()).collect::<Result<_, _>>()?;
-    let token = session(&clients[0], &urls[0], "bench-storm").await?;
+
     let mut figures = StormFigures {
         rounds: opts.storm_rounds,
         requests_per_round: opts.storm,
@@ -514,6 +542,9 @@ async fn storm_on(opts: &Opts, db: &Db) -> Result<StormFigures, BenchError> {
     let mut errors = 0;
     let mut statuses = std::collections::BTreeMap::<u16, usize>::new();
     for round in 0..opts.storm_rounds {
+        // A new customer each round: the per-user request bucket of each process is sized
+        // for one user's tabs and retries, and one round already fills a third of it.
+        let token = session(&clients[0], &urls[0], &format!("bench-storm-{round}")).await?;
         let res = clients[0]
             .post(format!("{}{}", urls[round % 3], paths::ORDERS))
             .bearer_auth(&token)

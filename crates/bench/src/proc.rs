@@ -110,6 +110,14 @@ impl Backend {
             Backend::Postgres => "PostgreSQL",
         }
     }
+
+    /// The name `--only` takes.
+    pub(crate) fn key(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        }
+    }
 }
 
 /// A database for one run, removed when dropped.
