@@ -67,6 +67,7 @@ pub enum Final {
     /// charge). The next Pay mints a new key.
     Declined {
         /// Which of the two.
+        #[serde(serialize_with = "code_str")]
         code: ErrorCode,
     },
     /// The order changed since the customer saw it: reload the checkout and confirm again.
@@ -77,6 +78,12 @@ pub enum Final {
     },
     /// The attempt was cancelled (a tombstone): it can never charge.
     Cancelled,
+}
+
+/// An [`ErrorCode`] as its wire spelling, through [`ErrorCode::as_str`]: the derived
+/// `Serialize` of the whole code list (only ever used here) is larger in the Wasm module.
+fn code_str<S: serde::Serializer>(code: &ErrorCode, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(code.as_str())
 }
 
 /// Why a request is worth repeating with the same key.

@@ -218,7 +218,9 @@ pub(crate) async fn post<T: DeserializeOwned>(
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct ProblemBody {
-    code: ErrorCode,
+    /// Read as text and looked up in [`ErrorCode::ALL`]: smaller in the module than the
+    /// code list's derived `Deserialize`.
+    code: String,
     retry_after: Option<u64>,
     current_version: Option<u64>,
 }
@@ -226,7 +228,7 @@ struct ProblemBody {
 /// Just the code, when an optional member is malformed.
 #[derive(Deserialize)]
 struct ProblemCode {
-    code: ErrorCode,
+    code: String,
 }
 
 /// A problem body. One whose `code` is missing or unknown is no problem at all (the status
@@ -239,12 +241,13 @@ fn problem(v: &JsValue) -> Option<Problem> {
             current_version: None,
         })
     })?;
+    let code = *ErrorCode::ALL.iter().find(|c| c.as_str() == p.code)?;
     Some(Problem {
         type_uri: String::new(),
         title: String::new(),
-        status: p.code.http_status(),
+        status: code.http_status(),
         detail: None,
-        code: p.code,
+        code,
         retry_after: p.retry_after,
         current_version: p.current_version,
         attempt_status: None,
