@@ -225,18 +225,13 @@ struct ProblemBody {
     current_version: Option<u64>,
 }
 
-/// Just the code, when an optional member is malformed.
-#[derive(Deserialize)]
-struct ProblemCode {
-    code: String,
-}
-
 /// A problem body. One whose `code` is missing or unknown is no problem at all (the status
 /// alone then decides); a malformed optional member is dropped rather than losing the code.
 fn problem(v: &JsValue) -> Option<Problem> {
+    // The fallback reads the one member directly: a second derived struct for it costs more.
     let p = value::from_js::<ProblemBody>(v).or_else(|| {
-        value::from_js::<ProblemCode>(v).map(|c| ProblemBody {
-            code: c.code,
+        value::get(v, "code").as_string().map(|code| ProblemBody {
+            code,
             retry_after: None,
             current_version: None,
         })

@@ -13,7 +13,6 @@
 use crate::core::attempt::{storage_key, Attempt, Entry, STORAGE_PREFIX};
 use crate::web::value;
 use payonce_protocol::IdempotencyKey;
-use serde::Deserialize;
 use std::cell::{Cell, RefCell};
 use web_sys::Storage;
 
@@ -150,19 +149,16 @@ fn encode(a: &Attempt) -> String {
     value::to_json(a)
 }
 
-/// Just the key of a stored value whose other members do not read.
-#[derive(Deserialize)]
-struct KeyOnly {
-    key: IdempotencyKey,
-}
-
 fn decode(text: &str) -> Entry {
     let Ok(v) = js_sys::JSON::parse(text) else {
         return Entry::Unreadable { key: None };
     };
     let full = value::from_js::<Attempt>(&v);
     let salvaged = if full.is_none() {
-        value::from_js::<KeyOnly>(&v).map(|k| k.key)
+        // Just the key of a value whose other members do not read: one member, read directly.
+        value::get(&v, "key")
+            .as_string()
+            .and_then(|k| IdempotencyKey::parse(&k).ok())
     } else {
         None
     };
