@@ -311,6 +311,10 @@ pub(crate) async fn run(
 ) -> AppResult<PayAnswer> {
     // Each turn either ends or observes progress by someone else (a row appeared, a lease
     // was taken, an attempt settled); the bound only guards against a livelock bug.
+    // Set once this request claimed the key: a stored answer it then finds (a webhook settled
+    // the attempt while this request waited on the provider) is this request's own outcome,
+    // not a replay, so it must not say `Idempotent-Replayed: true`.
+    let mut claimed_here = false;
     for _ in 0..10_000 {
         let row = db::find(state.store.pool(), &user, key.as_str()).await?;
         let fp = row
@@ -329,6 +333,7 @@ pub(crate) async fn run(
                 state.limits.new_attempt(&user)?;
                 match claim(&state, &user, &order, &key, &req).await? {
                     Claimed::Won(claim) => {
+                        claimed_here = true;
                         failpoint(faults::AFTER_CLAIM);
                         // The claim's outbox row, executed inline by this request.
                         crate::metrics::outbox("executed_inline");
@@ -344,7 +349,7 @@ pub(crate) async fn run(
                 return Ok(PayAnswer {
                     status,
                     body,
-                    replayed: true,
+                    replayed: !claimed_here,
                     retry_after: None,
                 });
             }

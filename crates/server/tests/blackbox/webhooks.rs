@@ -38,9 +38,17 @@ async fn webhooks_settle_attempts_without_any_retry(backend: Backend) {
     let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
     // The provider charges at once and calls us, but answers our call too late: the webhook
     // is what settles the attempt (the jobs are off and the client never retries).
-    let r = app.pay(&t, &id, Some(&key()), 1, "pm_card_timeout").await;
+    let k = key();
+    let r = app.pay(&t, &id, Some(&k), 1, "pm_card_timeout").await;
     assert!([200, 202].contains(&r.status), "{}", r.text());
+    // Whether the webhook won the race or not, this was the key's first request: its
+    // answer is not a replay, even when it is the stored answer the webhook wrote.
+    assert_eq!(r.header("idempotent-replayed"), None, "{}", r.text());
     assert_eq!(wait_for_status(&app, &t, &id, "paid").await, "paid");
+    assert_eq!(app.ledger(&id).await.len(), 1);
+    let again = app.pay(&t, &id, Some(&k), 1, "pm_card_timeout").await;
+    assert_eq!(again.status, 200, "{}", again.text());
+    assert_eq!(again.header("idempotent-replayed").as_deref(), Some("true"));
     assert_eq!(app.ledger(&id).await.len(), 1);
     let pool = app.db_pool().await;
     let (n,): (i64,) = sqlx::query_as(
