@@ -275,16 +275,19 @@ impl Machine {
             os,
             kernel,
             rustc: command_line("rustc", &["--version"]),
-            source: command_line(
-                "git",
-                &[
-                    "-C",
-                    env!("CARGO_MANIFEST_DIR"),
-                    "describe",
-                    "--always",
-                    "--dirty",
-                ],
-            ),
+            // A build from an exported tree (no .git) names its commit in the environment.
+            source: std::env::var("PAYONCE_BENCH_SOURCE").unwrap_or_else(|_| {
+                command_line(
+                    "git",
+                    &[
+                        "-C",
+                        env!("CARGO_MANIFEST_DIR"),
+                        "describe",
+                        "--always",
+                        "--dirty",
+                    ],
+                )
+            }),
             date: command_line("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
             load_start: loadavg(),
             load_end: String::new(),
@@ -370,9 +373,16 @@ fn render(
         "Run {} on {} cores ({}), {}, {} (kernel {}), {}; release build.",
         m.date, m.nproc, m.cpu, m.mem, m.os, m.kernel, m.rustc
     );
+    // The binary lives in `<target dir>/release/`: say which target dir built it.
+    let exe = std::env::current_exe().unwrap_or_default();
+    let target_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .map_or_else(|| "target".into(), |d| d.display().to_string());
     let _ = writeln!(
         s,
-        "Command: `CARGO_TARGET_DIR=/work/target-bench cargo build --release -p payonce-server -p payonce-bench && /work/target-bench/release/payonce-bench{}{}` (took {:.0} s).",
+        "Command: `CARGO_TARGET_DIR={target_dir} cargo build --release -p payonce-server -p payonce-bench && {}{}{}` (took {:.0} s).",
+        exe.display(),
         if cmd.is_empty() { "" } else { " " },
         cmd,
         took.as_secs_f64()
