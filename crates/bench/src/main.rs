@@ -474,10 +474,16 @@ fn render(
     row(&mut s, "replays from Redis", &|b| match &b.redis {
         None => "—".into(),
         Some(RedisFigure::NotAvailable(why)) => format!("redis: {why}"),
-        Some(RedisFigure::Measured(x)) => format!(
-            "{} ({:.2} × no-op)",
+        Some(RedisFigure::Measured(x, sources)) => format!(
+            "{} ({:.2} × no-op{})",
             rate(x),
-            ratio(x.rate(), b.noop.rate())
+            ratio(x.rate(), b.noop.rate()),
+            match sources {
+                Some((redis, db)) => format!(
+                    "; the server counted {redis} replays from Redis, {db} from the database"
+                ),
+                None => String::new(),
+            }
         ),
     });
     row(

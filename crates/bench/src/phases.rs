@@ -27,8 +27,9 @@ const WARMUP: Duration = Duration::from_millis(500);
 /// What Redis gave, if anything.
 #[derive(Debug, Clone)]
 pub(crate) enum RedisFigure {
-    /// Measured replays/s through a server started with `--redis-url`.
-    Measured(Sample),
+    /// Measured replays/s through a server started with `--redis-url`, and that server's
+    /// own count of replays read from Redis and from the database (`GET /metrics`).
+    Measured(Sample, Option<(u64, u64)>),
     /// Why there is no figure.
     NotAvailable(String),
 }
@@ -481,7 +482,31 @@ async fn redis_replays(
     }
     let s = replay_phase(opts, clients, &api, tokens, pairs).await;
     report_errors("PostgreSQL", "Redis replays", &s);
-    RedisFigure::Measured(s)
+    let sources = replay_sources(&clients[0], &api).await;
+    RedisFigure::Measured(s, sources)
+}
+
+/// `payonce_pay_replays_total` by source (redis, database) from the server's `/metrics`;
+/// `None` when the build has no such counter.
+async fn replay_sources(http: &reqwest::Client, api: &str) -> Option<(u64, u64)> {
+    let text = http
+        .get(format!("{api}{}", paths::METRICS))
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    let count = |source: &str| {
+        let prefix = format!("payonce_pay_replays_total{{source=\"{source}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    match (count("redis"), count("database")) {
+        (None, None) => None,
+        (r, d) => Some((r.unwrap_or(0), d.unwrap_or(0))),
+    }
 }
 
 fn report_errors(backend: &str, phase: &str, s: &Sample) {
