@@ -50,6 +50,19 @@ pub(crate) fn attempt_from_row(row: &AnyRow) -> sqlx::Result<AttemptRow> {
     })
 }
 
+/// `SELECT <every column attempt_from_row reads> FROM attempts WHERE <cond>`, one column
+/// list for every lookup so a new column cannot be read by one and forgotten by another.
+macro_rules! select_attempt {
+    ($cond:literal) => {
+        concat!(
+            "SELECT id, user_id, order_id, status, fingerprint, order_version, amount, currency, ",
+            "payment_method_id, provider_key, locked_until, response_status, response_body ",
+            "FROM attempts WHERE ",
+            $cond
+        )
+    };
+}
+
 /// Looks a key up in the caller's scope only: `(user, key)`. Another user's row with the
 /// same key is invisible.
 pub(crate) async fn find<'c>(
@@ -57,15 +70,11 @@ pub(crate) async fn find<'c>(
     user: &str,
     key: &str,
 ) -> sqlx::Result<Option<AttemptRow>> {
-    let row = sqlx::query(
-        "SELECT id, user_id, order_id, status, fingerprint, order_version, amount, currency, payment_method_id,
-                provider_key, locked_until, response_status, response_body
-         FROM attempts WHERE user_id = $1 AND idem_key = $2",
-    )
-    .bind(user)
-    .bind(key)
-    .fetch_optional(e)
-    .await?;
+    let row = sqlx::query(select_attempt!("user_id = $1 AND idem_key = $2"))
+        .bind(user)
+        .bind(key)
+        .fetch_optional(e)
+        .await?;
     row.as_ref().map(attempt_from_row).transpose()
 }
 
@@ -74,14 +83,10 @@ pub(crate) async fn find_by_provider_key<'c>(
     e: impl AnyExecutor<'c>,
     provider_key: &str,
 ) -> sqlx::Result<Option<AttemptRow>> {
-    let row = sqlx::query(
-        "SELECT id, user_id, order_id, status, fingerprint, order_version, amount, currency, payment_method_id,
-                provider_key, locked_until, response_status, response_body
-         FROM attempts WHERE provider_key = $1",
-    )
-    .bind(provider_key)
-    .fetch_optional(e)
-    .await?;
+    let row = sqlx::query(select_attempt!("provider_key = $1"))
+        .bind(provider_key)
+        .fetch_optional(e)
+        .await?;
     row.as_ref().map(attempt_from_row).transpose()
 }
 
@@ -90,14 +95,10 @@ pub(crate) async fn find_by_id<'c>(
     e: impl AnyExecutor<'c>,
     id: &str,
 ) -> sqlx::Result<Option<AttemptRow>> {
-    let row = sqlx::query(
-        "SELECT id, user_id, order_id, status, fingerprint, order_version, amount, currency, payment_method_id,
-                provider_key, locked_until, response_status, response_body
-         FROM attempts WHERE id = $1",
-    )
-    .bind(id)
-    .fetch_optional(e)
-    .await?;
+    let row = sqlx::query(select_attempt!("id = $1"))
+        .bind(id)
+        .fetch_optional(e)
+        .await?;
     row.as_ref().map(attempt_from_row).transpose()
 }
 
