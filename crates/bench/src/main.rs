@@ -389,18 +389,24 @@ fn render(
     );
     let _ = writeln!(
         s,
-        "Source: commit `{}` of this repository (`-dirty`: the build included uncommitted changes in the working tree).",
-        m.source
+        "Source: commit `{}` of this repository{}.",
+        m.source,
+        if m.source.ends_with("-dirty") {
+            " plus uncommitted changes in the working tree"
+        } else {
+            ""
+        }
     );
     let _ = writeln!(
         s,
         "Load average (1/5/15 min) at start {}, at end {}.",
         m.load_start, m.load_end
     );
-    if load_high(&m.load_start, m.nproc) || load_high(&m.load_end, m.nproc) {
+    // The end figure includes this run's own load; the start figure is the machine's.
+    if load_high(&m.load_start, m.nproc) {
         let _ = writeln!(
             s,
-            "**Other work was running on the machine during this run** (load average above half the cores): absolute figures are low and noisy; ratios within one run are the comparable part."
+            "**Other work was running on the machine when this run started** (1-minute load average above half the cores): absolute figures are low and noisy; ratios within one run are the comparable part."
         );
     }
     let _ = writeln!(
