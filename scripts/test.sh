@@ -108,4 +108,9 @@ else not_run www-e2e "build-pkg failed"; fi
 
 printf '\n=== summary (%d s)\n' "$((SECONDS - t_start))"
 printf '%s\n' "${summary[@]}"
+# One plain closing line, counted over the suites above ("not run" counts as failed: a suite
+# that could not run proved nothing).
+n_ok=$(printf '%s\n' "${summary[@]}" | grep -c ': ok (' || true)
+n_bad=$(printf '%s\n' "${summary[@]}" | grep -cE ': (FAILED|not run)' || true)
+printf 'suites: %d passed, %d failed\n' "$n_ok" "$n_bad"
 exit $failed
