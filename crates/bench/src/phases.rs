@@ -9,6 +9,7 @@ use payonce_protocol::body::paths;
 use payonce_protocol::headers::IDEMPOTENCY_KEY;
 use payonce_protocol::provider::methods::APPROVE;
 use payonce_protocol::provider::{paths as provider_paths, Ledger};
+use payonce_protocol::PayRequest;
 use serde_json::json;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -217,7 +218,7 @@ async fn pay(
         .post(url)
         .bearer_auth(token)
         .header(IDEMPOTENCY_KEY, key)
-        .json(&json!({ "orderVersion": 1, "paymentMethodId": APPROVE }))
+        .json(&approve_v1())
         .send()
         .await
         .map_err(|e| e.to_string())?;
@@ -595,7 +596,7 @@ async fn storm_on(opts: &Opts, db: &Db) -> Result<StormFigures, BenchError> {
                         .post(url)
                         .bearer_auth(token)
                         .header(IDEMPOTENCY_KEY, key)
-                        .json(&json!({ "orderVersion": 1, "paymentMethodId": APPROVE }))
+                        .json(&approve_v1())
                         .send()
                         .await;
                     match res {
@@ -641,4 +642,13 @@ async fn storm_on(opts: &Opts, db: &Db) -> Result<StormFigures, BenchError> {
     drop(apis);
     drop(provider);
     Ok(figures)
+}
+
+/// The pay body every benchmark order uses (version 1, approving card): the protocol's type,
+/// so the wire names stay spelled in one place.
+fn approve_v1() -> PayRequest {
+    PayRequest {
+        order_version: 1,
+        payment_method_id: APPROVE.to_owned(),
+    }
 }
