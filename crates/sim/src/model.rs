@@ -36,7 +36,7 @@ impl std::fmt::Display for Arrival {
 }
 
 /// Everything that defines a run apart from the strategy.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Scenario {
     pub clients: usize,
     pub arrival: Arrival,
@@ -79,6 +79,9 @@ pub(crate) struct Run {
     pub sends: Vec<(u64, Fate)>,
     /// Every pay call's end.
     pub ends: Vec<(u64, End)>,
+    /// Every pay call's duration, from Pay to its final answer or `pending` (ms): what the
+    /// customer waits.
+    pub took: Vec<u64>,
 }
 
 struct Server {
@@ -153,12 +156,14 @@ pub(crate) fn run(scenario: &Scenario, strategy: Strategy, seed: u64) -> Run {
     };
 
     let mut clients: Vec<ClientRetry> = Vec::with_capacity(scenario.clients);
+    let mut started: Vec<u64> = Vec::with_capacity(scenario.clients);
     for i in 0..scenario.clients {
         let at = match scenario.arrival {
             Arrival::Burst => 0,
             Arrival::Spread(ms) => rng.gen_range(0..ms.max(1)),
         };
         clients.push(ClientRetry::new(strategy, at));
+        started.push(at);
         push(&mut queue, at, i, None);
     }
     let mut server = Server {
@@ -180,6 +185,7 @@ pub(crate) fn run(scenario: &Scenario, strategy: Strategy, seed: u64) -> Run {
         strategy,
         sends: Vec::new(),
         ends: Vec::new(),
+        took: Vec::new(),
     };
     while let Some(Reverse((now, _, c, answer))) = queue.pop() {
         match answer {
@@ -205,6 +211,7 @@ pub(crate) fn run(scenario: &Scenario, strategy: Strategy, seed: u64) -> Run {
                 if let Verdict::Final(_) = verdict {
                     clients[c].on_final();
                     out.ends.push((now, End::Paid));
+                    out.took.push(now - started[c]);
                     continue;
                 }
                 let verdict = if strategy.honours_retry_after() {
@@ -214,7 +221,10 @@ pub(crate) fn run(scenario: &Scenario, strategy: Strategy, seed: u64) -> Run {
                 };
                 match clients[c].after(&verdict, now, &mut rng) {
                     Next::Wait { ms } => push(&mut queue, now + ms, c, None),
-                    Next::GiveUp(reason) => out.ends.push((now, End::Pending(reason))),
+                    Next::GiveUp(reason) => {
+                        out.ends.push((now, End::Pending(reason)));
+                        out.took.push(now - started[c]);
+                    }
                 }
             }
         }
@@ -257,6 +267,21 @@ pub(crate) struct Figures {
     pub shed: usize,
     pub paid: usize,
     pub given_up: usize,
+    /// Median and 99th percentile (nearest rank) of the time from Pay to the call's end, paid
+    /// or `pending`, in s: the price the customer pays for a policy.
+    pub p50_s: f64,
+    pub p99_s: f64,
+}
+
+/// Nearest-rank percentile `q` (0–1] of `v`, in s; 0 for no values.
+fn percentile_s(v: &[u64], q: f64) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_unstable();
+    if v.is_empty() {
+        return 0.0;
+    }
+    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    v[rank - 1] as f64 / 1000.0
 }
 
 /// Summarises a run. `intents` = number of clients.
@@ -300,5 +325,21 @@ pub(crate) fn figures(run: &Run, scenario: &Scenario) -> Figures {
             .iter()
             .filter(|e| matches!(e.1, End::Pending(_)))
             .count(),
+        p50_s: percentile_s(&run.took, 0.50),
+        p99_s: percentile_s(&run.took, 0.99),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank_in_seconds() {
+        let took: Vec<u64> = (1..=100).map(|i| i * 1_000).collect();
+        assert_eq!(percentile_s(&took, 0.50), 50.0);
+        assert_eq!(percentile_s(&took, 0.99), 99.0);
+        assert_eq!(percentile_s(&[7_000], 0.99), 7.0);
+        assert_eq!(percentile_s(&[], 0.5), 0.0);
     }
 }

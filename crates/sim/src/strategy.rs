@@ -35,7 +35,17 @@ pub(crate) enum Strategy {
     Sdk {
         /// Label in the table and the plot.
         label: &'static str,
-        /// The policy (the SDK's default).
+        /// The policy (the SDK's default, or a candidate in the experiments).
+        policy: RetryPolicy,
+    },
+    /// An experiment, not the SDK: [`Strategy::Sdk`] except that the wait after our own
+    /// timeout is AWS's *decorrelated jitter*, `min(cap, random(base, 3 · previous wait))`
+    /// starting from `previous = base`, instead of full jitter over `[0, cap)`. Everything else
+    /// (Retry-After, attempts, budget, deadline) is the SDK's own `Schedule`.
+    SdkDecorrelated {
+        /// Label in the table.
+        label: &'static str,
+        /// Base and cap of the draw, and the rest of the policy.
         policy: RetryPolicy,
     },
 }
@@ -47,13 +57,16 @@ impl Strategy {
             Self::Stripe => "Stripe x0.5-1",
             Self::AwsFullJitter => "AWS full jitter",
             Self::PreviousSdk => "previous SDK default",
-            Self::Sdk { label, .. } => label,
+            Self::Sdk { label, .. } | Self::SdkDecorrelated { label, .. } => label,
         }
     }
 
     /// Whether the strategy honours a server's `Retry-After` (only the SDK does, like ky).
     pub(crate) fn honours_retry_after(&self) -> bool {
-        matches!(self, Self::Sdk { .. } | Self::PreviousSdk)
+        matches!(
+            self,
+            Self::Sdk { .. } | Self::SdkDecorrelated { .. } | Self::PreviousSdk
+        )
     }
 }
 
@@ -70,6 +83,8 @@ pub(crate) struct ClientRetry {
     started_ms: u64,
     failures: u32,
     waits: u32,
+    /// The previous decorrelated wait, for [`Strategy::SdkDecorrelated`].
+    prev_ms: u64,
 }
 
 impl ClientRetry {
@@ -81,7 +96,7 @@ impl ClientRetry {
             Strategy::AwsFullJitter | Strategy::PreviousSdk => {
                 (Some(RetryBudget::new(envelope.budget)), None)
             }
-            Strategy::Sdk { policy, .. } => (
+            Strategy::Sdk { policy, .. } | Strategy::SdkDecorrelated { policy, .. } => (
                 Some(RetryBudget::new(policy.budget)),
                 Some(Schedule::new(
                     policy,
@@ -99,6 +114,10 @@ impl ClientRetry {
             started_ms: now_ms,
             failures: 0,
             waits: 0,
+            prev_ms: match strategy {
+                Strategy::SdkDecorrelated { policy, .. } => policy.base_delay_ms,
+                _ => 0,
+            },
         }
     }
 
@@ -112,6 +131,26 @@ impl ClientRetry {
     /// What follows a `Retry` verdict at `now_ms`.
     pub(crate) fn after(&mut self, verdict: &Verdict, now_ms: u64, rng: &mut StdRng) -> Next {
         if let (Some(schedule), Some(budget)) = (&mut self.schedule, &mut self.budget) {
+            if let Strategy::SdkDecorrelated { policy, .. } = self.strategy {
+                let timed_out = matches!(
+                    verdict,
+                    Verdict::Retry {
+                        cause: RetryCause::TimedOut,
+                        retry_after_ms: None
+                    }
+                );
+                if timed_out {
+                    // The SDK draws `cap · u` after a timeout: feed it the `u` that gives the
+                    // decorrelated wait, so the schedule's other rules apply unchanged.
+                    let cap = policy.max_delay_ms.max(1);
+                    let lo = policy.base_delay_ms.min(cap);
+                    let hi = self.prev_ms.saturating_mul(3).max(lo + 1);
+                    let d = rng.gen_range(lo..hi).min(cap);
+                    self.prev_ms = d;
+                    let u = d as f64 / cap as f64;
+                    return schedule.after(verdict, now_ms as f64, budget, &mut || u);
+                }
+            }
             return schedule.after(verdict, now_ms as f64, budget, &mut || rng.gen::<f64>());
         }
         let (cause, retry_after_ms) = match verdict {
@@ -152,5 +191,35 @@ impl ClientRetry {
         }
         self.waits += 1;
         Next::Wait { ms }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn decorrelated_jitter_waits_between_base_and_three_times_base_after_a_first_timeout() {
+        let policy = RetryPolicy::default();
+        let s = Strategy::SdkDecorrelated {
+            label: "test",
+            policy,
+        };
+        let timed_out = Verdict::Retry {
+            cause: RetryCause::TimedOut,
+            retry_after_ms: None,
+        };
+        let mut rng = StdRng::seed_from_u64(1);
+        for _ in 0..200 {
+            let mut c = ClientRetry::new(s, 0);
+            match c.after(&timed_out, 15_000, &mut rng) {
+                Next::Wait { ms } => assert!(
+                    (policy.base_delay_ms - 1..3 * policy.base_delay_ms).contains(&ms),
+                    "{ms} ms"
+                ),
+                other => panic!("expected a wait, got {other:?}"),
+            }
+        }
     }
 }
