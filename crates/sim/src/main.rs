@@ -506,7 +506,9 @@ fn findings(sc: &Scenario, seed: u64) -> String {
     let _ = writeln!(
         t,
         "- **The bound.** No client sends again before its own request timeout fires, whatever its \
-         retry policy. With the outage ({d_s} s) shorter than the timeout ({t_s} s) the recovered \
+         retry policy, while it keeps one request in flight as the SDK does (a hedged second \
+         copy sent before the timeout would be lost in the outage as well, one more retry per \
+         intent). With the outage ({d_s} s) shorter than the timeout ({t_s} s) the recovered \
          server idles for {idle} s; with the retries after the timeout spread over `[0, W)`, \
          peak/mean ≈ (T − D + W) / W times the noise of 1 s buckets for 1,000 independent clients \
          (the busy peak/mean: {nb:.2} at W = {w_s} s, {nw:.2} at W = 30 s). With the outage longer \
