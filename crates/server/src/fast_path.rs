@@ -19,6 +19,10 @@
 //!    ends, then (or on a miss, an error, or a stale marker) the database path decides.
 //! 5. Any Redis failure → the database path. Nothing here can fail a request.
 //!
+//! Before all of that, before the order is even read, [`replay_first`] asks Redis with a
+//! plain `GET` and replays a matching final entry with no SQL at all; on a miss it replays
+//! from the key row and puts the entry back. Only what it cannot replay reaches step 1.
+//!
 //! The key carries the user id (`idem:{user}:{key}`; neither may contain `:`), and the entry
 //! repeats it, so one user's lookup can never read another's answer.
 
@@ -98,6 +102,7 @@ impl Entry {
             locked_until: None,
             response_status: Some(i64::from(*response_status)),
             response_body: Some(body.clone()),
+            expires_at: None,
         })
     }
 
@@ -138,6 +143,7 @@ pub(crate) async fn pay(
     order: OrderRow,
     key: IdempotencyKey,
     req: PayRequest,
+    first_row: Option<Option<AttemptRow>>,
 ) -> AppResult<PayAnswer> {
     let mut source = "database";
     let result = match state.limits.request(&user) {
@@ -145,10 +151,11 @@ pub(crate) async fn pay(
         Ok(()) => match state.redis.clone() {
             None => {
                 let deadline = Instant::now() + state.config.in_progress_wait;
-                pay::run(state, user, order, key, req, deadline).await
+                pay::run(state, user, order, key, req, deadline, first_row).await
             }
             Some(redis) => {
-                let (r, from_redis) = with_redis(&redis, state, user, order, key, req).await;
+                let (r, from_redis) =
+                    with_redis(&redis, state, user, order, key, req, first_row).await;
                 if from_redis {
                     source = "redis";
                 }
@@ -156,6 +163,83 @@ pub(crate) async fn pay(
             }
         },
     };
+    record(&result, source);
+    result
+}
+
+/// What [`replay_first`] found.
+// One value per request, moved once into the full path: boxing the row would only add an
+// allocation.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum First {
+    /// The request retries a finished attempt: its stored answer (or the rate limit's
+    /// refusal), complete.
+    Answered(AppResult<PayAnswer>),
+    /// Anything else: the full path decides, starting from the key row read here (`None`
+    /// when it could not be read).
+    Continue(Option<Option<AttemptRow>>),
+}
+
+/// The replay of a finished attempt, before the order is read ([`pay::replay_from_row`]
+/// says why that is safe): from Redis when it holds the final answer (no SQL at all), else
+/// from the caller's key row (one `SELECT`). A Redis miss, a Redis failure, a mismatch, a
+/// key in flight or a new key all continue to the full path, which answers exactly as
+/// before; the database stays the only guard of claims.
+pub(crate) async fn replay_first(
+    state: &AppState,
+    user: &str,
+    order_id: &str,
+    key: &IdempotencyKey,
+    req: &PayRequest,
+) -> First {
+    let mut refill = None;
+    if let Some(redis) = &state.redis {
+        let rkey = redis_key(user, key);
+        let mut get = redis::cmd("GET");
+        get.arg(&rkey);
+        match redis.query::<Option<String>>(&get).await {
+            Ok(Some(value)) => {
+                let answer = serde_json::from_str::<Entry>(&value)
+                    .ok()
+                    .and_then(|entry| entry.as_row())
+                    .and_then(|row| pay::replay_from_row(&row, user, order_id, req));
+                if let Some(answer) = answer {
+                    return First::Answered(replayed(state, user, answer, "redis"));
+                }
+            }
+            // Flushed or expired: if the database replays it, put it back.
+            Ok(None) => refill = Some((redis, rkey)),
+            // The breaker is open or Redis failed: the database answers (already counted).
+            Err(_) => {}
+        }
+    }
+    let row = match db::find(state.store.pool(), user, key.as_str()).await {
+        Ok(row) => row,
+        // The full path reads again and answers the error itself.
+        Err(_) => return First::Continue(None),
+    };
+    let Some(answer) = row
+        .as_ref()
+        .and_then(|r| pay::replay_from_row(r, user, order_id, req))
+    else {
+        return First::Continue(Some(row));
+    };
+    if let (Some((redis, rkey)), Some((value, ttl))) = (refill, row.as_ref().and_then(entry_of)) {
+        // NX: a marker or entry written meanwhile is newer than this row's copy.
+        let mut set = redis::cmd("SET");
+        set.arg(&rkey).arg(value).arg("NX").arg("PX").arg(ttl);
+        let _ = redis.query::<Option<String>>(&set).await;
+    }
+    First::Answered(replayed(state, user, answer, "database"))
+}
+
+/// A replay found by [`replay_first`], through the per-request rate limit and counted like
+/// any other answer.
+fn replayed(state: &AppState, user: &str, answer: PayAnswer, source: &str) -> AppResult<PayAnswer> {
+    let result = state.limits.request(user).map(|()| answer);
+    if result.is_ok() && source == "redis" {
+        metrics::redis_lookup("replay");
+    }
     record(&result, source);
     result
 }
@@ -189,6 +273,7 @@ async fn with_redis(
     order: OrderRow,
     key: IdempotencyKey,
     req: PayRequest,
+    first_row: Option<Option<AttemptRow>>,
 ) -> (AppResult<PayAnswer>, bool) {
     let deadline = Instant::now() + state.config.in_progress_wait;
     let rkey = redis_key(&user, &key);
@@ -209,7 +294,7 @@ async fn with_redis(
         Ok(v) => v,
         Err(e) => {
             metrics::redis_lookup(lookup_label(&e));
-            let r = pay::run(state, user, order, key, req, deadline).await;
+            let r = pay::run(state, user, order, key, req, deadline, first_row).await;
             return (r, false);
         }
     };
@@ -223,6 +308,7 @@ async fn with_redis(
             key.clone(),
             req,
             deadline,
+            first_row,
         )
         .await;
         match &r {
@@ -272,6 +358,7 @@ async fn with_redis(
             }
         }
     }
+    // Time may have passed waiting on someone else's marker: look the key up afresh.
     let r = pay::run(
         state.clone(),
         user.clone(),
@@ -279,6 +366,7 @@ async fn with_redis(
         key.clone(),
         req,
         deadline,
+        None,
     )
     .await;
     // The marker's owner caches the answer; a waiter that got a final answer from the
@@ -346,17 +434,17 @@ async fn cache_final_if_absent(
 
 /// The cache entry (JSON) and its time to live (ms) for the stored row of `(user, key)`.
 async fn final_entry(state: &AppState, user: &str, key: &IdempotencyKey) -> Option<(String, u64)> {
-    let pool = state.store.pool();
-    let row = db::find(pool, user, key.as_str()).await.ok()??;
-    let entry = Entry::from_row(&row)?;
-    let expires_at: Option<i64> =
-        sqlx::query_scalar("SELECT expires_at FROM attempts WHERE id = $1")
-            .bind(&row.id)
-            .fetch_optional(pool)
-            .await
-            .ok()??;
+    let row = db::find(state.store.pool(), user, key.as_str())
+        .await
+        .ok()??;
+    entry_of(&row)
+}
+
+/// The cache entry (JSON) and its time to live (ms) for a final row.
+fn entry_of(row: &AttemptRow) -> Option<(String, u64)> {
+    let entry = Entry::from_row(row)?;
     // The cache must not outlive the database's key: it expires with the row.
-    let ttl = u64::try_from(expires_at? - now_ms())
+    let ttl = u64::try_from(row.expires_at? - now_ms())
         .ok()
         .filter(|t| *t > 0)?;
     Some((serde_json::to_string(&entry).ok()?, ttl))

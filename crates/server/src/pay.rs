@@ -12,6 +12,11 @@
 //! 5. A processing key whose lease expired is taken over and settled from what the provider
 //!    says about its provider key ([`reconcile`]); only "no such charge" re-drives it.
 //! 6. Every change is written to the audit trail in the same transaction.
+//!
+//! A retry of a finished attempt is answered before rule 1 from the key row alone
+//! ([`replay_from_row`]: one `SELECT`, or none when Redis holds the answer), but only when
+//! rule 1 and rule 2 could give no other answer: the caller's own row, for the order in the
+//! URL, with the same details. Everything else takes the rules above in their order.
 
 use crate::auth::AuthUser;
 use crate::error::{problem_body, AppError, AppResult};
@@ -120,6 +125,44 @@ pub(crate) fn request_fingerprint(
         currency,
         payment_method_id: &req.payment_method_id,
     }))
+}
+
+/// Rule 2 from the key row alone, before the order is read: the stored answer when `row`
+/// is the caller's final attempt for `order_id` and this request has its details; `None`
+/// for anything else, which the full path (rule 1 first) then decides.
+///
+/// Why no order read is needed for this one answer: the row exists only because its order
+/// was the caller's when it was claimed (the claim locks the order by user), orders are never
+/// deleted or given to another user, and a row for this order id is therefore proof of
+/// ownership. The fingerprint is computed from the row's own version, amount and currency:
+/// it was made from exactly those at claim time, and only a request naming that version can
+/// match it; a version's amount never changes (every cart change that changes the amount
+/// bumps the version), so the full path's [`request_fingerprint`] gives the same value for
+/// such a request. Every answer given here is one the full path would give.
+pub(crate) fn replay_from_row(
+    row: &AttemptRow,
+    user: &str,
+    order_id: &str,
+    req: &PayRequest,
+) -> Option<PayAnswer> {
+    if row.user_id != user || row.order_id != order_id || !row.status.is_final() {
+        return None;
+    }
+    if i64::try_from(req.order_version).ok()? != row.order_version? {
+        return None;
+    }
+    let fp = fingerprint(&Details {
+        user,
+        order_id,
+        order_version: row.order_version?,
+        amount: row.amount?,
+        currency: row.currency.as_deref()?,
+        payment_method_id: &req.payment_method_id,
+    });
+    match decide(Some(row), Some(&fp), order_id, now_ms(), false) {
+        NextAction::Replay { status, body } => Some(PayAnswer::replay(status, body)),
+        _ => None,
+    }
 }
 
 /// What to do with a request, given the caller's row for its key (rule 2).
@@ -239,6 +282,15 @@ impl PayAnswer {
     }
 }
 
+/// True when a payment method id is acceptable (checked before any rule looks at it).
+fn method_is_valid(method: &str) -> bool {
+    !method.is_empty()
+        && method.len() <= MAX_METHOD_LEN
+        && method
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
 /// `POST /orders/{id}/pay`.
 pub(crate) async fn handler(
     State(state): State<AppState>,
@@ -248,7 +300,18 @@ pub(crate) async fn handler(
     DevFaultHeader(fault): DevFaultHeader,
     ApiJson(req): ApiJson<PayRequest>,
 ) -> Response {
-    let retention = state.config.key_retention;
+    let retention = state.config.key_retention.as_secs();
+    let method_ok = method_is_valid(&req.payment_method_id);
+    // A retry of a finished attempt is answered from its key row (or its Redis entry)
+    // alone; anything else goes on to the rules in their order, starting from the row read
+    // here, so the full path does not look the key up twice.
+    let mut first_row = None;
+    if let (Ok(k), true) = (&key, method_ok) {
+        match crate::fast_path::replay_first(&state, &user, &order_id, k, &req).await {
+            crate::fast_path::First::Answered(result) => return respond(result, fault, retention),
+            crate::fast_path::First::Continue(row) => first_row = row,
+        }
+    }
     // Rule 1: the order must be the caller's, then the key must be there and well formed.
     let order = match load_owned(&state, &order_id, &user).await {
         Ok(o) => o,
@@ -258,13 +321,7 @@ pub(crate) async fn handler(
         Ok(k) => k,
         Err(e) => return e.into_response(),
     };
-    if req.payment_method_id.is_empty()
-        || req.payment_method_id.len() > MAX_METHOD_LEN
-        || !req
-            .payment_method_id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
-    {
+    if !method_ok {
         return AppError::detail(
             ErrorCode::InvalidRequest,
             "paymentMethodId must be 1..=64 characters of [A-Za-z0-9_]",
@@ -275,14 +332,19 @@ pub(crate) async fn handler(
     // settled and stored, ready to replay on the retry.
     let crash = fault == Some(DevFault::CrashAfterCharge);
     // (through the rate limit, the Redis fast path and the metrics: `fast_path`)
-    let task = tokio::spawn(
-        faults::CRASH_AFTER_CHARGE
-            .scope(crash, crate::fast_path::pay(state, user, order, key, req)),
-    );
+    let task = tokio::spawn(faults::CRASH_AFTER_CHARGE.scope(
+        crash,
+        crate::fast_path::pay(state, user, order, key, req, first_row),
+    ));
     let result = match task.await {
         Ok(r) => r,
         Err(e) => Err(AppError::internal(format!("pay task failed: {e}"))),
     };
+    respond(result, fault, retention)
+}
+
+/// The HTTP answer for a pay result, with the dev faults that act on it.
+fn respond(result: AppResult<PayAnswer>, fault: Option<DevFault>, retention: u64) -> Response {
     if matches!(&result, Ok(a) if a.is_final() && !a.replayed) {
         failpoint(faults::AFTER_SAVE);
     }
@@ -293,14 +355,21 @@ pub(crate) async fn handler(
         Ok(answer) => answer.into_response(),
         Err(e) => e.into_response(),
     };
-    // Every pay answer says how long its key replays (seed 000: keep keys at least the
-    // client retry window; a client may drop a key once it knows the outcome).
+    // Every answer of the rules says how long its key replays (seed 000: keep keys at least
+    // the client retry window; a client may drop a key once it knows the outcome).
     res.headers_mut()
-        .insert(KEY_RETENTION, HeaderValue::from(retention.as_secs()));
+        .insert(KEY_RETENTION, HeaderValue::from(retention));
     res
 }
 
 /// Rules 2 to 5 for one request. A key in flight is waited on until `deadline`.
+///
+/// `first`: the caller's key row as read just before the order (by [`handler`]), used for
+/// the first decision instead of a second lookup; `None` to look it up here. A row read a
+/// moment earlier is as good as a fresh one: final rows and tombstones never change (until
+/// deleted at the end of retention), and every decision taken on a processing or missing
+/// row is a conditional write (claim, take-over) or a wait, which looks again when the row
+/// moved meanwhile.
 pub(crate) async fn run(
     state: AppState,
     user: String,
@@ -308,6 +377,7 @@ pub(crate) async fn run(
     key: IdempotencyKey,
     req: PayRequest,
     deadline: Instant,
+    mut first: Option<Option<AttemptRow>>,
 ) -> AppResult<PayAnswer> {
     // Each turn either ends or observes progress by someone else (a row appeared, a lease
     // was taken, an attempt settled); the bound only guards against a livelock bug.
@@ -316,7 +386,10 @@ pub(crate) async fn run(
     // not a replay, so it must not say `Idempotent-Replayed: true`.
     let mut claimed_here = false;
     for _ in 0..10_000 {
-        let row = db::find(state.store.pool(), &user, key.as_str()).await?;
+        let row = match first.take() {
+            Some(row) => row,
+            None => db::find(state.store.pool(), &user, key.as_str()).await?,
+        };
         let fp = row
             .as_ref()
             .and_then(|r| request_fingerprint(r, &order, &user, &req));
@@ -915,6 +988,7 @@ mod tests {
             locked_until,
             response_status: status.is_final().then_some(200),
             response_body: status.is_final().then(|| "{}".to_owned()),
+            expires_at: None,
         }
     }
 
@@ -958,6 +1032,32 @@ mod tests {
             decide(Some(&tomb), Some("fp"), "o2", 0, true),
             NextAction::Mismatch(AttemptStatus::Cancelled)
         );
+    }
+
+    /// The row-only replay answers only the caller's final attempt for the same order,
+    /// version and method, with the stored bytes; everything else is left to the rules.
+    #[test]
+    fn replay_from_row_needs_user_order_version_and_method() {
+        let fp = fingerprint(&details("alice", "o1", 1, 100, "pm"));
+        let ok = row(AttemptStatus::Succeeded, Some(&fp), None);
+        let req = |version: u64, method: &str| PayRequest {
+            order_version: version,
+            payment_method_id: method.into(),
+        };
+        let answer = replay_from_row(&ok, "alice", "o1", &req(1, "pm")).expect("replays");
+        assert_eq!((answer.status(), answer.body()), (200, "{}"));
+        assert!(answer.replayed());
+        assert!(replay_from_row(&ok, "bob", "o1", &req(1, "pm")).is_none());
+        assert!(replay_from_row(&ok, "alice", "o2", &req(1, "pm")).is_none());
+        assert!(replay_from_row(&ok, "alice", "o1", &req(2, "pm")).is_none());
+        assert!(replay_from_row(&ok, "alice", "o1", &req(1, "pm2")).is_none());
+        let mut other_amount = ok.clone();
+        other_amount.amount = Some(101);
+        assert!(replay_from_row(&other_amount, "alice", "o1", &req(1, "pm")).is_none());
+        let live = row(AttemptStatus::Processing, Some(&fp), Some(i64::MAX));
+        assert!(replay_from_row(&live, "alice", "o1", &req(1, "pm")).is_none());
+        let tomb = row(AttemptStatus::Cancelled, None, None);
+        assert!(replay_from_row(&tomb, "alice", "o1", &req(1, "pm")).is_none());
     }
 
     fn details<'a>(

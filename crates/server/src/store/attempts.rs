@@ -23,12 +23,15 @@ pub(crate) struct AttemptRow {
     pub locked_until: Option<i64>,
     pub response_status: Option<i64>,
     pub response_body: Option<String>,
+    /// When a finished key (or tombstone) may be deleted; `None` while processing.
+    pub expires_at: Option<i64>,
 }
 
 /// The columns [`attempt_from_row`] reads, for queries that alias `attempts` as `a`.
 pub(crate) const ATTEMPT_COLUMNS: &str =
     "a.id, a.user_id, a.order_id, a.status, a.fingerprint, a.order_version, a.amount, a.currency,
-     a.payment_method_id, a.provider_key, a.locked_until, a.response_status, a.response_body";
+     a.payment_method_id, a.provider_key, a.locked_until, a.response_status, a.response_body,
+     a.expires_at";
 
 pub(crate) fn attempt_from_row(row: &AnyRow) -> sqlx::Result<AttemptRow> {
     let status: String = row.try_get("status")?;
@@ -47,6 +50,7 @@ pub(crate) fn attempt_from_row(row: &AnyRow) -> sqlx::Result<AttemptRow> {
         locked_until: row.try_get("locked_until")?,
         response_status: row.try_get("response_status")?,
         response_body: row.try_get("response_body")?,
+        expires_at: row.try_get("expires_at")?,
     })
 }
 
@@ -56,7 +60,7 @@ macro_rules! select_attempt {
     ($cond:literal) => {
         concat!(
             "SELECT id, user_id, order_id, status, fingerprint, order_version, amount, currency, ",
-            "payment_method_id, provider_key, locked_until, response_status, response_body ",
+            "payment_method_id, provider_key, locked_until, response_status, response_body, expires_at ",
             "FROM attempts WHERE ",
             $cond
         )

@@ -24,8 +24,13 @@ const TIMEOUT: &str = "pm_card_timeout";
 const DB_REPLAY_SQLITE: u8 = 11;
 const DB_REPLAY_POSTGRES: u8 = 12;
 const DB_FLUSH: u8 = 13;
+const DB_FIRST_SQLITE: u8 = 14;
+const DB_FIRST_POSTGRES: u8 = 15;
 
-on_both_backends!(redis_replays_are_byte_identical_checked_and_scoped);
+on_both_backends!(
+    redis_replays_are_byte_identical_checked_and_scoped,
+    redis_replays_need_no_sql_and_match_after_a_flush,
+);
 
 fn redis_base() -> String {
     std::env::var("PAYONCE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
@@ -681,4 +686,93 @@ async fn metrics_count_pays_replays_conflicts_mismatches_and_stuck_attempts() {
         1.0,
         "one attempt stuck in processing"
     );
+}
+
+/// A replay is answered from Redis alone when it holds the final answer (checked for user,
+/// order and details), from the key row when Redis lost it (and Redis is filled again), and
+/// every way gives the same bytes and headers; mismatches are refused as without Redis.
+async fn redis_replays_need_no_sql_and_match_after_a_flush(backend: Backend) {
+    let db = match backend {
+        Backend::Sqlite => DB_FIRST_SQLITE,
+        Backend::Postgres => DB_FIRST_POSTGRES,
+    };
+    let Some((url, mut redis)) = shared_redis(db).await else {
+        return;
+    };
+    let Some(app) = TestApp::spawn_with(backend, redis_opts(&url)).await else {
+        return;
+    };
+    let (alice, bob) = (app.session("alice").await, app.session("bob").await);
+    let a = id_of(&app.create_order(&alice, &[("tee-classic", 1)]).await);
+    let a2 = id_of(&app.create_order(&alice, &[("tee-classic", 1)]).await);
+    let k = key();
+    let rkey = format!("idem:alice:{k}");
+    let first = app.pay(&alice, &a, Some(&k), 1, APPROVE).await;
+    assert_eq!(first.status, 200, "{}", first.text());
+    assert!(redis_get(&mut redis, &rkey).await.is_some(), "cached");
+    let from_redis = r#"payonce_pay_replays_total{source="redis"}"#;
+    let from_db = r#"payonce_pay_replays_total{source="database"}"#;
+    let same = |r: &Resp| {
+        assert_eq!(r.status, first.status, "{}", r.text());
+        assert_eq!(r.body, first.body, "byte-identical to the first answer");
+        assert_eq!(r.header("idempotent-replayed").as_deref(), Some("true"));
+        assert_eq!(r.header("content-type"), first.header("content-type"));
+        assert_eq!(
+            r.header("idempotency-key-retention"),
+            first.header("idempotency-key-retention")
+        );
+    };
+
+    // Served from Redis, counted as such.
+    let (r0, d0) = (metric(&app, from_redis).await, metric(&app, from_db).await);
+    same(&app.pay(&alice, &a, Some(&k), 1, APPROVE).await);
+    assert_eq!(metric(&app, from_redis).await, r0 + 1.0);
+    assert_eq!(metric(&app, from_db).await, d0);
+
+    // Checked like the row would be: other details or another order of alice's are 422, bob
+    // sending alice's key for her order is 404, with or without the cached entry.
+    for _ in 0..2 {
+        for (order, method) in [(&a, DECLINE), (&a2, APPROVE)] {
+            let r = app.pay(&alice, order, Some(&k), 1, method).await;
+            assert_eq!(
+                (r.status, r.code().as_str()),
+                (422, "KEY_REUSED_WITH_DIFFERENT_DETAILS"),
+                "{order} {method}"
+            );
+            assert_eq!(r.header("idempotent-replayed"), None);
+        }
+        let r = app.pay(&bob, &a, Some(&k), 1, APPROVE).await;
+        assert_eq!((r.status, r.code().as_str()), (404, "ORDER_NOT_FOUND"));
+        assert!(redis_get(&mut redis, &format!("idem:bob:{k}"))
+            .await
+            .is_none());
+        let _: () = redis::cmd("FLUSHDB").query_async(&mut redis).await.unwrap();
+    }
+
+    // Redis flushed: the key row answers, the same bytes, and Redis holds the entry again.
+    let (r0, d0) = (metric(&app, from_redis).await, metric(&app, from_db).await);
+    same(&app.pay(&alice, &a, Some(&k), 1, APPROVE).await);
+    assert_eq!(metric(&app, from_db).await, d0 + 1.0, "from the database");
+    let entry = redis_get(&mut redis, &rkey).await.expect("filled again");
+    assert_eq!(entry["body"].as_str().unwrap().as_bytes(), &first.body[..]);
+    same(&app.pay(&alice, &a, Some(&k), 1, APPROVE).await);
+    assert_eq!(metric(&app, from_redis).await, r0 + 1.0, "from redis again");
+
+    // Redis answers without the database: with the stored answer changed behind the
+    // server's back, a replay still has the original bytes, so it did not read the row.
+    let pool = app.db_pool().await;
+    let changed =
+        sqlx::query("UPDATE attempts SET response_body = $1 WHERE user_id = $2 AND idem_key = $3")
+            .bind("{\"tampered\":true}")
+            .bind("alice")
+            .bind(&k)
+            .execute(&pool)
+            .await
+            .expect("change the stored answer")
+            .rows_affected();
+    assert_eq!(changed, 1);
+    same(&app.pay(&alice, &a, Some(&k), 1, APPROVE).await);
+    assert_eq!(metric(&app, from_redis).await, r0 + 2.0);
+    assert_eq!(app.ledger(&a).await.len(), 1, "charged once");
+    assert!(app.ledger(&a2).await.is_empty());
 }

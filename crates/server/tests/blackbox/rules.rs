@@ -17,6 +17,7 @@ on_both_backends!(
     rule1_order_ownership_then_key_presence_and_shape,
     rule2_same_key_with_different_details_is_422,
     rule2_final_results_replay_byte_for_byte,
+    rule2_replays_check_user_order_and_details_before_answering,
     rule2_processing_key_is_409_in_progress_with_retry_after,
     rule2_cancelled_tombstone_blocks_a_late_pay,
     rule3_version_mismatch_is_order_changed_and_leaves_the_key_unused,
@@ -267,6 +268,98 @@ async fn rule2_final_results_replay_byte_for_byte(backend: Backend) {
             .count();
         assert_eq!(succeeded, usize::from(method == APPROVE), "{method}");
     }
+}
+
+/// A retry of a finished attempt is answered from its key row before the order is read; the
+/// answer must be the one the full rules give: only the caller's own row, only for the order
+/// it names, only with the same details, and the very bytes and headers of the first answer.
+async fn rule2_replays_check_user_order_and_details_before_answering(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let (alice, bob) = (app.session("alice").await, app.session("bob").await);
+    let a = id_of(&app.create_order(&alice, &[("tee-classic", 1)]).await);
+    let a2 = id_of(&app.create_order(&alice, &[("tee-classic", 1)]).await);
+    let b = id_of(&app.create_order(&bob, &[("mug-enamel", 1)]).await);
+    let k = key();
+    let first = app.pay(&alice, &a, Some(&k), 1, APPROVE).await;
+    assert_eq!(first.status, 200, "{}", first.text());
+    let retention = first.header("idempotency-key-retention");
+    assert!(retention.is_some(), "every pay answer names its retention");
+
+    for _ in 0..3 {
+        let again = app.pay(&alice, &a, Some(&k), 1, APPROVE).await;
+        assert_eq!(again.status, 200);
+        assert_eq!(again.body, first.body, "byte-identical");
+        assert_eq!(again.header("idempotent-replayed").as_deref(), Some("true"));
+        assert_eq!(again.header("content-type"), first.header("content-type"));
+        assert_eq!(again.header("idempotency-key-retention"), retention);
+    }
+
+    // Alice's key on bob's session: bob has no such row, and alice's order is not his.
+    let r = app.pay(&bob, &a, Some(&k), 1, APPROVE).await;
+    assert_eq!((r.status, r.code().as_str()), (404, "ORDER_NOT_FOUND"));
+    assert!(!r.text().contains("succeeded"), "never alice's answer");
+    // Bob's own order with that key: his own attempt, charged once, then replayed as his.
+    let rb = app.pay(&bob, &b, Some(&k), 1, APPROVE).await;
+    assert_eq!(rb.status, 200, "{}", rb.text());
+    assert_eq!(rb.header("idempotent-replayed"), None, "a fresh attempt");
+    assert_eq!(rb.json()["orderId"], b.as_str());
+    let rb2 = app.pay(&bob, &b, Some(&k), 1, APPROVE).await;
+    assert_eq!(rb2.body, rb.body);
+    assert_eq!(rb2.header("idempotent-replayed").as_deref(), Some("true"));
+    // Now bob holds a finished row for the key, on his order: still 404 on alice's.
+    let r = app.pay(&bob, &a, Some(&k), 1, APPROVE).await;
+    assert_eq!((r.status, r.code().as_str()), (404, "ORDER_NOT_FOUND"));
+    assert_eq!(r.header("idempotent-replayed"), None);
+
+    // The same key with other details, or on another order of alice's: 422, as before.
+    for (order, version, method) in [(&a, 1, DECLINE), (&a, 2, APPROVE), (&a2, 1, APPROVE)] {
+        let r = app.pay(&alice, order, Some(&k), version, method).await;
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (422, "KEY_REUSED_WITH_DIFFERENT_DETAILS"),
+            "{order} v{version} {method}"
+        );
+        assert_eq!(r.json()["attemptStatus"], "succeeded");
+        assert_eq!(r.header("idempotent-replayed"), None);
+        assert_eq!(r.header("idempotency-key-retention"), retention);
+    }
+    // On an order that does not exist (or is someone else's): 404, as before.
+    let r = app.pay(&alice, "ord_missing", Some(&k), 1, APPROVE).await;
+    assert_eq!((r.status, r.code().as_str()), (404, "ORDER_NOT_FOUND"));
+    let r = app.pay(&alice, &b, Some(&k), 1, APPROVE).await;
+    assert_eq!((r.status, r.code().as_str()), (404, "ORDER_NOT_FOUND"));
+    // A malformed payment method is a 400 even for a known key, as before.
+    let r = app.pay(&alice, &a, Some(&k), 1, "pm card").await;
+    assert_eq!((r.status, r.code().as_str()), (400, "INVALID_REQUEST"));
+
+    // A declined attempt still replays for its own version after the cart moved on.
+    let d = id_of(&app.create_order(&alice, &[("tee-classic", 1)]).await);
+    let kd = key();
+    let declined = app.pay(&alice, &d, Some(&kd), 1, DECLINE).await;
+    assert_eq!(declined.status, 402, "{}", declined.text());
+    let patched = app
+        .patch_cart(
+            &alice,
+            &d,
+            json!({ "items": [{ "sku": "tee-classic", "quantity": 2 }] }),
+        )
+        .await;
+    assert_eq!(patched.status, 200, "{}", patched.text());
+    let again = app.pay(&alice, &d, Some(&kd), 1, DECLINE).await;
+    assert_eq!(again.body, declined.body);
+    assert_eq!(again.header("idempotent-replayed").as_deref(), Some("true"));
+    assert_eq!(
+        again.header("content-type"),
+        declined.header("content-type")
+    );
+    let r = app.pay(&alice, &d, Some(&kd), 2, DECLINE).await;
+    assert_eq!(r.status, 422, "{}", r.text());
+
+    assert_eq!(app.ledger(&a).await.len(), 1, "alice charged once");
+    assert_eq!(app.ledger(&b).await.len(), 1, "bob charged once");
+    assert!(app.ledger(&a2).await.is_empty());
 }
 
 async fn rule2_processing_key_is_409_in_progress_with_retry_after(backend: Backend) {
