@@ -80,8 +80,9 @@ pub struct ProviderConfig {
     pub slow_delay: Duration,
     /// How late `pm_card_timeout` answers (default 30 s: "never in time").
     pub timeout_delay: Duration,
-    /// JSON file the ledger is written through to (atomic rename after each change) and
-    /// loaded from on start, so a restarted process keeps its charges. `None`: memory only.
+    /// File the ledger is written through to (a journal: one JSON line appended per change,
+    /// compacted on start) and loaded from on start, so a restarted process keeps its
+    /// charges. `None`: memory only.
     pub state_file: Option<PathBuf>,
     /// Seed of the chaos RNG, so a run's duplicates and delays repeat.
     pub seed: u64,

@@ -505,6 +505,80 @@ async fn the_ledger_survives_a_restart_on_the_same_state_file() {
 }
 
 #[tokio::test]
+async fn a_torn_last_line_of_the_journal_is_dropped_and_the_charges_before_it_survive() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("provider.json");
+    let config = ProviderConfig {
+        state_file: Some(file.clone()),
+        ..fast_config()
+    };
+    let (a, b) = (key("torn-a"), key("torn-b"));
+    let first = {
+        let p = spawn(config.clone()).await;
+        let first: Charge = p
+            .charge(&a, &approve("order-t1"))
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(p.charge(&b, &approve("order-t2")).await.status(), 201);
+        first
+    };
+    // A crash in the middle of appending a third change leaves half a line.
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes.extend_from_slice(br#"{"op":"charge","charge":{"charge":{"id":"ch_tor"#);
+    std::fs::write(&file, bytes).unwrap();
+
+    let p = spawn(config.clone()).await;
+    let ledger = p.ledger(None).await;
+    assert_eq!(
+        ledger.len(),
+        2,
+        "the two answered charges, not the torn one"
+    );
+    assert_eq!(ledger[0].id, first.id);
+    assert_eq!(
+        p.charge(&a, &approve("order-t1")).await.status(),
+        200,
+        "still a replay"
+    );
+    assert_eq!(
+        p.charge(&key("torn-c"), &approve("order-t3"))
+            .await
+            .status(),
+        201
+    );
+    drop(p);
+    // The journal was compacted on open, so the next process reads the third charge too.
+    let p = spawn(config).await;
+    assert_eq!(p.ledger(None).await.len(), 3);
+}
+
+#[tokio::test]
+async fn a_corrupt_line_inside_the_journal_is_an_error_not_a_shorter_ledger() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("provider.json");
+    let config = ProviderConfig {
+        state_file: Some(file.clone()),
+        ..fast_config()
+    };
+    {
+        let p = spawn(config.clone()).await;
+        assert_eq!(
+            p.charge(&key("mid-a"), &approve("order-m1")).await.status(),
+            201
+        );
+    }
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, format!("{text}garbage\n{text}")).unwrap();
+    let err = MockProvider::new(config).err().expect("refuses to start");
+    assert!(matches!(
+        err,
+        payonce_mock_provider::ProviderError::StateCorrupt { .. }
+    ));
+}
+
+#[tokio::test]
 async fn a_corrupt_state_file_is_an_error_not_an_empty_ledger() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("provider.json");
