@@ -206,9 +206,10 @@ async fn exercise(
         )
     });
     let next = Arc::new(AtomicUsize::new(0));
+    let finished = Arc::new(AtomicUsize::new(0));
     let mut workers = tokio::task::JoinSet::new();
     for w in 0..args.concurrency.max(1) {
-        let (ctx, next, n) = (ctx.clone(), next.clone(), args.intents);
+        let (ctx, next, finished, n) = (ctx.clone(), next.clone(), finished.clone(), args.intents);
         workers.spawn(async move {
             let mut done = Vec::new();
             loop {
@@ -217,14 +218,30 @@ async fn exercise(
                     break;
                 }
                 done.push(customer::run_intent(&ctx, w, i).await);
+                finished.fetch_add(1, Ordering::Relaxed);
             }
             done
         });
     }
+    // A line every 30 s, so a long run shows it is moving.
+    let progress = {
+        let (finished, n) = (finished.clone(), args.intents);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                println!(
+                    "payonce-chaos: {:.0} s: {} of {n} intents done",
+                    t_load.elapsed().as_secs_f64(),
+                    finished.load(Ordering::Relaxed)
+                );
+            }
+        })
+    };
     let mut intents = Vec::with_capacity(args.intents);
     while let Some(r) = workers.join_next().await {
         intents.extend(r.map_err(|e| ChaosError::Setup(format!("a customer task panicked: {e}")))?);
     }
+    progress.abort();
     let fault_log = match injector {
         Some(i) => i.stop().await,
         None => Vec::new(),
