@@ -395,7 +395,9 @@ impl Cluster {
                 };
                 if due {
                     if let Err(e) = self.spawn_into(slot, provider) {
+                        // Try again in a second (an unexpected exit is already counted).
                         eprintln!("payonce-chaos: restart failed: {e}");
+                        lock(slot).restart_at = Some(Instant::now() + Duration::from_secs(1));
                     } else {
                         lock(&self.stats).restarts += 1;
                     }

@@ -173,7 +173,11 @@ async fn run(args: Args) -> Result<bool, ChaosError> {
         cluster.db_name
     );
 
-    let result = exercise(&args, seed, &cluster).await;
+    // Interrupted (Ctrl-C, SIGTERM): still stop the processes and drop the database.
+    let result = tokio::select! {
+        r = exercise(&args, seed, &cluster) => r,
+        _ = interrupted() => Err(ChaosError::Setup("interrupted".into())),
+    };
     cluster.stop().await;
     if args.keep {
         println!(
@@ -186,6 +190,22 @@ async fn run(args: Args) -> Result<bool, ChaosError> {
     }
     println!("payonce-chaos: done in {:.1} s", t0.elapsed().as_secs_f64());
     result
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn interrupted() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
 }
 
 /// Load under faults, settle, audit.
