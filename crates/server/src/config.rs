@@ -143,6 +143,12 @@ pub struct ServerArgs {
     /// Default: `provider.json` beside the SQLite database; memory only with PostgreSQL.
     #[arg(long, conflicts_with = "provider_url")]
     pub provider_state: Option<PathBuf>,
+    /// Keep the embedded provider's ledger in memory only, even beside a SQLite database (a
+    /// restart of this process then forgets its charges). For the load benchmark: the
+    /// provider stands in for a remote service, and its whole-ledger file rewrite after
+    /// every charge is not the server's cost.
+    #[arg(long, conflicts_with_all = ["provider_url", "provider_state"])]
+    pub provider_memory_only: bool,
     /// Webhook misbehaviour of the embedded provider (see `mock-provider --webhook-chaos`).
     #[arg(long, default_value = "off", conflicts_with = "provider_url")]
     pub provider_webhook_chaos: payonce_mock_provider::WebhookChaos,
@@ -328,5 +334,17 @@ mod tests {
         ];
         assert!(Cli::try_parse_from(argv).is_err());
         assert!(Cli::try_parse_from(["payonce-server", "--provider-url", "http://x"]).is_ok());
+    }
+
+    #[test]
+    fn a_memory_only_provider_has_no_state_file_to_name() {
+        assert!(args(&["--provider-memory-only"]).provider_memory_only);
+        let argv = [
+            "payonce-server",
+            "--provider-memory-only",
+            "--provider-state",
+            "/tmp/p.json",
+        ];
+        assert!(Cli::try_parse_from(argv).is_err());
     }
 }

@@ -102,10 +102,13 @@ async fn run_api(args: ServerArgs) -> Result<(), RunError> {
             // The embedded provider keeps its ledger in a file by default, so a crash of this
             // process (the provider's host) does not make it forget what it charged: a
             // restart must find the charge by provider key, never charge again.
-            let state_file = args
-                .provider_state
-                .clone()
-                .or_else(|| default_provider_state(&args.database_url));
+            let state_file = if args.provider_memory_only {
+                None
+            } else {
+                args.provider_state
+                    .clone()
+                    .or_else(|| default_provider_state(&args.database_url))
+            };
             let config = ProviderConfig {
                 webhook_url,
                 webhook_secret: args.webhook_secret.clone(),
