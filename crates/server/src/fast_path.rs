@@ -143,7 +143,7 @@ pub(crate) async fn pay(
     order: OrderRow,
     key: IdempotencyKey,
     req: PayRequest,
-    first_row: Option<Option<AttemptRow>>,
+    first_row: Option<AttemptRow>,
 ) -> AppResult<PayAnswer> {
     let mut source = "database";
     let result = match state.limits.request(&user) {
@@ -175,9 +175,9 @@ pub(crate) enum First {
     /// The request retries a finished attempt: its stored answer (or the rate limit's
     /// refusal), complete.
     Answered(AppResult<PayAnswer>),
-    /// Anything else: the full path decides, starting from the key row read here (`None`
-    /// when it could not be read).
-    Continue(Option<Option<AttemptRow>>),
+    /// Anything else: the full path decides, starting from the key row read here when there
+    /// was one (`None`: no row, or it could not be read; the full path looks again).
+    Continue(Option<AttemptRow>),
 }
 
 /// The replay of a finished attempt, before the order is read ([`pay::replay_from_row`]
@@ -222,7 +222,11 @@ pub(crate) async fn replay_first(
         .as_ref()
         .and_then(|r| pay::replay_from_row(r, user, order_id, req))
     else {
-        return First::Continue(Some(row));
+        // "No row" is not handed on: read before the order, it is older than the full path's
+        // own lookup would be, and a stale "new key" costs a new-attempt token and a claim
+        // that loses (a same-key storm then meets the new-attempt rate limit). The full path
+        // looks again; a new key pays one more `SELECT` than a replay.
+        return First::Continue(row);
     };
     if let (Some((redis, rkey)), Some((value, ttl))) = (refill, row.as_ref().and_then(entry_of)) {
         // NX: a marker or entry written meanwhile is newer than this row's copy.
@@ -273,7 +277,7 @@ async fn with_redis(
     order: OrderRow,
     key: IdempotencyKey,
     req: PayRequest,
-    first_row: Option<Option<AttemptRow>>,
+    first_row: Option<AttemptRow>,
 ) -> (AppResult<PayAnswer>, bool) {
     let deadline = Instant::now() + state.config.in_progress_wait;
     let rkey = redis_key(&user, &key);

@@ -367,9 +367,9 @@ fn respond(result: AppResult<PayAnswer>, fault: Option<DevFault>, retention: u64
 /// `first`: the caller's key row as read just before the order (by [`handler`]), used for
 /// the first decision instead of a second lookup; `None` to look it up here. A row read a
 /// moment earlier is as good as a fresh one: final rows and tombstones never change (until
-/// deleted at the end of retention), and every decision taken on a processing or missing
-/// row is a conditional write (claim, take-over) or a wait, which looks again when the row
-/// moved meanwhile.
+/// deleted at the end of retention), and every decision taken on a processing row is a
+/// conditional write (take-over) or a wait, which looks again when the row moved meanwhile.
+/// (A missing row is never handed on: see [`crate::fast_path::replay_first`].)
 pub(crate) async fn run(
     state: AppState,
     user: String,
@@ -377,7 +377,7 @@ pub(crate) async fn run(
     key: IdempotencyKey,
     req: PayRequest,
     deadline: Instant,
-    mut first: Option<Option<AttemptRow>>,
+    mut first: Option<AttemptRow>,
 ) -> AppResult<PayAnswer> {
     // Each turn either ends or observes progress by someone else (a row appeared, a lease
     // was taken, an attempt settled); the bound only guards against a livelock bug.
@@ -387,7 +387,7 @@ pub(crate) async fn run(
     let mut claimed_here = false;
     for _ in 0..10_000 {
         let row = match first.take() {
-            Some(row) => row,
+            Some(row) => Some(row),
             None => db::find(state.store.pool(), &user, key.as_str()).await?,
         };
         let fp = row
