@@ -179,7 +179,7 @@ async fn scenario(backend: Backend, crash: Crash, method: &str) {
         // (No file at all: the provider never changed its state.)
         let charged = match std::fs::read(&state_file) {
             Ok(bytes) => {
-                let ledger: Value = serde_json::from_slice(&bytes).unwrap();
+                let ledger = crate::common::provider_state(&bytes);
                 ledger["charges"]
                     .as_array()
                     .unwrap()

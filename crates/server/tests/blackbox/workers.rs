@@ -4,7 +4,7 @@
 use crate::common::{id_of, key, Backend, Opts, Proc, TestApp, TestDb};
 use crate::crash::{mailbox, wait_for_mails};
 use crate::on_both_backends;
-use serde_json::{json, Value};
+use serde_json::json;
 use std::time::Duration;
 
 on_both_backends!(
@@ -221,7 +221,7 @@ async fn refund(app: &TestApp, t: &str, payment: &str, k: Option<&str>) -> crate
 
 /// The provider's own record of refunds: its state file.
 fn provider_refunds(state: &std::path::Path, charge: &str) -> usize {
-    let v: Value = serde_json::from_slice(&std::fs::read(state).unwrap()).unwrap();
+    let v = crate::common::provider_state(&std::fs::read(state).unwrap());
     v["refunds"]
         .as_array()
         .unwrap()
