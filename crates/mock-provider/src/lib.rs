@@ -57,6 +57,24 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// What a provider's state file holds: every charge (as it is now, oldest first) and every
+/// refund. A missing file is an empty ledger.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StateFileContents {
+    /// Charges, oldest first.
+    pub charges: Vec<payonce_protocol::provider::Charge>,
+    /// Refunds, oldest first.
+    pub refunds: Vec<payonce_protocol::provider::Refund>,
+}
+
+/// Reads a state file without starting a provider: the ledger of a provider that is not
+/// running (it crashed with the process that embedded it, say). The file's format (a
+/// journal) stays private to this crate.
+pub fn read_state_file(path: &std::path::Path) -> Result<StateFileContents, ProviderError> {
+    let (charges, refunds) = store::read_file(path)?;
+    Ok(StateFileContents { charges, refunds })
+}
+
 /// The webhook secret used when none is configured (dev only).
 pub const DEFAULT_WEBHOOK_SECRET: &str = "whsec_payonce_dev";
 

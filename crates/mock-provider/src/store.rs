@@ -422,6 +422,16 @@ impl Store {
     }
 }
 
+/// The charges and refunds of the state file at `path`, read without opening a provider
+/// (see [`crate::read_state_file`]).
+pub(crate) fn read_file(path: &Path) -> Result<(Vec<Charge>, Vec<Refund>), ProviderError> {
+    let state = load(path)?;
+    Ok((
+        state.charges.into_iter().map(|c| c.charge).collect(),
+        state.refunds.into_iter().map(|r| r.refund).collect(),
+    ))
+}
+
 /// Replays the journal at `path` (missing: empty). A state file written before the journal
 /// (one JSON document) is read as it is.
 fn load(path: &Path) -> Result<State, ProviderError> {

@@ -570,35 +570,8 @@ pub fn id_of(order: &Value) -> String {
     order["id"].as_str().expect("order id").to_owned()
 }
 
-/// The charges and refunds a mock provider's state file holds, as
-/// `{"charges": [{charge, request}…], "refunds": [{idempotencyKey, refund}…]}`. The file is a
-/// journal, one JSON change per line (`op`: a `snapshot` of the whole state after a
-/// compaction, then `charge`, `refund`, `reset`, …; see crates/mock-provider/src/store.rs);
-/// a file from before the journal is one document of that same shape.
-pub fn provider_state(bytes: &[u8]) -> Value {
-    let text = std::str::from_utf8(bytes).expect("state file is UTF-8");
-    let (mut charges, mut refunds) = (Vec::new(), Vec::new());
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let change: Value = serde_json::from_str(line).expect("a journal line is JSON");
-        let items = |state: &Value, name: &str| state[name].as_array().cloned().unwrap_or_default();
-        match change["op"].as_str() {
-            Some("snapshot") => {
-                charges = items(&change["state"], "charges");
-                refunds = items(&change["state"], "refunds");
-            }
-            Some("charge") => charges.push(change["charge"].clone()),
-            Some("refund") => refunds.push(change["refund"].clone()),
-            Some("reset") => {
-                charges.clear();
-                refunds.clear();
-            }
-            Some(_) => {}
-            // The legacy single document.
-            None => {
-                charges = items(&change, "charges");
-                refunds = items(&change, "refunds");
-            }
-        }
-    }
-    json!({ "charges": charges, "refunds": refunds })
+/// The charges and refunds a mock provider's state file holds, read through the provider
+/// crate (the file's format is its business). A missing file is an empty ledger.
+pub fn provider_state(path: &std::path::Path) -> payonce_mock_provider::StateFileContents {
+    payonce_mock_provider::read_state_file(path).expect("the provider's state file reads")
 }

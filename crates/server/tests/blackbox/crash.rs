@@ -177,19 +177,11 @@ async fn scenario(backend: Backend, crash: Crash, method: &str) {
         // The provider's ledger as its state file holds it: charged before the crash unless
         // the crash came before the call (or the call was the transient 503).
         // (No file at all: the provider never changed its state.)
-        let charged = match std::fs::read(&state_file) {
-            Ok(bytes) => {
-                let ledger = crate::common::provider_state(&bytes);
-                ledger["charges"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .filter(|c| c["charge"]["orderId"] == id.as_str())
-                    .count()
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
-            Err(e) => panic!("provider state: {e}"),
-        };
+        let charged = crate::common::provider_state(&state_file)
+            .charges
+            .iter()
+            .filter(|c| c.order_id == id)
+            .count();
         let before_call = matches!(crash, Crash::Failpoint("after-claim" | "outbox"));
         assert_eq!(
             charged,

@@ -221,12 +221,10 @@ async fn refund(app: &TestApp, t: &str, payment: &str, k: Option<&str>) -> crate
 
 /// The provider's own record of refunds: its state file.
 fn provider_refunds(state: &std::path::Path, charge: &str) -> usize {
-    let v = crate::common::provider_state(&std::fs::read(state).unwrap());
-    v["refunds"]
-        .as_array()
-        .unwrap()
+    crate::common::provider_state(state)
+        .refunds
         .iter()
-        .filter(|r| r["refund"]["chargeId"] == charge)
+        .filter(|r| r.charge_id == charge)
         .count()
 }
 
