@@ -97,8 +97,9 @@ pub(crate) struct Args {
     /// Redis server; the run uses (and flushes) database `--redis-db` on it.
     #[arg(long, default_value = "redis://127.0.0.1:6379")]
     redis_url: String,
-    /// Redis database index used (and flushed) by the run.
-    #[arg(long, default_value_t = 11)]
+    /// Redis database index used (and flushed) by the run. The server's black-box tests use
+    /// 11 to 15, one per test.
+    #[arg(long, default_value_t = 10)]
     redis_db: u8,
     /// Keep the PostgreSQL database and the logs after the run (printed).
     #[arg(long)]
