@@ -83,6 +83,10 @@ pub struct ServerArgs {
     /// Timeout of one Redis connect or command; past it the request uses the database.
     #[arg(long, env = "PAYONCE_REDIS_TIMEOUT_MS", default_value_t = 150)]
     pub redis_timeout_ms: u64,
+    /// Final attempts kept in this process's memory so their retries are answered with no
+    /// database or Redis round trip (0: off). About 1 KB each.
+    #[arg(long, env = "PAYONCE_REPLAY_CACHE_ENTRIES", default_value_t = 10_000)]
+    pub replay_cache_entries: usize,
     /// Pay requests per user and minute (any request, replays included; 0: no limit).
     #[arg(long, env = "PAYONCE_PAY_RATE_PER_MIN", default_value_t = 600)]
     pub pay_rate_per_min: u32,
@@ -179,6 +183,8 @@ pub struct Config {
     pub(crate) redis_url: Option<String>,
     /// Bound of one Redis connect or command.
     pub(crate) redis_timeout: Duration,
+    /// Capacity of the in-memory replay cache (0: off).
+    pub(crate) replay_cache_entries: usize,
     /// Per-user buckets: any pay request, and new attempts.
     pub(crate) pay_rate: Option<crate::limits::Rate>,
     pub(crate) new_attempt_rate: Option<crate::limits::Rate>,
@@ -255,6 +261,7 @@ impl Config {
             dev: args.dev,
             redis_url: args.redis_url.clone(),
             redis_timeout: Duration::from_millis(args.redis_timeout_ms.max(1)),
+            replay_cache_entries: args.replay_cache_entries,
             pay_rate: crate::limits::Rate::new(args.pay_rate_burst, args.pay_rate_per_min),
             new_attempt_rate: crate::limits::Rate::new(
                 args.new_attempts_burst,

@@ -51,6 +51,7 @@ mod pay;
 mod provider_client;
 mod redis_cache;
 mod refunds;
+mod replay_cache;
 mod server;
 mod webhooks;
 
@@ -91,6 +92,8 @@ pub struct AppState {
     pub(crate) redis: Option<Arc<redis_cache::RedisCache>>,
     /// Per-user pay rate limits of this process.
     pub(crate) limits: Arc<limits::Limits>,
+    /// Final attempts this process has replayed, answered from memory next time.
+    pub(crate) replays: Arc<replay_cache::ReplayCache>,
 }
 
 impl AppState {
@@ -109,6 +112,7 @@ impl AppState {
             config.pay_rate,
             config.new_attempt_rate,
         ));
+        let replays = Arc::new(replay_cache::ReplayCache::new(config.replay_cache_entries));
         Ok(Self {
             store,
             provider,
@@ -116,6 +120,7 @@ impl AppState {
             provider_url: provider_url.into(),
             redis,
             limits,
+            replays,
         })
     }
 }

@@ -31,7 +31,7 @@ const COUNTER_HELP: &[(&str, &str)] = &[
     ),
     (
         "payonce_pay_replays_total",
-        "Pay answers replayed from a stored result, by where it was read (redis or database).",
+        "Pay answers replayed from a stored result, by where it was read (memory, redis or database).",
     ),
     (
         "payonce_pay_conflicts_total",

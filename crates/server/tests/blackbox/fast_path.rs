@@ -30,6 +30,7 @@ const DB_FIRST_POSTGRES: u8 = 15;
 on_both_backends!(
     redis_replays_are_byte_identical_checked_and_scoped,
     redis_replays_need_no_sql_and_match_after_a_flush,
+    memory_replays_need_no_round_trip_and_stay_checked,
 );
 
 fn redis_base() -> String {
@@ -178,11 +179,15 @@ fn redis_opts(url: &str) -> Opts {
     Opts {
         // A generous Redis timeout: these tests assert what Redis serves, and a loaded test
         // machine must not turn a slow answer into a (correct, but different) database read.
+        // The in-memory replay cache in front of Redis is off here: these tests are about
+        // Redis and the database (the cache has its own test below).
         extra: vec![
             "--redis-url".into(),
             url.into(),
             "--redis-timeout-ms".into(),
             "2000".into(),
+            "--replay-cache-entries".into(),
+            "0".into(),
         ],
         ..Opts::default()
     }
@@ -773,6 +778,70 @@ async fn redis_replays_need_no_sql_and_match_after_a_flush(backend: Backend) {
     assert_eq!(changed, 1);
     same(&app.pay(&alice, &a, Some(&k), 1, APPROVE).await);
     assert_eq!(metric(&app, from_redis).await, r0 + 2.0);
+    assert_eq!(app.ledger(&a).await.len(), 1, "charged once");
+    assert!(app.ledger(&a2).await.is_empty());
+}
+
+/// With the in-memory replay cache (on by default), a replay this process made once is
+/// answered again with no round trip: with the stored answer changed behind the server's
+/// back it still gets the original bytes. The copy is checked like the row: other details or
+/// another order are 422, another user is 404, and nothing is charged twice.
+async fn memory_replays_need_no_round_trip_and_stay_checked(backend: Backend) {
+    let Some(app) = TestApp::spawn_with(backend, Opts::default()).await else {
+        return;
+    };
+    let (alice, bob) = (app.session("alice").await, app.session("bob").await);
+    let a = id_of(&app.create_order(&alice, &[("tee-classic", 1)]).await);
+    let a2 = id_of(&app.create_order(&alice, &[("tee-classic", 1)]).await);
+    let k = key();
+    let first = app.pay(&alice, &a, Some(&k), 1, APPROVE).await;
+    assert_eq!(first.status, 200, "{}", first.text());
+    let from_memory = r#"payonce_pay_replays_total{source="memory"}"#;
+    let from_db = r#"payonce_pay_replays_total{source="database"}"#;
+    let same = |r: &Resp| {
+        assert_eq!(r.status, first.status, "{}", r.text());
+        assert_eq!(r.body, first.body, "byte-identical to the first answer");
+        assert_eq!(r.header("idempotent-replayed").as_deref(), Some("true"));
+        assert_eq!(
+            r.header("idempotency-key-retention"),
+            first.header("idempotency-key-retention")
+        );
+    };
+    // The first replay reads the key row and keeps it; the next ones come from memory.
+    same(&app.pay(&alice, &a, Some(&k), 1, APPROVE).await);
+    assert_eq!(metric(&app, from_db).await, 1.0);
+    let m0 = metric(&app, from_memory).await;
+    same(&app.pay(&alice, &a, Some(&k), 1, APPROVE).await);
+    assert_eq!(metric(&app, from_memory).await, m0 + 1.0);
+    assert_eq!(metric(&app, from_db).await, 1.0, "no second read");
+
+    // Checked like the row: other details, another order, another user.
+    for (order, method) in [(&a, DECLINE), (&a2, APPROVE)] {
+        let r = app.pay(&alice, order, Some(&k), 1, method).await;
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (422, "KEY_REUSED_WITH_DIFFERENT_DETAILS"),
+            "{order} {method}"
+        );
+    }
+    let r = app.pay(&bob, &a, Some(&k), 1, APPROVE).await;
+    assert_eq!((r.status, r.code().as_str()), (404, "ORDER_NOT_FOUND"));
+
+    // No round trip: the stored answer changed behind the server's back, the replay still
+    // has the original bytes.
+    let pool = app.db_pool().await;
+    let changed =
+        sqlx::query("UPDATE attempts SET response_body = $1 WHERE user_id = $2 AND idem_key = $3")
+            .bind("{\"tampered\":true}")
+            .bind("alice")
+            .bind(&k)
+            .execute(&pool)
+            .await
+            .expect("change the stored answer")
+            .rows_affected();
+    assert_eq!(changed, 1);
+    same(&app.pay(&alice, &a, Some(&k), 1, APPROVE).await);
+    assert_eq!(metric(&app, from_memory).await, m0 + 2.0);
     assert_eq!(app.ledger(&a).await.len(), 1, "charged once");
     assert!(app.ledger(&a2).await.is_empty());
 }
