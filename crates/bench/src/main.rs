@@ -457,7 +457,24 @@ fn render(
             format!("**{r:.2}** {}", verdict(r, PAY_TARGET))
         },
     );
-    row(&mut s, "replays from the database", &|b| rate(&b.replays));
+    row(
+        &mut s,
+        "replays from memory (the server's default, `--replay-cache-entries`)",
+        &|b| rate(&b.memory.0),
+    );
+    row(&mut s, "  p50 / p99", &|b| lat(&b.memory.0));
+    row(&mut s, "no-op on that server", &|b| rate(&b.memory.1));
+    row(
+        &mut s,
+        &format!("**replays from memory / no-op** (target ≥ {REPLAY_TARGET})"),
+        &|b| {
+            let r = ratio(b.memory.0.rate(), b.memory.1.rate());
+            format!("**{r:.2}** {}", verdict(r, REPLAY_TARGET))
+        },
+    );
+    row(&mut s, "replays from the database (cache off)", &|b| {
+        rate(&b.replays)
+    });
     row(&mut s, "  p50 / p99", &|b| lat(&b.replays));
     row(&mut s, "no-op `GET /dev/config` (no store access)", &|b| {
         rate(&b.noop)
@@ -465,7 +482,7 @@ fn render(
     row(&mut s, "  p50 / p99", &|b| lat(&b.noop));
     row(
         &mut s,
-        &format!("**replays / no-op** (target ≥ {REPLAY_TARGET})"),
+        &format!("**replays from the database / no-op** (target ≥ {REPLAY_TARGET})"),
         &|b| {
             let r = ratio(b.replays.rate(), b.noop.rate());
             format!("**{r:.2}** {}", verdict(r, REPLAY_TARGET))
@@ -494,13 +511,14 @@ fn render(
     });
     row(
         &mut s,
-        "errors (pays / raw / replays / no-op / healthz)",
+        "errors (pays / raw / replays / memory replays / no-op / healthz)",
         &|b| {
             format!(
-                "{} / {} / {} / {} / {}",
+                "{} / {} / {} / {} / {} / {}",
                 b.http_pays.errors,
                 b.raw_pays.errors,
                 b.replays.errors,
+                b.memory.0.errors,
                 b.noop.errors,
                 b.healthz.errors
             )

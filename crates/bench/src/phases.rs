@@ -45,6 +45,9 @@ pub(crate) struct BackendFigures {
     pub noop: Sample,
     pub healthz: Sample,
     pub redis: Option<RedisFigure>,
+    /// Replays through a server with the in-memory replay cache on (the server's default),
+    /// and that server's no-op.
+    pub memory: (Sample, Sample),
     /// Charges in the provider ledger after the HTTP pays (must equal the pays).
     pub ledger_charges: usize,
 }
@@ -83,6 +86,11 @@ fn server_args(db_url: &str, extra: &[&str]) -> Vec<String> {
         // The pay path alone: webhooks would add a second settle attempt per charge, and
         // the background job a periodic scan; neither is in the raw-store baseline.
         "--no-provider-webhooks",
+        // Replays read from the database (and Redis) where measured as such; the in-memory
+        // replay cache (on by default in the server) is measured by its own server, see
+        // `memory_replays`.
+        "--replay-cache-entries",
+        "0",
         "--jobs-interval-ms",
         "0",
     ]
@@ -434,6 +442,8 @@ async fn backend_on(opts: &Opts, backend: Backend, db: &Db) -> Result<BackendFig
     } else {
         None
     };
+    let memory = memory_replays(opts, db, &clients, &tokens, &pairs).await?;
+    report_errors(name, "memory replays", &memory.0);
     Ok(BackendFigures {
         backend,
         http_pays,
@@ -442,8 +452,45 @@ async fn backend_on(opts: &Opts, backend: Backend, db: &Db) -> Result<BackendFig
         noop,
         healthz,
         redis,
+        memory,
         ledger_charges,
     })
+}
+
+/// Replays through a server with the in-memory replay cache on (as deployed by default),
+/// on the same database and keys, after one pass over every key (the pass that fills the
+/// cache reads each key row once); then that server's no-op, for the ratio.
+async fn memory_replays(
+    opts: &Opts,
+    db: &Db,
+    clients: &Arc<Vec<reqwest::Client>>,
+    tokens: &Arc<Vec<String>>,
+    pairs: &Arc<Vec<(String, usize, String)>>,
+) -> Result<(Sample, Sample), BenchError> {
+    let mut args = server_args(&db.url, &[]);
+    args.extend(EMBEDDED_PROVIDER.iter().map(|s| (*s).to_owned()));
+    // The same flags with the cache on, large enough for every key of the run.
+    if let Some(i) = args.iter().position(|a| a == "--replay-cache-entries") {
+        args[i + 1] = (pairs.len() * 2).max(10_000).to_string();
+    }
+    let server = Proc::spawn(
+        &opts.server_bin,
+        &args,
+        db.dir.join("server-memory.log"),
+        true,
+    )?;
+    let api = server.api();
+    warm(clients, &api).await?;
+    for (order, user, key) in pairs.iter() {
+        let url = format!("{api}{}", paths::pay(order));
+        pay(&clients[0], url, &tokens[*user], key, true)
+            .await
+            .map_err(|e| BenchError::Setup(format!("replay through the memory server: {e}")))?;
+    }
+    let replays = replay_phase(opts, clients, &api, tokens, pairs).await;
+    let noop = get_phase(opts, clients, format!("{api}{}", paths::DEV_CONFIG)).await;
+    report_errors("memory server", "no-op", &noop);
+    Ok((replays, noop))
 }
 
 /// Replays through a server given `--redis-url`, on the same database and keys. The server
