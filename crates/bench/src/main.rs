@@ -9,7 +9,9 @@
 //!   provider), and the ratio of the two;
 //! - replays/s against the same server's no-op endpoint (`GET /dev/config`: no store access)
 //!   and `GET /healthz` (one `SELECT 1`), and the ratios; on PostgreSQL also replays through
-//!   a server started with `--redis-url` when the build has a Redis fast path;
+//!   a server started with `--redis-url` when the build has a Redis fast path (these phases
+//!   run with the in-memory replay cache off); replays from memory through a server with
+//!   the cache on (the server's default), against that server's no-op;
 //! - 1,000 concurrent pays with one key over three instances on one PostgreSQL with one
 //!   standalone provider: charges in the ledger (must be 1), statuses, p99.
 //!
