@@ -19,7 +19,7 @@
 use crate::customer::{Intent, View};
 use crate::ChaosError;
 use payonce_protocol::provider::{paths as provider_paths, Charge, ChargeStatus, Ledger};
-use payonce_protocol::OrderLine;
+use payonce_protocol::{AttemptStatus, OrderLine, OrderStatus};
 use sqlx::Row;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone)]
 pub(crate) struct OrderRow {
     pub id: String,
-    pub status: String,
+    pub status: OrderStatus,
     pub payment_id: Option<String>,
     pub items: Vec<OrderLine>,
 }
@@ -47,7 +47,7 @@ pub(crate) struct AttemptRow {
     pub id: String,
     pub order_id: String,
     pub key: String,
-    pub status: String,
+    pub status: AttemptStatus,
     pub needs_review: bool,
     pub created_at: i64,
 }
@@ -124,9 +124,11 @@ impl Facts {
             .await?
         {
             let items: String = r.try_get("items")?;
+            let status: String = r.try_get("status")?;
             f.orders.push(OrderRow {
                 id: r.try_get("id")?,
-                status: r.try_get("status")?,
+                status: OrderStatus::parse(&status)
+                    .ok_or_else(|| ChaosError::Setup(format!("unknown order status {status:?}")))?,
                 payment_id: r.try_get("payment_id")?,
                 items: serde_json::from_str(&items).map_err(|e| {
                     ChaosError::Setup(format!("an order's items do not decode: {e}"))
@@ -149,11 +151,14 @@ impl Facts {
         .fetch_all(db)
         .await?
         {
+            let status: String = r.try_get("status")?;
             f.attempts.push(AttemptRow {
                 id: r.try_get("id")?,
                 order_id: r.try_get("order_id")?,
                 key: r.try_get("idem_key")?,
-                status: r.try_get("status")?,
+                status: AttemptStatus::parse(&status).ok_or_else(|| {
+                    ChaosError::Setup(format!("unknown attempt status {status:?}"))
+                })?,
                 needs_review: r.try_get("review")?,
                 created_at: r.try_get("created_at")?,
             });
@@ -237,7 +242,7 @@ fn moved_money(c: &Charge) -> bool {
 }
 
 fn is_paid(o: &OrderRow) -> bool {
-    o.status == "paid" || o.status == "refunded"
+    matches!(o.status, OrderStatus::Paid | OrderStatus::Refunded)
 }
 
 /// The comparison.
@@ -310,7 +315,8 @@ pub(crate) fn audit(f: &Facts, intents: &[Intent]) -> Report {
                 &o.id,
                 format!(
                     "order {} with payment {:?} but no such charge in the ledger",
-                    o.status, o.payment_id
+                    o.status.as_str(),
+                    o.payment_id
                 ),
             );
         }
@@ -337,7 +343,7 @@ pub(crate) fn audit(f: &Facts, intents: &[Intent]) -> Report {
     r.declined_charges = f.charges.iter().filter(|c| !moved_money(c)).count();
 
     for a in &f.attempts {
-        if a.status == "processing" {
+        if a.status == AttemptStatus::Processing {
             bad(
                 Kind::Unresolved,
                 &a.order_id,
@@ -419,7 +425,7 @@ pub(crate) fn audit(f: &Facts, intents: &[Intent]) -> Report {
                             format!(
                                 "tab{} shows a receipt ({payment_id:?}) but the order is {:?} with payment {:?}",
                                 tab + 1,
-                                order.map(|o| &o.status),
+                                order.map(|o| o.status.as_str()),
                                 order.and_then(|o| o.payment_id.as_ref())
                             ),
                         );
@@ -431,7 +437,7 @@ pub(crate) fn audit(f: &Facts, intents: &[Intent]) -> Report {
                         f.attempts.iter().find(|a| {
                             Some(&a.order_id) == intent.order_id.as_ref()
                                 && &a.key == k
-                                && a.status == "succeeded"
+                                && a.status.charged()
                         })
                     });
                     if let Some(a) = charged {
@@ -439,7 +445,7 @@ pub(crate) fn audit(f: &Facts, intents: &[Intent]) -> Report {
                             Kind::ViewContradicted,
                             subject,
                             format!(
-                                "tab{} shows \"not charged\" ({why}) for attempt {} that succeeded",
+                                "tab{} shows \"not charged\" ({why}) for attempt {} that charged",
                                 tab + 1,
                                 a.id
                             ),
@@ -588,7 +594,7 @@ impl Violation {
                 "  attempt {} key {} status {} created {}{}",
                 a.id,
                 &a.key[..a.key.len().min(8)],
-                a.status,
+                a.status.as_str(),
                 a.created_at,
                 if a.needs_review { " (review)" } else { "" }
             );
@@ -639,7 +645,11 @@ mod tests {
     fn order(id: &str, paid: bool) -> OrderRow {
         OrderRow {
             id: id.into(),
-            status: if paid { "paid" } else { "unpaid" }.into(),
+            status: if paid {
+                OrderStatus::Paid
+            } else {
+                OrderStatus::Unpaid
+            },
             payment_id: paid.then(|| format!("pay_{id}")),
             items: vec![line("tee", 2)],
         }
@@ -730,19 +740,19 @@ mod tests {
     #[test]
     fn processing_or_flagged_attempts_are_unresolved() {
         let mut f = healthy();
-        let a = |status: &str, review| AttemptRow {
-            id: format!("att_{status}"),
+        let a = |status: AttemptStatus, review| AttemptRow {
+            id: format!("att_{}", status.as_str()),
             order_id: "o2".into(),
             key: "k".repeat(20),
-            status: status.into(),
+            status,
             needs_review: review,
             created_at: 0,
         };
         f.attempts = vec![
-            a("processing", false),
-            a("processing", true),
-            a("declined", true),
-            a("declined", false),
+            a(AttemptStatus::Processing, false),
+            a(AttemptStatus::Processing, true),
+            a(AttemptStatus::Declined, true),
+            a(AttemptStatus::Declined, false),
         ];
         let r = audit(&f, &[]);
         assert_eq!(kinds(&r), [Kind::Unresolved, Kind::Unresolved]);
@@ -777,7 +787,7 @@ mod tests {
             id: "att_1".into(),
             order_id: "o1".into(),
             key: "key-of-o1-paid-attempt".into(),
-            status: "succeeded".into(),
+            status: AttemptStatus::Succeeded,
             needs_review: false,
             created_at: 0,
         }];
