@@ -193,6 +193,22 @@ fn redis_opts(url: &str) -> Opts {
     }
 }
 
+/// Changes the stored answer of `(user, k)` behind the server's back: a replay that still
+/// has the original bytes did not read the key row.
+async fn change_stored_answer(app: &TestApp, user: &str, k: &str) {
+    let pool = app.db_pool().await;
+    let changed =
+        sqlx::query("UPDATE attempts SET response_body = $1 WHERE user_id = $2 AND idem_key = $3")
+            .bind("{\"tampered\":true}")
+            .bind(user)
+            .bind(k)
+            .execute(&pool)
+            .await
+            .expect("change the stored answer")
+            .rows_affected();
+    assert_eq!(changed, 1);
+}
+
 async fn stored_body(app: &TestApp, user: &str, k: &str) -> String {
     let pool = app.db_pool().await;
     sqlx::query_scalar("SELECT response_body FROM attempts WHERE user_id = $1 AND idem_key = $2")
@@ -765,17 +781,7 @@ async fn redis_replays_need_no_sql_and_match_after_a_flush(backend: Backend) {
 
     // Redis answers without the database: with the stored answer changed behind the
     // server's back, a replay still has the original bytes, so it did not read the row.
-    let pool = app.db_pool().await;
-    let changed =
-        sqlx::query("UPDATE attempts SET response_body = $1 WHERE user_id = $2 AND idem_key = $3")
-            .bind("{\"tampered\":true}")
-            .bind("alice")
-            .bind(&k)
-            .execute(&pool)
-            .await
-            .expect("change the stored answer")
-            .rows_affected();
-    assert_eq!(changed, 1);
+    change_stored_answer(&app, "alice", &k).await;
     same(&app.pay(&alice, &a, Some(&k), 1, APPROVE).await);
     assert_eq!(metric(&app, from_redis).await, r0 + 2.0);
     assert_eq!(app.ledger(&a).await.len(), 1, "charged once");
@@ -829,17 +835,7 @@ async fn memory_replays_need_no_round_trip_and_stay_checked(backend: Backend) {
 
     // No round trip: the stored answer changed behind the server's back, the replay still
     // has the original bytes.
-    let pool = app.db_pool().await;
-    let changed =
-        sqlx::query("UPDATE attempts SET response_body = $1 WHERE user_id = $2 AND idem_key = $3")
-            .bind("{\"tampered\":true}")
-            .bind("alice")
-            .bind(&k)
-            .execute(&pool)
-            .await
-            .expect("change the stored answer")
-            .rows_affected();
-    assert_eq!(changed, 1);
+    change_stored_answer(&app, "alice", &k).await;
     same(&app.pay(&alice, &a, Some(&k), 1, APPROVE).await);
     assert_eq!(metric(&app, from_memory).await, m0 + 2.0);
     assert_eq!(app.ledger(&a).await.len(), 1, "charged once");
