@@ -237,6 +237,14 @@ pub(crate) struct Report {
     pub violations: Vec<Violation>,
 }
 
+/// The attempt's audit trail says it was flagged for manual review at some point (the
+/// server's reconciliation writes that state when the provider cannot tell).
+fn flagged_once(f: &Facts, attempt_id: &str) -> bool {
+    f.trail
+        .get(attempt_id)
+        .is_some_and(|lines| lines.iter().any(|l| l.contains("(needs review)")))
+}
+
 fn moved_money(c: &Charge) -> bool {
     matches!(c.status, ChargeStatus::Succeeded | ChargeStatus::Refunded)
 }
@@ -358,8 +366,20 @@ pub(crate) fn audit(f: &Facts, intents: &[Intent]) -> Report {
                 ),
             );
         } else if a.needs_review {
+            // Settled, yet still in the operators' review queue: the server clears the flag
+            // when an attempt settles.
+            bad(
+                Kind::Unresolved,
+                &a.order_id,
+                format!(
+                    "attempt {} is {} but still flagged for review",
+                    a.id,
+                    a.status.as_str()
+                ),
+            );
+        } else if flagged_once(f, &a.id) {
             // Flagged while the provider could not tell (it was down), settled since by a
-            // webhook or a retry: resolved, but an operator was asked to look.
+            // webhook or a retry.
             r.reviewed_then_settled += 1;
         }
     }
@@ -738,7 +758,7 @@ mod tests {
     }
 
     #[test]
-    fn processing_or_flagged_attempts_are_unresolved() {
+    fn processing_attempts_and_stale_review_flags_are_unresolved() {
         let mut f = healthy();
         let a = |status: AttemptStatus, review| AttemptRow {
             id: format!("att_{}", status.as_str()),
@@ -752,10 +772,22 @@ mod tests {
             a(AttemptStatus::Processing, false),
             a(AttemptStatus::Processing, true),
             a(AttemptStatus::Declined, true),
-            a(AttemptStatus::Declined, false),
+            a(AttemptStatus::Succeeded, false),
         ];
+        // The succeeded one was flagged once, and settled since (the flag cleared).
+        f.trail.insert(
+            "att_succeeded".into(),
+            vec![
+                "at=1 system attempt processing -> processing (needs review) (provider down)"
+                    .into(),
+            ],
+        );
         let r = audit(&f, &[]);
-        assert_eq!(kinds(&r), [Kind::Unresolved, Kind::Unresolved]);
+        assert_eq!(
+            kinds(&r),
+            [Kind::Unresolved, Kind::Unresolved, Kind::Unresolved],
+            "two processing, one settled but still flagged"
+        );
         assert_eq!(r.reviewed_then_settled, 1);
     }
 

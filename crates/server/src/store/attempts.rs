@@ -287,6 +287,8 @@ pub(crate) struct Final<'a> {
 
 /// Moves a processing attempt to its final status with the answer to replay. Returns false
 /// when it was no longer processing (someone else settled it first: their answer stands).
+/// A manual-review flag is cleared: the outcome is known now (the audit trail keeps that it
+/// was flagged), so a review queue holds only attempts that still need a person.
 pub(crate) async fn finish<'c>(
     e: impl AnyExecutor<'c>,
     id: &str,
@@ -296,7 +298,8 @@ pub(crate) async fn finish<'c>(
 ) -> sqlx::Result<bool> {
     let res = sqlx::query(
         "UPDATE attempts SET status = $1, response_status = $2, response_body = $3, charge_id = $4,
-                locked_until = NULL, lease_token = NULL, updated_at = $5, expires_at = $6
+                locked_until = NULL, lease_token = NULL, updated_at = $5, expires_at = $6,
+                needs_review_at = NULL
          WHERE id = $7 AND status = 'processing'",
     )
     .bind(fin.status.as_str())

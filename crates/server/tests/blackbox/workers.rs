@@ -354,7 +354,8 @@ async fn unreachable_provider_flags_stuck_attempts_for_review_never_charges(back
     };
     let t = app.session("alice").await;
     let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
-    let r = app.pay(&t, &id, Some(&key()), 1, "pm_card_approve").await;
+    let k = key();
+    let r = app.pay(&t, &id, Some(&k), 1, "pm_card_approve").await;
     assert_eq!(r.status, 202, "{}", r.text());
     let pool = app.db_pool().await;
     let mut flagged = 0;
@@ -390,6 +391,47 @@ async fn unreachable_provider_flags_stuck_attempts_for_review_never_charges(back
     assert_eq!(
         order_status(&app, &t, &id).await,
         ("unpaid".to_owned(), true)
+    );
+
+    // The provider is back (the process restarts with one): the customer's retry settles the
+    // attempt from it (rule 5: the provider has no charge under the key, so it is driven
+    // with the same provider key), charged once, and the review flag is gone with the doubt.
+    let TestApp {
+        _procs, db, http, ..
+    } = app;
+    drop(_procs);
+    let db = db.expect("the test database");
+    let opts = Opts {
+        jobs_interval_ms: 100,
+        ..Opts::default()
+    };
+    let mut args = opts.args(&db.url);
+    args.extend(["--provider-addr".into(), "127.0.0.1:0".into()]);
+    let proc = Proc::spawn(&args, true);
+    let app = TestApp {
+        api: proc.api.clone().unwrap(),
+        provider: proc.provider.clone().unwrap(),
+        http,
+        _procs: vec![proc],
+        db: Some(db),
+    };
+    let t = app.session("alice").await;
+    let r = app.pay(&t, &id, Some(&k), 1, "pm_card_approve").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(app.ledger(&id).await.len(), 1, "charged once");
+    let still_flagged = count(
+        &pool,
+        "SELECT COUNT(*) FROM attempts WHERE order_id = $1 AND needs_review_at IS NOT NULL",
+        &id,
+    )
+    .await;
+    assert_eq!(
+        still_flagged, 0,
+        "settled, so no longer waiting for a review"
+    );
+    assert_eq!(
+        order_status(&app, &t, &id).await,
+        ("paid".to_owned(), false)
     );
 }
 
