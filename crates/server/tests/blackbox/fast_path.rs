@@ -193,6 +193,18 @@ fn redis_opts(url: &str) -> Opts {
     }
 }
 
+/// `r` is a replay of `first`: same status, bytes and headers, marked as replayed.
+fn assert_replay_of(first: &Resp, r: &Resp) {
+    assert_eq!(r.status, first.status, "{}", r.text());
+    assert_eq!(r.body, first.body, "byte-identical to the first answer");
+    assert_eq!(r.header("idempotent-replayed").as_deref(), Some("true"));
+    assert_eq!(r.header("content-type"), first.header("content-type"));
+    assert_eq!(
+        r.header("idempotency-key-retention"),
+        first.header("idempotency-key-retention")
+    );
+}
+
 /// Changes the stored answer of `(user, k)` behind the server's back: a replay that still
 /// has the original bytes did not read the key row.
 async fn change_stored_answer(app: &TestApp, user: &str, k: &str) {
@@ -733,16 +745,7 @@ async fn redis_replays_need_no_sql_and_match_after_a_flush(backend: Backend) {
     assert!(redis_get(&mut redis, &rkey).await.is_some(), "cached");
     let from_redis = r#"payonce_pay_replays_total{source="redis"}"#;
     let from_db = r#"payonce_pay_replays_total{source="database"}"#;
-    let same = |r: &Resp| {
-        assert_eq!(r.status, first.status, "{}", r.text());
-        assert_eq!(r.body, first.body, "byte-identical to the first answer");
-        assert_eq!(r.header("idempotent-replayed").as_deref(), Some("true"));
-        assert_eq!(r.header("content-type"), first.header("content-type"));
-        assert_eq!(
-            r.header("idempotency-key-retention"),
-            first.header("idempotency-key-retention")
-        );
-    };
+    let same = |r: &Resp| assert_replay_of(&first, r);
 
     // Served from Redis, counted as such.
     let (r0, d0) = (metric(&app, from_redis).await, metric(&app, from_db).await);
@@ -804,15 +807,7 @@ async fn memory_replays_need_no_round_trip_and_stay_checked(backend: Backend) {
     assert_eq!(first.status, 200, "{}", first.text());
     let from_memory = r#"payonce_pay_replays_total{source="memory"}"#;
     let from_db = r#"payonce_pay_replays_total{source="database"}"#;
-    let same = |r: &Resp| {
-        assert_eq!(r.status, first.status, "{}", r.text());
-        assert_eq!(r.body, first.body, "byte-identical to the first answer");
-        assert_eq!(r.header("idempotent-replayed").as_deref(), Some("true"));
-        assert_eq!(
-            r.header("idempotency-key-retention"),
-            first.header("idempotency-key-retention")
-        );
-    };
+    let same = |r: &Resp| assert_replay_of(&first, r);
     // The first replay reads the key row and keeps it; the next ones come from memory.
     same(&app.pay(&alice, &a, Some(&k), 1, APPROVE).await);
     assert_eq!(metric(&app, from_db).await, 1.0);
