@@ -2,7 +2,8 @@
 //! decision is made by [`crate::core`].
 //!
 //! # Layout
-//! - `mod.rs`: the facade, option parsing and the pay loop that drives the core.
+//! - `mod.rs`: the facade, option parsing, and the driver that performs the core's pay flow
+//!   ([`crate::core::flow`]) effect by effect.
 //! - [`store`]: sessionStorage / memory entries.
 //! - [`io`]: fetch with timeout, abortable waits, `online`, Web Locks, all as JS promises.
 //! - [`tabs`]: BroadcastChannel receipts and duplicate-tab detection.
@@ -14,13 +15,12 @@ mod store;
 mod tabs;
 mod value;
 
-use crate::core::attempt::{after_verdict, plan_pay, Attempt, Entry, PayPlan};
-use crate::core::classify::{
-    classify_cancel, classify_pay, CancelOutcome, Final, RetryCause, Verdict,
-};
+use crate::core::attempt::Entry;
+use crate::core::classify::{classify_cancel, CancelOutcome, Final};
 use crate::core::error::{SdkError, Warning};
+use crate::core::flow::{Effect, FlowConfig, PayEnd, PayFlow};
 use crate::core::retry::{
-    BudgetConfig, Next, PendingReason, RetryBudget, RetryPolicy, Schedule, DEFAULT_DEADLINE_MS,
+    BudgetConfig, PendingReason, RetryBudget, RetryPolicy, DEFAULT_DEADLINE_MS,
     DEFAULT_LONG_WAIT_MS, DEFAULT_REQUEST_TIMEOUT_MS,
 };
 use io::{Abort, Call};
@@ -579,7 +579,7 @@ fn pending(reason: PendingReason) -> JsValue {
     })
 }
 
-/// The pay loop: plan the key, save it, send, classify, retry or finish.
+/// Performs the core's pay flow ([`crate::core::flow`]): storage, statuses, requests, waits.
 async fn pay(
     inner: &Inner,
     checkout: CheckoutSnapshot,
@@ -592,133 +592,92 @@ async fn pay(
     if let Some(payment) = tabs::paid(&order_id) {
         return Ok(outcome_js(&Final::Paid { payment }));
     }
-    let mut attempt = match plan_pay(&inner.store.get(&order_id), &checkout) {
-        PayPlan::Reuse(a) => a,
-        PayPlan::Conflict { .. } => return Err(SdkError::SnapshotConflict),
-        PayPlan::ResolveUnreadable => return Err(SdkError::UnreadableAttempt),
-        PayPlan::Mint {
-            replaces_unreadable,
-        } => {
-            if replaces_unreadable {
-                inner.warn(Warning::UnreadableEntry);
-            }
-            let key = IdempotencyKey::parse(&io::random_uuid())
-                .map_err(|_| SdkError::Unsupported("uuid gave an unusable key"))?;
-            let a = Attempt::new(key, checkout, js_sys::Date::now() as u64);
-            // Saved BEFORE the request leaves (seed step 2).
-            inner.note(inner.store.put(&a));
-            a
-        }
+    let config = FlowConfig {
+        policy: inner.policy,
+        deadline_ms: inner.deadline_ms,
+        long_wait_ms: inner.long_wait_ms,
     };
-
-    let mut schedule = Schedule::new(
-        inner.policy,
+    let mut flow = PayFlow::start(
+        &inner.store.get(&order_id),
+        checkout,
+        config,
         js_sys::Date::now(),
-        inner.deadline_ms,
-        inner.long_wait_ms,
-    );
-    let mut taking_longer = TakingLonger::start(inner.long_wait_ms, call.on_status.as_ref());
+        || IdempotencyKey::parse(&io::random_uuid()).ok(),
+    )?;
     let pay_url = [&inner.base_url, &paths::pay(&encode(&order_id))[..]].concat();
-    let body = value::to_json(&attempt.snapshot.pay_request());
-    let mut first = true;
-    let result = loop {
-        if io::offline() {
-            call.status("waitingForNetwork");
-            let left = schedule.remaining_ms(js_sys::Date::now());
-            if !io::wait_online(left, &call.abort).await? {
-                break Ok(pending(PendingReason::Deadline));
-            }
-        }
-        attempt = attempt.sending();
-        inner.note(inner.store.update(&attempt));
-        if first {
-            call.status("processing");
-        }
-        let fault = call.dev_fault.filter(|_| first);
-        first = false;
-        let key = (headers::IDEMPOTENCY_KEY, attempt.key.as_str());
-        let with_fault;
-        let hdrs: &[(&str, &str)] = match fault {
-            Some(f) => {
-                with_fault = [key, (headers::DEV_FAULT, f.as_str())];
-                &with_fault
-            }
-            None => std::slice::from_ref(&key),
+    let body = value::to_json(&flow.attempt().snapshot.pay_request());
+    let mut reminder = None;
+    loop {
+        let Some(effect) = flow.poll(js_sys::Date::now(), !io::offline()) else {
+            // Never: the flow always asks for something until it is done.
+            return Ok(pending(PendingReason::Deadline));
         };
-        let reply = io::post(
-            Call {
-                url: &pay_url,
-                headers: hdrs,
-                body: &body,
-                timeout_ms: inner.request_timeout_ms,
-            },
-            &call.abort,
-        )
-        .await?;
-        let verdict = classify_pay(&reply);
-        match after_verdict(attempt.clone(), &verdict) {
-            None => inner.store.remove(&order_id, Some(&attempt.key)),
-            Some(a) => {
-                inner.note(inner.store.update(&a));
-                attempt = a;
+        match effect {
+            Effect::Warn(w) => inner.warn(w),
+            Effect::Save { attempt, new: true } => inner.note(inner.store.put(&attempt)),
+            Effect::Save { attempt, .. } => inner.note(inner.store.update(&attempt)),
+            Effect::Remove(key) => inner.store.remove(&order_id, Some(&key)),
+            Effect::Status(s) => call.status(s.as_str()),
+            Effect::Remind { after_ms, status } => {
+                reminder = call.on_status.as_ref().map(|f| {
+                    let fire: Function = f
+                        .bind1(&JsValue::NULL, &status.as_str().into())
+                        .unchecked_into();
+                    io::timer(fire, after_ms)
+                });
             }
-        }
-        match verdict {
-            Verdict::Final(f) => {
-                inner.budget.borrow_mut().refill();
-                if let Final::Paid { payment } = &f {
-                    tabs::announce_paid(&order_id, payment);
-                }
-                break Ok(outcome_js(&f));
-            }
-            Verdict::Rejected { status, code } => {
-                inner.budget.borrow_mut().refill();
-                break Err(SdkError::rejected(status, code));
-            }
-            Verdict::Retry { cause, .. } => {
-                let next = {
-                    let mut budget = inner.budget.borrow_mut();
-                    schedule.after(
-                        &verdict,
-                        js_sys::Date::now(),
-                        &mut budget,
-                        &mut js_sys::Math::random,
-                    )
-                };
-                match next {
-                    Next::GiveUp(reason) => break Ok(pending(reason)),
-                    Next::Wait { ms } => {
-                        call.status(if cause == RetryCause::InProgress {
-                            "processing"
-                        } else {
-                            "checkingStatus"
-                        });
-                        let (slept, _timer) = io::sleep(ms);
-                        let _ = call.abort.guard(slept).await?;
+            Effect::Send { attempt } => {
+                let key = (headers::IDEMPOTENCY_KEY, flow.attempt().key.as_str());
+                let fault = call.dev_fault.filter(|_| attempt == 1);
+                let with_fault;
+                let hdrs: &[(&str, &str)] = match fault {
+                    Some(f) => {
+                        with_fault = [key, (headers::DEV_FAULT, f.as_str())];
+                        &with_fault
                     }
-                }
+                    None => std::slice::from_ref(&key),
+                };
+                let reply = io::post(
+                    Call {
+                        url: &pay_url,
+                        headers: hdrs,
+                        body: &body,
+                        timeout_ms: inner.request_timeout_ms,
+                    },
+                    &call.abort,
+                )
+                .await?;
+                let mut budget = inner.budget.borrow_mut();
+                flow.on_reply(
+                    &reply,
+                    js_sys::Date::now(),
+                    &mut budget,
+                    &mut js_sys::Math::random,
+                );
+            }
+            Effect::Wait { ms, .. } => {
+                let (slept, _timer) = io::sleep(ms);
+                let _ = call.abort.guard(slept).await?;
+                flow.on_waited();
+            }
+            Effect::WaitOnline { max_ms } => {
+                let back = io::wait_online(max_ms, &call.abort).await?;
+                flow.on_network(back);
+            }
+            Effect::Done(end) => {
+                drop(reminder);
+                return match end {
+                    PayEnd::Final(f) => {
+                        if let Final::Paid { payment } = &f {
+                            tabs::announce_paid(&order_id, payment);
+                        }
+                        Ok(outcome_js(&f))
+                    }
+                    PayEnd::Failed(e) => Err(e),
+                    PayEnd::Pending(reason) => Ok(pending(reason)),
+                };
             }
         }
-    };
-    taking_longer.stop();
-    result
-}
-
-/// Fires "takingLonger" once, `long_wait_ms` after the call started, unless stopped (or
-/// dropped) first: a gloo-timers `Timeout` calling `onStatus("takingLonger")`.
-struct TakingLonger(Option<gloo_timers::callback::Timeout>);
-
-impl TakingLonger {
-    fn start(ms: u64, on_status: Option<&Function>) -> Self {
-        Self(on_status.map(|f| {
-            let fire: Function = f
-                .bind1(&JsValue::NULL, &"takingLonger".into())
-                .unchecked_into();
-            io::timer(fire, ms)
-        }))
-    }
-    fn stop(&mut self) {
-        self.0 = None;
     }
 }
 
