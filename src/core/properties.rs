@@ -258,4 +258,19 @@ proptest! {
         let t = drive(RetryPolicy::default(), 60_000, &replies, &gaps, &online, &units)?;
         prop_assert!(t.end.is_some());
     }
+
+    /// Whatever the answers say (`Retry-After: 0` included), one pay call sends at most
+    /// `max_attempts` requests and every wait between them is at least the base delay.
+    #[test]
+    fn the_pay_loop_never_hot_loops(
+        replies in proptest::collection::vec(reply(), 0..40),
+        gaps in proptest::collection::vec(0u64..50, 40),
+        units in proptest::collection::vec(0.0f64..1.0, 40),
+        base in 0u64..1_000, max_attempts in 1u32..12,
+    ) {
+        let policy = RetryPolicy { base_delay_ms: base, max_attempts, ..RetryPolicy::default() };
+        let t = drive(policy, 600_000, &replies, &gaps, &[true], &units)?;
+        prop_assert!(t.sends <= max_attempts, "{} sends > maxAttempts {}", t.sends, max_attempts);
+        prop_assert!(t.waits.iter().all(|w| *w >= base), "{:?} below {}", t.waits, base);
+    }
 }

@@ -71,24 +71,50 @@ export type CancelOutcome =
   | { kind: "processing" }
   | { kind: "unknown" };
 export type PayStatus = "processing" | "checkingStatus" | "takingLonger" | "waitingForNetwork";
+/**
+ * How `pay` retries with the same key. Every member is optional; the defaults are shown.
+ * Every wait is at least `baseDelayMs` and jittered, whatever the server's `Retry-After` says.
+ */
 export interface RetryOptions {
+  /**
+   * The least wait before any retry, in ms (default 500). The n-th backoff (0-based) is drawn
+   * from [baseDelayMs, min(maxDelayMs, baseDelayMs * 2^(n+1))); a `Retry-After` below it is
+   * raised to it.
+   */
   baseDelayMs?: number;
+  /** Cap of the backoff, in ms (default 5000); after a request timeout the wait is drawn from [baseDelayMs, maxDelayMs). */
   maxDelayMs?: number;
+  /**
+   * Most requests one `pay` call sends, every one counted: the first, retries, polls of an
+   * attempt in progress (202 / 409 IN_PROGRESS) and answers to 429/503 (default 8). Then `pay`
+   * resolves `{ kind: "pending", reason: "attempts" }` and the key is kept.
+   */
   maxAttempts?: number;
+  /** Cap of a server's `Retry-After`, jitter included, in ms (default 10000). */
   maxRetryAfterMs?: number;
+  /**
+   * The client's retry budget, shared by its `pay` calls (defaults: capacity 500, retryCost 5,
+   * timeoutCost 10, successRefill 1). A retry after no answer, a 5xx or a 429/503 costs
+   * `retryCost`, one after our own timeout `timeoutCost`, a poll of an attempt in progress
+   * nothing; a final answer refills `successRefill`. Empty: `pending` with reason "budget".
+   */
   budget?: { capacity?: number; retryCost?: number; timeoutCost?: number; successRefill?: number };
 }
 export type PayonceWarningCode = "STORAGE_UNAVAILABLE" | "UNREADABLE_ENTRY" | "DUPLICATED_TAB";
 export interface ClientOptions {
-  /** The payonce API origin, e.g. "https://api.example.com". */
+  /** The payonce API origin, e.g. "https://api.example.com". Required. */
   baseUrl: string;
+  /** Per-request timeout, in ms (default 15000). A timed-out request is retried with the same key. */
   requestTimeoutMs?: number;
+  /** Backoff, attempts and budget (see `RetryOptions` for every default). */
   retry?: RetryOptions;
-  /** Total time one `pay` keeps asking before it returns `pending`. */
+  /** Total time one `pay` keeps asking before it returns `pending` (reason "deadline"), in ms (default 60000). */
   deadlineMs?: number;
-  /** When `onStatus` hears "takingLonger". */
+  /** When `onStatus` hears "takingLonger", in ms after `pay` started (default 10000). */
   longWaitMs?: number;
+  /** Where attempts are kept (default "session": sessionStorage, falling back to memory if it throws). */
   storage?: "session" | "memory";
+  /** Hears what does not fail a call (default: none). */
   onWarning?: (code: PayonceWarningCode) => void;
 }
 export interface PayOptions {

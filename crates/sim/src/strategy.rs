@@ -1,8 +1,8 @@
 //! How each simulated client decides whether and when to send again.
 //!
 //! Every strategy sees the same [`Verdict`]s (from the SDK's own `classify_pay`) and answers
-//! with the core's [`Next`]. The anchors reuse the core's backoff envelope
-//! ([`RetryPolicy::backoff_ms`]: `0.5 s · 2^n` capped at 5 s) and differ only in the random
+//! with the core's [`Next`]. The anchors share one backoff envelope ([`envelope_wait_ms`]:
+//! `0.5 s · 2^n` capped at 5 s, the default policy's numbers) and differ only in the random
 //! factor fed to it, so the comparison isolates what matters: the jitter, the budget and
 //! `Retry-After`. "ours" is the SDK itself: its pay loop (`payonce::core::flow::PayFlow`, the
 //! one the browser layer drives) with its `RetryBudget`; "previous SDK default"
@@ -170,14 +170,15 @@ impl ClientRetry {
             );
             match self.strategy {
                 Strategy::SdkDecorrelated { policy, .. } if timed_out => {
-                    // The SDK draws `cap · u` after a timeout: feed it the `u` that gives the
-                    // decorrelated wait, so the flow's other rules apply unchanged.
-                    let cap = policy.max_delay_ms.max(1);
-                    let lo = policy.base_delay_ms.min(cap);
+                    // The SDK draws `base + (cap - base) · u` after a timeout: feed it the `u`
+                    // that gives the decorrelated wait, so the flow's other rules apply
+                    // unchanged.
+                    let cap = policy.max_delay_ms.max(policy.base_delay_ms + 1);
+                    let lo = policy.base_delay_ms;
                     let hi = self.prev_ms.saturating_mul(3).max(lo + 1);
                     let d = rng.gen_range(lo..hi).min(cap);
                     self.prev_ms = d;
-                    let u = d as f64 / cap as f64;
+                    let u = (d - lo) as f64 / (cap - lo) as f64;
                     flow.on_reply(reply, now_ms as f64, budget, &mut || u);
                 }
                 _ => flow.on_reply(reply, now_ms as f64, budget, &mut || rng.gen::<f64>()),
@@ -216,12 +217,12 @@ impl ClientRetry {
         let ms = match (self.strategy, retry_after_ms) {
             // The previous SDK: the server's number exactly, capped; no random draw.
             (Strategy::PreviousSdk, Some(ra)) => ra.min(self.envelope.max_retry_after_ms),
-            // u = 1 gives the envelope itself (the core clamps into [0, 1]).
-            (Strategy::NoJitter, _) => self.envelope.backoff_ms(n, &mut || 1.0),
-            (Strategy::Stripe, _) => self
-                .envelope
-                .backoff_ms(n, &mut || 0.5 + 0.5 * rng.gen::<f64>()),
-            _ => self.envelope.backoff_ms(n, &mut || rng.gen::<f64>()),
+            // u = 1 gives the envelope itself.
+            (Strategy::NoJitter, _) => envelope_wait_ms(&self.envelope, n, 1.0),
+            (Strategy::Stripe, _) => {
+                envelope_wait_ms(&self.envelope, n, 0.5 + 0.5 * rng.gen::<f64>())
+            }
+            _ => envelope_wait_ms(&self.envelope, n, rng.gen::<f64>()),
         };
         if self.strategy == Strategy::PreviousSdk {
             let elapsed = now_ms.saturating_sub(self.started_ms);
@@ -237,6 +238,16 @@ impl ClientRetry {
         self.waits += 1;
         Next::Wait { ms }
     }
+}
+
+/// `u · min(max_delay, base · 2^n)` for `u` in `[0, 1]`: the anchors' envelope (AWS's full
+/// jitter for `u` uniform), without the SDK's floor under every wait (the SDK's own rule is
+/// [`RetryPolicy::backoff_ms`]).
+fn envelope_wait_ms(p: &RetryPolicy, n: u32, u: f64) -> u64 {
+    let exp = p
+        .base_delay_ms
+        .saturating_mul(1u64.checked_shl(n.min(63)).unwrap_or(u64::MAX));
+    ((exp.min(p.max_delay_ms) as f64) * u.clamp(0.0, 1.0)) as u64
 }
 
 /// The checkout every simulated client pays (the model's server ignores its details).
