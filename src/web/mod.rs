@@ -10,6 +10,7 @@
 //! - [`value`]: JS values in and out through serde-wasm-bindgen (options, checkouts, answers,
 //!   stored attempts, outcomes).
 
+mod error;
 mod io;
 mod store;
 mod tabs;
@@ -23,6 +24,7 @@ use crate::core::retry::{
     BudgetConfig, PendingReason, RetryBudget, RetryPolicy, DEFAULT_DEADLINE_MS,
     DEFAULT_LONG_WAIT_MS, DEFAULT_REQUEST_TIMEOUT_MS,
 };
+pub use error::PayonceError;
 use io::{Abort, Call};
 use js_sys::{Function, Promise, Reflect};
 use payonce_protocol::body::{paths, DevFault};
@@ -31,6 +33,7 @@ use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::rc::Rc;
 use store::Store;
+use value::Kind;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::spawn_local;
@@ -135,6 +138,25 @@ export type PendingAttempt =
       sends: number;
     }
   | { state: "unreadable"; orderId: string; key?: string };
+/**
+ * What every failed call rejects (or `create` throws) with: a real `Error` (`instanceof Error`,
+ * a stack, `name` "PayonceError"). Match on `code`, never on `message`. `JSON.stringify` shows
+ * name, code, message, status, problemCode and detail.
+ */
+export class PayonceError extends Error {
+  readonly name: "PayonceError";
+  /** The stable code. */
+  readonly code: PayonceErrorCode;
+  /** The HTTP status, when a server answer caused the error. */
+  readonly status?: number;
+  /** The server's problem `code`, known to this SDK or not. */
+  readonly problemCode?: string;
+  /** The server's problem `detail`, when it sent one. */
+  readonly detail?: string;
+  /** The raw (JSON-decoded) answer body, when a server answer caused the error. */
+  readonly body?: unknown;
+  toJSON(): { name: "PayonceError"; code: PayonceErrorCode; message: string; status?: number; problemCode?: string; detail?: string };
+}
 export type PayonceErrorCode =
   | "INVALID_CONFIG"
   | "INVALID_CHECKOUT"
@@ -145,61 +167,6 @@ export type PayonceErrorCode =
   | "ABORTED"
   | "UNSUPPORTED";
 "#;
-
-/// An error with a stable `code`; test it with `instanceof PayonceError`.
-#[wasm_bindgen]
-pub struct PayonceError {
-    error: SdkError,
-}
-
-#[wasm_bindgen]
-impl PayonceError {
-    /// The stable code.
-    // Strings are returned as `JsValue`s (with their TypeScript types spelled out): a returned
-    // `String` costs a multi-value shim per getter in the module.
-    #[wasm_bindgen(getter, unchecked_return_type = "PayonceErrorCode")]
-    pub fn code(&self) -> JsValue {
-        self.error.code().into()
-    }
-    /// A human-readable explanation (do not match on it).
-    #[wasm_bindgen(getter, unchecked_return_type = "string")]
-    pub fn message(&self) -> JsValue {
-        self.error.message().into()
-    }
-    /// The server's problem code, when the server refused the request.
-    #[wasm_bindgen(getter, js_name = problemCode, unchecked_return_type = "string | undefined")]
-    pub fn problem_code(&self) -> JsValue {
-        self.error
-            .problem_code()
-            .map_or(JsValue::UNDEFINED, |c| c.as_str().into())
-    }
-    /// The HTTP status, when the server refused the request.
-    #[wasm_bindgen(getter)]
-    pub fn status(&self) -> Option<u16> {
-        match self.error {
-            SdkError::ServerRejected { status, .. } => Some(status),
-            _ => None,
-        }
-    }
-    /// `PayonceError [CODE]: message`.
-    #[wasm_bindgen(js_name = toString, unchecked_return_type = "string")]
-    pub fn to_js_string(&self) -> JsValue {
-        [
-            "PayonceError [",
-            self.error.code(),
-            "]: ",
-            &self.error.message(),
-        ]
-        .concat()
-        .into()
-    }
-}
-
-impl From<SdkError> for JsValue {
-    fn from(error: SdkError) -> Self {
-        PayonceError { error }.into()
-    }
-}
 
 struct Inner {
     base_url: String,
@@ -263,13 +230,24 @@ struct RetryOptions {
     budget: Option<BudgetOptions>,
 }
 
+/// The members `ClientOptions` reads, each with what it must be: any other is refused by name.
+const OPTION_FIELDS: [(&str, Kind); 7] = [
+    ("baseUrl", Kind::Text),
+    ("requestTimeoutMs", Kind::Int(value::MAX_U32)),
+    ("retry", Kind::Object),
+    ("deadlineMs", Kind::Int(value::MAX_SAFE)),
+    ("longWaitMs", Kind::Int(value::MAX_SAFE)),
+    ("storage", Kind::OneOf(&["session", "memory"])),
+    ("onWarning", Kind::Function),
+];
+
 /// The members `RetryOptions` reads: any other is a typo and refused.
-const RETRY_KEYS: [&str; 5] = [
-    "baseDelayMs",
-    "maxDelayMs",
-    "maxAttempts",
-    "maxRetryAfterMs",
-    "budget",
+const RETRY_FIELDS: [(&str, Kind); 5] = [
+    ("baseDelayMs", Kind::Int(value::MAX_SAFE)),
+    ("maxDelayMs", Kind::Int(value::MAX_SAFE)),
+    ("maxAttempts", Kind::Int(value::MAX_U32)),
+    ("maxRetryAfterMs", Kind::Int(value::MAX_SAFE)),
+    ("budget", Kind::Object),
 ];
 
 #[derive(Deserialize)]
@@ -281,10 +259,19 @@ struct BudgetOptions {
     success_refill: Option<u32>,
 }
 
-const BUDGET_KEYS: [&str; 4] = ["capacity", "retryCost", "timeoutCost", "successRefill"];
+const BUDGET_FIELDS: [(&str, Kind); 4] = [
+    ("capacity", Kind::Int(value::MAX_U32)),
+    ("retryCost", Kind::Int(value::MAX_U32)),
+    ("timeoutCost", Kind::Int(value::MAX_U32)),
+    ("successRefill", Kind::Int(value::MAX_U32)),
+];
 
 /// The members of a `Checkout` (all required): any other is refused.
-const CHECKOUT_KEYS: [&str; 3] = ["orderId", "orderVersion", "paymentMethodId"];
+const CHECKOUT_FIELDS: [(&str, Kind); 3] = [
+    ("orderId", Kind::Text),
+    ("orderVersion", Kind::Int(value::MAX_SAFE)),
+    ("paymentMethodId", Kind::Text),
+];
 
 impl RetryOptions {
     fn policy(self) -> RetryPolicy {
@@ -347,16 +334,22 @@ impl PayonceClient {
     pub fn create(
         #[wasm_bindgen(unchecked_param_type = "ClientOptions")] options: JsValue,
     ) -> Result<PayonceClient, JsValue> {
-        let mismatch = || SdkError::InvalidConfig("the options do not match ClientOptions".into());
+        let invalid = |why: String| -> JsValue { SdkError::InvalidConfig(why).into() };
+        value::check(&options, "", &OPTION_FIELDS, &["baseUrl"]).map_err(invalid)?;
         let retry = value::get(&options, "retry");
-        let typo = !value::keys_within(&retry, &RETRY_KEYS)
-            || !value::keys_within(&value::get(&retry, "budget"), &BUDGET_KEYS);
-        let o = match value::from_js::<Options>(&options) {
-            Some(o) if !typo => o,
-            _ => return Err(mismatch().into()),
-        };
+        if !retry.is_undefined() && !retry.is_null() {
+            value::check(&retry, "retry.", &RETRY_FIELDS, &[]).map_err(invalid)?;
+            let budget = value::get(&retry, "budget");
+            if !budget.is_undefined() && !budget.is_null() {
+                value::check(&budget, "retry.budget.", &BUDGET_FIELDS, &[]).map_err(invalid)?;
+            }
+        }
+        let o = value::from_js::<Options>(&options)
+            .ok_or_else(|| invalid("the options do not match ClientOptions".into()))?;
         if !(o.base_url.starts_with("http://") || o.base_url.starts_with("https://")) {
-            return Err(SdkError::InvalidConfig("baseUrl must be an http(s) URL".into()).into());
+            return Err(invalid(
+                ["baseUrl must be an http(s) URL, got \"", &o.base_url, "\""].concat(),
+            ));
         }
         let policy = o
             .retry
@@ -396,9 +389,11 @@ impl PayonceClient {
             js_sys::Object,
         >,
     ) -> Promise {
-        let read = value::from_js::<CheckoutSnapshot>(&checkout)
-            .filter(|_| value::keys_within(&checkout, &CHECKOUT_KEYS));
-        match read {
+        let required = ["orderId", "orderVersion", "paymentMethodId"];
+        if let Err(why) = value::check(&checkout, "", &CHECKOUT_FIELDS, &required) {
+            return rejected(SdkError::InvalidCheckout(why));
+        }
+        match value::from_js::<CheckoutSnapshot>(&checkout) {
             Some(c) if !c.order_id.is_empty() => start_pay(&self.inner, c, options),
             Some(_) => rejected(SdkError::InvalidCheckout("orderId is empty".into())),
             None => rejected(SdkError::InvalidCheckout(
