@@ -105,8 +105,30 @@ export interface RetryOptions {
 }
 export type PayonceWarningCode = "STORAGE_UNAVAILABLE" | "UNREADABLE_ENTRY" | "DUPLICATED_TAB";
 export interface ClientOptions {
-  /** The payonce API origin, e.g. "https://api.example.com". Required. */
+  /**
+   * The payonce API origin, e.g. "https://api.example.com". Required: the default endpoints
+   * are under it.
+   */
   baseUrl: string;
+  /**
+   * The `fetch` every request goes through (default: the global `fetch`), called as
+   * `fetch(url, init)`; a test double, an instrumented fetch, or Node's.
+   */
+  fetch?: (url: string, init: RequestInit) => Promise<Response>;
+  /**
+   * Headers added to every request (default: none): an object, or a function (sync or async)
+   * called before every request, e.g. a Bearer token that refreshes or a CSRF token. The SDK
+   * sets `Content-Type` and `Idempotency-Key` over them: the key is never the app's to change.
+   */
+  headers?: HeadersInit | (() => HeadersInit | Promise<HeadersInit>);
+  /** `RequestInit.credentials` of every request (default "include": the session cookie goes along). */
+  credentials?: "include" | "same-origin" | "omit";
+  /**
+   * The URLs of an order's pay and cancel endpoints (defaults: `${baseUrl}/orders/${encodeURIComponent(orderId)}/pay`
+   * and `.../cancel`). Each gets the order id as given; encode it yourself. The request bodies,
+   * the key and how answers are read stay the SDK's.
+   */
+  endpoints?: { pay?: (orderId: string) => string; cancel?: (orderId: string) => string };
   /** Per-request timeout, in ms (default 15000). A timed-out request is retried with the same key. */
   requestTimeoutMs?: number;
   /** Backoff, attempts and budget (see `RetryOptions` for every default). */
@@ -177,11 +199,34 @@ struct Inner {
     budget: RefCell<RetryBudget>,
     store: Store,
     on_warning: Option<Function>,
+    transport: io::Transport,
+    /// `endpoints.pay` / `endpoints.cancel`: the app's URL for an order id.
+    pay_endpoint: Option<Function>,
+    cancel_endpoint: Option<Function>,
     /// Pay calls running in this client, by order: a double click joins the running call.
     inflight: RefCell<Vec<(CheckoutSnapshot, Promise)>>,
 }
 
 impl Inner {
+    /// The URL of `order_id`'s pay or cancel endpoint: the app's `endpoints` function, else
+    /// `baseUrl` + the protocol's path (the order id percent-encoded).
+    fn url(
+        &self,
+        custom: Option<&Function>,
+        path: fn(&str) -> String,
+        order_id: &str,
+    ) -> Result<String, SdkError> {
+        let Some(f) = custom else {
+            return Ok([&self.base_url, &path(&encode(order_id))[..]].concat());
+        };
+        f.call1(&JsValue::NULL, &order_id.into())
+            .ok()
+            .and_then(|u| u.as_string())
+            .ok_or_else(|| {
+                SdkError::InvalidConfig("an endpoints function did not return a URL string".into())
+            })
+    }
+
     fn warn(&self, w: Warning) {
         if let Some(f) = &self.on_warning {
             let _ = f.call1(&JsValue::NULL, &w.code().into());
@@ -231,8 +276,15 @@ struct RetryOptions {
 }
 
 /// The members `ClientOptions` reads, each with what it must be: any other is refused by name.
-const OPTION_FIELDS: [(&str, Kind); 7] = [
+const OPTION_FIELDS: [(&str, Kind); 11] = [
     ("baseUrl", Kind::Text),
+    ("fetch", Kind::Function),
+    ("headers", Kind::ObjectOrFunction),
+    (
+        "credentials",
+        Kind::OneOf(&["include", "same-origin", "omit"]),
+    ),
+    ("endpoints", Kind::Object),
     ("requestTimeoutMs", Kind::Int(value::MAX_U32)),
     ("retry", Kind::Object),
     ("deadlineMs", Kind::Int(value::MAX_SAFE)),
@@ -240,6 +292,9 @@ const OPTION_FIELDS: [(&str, Kind); 7] = [
     ("storage", Kind::OneOf(&["session", "memory"])),
     ("onWarning", Kind::Function),
 ];
+
+/// The members of `ClientOptions.endpoints`.
+const ENDPOINT_FIELDS: [(&str, Kind); 2] = [("pay", Kind::Function), ("cancel", Kind::Function)];
 
 /// The members `RetryOptions` reads: any other is a typo and refused.
 const RETRY_FIELDS: [(&str, Kind); 5] = [
@@ -344,6 +399,10 @@ impl PayonceClient {
                 value::check(&budget, "retry.budget.", &BUDGET_FIELDS, &[]).map_err(invalid)?;
             }
         }
+        let endpoints = value::get(&options, "endpoints");
+        if !endpoints.is_undefined() && !endpoints.is_null() {
+            value::check(&endpoints, "endpoints.", &ENDPOINT_FIELDS, &[]).map_err(invalid)?;
+        }
         let o = value::from_js::<Options>(&options)
             .ok_or_else(|| invalid("the options do not match ClientOptions".into()))?;
         if !(o.base_url.starts_with("http://") || o.base_url.starts_with("https://")) {
@@ -355,6 +414,16 @@ impl PayonceClient {
             .retry
             .map_or_else(RetryPolicy::default, RetryOptions::policy);
         let on_warning = callback(&options, "onWarning");
+        let credentials = value::get(&options, "credentials");
+        let transport = io::Transport {
+            fetch: callback(&options, "fetch"),
+            headers: value::get(&options, "headers"),
+            credentials: if credentials.is_string() {
+                credentials
+            } else {
+                "include".into()
+            },
+        };
         let (store, fell) = Store::new(o.storage != Some(StorageOption::Memory));
         let inner = Inner {
             base_url: o.base_url.trim_end_matches('/').to_owned(),
@@ -368,6 +437,9 @@ impl PayonceClient {
             budget: RefCell::new(RetryBudget::new(policy.budget)),
             store,
             on_warning,
+            transport,
+            pay_endpoint: callback(&endpoints, "pay"),
+            cancel_endpoint: callback(&endpoints, "cancel"),
             inflight: RefCell::new(Vec::new()),
         };
         inner.note(fell);
@@ -625,7 +697,7 @@ async fn pay(
         js_sys::Date::now(),
         || IdempotencyKey::parse(&io::random_uuid()).ok(),
     )?;
-    let pay_url = [&inner.base_url, &paths::pay(&encode(&order_id))[..]].concat();
+    let pay_url = inner.url(inner.pay_endpoint.as_ref(), paths::pay, &order_id)?;
     let body = value::to_json(&flow.attempt().snapshot.pay_request());
     let mut reminder = None;
     loop {
@@ -664,6 +736,7 @@ async fn pay(
                         headers: hdrs,
                         body: &body,
                         timeout_ms: inner.request_timeout_ms,
+                        transport: &inner.transport,
                     },
                     &call.abort,
                 )
@@ -717,7 +790,9 @@ async fn cancel(inner: &Inner, order_id: &str) -> CancelOutcome {
         }
         return CancelOutcome::None;
     };
-    let url = [&inner.base_url, &paths::cancel(&encode(order_id))[..]].concat();
+    let Ok(url) = inner.url(inner.cancel_endpoint.as_ref(), paths::cancel, order_id) else {
+        return CancelOutcome::Unknown;
+    };
     let body = value::to_json(&CancelRequest { key: key.clone() });
     let no_abort = Abort::new(None);
     let reply = io::post(
@@ -726,6 +801,7 @@ async fn cancel(inner: &Inner, order_id: &str) -> CancelOutcome {
             headers: &[],
             body: &body,
             timeout_ms: inner.request_timeout_ms,
+            transport: &inner.transport,
         },
         &no_abort,
     )
