@@ -86,6 +86,11 @@ async fn json<T: DeserializeOwned>(method: &str, url: &str, body: Option<String>
 
 /// Signs in a fresh user (cookie) and creates an order of one unit of the first SKU.
 async fn fresh_order(user: &str) -> Order {
+    fresh_order_and_token(user).await.0
+}
+
+/// [`fresh_order`], and the user's Bearer token (the sign-in answer carries it too).
+async fn fresh_order_and_token(user: &str) -> (Order, String) {
     let suffix = (js_sys::Math::random() * 1e9) as u64;
     let req = DevSessionRequest {
         user_id: format!("{user}-{suffix}"),
@@ -98,6 +103,9 @@ async fn fresh_order(user: &str) -> Order {
     )
     .await;
     assert!((200..300).contains(&status), "dev session: {status} {text}");
+    let token = serde_json::from_str::<payonce_protocol::DevSessionResponse>(&text)
+        .expect("a sign-in answer")
+        .token;
     let catalog: Vec<CatalogItem> =
         json("GET", &format!("{}{}", api(), paths::CATALOG), None).await;
     let sku = catalog
@@ -111,12 +119,13 @@ async fn fresh_order(user: &str) -> Order {
         coupon: None,
         address: None,
     };
-    json(
+    let order = json(
         "POST",
         &format!("{}{}", api(), paths::ORDERS),
         Some(to_json(&req)),
     )
-    .await
+    .await;
+    (order, token)
 }
 
 fn to_json<T: serde::Serialize>(v: &T) -> String {
@@ -426,4 +435,50 @@ async fn cancel_without_an_attempt_is_none() {
     let order = fresh_order("none").await;
     let out = settle(client("").cancel(order.id.clone())).await.unwrap();
     assert_eq!(s(&out, "kind"), "none");
+}
+
+#[wasm_bindgen_test]
+async fn pays_with_a_bearer_token_from_headers_and_no_cookies_through_custom_endpoints() {
+    // The user's token, as an identity provider's would be handed to the page.
+    let (order, token) = fresh_order_and_token("bearer").await;
+    let endpoints = run_js(&format!(
+        "return {{ pay: (id) => '{api}/orders/' + encodeURIComponent(id) + '/pay', \
+                   cancel: (id) => '{api}/orders/' + encodeURIComponent(id) + '/cancel' }};",
+        api = api()
+    ));
+    let options = |headers: Option<JsValue>| {
+        let o = js(
+            r#"{"baseUrl":"https://unused.invalid","credentials":"omit","retry":{"baseDelayMs":100,"maxDelayMs":1000}}"#,
+        );
+        let o = with(o, "endpoints", &endpoints);
+        match headers {
+            Some(h) => with(o, "headers", &h),
+            None => o,
+        }
+    };
+    // Without the header the cookie stays home (credentials: "omit"): the server does not
+    // know who pays.
+    let anonymous = PayonceClient::create(options(None)).unwrap();
+    let err = settle(anonymous.pay(checkout(&order, methods::APPROVE), None))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (
+            error_code(&err),
+            n(&err, "status") as u16,
+            s(&err, "problemCode")
+        ),
+        ("SERVER_REJECTED".into(), 401, "UNAUTHENTICATED".into())
+    );
+    settle(anonymous.cancel(order.id.clone())).await.unwrap();
+
+    let headers = run_js(&format!(
+        "return async () => ({{ Authorization: 'Bearer {token}' }});"
+    ));
+    let c = PayonceClient::create(options(Some(headers))).unwrap();
+    let out = settle(c.pay(checkout(&order, methods::APPROVE), None))
+        .await
+        .unwrap();
+    payment_id(&out);
+    assert_eq!(charges(&order.id).await, [ChargeStatus::Succeeded]);
 }

@@ -124,10 +124,6 @@ pub(crate) fn sleep(ms: u64) -> (Promise, Timeout) {
     (p, timer(resolve, ms))
 }
 
-fn window() -> Result<web_sys::Window, SdkError> {
-    web_sys::window().ok_or(SdkError::Unsupported("no window"))
-}
-
 /// True when the browser says it is offline.
 pub(crate) fn offline() -> bool {
     web_sys::window().is_some_and(|w| !w.navigator().on_line())
@@ -196,12 +192,70 @@ pub(crate) async fn lock(name: &str, abort: &Abort) -> Result<Option<LockGuard>,
     }
 }
 
+/// How requests leave, as the app configured it (`ClientOptions.fetch`, `headers`,
+/// `credentials`). What a request carries (the key, the body) is never the app's to change.
+pub(crate) struct Transport {
+    /// The app's `fetch`, else the global one.
+    pub fetch: Option<Function>,
+    /// `undefined`, a `HeadersInit`, or a function returning one (or a promise of one), called
+    /// before every request.
+    pub headers: JsValue,
+    /// `RequestInit.credentials`.
+    pub credentials: JsValue,
+}
+
 /// One HTTP request's parts. Every request is a JSON POST (`Content-Type` is set here).
 pub(crate) struct Call<'a> {
     pub url: &'a str,
     pub headers: &'a [(&'a str, &'a str)],
     pub body: &'a str,
     pub timeout_ms: u32,
+    pub transport: &'a Transport,
+}
+
+/// The app's headers for one request (its function called now, its promise awaited), with
+/// ours set over them: `Content-Type`, the key. `None` when the app's headers function threw,
+/// rejected or gave something that is not a `HeadersInit`: the request cannot leave.
+async fn request_headers(
+    call: &Call<'_>,
+    abort: &Abort,
+) -> Result<Option<web_sys::Headers>, SdkError> {
+    let mut init = call.transport.headers.clone();
+    if let Some(f) = init.dyn_ref::<Function>() {
+        let Ok(v) = f.call0(&JsValue::NULL) else {
+            return Ok(None);
+        };
+        init = v;
+        if init.is_instance_of::<Promise>() {
+            match abort.guard(init.unchecked_into()).await? {
+                Ok(v) => init = v,
+                Err(_) => return Ok(None),
+            }
+        }
+    }
+    let headers = if init.is_undefined() || init.is_null() {
+        web_sys::Headers::new()
+    } else {
+        web_sys::Headers::new_with_str_sequence_sequence(&init)
+    };
+    let Ok(headers) = headers else {
+        return Ok(None);
+    };
+    let json = [("Content-Type", "application/json")];
+    for (k, v) in json.iter().chain(call.headers) {
+        // `set` replaces whatever the app put under the same name, in any letter case.
+        let _ = headers.set(k, v);
+    }
+    Ok(Some(headers))
+}
+
+/// The app's `fetch`, else the global one (a window, a worker, Node).
+fn fetch_fn(t: &Transport) -> Option<Function> {
+    t.fetch.clone().or_else(|| {
+        Reflect::get(&js_sys::global(), &"fetch".into())
+            .ok()
+            .and_then(|f| f.dyn_into().ok())
+    })
 }
 
 /// POSTs JSON with credentials, a per-request timeout and the caller's abort, and decodes the
@@ -276,23 +330,20 @@ fn decode<T: DeserializeOwned>(raw: Reply<JsValue>) -> Reply<T> {
 /// The request itself, not generic over the answer type (one copy in the module). The raw
 /// JSON body, whatever the status, travels in `ok`.
 async fn exchange(call: Call<'_>, abort: &Abort) -> Result<Reply<JsValue>, SdkError> {
-    let w = window()?;
+    let fetch = fetch_fn(call.transport).ok_or(SdkError::Unsupported("no fetch"))?;
     let controller =
         AbortController::new().map_err(|_| SdkError::Unsupported("no AbortController"))?;
-    let headers = js_sys::Object::new();
-    let json = [("Content-Type", "application/json")];
-    for (k, v) in json.iter().chain(call.headers) {
-        let _ = Reflect::set(&headers, &(*k).into(), &(*v).into());
-    }
+    let Some(headers) = request_headers(&call, abort).await? else {
+        return Ok(Reply::NoAnswer { timed_out: false });
+    };
     // A plain `RequestInit` dictionary: no web-sys setter bindings needed.
-    let init: web_sys::RequestInit = value::object(&[
+    let init = value::object(&[
         ("method", &"POST".into()),
-        ("credentials", &"include".into()),
+        ("credentials", &call.transport.credentials),
         ("headers", &headers.into()),
         ("body", &call.body.into()),
         ("signal", &controller.signal().into()),
-    ])
-    .unchecked_into();
+    ]);
     // Our timeout aborts our own controller: fetch, or the body read, then rejects.
     let stop = Reflect::get(&controller, &"abort".into())
         .map(|f| {
@@ -305,10 +356,12 @@ async fn exchange(call: Call<'_>, abort: &Abort) -> Result<Reply<JsValue>, SdkEr
     let deadline = timer(stop, call.timeout_ms.into());
     let timed_out = || controller.signal().aborted();
     let answer = async {
-        let Ok(resp) = abort
-            .guard(w.fetch_with_str_and_init(call.url, &init))
-            .await?
-        else {
+        // A fetch that throws instead of rejecting is a request that never left.
+        let sent = match fetch.call2(&JsValue::NULL, &call.url.into(), &init) {
+            Ok(p) => Promise::resolve(&p),
+            Err(_) => return Ok(None),
+        };
+        let Ok(resp) = abort.guard(sent).await? else {
             return Ok(None);
         };
         let resp: Response = resp.unchecked_into();
