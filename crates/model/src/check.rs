@@ -96,10 +96,17 @@ impl std::fmt::Write for HashWriter {
     }
 }
 
-/// A state's fingerprint.
+/// A state's fingerprint. The two server instances are interchangeable (same code, same
+/// store), so a state and its mirror image with the instances swapped share one.
 pub fn fingerprint(s: &State) -> u64 {
     let mut w = HashWriter(DefaultHasher::new());
-    let _ = write!(w, "{s:?}");
+    let mut inst = [format!("{:?}", s.inst[0]), format!("{:?}", s.inst[1])];
+    inst.sort();
+    let _ = write!(
+        w,
+        "{:?}{:?}{:?}{:?}{:?}{:?}{inst:?}{:?}{}{:?}{:?}",
+        s.now, s.tabs, s.slots, s.order, s.ledger, s.webhooks, s.net, s.minted, s.left, s.flags
+    );
     w.0.finish()
 }
 
@@ -112,8 +119,10 @@ pub struct Report {
     pub transitions: usize,
     /// Deepest level reached.
     pub depth: usize,
-    /// The search covered every reachable state within the depth bound.
+    /// The search covered every reachable state (no bound was reached).
     pub complete: bool,
+    /// The state limit stopped it (else every state up to `depth` was explored).
+    pub capped: bool,
     /// States the liveness run started from.
     pub liveness_runs: usize,
     /// The first violation: its name and the shortest trace to it.
@@ -146,6 +155,7 @@ pub fn run(model: &Model, opts: Search) -> Report {
         transitions: 0,
         depth: 0,
         complete: true,
+        capped: false,
         liveness_runs: 0,
         violation: None,
     };
@@ -191,6 +201,7 @@ pub fn run(model: &Model, opts: Search) -> Report {
             report.states += 1;
             if report.states >= opts.max_states {
                 report.complete = false;
+                report.capped = true;
                 frontier.clear();
                 break;
             }
@@ -332,7 +343,7 @@ fn actor(a: &Action) -> String {
         | Action::Reload(t)
         | Action::CartChange(t) => format!("tab {t}"),
         Action::DuplicateTab => "browser".into(),
-        Action::Deliver { .. } | Action::Lose(_) => "network".into(),
+        Action::Deliver { .. } => "network".into(),
         Action::Step { inst, .. } | Action::Crash(inst) => format!("server {inst}"),
         Action::Webhook { .. } | Action::Redeliver(_) => "provider".into(),
         Action::Job { inst, .. } => format!("job@{inst}"),
@@ -395,7 +406,6 @@ fn describe(s: &State, a: &Action) -> String {
                 msg(&s.net[*i])
             )
         }
-        Action::Lose(i) => format!("loses {}", msg(&s.net[*i])),
         Action::Step { inst, choice } => {
             let what = match &s.inst[*inst as usize] {
                 Inst::Busy(_, st) => format!("{st:?}")

@@ -24,6 +24,8 @@ pub const TICK_MS: i64 = 2_000;
 /// How far the search goes: each budget bounds one kind of nondeterminism.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bounds {
+    /// Tabs the customer pays in (1 or 2; a duplicated tab is a second one).
+    pub tabs: u8,
     /// Pay clicks per tab.
     pub clicks: u8,
     /// Requests per pay call (the SDK's `max_attempts`).
@@ -51,8 +53,26 @@ pub struct Bounds {
 }
 
 impl Bounds {
+    /// One click of one tab and no faults: the base the tests add to.
+    pub const NONE: Bounds = Bounds {
+        tabs: 1,
+        clicks: 1,
+        max_sends: 2,
+        crashes: 0,
+        dups: 0,
+        ticks: 0,
+        cart_changes: 0,
+        cancels: 0,
+        reloads: 0,
+        duplicate_tab: 0,
+        provider_faults: 0,
+        redeliveries: 0,
+        jobs: 0,
+    };
+
     /// The bounds of the test command's check (docs/model.md).
     pub const FULL: Bounds = Bounds {
+        tabs: 2,
         clicks: 2,
         max_sends: 2,
         crashes: 1,
@@ -297,8 +317,6 @@ pub enum Action {
         /// Deliver again later too.
         dup: bool,
     },
-    /// Network: lose message `i`.
-    Lose(usize),
     /// An instance does its next step; `choice` picks the provider's behaviour.
     Step {
         /// Instance.
@@ -394,7 +412,10 @@ impl Model {
     pub fn actions(&self, s: &State, faults: bool, out: &mut Vec<Action>) {
         for t in 0..2u8 {
             let tab = &s.tabs[t as usize];
-            if tab.flow.is_none()
+            // Tab 1 exists only with two tabs, or once tab 0 has been duplicated into it.
+            let opened = t < self.bounds.tabs || tab.page > 0;
+            if opened
+                && tab.flow.is_none()
                 && tab.cancelling.is_none()
                 && (tab.clicks < self.bounds.clicks || !faults)
             {
@@ -459,9 +480,6 @@ impl Model {
                     dup: false,
                 }),
             }
-            if faults {
-                out.push(Action::Lose(i));
-            }
         }
         for inst in 0..2u8 {
             match &s.inst[inst as usize] {
@@ -482,7 +500,12 @@ impl Model {
                 Inst::Idle if inst == 1 && !faults => {}
                 Inst::Idle => {
                     for (i, pk) in s.webhooks.iter().enumerate() {
-                        if i == 0 || s.webhooks[i - 1] != *pk {
+                        // One handler per event at a time (the event row is recorded on
+                        // arrival); a second delivery of it is a redelivery.
+                        let handled = s.inst.iter().any(
+                            |x| matches!(x, Inst::Busy(Origin::Webhook(p), _) if p == pk),
+                        );
+                        if !handled && (i == 0 || s.webhooks[i - 1] != *pk) {
                             out.push(Action::Webhook { i, inst });
                         }
                     }
@@ -612,9 +635,6 @@ impl Model {
                 }
                 self.deliver(&mut s, m, *inst as usize);
             }
-            Action::Lose(i) => {
-                s.net.remove(*i);
-            }
             Action::Step { inst, choice } => self.step(&mut s, *inst as usize, *choice),
             Action::Crash(inst) => {
                 s.left.crashes -= 1;
@@ -673,6 +693,9 @@ impl Model {
                 }
                 Effect::Remove(key) => remove_key(s, t, &key),
                 Effect::Send { attempt } => {
+                    // A fetch's answer goes to that fetch only: the send number is made
+                    // unique per pay call of the tab.
+                    let attempt = (u32::from(tab.clicks) << 8) | attempt;
                     let a = flow.attempt();
                     let m = Msg::Pay {
                         tab: t as u8,
@@ -907,7 +930,7 @@ impl Model {
                     &read,
                     *version,
                     METHOD,
-                    format!("lease_{inst}_{now}"),
+                    format!("lease_{}_{now}", &key[24..]),
                     now,
                     &policy,
                 ) {
@@ -955,7 +978,7 @@ impl Model {
                     Origin::Pay { key, .. } | Origin::Job(key) => key.clone(),
                     Origin::Webhook(_) => unreachable!("webhooks never take a lease"),
                 };
-                let token = format!("lease_{inst}_{now}");
+                let token = format!("lease_{}_{now}", &key[24..]);
                 match s.slots.get_mut(&key) {
                     Some(slot) => match &mut slot.record {
                         Record::Processing(p) if p.locked_until.is_none_or(|u| u <= now) => {
@@ -1068,11 +1091,13 @@ impl Model {
                             self.answer(s, &origin, answer, false);
                             None
                         } else {
+                            done_webhook(s, &origin);
                             again(&origin) // a webhook settled it meanwhile
                         }
                     }
                     plan if !processing => {
                         let _ = plan;
+                        done_webhook(s, &origin);
                         again(&origin) // lost the conditional finish: look again
                     }
                     srv::SettlePlan::Charged { finish, .. }
@@ -1145,6 +1170,13 @@ impl Model {
                 body: answer.body,
             },
         );
+    }
+}
+
+/// A webhook whose attempt someone else settled is handled: acknowledge it.
+fn done_webhook(s: &mut State, origin: &Origin) {
+    if let Origin::Webhook(pk) = origin {
+        ack(s, &pk.clone());
     }
 }
 
