@@ -48,11 +48,7 @@ pub fn violations(s: &State) -> Vec<&'static str> {
     if per_order > 1 {
         v.push(INVARIANTS[0]);
     }
-    let tomb_charged = s.slots.iter().any(|(k, sl)| {
-        matches!(sl.record, Record::Tombstone(_))
-            && s.ledger.keys().any(|p| p.starts_with(&pk_of(k)))
-    });
-    if s.flags.charge_after_tombstone || tomb_charged {
+    if s.flags.charge_after_tombstone {
         v.push(INVARIANTS[1]);
     }
     let mut paid_bad = false;

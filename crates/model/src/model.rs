@@ -502,9 +502,10 @@ impl Model {
                     for (i, pk) in s.webhooks.iter().enumerate() {
                         // One handler per event at a time (the event row is recorded on
                         // arrival); a second delivery of it is a redelivery.
-                        let handled = s.inst.iter().any(
-                            |x| matches!(x, Inst::Busy(Origin::Webhook(p), _) if p == pk),
-                        );
+                        let handled = s
+                            .inst
+                            .iter()
+                            .any(|x| matches!(x, Inst::Busy(Origin::Webhook(p), _) if p == pk));
                         if !handled && (i == 0 || s.webhooks[i - 1] != *pk) {
                             out.push(Action::Webhook { i, inst });
                         }
@@ -1040,7 +1041,11 @@ impl Model {
                                 && sl_key_pk(sl, &s.slots) == Some(pk.clone())
                         });
                         let charge = Charge {
-                            id: format!("ch_{}", &pk[3..11]),
+                            id: format!(
+                                "ch_{}{}",
+                                &pk[3..11],
+                                if pk.ends_with("-again") { "_again" } else { "" }
+                            ),
                             provider_key: pk.clone(),
                             amount: claim.attempt.terms.amount,
                             currency: claim.attempt.terms.currency.clone(),
