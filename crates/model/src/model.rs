@@ -233,6 +233,7 @@ pub enum Origin {
 
 /// A server instance.
 #[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)] // states are cloned whole; boxing buys nothing here
 pub enum Inst {
     /// Waiting for work.
     Idle,
@@ -1025,7 +1026,7 @@ impl Model {
                 } else {
                     match srv::reconcile(lookup) {
                         Ok(outcome) => Some(Step::Settle(claim, outcome)),
-                        Err(()) => Some(Step::Drive(claim)),
+                        Err(_redrive) => Some(Step::Drive(claim)),
                     }
                 }
             }

@@ -107,9 +107,10 @@ pub fn claim_of(record: &Record, actor: &str, token: String) -> Option<Claim> {
     Claim::of(record, &[], actor, token)
 }
 
-/// Rule 5: what to do with what the provider says about an abandoned attempt.
-pub fn reconcile(lookup: Lookup) -> Result<Outcome, ()> {
-    plan::reconcile(lookup).map_err(|_| ())
+/// Rule 5: what to do with what the provider says about an abandoned attempt (`Err`:
+/// charge again with the same provider key).
+pub fn reconcile(lookup: Lookup) -> Result<Outcome, plan::Redrive> {
+    plan::reconcile(lookup)
 }
 
 /// What a webhook may apply: `None` the provider could not be asked (redeliver).
@@ -140,8 +141,11 @@ pub fn plan_tombstone(
 }
 
 /// The cancel table for a taken slot; `Err`: the 422 problem.
-pub fn cancel_answer(record: &Record, order_id: &str) -> Result<(AttemptStatus, bool), Problem> {
-    plan::cancel_answer(record, order_id).map_err(|p| *p)
+pub fn cancel_answer(
+    record: &Record,
+    order_id: &str,
+) -> Result<(AttemptStatus, bool), Box<Problem>> {
+    plan::cancel_answer(record, order_id)
 }
 
 /// The bytes of a problem answer.
