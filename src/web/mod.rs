@@ -117,7 +117,8 @@ export type PayonceErrorCode =
   | "KEY_REUSED_WITH_DIFFERENT_DETAILS"
   | "SERVER_REJECTED"
   | "ABORTED"
-  | "UNSUPPORTED";
+  | "UNSUPPORTED"
+  | "NOT_INITIALIZED";
 "#;
 
 /// An error with a stable `code`; test it with `instanceof PayonceError`.
