@@ -36,15 +36,29 @@ wasm-pack build --release --target web --mode no-install --no-opt --out-dir "$ou
   "$out/payonce_bg.wasm" -o "$out/payonce_bg.wasm.opt"
 mv "$out/payonce_bg.wasm.opt" "$out/payonce_bg.wasm"
 
-# The JS glue is minified (2.5 KB gzip of its 7 KB were JSDoc and long names). Its docs live in
-# payonce.d.ts, which editors and TypeScript read (`@ts-self-types`, kept); class names are
-# kept so `err.constructor.name` still says PayonceError. Apps that bundle minify it anyway.
-"$terser" "$out/payonce.js" --module --compress passes=2 --mangle --keep-classnames \
-  --comments '/@ts-self-types/' -o "$out/payonce.min.js"
-mv "$out/payonce.min.js" "$out/payonce.js"
+# The generated glue becomes payonce_glue.js; the package's entry payonce.js is our own
+# js/index.js over it (no `window` on import, a PayonceError before init(), init() in Node).
+mv "$out/payonce.js" "$out/payonce_glue.js"
+sed 's|@ts-self-types="./payonce.d.ts"|@ts-self-types="./payonce_glue.d.ts"|' "$out/payonce.d.ts" >"$out/payonce_glue.d.ts"
+sed -i '1s|@ts-self-types="./payonce.d.ts"|@ts-self-types="./payonce_glue.d.ts"|' "$out/payonce_glue.js"
+cp js/index.js "$out/payonce.js"
+cp js/index.d.ts "$out/payonce.d.ts"
+# `payonce/payonce_bg.wasm` is imported as an asset URL; the generated declaration of the raw
+# module exports describes nothing a user imports.
+cp js/wasm-url.d.ts "$out/payonce_bg.wasm.d.ts"
+
+# The JS is minified (2.5 KB gzip of the glue's 7 KB were JSDoc and long names). Its docs live
+# in the .d.ts files, which editors and TypeScript read (`@ts-self-types`, kept); class names
+# are kept so `err.constructor.name` still says PayonceError. Apps that bundle minify it anyway.
+for js in payonce_glue.js payonce.js; do
+  "$terser" "$out/$js" --module --compress passes=2 --mangle --keep-classnames \
+    --comments '/@ts-self-types/' -o "$out/$js.min"
+  mv "$out/$js.min" "$out/$js"
+done
 
 cp pkg.json "$out/package.json"
-# wasm-pack writes a `*` .gitignore and a copy of README into the package; the `files` list in
-# our manifest decides what ships, so drop the extras to keep the folder equal to the tarball.
-rm -f "$out/.gitignore" "$out/README.md"
+cp npm/README.md npm/LICENSE "$out/"
+# wasm-pack writes a `*` .gitignore into the package; the `files` list in our manifest
+# decides what ships, so drop it to keep the folder equal to the tarball.
+rm -f "$out/.gitignore"
 echo "build-pkg: built payonce $cargo_version into $out"
