@@ -107,6 +107,25 @@ impl SdkError {
         }
     }
 
+    /// The HTTP status, when a server answer caused the error.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            Self::ServerRejected { status, .. } => Some(*status),
+            Self::KeyReused => Some(ErrorCode::KeyReusedWithDifferentDetails.http_status()),
+            _ => None,
+        }
+    }
+
+    /// The server's problem code as sent, when a server answer caused the error.
+    pub fn problem_code_str(&self) -> Option<&str> {
+        self.problem_code().map(ErrorCode::as_str)
+    }
+
+    /// The server's problem `detail`, when it sent one.
+    pub fn detail(&self) -> Option<&str> {
+        None
+    }
+
     /// The error a refusal becomes.
     pub fn rejected(status: u16, code: Option<ErrorCode>) -> Self {
         match code {

@@ -2,27 +2,29 @@
 //! decision is made by [`crate::core`].
 //!
 //! # Layout
-//! - `mod.rs`: the facade, option parsing and the pay loop that drives the core.
+//! - `mod.rs`: the facade, option parsing, and the driver that performs the core's pay flow
+//!   ([`crate::core::flow`]) effect by effect.
 //! - [`store`]: sessionStorage / memory entries.
 //! - [`io`]: fetch with timeout, abortable waits, `online`, Web Locks, all as JS promises.
 //! - [`tabs`]: BroadcastChannel receipts and duplicate-tab detection.
 //! - [`value`]: JS values in and out through serde-wasm-bindgen (options, checkouts, answers,
 //!   stored attempts, outcomes).
 
+mod error;
 mod io;
 mod store;
 mod tabs;
 mod value;
 
-use crate::core::attempt::{after_verdict, plan_pay, Attempt, Entry, PayPlan};
-use crate::core::classify::{
-    classify_cancel, classify_pay, CancelOutcome, Final, RetryCause, Verdict,
-};
+use crate::core::attempt::Entry;
+use crate::core::classify::{classify_cancel, CancelOutcome, Final};
 use crate::core::error::{SdkError, Warning};
+use crate::core::flow::{Effect, FlowConfig, PayEnd, PayFlow};
 use crate::core::retry::{
-    BudgetConfig, Next, PendingReason, RetryBudget, RetryPolicy, Schedule, DEFAULT_DEADLINE_MS,
+    BudgetConfig, PendingReason, RetryBudget, RetryPolicy, DEFAULT_DEADLINE_MS,
     DEFAULT_LONG_WAIT_MS, DEFAULT_REQUEST_TIMEOUT_MS,
 };
+pub use error::PayonceError;
 use io::{Abort, Call};
 use js_sys::{Function, Promise, Reflect};
 use payonce_protocol::body::{paths, DevFault};
@@ -31,6 +33,7 @@ use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::rc::Rc;
 use store::Store;
+use value::Kind;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::spawn_local;
@@ -71,24 +74,50 @@ export type CancelOutcome =
   | { kind: "processing" }
   | { kind: "unknown" };
 export type PayStatus = "processing" | "checkingStatus" | "takingLonger" | "waitingForNetwork";
+/**
+ * How `pay` retries with the same key. Every member is optional; the defaults are shown.
+ * Every wait is at least `baseDelayMs` and jittered, whatever the server's `Retry-After` says.
+ */
 export interface RetryOptions {
+  /**
+   * The least wait before any retry, in ms (default 500). The n-th backoff (0-based) is drawn
+   * from [baseDelayMs, min(maxDelayMs, baseDelayMs * 2^(n+1))); a `Retry-After` below it is
+   * raised to it.
+   */
   baseDelayMs?: number;
+  /** Cap of the backoff, in ms (default 5000); after a request timeout the wait is drawn from [baseDelayMs, maxDelayMs). */
   maxDelayMs?: number;
+  /**
+   * Most requests one `pay` call sends, every one counted: the first, retries, polls of an
+   * attempt in progress (202 / 409 IN_PROGRESS) and answers to 429/503 (default 8). Then `pay`
+   * resolves `{ kind: "pending", reason: "attempts" }` and the key is kept.
+   */
   maxAttempts?: number;
+  /** Cap of a server's `Retry-After`, jitter included, in ms (default 10000). */
   maxRetryAfterMs?: number;
+  /**
+   * The client's retry budget, shared by its `pay` calls (defaults: capacity 500, retryCost 5,
+   * timeoutCost 10, successRefill 1). A retry after no answer, a 5xx or a 429/503 costs
+   * `retryCost`, one after our own timeout `timeoutCost`, a poll of an attempt in progress
+   * nothing; a final answer refills `successRefill`. Empty: `pending` with reason "budget".
+   */
   budget?: { capacity?: number; retryCost?: number; timeoutCost?: number; successRefill?: number };
 }
 export type PayonceWarningCode = "STORAGE_UNAVAILABLE" | "UNREADABLE_ENTRY" | "DUPLICATED_TAB";
 export interface ClientOptions {
-  /** The payonce API origin, e.g. "https://api.example.com". */
+  /** The payonce API origin, e.g. "https://api.example.com". Required. */
   baseUrl: string;
+  /** Per-request timeout, in ms (default 15000). A timed-out request is retried with the same key. */
   requestTimeoutMs?: number;
+  /** Backoff, attempts and budget (see `RetryOptions` for every default). */
   retry?: RetryOptions;
-  /** Total time one `pay` keeps asking before it returns `pending`. */
+  /** Total time one `pay` keeps asking before it returns `pending` (reason "deadline"), in ms (default 60000). */
   deadlineMs?: number;
-  /** When `onStatus` hears "takingLonger". */
+  /** When `onStatus` hears "takingLonger", in ms after `pay` started (default 10000). */
   longWaitMs?: number;
+  /** Where attempts are kept (default "session": sessionStorage, falling back to memory if it throws). */
   storage?: "session" | "memory";
+  /** Hears what does not fail a call (default: none). */
   onWarning?: (code: PayonceWarningCode) => void;
 }
 export interface PayOptions {
@@ -109,6 +138,25 @@ export type PendingAttempt =
       sends: number;
     }
   | { state: "unreadable"; orderId: string; key?: string };
+/**
+ * What every failed call rejects (or `create` throws) with: a real `Error` (`instanceof Error`,
+ * a stack, `name` "PayonceError"). Match on `code`, never on `message`. `JSON.stringify` shows
+ * name, code, message, status, problemCode and detail.
+ */
+export class PayonceError extends Error {
+  readonly name: "PayonceError";
+  /** The stable code. */
+  readonly code: PayonceErrorCode;
+  /** The HTTP status, when a server answer caused the error. */
+  readonly status?: number;
+  /** The server's problem `code`, known to this SDK or not. */
+  readonly problemCode?: string;
+  /** The server's problem `detail`, when it sent one. */
+  readonly detail?: string;
+  /** The raw (JSON-decoded) answer body, when a server answer caused the error. */
+  readonly body?: unknown;
+  toJSON(): { name: "PayonceError"; code: PayonceErrorCode; message: string; status?: number; problemCode?: string; detail?: string };
+}
 export type PayonceErrorCode =
   | "INVALID_CONFIG"
   | "INVALID_CHECKOUT"
@@ -120,61 +168,6 @@ export type PayonceErrorCode =
   | "UNSUPPORTED"
   | "NOT_INITIALIZED";
 "#;
-
-/// An error with a stable `code`; test it with `instanceof PayonceError`.
-#[wasm_bindgen]
-pub struct PayonceError {
-    error: SdkError,
-}
-
-#[wasm_bindgen]
-impl PayonceError {
-    /// The stable code.
-    // Strings are returned as `JsValue`s (with their TypeScript types spelled out): a returned
-    // `String` costs a multi-value shim per getter in the module.
-    #[wasm_bindgen(getter, unchecked_return_type = "PayonceErrorCode")]
-    pub fn code(&self) -> JsValue {
-        self.error.code().into()
-    }
-    /// A human-readable explanation (do not match on it).
-    #[wasm_bindgen(getter, unchecked_return_type = "string")]
-    pub fn message(&self) -> JsValue {
-        self.error.message().into()
-    }
-    /// The server's problem code, when the server refused the request.
-    #[wasm_bindgen(getter, js_name = problemCode, unchecked_return_type = "string | undefined")]
-    pub fn problem_code(&self) -> JsValue {
-        self.error
-            .problem_code()
-            .map_or(JsValue::UNDEFINED, |c| c.as_str().into())
-    }
-    /// The HTTP status, when the server refused the request.
-    #[wasm_bindgen(getter)]
-    pub fn status(&self) -> Option<u16> {
-        match self.error {
-            SdkError::ServerRejected { status, .. } => Some(status),
-            _ => None,
-        }
-    }
-    /// `PayonceError [CODE]: message`.
-    #[wasm_bindgen(js_name = toString, unchecked_return_type = "string")]
-    pub fn to_js_string(&self) -> JsValue {
-        [
-            "PayonceError [",
-            self.error.code(),
-            "]: ",
-            &self.error.message(),
-        ]
-        .concat()
-        .into()
-    }
-}
-
-impl From<SdkError> for JsValue {
-    fn from(error: SdkError) -> Self {
-        PayonceError { error }.into()
-    }
-}
 
 struct Inner {
     base_url: String,
@@ -238,13 +231,24 @@ struct RetryOptions {
     budget: Option<BudgetOptions>,
 }
 
+/// The members `ClientOptions` reads, each with what it must be: any other is refused by name.
+const OPTION_FIELDS: [(&str, Kind); 7] = [
+    ("baseUrl", Kind::Text),
+    ("requestTimeoutMs", Kind::Int(value::MAX_U32)),
+    ("retry", Kind::Object),
+    ("deadlineMs", Kind::Int(value::MAX_SAFE)),
+    ("longWaitMs", Kind::Int(value::MAX_SAFE)),
+    ("storage", Kind::OneOf(&["session", "memory"])),
+    ("onWarning", Kind::Function),
+];
+
 /// The members `RetryOptions` reads: any other is a typo and refused.
-const RETRY_KEYS: [&str; 5] = [
-    "baseDelayMs",
-    "maxDelayMs",
-    "maxAttempts",
-    "maxRetryAfterMs",
-    "budget",
+const RETRY_FIELDS: [(&str, Kind); 5] = [
+    ("baseDelayMs", Kind::Int(value::MAX_SAFE)),
+    ("maxDelayMs", Kind::Int(value::MAX_SAFE)),
+    ("maxAttempts", Kind::Int(value::MAX_U32)),
+    ("maxRetryAfterMs", Kind::Int(value::MAX_SAFE)),
+    ("budget", Kind::Object),
 ];
 
 #[derive(Deserialize)]
@@ -256,10 +260,19 @@ struct BudgetOptions {
     success_refill: Option<u32>,
 }
 
-const BUDGET_KEYS: [&str; 4] = ["capacity", "retryCost", "timeoutCost", "successRefill"];
+const BUDGET_FIELDS: [(&str, Kind); 4] = [
+    ("capacity", Kind::Int(value::MAX_U32)),
+    ("retryCost", Kind::Int(value::MAX_U32)),
+    ("timeoutCost", Kind::Int(value::MAX_U32)),
+    ("successRefill", Kind::Int(value::MAX_U32)),
+];
 
 /// The members of a `Checkout` (all required): any other is refused.
-const CHECKOUT_KEYS: [&str; 3] = ["orderId", "orderVersion", "paymentMethodId"];
+const CHECKOUT_FIELDS: [(&str, Kind); 3] = [
+    ("orderId", Kind::Text),
+    ("orderVersion", Kind::Int(value::MAX_SAFE)),
+    ("paymentMethodId", Kind::Text),
+];
 
 impl RetryOptions {
     fn policy(self) -> RetryPolicy {
@@ -322,16 +335,22 @@ impl PayonceClient {
     pub fn create(
         #[wasm_bindgen(unchecked_param_type = "ClientOptions")] options: JsValue,
     ) -> Result<PayonceClient, JsValue> {
-        let mismatch = || SdkError::InvalidConfig("the options do not match ClientOptions".into());
+        let invalid = |why: String| -> JsValue { SdkError::InvalidConfig(why).into() };
+        value::check(&options, "", &OPTION_FIELDS, &["baseUrl"]).map_err(invalid)?;
         let retry = value::get(&options, "retry");
-        let typo = !value::keys_within(&retry, &RETRY_KEYS)
-            || !value::keys_within(&value::get(&retry, "budget"), &BUDGET_KEYS);
-        let o = match value::from_js::<Options>(&options) {
-            Some(o) if !typo => o,
-            _ => return Err(mismatch().into()),
-        };
+        if !retry.is_undefined() && !retry.is_null() {
+            value::check(&retry, "retry.", &RETRY_FIELDS, &[]).map_err(invalid)?;
+            let budget = value::get(&retry, "budget");
+            if !budget.is_undefined() && !budget.is_null() {
+                value::check(&budget, "retry.budget.", &BUDGET_FIELDS, &[]).map_err(invalid)?;
+            }
+        }
+        let o = value::from_js::<Options>(&options)
+            .ok_or_else(|| invalid("the options do not match ClientOptions".into()))?;
         if !(o.base_url.starts_with("http://") || o.base_url.starts_with("https://")) {
-            return Err(SdkError::InvalidConfig("baseUrl must be an http(s) URL".into()).into());
+            return Err(invalid(
+                ["baseUrl must be an http(s) URL, got \"", &o.base_url, "\""].concat(),
+            ));
         }
         let policy = o
             .retry
@@ -371,9 +390,11 @@ impl PayonceClient {
             js_sys::Object,
         >,
     ) -> Promise {
-        let read = value::from_js::<CheckoutSnapshot>(&checkout)
-            .filter(|_| value::keys_within(&checkout, &CHECKOUT_KEYS));
-        match read {
+        let required = ["orderId", "orderVersion", "paymentMethodId"];
+        if let Err(why) = value::check(&checkout, "", &CHECKOUT_FIELDS, &required) {
+            return rejected(SdkError::InvalidCheckout(why));
+        }
+        match value::from_js::<CheckoutSnapshot>(&checkout) {
             Some(c) if !c.order_id.is_empty() => start_pay(&self.inner, c, options),
             Some(_) => rejected(SdkError::InvalidCheckout("orderId is empty".into())),
             None => rejected(SdkError::InvalidCheckout(
@@ -580,7 +601,7 @@ fn pending(reason: PendingReason) -> JsValue {
     })
 }
 
-/// The pay loop: plan the key, save it, send, classify, retry or finish.
+/// Performs the core's pay flow ([`crate::core::flow`]): storage, statuses, requests, waits.
 async fn pay(
     inner: &Inner,
     checkout: CheckoutSnapshot,
@@ -593,133 +614,92 @@ async fn pay(
     if let Some(payment) = tabs::paid(&order_id) {
         return Ok(outcome_js(&Final::Paid { payment }));
     }
-    let mut attempt = match plan_pay(&inner.store.get(&order_id), &checkout) {
-        PayPlan::Reuse(a) => a,
-        PayPlan::Conflict { .. } => return Err(SdkError::SnapshotConflict),
-        PayPlan::ResolveUnreadable => return Err(SdkError::UnreadableAttempt),
-        PayPlan::Mint {
-            replaces_unreadable,
-        } => {
-            if replaces_unreadable {
-                inner.warn(Warning::UnreadableEntry);
-            }
-            let key = IdempotencyKey::parse(&io::random_uuid())
-                .map_err(|_| SdkError::Unsupported("uuid gave an unusable key"))?;
-            let a = Attempt::new(key, checkout, js_sys::Date::now() as u64);
-            // Saved BEFORE the request leaves (seed step 2).
-            inner.note(inner.store.put(&a));
-            a
-        }
+    let config = FlowConfig {
+        policy: inner.policy,
+        deadline_ms: inner.deadline_ms,
+        long_wait_ms: inner.long_wait_ms,
     };
-
-    let mut schedule = Schedule::new(
-        inner.policy,
+    let mut flow = PayFlow::start(
+        &inner.store.get(&order_id),
+        checkout,
+        config,
         js_sys::Date::now(),
-        inner.deadline_ms,
-        inner.long_wait_ms,
-    );
-    let mut taking_longer = TakingLonger::start(inner.long_wait_ms, call.on_status.as_ref());
+        || IdempotencyKey::parse(&io::random_uuid()).ok(),
+    )?;
     let pay_url = [&inner.base_url, &paths::pay(&encode(&order_id))[..]].concat();
-    let body = value::to_json(&attempt.snapshot.pay_request());
-    let mut first = true;
-    let result = loop {
-        if io::offline() {
-            call.status("waitingForNetwork");
-            let left = schedule.remaining_ms(js_sys::Date::now());
-            if !io::wait_online(left, &call.abort).await? {
-                break Ok(pending(PendingReason::Deadline));
-            }
-        }
-        attempt = attempt.sending();
-        inner.note(inner.store.update(&attempt));
-        if first {
-            call.status("processing");
-        }
-        let fault = call.dev_fault.filter(|_| first);
-        first = false;
-        let key = (headers::IDEMPOTENCY_KEY, attempt.key.as_str());
-        let with_fault;
-        let hdrs: &[(&str, &str)] = match fault {
-            Some(f) => {
-                with_fault = [key, (headers::DEV_FAULT, f.as_str())];
-                &with_fault
-            }
-            None => std::slice::from_ref(&key),
+    let body = value::to_json(&flow.attempt().snapshot.pay_request());
+    let mut reminder = None;
+    loop {
+        let Some(effect) = flow.poll(js_sys::Date::now(), !io::offline()) else {
+            // Never: the flow always asks for something until it is done.
+            return Ok(pending(PendingReason::Deadline));
         };
-        let reply = io::post(
-            Call {
-                url: &pay_url,
-                headers: hdrs,
-                body: &body,
-                timeout_ms: inner.request_timeout_ms,
-            },
-            &call.abort,
-        )
-        .await?;
-        let verdict = classify_pay(&reply);
-        match after_verdict(attempt.clone(), &verdict) {
-            None => inner.store.remove(&order_id, Some(&attempt.key)),
-            Some(a) => {
-                inner.note(inner.store.update(&a));
-                attempt = a;
+        match effect {
+            Effect::Warn(w) => inner.warn(w),
+            Effect::Save { attempt, new: true } => inner.note(inner.store.put(&attempt)),
+            Effect::Save { attempt, .. } => inner.note(inner.store.update(&attempt)),
+            Effect::Remove(key) => inner.store.remove(&order_id, Some(&key)),
+            Effect::Status(s) => call.status(s.as_str()),
+            Effect::Remind { after_ms, status } => {
+                reminder = call.on_status.as_ref().map(|f| {
+                    let fire: Function = f
+                        .bind1(&JsValue::NULL, &status.as_str().into())
+                        .unchecked_into();
+                    io::timer(fire, after_ms)
+                });
             }
-        }
-        match verdict {
-            Verdict::Final(f) => {
-                inner.budget.borrow_mut().refill();
-                if let Final::Paid { payment } = &f {
-                    tabs::announce_paid(&order_id, payment);
-                }
-                break Ok(outcome_js(&f));
-            }
-            Verdict::Rejected { status, code } => {
-                inner.budget.borrow_mut().refill();
-                break Err(SdkError::rejected(status, code));
-            }
-            Verdict::Retry { cause, .. } => {
-                let next = {
-                    let mut budget = inner.budget.borrow_mut();
-                    schedule.after(
-                        &verdict,
-                        js_sys::Date::now(),
-                        &mut budget,
-                        &mut js_sys::Math::random,
-                    )
-                };
-                match next {
-                    Next::GiveUp(reason) => break Ok(pending(reason)),
-                    Next::Wait { ms } => {
-                        call.status(if cause == RetryCause::InProgress {
-                            "processing"
-                        } else {
-                            "checkingStatus"
-                        });
-                        let (slept, _timer) = io::sleep(ms);
-                        let _ = call.abort.guard(slept).await?;
+            Effect::Send { attempt } => {
+                let key = (headers::IDEMPOTENCY_KEY, flow.attempt().key.as_str());
+                let fault = call.dev_fault.filter(|_| attempt == 1);
+                let with_fault;
+                let hdrs: &[(&str, &str)] = match fault {
+                    Some(f) => {
+                        with_fault = [key, (headers::DEV_FAULT, f.as_str())];
+                        &with_fault
                     }
-                }
+                    None => std::slice::from_ref(&key),
+                };
+                let reply = io::post(
+                    Call {
+                        url: &pay_url,
+                        headers: hdrs,
+                        body: &body,
+                        timeout_ms: inner.request_timeout_ms,
+                    },
+                    &call.abort,
+                )
+                .await?;
+                let mut budget = inner.budget.borrow_mut();
+                flow.on_reply(
+                    &reply,
+                    js_sys::Date::now(),
+                    &mut budget,
+                    &mut js_sys::Math::random,
+                );
+            }
+            Effect::Wait { ms, .. } => {
+                let (slept, _timer) = io::sleep(ms);
+                let _ = call.abort.guard(slept).await?;
+                flow.on_waited();
+            }
+            Effect::WaitOnline { max_ms } => {
+                let back = io::wait_online(max_ms, &call.abort).await?;
+                flow.on_network(back);
+            }
+            Effect::Done(end) => {
+                drop(reminder);
+                return match end {
+                    PayEnd::Final(f) => {
+                        if let Final::Paid { payment } = &f {
+                            tabs::announce_paid(&order_id, payment);
+                        }
+                        Ok(outcome_js(&f))
+                    }
+                    PayEnd::Failed(e) => Err(e),
+                    PayEnd::Pending(reason) => Ok(pending(reason)),
+                };
             }
         }
-    };
-    taking_longer.stop();
-    result
-}
-
-/// Fires "takingLonger" once, `long_wait_ms` after the call started, unless stopped (or
-/// dropped) first: a gloo-timers `Timeout` calling `onStatus("takingLonger")`.
-struct TakingLonger(Option<gloo_timers::callback::Timeout>);
-
-impl TakingLonger {
-    fn start(ms: u64, on_status: Option<&Function>) -> Self {
-        Self(on_status.map(|f| {
-            let fire: Function = f
-                .bind1(&JsValue::NULL, &"takingLonger".into())
-                .unchecked_into();
-            io::timer(fire, ms)
-        }))
-    }
-    fn stop(&mut self) {
-        self.0 = None;
     }
 }
 
