@@ -59,29 +59,17 @@ function inNode() {
     && typeof window === "undefined" && import.meta.url.startsWith("file:");
 }
 
-/**
- * A PayonceError that needs no module: the glue's error class reads its fields from the
- * module, so a module-less one carries them as its own properties.
- */
-function moduleless(code, message, cause) {
-  const err = new Error(message, cause === undefined ? undefined : { cause });
-  Object.setPrototypeOf(err, glue.PayonceError.prototype);
-  const own = (value) => ({ value, configurable: true, writable: true });
-  Object.defineProperties(err, {
-    name: own("PayonceError"),
-    code: own(code),
-    message: own(message),
-    toString: own(() => `PayonceError [${code}]: ${message}`),
-    toJSON: own(() => ({ name: "PayonceError", code, message })),
-  });
+/** A PayonceError raised here, before the module runs (the class is plain JS). */
+function entryError(message, cause) {
+  const err = new glue.PayonceError("NOT_INITIALIZED", message);
+  if (cause !== undefined) err.cause = cause;
   return err;
 }
 
 function loadError(err) {
   if (err instanceof glue.PayonceError) return err;
   const why = err instanceof Error ? err.message : String(err);
-  return moduleless(
-    "NOT_INITIALIZED",
+  return entryError(
     `payonce: init() could not load payonce_bg.wasm (${why}); if a bundler moved the file, ` +
       "pass its URL: init({ module_or_path: wasmUrl })",
     err,
@@ -89,8 +77,7 @@ function loadError(err) {
 }
 
 function notReady(what) {
-  return moduleless(
-    "NOT_INITIALIZED",
+  return entryError(
     `payonce: ${what} was called before the module was loaded; ` +
       "`await init()` (the package's default export) once first",
   );
