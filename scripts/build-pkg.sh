@@ -31,10 +31,15 @@ fi
 wasm-pack build --release --target web --mode no-install --no-opt --out-dir "$out" --out-name payonce
 
 # The producers and target_features sections are read by tools (wasm-opt reads the features
-# on load, so they are stripped only from its output); browsers ignore them: 200 B gzip.
-"$wasm_opt" -Oz --converge --strip-producers --strip-target-features \
-  "$out/payonce_bg.wasm" -o "$out/payonce_bg.wasm.opt"
-mv "$out/payonce_bg.wasm.opt" "$out/payonce_bg.wasm"
+# on load, so they are stripped only from its last output); browsers ignore them: 200 B gzip.
+"$wasm_opt" -Oz --converge "$out/payonce_bg.wasm" -o "$out/payonce_bg.wasm.opt"
+# Imports and exports get short names (wasm-bindgen's carry 16-hex-digit hashes, which do not
+# compress, spelled in both the module and the glue); tools/minify-names.mjs renames them in
+# the glue from wasm-opt's report, and fails the build if the two do not match.
+"$wasm_opt" --minify-imports-and-exports-and-modules --strip-producers --strip-target-features \
+  "$out/payonce_bg.wasm.opt" -o "$out/payonce_bg.wasm" >"$out/names.json"
+node tools/minify-names.mjs "$out/names.json" "$out/payonce_bg.wasm" "$out/payonce.js" "$out/payonce.d.ts"
+rm "$out/payonce_bg.wasm.opt" "$out/names.json"
 
 # The generated glue becomes payonce_glue.js; the package's entry payonce.js is our own
 # js/index.js over it (no `window` on import, a PayonceError before init(), init() in Node).
