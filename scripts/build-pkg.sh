@@ -60,7 +60,12 @@ cp js/wasm-url.d.ts "$out/payonce_bg.wasm.d.ts"
 # The JS is minified (2.5 KB gzip of the glue's 7 KB were JSDoc and long names). Its docs live
 # in the .d.ts files, which editors and TypeScript read (`@ts-self-types`, kept); class names
 # are kept so `err.constructor.name` still says PayonceError. Apps that bundle minify it anyway.
-for js in payonce_glue.js payonce.js; do
+# wasm-bindgen's snippets (JS the module imports, e.g. the PayonceError class) ship too.
+js_files=(payonce_glue.js payonce.js)
+if [ -d "$out/snippets" ]; then
+  while IFS= read -r f; do js_files+=("${f#"$out"/}"); done < <(find "$out/snippets" -name '*.js')
+fi
+for js in "${js_files[@]}"; do
   "$terser" "$out/$js" --module --compress passes=2 --mangle --keep-classnames \
     --comments '/@ts-self-types/' -o "$out/$js.min"
   mv "$out/$js.min" "$out/$js"
