@@ -90,7 +90,7 @@ async fn every_request_goes_through_the_apps_fetch_headers_credentials_and_endpo
 
 #[wasm_bindgen_test]
 async fn the_defaults_are_the_global_fetch_credentials_include_and_the_protocol_paths() {
-    let fetch = scripted_fetch("__tlog2", "ord_t2");
+    let fetch = scripted_fetch("__tlog2", "ord/t2");
     run_js("window.__savedFetch = window.fetch;");
     let _ = js_sys::Reflect::set(&js_sys::global(), &"fetch".into(), &fetch);
     let c = PayonceClient::create(js(
@@ -139,4 +139,117 @@ fn transport_options_are_checked_by_name() {
             s(&err, "message")
         );
     }
+}
+
+/// A fetch that answers every request with `status` and the body text `body`, counting
+/// requests in `window[counter]`; `body = None` rejects like a CORS refusal does.
+fn answering(counter: &str, status: u16, body: Option<&str>) -> JsValue {
+    let answer = match body {
+        Some(b) => format!(
+            "Promise.resolve(new Response({b:?}, {{ status: {status}, headers: {{ 'Content-Type': 'application/json' }} }}))"
+        ),
+        None => "Promise.reject(new TypeError('Failed to fetch'))".into(),
+    };
+    run_js(&format!(
+        "window.{counter} = 0; return () => {{ window.{counter} += 1; return {answer}; }};"
+    ))
+}
+
+fn client_with_fetch(fetch: &JsValue, extra: &str) -> PayonceClient {
+    let o = js(&format!(
+        r#"{{"baseUrl":"https://api.example","retry":{{"baseDelayMs":5,"maxDelayMs":10,"maxAttempts":3}}{extra}}}"#
+    ));
+    PayonceClient::create(with(o, "fetch", fetch)).expect("client")
+}
+
+fn count(counter: &str) -> f64 {
+    run_js(&format!("return window.{counter};"))
+        .as_f64()
+        .unwrap()
+}
+
+async fn pay_order(c: &PayonceClient, order: &str) -> Result<JsValue, JsValue> {
+    settle(c.pay(
+        js(&format!(
+            r#"{{"orderId":"{order}","orderVersion":1,"paymentMethodId":"pm_card_approve"}}"#
+        )),
+        None,
+    ))
+    .await
+}
+
+#[wasm_bindgen_test]
+async fn a_success_answer_that_is_not_a_payonce_answer_is_a_protocol_mismatch() {
+    let fetch = answering("__m1", 200, Some("<html>Welcome to the proxy</html>"));
+    let c = client_with_fetch(&fetch, "");
+    let err = pay_order(&c, "ord_m1")
+        .await
+        .expect_err("not paid, not pending");
+    assert_eq!(error_code(&err), "PROTOCOL_MISMATCH");
+    assert_eq!(n(&err, "status"), 200.0);
+    assert!(
+        s(&err, "body").contains("Welcome to the proxy"),
+        "what was received"
+    );
+    assert_eq!(count("__m1"), 1.0, "asking again would get the same body");
+    assert!(stored("ord_m1").is_some(), "the key is kept");
+}
+
+#[wasm_bindgen_test]
+async fn a_payment_for_another_order_is_never_a_receipt() {
+    let body = r#"{"status":"succeeded","orderId":"ord_m2","payment":{"id":"pay_9","orderId":"ord_OTHER","amount":1,"currency":"EUR","paymentMethodId":"pm","chargeId":"ch_9","status":"succeeded"}}"#;
+    let fetch = answering("__m2", 200, Some(body));
+    let c = client_with_fetch(&fetch, "");
+    let err = pay_order(&c, "ord_m2").await.expect_err("not paid");
+    assert_eq!(error_code(&err), "PROTOCOL_MISMATCH");
+    assert!(
+        s(&err, "message").contains("another order"),
+        "{}",
+        s(&err, "message")
+    );
+    assert_eq!(
+        s(&get(&get(&err, "body"), "payment"), "orderId"),
+        "ord_OTHER"
+    );
+    assert!(stored("ord_m2").is_some(), "the key is kept");
+}
+
+#[wasm_bindgen_test]
+async fn an_unknown_problem_code_reaches_the_app_with_status_detail_and_body() {
+    let body = r#"{"type":"/problems/teapot","title":"t","status":418,"code":"TEAPOT_BUSY","detail":"short and stout"}"#;
+    let fetch = answering("__m3", 418, Some(body));
+    let c = client_with_fetch(&fetch, "");
+    let err = pay_order(&c, "ord_m3").await.expect_err("refused");
+    assert_eq!(error_code(&err), "SERVER_REJECTED");
+    assert_eq!(n(&err, "status"), 418.0);
+    assert_eq!(s(&err, "problemCode"), "TEAPOT_BUSY");
+    assert_eq!(s(&err, "detail"), "short and stout");
+    assert_eq!(s(&get(&err, "body"), "title"), "t");
+    let json = js_sys::JSON::stringify(&err).unwrap().as_string().unwrap();
+    assert!(json.contains("TEAPOT_BUSY"), "{json}");
+    assert!(stored("ord_m3").is_some(), "a refusal keeps the key");
+}
+
+#[wasm_bindgen_test]
+async fn a_network_failure_on_every_try_is_reported_as_a_protocol_mismatch() {
+    let fetch = answering("__m4", 0, None);
+    let (on_warning, warnings) = recorder();
+    let c = PayonceClient::create(with(
+        with(
+            js(r#"{"baseUrl":"https://api.example","retry":{"baseDelayMs":5,"maxDelayMs":10,"maxAttempts":3}}"#),
+            "fetch",
+            &fetch,
+        ),
+        "onWarning",
+        &on_warning,
+    ))
+    .unwrap();
+    let out = pay_order(&c, "ord_m4").await.expect("pending");
+    assert_eq!(
+        (s(&out, "kind"), s(&out, "reason")),
+        ("pending".into(), "attempts".into())
+    );
+    assert_eq!(count("__m4"), 3.0);
+    assert_eq!(warnings.borrow().as_slice(), ["PROTOCOL_MISMATCH"]);
+    assert!(stored("ord_m4").is_some());
 }

@@ -20,7 +20,7 @@
 //! ([`crate::core::attempt::after_verdict`]), and how long to wait ([`Schedule`]).
 
 use crate::core::attempt::{after_verdict, plan_pay, Attempt, Entry, PayPlan};
-use crate::core::classify::{classify_pay, Final, Reply, RetryCause, Verdict};
+use crate::core::classify::{classify_pay_for, Final, Reply, RetryCause, Verdict};
 use crate::core::error::{SdkError, Warning};
 use crate::core::retry::{Jitter, Next, PendingReason, RetryBudget, RetryPolicy, Schedule};
 use payonce_protocol::{CheckoutSnapshot, IdempotencyKey, PayResponse};
@@ -136,6 +136,8 @@ pub struct PayFlow {
     schedule: Schedule,
     phase: Phase,
     sends: u32,
+    /// True while every answer so far was a network failure (no HTTP answer, not our timeout).
+    network_failures_only: bool,
     out: VecDeque<Effect>,
 }
 
@@ -187,6 +189,7 @@ impl PayFlow {
             ),
             phase: Phase::Ready { checked: false },
             sends: 0,
+            network_failures_only: true,
             out,
         })
     }
@@ -241,7 +244,8 @@ impl PayFlow {
         if self.phase == Phase::Over {
             return;
         }
-        let verdict = classify_pay(reply);
+        let verdict = classify_pay_for(reply, &self.attempt.snapshot.order_id);
+        self.network_failures_only &= matches!(reply, Reply::NoAnswer { timed_out: false });
         match after_verdict(self.attempt.clone(), &verdict) {
             None => self.out.push_back(Effect::Remove(self.attempt.key.clone())),
             Some(a) => {
@@ -261,9 +265,19 @@ impl PayFlow {
                 budget.refill();
                 PayEnd::Failed(SdkError::rejected(status, code))
             }
+            Verdict::Mismatch { status, why } => {
+                PayEnd::Failed(SdkError::ProtocolMismatch { status, why })
+            }
             Verdict::Retry { cause, .. } => {
                 match self.schedule.after(&verdict, now_ms, budget, jitter) {
-                    Next::GiveUp(reason) => PayEnd::Pending(reason),
+                    Next::GiveUp(reason) => {
+                        // The same network failure on every try, more than once: most likely
+                        // a CORS refusal or a wrong URL, not a passing outage.
+                        if self.network_failures_only && self.sends > 1 {
+                            self.out.push_back(Effect::Warn(Warning::ProtocolMismatch));
+                        }
+                        PayEnd::Pending(reason)
+                    }
                     Next::Wait { ms } => {
                         self.out
                             .push_back(Effect::Status(if cause == RetryCause::InProgress {

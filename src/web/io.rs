@@ -264,7 +264,21 @@ pub(crate) async fn post<T: DeserializeOwned>(
     call: Call<'_>,
     abort: &Abort,
 ) -> Result<Reply<T>, SdkError> {
-    Ok(decode(exchange(call, abort).await?))
+    Ok(post_raw(call, abort).await?.0)
+}
+
+/// [`post`], and the raw body as received (JSON-decoded, or the text when it is not JSON;
+/// `undefined` without one): what an error shows the app.
+pub(crate) async fn post_raw<T: DeserializeOwned>(
+    call: Call<'_>,
+    abort: &Abort,
+) -> Result<(Reply<T>, JsValue), SdkError> {
+    let raw = exchange(call, abort).await?;
+    let body = match &raw {
+        Reply::Http { ok: Some(b), .. } => b.clone(),
+        _ => JsValue::UNDEFINED,
+    };
+    Ok((decode(raw), body))
 }
 
 /// An error answer body: only the members the SDK decides on (the server's [`Problem`] has
@@ -327,6 +341,15 @@ fn decode<T: DeserializeOwned>(raw: Reply<JsValue>) -> Reply<T> {
     }
 }
 
+/// At most 2,000 characters of a body that is not JSON (an HTML error page): enough to tell
+/// what answered.
+fn cut(mut text: String) -> String {
+    if let Some((at, _)) = text.char_indices().nth(2_000) {
+        text.truncate(at);
+    }
+    text
+}
+
 /// The request itself, not generic over the answer type (one copy in the module). The raw
 /// JSON body, whatever the status, travels in `ok`.
 async fn exchange(call: Call<'_>, abort: &Abort) -> Result<Reply<JsValue>, SdkError> {
@@ -370,11 +393,14 @@ async fn exchange(call: Call<'_>, abort: &Abort) -> Result<Reply<JsValue>, SdkEr
             .get(payonce_protocol::headers::RETRY_AFTER)
             .ok()
             .flatten();
-        // A body that is not JSON decodes to nothing; the status still counts. A body our
-        // timeout cut off is no answer, as a request that never came back.
-        let body = match resp.json() {
+        // A body that is not JSON is kept as its text (it decodes to nothing; the status still
+        // counts). A body our timeout cut off is no answer, as a request that never came back.
+        let body = match resp.text() {
             Ok(p) => match abort.guard(p).await? {
-                Ok(b) => Some(b),
+                Ok(text) => {
+                    let t = text.as_string().unwrap_or_default();
+                    Some(js_sys::JSON::parse(&t).unwrap_or_else(|_| cut(t).into()))
+                }
                 Err(_) if timed_out() => return Ok(None),
                 Err(_) => None,
             },

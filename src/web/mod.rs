@@ -103,7 +103,16 @@ export interface RetryOptions {
    */
   budget?: { capacity?: number; retryCost?: number; timeoutCost?: number; successRefill?: number };
 }
-export type PayonceWarningCode = "STORAGE_UNAVAILABLE" | "UNREADABLE_ENTRY" | "DUPLICATED_TAB";
+/**
+ * What `onWarning` hears. `PROTOCOL_MISMATCH`: every request of a `pay` call failed at the
+ * network level (a CORS refusal, e.g. `Access-Control-Allow-Origin: *` with credentials, or an
+ * unreachable server); the call still resolves `pending`, key kept.
+ */
+export type PayonceWarningCode =
+  | "STORAGE_UNAVAILABLE"
+  | "UNREADABLE_ENTRY"
+  | "DUPLICATED_TAB"
+  | "PROTOCOL_MISMATCH";
 export interface ClientOptions {
   /**
    * The payonce API origin, e.g. "https://api.example.com". Required: the default endpoints
@@ -186,6 +195,8 @@ export type PayonceErrorCode =
   | "UNREADABLE_ATTEMPT"
   | "KEY_REUSED_WITH_DIFFERENT_DETAILS"
   | "SERVER_REJECTED"
+  /** The answer does not fit the protocol (a 2xx that is not a payonce answer, a payment for another order); key kept, `body` shows it. */
+  | "PROTOCOL_MISMATCH"
   | "ABORTED"
   | "UNSUPPORTED";
 "#;
@@ -673,11 +684,7 @@ fn pending(reason: PendingReason) -> JsValue {
 }
 
 /// Performs the core's pay flow ([`crate::core::flow`]): storage, statuses, requests, waits.
-async fn pay(
-    inner: &Inner,
-    checkout: CheckoutSnapshot,
-    call: PayCall,
-) -> Result<JsValue, SdkError> {
+async fn pay(inner: &Inner, checkout: CheckoutSnapshot, call: PayCall) -> Result<JsValue, JsValue> {
     let order_id = checkout.order_id.clone();
     // One payment per order at a time across every tab: a second tab waits here, then finds
     // the first one's receipt or its stored attempt.
@@ -700,6 +707,7 @@ async fn pay(
     let pay_url = inner.url(inner.pay_endpoint.as_ref(), paths::pay, &order_id)?;
     let body = value::to_json(&flow.attempt().snapshot.pay_request());
     let mut reminder = None;
+    let mut last_body = JsValue::UNDEFINED;
     loop {
         let Some(effect) = flow.poll(js_sys::Date::now(), !io::offline()) else {
             // Never: the flow always asks for something until it is done.
@@ -730,7 +738,7 @@ async fn pay(
                     }
                     None => std::slice::from_ref(&key),
                 };
-                let reply = io::post(
+                let (reply, raw) = io::post_raw(
                     Call {
                         url: &pay_url,
                         headers: hdrs,
@@ -741,6 +749,7 @@ async fn pay(
                     &call.abort,
                 )
                 .await?;
+                last_body = raw;
                 let mut budget = inner.budget.borrow_mut();
                 flow.on_reply(
                     &reply,
@@ -767,7 +776,7 @@ async fn pay(
                         }
                         Ok(outcome_js(&f))
                     }
-                    PayEnd::Failed(e) => Err(e),
+                    PayEnd::Failed(e) => Err(error::to_js(&e, last_body)),
                     PayEnd::Pending(reason) => Ok(pending(reason)),
                 };
             }

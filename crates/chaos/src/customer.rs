@@ -493,8 +493,10 @@ impl Tab {
                             status: ErrorCode::KeyReusedWithDifferentDetails.http_status(),
                             code: Some(ErrorCode::KeyReusedWithDifferentDetails),
                         },
+                        // An answer that does not fit the protocol keeps the key: still open.
+                        SdkError::ProtocolMismatch { .. } => Call::Pending(PendingReason::Attempts),
                         _ => Call::Conflict,
-                    }
+                    };
                 }
                 Effect::Done(PayEnd::Pending(reason)) => return Call::Pending(reason),
                 Effect::Status(_) | Effect::Remind { .. } | Effect::Warn(_) => {}
