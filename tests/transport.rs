@@ -8,6 +8,7 @@ mod common;
 use common::*;
 use payonce::PayonceClient;
 use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
 use wasm_bindgen_test::*;
 
 wasm_bindgen_test_configure!(run_in_browser);
@@ -252,4 +253,69 @@ async fn a_network_failure_on_every_try_is_reported_as_a_protocol_mismatch() {
     assert_eq!(count("__m4"), 3.0);
     assert_eq!(warnings.borrow().as_slice(), ["PROTOCOL_MISMATCH"]);
     assert!(stored("ord_m4").is_some());
+}
+
+/// A JS function that pushes what it is called with onto `window[name]`.
+fn collector(name: &str) -> JsValue {
+    run_js(&format!(
+        "window.{name} = []; return (e) => {{ window.{name}.push(e); }};"
+    ))
+}
+
+#[wasm_bindgen_test]
+async fn on_event_and_debug_tell_every_request_answer_wait_and_outcome() {
+    let fetch = scripted_fetch("__tlog3", "ord_ev");
+    let on_event = collector("__events");
+    // `debug: true` logs the same events to the console.
+    run_js("window.__savedDebug = console.debug; window.__logged = []; console.debug = (tag, e) => window.__logged.push([tag, e]);");
+    let (on_status, statuses) = recorder();
+    let opts = js(
+        r#"{"baseUrl":"https://api.example","debug":true,"retry":{"baseDelayMs":30,"maxDelayMs":60}}"#,
+    );
+    let c = PayonceClient::create(with(with(opts, "fetch", &fetch), "onEvent", &on_event)).unwrap();
+    let out = settle(c.pay(
+        js(r#"{"orderId":"ord_ev","orderVersion":1,"paymentMethodId":"pm_card_approve"}"#),
+        Some(with(js("{}"), "onStatus", &on_status).unchecked_into()),
+    ))
+    .await;
+    run_js("console.debug = window.__savedDebug;");
+    out.unwrap();
+    let events = js_sys::Array::from(&run_js("return window.__events;")).to_vec();
+    let types: Vec<String> = events.iter().map(|e| s(e, "type")).collect();
+    assert_eq!(
+        types,
+        ["request", "answer", "wait", "request", "answer", "outcome"]
+    );
+    let key = s(&events[0], "key");
+    assert_eq!(key.len(), 36);
+    assert_eq!(
+        (n(&events[0], "attempt"), n(&events[3], "attempt")),
+        (1.0, 2.0)
+    );
+    assert_eq!(
+        s(&events[0], "url"),
+        "https://api.example/orders/ord_ev/pay"
+    );
+    assert_eq!(n(&events[1], "status"), 503.0);
+    assert!(n(&events[1], "elapsedMs") >= 0.0);
+    assert_eq!(get(&events[1], "replayed"), JsValue::FALSE);
+    assert_eq!(s(&events[2], "why"), "serverTrouble");
+    assert!(n(&events[2], "ms") >= 30.0, "waits at least the base delay");
+    assert_eq!(n(&events[4], "status"), 200.0);
+    assert_eq!(s(&get(&events[5], "outcome"), "kind"), "paid");
+    assert_eq!(s(&events[5], "key"), key);
+    let logged = js_sys::Array::from(&run_js("return window.__logged;")).to_vec();
+    assert_eq!(logged.len(), events.len(), "debug logs every event");
+    assert_eq!(
+        js_sys::Array::from(&logged[0])
+            .get(0)
+            .as_string()
+            .as_deref(),
+        Some("[payonce]")
+    );
+    // processing, then checkingStatus after the 503; the retry does not repeat it.
+    assert_eq!(
+        statuses.borrow().as_slice(),
+        ["processing", "checkingStatus"]
+    );
 }

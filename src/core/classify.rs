@@ -129,6 +129,19 @@ impl Mismatch {
     }
 }
 
+impl RetryCause {
+    /// The spelling of `why` in the JavaScript API's wait events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InProgress => "inProgress",
+            Self::NoAnswer => "noAnswer",
+            Self::TimedOut => "timedOut",
+            Self::ServerTrouble => "serverTrouble",
+            Self::Paced => "paced",
+        }
+    }
+}
+
 /// What to do after an answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {

@@ -77,7 +77,8 @@ pub enum Effect {
     },
     /// Remove the order's stored attempt if it still holds this key.
     Remove(IdempotencyKey),
-    /// Tell the app (`onStatus`).
+    /// Tell the app (`onStatus`). Only a change is handed out: never the same status twice
+    /// in a row.
     Status(PayStatus),
     /// Tell the app `status` after `after_ms`, unless the call is over by then.
     Remind {
@@ -138,6 +139,8 @@ pub struct PayFlow {
     sends: u32,
     /// True while every answer so far was a network failure (no HTTP answer, not our timeout).
     network_failures_only: bool,
+    /// The last status handed out: `onStatus` hears a status only when it changes.
+    last_status: Option<PayStatus>,
     out: VecDeque<Effect>,
 }
 
@@ -190,6 +193,7 @@ impl PayFlow {
             phase: Phase::Ready { checked: false },
             sends: 0,
             network_failures_only: true,
+            last_status: None,
             out,
         })
     }
@@ -210,8 +214,7 @@ impl PayFlow {
         };
         self.phase = Phase::Blocked;
         if !online && !checked {
-            self.out
-                .push_back(Effect::Status(PayStatus::WaitingForNetwork));
+            self.status(PayStatus::WaitingForNetwork);
             self.out.push_back(Effect::WaitOnline {
                 max_ms: self.schedule.remaining_ms(now_ms),
             });
@@ -223,7 +226,7 @@ impl PayFlow {
                 new: false,
             });
             if self.sends == 1 {
-                self.out.push_back(Effect::Status(PayStatus::Processing));
+                self.status(PayStatus::Processing);
             }
             self.out.push_back(Effect::Send {
                 attempt: self.sends,
@@ -279,12 +282,11 @@ impl PayFlow {
                         PayEnd::Pending(reason)
                     }
                     Next::Wait { ms } => {
-                        self.out
-                            .push_back(Effect::Status(if cause == RetryCause::InProgress {
-                                PayStatus::Processing
-                            } else {
-                                PayStatus::CheckingStatus
-                            }));
+                        self.status(if cause == RetryCause::InProgress {
+                            PayStatus::Processing
+                        } else {
+                            PayStatus::CheckingStatus
+                        });
                         self.out.push_back(Effect::Wait { ms, why: cause });
                         return;
                     }
@@ -310,6 +312,14 @@ impl PayFlow {
             self.phase = Phase::Ready { checked: true };
         } else {
             self.finish(PayEnd::Pending(PendingReason::Deadline));
+        }
+    }
+
+    /// Queues `Status(s)` unless it is the status last handed out.
+    fn status(&mut self, s: PayStatus) {
+        if self.last_status != Some(s) {
+            self.last_status = Some(s);
+            self.out.push_back(Effect::Status(s));
         }
     }
 

@@ -258,27 +258,32 @@ fn fetch_fn(t: &Transport) -> Option<Function> {
     })
 }
 
-/// POSTs JSON with credentials, a per-request timeout and the caller's abort, and decodes the
-/// answer: 2xx as `T`, anything else as a problem. Never fails except on abort.
+/// An answer decoded, with what the app may want to see of it.
+pub(crate) struct Answer<T> {
+    pub reply: Reply<T>,
+    /// The body as received (JSON-decoded, or the text when it is not JSON; `undefined`
+    /// without one): what an error shows the app.
+    pub body: JsValue,
+    /// The server said the body is a stored result replayed for a known key.
+    pub replayed: bool,
+}
+
+/// POSTs JSON through the app's transport with a per-request timeout and the caller's abort,
+/// and decodes the answer: 2xx as `T`, anything else as a problem. Never fails except on abort.
 pub(crate) async fn post<T: DeserializeOwned>(
     call: Call<'_>,
     abort: &Abort,
-) -> Result<Reply<T>, SdkError> {
-    Ok(post_raw(call, abort).await?.0)
-}
-
-/// [`post`], and the raw body as received (JSON-decoded, or the text when it is not JSON;
-/// `undefined` without one): what an error shows the app.
-pub(crate) async fn post_raw<T: DeserializeOwned>(
-    call: Call<'_>,
-    abort: &Abort,
-) -> Result<(Reply<T>, JsValue), SdkError> {
-    let raw = exchange(call, abort).await?;
+) -> Result<Answer<T>, SdkError> {
+    let (raw, replayed) = exchange(call, abort).await?;
     let body = match &raw {
         Reply::Http { ok: Some(b), .. } => b.clone(),
         _ => JsValue::UNDEFINED,
     };
-    Ok((decode(raw), body))
+    Ok(Answer {
+        reply: decode(raw),
+        body,
+        replayed,
+    })
 }
 
 /// An error answer body: only the members the SDK decides on (the server's [`Problem`] has
@@ -352,12 +357,12 @@ fn cut(mut text: String) -> String {
 
 /// The request itself, not generic over the answer type (one copy in the module). The raw
 /// JSON body, whatever the status, travels in `ok`.
-async fn exchange(call: Call<'_>, abort: &Abort) -> Result<Reply<JsValue>, SdkError> {
+async fn exchange(call: Call<'_>, abort: &Abort) -> Result<(Reply<JsValue>, bool), SdkError> {
     let fetch = fetch_fn(call.transport).ok_or(SdkError::Unsupported("no fetch"))?;
     let controller =
         AbortController::new().map_err(|_| SdkError::Unsupported("no AbortController"))?;
     let Some(headers) = request_headers(&call, abort).await? else {
-        return Ok(Reply::NoAnswer { timed_out: false });
+        return Ok((Reply::NoAnswer { timed_out: false }, false));
     };
     // A plain `RequestInit` dictionary: no web-sys setter bindings needed.
     let init = value::object(&[
@@ -388,11 +393,10 @@ async fn exchange(call: Call<'_>, abort: &Abort) -> Result<Reply<JsValue>, SdkEr
             return Ok(None);
         };
         let resp: Response = resp.unchecked_into();
-        let retry_after = resp
-            .headers()
-            .get(payonce_protocol::headers::RETRY_AFTER)
-            .ok()
-            .flatten();
+        let header = |name| resp.headers().get(name).ok().flatten();
+        let retry_after = header(payonce_protocol::headers::RETRY_AFTER);
+        let replayed =
+            header(payonce_protocol::headers::IDEMPOTENT_REPLAYED).as_deref() == Some("true");
         // A body that is not JSON is kept as its text (it decodes to nothing; the status still
         // counts). A body our timeout cut off is no answer, as a request that never came back.
         let body = match resp.text() {
@@ -406,20 +410,26 @@ async fn exchange(call: Call<'_>, abort: &Abort) -> Result<Reply<JsValue>, SdkEr
             },
             Err(_) => None,
         };
-        Ok(Some((resp.status(), retry_after, body)))
+        Ok(Some((resp.status(), retry_after, body, replayed)))
     }
     .await;
     drop(deadline);
     match answer {
-        Ok(Some((status, retry_after, body))) => Ok(Reply::Http {
-            status,
-            retry_after,
-            ok: body,
-            problem: None,
-        }),
-        Ok(None) => Ok(Reply::NoAnswer {
-            timed_out: timed_out(),
-        }),
+        Ok(Some((status, retry_after, body, replayed))) => Ok((
+            Reply::Http {
+                status,
+                retry_after,
+                ok: body,
+                problem: None,
+            },
+            replayed,
+        )),
+        Ok(None) => Ok((
+            Reply::NoAnswer {
+                timed_out: timed_out(),
+            },
+            false,
+        )),
         // The caller aborted: stop the request on the wire too.
         Err(e) => {
             controller.abort();

@@ -17,7 +17,7 @@ mod tabs;
 mod value;
 
 use crate::core::attempt::Entry;
-use crate::core::classify::{classify_cancel, CancelOutcome, Final};
+use crate::core::classify::{classify_cancel, CancelOutcome, Final, Reply};
 use crate::core::error::{SdkError, Warning};
 use crate::core::flow::{Effect, FlowConfig, PayEnd, PayFlow};
 use crate::core::retry::{
@@ -150,10 +150,34 @@ export interface ClientOptions {
   storage?: "session" | "memory";
   /** Hears what does not fail a call (default: none). */
   onWarning?: (code: PayonceWarningCode) => void;
+  /** Hears every request, answer, wait and outcome (default: none). See `PayonceEvent`. */
+  onEvent?: (event: PayonceEvent) => void;
+  /** Logs the same events with `console.debug("[payonce]", event)` (default false). */
+  debug?: boolean;
 }
+/** What `onEvent` hears (and `debug: true` logs with `console.debug`). */
+export type PayonceEvent =
+  | { type: "request"; endpoint: "pay" | "cancel"; orderId: string; key: string; attempt: number; url: string }
+  | {
+      type: "answer";
+      endpoint: "pay" | "cancel";
+      orderId: string;
+      key: string;
+      attempt: number;
+      /** Absent when no HTTP answer came (`timedOut` says whether our timeout fired). */
+      status?: number;
+      timedOut?: boolean;
+      /** The server replayed a stored answer for this key (`Idempotent-Replayed: true`). */
+      replayed: boolean;
+      problemCode?: string;
+      elapsedMs: number;
+    }
+  | { type: "wait"; orderId: string; ms: number; why: "inProgress" | "noAnswer" | "timedOut" | "serverTrouble" | "paced" | "offline" }
+  | { type: "outcome"; orderId: string; key?: string; outcome?: PayOutcome; error?: PayonceError };
 export interface PayOptions {
   /** Aborts waits and requests at once; the attempt and its key are kept. */
   signal?: AbortSignal;
+  /** Hears the call's status, only when it changes (never the same status twice in a row). */
   onStatus?: (status: PayStatus) => void;
   /** Dev servers only: asks the server to inject this fault into the first request. */
   devFault?: "drop-response";
@@ -201,6 +225,116 @@ export type PayonceErrorCode =
   | "UNSUPPORTED";
 "#;
 
+#[wasm_bindgen]
+extern "C" {
+    #[wasm_bindgen(js_namespace = console, js_name = debug)]
+    fn console_debug(tag: &str, event: &JsValue);
+}
+
+/// `onEvent` and `debug`: every request, answer, wait and outcome, as it happens.
+struct Observer {
+    on_event: Option<Function>,
+    debug: bool,
+}
+
+impl Observer {
+    /// Hands the event `build` makes to `onEvent` and (with `debug`) to `console.debug`; builds
+    /// nothing when nobody listens.
+    fn emit(&self, build: impl FnOnce() -> JsValue) {
+        if self.on_event.is_none() && !self.debug {
+            return;
+        }
+        let event = build();
+        if let Some(f) = &self.on_event {
+            let _ = f.call1(&JsValue::NULL, &event);
+        }
+        if self.debug {
+            console_debug("[payonce]", &event);
+        }
+    }
+
+    /// `{ type: "request", endpoint, orderId, key, attempt, url }`.
+    fn request(&self, endpoint: &str, order_id: &str, key: &str, attempt: u32, url: &str) {
+        self.emit(|| {
+            value::object(&[
+                ("type", &"request".into()),
+                ("endpoint", &endpoint.into()),
+                ("orderId", &order_id.into()),
+                ("key", &key.into()),
+                ("attempt", &attempt.into()),
+                ("url", &url.into()),
+            ])
+        });
+    }
+
+    /// `{ type: "wait", orderId, ms, why }`.
+    fn wait(&self, order_id: &str, ms: u64, why: &str) {
+        self.emit(|| {
+            value::object(&[
+                ("type", &"wait".into()),
+                ("orderId", &order_id.into()),
+                ("ms", &(ms as f64).into()),
+                ("why", &why.into()),
+            ])
+        });
+    }
+
+    /// `{ type: "outcome", orderId, key?, outcome | error }`.
+    fn outcome(&self, order_id: &str, key: Option<&str>, result: &Result<JsValue, JsValue>) {
+        self.emit(|| {
+            let (name, v) = match result {
+                Ok(v) => ("outcome", v),
+                Err(e) => ("error", e),
+            };
+            value::object(&[
+                ("type", &"outcome".into()),
+                ("orderId", &order_id.into()),
+                ("key", &key.map_or(JsValue::UNDEFINED, JsValue::from)),
+                (name, v),
+            ])
+        });
+    }
+
+    /// `{ type: "answer", endpoint, orderId, key, attempt, status?, timedOut?, replayed,
+    /// problemCode?, elapsedMs }`.
+    fn answer<T>(
+        &self,
+        endpoint: &str,
+        order_id: &str,
+        key: &str,
+        attempt: u32,
+        answer: &io::Answer<T>,
+        elapsed_ms: f64,
+    ) {
+        self.emit(|| {
+            let (status, timed_out) = match &answer.reply {
+                Reply::Http { status, .. } => (JsValue::from(*status), JsValue::UNDEFINED),
+                Reply::NoAnswer { timed_out } => (JsValue::UNDEFINED, JsValue::from(*timed_out)),
+            };
+            let code = value::get(&answer.body, "code");
+            value::object(&[
+                ("type", &"answer".into()),
+                ("endpoint", &endpoint.into()),
+                ("orderId", &order_id.into()),
+                ("key", &key.into()),
+                ("attempt", &attempt.into()),
+                ("status", &status),
+                ("timedOut", &timed_out),
+                ("replayed", &answer.replayed.into()),
+                (
+                    "problemCode",
+                    &if code.is_string() {
+                        code
+                    } else {
+                        JsValue::UNDEFINED
+                    },
+                ),
+                ("elapsedMs", &elapsed_ms.into()),
+            ])
+        });
+    }
+}
+
 struct Inner {
     base_url: String,
     request_timeout_ms: u32,
@@ -211,6 +345,7 @@ struct Inner {
     store: Store,
     on_warning: Option<Function>,
     transport: io::Transport,
+    observer: Observer,
     /// `endpoints.pay` / `endpoints.cancel`: the app's URL for an order id.
     pay_endpoint: Option<Function>,
     cancel_endpoint: Option<Function>,
@@ -287,7 +422,7 @@ struct RetryOptions {
 }
 
 /// The members `ClientOptions` reads, each with what it must be: any other is refused by name.
-const OPTION_FIELDS: [(&str, Kind); 11] = [
+const OPTION_FIELDS: [(&str, Kind); 13] = [
     ("baseUrl", Kind::Text),
     ("fetch", Kind::Function),
     ("headers", Kind::ObjectOrFunction),
@@ -302,6 +437,8 @@ const OPTION_FIELDS: [(&str, Kind); 11] = [
     ("longWaitMs", Kind::Int(value::MAX_SAFE)),
     ("storage", Kind::OneOf(&["session", "memory"])),
     ("onWarning", Kind::Function),
+    ("onEvent", Kind::Function),
+    ("debug", Kind::Flag),
 ];
 
 /// The members of `ClientOptions.endpoints`.
@@ -425,6 +562,10 @@ impl PayonceClient {
             .retry
             .map_or_else(RetryPolicy::default, RetryOptions::policy);
         let on_warning = callback(&options, "onWarning");
+        let observer = Observer {
+            on_event: callback(&options, "onEvent"),
+            debug: value::get(&options, "debug").as_bool() == Some(true),
+        };
         let credentials = value::get(&options, "credentials");
         let transport = io::Transport {
             fetch: callback(&options, "fetch"),
@@ -449,6 +590,7 @@ impl PayonceClient {
             store,
             on_warning,
             transport,
+            observer,
             pay_endpoint: callback(&endpoints, "pay"),
             cancel_endpoint: callback(&endpoints, "cancel"),
             inflight: RefCell::new(Vec::new()),
@@ -728,7 +870,11 @@ async fn pay(inner: &Inner, checkout: CheckoutSnapshot, call: PayCall) -> Result
                 });
             }
             Effect::Send { attempt } => {
-                let key = (headers::IDEMPOTENCY_KEY, flow.attempt().key.as_str());
+                let key_str = flow.attempt().key.as_str();
+                inner
+                    .observer
+                    .request("pay", &order_id, key_str, attempt, &pay_url);
+                let key = (headers::IDEMPOTENCY_KEY, key_str);
                 let fault = call.dev_fault.filter(|_| attempt == 1);
                 let with_fault;
                 let hdrs: &[(&str, &str)] = match fault {
@@ -738,7 +884,8 @@ async fn pay(inner: &Inner, checkout: CheckoutSnapshot, call: PayCall) -> Result
                     }
                     None => std::slice::from_ref(&key),
                 };
-                let (reply, raw) = io::post_raw(
+                let sent_at = js_sys::Date::now();
+                let answer = io::post(
                     Call {
                         url: &pay_url,
                         headers: hdrs,
@@ -749,27 +896,34 @@ async fn pay(inner: &Inner, checkout: CheckoutSnapshot, call: PayCall) -> Result
                     &call.abort,
                 )
                 .await?;
-                last_body = raw;
+                let now = js_sys::Date::now();
+                let key = flow.attempt().key.as_str();
+                inner
+                    .observer
+                    .answer("pay", &order_id, key, attempt, &answer, now - sent_at);
                 let mut budget = inner.budget.borrow_mut();
                 flow.on_reply(
-                    &reply,
+                    &answer.reply,
                     js_sys::Date::now(),
                     &mut budget,
                     &mut js_sys::Math::random,
                 );
+                last_body = answer.body;
             }
-            Effect::Wait { ms, .. } => {
+            Effect::Wait { ms, why } => {
+                inner.observer.wait(&order_id, ms, why.as_str());
                 let (slept, _timer) = io::sleep(ms);
                 let _ = call.abort.guard(slept).await?;
                 flow.on_waited();
             }
             Effect::WaitOnline { max_ms } => {
+                inner.observer.wait(&order_id, max_ms, "offline");
                 let back = io::wait_online(max_ms, &call.abort).await?;
                 flow.on_network(back);
             }
             Effect::Done(end) => {
                 drop(reminder);
-                return match end {
+                let result = match end {
                     PayEnd::Final(f) => {
                         if let Final::Paid { payment } = &f {
                             tabs::announce_paid(&order_id, payment);
@@ -779,6 +933,10 @@ async fn pay(inner: &Inner, checkout: CheckoutSnapshot, call: PayCall) -> Result
                     PayEnd::Failed(e) => Err(error::to_js(&e, last_body)),
                     PayEnd::Pending(reason) => Ok(pending(reason)),
                 };
+                inner
+                    .observer
+                    .outcome(&order_id, Some(flow.attempt().key.as_str()), &result);
+                return result;
             }
         }
     }
@@ -804,6 +962,10 @@ async fn cancel(inner: &Inner, order_id: &str) -> CancelOutcome {
     };
     let body = value::to_json(&CancelRequest { key: key.clone() });
     let no_abort = Abort::new(None);
+    inner
+        .observer
+        .request("cancel", order_id, key.as_str(), 1, &url);
+    let sent_at = js_sys::Date::now();
     let reply = io::post(
         Call {
             url: &url,
@@ -816,7 +978,17 @@ async fn cancel(inner: &Inner, order_id: &str) -> CancelOutcome {
     )
     .await;
     let outcome = match reply {
-        Ok(r) => classify_cancel(&r),
+        Ok(answer) => {
+            inner.observer.answer(
+                "cancel",
+                order_id,
+                key.as_str(),
+                1,
+                &answer,
+                js_sys::Date::now() - sent_at,
+            );
+            classify_cancel(&answer.reply)
+        }
         Err(_) => CancelOutcome::Unknown,
     };
     if outcome.removes_key() {

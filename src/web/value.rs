@@ -67,6 +67,8 @@ pub(crate) enum Kind {
     Function,
     /// An object or a function.
     ObjectOrFunction,
+    /// `true` or `false`.
+    Flag,
     /// One of these strings.
     OneOf(&'static [&'static str]),
 }
@@ -87,6 +89,7 @@ impl Kind {
             Self::Object => object,
             Self::Function => v.is_function(),
             Self::ObjectOrFunction => object || v.is_function(),
+            Self::Flag => v.as_bool().is_some(),
             Self::OneOf(list) => v.as_string().is_some_and(|s| list.contains(&s.as_str())),
         }
     }
@@ -98,6 +101,7 @@ impl Kind {
             Self::Object => "an object".into(),
             Self::Function => "a function".into(),
             Self::ObjectOrFunction => "an object or a function".into(),
+            Self::Flag => "true or false".into(),
             Self::OneOf(list) => {
                 let mut s = String::from("one of");
                 for (i, v) in list.iter().enumerate() {
