@@ -17,9 +17,10 @@ mod tabs;
 mod value;
 
 use crate::core::attempt::Entry;
-use crate::core::classify::{classify_cancel, CancelOutcome, Final, Reply};
+use crate::core::classify::{classify_cancel, classify_pay_for, CancelOutcome, Final, Reply};
 use crate::core::error::{SdkError, Warning};
 use crate::core::flow::{Effect, FlowConfig, PayEnd, PayFlow};
+use crate::core::receipt::{self, Receipt};
 use crate::core::retry::{
     BudgetConfig, PendingReason, RetryBudget, RetryPolicy, DEFAULT_DEADLINE_MS,
     DEFAULT_LONG_WAIT_MS, DEFAULT_REQUEST_TIMEOUT_MS,
@@ -28,7 +29,7 @@ pub use error::PayonceError;
 use io::{Abort, Call};
 use js_sys::{Function, Promise, Reflect};
 use payonce_protocol::body::{paths, DevFault};
-use payonce_protocol::{headers, CancelRequest, CheckoutSnapshot, IdempotencyKey};
+use payonce_protocol::{headers, CancelRequest, CheckoutSnapshot, IdempotencyKey, PayResponse};
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -831,8 +832,11 @@ async fn pay(inner: &Inner, checkout: CheckoutSnapshot, call: PayCall) -> Result
     // One payment per order at a time across every tab: a second tab waits here, then finds
     // the first one's receipt or its stored attempt.
     let _lock = io::lock(&["payonce:", &order_id].concat(), &call.abort).await?;
-    if let Some(payment) = tabs::paid(&order_id) {
-        return Ok(outcome_js(&Final::Paid { payment }));
+    let pay_url = inner.url(inner.pay_endpoint.as_ref(), paths::pay, &order_id)?;
+    if let Some(r) = tabs::receipt(&inner.base_url, &checkout) {
+        if let Some(paid) = confirm_receipt(inner, &r, &pay_url, &call.abort).await? {
+            return Ok(paid);
+        }
     }
     let config = FlowConfig {
         policy: inner.policy,
@@ -846,7 +850,6 @@ async fn pay(inner: &Inner, checkout: CheckoutSnapshot, call: PayCall) -> Result
         js_sys::Date::now(),
         || IdempotencyKey::parse(&io::random_uuid()).ok(),
     )?;
-    let pay_url = inner.url(inner.pay_endpoint.as_ref(), paths::pay, &order_id)?;
     let body = value::to_json(&flow.attempt().snapshot.pay_request());
     let mut reminder = None;
     let mut last_body = JsValue::UNDEFINED;
@@ -926,7 +929,12 @@ async fn pay(inner: &Inner, checkout: CheckoutSnapshot, call: PayCall) -> Result
                 let result = match end {
                     PayEnd::Final(f) => {
                         if let Final::Paid { payment } = &f {
-                            tabs::announce_paid(&order_id, payment);
+                            tabs::announce_paid(Receipt {
+                                base_url: inner.base_url.clone(),
+                                key: flow.attempt().key.clone(),
+                                snapshot: flow.attempt().snapshot.clone(),
+                                payment: payment.clone(),
+                            });
                         }
                         Ok(outcome_js(&f))
                     }
@@ -940,6 +948,48 @@ async fn pay(inner: &Inner, checkout: CheckoutSnapshot, call: PayCall) -> Result
             }
         }
     }
+}
+
+/// Asks the server about another tab's receipt: one pay request with the receipt's key and
+/// checkout. For a key that paid this is a replay of the stored answer (it cannot charge
+/// again); only a paid answer for this order makes the outcome `paid`. `None`: the hint does
+/// not hold, pay as if it had not been heard.
+async fn confirm_receipt(
+    inner: &Inner,
+    r: &Receipt,
+    url: &str,
+    abort: &Abort,
+) -> Result<Option<JsValue>, SdkError> {
+    let order_id = &r.snapshot.order_id;
+    let key = r.key.as_str();
+    inner.observer.request("pay", order_id, key, 1, url);
+    let sent_at = js_sys::Date::now();
+    let body = value::to_json(&r.snapshot.pay_request());
+    let answer = io::post::<PayResponse>(
+        Call {
+            url,
+            headers: &[(headers::IDEMPOTENCY_KEY, key)],
+            body: &body,
+            timeout_ms: inner.request_timeout_ms,
+            transport: &inner.transport,
+        },
+        abort,
+    )
+    .await?;
+    inner.observer.answer(
+        "pay",
+        order_id,
+        key,
+        1,
+        &answer,
+        js_sys::Date::now() - sent_at,
+    );
+    let paid = receipt::confirmed(classify_pay_for(&answer.reply, order_id))
+        .map(|payment| outcome_js(&Final::Paid { payment }));
+    if let Some(v) = &paid {
+        inner.observer.outcome(order_id, Some(key), &Ok(v.clone()));
+    }
+    Ok(paid)
 }
 
 /// Path segments are percent-encoded: an order id is data, never path syntax.
@@ -994,8 +1044,13 @@ async fn cancel(inner: &Inner, order_id: &str) -> CancelOutcome {
     if outcome.removes_key() {
         inner.store.remove(order_id, Some(&key));
     }
-    if let CancelOutcome::Paid { payment: Some(p) } = &outcome {
-        tabs::announce_paid(order_id, p);
+    if let (CancelOutcome::Paid { payment: Some(p) }, Entry::Valid(a)) = (&outcome, &entry) {
+        tabs::announce_paid(Receipt {
+            base_url: inner.base_url.clone(),
+            key: a.key.clone(),
+            snapshot: a.snapshot.clone(),
+            payment: p.clone(),
+        });
     }
     outcome
 }

@@ -1,6 +1,8 @@
 //! What tabs tell each other over the `payonce` BroadcastChannel:
-//! - `{"t":"paid","orderId":…,"payment":…}`: an order was paid here. A tab queued on the same
-//!   order's Web Lock then answers with this receipt instead of starting a payment.
+//! - `{"t":"paid","receipt":{"baseUrl":…,"key":…,"snapshot":…,"payment":…}}`: an order was
+//!   paid here ([`Receipt`]). A tab queued on the same order's Web Lock treats it as a hint
+//!   (`src/core/receipt.rs`): only for the same API and checkout, and only once the server
+//!   confirms it for the hint's key.
 //! - `{"t":"hello","tab":id}` / `{"t":"taken","tab":id}`: duplicate-tab detection. Each tab
 //!   keeps an id in sessionStorage (`payonce:tab`). A duplicated tab inherits a copy of that
 //!   storage, id included; when it says hello, the original answers "taken", and the duplicate
@@ -9,9 +11,10 @@
 //!
 //! Receipts live in one page-wide map, so two clients in one page (and tabs) see each other.
 
+use crate::core::receipt::Receipt;
 use crate::web::value;
 use js_sys::Function;
-use payonce_protocol::Payment;
+use payonce_protocol::CheckoutSnapshot;
 use serde::{Deserialize, Serialize};
 use std::cell::{Cell, RefCell};
 use wasm_bindgen::prelude::*;
@@ -37,9 +40,7 @@ struct Message {
     #[serde(skip_serializing_if = "Option::is_none")]
     tab: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    order_id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    payment: Option<Payment>,
+    receipt: Option<Receipt>,
 }
 
 impl Message {
@@ -47,8 +48,7 @@ impl Message {
         Self {
             t,
             tab: Some(tab),
-            order_id: None,
-            payment: None,
+            receipt: None,
         }
     }
 }
@@ -61,7 +61,7 @@ struct Tabs {
 }
 
 thread_local! {
-    static PAID: RefCell<Vec<(String, Payment)>> = const { RefCell::new(Vec::new()) };
+    static PAID: RefCell<Vec<Receipt>> = const { RefCell::new(Vec::new()) };
     static TABS: Tabs = Tabs::start();
 }
 
@@ -94,8 +94,8 @@ impl Tabs {
 
     fn receive(&self, m: Message) {
         let mine = m.tab.is_some() && *self.tab_id.borrow() == m.tab;
-        match (m.t, m.order_id, m.payment) {
-            (Kind::Paid, Some(order_id), Some(payment)) => remember_paid(&order_id, payment),
+        match (m.t, m.receipt) {
+            (Kind::Paid, Some(receipt)) => remember_paid(receipt),
             (Kind::Hello, ..) if mine => {
                 if let (Some(ch), Some(tab)) = (&self.channel, m.tab) {
                     post(ch, &Message::tab(Kind::Taken, tab));
@@ -156,37 +156,42 @@ pub(crate) fn duplicated() -> bool {
     TABS.with(|t| t.duplicated.get())
 }
 
-fn remember_paid(order_id: &str, payment: Payment) {
+fn remember_paid(r: Receipt) {
     PAID.with(|p| {
         let mut p = p.borrow_mut();
-        p.retain(|(o, _)| o != order_id);
-        p.push((order_id.to_owned(), payment));
+        p.retain(|o| {
+            !(o.base_url == r.base_url
+                && o.snapshot.order_id == r.snapshot.order_id
+                && o.key == r.key)
+        });
+        p.push(r);
     });
 }
 
 /// Records a payment made here and tells the other tabs.
-pub(crate) fn announce_paid(order_id: &str, payment: &Payment) {
-    remember_paid(order_id, payment.clone());
+pub(crate) fn announce_paid(receipt: Receipt) {
     TABS.with(|t| {
         if let Some(ch) = &t.channel {
             let m = Message {
                 t: Kind::Paid,
                 tab: None,
-                order_id: Some(order_id.to_owned()),
-                payment: Some(payment.clone()),
+                receipt: Some(receipt.clone()),
             };
             post(ch, &m);
         }
     });
+    remember_paid(receipt);
 }
 
-/// The receipt of an order paid by this page or another tab, if known.
-pub(crate) fn paid(order_id: &str) -> Option<Payment> {
+/// The latest hint that `checkout` was paid through `base_url` (this page or another tab), if
+/// one applies. A hint: the caller confirms it with the server.
+pub(crate) fn receipt(base_url: &str, checkout: &CheckoutSnapshot) -> Option<Receipt> {
     PAID.with(|p| {
         p.borrow()
             .iter()
-            .find(|(o, _)| o == order_id)
-            .map(|(_, pay)| pay.clone())
+            .rev()
+            .find(|r| r.applies_to(base_url, checkout))
+            .cloned()
     })
 }
 
