@@ -10,7 +10,7 @@
 //! | 202 `processing`, 409 `IN_PROGRESS`           | retry (server-directed)    | keep   |
 //! | 429 / 503 with `Retry-After`                  | retry (server-paced)       | keep   |
 //! | no answer, timeout, 408, 429, 5xx             | retry (unknown outcome)    | keep   |
-//! | 2xx whose body does not decode, a payment or answer for another order | protocol mismatch | keep |
+//! | 200 whose body does not decode, another 2xx, an answer for another order | protocol mismatch | keep |
 //! | any other answer (422, 409 `PAYMENT_ALREADY_ACTIVE`, 401, 400, ...) | rejected | keep |
 //!
 //! A **protocol mismatch** is an answer that does not fit the protocol at all: a 2xx that is
@@ -232,7 +232,7 @@ pub fn classify_pay(reply: &Reply<PayResponse>) -> Verdict {
     let mismatch = |why| Verdict::Mismatch { status, why };
     match (status, code) {
         (202, _) => retry(RetryCause::InProgress),
-        (200..=299, _) => match ok {
+        (200, _) => match ok {
             Some(PayResponse {
                 status: AttemptStatus::Succeeded,
                 payment: Some(payment),
@@ -244,10 +244,12 @@ pub fn classify_pay(reply: &Reply<PayResponse>) -> Verdict {
                 status: AttemptStatus::Processing,
                 ..
             }) => retry(RetryCause::InProgress),
-            // A 2xx we cannot read (or a success that is not one): the money may have moved,
+            // A 200 we cannot read (or a success that is not one): the money may have moved,
             // and asking again would get the same body.
             _ => mismatch(Mismatch::UndecodableSuccess),
         },
+        // The protocol answers a pay with 200 or 202 only: any other 2xx is another API.
+        (201..=299, _) => mismatch(Mismatch::UndecodableSuccess),
         (402, Some(c @ (ErrorCode::PaymentDeclined | ErrorCode::PaymentFailed))) => {
             Verdict::Final(Final::Declined { code: c })
         }
@@ -432,6 +434,22 @@ mod tests {
             }
         );
         assert!(!v.removes_key());
+    }
+
+    #[test]
+    fn only_a_200_is_a_receipt_another_2xx_is_a_mismatch() {
+        let ok = PayResponse {
+            status: AttemptStatus::Succeeded,
+            order_id: "ord_1".into(),
+            payment: Some(payment()),
+        };
+        assert_eq!(
+            classify_pay(&http(201, Some(ok), None)),
+            Verdict::Mismatch {
+                status: 201,
+                why: Mismatch::UndecodableSuccess
+            }
+        );
     }
 
     #[test]
