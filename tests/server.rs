@@ -517,3 +517,32 @@ async fn pays_with_a_bearer_token_from_headers_and_no_cookies_through_custom_end
     payment_id(&out);
     assert_eq!(charges(&order.id).await, [ChargeStatus::Succeeded]);
 }
+
+#[wasm_bindgen_test]
+async fn a_cancel_the_server_answers_order_not_found_resolves_the_attempt() {
+    let order = fresh_order("gone").await;
+    // An unresolved attempt for the order: its request never reached the server.
+    let lost = PayonceClient::create(js(
+        r#"{"baseUrl":"http://127.0.0.1:1","retry":{"baseDelayMs":1,"maxDelayMs":2,"maxAttempts":1}}"#,
+    ))
+    .unwrap();
+    let out = settle(lost.pay(checkout(&order, methods::APPROVE), None))
+        .await
+        .unwrap();
+    assert_eq!(s(&out, "kind"), "pending");
+    assert!(stored(&order.id).is_some());
+    // Another user signs in on this tab: for them the order does not exist (404), so the
+    // server can never charge this key for it.
+    let _other = fresh_order("someone-else").await;
+    let c = client("");
+    let out = settle(c.cancel(order.id.clone())).await.unwrap();
+    assert_eq!(
+        (s(&out, "kind"), s(&out, "problemCode")),
+        ("notFound".into(), "ORDER_NOT_FOUND".into())
+    );
+    assert!(
+        stored(&order.id).is_none(),
+        "the attempt no longer blocks the order"
+    );
+    assert!(charges(&order.id).await.is_empty());
+}

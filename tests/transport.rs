@@ -319,3 +319,33 @@ async fn on_event_and_debug_tell_every_request_answer_wait_and_outcome() {
         ["processing", "checkingStatus"]
     );
 }
+
+#[wasm_bindgen_test]
+async fn a_cancel_answered_422_key_elsewhere_resolves_but_a_bare_404_keeps_the_key() {
+    // An unresolved attempt to cancel: the pay answers 503 until the attempts run out.
+    let pay_fetch = answering("__c0", 503, Some("{}"));
+    let c = client_with_fetch(&pay_fetch, "");
+    let out = pay_order(&c, "ord_c1").await.unwrap();
+    assert_eq!(s(&out, "kind"), "pending");
+    let out = pay_order(&c, "ord_c2").await.unwrap();
+    assert_eq!(s(&out, "kind"), "pending");
+
+    // A bare 404 (a wrong URL in front of the server, say) proves nothing: key kept.
+    let c404 = client_with_fetch(&answering("__c1", 404, Some("<html>nope</html>")), "");
+    let out = settle(c404.cancel("ord_c1".into())).await.unwrap();
+    assert_eq!(s(&out, "kind"), "unknown");
+    assert!(stored("ord_c1").is_some());
+
+    // The server says the key belongs to another order: it can never pay this one.
+    let body = r#"{"type":"t","title":"t","status":422,"code":"KEY_REUSED_WITH_DIFFERENT_DETAILS","detail":"this key belongs to another order"}"#;
+    let c422 = client_with_fetch(&answering("__c2", 422, Some(body)), "");
+    let out = settle(c422.cancel("ord_c2".into())).await.unwrap();
+    assert_eq!(
+        (s(&out, "kind"), s(&out, "problemCode")),
+        (
+            "notFound".into(),
+            "KEY_REUSED_WITH_DIFFERENT_DETAILS".into()
+        )
+    );
+    assert!(stored("ord_c2").is_none(), "resolved, no longer blocking");
+}

@@ -305,6 +305,15 @@ pub enum CancelOutcome {
         #[serde(skip_serializing_if = "Option::is_none")]
         payment: Option<Payment>,
     },
+    /// The server does not know this key for this order (`ORDER_NOT_FOUND`: the order is not
+    /// this user's or is gone; `KEY_REUSED_WITH_DIFFERENT_DETAILS`: the key belongs to another
+    /// order). Nothing can be charged with it for this order, so the key is removed rather than
+    /// blocking the order forever.
+    NotFound {
+        /// Which of the two the server said.
+        #[serde(rename = "problemCode", serialize_with = "code_str")]
+        code: ErrorCode,
+    },
     /// A charge may be under way: wait. Key kept.
     Processing,
     /// No usable answer (network error, 5xx, refusal): try later. Key kept.
@@ -334,7 +343,17 @@ pub fn classify_cancel(reply: &Reply<CancelResponse>) -> CancelOutcome {
             },
             AttemptStatus::Processing => CancelOutcome::Processing,
         },
-        _ => CancelOutcome::Unknown,
+        // Only with the code under its own status: a bare 404 may be a wrong URL in front of a
+        // server that still holds the key.
+        Reply::Http {
+            status, problem, ..
+        } => match code_of(*status, problem.as_ref()) {
+            Some(code @ (ErrorCode::OrderNotFound | ErrorCode::KeyReusedWithDifferentDetails)) => {
+                CancelOutcome::NotFound { code }
+            }
+            _ => CancelOutcome::Unknown,
+        },
+        Reply::NoAnswer { .. } => CancelOutcome::Unknown,
     }
 }
 
@@ -622,6 +641,36 @@ mod tests {
             CancelOutcome::Unknown
         );
         assert!(!CancelOutcome::Unknown.removes_key());
+    }
+
+    #[test]
+    fn a_cancel_the_server_cannot_place_resolves_the_key_but_a_bare_404_does_not() {
+        for code in [
+            ErrorCode::OrderNotFound,
+            ErrorCode::KeyReusedWithDifferentDetails,
+        ] {
+            let r = http::<CancelResponse>(code.http_status(), None, Some(Problem::new(code)));
+            let o = classify_cancel(&r);
+            assert_eq!(o, CancelOutcome::NotFound { code });
+            assert!(o.removes_key());
+        }
+        for (status, problem) in [
+            (404, None),
+            (404, Some(Problem::new(ErrorCode::NotFound))),
+            (422, None),
+            (400, Some(Problem::new(ErrorCode::OrderNotFound))),
+        ] {
+            let o = classify_cancel(&http::<CancelResponse>(status, None, problem));
+            assert_eq!(o, CancelOutcome::Unknown, "{status}");
+            assert!(!o.removes_key());
+        }
+        assert_eq!(
+            serde_json::to_value(CancelOutcome::NotFound {
+                code: ErrorCode::OrderNotFound
+            })
+            .unwrap(),
+            serde_json::json!({"kind": "notFound", "problemCode": "ORDER_NOT_FOUND"})
+        );
     }
 
     #[test]

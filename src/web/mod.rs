@@ -65,9 +65,14 @@ export type PayOutcome =
   | { kind: "orderChanged"; currentVersion?: number }
   | { kind: "cancelled" }
   | { kind: "pending"; reason: "deadline" | "attempts" | "budget" };
-/** The result of `cancel`. `processing` and `unknown` keep the key. */
+/**
+ * The result of `cancel`. `processing` and `unknown` keep the key. `notFound`: the server does
+ * not know this key for this order (the order is not this user's or is gone, or the key
+ * belongs to another order); nothing can be charged with it, so the key is removed.
+ */
 export type CancelOutcome =
   | { kind: "none" }
+  | { kind: "notFound"; problemCode: "ORDER_NOT_FOUND" | "KEY_REUSED_WITH_DIFFERENT_DETAILS" }
   | { kind: "cancelled" }
   | { kind: "declined" }
   | { kind: "failed" }

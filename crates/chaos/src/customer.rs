@@ -681,6 +681,7 @@ impl Tab {
                     })
                 }
                 CancelOutcome::None => return not_paid("nothing to cancel"),
+                CancelOutcome::NotFound { code } => return not_paid(code.as_str()),
                 CancelOutcome::Processing | CancelOutcome::Unknown => {
                     let rng = &mut self.rng;
                     let ms = ctx.policy.backoff_ms(n, &mut || rng.gen::<f64>());
