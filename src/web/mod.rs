@@ -391,10 +391,22 @@ impl Inner {
     }
 }
 
-/// The payonce client: one per page (or per test). Create it with `PayonceClient.create`.
+/// The payonce client: one per page (or per test). Create it with `PayonceClient.create`;
+/// call `free()` when done with it (a test, a Node process): the last client freed closes the
+/// page's BroadcastChannel, so nothing of the SDK keeps the event loop alive.
 #[wasm_bindgen]
 pub struct PayonceClient {
     inner: Rc<Inner>,
+    tabs_token: u32,
+}
+
+/// `free()` (or the end of a Rust scope): the client leaves the page's tab coordination, and
+/// the last one closes the BroadcastChannel. Calls still running finish; their timers end
+/// with them.
+impl Drop for PayonceClient {
+    fn drop(&mut self) {
+        tabs::leave(self.tabs_token);
+    }
 }
 
 /// `ClientOptions` as read with serde (callbacks are read separately). `null` counts as absent.
@@ -602,9 +614,10 @@ impl PayonceClient {
             inflight: RefCell::new(Vec::new()),
         };
         inner.note(fell);
-        tabs::join(inner.on_warning.clone());
+        let tabs_token = tabs::join(inner.on_warning.clone());
         Ok(PayonceClient {
             inner: Rc::new(inner),
+            tabs_token,
         })
     }
 
