@@ -20,7 +20,7 @@
 //! ([`crate::core::attempt::after_verdict`]), and how long to wait ([`Schedule`]).
 
 use crate::core::attempt::{after_verdict, plan_pay, Attempt, Entry, PayPlan};
-use crate::core::classify::{classify_pay, Final, Reply, RetryCause, Verdict};
+use crate::core::classify::{classify_pay_for, Final, Reply, RetryCause, Verdict};
 use crate::core::error::{SdkError, Warning};
 use crate::core::retry::{Jitter, Next, PendingReason, RetryBudget, RetryPolicy, Schedule};
 use payonce_protocol::{CheckoutSnapshot, IdempotencyKey, PayResponse};
@@ -77,7 +77,8 @@ pub enum Effect {
     },
     /// Remove the order's stored attempt if it still holds this key.
     Remove(IdempotencyKey),
-    /// Tell the app (`onStatus`).
+    /// Tell the app (`onStatus`). Only a change is handed out: never the same status twice
+    /// in a row.
     Status(PayStatus),
     /// Tell the app `status` after `after_ms`, unless the call is over by then.
     Remind {
@@ -136,6 +137,10 @@ pub struct PayFlow {
     schedule: Schedule,
     phase: Phase,
     sends: u32,
+    /// True while every answer so far was a network failure (no HTTP answer, not our timeout).
+    network_failures_only: bool,
+    /// The last status handed out: `onStatus` hears a status only when it changes.
+    last_status: Option<PayStatus>,
     out: VecDeque<Effect>,
 }
 
@@ -187,6 +192,8 @@ impl PayFlow {
             ),
             phase: Phase::Ready { checked: false },
             sends: 0,
+            network_failures_only: true,
+            last_status: None,
             out,
         })
     }
@@ -207,8 +214,7 @@ impl PayFlow {
         };
         self.phase = Phase::Blocked;
         if !online && !checked {
-            self.out
-                .push_back(Effect::Status(PayStatus::WaitingForNetwork));
+            self.status(PayStatus::WaitingForNetwork);
             self.out.push_back(Effect::WaitOnline {
                 max_ms: self.schedule.remaining_ms(now_ms),
             });
@@ -220,7 +226,7 @@ impl PayFlow {
                 new: false,
             });
             if self.sends == 1 {
-                self.out.push_back(Effect::Status(PayStatus::Processing));
+                self.status(PayStatus::Processing);
             }
             self.out.push_back(Effect::Send {
                 attempt: self.sends,
@@ -241,7 +247,8 @@ impl PayFlow {
         if self.phase == Phase::Over {
             return;
         }
-        let verdict = classify_pay(reply);
+        let verdict = classify_pay_for(reply, &self.attempt.snapshot.order_id);
+        self.network_failures_only &= matches!(reply, Reply::NoAnswer { timed_out: false });
         match after_verdict(self.attempt.clone(), &verdict) {
             None => self.out.push_back(Effect::Remove(self.attempt.key.clone())),
             Some(a) => {
@@ -261,16 +268,25 @@ impl PayFlow {
                 budget.refill();
                 PayEnd::Failed(SdkError::rejected(status, code))
             }
+            Verdict::Mismatch { status, why } => {
+                PayEnd::Failed(SdkError::ProtocolMismatch { status, why })
+            }
             Verdict::Retry { cause, .. } => {
                 match self.schedule.after(&verdict, now_ms, budget, jitter) {
-                    Next::GiveUp(reason) => PayEnd::Pending(reason),
+                    Next::GiveUp(reason) => {
+                        // The same network failure on every try, more than once: most likely
+                        // a CORS refusal or a wrong URL, not a passing outage.
+                        if self.network_failures_only && self.sends > 1 {
+                            self.out.push_back(Effect::Warn(Warning::ProtocolMismatch));
+                        }
+                        PayEnd::Pending(reason)
+                    }
                     Next::Wait { ms } => {
-                        self.out
-                            .push_back(Effect::Status(if cause == RetryCause::InProgress {
-                                PayStatus::Processing
-                            } else {
-                                PayStatus::CheckingStatus
-                            }));
+                        self.status(if cause == RetryCause::InProgress {
+                            PayStatus::Processing
+                        } else {
+                            PayStatus::CheckingStatus
+                        });
                         self.out.push_back(Effect::Wait { ms, why: cause });
                         return;
                     }
@@ -296,6 +312,14 @@ impl PayFlow {
             self.phase = Phase::Ready { checked: true };
         } else {
             self.finish(PayEnd::Pending(PendingReason::Deadline));
+        }
+    }
+
+    /// Queues `Status(s)` unless it is the status last handed out.
+    fn status(&mut self, s: PayStatus) {
+        if self.last_status != Some(s) {
+            self.last_status = Some(s);
+            self.out.push_back(Effect::Status(s));
         }
     }
 

@@ -17,9 +17,10 @@ mod tabs;
 mod value;
 
 use crate::core::attempt::Entry;
-use crate::core::classify::{classify_cancel, CancelOutcome, Final};
+use crate::core::classify::{classify_cancel, classify_pay_for, CancelOutcome, Final, Reply};
 use crate::core::error::{SdkError, Warning};
 use crate::core::flow::{Effect, FlowConfig, PayEnd, PayFlow};
+use crate::core::receipt::{self, Receipt};
 use crate::core::retry::{
     BudgetConfig, PendingReason, RetryBudget, RetryPolicy, DEFAULT_DEADLINE_MS,
     DEFAULT_LONG_WAIT_MS, DEFAULT_REQUEST_TIMEOUT_MS,
@@ -28,7 +29,7 @@ pub use error::PayonceError;
 use io::{Abort, Call};
 use js_sys::{Function, Promise, Reflect};
 use payonce_protocol::body::{paths, DevFault};
-use payonce_protocol::{headers, CancelRequest, CheckoutSnapshot, IdempotencyKey};
+use payonce_protocol::{headers, CancelRequest, CheckoutSnapshot, IdempotencyKey, PayResponse};
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -64,9 +65,14 @@ export type PayOutcome =
   | { kind: "orderChanged"; currentVersion?: number }
   | { kind: "cancelled" }
   | { kind: "pending"; reason: "deadline" | "attempts" | "budget" };
-/** The result of `cancel`. `processing` and `unknown` keep the key. */
+/**
+ * The result of `cancel`. `processing` and `unknown` keep the key. `notFound`: the server does
+ * not know this key for this order (the order is not this user's or is gone, or the key
+ * belongs to another order); nothing can be charged with it, so the key is removed.
+ */
 export type CancelOutcome =
   | { kind: "none" }
+  | { kind: "notFound"; problemCode: "ORDER_NOT_FOUND" | "KEY_REUSED_WITH_DIFFERENT_DETAILS" }
   | { kind: "cancelled" }
   | { kind: "declined" }
   | { kind: "failed" }
@@ -103,10 +109,41 @@ export interface RetryOptions {
    */
   budget?: { capacity?: number; retryCost?: number; timeoutCost?: number; successRefill?: number };
 }
-export type PayonceWarningCode = "STORAGE_UNAVAILABLE" | "UNREADABLE_ENTRY" | "DUPLICATED_TAB";
+/**
+ * What `onWarning` hears. `PROTOCOL_MISMATCH`: every request of a `pay` call failed at the
+ * network level (a CORS refusal, e.g. `Access-Control-Allow-Origin: *` with credentials, or an
+ * unreachable server); the call still resolves `pending`, key kept.
+ */
+export type PayonceWarningCode =
+  | "STORAGE_UNAVAILABLE"
+  | "UNREADABLE_ENTRY"
+  | "DUPLICATED_TAB"
+  | "PROTOCOL_MISMATCH";
 export interface ClientOptions {
-  /** The payonce API origin, e.g. "https://api.example.com". Required. */
+  /**
+   * The payonce API origin, e.g. "https://api.example.com". Required: the default endpoints
+   * are under it.
+   */
   baseUrl: string;
+  /**
+   * The `fetch` every request goes through (default: the global `fetch`), called as
+   * `fetch(url, init)`; a test double, an instrumented fetch, or Node's.
+   */
+  fetch?: (url: string, init: RequestInit) => Promise<Response>;
+  /**
+   * Headers added to every request (default: none): an object, or a function (sync or async)
+   * called before every request, e.g. a Bearer token that refreshes or a CSRF token. The SDK
+   * sets `Content-Type` and `Idempotency-Key` over them: the key is never the app's to change.
+   */
+  headers?: HeadersInit | (() => HeadersInit | Promise<HeadersInit>);
+  /** `RequestInit.credentials` of every request (default "include": the session cookie goes along). */
+  credentials?: "include" | "same-origin" | "omit";
+  /**
+   * The URLs of an order's pay and cancel endpoints (defaults: `${baseUrl}/orders/${encodeURIComponent(orderId)}/pay`
+   * and `.../cancel`). Each gets the order id as given; encode it yourself. The request bodies,
+   * the key and how answers are read stay the SDK's.
+   */
+  endpoints?: { pay?: (orderId: string) => string; cancel?: (orderId: string) => string };
   /** Per-request timeout, in ms (default 15000). A timed-out request is retried with the same key. */
   requestTimeoutMs?: number;
   /** Backoff, attempts and budget (see `RetryOptions` for every default). */
@@ -119,10 +156,34 @@ export interface ClientOptions {
   storage?: "session" | "memory";
   /** Hears what does not fail a call (default: none). */
   onWarning?: (code: PayonceWarningCode) => void;
+  /** Hears every request, answer, wait and outcome (default: none). See `PayonceEvent`. */
+  onEvent?: (event: PayonceEvent) => void;
+  /** Logs the same events with `console.debug("[payonce]", event)` (default false). */
+  debug?: boolean;
 }
+/** What `onEvent` hears (and `debug: true` logs with `console.debug`). */
+export type PayonceEvent =
+  | { type: "request"; endpoint: "pay" | "cancel"; orderId: string; key: string; attempt: number; url: string }
+  | {
+      type: "answer";
+      endpoint: "pay" | "cancel";
+      orderId: string;
+      key: string;
+      attempt: number;
+      /** Absent when no HTTP answer came (`timedOut` says whether our timeout fired). */
+      status?: number;
+      timedOut?: boolean;
+      /** The server replayed a stored answer for this key (`Idempotent-Replayed: true`). */
+      replayed: boolean;
+      problemCode?: string;
+      elapsedMs: number;
+    }
+  | { type: "wait"; orderId: string; ms: number; why: "inProgress" | "noAnswer" | "timedOut" | "serverTrouble" | "paced" | "offline" }
+  | { type: "outcome"; orderId: string; key?: string; outcome?: PayOutcome; error?: PayonceError };
 export interface PayOptions {
   /** Aborts waits and requests at once; the attempt and its key are kept. */
   signal?: AbortSignal;
+  /** Hears the call's status, only when it changes (never the same status twice in a row). */
   onStatus?: (status: PayStatus) => void;
   /** Dev servers only: asks the server to inject this fault into the first request. */
   devFault?: "drop-response";
@@ -164,10 +225,122 @@ export type PayonceErrorCode =
   | "UNREADABLE_ATTEMPT"
   | "KEY_REUSED_WITH_DIFFERENT_DETAILS"
   | "SERVER_REJECTED"
+  /** The answer does not fit the protocol (a 2xx that is not a payonce answer, a payment for another order); key kept, `body` shows it. */
+  | "PROTOCOL_MISMATCH"
   | "ABORTED"
   | "UNSUPPORTED"
   | "NOT_INITIALIZED";
 "#;
+
+#[wasm_bindgen]
+extern "C" {
+    #[wasm_bindgen(js_namespace = console, js_name = debug)]
+    fn console_debug(tag: &str, event: &JsValue);
+}
+
+/// `onEvent` and `debug`: every request, answer, wait and outcome, as it happens.
+struct Observer {
+    on_event: Option<Function>,
+    debug: bool,
+}
+
+impl Observer {
+    /// Hands the event `build` makes to `onEvent` and (with `debug`) to `console.debug`; builds
+    /// nothing when nobody listens.
+    fn emit(&self, build: impl FnOnce() -> JsValue) {
+        if self.on_event.is_none() && !self.debug {
+            return;
+        }
+        let event = build();
+        if let Some(f) = &self.on_event {
+            let _ = f.call1(&JsValue::NULL, &event);
+        }
+        if self.debug {
+            console_debug("[payonce]", &event);
+        }
+    }
+
+    /// `{ type: "request", endpoint, orderId, key, attempt, url }`.
+    fn request(&self, endpoint: &str, order_id: &str, key: &str, attempt: u32, url: &str) {
+        self.emit(|| {
+            value::object(&[
+                ("type", &"request".into()),
+                ("endpoint", &endpoint.into()),
+                ("orderId", &order_id.into()),
+                ("key", &key.into()),
+                ("attempt", &attempt.into()),
+                ("url", &url.into()),
+            ])
+        });
+    }
+
+    /// `{ type: "wait", orderId, ms, why }`.
+    fn wait(&self, order_id: &str, ms: u64, why: &str) {
+        self.emit(|| {
+            value::object(&[
+                ("type", &"wait".into()),
+                ("orderId", &order_id.into()),
+                ("ms", &(ms as f64).into()),
+                ("why", &why.into()),
+            ])
+        });
+    }
+
+    /// `{ type: "outcome", orderId, key?, outcome | error }`.
+    fn outcome(&self, order_id: &str, key: Option<&str>, result: &Result<JsValue, JsValue>) {
+        self.emit(|| {
+            let (name, v) = match result {
+                Ok(v) => ("outcome", v),
+                Err(e) => ("error", e),
+            };
+            value::object(&[
+                ("type", &"outcome".into()),
+                ("orderId", &order_id.into()),
+                ("key", &key.map_or(JsValue::UNDEFINED, JsValue::from)),
+                (name, v),
+            ])
+        });
+    }
+
+    /// `{ type: "answer", endpoint, orderId, key, attempt, status?, timedOut?, replayed,
+    /// problemCode?, elapsedMs }`.
+    fn answer<T>(
+        &self,
+        endpoint: &str,
+        order_id: &str,
+        key: &str,
+        attempt: u32,
+        answer: &io::Answer<T>,
+        elapsed_ms: f64,
+    ) {
+        self.emit(|| {
+            let (status, timed_out) = match &answer.reply {
+                Reply::Http { status, .. } => (JsValue::from(*status), JsValue::UNDEFINED),
+                Reply::NoAnswer { timed_out } => (JsValue::UNDEFINED, JsValue::from(*timed_out)),
+            };
+            let code = value::get(&answer.body, "code");
+            value::object(&[
+                ("type", &"answer".into()),
+                ("endpoint", &endpoint.into()),
+                ("orderId", &order_id.into()),
+                ("key", &key.into()),
+                ("attempt", &attempt.into()),
+                ("status", &status),
+                ("timedOut", &timed_out),
+                ("replayed", &answer.replayed.into()),
+                (
+                    "problemCode",
+                    &if code.is_string() {
+                        code
+                    } else {
+                        JsValue::UNDEFINED
+                    },
+                ),
+                ("elapsedMs", &elapsed_ms.into()),
+            ])
+        });
+    }
+}
 
 struct Inner {
     base_url: String,
@@ -178,11 +351,35 @@ struct Inner {
     budget: RefCell<RetryBudget>,
     store: Store,
     on_warning: Option<Function>,
+    transport: io::Transport,
+    observer: Observer,
+    /// `endpoints.pay` / `endpoints.cancel`: the app's URL for an order id.
+    pay_endpoint: Option<Function>,
+    cancel_endpoint: Option<Function>,
     /// Pay calls running in this client, by order: a double click joins the running call.
     inflight: RefCell<Vec<(CheckoutSnapshot, Promise)>>,
 }
 
 impl Inner {
+    /// The URL of `order_id`'s pay or cancel endpoint: the app's `endpoints` function, else
+    /// `baseUrl` + the protocol's path (the order id percent-encoded).
+    fn url(
+        &self,
+        custom: Option<&Function>,
+        path: fn(&str) -> String,
+        order_id: &str,
+    ) -> Result<String, SdkError> {
+        let Some(f) = custom else {
+            return Ok([&self.base_url, &path(&encode(order_id))[..]].concat());
+        };
+        f.call1(&JsValue::NULL, &order_id.into())
+            .ok()
+            .and_then(|u| u.as_string())
+            .ok_or_else(|| {
+                SdkError::InvalidConfig("an endpoints function did not return a URL string".into())
+            })
+    }
+
     fn warn(&self, w: Warning) {
         if let Some(f) = &self.on_warning {
             let _ = f.call1(&JsValue::NULL, &w.code().into());
@@ -195,10 +392,22 @@ impl Inner {
     }
 }
 
-/// The payonce client: one per page (or per test). Create it with `PayonceClient.create`.
+/// The payonce client: one per page (or per test). Create it with `PayonceClient.create`;
+/// call `free()` when done with it (a test, a Node process): the last client freed closes the
+/// page's BroadcastChannel, so nothing of the SDK keeps the event loop alive.
 #[wasm_bindgen]
 pub struct PayonceClient {
     inner: Rc<Inner>,
+    tabs_token: u32,
+}
+
+/// `free()` (or the end of a Rust scope): the client leaves the page's tab coordination, and
+/// the last one closes the BroadcastChannel. Calls still running finish; their timers end
+/// with them.
+impl Drop for PayonceClient {
+    fn drop(&mut self) {
+        tabs::leave(self.tabs_token);
+    }
 }
 
 /// `ClientOptions` as read with serde (callbacks are read separately). `null` counts as absent.
@@ -232,15 +441,27 @@ struct RetryOptions {
 }
 
 /// The members `ClientOptions` reads, each with what it must be: any other is refused by name.
-const OPTION_FIELDS: [(&str, Kind); 7] = [
+const OPTION_FIELDS: [(&str, Kind); 13] = [
     ("baseUrl", Kind::Text),
+    ("fetch", Kind::Function),
+    ("headers", Kind::ObjectOrFunction),
+    (
+        "credentials",
+        Kind::OneOf(&["include", "same-origin", "omit"]),
+    ),
+    ("endpoints", Kind::Object),
     ("requestTimeoutMs", Kind::Int(value::MAX_U32)),
     ("retry", Kind::Object),
     ("deadlineMs", Kind::Int(value::MAX_SAFE)),
     ("longWaitMs", Kind::Int(value::MAX_SAFE)),
     ("storage", Kind::OneOf(&["session", "memory"])),
     ("onWarning", Kind::Function),
+    ("onEvent", Kind::Function),
+    ("debug", Kind::Flag),
 ];
+
+/// The members of `ClientOptions.endpoints`.
+const ENDPOINT_FIELDS: [(&str, Kind); 2] = [("pay", Kind::Function), ("cancel", Kind::Function)];
 
 /// The members `RetryOptions` reads: any other is a typo and refused.
 const RETRY_FIELDS: [(&str, Kind); 5] = [
@@ -345,6 +566,10 @@ impl PayonceClient {
                 value::check(&budget, "retry.budget.", &BUDGET_FIELDS, &[]).map_err(invalid)?;
             }
         }
+        let endpoints = value::get(&options, "endpoints");
+        if !endpoints.is_undefined() && !endpoints.is_null() {
+            value::check(&endpoints, "endpoints.", &ENDPOINT_FIELDS, &[]).map_err(invalid)?;
+        }
         let o = value::from_js::<Options>(&options)
             .ok_or_else(|| invalid("the options do not match ClientOptions".into()))?;
         if !(o.base_url.starts_with("http://") || o.base_url.starts_with("https://")) {
@@ -356,6 +581,20 @@ impl PayonceClient {
             .retry
             .map_or_else(RetryPolicy::default, RetryOptions::policy);
         let on_warning = callback(&options, "onWarning");
+        let observer = Observer {
+            on_event: callback(&options, "onEvent"),
+            debug: value::get(&options, "debug").as_bool() == Some(true),
+        };
+        let credentials = value::get(&options, "credentials");
+        let transport = io::Transport {
+            fetch: callback(&options, "fetch"),
+            headers: value::get(&options, "headers"),
+            credentials: if credentials.is_string() {
+                credentials
+            } else {
+                "include".into()
+            },
+        };
         let (store, fell) = Store::new(o.storage != Some(StorageOption::Memory));
         let inner = Inner {
             base_url: o.base_url.trim_end_matches('/').to_owned(),
@@ -369,12 +608,17 @@ impl PayonceClient {
             budget: RefCell::new(RetryBudget::new(policy.budget)),
             store,
             on_warning,
+            transport,
+            observer,
+            pay_endpoint: callback(&endpoints, "pay"),
+            cancel_endpoint: callback(&endpoints, "cancel"),
             inflight: RefCell::new(Vec::new()),
         };
         inner.note(fell);
-        tabs::join(inner.on_warning.clone());
+        let tabs_token = tabs::join(inner.on_warning.clone());
         Ok(PayonceClient {
             inner: Rc::new(inner),
+            tabs_token,
         })
     }
 
@@ -602,17 +846,16 @@ fn pending(reason: PendingReason) -> JsValue {
 }
 
 /// Performs the core's pay flow ([`crate::core::flow`]): storage, statuses, requests, waits.
-async fn pay(
-    inner: &Inner,
-    checkout: CheckoutSnapshot,
-    call: PayCall,
-) -> Result<JsValue, SdkError> {
+async fn pay(inner: &Inner, checkout: CheckoutSnapshot, call: PayCall) -> Result<JsValue, JsValue> {
     let order_id = checkout.order_id.clone();
     // One payment per order at a time across every tab: a second tab waits here, then finds
     // the first one's receipt or its stored attempt.
     let _lock = io::lock(&["payonce:", &order_id].concat(), &call.abort).await?;
-    if let Some(payment) = tabs::paid(&order_id) {
-        return Ok(outcome_js(&Final::Paid { payment }));
+    let pay_url = inner.url(inner.pay_endpoint.as_ref(), paths::pay, &order_id)?;
+    if let Some(r) = tabs::receipt(&inner.base_url, &checkout) {
+        if let Some(paid) = confirm_receipt(inner, &r, &pay_url, &call.abort).await? {
+            return Ok(paid);
+        }
     }
     let config = FlowConfig {
         policy: inner.policy,
@@ -626,9 +869,9 @@ async fn pay(
         js_sys::Date::now(),
         || IdempotencyKey::parse(&io::random_uuid()).ok(),
     )?;
-    let pay_url = [&inner.base_url, &paths::pay(&encode(&order_id))[..]].concat();
     let body = value::to_json(&flow.attempt().snapshot.pay_request());
     let mut reminder = None;
+    let mut last_body = JsValue::UNDEFINED;
     loop {
         let Some(effect) = flow.poll(js_sys::Date::now(), !io::offline()) else {
             // Never: the flow always asks for something until it is done.
@@ -649,7 +892,11 @@ async fn pay(
                 });
             }
             Effect::Send { attempt } => {
-                let key = (headers::IDEMPOTENCY_KEY, flow.attempt().key.as_str());
+                let key_str = flow.attempt().key.as_str();
+                inner
+                    .observer
+                    .request("pay", &order_id, key_str, attempt, &pay_url);
+                let key = (headers::IDEMPOTENCY_KEY, key_str);
                 let fault = call.dev_fault.filter(|_| attempt == 1);
                 let with_fault;
                 let hdrs: &[(&str, &str)] = match fault {
@@ -659,48 +906,109 @@ async fn pay(
                     }
                     None => std::slice::from_ref(&key),
                 };
-                let reply = io::post(
+                let sent_at = js_sys::Date::now();
+                let answer = io::post(
                     Call {
                         url: &pay_url,
                         headers: hdrs,
                         body: &body,
                         timeout_ms: inner.request_timeout_ms,
+                        transport: &inner.transport,
                     },
                     &call.abort,
                 )
                 .await?;
+                let now = js_sys::Date::now();
+                let key = flow.attempt().key.as_str();
+                inner
+                    .observer
+                    .answer("pay", &order_id, key, attempt, &answer, now - sent_at);
                 let mut budget = inner.budget.borrow_mut();
                 flow.on_reply(
-                    &reply,
+                    &answer.reply,
                     js_sys::Date::now(),
                     &mut budget,
                     &mut js_sys::Math::random,
                 );
+                last_body = answer.body;
             }
-            Effect::Wait { ms, .. } => {
+            Effect::Wait { ms, why } => {
+                inner.observer.wait(&order_id, ms, why.as_str());
                 let (slept, _timer) = io::sleep(ms);
                 let _ = call.abort.guard(slept).await?;
                 flow.on_waited();
             }
             Effect::WaitOnline { max_ms } => {
+                inner.observer.wait(&order_id, max_ms, "offline");
                 let back = io::wait_online(max_ms, &call.abort).await?;
                 flow.on_network(back);
             }
             Effect::Done(end) => {
                 drop(reminder);
-                return match end {
+                let result = match end {
                     PayEnd::Final(f) => {
                         if let Final::Paid { payment } = &f {
-                            tabs::announce_paid(&order_id, payment);
+                            tabs::announce_paid(Receipt {
+                                base_url: inner.base_url.clone(),
+                                key: flow.attempt().key.clone(),
+                                snapshot: flow.attempt().snapshot.clone(),
+                                payment: payment.clone(),
+                            });
                         }
                         Ok(outcome_js(&f))
                     }
-                    PayEnd::Failed(e) => Err(e),
+                    PayEnd::Failed(e) => Err(error::to_js(&e, last_body)),
                     PayEnd::Pending(reason) => Ok(pending(reason)),
                 };
+                inner
+                    .observer
+                    .outcome(&order_id, Some(flow.attempt().key.as_str()), &result);
+                return result;
             }
         }
     }
+}
+
+/// Asks the server about another tab's receipt: one pay request with the receipt's key and
+/// checkout. For a key that paid this is a replay of the stored answer (it cannot charge
+/// again); only a paid answer for this order makes the outcome `paid`. `None`: the hint does
+/// not hold, pay as if it had not been heard.
+async fn confirm_receipt(
+    inner: &Inner,
+    r: &Receipt,
+    url: &str,
+    abort: &Abort,
+) -> Result<Option<JsValue>, SdkError> {
+    let order_id = &r.snapshot.order_id;
+    let key = r.key.as_str();
+    inner.observer.request("pay", order_id, key, 1, url);
+    let sent_at = js_sys::Date::now();
+    let body = value::to_json(&r.snapshot.pay_request());
+    let answer = io::post::<PayResponse>(
+        Call {
+            url,
+            headers: &[(headers::IDEMPOTENCY_KEY, key)],
+            body: &body,
+            timeout_ms: inner.request_timeout_ms,
+            transport: &inner.transport,
+        },
+        abort,
+    )
+    .await?;
+    inner.observer.answer(
+        "pay",
+        order_id,
+        key,
+        1,
+        &answer,
+        js_sys::Date::now() - sent_at,
+    );
+    let paid = receipt::confirmed(classify_pay_for(&answer.reply, order_id))
+        .map(|payment| outcome_js(&Final::Paid { payment }));
+    if let Some(v) = &paid {
+        inner.observer.outcome(order_id, Some(key), &Ok(v.clone()));
+    }
+    Ok(paid)
 }
 
 /// Path segments are percent-encoded: an order id is data, never path syntax.
@@ -718,28 +1026,50 @@ async fn cancel(inner: &Inner, order_id: &str) -> CancelOutcome {
         }
         return CancelOutcome::None;
     };
-    let url = [&inner.base_url, &paths::cancel(&encode(order_id))[..]].concat();
+    let Ok(url) = inner.url(inner.cancel_endpoint.as_ref(), paths::cancel, order_id) else {
+        return CancelOutcome::Unknown;
+    };
     let body = value::to_json(&CancelRequest { key: key.clone() });
     let no_abort = Abort::new(None);
+    inner
+        .observer
+        .request("cancel", order_id, key.as_str(), 1, &url);
+    let sent_at = js_sys::Date::now();
     let reply = io::post(
         Call {
             url: &url,
             headers: &[],
             body: &body,
             timeout_ms: inner.request_timeout_ms,
+            transport: &inner.transport,
         },
         &no_abort,
     )
     .await;
     let outcome = match reply {
-        Ok(r) => classify_cancel(&r),
+        Ok(answer) => {
+            inner.observer.answer(
+                "cancel",
+                order_id,
+                key.as_str(),
+                1,
+                &answer,
+                js_sys::Date::now() - sent_at,
+            );
+            classify_cancel(&answer.reply)
+        }
         Err(_) => CancelOutcome::Unknown,
     };
     if outcome.removes_key() {
         inner.store.remove(order_id, Some(&key));
     }
-    if let CancelOutcome::Paid { payment: Some(p) } = &outcome {
-        tabs::announce_paid(order_id, p);
+    if let (CancelOutcome::Paid { payment: Some(p) }, Entry::Valid(a)) = (&outcome, &entry) {
+        tabs::announce_paid(Receipt {
+            base_url: inner.base_url.clone(),
+            key: a.key.clone(),
+            snapshot: a.snapshot.clone(),
+            payment: p.clone(),
+        });
     }
     outcome
 }

@@ -65,6 +65,10 @@ pub(crate) enum Kind {
     Object,
     /// A function.
     Function,
+    /// An object or a function.
+    ObjectOrFunction,
+    /// `true` or `false`.
+    Flag,
     /// One of these strings.
     OneOf(&'static [&'static str]),
 }
@@ -84,6 +88,8 @@ impl Kind {
                 .is_some_and(|n| n >= 0.0 && n <= max && n.fract() == 0.0),
             Self::Object => object,
             Self::Function => v.is_function(),
+            Self::ObjectOrFunction => object || v.is_function(),
+            Self::Flag => v.as_bool().is_some(),
             Self::OneOf(list) => v.as_string().is_some_and(|s| list.contains(&s.as_str())),
         }
     }
@@ -94,6 +100,8 @@ impl Kind {
             Self::Int(_) => "a non-negative integer".into(),
             Self::Object => "an object".into(),
             Self::Function => "a function".into(),
+            Self::ObjectOrFunction => "an object or a function".into(),
+            Self::Flag => "true or false".into(),
             Self::OneOf(list) => {
                 let mut s = String::from("one of");
                 for (i, v) in list.iter().enumerate() {

@@ -493,8 +493,10 @@ impl Tab {
                             status: ErrorCode::KeyReusedWithDifferentDetails.http_status(),
                             code: Some(ErrorCode::KeyReusedWithDifferentDetails),
                         },
+                        // An answer that does not fit the protocol keeps the key: still open.
+                        SdkError::ProtocolMismatch { .. } => Call::Pending(PendingReason::Attempts),
                         _ => Call::Conflict,
-                    }
+                    };
                 }
                 Effect::Done(PayEnd::Pending(reason)) => return Call::Pending(reason),
                 Effect::Status(_) | Effect::Remind { .. } | Effect::Warn(_) => {}
@@ -679,6 +681,7 @@ impl Tab {
                     })
                 }
                 CancelOutcome::None => return not_paid("nothing to cancel"),
+                CancelOutcome::NotFound { code } => return not_paid(code.as_str()),
                 CancelOutcome::Processing | CancelOutcome::Unknown => {
                     let rng = &mut self.rng;
                     let ms = ctx.policy.backoff_ms(n, &mut || rng.gen::<f64>());
