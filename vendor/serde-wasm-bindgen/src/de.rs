@@ -231,7 +231,7 @@ impl Deserializer {
             bytes = v;
             de::Unexpected::Bytes(&bytes)
         } else {
-            string = format!("{:?}", self.value);
+            string = String::new(); // payonce: not formatted, see Error::new
             de::Unexpected::Other(&string)
         };
 
