@@ -278,3 +278,33 @@ impl Config {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = include_str!("../example.toml");
+
+    #[test]
+    fn the_example_parses_with_its_defaults() {
+        let c: Config = toml::from_str(EXAMPLE).unwrap();
+        c.check().unwrap();
+        assert_eq!(c.users.a.header, "Authorization");
+        assert_eq!(c.order.id_pointer, "/id");
+        assert_eq!(c.storm, 50);
+        assert_eq!(c.ledger.unwrap().exclude_status, ["declined"]);
+    }
+
+    #[test]
+    fn json_works_too_and_bad_files_say_why() {
+        let json = r#"{"base_url":"http://x","users":{"a":{"value":"Bearer a"},"b":{"command":"echo b"}},
+            "order":{"command":"make-order"},"methods":{"approve":"a","decline":"d","pending":"p"}}"#;
+        let c: Config = serde_json::from_str(json).unwrap();
+        c.check().unwrap();
+        let both = EXAMPLE.replacen("[users.a]\n", "[users.a]\nvalue = \"x\"\n", 1);
+        let c: Config = toml::from_str(&both).unwrap();
+        assert!(c.check().unwrap_err().to_string().contains("users.a"));
+        let typo = EXAMPLE.replace("base_url", "base_uri");
+        assert!(toml::from_str::<Config>(&typo).is_err());
+    }
+}

@@ -219,6 +219,17 @@ fn succeeded(ex: &Exchange) -> Option<PayResponse> {
         .filter(|r| ex.status == 200 && r.status == AttemptStatus::Succeeded && r.payment.is_some())
 }
 
+/// The payment id of a 200 succeeded answer. Rules other than `key.final` compare answers
+/// by what they say (this id), not by their bytes, so a backend that re-renders replays
+/// fails that one rule only.
+fn payment_id(ex: &Exchange) -> Option<String> {
+    succeeded(ex).and_then(|r| r.payment).map(|p| p.id)
+}
+
+fn same_payment(a: &Exchange, b: &Exchange) -> bool {
+    payment_id(a).is_some() && payment_id(a) == payment_id(b)
+}
+
 fn cancel_status(ex: &Exchange) -> Option<AttemptStatus> {
     (ex.status == 200)
         .then(|| ex.decode::<CancelResponse>().map(|r| r.status))
@@ -327,7 +338,7 @@ async fn key_quoted_form(b: &Backend, t: &mut Trail) -> Step {
         .await,
     );
     t.check(
-        raw.status == first.status && raw.body == first.body && replayed(&raw),
+        same_payment(&raw, &first) && replayed(&raw),
         "the raw spelling of the same key must replay the quoted key's answer",
     )?;
     t.charges(b, &order.id, 1).await
@@ -431,7 +442,7 @@ async fn key_other_details(b: &Backend, t: &mut Trail) -> Step {
             .await,
     );
     t.check(
-        same.body == first.body,
+        same_payment(&same, &first),
         "the attempt must be unchanged by the refused requests",
     )?;
     t.charges(b, &order.id, 1).await
@@ -542,7 +553,7 @@ async fn order_paid(b: &Backend, t: &mut Trail) -> Step {
             .await,
     );
     t.check(
-        again.body == first.body,
+        same_payment(&again, &first),
         "the paying key must still replay its receipt",
     )?;
     t.charges(b, &order.id, 1).await
@@ -664,7 +675,7 @@ async fn scope_per_user(b: &Backend, t: &mut Trail) -> Step {
         r.order_id == order_b.id && r.payment.is_some_and(|p| p.order_id == order_b.id)
     });
     t.check(
-        mine && ex.body != answer_a.body && !replayed(&ex),
+        mine && !same_payment(&ex, &answer_a) && !replayed(&ex),
         "user B's key is B's own: B's pay must be a new attempt for B's order (200), not A's answer or a refusal",
     )?;
     t.charges(b, &order_b.id, 1).await?;
@@ -686,7 +697,7 @@ async fn scope_per_user(b: &Backend, t: &mut Trail) -> Step {
             .await,
     );
     t.check(
-        again.body == answer_a.body,
+        same_payment(&again, &answer_a),
         "user A's attempt must be untouched by user B",
     )?;
     t.charges(b, &order_a.id, 1).await
