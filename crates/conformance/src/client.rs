@@ -12,8 +12,9 @@ use std::time::Duration;
 
 /// Longest body excerpt in evidence.
 const EXCERPT: usize = 240;
-/// Most times one pay is repeated after 429 `RATE_LIMITED` (the SDK does the same).
-const RATE_LIMIT_RETRIES: usize = 8;
+/// How long one pay is repeated after 429 `RATE_LIMITED`, at the server's pace (as the SDK
+/// does): a backend's per-user limit on new keys may make the kit wait, never fail.
+const RATE_LIMIT_PATIENCE: Duration = Duration::from_secs(60);
 
 /// Which configured user.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -340,10 +341,8 @@ impl Backend {
         let mut ex = self
             .send(Some(user), "POST", &path, key, Some(body.clone()))
             .await;
-        for _ in 0..RATE_LIMIT_RETRIES {
-            if !ex.is(429, ErrorCode::RateLimited) {
-                break;
-            }
+        let give_up = tokio::time::Instant::now() + RATE_LIMIT_PATIENCE;
+        while ex.is(429, ErrorCode::RateLimited) && tokio::time::Instant::now() < give_up {
             let wait = ex.retry_after().unwrap_or(1).clamp(1, 5);
             tokio::time::sleep(Duration::from_secs(wait)).await;
             ex = self

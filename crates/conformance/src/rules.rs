@@ -708,15 +708,17 @@ fn in_flight_ok(ex: &Exchange) -> bool {
     succeeded(ex).is_some() || ex.status == 202 || ex.is(409, ErrorCode::InProgress)
 }
 
+// The storm and the two-key race run as user B (the other rules mostly as user A), so a
+// backend's per-user limit on new keys is spread over both users.
 async fn storm(b: &Backend, t: &mut Trail) -> Step {
     t.need_ledger(b)?;
     let m = &b.config.methods;
-    let order = t.setup(b.new_order(User::A).await)?;
+    let order = t.setup(b.new_order(User::B).await)?;
     let key = new_key();
     let answers = {
         let mut set = Vec::with_capacity(b.config.storm);
         for _ in 0..b.config.storm {
-            set.push(b.pay(User::A, &order, Some(&key), order.version, &m.approve));
+            set.push(b.pay(User::B, &order, Some(&key), order.version, &m.approve));
         }
         join_all(set).await
     };
@@ -747,7 +749,7 @@ async fn storm(b: &Backend, t: &mut Trail) -> Step {
             payments.len()
         ),
     )?;
-    let last = t.see(b.settle(User::A, &order, &key, &m.approve).await);
+    let last = t.see(b.settle(User::B, &order, &key, &m.approve).await);
     t.check(succeeded(&last).is_some(), "the key must end succeeded")?;
     t.charges(b, &order.id, 1).await
 }
@@ -756,11 +758,11 @@ async fn two_keys(b: &Backend, t: &mut Trail) -> Step {
     t.need_ledger(b)?;
     let m = &b.config.methods;
     for _ in 0..b.config.race_rounds {
-        let order = t.setup(b.new_order(User::A).await)?;
+        let order = t.setup(b.new_order(User::B).await)?;
         let (k1, k2) = (new_key(), new_key());
         let (p1, p2) = tokio::join!(
-            b.pay(User::A, &order, Some(&k1), order.version, &m.approve),
-            b.pay(User::A, &order, Some(&k2), order.version, &m.approve)
+            b.pay(User::B, &order, Some(&k1), order.version, &m.approve),
+            b.pay(User::B, &order, Some(&k2), order.version, &m.approve)
         );
         let (p1, p2) = (t.see(p1), t.see(p2));
         let won = |ex: &Exchange| succeeded(ex).is_some() || ex.status == 202;
@@ -770,7 +772,7 @@ async fn two_keys(b: &Backend, t: &mut Trail) -> Step {
             "one key must win and the other get 409 PAYMENT_ALREADY_ACTIVE",
         )?;
         let winner = if won(&p1) { &k1 } else { &k2 };
-        let end = t.see(b.settle(User::A, &order, winner, &m.approve).await);
+        let end = t.see(b.settle(User::B, &order, winner, &m.approve).await);
         t.check(
             succeeded(&end).is_some(),
             "the winning key must end succeeded",
