@@ -120,7 +120,7 @@ pub(crate) struct Opts {
     pub redis_url: String,
 }
 
-/// Targets of issue 7 (goals to report, not assertions).
+/// The targets this benchmark reports against (goals, not assertions).
 const PAY_TARGET: f64 = 0.6;
 const REPLAY_TARGET: f64 = 0.7;
 
