@@ -260,7 +260,7 @@ pub(crate) fn load_file(path: &Path) -> Result<CatalogSource, String> {
     let canonical = serde_json::to_vec(&file).map_err(|e| format!("--catalog {shown}: {e}"))?;
     Ok(CatalogSource {
         file: Arc::new(file),
-        digest: crate::hex(&Sha256::digest(&canonical)),
+        digest: hex::encode(Sha256::digest(&canonical)),
         installed: Arc::default(),
     })
 }
