@@ -44,7 +44,7 @@ enum Flaw {
 const APPROVE: &str = "pm_ok";
 const DECLINE: &str = "pm_no";
 const PENDING: &str = "pm_wait";
-const PENDING_FOR: Duration = Duration::from_millis(1200);
+const PENDING_FOR: Duration = Duration::from_millis(2000);
 const AMOUNT: i64 = 500;
 
 #[derive(Clone)]
