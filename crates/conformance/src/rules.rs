@@ -844,49 +844,57 @@ async fn pending(b: &Backend) -> Vec<(&'static str, Trail, Step)> {
         }
     };
     let k1 = new_key();
-    let first = b.pay(User::A, &order, Some(&k1), order.version, &m.pending);
-    // The same key again first: once it is answered, the key is claimed (by the first
-    // request, or by this one if the first was slow to arrive), so the other probes cannot
-    // overtake the claim.
-    let probes = async {
+    // Two requests with the key: the pending pay, and the same pay again `pending_ms` later.
+    // Whichever answers first decides: a 409 IN_PROGRESS (or a 202) means the other one
+    // holds the attempt processing, so the other probes go now, while it still does. (Not
+    // "after the retry": if the first pay was slow to arrive, the retry is the one charging,
+    // and it answers only when the attempt is final.)
+    let p1 = b.pay(User::A, &order, Some(&k1), order.version, &m.pending);
+    let p2 = async {
         tokio::time::sleep(Duration::from_millis(m.pending_ms)).await;
-        let same = b
-            .pay(User::A, &order, Some(&k1), order.version, &m.pending)
-            .await;
-        let k2 = new_key();
-        let (other, cart, cancel) = tokio::join!(
+        b.pay(User::A, &order, Some(&k1), order.version, &m.pending)
+            .await
+    };
+    tokio::pin!(p1, p2);
+    let (early, p1_first) = tokio::select! {
+        r = &mut p1 => (r, true),
+        r = &mut p2 => (r, false),
+    };
+    let k2 = new_key();
+    let probes = async {
+        tokio::join!(
             b.pay(User::A, &order, Some(&k2), order.version, &m.approve),
             b.edit_cart(User::A, &order.id),
             b.cancel(User::A, &order.id, &k1),
-        );
-        (same, other, cart, cancel)
+        )
     };
-    let (first, (same, other, cart, cancel)) = tokio::join!(first, probes);
+    let (late, (other, cart, cancel)) = if p1_first {
+        tokio::join!(&mut p2, probes)
+    } else {
+        tokio::join!(&mut p1, probes)
+    };
     let end = b.settle(User::A, &order, &k1, &m.pending).await;
     let charged = b.charges(&order.id).await;
     for t in &mut trails {
-        t.see(first.clone());
+        t.see(early.clone());
+        t.see(late.clone());
     }
-    // Still processing when probed? A same-key probe that met a final attempt replays it.
-    let met_final = same.status != 409 && replayed(&same);
-    let results: Vec<Step> = if met_final {
-        for t in &mut trails {
-            t.see(same.clone());
-        }
+    let met_processing = early.is(409, ErrorCode::InProgress) || early.status == 202;
+    let fresh_success = |ex: &Exchange| succeeded(ex).is_some() && !replayed(ex);
+    let results: Vec<Step> = if fresh_success(&early) && fresh_success(&late) {
+        let why = "both requests with one key were processed as new (two fresh 200s)";
+        (0..4).map(|_| Err(Stop::Fail(why.into()))).collect()
+    } else if !met_processing {
         let why = format!(
-            "the pending method {:?} settled within {} ms: nothing was processing to probe",
+            "the pending method {:?} settled before {} ms: nothing was processing to probe",
             m.pending, m.pending_ms
         );
         (0..4).map(|_| Err(Stop::NotChecked(why.clone()))).collect()
     } else {
         let t = &mut trails;
-        let s = t[0].see(same);
-        // Whichever of the two same-key requests came second met the key processing.
-        let second = if s.is(409, ErrorCode::InProgress) || !first.is(409, ErrorCode::InProgress) {
-            &s
-        } else {
-            &first
-        };
+        // The request that met the key processing: the early one, unless it was a 202 (the
+        // holder giving up waiting on the provider), then the other.
+        let second = if early.status == 202 { &late } else { &early };
         let r0 = t[0]
             .check(
                 second.is(409, ErrorCode::InProgress),

@@ -592,3 +592,28 @@ async fn without_a_ledger_or_cart_those_rules_are_not_checked_with_the_reason() 
         Some(Verdict::NotChecked)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pending_probes_hold_whichever_request_claims_the_key() {
+    // With no gap the two same-key requests race for the claim, so either may be the one
+    // charging; the probes must still meet the attempt processing.
+    let base = start(Flaw::None).await;
+    let mut cfg = config(&base, true);
+    cfg.methods.pending_ms = 0;
+    for _ in 0..3 {
+        let report = payonce_conformance::run(cfg.clone()).await.expect("runs");
+        let text = report.render_text();
+        for id in [
+            "key.processing",
+            "order.one-active-attempt",
+            "cart.locked",
+            "cancel.processing",
+        ] {
+            assert_eq!(
+                report.get(id).map(|r| r.verdict),
+                Some(Verdict::Pass),
+                "{id}\n{text}"
+            );
+        }
+    }
+}
