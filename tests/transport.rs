@@ -349,3 +349,41 @@ async fn a_cancel_answered_422_key_elsewhere_resolves_but_a_bare_404_keeps_the_k
     );
     assert!(stored("ord_c2").is_none(), "resolved, no longer blocking");
 }
+
+#[wasm_bindgen_test]
+async fn action_required_keeps_the_key_and_the_same_key_finishes_it() {
+    // The bank's challenge is pending until the page sets window.__3dsDone.
+    let fetch = run_js(
+        "window.__3dsDone = false; window.__3dsKeys = []; \
+         return (url, init) => { \
+           window.__3dsKeys.push(new Headers(init.headers).get('Idempotency-Key')); \
+           const json = (s, b) => Promise.resolve(new Response(JSON.stringify(b), { status: s, headers: { 'Content-Type': 'application/json' } })); \
+           if (!window.__3dsDone) return json(402, { type: '/problems/action-required', title: 't', status: 402, \
+             code: 'ACTION_REQUIRED', next: { type: 'redirect', url: 'https://bank.example/3ds/abc' } }); \
+           const payment = { id: 'pay_3ds', orderId: 'ord_3ds', amount: 100, currency: 'EUR', \
+             paymentMethodId: 'pm_card_3ds', chargeId: 'ch_3ds', status: 'succeeded' }; \
+           return json(200, { status: 'succeeded', orderId: 'ord_3ds', payment }); \
+         };",
+    );
+    let c = client_with_fetch(&fetch, "");
+    let checkout =
+        || js(r#"{"orderId":"ord_3ds","orderVersion":1,"paymentMethodId":"pm_card_3ds"}"#);
+    let out = settle(c.pay(checkout(), None)).await.expect("resolves");
+    assert_eq!(s(&out, "kind"), "actionRequired");
+    assert_eq!(
+        s(&get(&out, "next"), "url"),
+        "https://bank.example/3ds/abc",
+        "the server's next, untouched"
+    );
+    let key = s(&stored("ord_3ds").expect("the key is kept"), "key");
+    // The customer completes the challenge; the page pays again with the same checkout.
+    run_js("window.__3dsDone = true;");
+    let out = settle(c.pay(checkout(), None)).await.expect("resolves");
+    assert_eq!(s(&out, "kind"), "paid");
+    let keys: Vec<String> = js_sys::Array::from(&run_js("return window.__3dsKeys;"))
+        .iter()
+        .map(|k| k.as_string().unwrap())
+        .collect();
+    assert_eq!(keys, [key.clone(), key], "one key for the whole attempt");
+    assert!(stored("ord_3ds").is_none(), "paid is final");
+}

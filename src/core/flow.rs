@@ -56,6 +56,9 @@ impl PayStatus {
 pub enum PayEnd {
     /// A final answer: the key was removed.
     Final(Final),
+    /// The customer must act first (3-D Secure); the key is kept, and `pay` or `resume` with
+    /// the same checkout finishes the attempt afterwards.
+    ActionRequired,
     /// The call fails with this error; the key is kept.
     Failed(SdkError),
     /// The call stopped asking while the outcome is open; the key is kept.
@@ -270,6 +273,10 @@ impl PayFlow {
             }
             Verdict::Mismatch { status, why } => {
                 PayEnd::Failed(SdkError::ProtocolMismatch { status, why })
+            }
+            Verdict::ActionRequired => {
+                budget.refill();
+                PayEnd::ActionRequired
             }
             Verdict::Retry { cause, .. } => {
                 match self.schedule.after(&verdict, now_ms, budget, jitter) {

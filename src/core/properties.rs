@@ -88,7 +88,9 @@ proptest! {
                 prop_assert_eq!(&kept.key, &a.key);
                 prop_assert_eq!(kept.state, AttemptState::Unknown);
             }
-            Verdict::Rejected { .. } | Verdict::Mismatch { .. } => prop_assert_eq!(after, Some(a)),
+            Verdict::Rejected { .. } | Verdict::Mismatch { .. } | Verdict::ActionRequired => {
+                prop_assert_eq!(after, Some(a))
+            }
         }
     }
 

@@ -58,9 +58,18 @@ export interface Payment {
   chargeId: string;
   status: "succeeded" | "refunded";
 }
-/** The result of `pay`. Only `pending` keeps the key (the server may still be charging). */
+/**
+ * The result of `pay`. `pending` and `actionRequired` keep the key (the server may still be
+ * charging, or waits for the customer); every other outcome is final and removes it.
+ */
 export type PayOutcome =
   | { kind: "paid"; payment: Payment }
+  /**
+   * The customer must act first (e.g. 3-D Secure). `next` is the server's opaque payload (for
+   * example `{ type: "redirect", url }`). After the action, `pay` with the same checkout (or
+   * `resume(orderId)`) sends the same key and finishes the attempt.
+   */
+  | { kind: "actionRequired"; next: unknown }
   | { kind: "declined"; code: "PAYMENT_DECLINED" | "PAYMENT_FAILED" }
   | { kind: "orderChanged"; currentVersion?: number }
   | { kind: "cancelled" }
@@ -958,6 +967,11 @@ async fn pay(inner: &Inner, checkout: CheckoutSnapshot, call: PayCall) -> Result
                     }
                     PayEnd::Failed(e) => Err(error::to_js(&e, last_body)),
                     PayEnd::Pending(reason) => Ok(pending(reason)),
+                    // The problem's `next` member, passed through untouched.
+                    PayEnd::ActionRequired => Ok(value::object(&[
+                        ("kind", &"actionRequired".into()),
+                        ("next", &value::get(&last_body, "next")),
+                    ])),
                 };
                 inner
                     .observer

@@ -499,6 +499,10 @@ impl Tab {
                     };
                 }
                 Effect::Done(PayEnd::Pending(reason)) => return Call::Pending(reason),
+                // The shop's cards never ask for 3-D Secure; if one did, the attempt stays open.
+                Effect::Done(PayEnd::ActionRequired) => {
+                    return Call::Pending(PendingReason::Attempts)
+                }
                 Effect::Status(_) | Effect::Remind { .. } | Effect::Warn(_) => {}
             }
         }

@@ -281,7 +281,7 @@ fn flow_step(flow: &mut PayFlow, now_ms: u64) -> Step {
             }
             Effect::Done(PayEnd::Final(_)) => return Step::Paid,
             Effect::Done(PayEnd::Pending(reason)) => return Step::Then(Next::GiveUp(reason)),
-            Effect::Done(PayEnd::Failed(_)) => {
+            Effect::Done(PayEnd::Failed(_) | PayEnd::ActionRequired) => {
                 return Step::Then(Next::GiveUp(PendingReason::Attempts))
             }
             _ => {}
