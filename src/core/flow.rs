@@ -347,6 +347,7 @@ mod tests {
             order_id: "ord_1".into(),
             order_version: 2,
             payment_method_id: "pm_card_approve".into(),
+            extras: Default::default(),
         }
     }
     fn key() -> IdempotencyKey {

@@ -15,6 +15,7 @@ fn snapshot() -> impl Strategy<Value = CheckoutSnapshot> {
             order_id,
             order_version,
             payment_method_id,
+            extras: Default::default(),
         }
     })
 }
@@ -169,6 +170,7 @@ fn drive(
         order_id: "ord_a".into(),
         order_version: 1,
         payment_method_id: "pm_a".into(),
+        extras: Default::default(),
     };
     let config = FlowConfig {
         policy,

@@ -47,6 +47,12 @@ export interface Checkout {
   /** The server's order version the customer saw. */
   orderVersion: number;
   paymentMethodId: string;
+  /**
+   * Extra intention fields (default none), e.g. `{ shippingOptionId: "ship_express", couponCode: "SAVE10" }`:
+   * sent as the pay body's `extras`, stored with the attempt, and part of the match (other
+   * extras while an attempt is open reject with SNAPSHOT_CONFLICT). String values only.
+   */
+  extras?: Record<string, string>;
 }
 export interface Payment {
   id: string;
@@ -206,6 +212,7 @@ export type PendingAttempt =
       key: string;
       createdAt: number;
       sends: number;
+      extras?: Record<string, string>;
     }
   | { state: "unreadable"; orderId: string; key?: string };
 /**
@@ -497,10 +504,11 @@ const BUDGET_FIELDS: [(&str, Kind); 4] = [
 ];
 
 /// The members of a `Checkout` (all required): any other is refused.
-const CHECKOUT_FIELDS: [(&str, Kind); 3] = [
+const CHECKOUT_FIELDS: [(&str, Kind); 4] = [
     ("orderId", Kind::Text),
     ("orderVersion", Kind::Int(value::MAX_SAFE)),
     ("paymentMethodId", Kind::Text),
+    ("extras", Kind::Object),
 ];
 
 impl RetryOptions {
@@ -543,6 +551,8 @@ struct PendingView<'a> {
     created_at: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     sends: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    extras: Option<&'a std::collections::BTreeMap<String, String>>,
 }
 
 /// `{ kind: "pending", reason }`: the call stopped asking, the key is kept.
@@ -643,7 +653,9 @@ impl PayonceClient {
         >,
     ) -> Promise {
         let required = ["orderId", "orderVersion", "paymentMethodId"];
-        if let Err(why) = value::check(&checkout, "", &CHECKOUT_FIELDS, &required) {
+        let checked = value::check(&checkout, "", &CHECKOUT_FIELDS, &required)
+            .and_then(|()| value::all_text(&value::get(&checkout, "extras"), "extras."));
+        if let Err(why) = checked {
             return rejected(SdkError::InvalidCheckout(why));
         }
         match value::from_js::<CheckoutSnapshot>(&checkout) {
@@ -697,6 +709,7 @@ impl PayonceClient {
                 key: Some(a.key.as_str()),
                 created_at: Some(a.created_at),
                 sends: Some(a.sends),
+                extras: Some(&a.snapshot.extras).filter(|e| !e.is_empty()),
             },
             Entry::Unreadable { key } => PendingView {
                 state: "unreadable",
@@ -706,6 +719,7 @@ impl PayonceClient {
                 key: key.as_ref().map(|k| k.as_str()),
                 created_at: None,
                 sends: None,
+                extras: None,
             },
         };
         value::to_js(&view)
@@ -877,7 +891,7 @@ async fn pay(inner: &Inner, checkout: CheckoutSnapshot, call: PayCall) -> Result
         js_sys::Date::now(),
         || IdempotencyKey::parse(&io::random_uuid()).ok(),
     )?;
-    let body = value::to_json(&flow.attempt().snapshot.pay_request());
+    let body = value::to_json(&flow.attempt().snapshot.pay_body());
     let mut reminder = None;
     let mut last_body = JsValue::UNDEFINED;
     loop {
@@ -996,7 +1010,7 @@ async fn confirm_receipt(
     let key = r.key.as_str();
     inner.observer.request("pay", order_id, key, 1, url);
     let sent_at = js_sys::Date::now();
-    let body = value::to_json(&r.snapshot.pay_request());
+    let body = value::to_json(&r.snapshot.pay_body());
     let answer = io::post::<PayResponse>(
         Call {
             url,

@@ -852,6 +852,7 @@ pub(crate) async fn run_intent(ctx: &Ctx, worker: usize, index: usize) -> Intent
         order_id: order.id.clone(),
         order_version: order.version,
         payment_method_id: script.method.to_owned(),
+        extras: Default::default(),
     };
     let mut tab = Tab::new("tab1", token, &ctx.policy, script.rng_seed, hist.clone());
     let mut reloads = script.reloads.clone();

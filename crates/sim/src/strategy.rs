@@ -256,6 +256,7 @@ fn sim_checkout() -> CheckoutSnapshot {
         order_id: "ord_sim".into(),
         order_version: 1,
         payment_method_id: "pm_sim".into(),
+        extras: Default::default(),
     }
 }
 
