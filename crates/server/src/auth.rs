@@ -46,7 +46,7 @@ fn mac(secret: &[u8], payload: &str) -> HmacSha256 {
 pub(crate) fn sign_token(secret: &[u8], user: &str, expires: u64) -> String {
     let payload = format!("v1.{user}.{expires}");
     let tag = mac(secret, &payload).finalize().into_bytes();
-    format!("{payload}.{}", crate::hex(&tag))
+    format!("{payload}.{}", hex::encode(tag))
 }
 
 /// Verifies a token; returns the user id.
@@ -65,7 +65,11 @@ pub(crate) fn verify_token(secret: &[u8], token: &str, now_secs: u64) -> Option<
         return None;
     }
     let expires: u64 = exp.parse().ok()?;
-    let sig = crate::unhex(sig)?;
+    // Lower-case only: one spelling per token.
+    if sig.bytes().any(|b| b.is_ascii_uppercase()) {
+        return None;
+    }
+    let sig = hex::decode(sig).ok()?;
     mac(secret, &format!("v1.{user}.{exp}"))
         .verify_slice(&sig)
         .ok()?;

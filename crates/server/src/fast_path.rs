@@ -27,13 +27,13 @@
 //! repeats it, so one user's lookup can never read another's answer.
 
 use crate::error::{AppError, AppResult};
-use crate::metrics;
+use crate::metrics::{self, PayOutcome, RedisLookup, ReplaySource};
 use crate::pay::{self, NextAction, PayAnswer};
 use crate::redis_cache::{CacheError, RedisCache};
 use crate::store::attempts::{self as db, AttemptRow};
 use crate::store::orders::OrderRow;
 use crate::{now_ms, AppState};
-use payonce_protocol::{AttemptStatus, IdempotencyKey, PayRequest};
+use payonce_protocol::{AttemptStatus, ErrorCode, IdempotencyKey, PayRequest};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -145,7 +145,7 @@ pub(crate) async fn pay(
     req: PayRequest,
     first_row: Option<AttemptRow>,
 ) -> AppResult<PayAnswer> {
-    let mut source = "database";
+    let mut source = ReplaySource::Database;
     let result = match state.limits.request(&user) {
         Err(e) => Err(e),
         Ok(()) => match state.redis.clone() {
@@ -157,7 +157,7 @@ pub(crate) async fn pay(
                 let (r, from_redis) =
                     with_redis(&redis, state, user, order, key, req, first_row).await;
                 if from_redis {
-                    source = "redis";
+                    source = ReplaySource::Redis;
                 }
                 r
             }
@@ -196,7 +196,7 @@ pub(crate) async fn replay_first(
     // copy answers exactly as the row would).
     if let Some(row) = state.replays.get(user, key.as_str(), crate::now_ms()) {
         if let Some(answer) = pay::replay_from_row(&row, user, order_id, req) {
-            return First::Answered(replayed(state, user, answer, "memory"));
+            return First::Answered(replayed(state, user, answer, ReplaySource::Memory));
         }
     }
     let mut refill = None;
@@ -212,7 +212,7 @@ pub(crate) async fn replay_first(
                 if let Some(row) = row {
                     if let Some(answer) = pay::replay_from_row(&row, user, order_id, req) {
                         state.replays.put(user, key.as_str(), &row);
-                        return First::Answered(replayed(state, user, answer, "redis"));
+                        return First::Answered(replayed(state, user, answer, ReplaySource::Redis));
                     }
                 }
             }
@@ -246,37 +246,42 @@ pub(crate) async fn replay_first(
         set.arg(&rkey).arg(value).arg("NX").arg("PX").arg(ttl);
         let _ = redis.query::<Option<String>>(&set).await;
     }
-    First::Answered(replayed(state, user, answer, "database"))
+    First::Answered(replayed(state, user, answer, ReplaySource::Database))
 }
 
 /// A replay found by [`replay_first`], through the per-request rate limit and counted like
 /// any other answer.
-fn replayed(state: &AppState, user: &str, answer: PayAnswer, source: &str) -> AppResult<PayAnswer> {
+fn replayed(
+    state: &AppState,
+    user: &str,
+    answer: PayAnswer,
+    source: ReplaySource,
+) -> AppResult<PayAnswer> {
     let result = state.limits.request(user).map(|()| answer);
-    if result.is_ok() && source == "redis" {
-        metrics::redis_lookup("replay");
+    if result.is_ok() && source == ReplaySource::Redis {
+        metrics::redis_lookup(RedisLookup::Replay);
     }
     record(&result, source);
     result
 }
 
 /// Counts one answer.
-fn record(result: &AppResult<PayAnswer>, source: &str) {
+fn record(result: &AppResult<PayAnswer>, source: ReplaySource) {
     match result {
         Ok(a) => {
             let outcome = match a.status() {
-                200 => "succeeded".to_owned(),
-                202 => "processing".to_owned(),
+                200 => PayOutcome::Attempt(AttemptStatus::Succeeded),
+                202 => PayOutcome::Attempt(AttemptStatus::Processing),
                 _ => serde_json::from_str::<serde_json::Value>(a.body())
                     .ok()
-                    .and_then(|v| v["code"].as_str().map(str::to_owned))
-                    .unwrap_or_else(|| "unknown".to_owned()),
+                    .and_then(|v| v["code"].as_str().and_then(ErrorCode::parse))
+                    .map_or(PayOutcome::Unknown, PayOutcome::Problem),
             };
-            metrics::pay_outcome(a.status(), &outcome, a.replayed().then_some(source));
+            metrics::pay_outcome(a.status(), outcome, a.replayed().then_some(source));
         }
         Err(e) => {
             let p = e.to_problem();
-            metrics::pay_outcome(p.status, p.code.as_str(), None);
+            metrics::pay_outcome(p.status, PayOutcome::Problem(p.code), None);
         }
     }
 }
@@ -316,7 +321,7 @@ async fn with_redis(
     };
     let Some(mut value) = existing else {
         // Ours in Redis. The database claim still decides.
-        metrics::redis_lookup("claimed");
+        metrics::redis_lookup(RedisLookup::Claimed);
         let r = pay::run(
             state.clone(),
             user.clone(),
@@ -338,12 +343,12 @@ async fn with_redis(
         match serde_json::from_str::<Entry>(&value) {
             Ok(entry @ Entry::Final { .. }) => {
                 if let Some(answer) = replay(&entry, &user, &order, &req) {
-                    metrics::redis_lookup("replay");
+                    metrics::redis_lookup(RedisLookup::Replay);
                     return (Ok(answer), true);
                 }
                 // Different details (or an entry that is not this user's): never replay;
                 // the database path answers (422 with the attempt's current status).
-                metrics::redis_lookup("mismatch");
+                metrics::redis_lookup(RedisLookup::Mismatch);
                 break;
             }
             Ok(Entry::Processing { .. }) if Instant::now() < deadline => {
@@ -354,7 +359,7 @@ async fn with_redis(
                     Ok(Some(v)) => value = v,
                     Ok(None) => {
                         // Flushed, expired or released: the database knows.
-                        metrics::redis_lookup("miss");
+                        metrics::redis_lookup(RedisLookup::Miss);
                         break;
                     }
                     Err(e) => {
@@ -364,12 +369,12 @@ async fn with_redis(
                 }
             }
             Ok(Entry::Processing { .. }) => {
-                metrics::redis_lookup("processing");
+                metrics::redis_lookup(RedisLookup::Processing);
                 break;
             }
             Err(e) => {
                 tracing::warn!(error = %e, "unreadable redis entry; using the database");
-                metrics::redis_lookup("error");
+                metrics::redis_lookup(RedisLookup::Error);
                 break;
             }
         }
@@ -395,10 +400,10 @@ async fn with_redis(
     (r, false)
 }
 
-fn lookup_label(e: &CacheError) -> &'static str {
+fn lookup_label(e: &CacheError) -> RedisLookup {
     match e {
-        CacheError::Skipped => "skipped",
-        CacheError::Failed(_) => "error",
+        CacheError::Skipped => RedisLookup::Skipped,
+        CacheError::Failed(_) => RedisLookup::Error,
     }
 }
 

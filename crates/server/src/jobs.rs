@@ -24,7 +24,7 @@
 
 use crate::error::AppResult;
 use crate::faults::{self, failpoint};
-use crate::metrics;
+use crate::metrics::{self, EmailResult, OutboxResult, ReconcileResult};
 use crate::pay;
 use crate::store::attempts::{self as db, AttemptRow};
 use crate::store::audit::{self, Entry};
@@ -127,8 +127,8 @@ pub(crate) async fn drain_outbox(state: &AppState) -> AppResult<usize> {
         let driven = drive_abandoned(state, &row, Worker::Outbox).await?;
         tracing::debug!(attempt = %row.id, ?driven, "outbox row");
         match driven {
-            Driven::Settled => metrics::outbox("drained"),
-            Driven::Unknown => metrics::outbox("inconclusive"),
+            Driven::Settled => metrics::outbox(OutboxResult::Drained),
+            Driven::Unknown => metrics::outbox(OutboxResult::Inconclusive),
             Driven::Skipped => {}
         }
         settled += usize::from(driven == Driven::Settled);
@@ -147,7 +147,7 @@ pub(crate) async fn reconcile_stuck(state: &AppState) -> AppResult<usize> {
         match drive_abandoned(state, &row, Worker::Reconciliation).await? {
             Driven::Settled => {
                 settled += 1;
-                metrics::reconciliation("settled");
+                metrics::reconciliation(ReconcileResult::Settled);
                 tracing::info!(attempt = %row.id, "reconciliation settled an attempt");
             }
             Driven::Unknown => flag_for_review(state, &row).await?,
@@ -176,7 +176,7 @@ async fn flag_for_review(state: &AppState, row: &AttemptRow) -> AppResult<()> {
     audit::record(&mut *tx, &entry, now).await?;
     tx.commit().await?;
     tracing::error!(attempt = %row.id, order = %row.order_id, "attempt flagged for manual review");
-    metrics::reconciliation("manual_review");
+    metrics::reconciliation(ReconcileResult::ManualReview);
     Ok(())
 }
 
@@ -211,11 +211,11 @@ pub(crate) async fn send_emails(state: &AppState) -> AppResult<usize> {
                 body: &body,
             };
             queue::insert_mail(&mut *tx, &mail, now).await?;
-            metrics::email("sent");
+            metrics::email(EmailResult::Sent);
             sent += 1;
         } else {
             tracing::info!(job = %job, order = %order_id, "confirmation already sent: redelivery is a no-op");
-            metrics::email("already_sent");
+            metrics::email(EmailResult::AlreadySent);
         }
         tx.commit().await?;
         failpoint(faults::EMAIL);

@@ -332,35 +332,6 @@ pub(crate) fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// Lower-case hex.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[usize::from(b >> 4)] as char);
-        s.push(DIGITS[usize::from(b & 0xf)] as char);
-    }
-    s
-}
-
-/// Parses lower-case hex only: one spelling per value.
-pub(crate) fn unhex(s: &str) -> Option<Vec<u8>> {
-    fn nibble(c: u8) -> Option<u8> {
-        match c {
-            b'0'..=b'9' => Some(c - b'0'),
-            b'a'..=b'f' => Some(c - b'a' + 10),
-            _ => None,
-        }
-    }
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    s.as_bytes()
-        .chunks(2)
-        .map(|p| Some(nibble(p[0])? << 4 | nibble(p[1])?))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -387,16 +358,6 @@ mod tests {
     }
 
     proptest! {
-        #[test]
-        fn hex_round_trips(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
-            prop_assert_eq!(unhex(&hex(&bytes)), Some(bytes));
-        }
-
-        #[test]
-        fn unhex_never_panics(s in ".{0,80}") {
-            let _ = unhex(&s);
-        }
-
         #[test]
         fn origins_never_panic(s in proptest::collection::vec(any::<u8>(), 0..64)) {
             let _ = is_local_origin(&s);

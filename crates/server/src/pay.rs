@@ -84,7 +84,7 @@ pub(crate) fn fingerprint(d: &Details<'_>) -> String {
         h.update((field.len() as u64).to_be_bytes());
         h.update(field.as_bytes());
     }
-    crate::hex(&h.finalize())
+    hex::encode(h.finalize())
 }
 
 /// The provider key for `(user, key)`: derived, so it is stable across retries and
@@ -96,7 +96,7 @@ pub(crate) fn provider_key(user: &str, key: &IdempotencyKey) -> String {
     h.update(user.as_bytes());
     h.update(b"\0");
     h.update(key.as_str().as_bytes());
-    format!("pk_{}", &crate::hex(&h.finalize())[..40])
+    format!("pk_{}", &hex::encode(h.finalize())[..40])
 }
 
 /// The fingerprint this request would have for the attempt `row`. The amount is a function
@@ -409,7 +409,7 @@ pub(crate) async fn run(
                         claimed_here = true;
                         failpoint(faults::AFTER_CLAIM);
                         // The claim's outbox row, executed inline by this request.
-                        crate::metrics::outbox("executed_inline");
+                        crate::metrics::outbox(crate::metrics::OutboxResult::ExecutedInline);
                         match drive(&state, &claim).await? {
                             Some(answer) => return Ok(answer),
                             None => continue,

@@ -16,7 +16,7 @@
 use crate::auth::AuthUser;
 use crate::error::{AppError, AppResult};
 use crate::extract::{IdemKeyHeader, PathId};
-use crate::metrics;
+use crate::metrics::{self, RefundResult};
 use crate::provider_client::RefundOutcome;
 use crate::store::audit::{self, Entry};
 use crate::store::refunds::{self as db, NewRefund, RefundRow};
@@ -36,7 +36,7 @@ pub(crate) fn provider_refund_key(user: &str, key: &IdempotencyKey) -> String {
     h.update(user.as_bytes());
     h.update(b"\0");
     h.update(key.as_str().as_bytes());
-    format!("rk_{}", &crate::hex(&h.finalize())[..40])
+    format!("rk_{}", &hex::encode(h.finalize())[..40])
 }
 
 /// The handler.
@@ -105,7 +105,7 @@ async fn run(
                 response_body: Some(body),
                 ..
             }) => {
-                metrics::refund("replayed");
+                metrics::refund(RefundResult::Replayed);
                 return Ok((u16::try_from(status).unwrap_or(500), body, true));
             }
             Some(row) => {
@@ -140,7 +140,7 @@ async fn run(
 }
 
 fn not_allowed(detail: &str) -> AppError {
-    metrics::refund("not_allowed");
+    metrics::refund(RefundResult::NotAllowed);
     AppError::detail(ErrorCode::RefundNotAllowed, detail)
 }
 
@@ -164,7 +164,7 @@ async fn drive(
         }
         RefundOutcome::Unknown(why) => {
             tracing::warn!(refund = %row.id, %why, "refund outcome unknown; stays processing");
-            metrics::refund("in_progress");
+            metrics::refund(RefundResult::InProgress);
             return Err(AppError::with(ErrorCode::InProgress, |p| {
                 p.detail = Some("the refund is in progress; retry with the same key".into());
                 p.retry_after = Some(state.config.retry_after_secs);
@@ -206,6 +206,6 @@ async fn drive(
         audit::record(&mut *tx, &entry, now).await?;
     }
     tx.commit().await?;
-    metrics::refund("refunded");
+    metrics::refund(RefundResult::Refunded);
     Ok(Some((200, body, false)))
 }

@@ -24,7 +24,7 @@
 
 use crate::error::{AppError, AppResult};
 use crate::faults::{self, failpoint};
-use crate::metrics;
+use crate::metrics::{self, WebhookResult};
 use crate::pay;
 use crate::store::attempts as db;
 use crate::store::orders::get_order;
@@ -72,7 +72,7 @@ pub(crate) async fn handler(
         TOLERANCE,
     )
     .map_err(|e| {
-        metrics::webhook_event("bad_signature");
+        metrics::webhook_event(WebhookResult::BadSignature);
         signature_invalid(e.reason())
     })?;
     let event: WebhookEvent = serde_json::from_slice(&body).map_err(|e| {
@@ -89,7 +89,7 @@ pub(crate) async fn handler(
     let pool = state.store.pool();
     if db::webhook_arrived(pool, &event.id, kind, &event.charge.provider_key, now_ms()).await? {
         tracing::debug!(event = %event.id, "duplicate webhook acknowledged");
-        metrics::webhook_event("duplicate");
+        metrics::webhook_event(WebhookResult::Duplicate);
         return Ok(StatusCode::OK);
     }
     failpoint(faults::WEBHOOK);
@@ -114,7 +114,7 @@ async fn handle(state: &AppState, event: &WebhookEvent) -> AppResult<()> {
     else {
         // Not acknowledged: the provider redelivers (see the module docs for why).
         tracing::warn!(event = %event.id, "webhook for a provider key no attempt owns (yet)");
-        metrics::webhook_event("unknown_provider_key");
+        metrics::webhook_event(WebhookResult::UnknownProviderKey);
         return Err(AppError::detail(
             ErrorCode::PaymentNotFound,
             "no payment attempt owns this provider key (yet); deliver the event again later",
@@ -132,11 +132,11 @@ async fn handle(state: &AppState, event: &WebhookEvent) -> AppResult<()> {
     match pay::settle_from_webhook(state, &row, &order).await? {
         Some(true) => {
             tracing::info!(event = %event.id, attempt = %row.id, "attempt settled by webhook");
-            metrics::webhook_event("applied");
+            metrics::webhook_event(WebhookResult::Applied);
         }
-        Some(false) => metrics::webhook_event("no_effect"),
+        Some(false) => metrics::webhook_event(WebhookResult::NoEffect),
         None => {
-            metrics::webhook_event("unconfirmed");
+            metrics::webhook_event(WebhookResult::Unconfirmed);
             return Err(AppError::with(ErrorCode::StoreUnavailable, |p| {
                 p.detail =
                     Some("the provider could not confirm this event; deliver it again".into());
