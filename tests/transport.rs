@@ -349,3 +349,111 @@ async fn a_cancel_answered_422_key_elsewhere_resolves_but_a_bare_404_keeps_the_k
     );
     assert!(stored("ord_c2").is_none(), "resolved, no longer blocking");
 }
+
+#[wasm_bindgen_test]
+async fn action_required_keeps_the_key_and_the_same_key_finishes_it() {
+    // The bank's challenge is pending until the page sets window.__3dsDone.
+    let fetch = run_js(
+        "window.__3dsDone = false; window.__3dsKeys = []; \
+         return (url, init) => { \
+           window.__3dsKeys.push(new Headers(init.headers).get('Idempotency-Key')); \
+           const json = (s, b) => Promise.resolve(new Response(JSON.stringify(b), { status: s, headers: { 'Content-Type': 'application/json' } })); \
+           if (!window.__3dsDone) return json(402, { type: '/problems/action-required', title: 't', status: 402, \
+             code: 'ACTION_REQUIRED', next: { type: 'redirect', url: 'https://bank.example/3ds/abc' } }); \
+           const payment = { id: 'pay_3ds', orderId: 'ord_3ds', amount: 100, currency: 'EUR', \
+             paymentMethodId: 'pm_card_3ds', chargeId: 'ch_3ds', status: 'succeeded' }; \
+           return json(200, { status: 'succeeded', orderId: 'ord_3ds', payment }); \
+         };",
+    );
+    let c = client_with_fetch(&fetch, "");
+    let checkout =
+        || js(r#"{"orderId":"ord_3ds","orderVersion":1,"paymentMethodId":"pm_card_3ds"}"#);
+    let out = settle(c.pay(checkout(), None)).await.expect("resolves");
+    assert_eq!(s(&out, "kind"), "actionRequired");
+    assert_eq!(
+        s(&get(&out, "next"), "url"),
+        "https://bank.example/3ds/abc",
+        "the server's next, untouched"
+    );
+    let key = s(&stored("ord_3ds").expect("the key is kept"), "key");
+    // The customer completes the challenge; the page pays again with the same checkout.
+    run_js("window.__3dsDone = true;");
+    let out = settle(c.pay(checkout(), None)).await.expect("resolves");
+    assert_eq!(s(&out, "kind"), "paid");
+    let keys: Vec<String> = js_sys::Array::from(&run_js("return window.__3dsKeys;"))
+        .iter()
+        .map(|k| k.as_string().unwrap())
+        .collect();
+    assert_eq!(keys, [key.clone(), key], "one key for the whole attempt");
+    assert!(stored("ord_3ds").is_none(), "paid is final");
+}
+
+#[wasm_bindgen_test]
+async fn checkout_extras_are_sent_stored_and_part_of_the_intention() {
+    let fetch = run_js(
+        "window.__bodies = []; return (url, init) => { window.__bodies.push(JSON.parse(init.body)); \
+           return Promise.resolve(new Response('{}', { status: 503 })); };",
+    );
+    let c = client_with_fetch(&fetch, "");
+    let with_extras = |coupon: &str| {
+        js(&format!(
+            r#"{{"orderId":"ord_x1","orderVersion":1,"paymentMethodId":"pm_card_approve","extras":{{"shippingOptionId":"ship_express","couponCode":"{coupon}"}}}}"#
+        ))
+    };
+    let out = settle(c.pay(with_extras("SAVE10"), None)).await.unwrap();
+    assert_eq!(s(&out, "kind"), "pending");
+    let bodies = js_sys::Array::from(&run_js("return window.__bodies;")).to_vec();
+    let extras = get(&bodies[0], "extras");
+    assert_eq!(
+        (s(&extras, "shippingOptionId"), s(&extras, "couponCode")),
+        ("ship_express".into(), "SAVE10".into()),
+        "sent in the pay body"
+    );
+    assert_eq!(n(&bodies[0], "orderVersion"), 1.0);
+    let e = stored("ord_x1").unwrap();
+    assert_eq!(
+        s(&get(&get(&e, "snapshot"), "extras"), "couponCode"),
+        "SAVE10",
+        "stored with the attempt"
+    );
+    assert_eq!(
+        s(
+            &get(&c.pending_attempt("ord_x1".into()), "extras"),
+            "couponCode"
+        ),
+        "SAVE10"
+    );
+    // Another coupon is another intention: refused while this attempt is open.
+    let err = settle(c.pay(with_extras("OTHER"), None)).await.unwrap_err();
+    assert_eq!(error_code(&err), "SNAPSHOT_CONFLICT");
+    // The same extras reuse the key.
+    settle(c.pay(with_extras("SAVE10"), None)).await.unwrap();
+    let bodies = js_sys::Array::from(&run_js("return window.__bodies;")).to_vec();
+    assert_eq!(bodies.len(), 6, "3 + 3 requests, none for the conflict");
+
+    // Without extras the body is exactly the protocol's PayRequest.
+    let c2 = client_with_fetch(&fetch, "");
+    settle(c2.pay(
+        js(r#"{"orderId":"ord_x2","orderVersion":1,"paymentMethodId":"pm_card_approve"}"#),
+        None,
+    ))
+    .await
+    .unwrap();
+    let bodies = js_sys::Array::from(&run_js("return window.__bodies;")).to_vec();
+    let keys = js_sys::Object::keys::<JsValue>(bodies[6].unchecked_ref());
+    assert_eq!(keys.length(), 2, "orderVersion and paymentMethodId only");
+
+    // Extras are strings, and a wrong one is named.
+    let err = settle(c2.pay(
+        js(r#"{"orderId":"ord_x3","orderVersion":1,"paymentMethodId":"pm","extras":{"couponCode":5}}"#),
+        None,
+    ))
+    .await
+    .unwrap_err();
+    assert_eq!(error_code(&err), "INVALID_CHECKOUT");
+    assert!(
+        s(&err, "message").contains("extras.couponCode"),
+        "{}",
+        s(&err, "message")
+    );
+}

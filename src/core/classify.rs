@@ -9,6 +9,7 @@
 //! | 409 `ATTEMPT_CANCELLED` (tombstone)           | final: cancelled           | remove |
 //! | 409 `ORDER_CHANGED`                           | final: orderChanged        | remove |
 //! | 202 `processing`, 409 `IN_PROGRESS`           | retry (server-directed)    | keep   |
+//! | 402 `ACTION_REQUIRED` (e.g. 3-D Secure)       | action required            | keep   |
 //! | 429 / 503 with `Retry-After`                  | retry (server-paced)       | keep   |
 //! | no answer, timeout, 408, 429, 5xx             | retry (unknown outcome)    | keep   |
 //! | 200 whose body does not decode, another 2xx, an answer for another order | protocol mismatch | keep |
@@ -155,6 +156,10 @@ pub enum Verdict {
         /// Server-requested wait, in ms, if any.
         retry_after_ms: Option<u64>,
     },
+    /// The customer must act (3-D Secure, a bank's page) before the charge can finish: keep
+    /// the key (the same key finishes the attempt afterwards) and hand the app the problem's
+    /// `next` member.
+    ActionRequired,
     /// The answer does not fit the protocol: keep the key, fail with what was received.
     Mismatch {
         /// HTTP status.
@@ -254,6 +259,7 @@ pub fn classify_pay(reply: &Reply<PayResponse>) -> Verdict {
         (402, Some(c @ (ErrorCode::PaymentDeclined | ErrorCode::PaymentFailed))) => {
             Verdict::Final(Final::Declined { code: c })
         }
+        (402, Some(ErrorCode::ActionRequired)) => Verdict::ActionRequired,
         (409, Some(ErrorCode::InProgress)) => retry(RetryCause::InProgress),
         (409, Some(ErrorCode::AttemptCancelled)) => Verdict::Final(Final::Cancelled),
         (409, Some(ErrorCode::OrderChanged)) => Verdict::Final(Final::OrderChanged {
@@ -556,6 +562,17 @@ mod tests {
             classify_pay_for(&http(200, Some(ok), None), "ord_1"),
             Verdict::Final(Final::Paid { .. })
         ));
+    }
+
+    #[test]
+    fn action_required_keeps_the_key() {
+        let v = classify_pay(&http(
+            402,
+            None,
+            Some(Problem::new(ErrorCode::ActionRequired)),
+        ));
+        assert_eq!(v, Verdict::ActionRequired);
+        assert!(!v.removes_key());
     }
 
     #[test]

@@ -56,6 +56,9 @@ impl PayStatus {
 pub enum PayEnd {
     /// A final answer: the key was removed.
     Final(Final),
+    /// The customer must act first (3-D Secure); the key is kept, and `pay` or `resume` with
+    /// the same checkout finishes the attempt afterwards.
+    ActionRequired,
     /// The call fails with this error; the key is kept.
     Failed(SdkError),
     /// The call stopped asking while the outcome is open; the key is kept.
@@ -271,6 +274,10 @@ impl PayFlow {
             Verdict::Mismatch { status, why } => {
                 PayEnd::Failed(SdkError::ProtocolMismatch { status, why })
             }
+            Verdict::ActionRequired => {
+                budget.refill();
+                PayEnd::ActionRequired
+            }
             Verdict::Retry { cause, .. } => {
                 match self.schedule.after(&verdict, now_ms, budget, jitter) {
                     Next::GiveUp(reason) => {
@@ -340,6 +347,7 @@ mod tests {
             order_id: "ord_1".into(),
             order_version: 2,
             payment_method_id: "pm_card_approve".into(),
+            extras: Default::default(),
         }
     }
     fn key() -> IdempotencyKey {

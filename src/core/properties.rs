@@ -15,6 +15,7 @@ fn snapshot() -> impl Strategy<Value = CheckoutSnapshot> {
             order_id,
             order_version,
             payment_method_id,
+            extras: Default::default(),
         }
     })
 }
@@ -88,7 +89,9 @@ proptest! {
                 prop_assert_eq!(&kept.key, &a.key);
                 prop_assert_eq!(kept.state, AttemptState::Unknown);
             }
-            Verdict::Rejected { .. } | Verdict::Mismatch { .. } => prop_assert_eq!(after, Some(a)),
+            Verdict::Rejected { .. } | Verdict::Mismatch { .. } | Verdict::ActionRequired => {
+                prop_assert_eq!(after, Some(a))
+            }
         }
     }
 
@@ -167,6 +170,7 @@ fn drive(
         order_id: "ord_a".into(),
         order_version: 1,
         payment_method_id: "pm_a".into(),
+        extras: Default::default(),
     };
     let config = FlowConfig {
         policy,

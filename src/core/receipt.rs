@@ -52,6 +52,7 @@ mod tests {
             order_id: order.into(),
             order_version: v,
             payment_method_id: "pm_card_approve".into(),
+            extras: Default::default(),
         }
     }
     fn receipt(base: &str, order: &str, paid_order: &str) -> Receipt {

@@ -47,6 +47,12 @@ export interface Checkout {
   /** The server's order version the customer saw. */
   orderVersion: number;
   paymentMethodId: string;
+  /**
+   * Extra intention fields (default none), e.g. `{ shippingOptionId: "ship_express", couponCode: "SAVE10" }`:
+   * sent as the pay body's `extras`, stored with the attempt, and part of the match (other
+   * extras while an attempt is open reject with SNAPSHOT_CONFLICT). String values only.
+   */
+  extras?: Record<string, string>;
 }
 export interface Payment {
   id: string;
@@ -58,9 +64,18 @@ export interface Payment {
   chargeId: string;
   status: "succeeded" | "refunded";
 }
-/** The result of `pay`. Only `pending` keeps the key (the server may still be charging). */
+/**
+ * The result of `pay`. `pending` and `actionRequired` keep the key (the server may still be
+ * charging, or waits for the customer); every other outcome is final and removes it.
+ */
 export type PayOutcome =
   | { kind: "paid"; payment: Payment }
+  /**
+   * The customer must act first (e.g. 3-D Secure). `next` is the server's opaque payload (for
+   * example `{ type: "redirect", url }`). After the action, `pay` with the same checkout (or
+   * `resume(orderId)`) sends the same key and finishes the attempt.
+   */
+  | { kind: "actionRequired"; next: unknown }
   | { kind: "declined"; code: "PAYMENT_DECLINED" | "PAYMENT_FAILED" }
   | { kind: "orderChanged"; currentVersion?: number }
   | { kind: "cancelled" }
@@ -197,6 +212,7 @@ export type PendingAttempt =
       key: string;
       createdAt: number;
       sends: number;
+      extras?: Record<string, string>;
     }
   | { state: "unreadable"; orderId: string; key?: string };
 /**
@@ -489,10 +505,11 @@ const BUDGET_FIELDS: [(&str, Kind); 4] = [
 ];
 
 /// The members of a `Checkout` (all required): any other is refused.
-const CHECKOUT_FIELDS: [(&str, Kind); 3] = [
+const CHECKOUT_FIELDS: [(&str, Kind); 4] = [
     ("orderId", Kind::Text),
     ("orderVersion", Kind::Int(value::MAX_SAFE)),
     ("paymentMethodId", Kind::Text),
+    ("extras", Kind::Object),
 ];
 
 impl RetryOptions {
@@ -535,6 +552,8 @@ struct PendingView<'a> {
     created_at: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     sends: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    extras: Option<&'a std::collections::BTreeMap<String, String>>,
 }
 
 /// `{ kind: "pending", reason }`: the call stopped asking, the key is kept.
@@ -635,7 +654,9 @@ impl PayonceClient {
         >,
     ) -> Promise {
         let required = ["orderId", "orderVersion", "paymentMethodId"];
-        if let Err(why) = value::check(&checkout, "", &CHECKOUT_FIELDS, &required) {
+        let checked = value::check(&checkout, "", &CHECKOUT_FIELDS, &required)
+            .and_then(|()| value::all_text(&value::get(&checkout, "extras"), "extras."));
+        if let Err(why) = checked {
             return rejected(SdkError::InvalidCheckout(why));
         }
         match value::from_js::<CheckoutSnapshot>(&checkout) {
@@ -689,6 +710,7 @@ impl PayonceClient {
                 key: Some(a.key.as_str()),
                 created_at: Some(a.created_at),
                 sends: Some(a.sends),
+                extras: Some(&a.snapshot.extras).filter(|e| !e.is_empty()),
             },
             Entry::Unreadable { key } => PendingView {
                 state: "unreadable",
@@ -698,6 +720,7 @@ impl PayonceClient {
                 key: key.as_ref().map(|k| k.as_str()),
                 created_at: None,
                 sends: None,
+                extras: None,
             },
         };
         value::to_js(&view)
@@ -869,7 +892,7 @@ async fn pay(inner: &Inner, checkout: CheckoutSnapshot, call: PayCall) -> Result
         js_sys::Date::now(),
         || IdempotencyKey::parse(&io::random_uuid()).ok(),
     )?;
-    let body = value::to_json(&flow.attempt().snapshot.pay_request());
+    let body = value::to_json(&flow.attempt().snapshot.pay_body());
     let mut reminder = None;
     let mut last_body = JsValue::UNDEFINED;
     loop {
@@ -959,6 +982,11 @@ async fn pay(inner: &Inner, checkout: CheckoutSnapshot, call: PayCall) -> Result
                     }
                     PayEnd::Failed(e) => Err(error::to_js(&e, last_body)),
                     PayEnd::Pending(reason) => Ok(pending(reason)),
+                    // The problem's `next` member, passed through untouched.
+                    PayEnd::ActionRequired => Ok(value::object(&[
+                        ("kind", &"actionRequired".into()),
+                        ("next", &value::get(&last_body, "next")),
+                    ])),
                 };
                 inner
                     .observer
@@ -983,7 +1011,7 @@ async fn confirm_receipt(
     let key = r.key.as_str();
     inner.observer.request("pay", order_id, key, 1, url);
     let sent_at = js_sys::Date::now();
-    let body = value::to_json(&r.snapshot.pay_request());
+    let body = value::to_json(&r.snapshot.pay_body());
     let answer = io::post::<PayResponse>(
         Call {
             url,

@@ -25,7 +25,9 @@ pub(crate) fn from_js<T: DeserializeOwned>(v: &JsValue) -> Option<T> {
 /// `skip_serializing_if`). The SDK's values always serialize (integers within 2^53); the
 /// `undefined` fallback only keeps the error path free of formatting.
 pub(crate) fn to_js<T: Serialize + ?Sized>(v: &T) -> JsValue {
-    serde_wasm_bindgen::to_value(v).unwrap_or(JsValue::UNDEFINED)
+    // Maps (a checkout's extras) as plain objects, as JSON and the app expect, not `Map`s.
+    let s = serde_wasm_bindgen::Serializer::new().serialize_maps_as_objects(true);
+    v.serialize(&s).unwrap_or(JsValue::UNDEFINED)
 }
 
 /// `v` as JSON text, via the browser's `JSON.stringify`.
@@ -130,6 +132,22 @@ fn shown(v: &JsValue) -> String {
         Some((at, _)) => [text.get(..at).unwrap_or_default(), "…"].concat(),
         None => text,
     }
+}
+
+/// `Ok` when `v` is absent or every own member of it is a string (the checkout's extras);
+/// the error names the member and the value.
+pub(crate) fn all_text(v: &JsValue, prefix: &str) -> Result<(), String> {
+    if !v.is_object() {
+        return Ok(());
+    }
+    for k in Object::keys::<JsValue>(v.unchecked_ref()).iter() {
+        let k = k.as_string().unwrap_or_default();
+        let m = get(v, &k);
+        if !m.is_string() {
+            return Err([prefix, &k, " must be a string, got ", &shown(&m)].concat());
+        }
+    }
+    Ok(())
 }
 
 /// Checks what the app passed as `prefix` (`""` at the top, `"retry."` inside): it must be an

@@ -499,6 +499,10 @@ impl Tab {
                     };
                 }
                 Effect::Done(PayEnd::Pending(reason)) => return Call::Pending(reason),
+                // The shop's cards never ask for 3-D Secure; if one did, the attempt stays open.
+                Effect::Done(PayEnd::ActionRequired) => {
+                    return Call::Pending(PendingReason::Attempts)
+                }
                 Effect::Status(_) | Effect::Remind { .. } | Effect::Warn(_) => {}
             }
         }
@@ -848,6 +852,7 @@ pub(crate) async fn run_intent(ctx: &Ctx, worker: usize, index: usize) -> Intent
         order_id: order.id.clone(),
         order_version: order.version,
         payment_method_id: script.method.to_owned(),
+        extras: Default::default(),
     };
     let mut tab = Tab::new("tab1", token, &ctx.policy, script.rng_seed, hist.clone());
     let mut reloads = script.reloads.clone();
