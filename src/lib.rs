@@ -1,4 +1,6 @@
-//! payonce: the browser side of "the customer is charged once".
+//! payonce: the browser side of "the customer is charged once". What it needs from the
+//! backend is written in `docs/protocol.md` (normative; `payonce-conformance` checks a backend
+//! against it), and what it does with each answer is the table of [`core::classify`].
 //!
 //! # Layout
 //! - [`core`]: the pure decision core, no web-sys: the stored attempt and which key a Pay click

@@ -1,5 +1,6 @@
 //! What an answer to `POST /orders/{id}/pay` (or to cancel) means for the attempt and its key
 //! (seed step 6: "only remove the key when you know the final outcome").
+//! `docs/protocol.md` §11 is this table as the backend's contract.
 //!
 //! | answer                                        | verdict                    | key    |
 //! |-----------------------------------------------|----------------------------|--------|

@@ -50,6 +50,25 @@ pub mod paths {
     pub fn refund(payment_id: &str) -> String {
         format!("/payments/{payment_id}/refund")
     }
+
+    /// Every path above as a template (`{id}` for a path segment), for exhaustive checks
+    /// (the drift test holds `docs/protocol.md` and the server's `openapi.json` to it).
+    pub const ALL: &[&str] = &[
+        DEV_SESSIONS,
+        DEV_CONFIG,
+        CATALOG,
+        ORDERS,
+        HEALTHZ,
+        OPENAPI,
+        WEBHOOKS,
+        METRICS,
+        DEV_MAILBOX,
+        "/orders/{id}",
+        "/orders/{id}/cart",
+        "/orders/{id}/pay",
+        "/orders/{id}/payment-attempts/cancel",
+        "/payments/{id}/refund",
+    ];
 }
 
 /// What a key is bound to on the client: "pay for exactly this checkout".

@@ -12,7 +12,9 @@
 //! - `fast_path`: the Redis fast path (flushed, killed, unreachable), the rate limit,
 //!   `GET /metrics`.
 //! - `input`: malformed input of every kind, the OpenAPI fuzzer, CORS, the OpenAPI document.
+//! - `catalog`: `--catalog FILE` replaces the built-in catalog; a bad file stops the start.
 
+mod catalog;
 mod common;
 mod concurrency;
 mod crash;
