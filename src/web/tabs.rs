@@ -25,12 +25,28 @@ use web_sys::{BroadcastChannel, MessageEvent};
 const CHANNEL: &str = "payonce";
 const TAB_ID: &str = "payonce:tab";
 
-#[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 enum Kind {
     Paid,
     Hello,
     Taken,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Paid => "paid",
+            Self::Hello => "hello",
+            Self::Taken => "taken",
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Kind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        crate::core::attempt::unit_variant(d, &[Self::Paid, Self::Hello, Self::Taken], Self::as_str)
+    }
 }
 
 /// One flat shape for every message; absent members are left out. A message that does not
