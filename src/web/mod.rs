@@ -507,26 +507,6 @@ fn retry_policy(retry: &JsValue) -> Result<RetryPolicy, ()> {
     })
 }
 
-/// `PendingAttempt`: both union members in one shape, absent members left out.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct PendingView<'a> {
-    state: &'a str,
-    order_id: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    order_version: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    payment_method_id: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    key: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    created_at: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    sends: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    extras: Option<&'a payonce_protocol::Extras>,
-}
-
 /// `{ kind: "pending", reason }`: the call stopped asking, the key is kept.
 #[derive(Serialize)]
 struct Pending {
@@ -678,31 +658,39 @@ impl PayonceClient {
     /// The unresolved attempt stored for `orderId`, if any.
     #[wasm_bindgen(js_name = pendingAttempt, unchecked_return_type = "PendingAttempt | undefined")]
     pub fn pending_attempt(&self, #[wasm_bindgen(js_name = orderId)] order_id: String) -> JsValue {
-        let entry = self.inner.store.get(&order_id);
-        let view = match &entry {
-            Entry::Missing => return JsValue::UNDEFINED,
-            Entry::Valid(a) => PendingView {
-                state: a.state.as_str(),
-                order_id: &order_id,
-                order_version: Some(a.snapshot.order_version),
-                payment_method_id: Some(&a.snapshot.payment_method_id),
-                key: Some(a.key.as_str()),
-                created_at: Some(a.created_at),
-                sends: Some(a.sends),
-                extras: Some(&a.snapshot.extras).filter(|e| !e.is_empty()),
-            },
-            Entry::Unreadable { key } => PendingView {
-                state: "unreadable",
-                order_id: &order_id,
-                order_version: None,
-                payment_method_id: None,
-                key: key.as_ref().map(|k| k.as_str()),
-                created_at: None,
-                sends: None,
-                extras: None,
-            },
-        };
-        value::to_js(&view)
+        // Built member by member, not with a serde derive: smaller in the module, and the
+        // members come in the same order with the same absences (`PendingAttempt`).
+        let number = |n: u64| JsValue::from_f64(n as f64);
+        match self.inner.store.get(&order_id) {
+            Entry::Missing => JsValue::UNDEFINED,
+            Entry::Valid(a) => {
+                let extras = Some(&a.snapshot.extras)
+                    .filter(|e| !e.is_empty())
+                    .map(value::to_js);
+                let mut members = vec![
+                    ("state", a.state.as_str().into()),
+                    ("orderId", order_id.as_str().into()),
+                    ("orderVersion", number(a.snapshot.order_version)),
+                    (
+                        "paymentMethodId",
+                        a.snapshot.payment_method_id.as_str().into(),
+                    ),
+                    ("key", a.key.as_str().into()),
+                    ("createdAt", number(a.created_at)),
+                    ("sends", a.sends.into()),
+                ];
+                members.extend(extras.map(|e| ("extras", e)));
+                value::object_owned(&members)
+            }
+            Entry::Unreadable { key } => {
+                let mut members = vec![
+                    ("state", "unreadable".into()),
+                    ("orderId", order_id.as_str().into()),
+                ];
+                members.extend(key.map(|k| ("key", k.as_str().into())));
+                value::object_owned(&members)
+            }
+        }
     }
 
     /// Forgets every stored attempt and known receipt (call on logout: keys belong to the

@@ -47,6 +47,15 @@ pub(crate) fn get(o: &JsValue, k: &str) -> JsValue {
     Reflect::get(o, &JsValue::from_str(k)).unwrap_or(JsValue::UNDEFINED)
 }
 
+/// [`object`] of owned values.
+pub(crate) fn object_owned(members: &[(&str, JsValue)]) -> JsValue {
+    let o = Object::new();
+    for (k, v) in members {
+        let _ = Reflect::set(&o, &JsValue::from_str(k), v);
+    }
+    o.into()
+}
+
 /// `o[k]` when it is present and of `kind`; `undefined` when it is absent (`undefined` or
 /// `null`, as [`check`] counts them, or `o` is not an object); `Err` when it is neither.
 pub(crate) fn member(o: &JsValue, k: &str, kind: Kind) -> Result<JsValue, ()> {
