@@ -5,7 +5,7 @@
 
 use crate::error::AppError;
 use crate::orders::load_owned;
-use crate::pay::{self, Claimed, NextAction};
+use crate::pay::{self, Claimed, NextAction, Spend};
 use crate::store::attempts as db;
 use crate::{now_ms, AppState};
 use payonce_protocol::provider::{Charge, ChargeStatus};
@@ -44,7 +44,8 @@ pub async fn raw_pay(
         order_version: u64::try_from(order.version).unwrap_or(0),
         payment_method_id: payment_method_id.to_owned(),
     };
-    let Claimed::Won(claim) = pay::claim(state, user, &order, &key, &req).await? else {
+    let Claimed::Won(claim) = pay::claim(state, user, &order, &key, &req, Spend::Nothing).await?
+    else {
         return Err(RawPayError("the claim was lost".into()));
     };
     let charge = Charge {

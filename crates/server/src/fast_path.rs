@@ -232,9 +232,9 @@ pub(crate) async fn replay_first(
         .and_then(|r| pay::replay_from_row(r, user, order_id, req))
     else {
         // "No row" is not handed on: read before the order, it is older than the full path's
-        // own lookup would be, and a stale "new key" costs a new-attempt token and a claim
-        // that loses (a same-key storm then meets the new-attempt rate limit). The full path
-        // looks again; a new key pays one more `SELECT` than a replay.
+        // own lookup would be, and a stale "new key" would cost a claim transaction that
+        // loses the slot. The full path looks again; a new key pays one more `SELECT` than a
+        // replay.
         return First::Continue(row);
     };
     if let Some(r) = &row {

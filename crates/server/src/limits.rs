@@ -3,10 +3,11 @@
 //! Two buckets, because a duplicate is not a new payment:
 //! - `requests`: every pay request of a user takes a token. Generous (a double click, a
 //!   retry loop and 50 tabs replaying one key are normal); it only stops a runaway client.
-//! - `new_attempts`: only a request that is about to claim a NEW key takes one (checked at
-//!   the claim, after the key lookup). Replays, waits on a key in flight and 409/422 answers
-//!   never reach it, so retrying with the same key is never limited like minting new keys,
-//!   which is what costs provider calls and stock reservations.
+//! - `new_attempts`: only a request that wins the claim of a NEW key takes one (inside the
+//!   claim transaction, before its commit: `pay::claim`). Replays, waits on a key in flight,
+//!   duplicates that lose the race for the key's slot and 409/422 answers never reach it, so
+//!   retrying with the same key is never limited like minting new keys, which is what costs
+//!   provider calls and stock reservations.
 //!
 //! A refusal is 429 `RATE_LIMITED` with `Retry-After` (whole seconds until a token is back).
 //! The buckets live in each process: with N instances a user gets up to N times the rate.

@@ -402,9 +402,7 @@ pub(crate) async fn run(
         );
         match action {
             NextAction::StartProcessing => {
-                // Only a new key costs a token of this bucket (see `limits`).
-                state.limits.new_attempt(&user)?;
-                match claim(&state, &user, &order, &key, &req).await? {
+                match claim(&state, &user, &order, &key, &req, Spend::NewAttemptToken).await? {
                     Claimed::Won(claim) => {
                         claimed_here = true;
                         failpoint(faults::AFTER_CLAIM);
@@ -541,6 +539,17 @@ impl Claim {
     }
 }
 
+/// Whether a claim costs a token of the new-attempt bucket (`src/limits.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Spend {
+    /// A request's claim: taken only by the winner, after every conditional statement
+    /// passed and before the commit, so duplicates racing for one new key (which lose the
+    /// `(user, key)` slot and replay) never pay for it.
+    NewAttemptToken,
+    /// The load benchmark's raw path measures the store, not the limiter.
+    Nothing,
+}
+
 pub(crate) enum Claimed {
     Won(Claim),
     /// The key appeared meanwhile (another request claimed or cancelled it): decide again.
@@ -555,6 +564,7 @@ pub(crate) async fn claim(
     order: &OrderRow,
     key: &IdempotencyKey,
     req: &PayRequest,
+    spend: Spend,
 ) -> AppResult<Claimed> {
     // The version must be the one we loaded, so the amount we charge is the amount the
     // customer saw; `lock_order` below re-checks it atomically.
@@ -638,6 +648,12 @@ pub(crate) async fn claim(
     // executes it inline right after the commit; if the process dies first, the outbox
     // worker finds it (src/jobs.rs). The provider is never called inside a transaction.
     queue::insert_outbox(&mut *tx, &attempt_id, &pk, now).await?;
+    if spend == Spend::NewAttemptToken {
+        if let Err(limited) = state.limits.new_attempt(user) {
+            tx.rollback().await?;
+            return Err(limited);
+        }
+    }
     tx.commit().await?;
     Ok(Claimed::Won(Claim {
         attempt_id,
