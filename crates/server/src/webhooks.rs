@@ -23,6 +23,7 @@
 //! unhandled and is applied when the provider delivers it again.
 
 use crate::error::{AppError, AppResult};
+use crate::extract::Id;
 use crate::faults::{self, failpoint};
 use crate::metrics;
 use crate::pay;
@@ -81,6 +82,9 @@ pub(crate) async fn handler(
             format!("not a webhook event: {e}"),
         )
     })?;
+    // The ids are the only strings of the event that reach the store.
+    Id::parse(&event.id, "the event id")?;
+    Id::parse(&event.charge.provider_key, "the provider key")?;
     let kind = match event.event_type {
         EventType::ChargeSucceeded => "charge.succeeded",
         EventType::ChargeDeclined => "charge.declined",
