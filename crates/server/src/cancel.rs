@@ -16,11 +16,12 @@ use crate::error::{AppError, AppResult};
 use crate::extract::{ApiJson, PathId};
 use crate::orders::load_owned;
 use crate::store::attempts::{self as db, get_payment};
-use crate::store::audit::{self, Entry};
-use crate::{now_ms, AppState};
+use crate::store::audit;
+use crate::AppState;
 use axum::extract::State;
 use axum::Json;
-use payonce_protocol::{AttemptStatus, CancelRequest, CancelResponse, ErrorCode};
+use payonce_protocol::{AttemptStatus, CancelRequest, CancelResponse};
+use payonce_rules::plan;
 
 /// The handler.
 pub(crate) async fn handler(
@@ -45,19 +46,11 @@ async fn cancel(
     order_id: &str,
     key: &str,
 ) -> AppResult<CancelResponse> {
-    let now = now_ms();
+    let now = state.clock.now_ms();
     let id = format!("att_{}", uuid::Uuid::new_v4().simple());
-    let expires = now + i64::try_from(state.config.key_retention.as_millis()).unwrap_or(0);
+    let (tombstone, entry) = plan::plan_tombstone(user, order_id, id, now, &state.policy);
     let mut tx = state.store.begin_write().await?;
-    if db::insert_tombstone(&mut *tx, &id, user, key, order_id, now, expires).await? {
-        let entry = Entry {
-            actor: user,
-            entity: "attempt",
-            entity_id: &id,
-            from: None,
-            to: "cancelled",
-            reason: "cancel before any pay: tombstone",
-        };
+    if db::insert_tombstone(&mut *tx, &tombstone, key, now).await? {
         audit::record(&mut *tx, &entry, now).await?;
         tx.commit().await?;
         return Ok(CancelResponse {
@@ -67,29 +60,16 @@ async fn cancel(
     }
     tx.rollback().await?;
     // The slot is taken; it cannot be freed, so reading it now is safe.
-    let row = db::find(state.store.pool(), user, key)
+    let record = db::find(state.store.pool(), user, key)
         .await?
         .ok_or_else(|| AppError::internal("attempt vanished after a unique conflict"))?;
-    if row.order_id != order_id {
-        return Err(AppError::with(
-            ErrorCode::KeyReusedWithDifferentDetails,
-            |p| {
-                p.attempt_status = Some(row.status);
-                p.detail = Some("this key belongs to another order".into());
-            },
-        ));
-    }
-    let payment = match row.status {
-        AttemptStatus::Succeeded | AttemptStatus::Refunded => {
-            match db::payment_of_attempt(state.store.pool(), &row.id).await? {
-                Some(pid) => get_payment(state.store.pool(), &pid).await?,
-                None => None,
-            }
-        }
-        _ => None,
+    let (status, with_payment) = plan::cancel_answer(&record, order_id)?;
+    let payment = match with_payment {
+        true => match db::payment_of_attempt(state.store.pool(), record.id()).await? {
+            Some(pid) => get_payment(state.store.pool(), &pid).await?,
+            None => None,
+        },
+        false => None,
     };
-    Ok(CancelResponse {
-        status: row.status,
-        payment,
-    })
+    Ok(CancelResponse { status, payment })
 }

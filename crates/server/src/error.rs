@@ -127,3 +127,9 @@ impl From<Problem> for AppError {
         Self::Client(Box::new(p))
     }
 }
+
+impl From<Box<Problem>> for AppError {
+    fn from(p: Box<Problem>) -> Self {
+        Self::Client(p)
+    }
+}

@@ -37,10 +37,12 @@ pub mod store;
 mod auth;
 mod cancel;
 mod catalog;
+pub mod clock;
 mod error;
 mod extract;
 mod fast_path;
 mod faults;
+mod http;
 mod jobs;
 mod limits;
 mod mailbox;
@@ -72,7 +74,7 @@ use payonce_protocol::headers::{
 use payonce_protocol::ErrorCode;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
@@ -94,6 +96,10 @@ pub struct AppState {
     pub(crate) limits: Arc<limits::Limits>,
     /// Final attempts this process has replayed, answered from memory next time.
     pub(crate) replays: Arc<replay_cache::ReplayCache>,
+    /// Where every rule reads `now` from.
+    pub(crate) clock: Arc<dyn clock::Clock>,
+    /// Leases and retention, from the config.
+    pub(crate) policy: payonce_rules::Policy,
 }
 
 impl AppState {
@@ -113,6 +119,12 @@ impl AppState {
             config.new_attempt_rate,
         ));
         let replays = Arc::new(replay_cache::ReplayCache::new(config.replay_cache_entries));
+        let policy = payonce_rules::Policy::new(
+            config.lease,
+            config.key_retention,
+            config.reconcile_after,
+            config.audit_retention,
+        );
         Ok(Self {
             store,
             provider,
@@ -121,7 +133,16 @@ impl AppState {
             redis,
             limits,
             replays,
+            clock: Arc::new(clock::SystemClock),
+            policy,
         })
+    }
+
+    /// The same state reading `now` from `clock` (tests move a manual clock instead of
+    /// sleeping).
+    pub fn with_clock(mut self, clock: Arc<dyn clock::Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 }
 
@@ -154,7 +175,7 @@ pub fn app(state: AppState, static_dir: Option<PathBuf>) -> Router {
         .route(paths::ORDERS, post(orders::create))
         .route(&paths::order("{id}"), get(orders::get))
         .route(&paths::cart("{id}"), patch(orders::patch_cart))
-        .route(&paths::pay("{id}"), post(pay::handler))
+        .route(&paths::pay("{id}"), post(http::pay::handler))
         .route(&paths::cancel("{id}"), post(cancel::handler))
         .route(paths::HEALTHZ, get(healthz))
         .route(paths::OPENAPI, get(openapi::serve))
@@ -324,12 +345,10 @@ pub(crate) fn is_local_origin(origin: &[u8]) -> bool {
     }
 }
 
-/// Milliseconds since the Unix epoch: the store's clock unit.
+/// The system clock's milliseconds since the Unix epoch, for what is not a rule (the Redis
+/// breaker, migration timestamps).
 pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
+    clock::Clock::now_ms(&clock::SystemClock)
 }
 
 /// Lower-case hex.

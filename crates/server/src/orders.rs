@@ -9,7 +9,7 @@ use crate::extract::{ApiJson, PathId};
 use crate::store::attempts::get_payment;
 use crate::store::audit::{self, Entry};
 use crate::store::orders::{self as db, OrderRow};
-use crate::{now_ms, AppState};
+use crate::AppState;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
@@ -65,17 +65,10 @@ pub(crate) async fn create(
     let coupon = req.coupon.as_deref().filter(|c| !c.is_empty());
     let priced = price_cart(&state, &req.items, coupon).await?;
     let id = format!("ord_{}", uuid::Uuid::new_v4().simple());
-    let now = now_ms();
+    let now = state.clock.now_ms();
     let mut tx = state.store.begin_write().await?;
     db::insert_order(&mut *tx, &id, &user, &priced, req.address.as_deref(), now).await?;
-    let entry = Entry {
-        actor: &user,
-        entity: "order",
-        entity_id: &id,
-        from: None,
-        to: "unpaid v1",
-        reason: "order created",
-    };
+    let entry = Entry::new(&user, "order", &id, None, "unpaid v1", "order created");
     audit::record(&mut *tx, &entry, now).await?;
     tx.commit().await?;
     let row = load_owned(&state, &id, &user).await?;
@@ -144,21 +137,14 @@ async fn change_cart(
             // Nothing that matters changed: keep the version, so a key bound to it stays valid.
             return Ok(current);
         }
-        let now = now_ms();
+        let now = state.clock.now_ms();
         let mut tx = state.store.begin_write().await?;
         if db::update_cart(&mut *tx, id, user, current.version, &priced, address, now).await? {
             let (from, to) = (
                 format!("unpaid v{}", current.version),
                 format!("unpaid v{}", current.version + 1),
             );
-            let entry = Entry {
-                actor: user,
-                entity: "order",
-                entity_id: id,
-                from: Some(&from),
-                to: &to,
-                reason: "cart changed",
-            };
+            let entry = Entry::new(user, "order", id, Some(&from), &to, "cart changed");
             audit::record(&mut *tx, &entry, now).await?;
             tx.commit().await?;
             return load_owned(state, id, user).await;

@@ -20,24 +20,13 @@ use crate::metrics;
 use crate::provider_client::RefundOutcome;
 use crate::store::audit::{self, Entry};
 use crate::store::refunds::{self as db, NewRefund, RefundRow};
-use crate::{now_ms, AppState};
+use crate::AppState;
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use payonce_protocol::headers::{IDEMPOTENT_REPLAYED, KEY_RETENTION};
 use payonce_protocol::{AttemptStatus, ErrorCode, IdempotencyKey, Payment, RefundResponse};
-use sha2::{Digest, Sha256};
-
-/// The provider refund key for `(user, refund key)`: stable across retries and processes,
-/// scoped by user, and never equal to a charge's provider key (another prefix and domain).
-pub(crate) fn provider_refund_key(user: &str, key: &IdempotencyKey) -> String {
-    let mut h = Sha256::new();
-    h.update(b"payonce.provider-refund-key.v1\0");
-    h.update(user.as_bytes());
-    h.update(b"\0");
-    h.update(key.as_str().as_bytes());
-    format!("rk_{}", &crate::hex(&h.finalize())[..40])
-}
+use payonce_rules::provider_refund_key;
 
 /// The handler.
 pub(crate) async fn handler(
@@ -123,7 +112,7 @@ async fn run(
                     key: key.as_str(),
                     payment_id: &payment.id,
                     provider_refund_key: &provider_refund_key(user, key),
-                    now: now_ms(),
+                    now: state.clock.now_ms(),
                 };
                 if !db::insert_processing(pool, &new).await?
                     && db::find(pool, user, key.as_str()).await?.is_none()
@@ -179,8 +168,8 @@ async fn drive(
         refund_id: refund.id.clone(),
     })
     .map_err(|e| AppError::internal(e.to_string()))?;
-    let now = now_ms();
-    let expires = now + i64::try_from(state.config.key_retention.as_millis()).unwrap_or(0);
+    let now = state.clock.now_ms();
+    let expires = state.policy.expires_at(now);
     let mut tx = state.store.begin_write().await?;
     if !db::finish(&mut *tx, &row.id, &refund.id, 200, &body, now, expires).await? {
         tx.rollback().await?;
@@ -195,14 +184,7 @@ async fn drive(
         ("payment", payment.id.as_str(), "succeeded"),
         ("order", payment.order_id.as_str(), "paid"),
     ] {
-        let entry = Entry {
-            actor: "system",
-            entity,
-            entity_id: id,
-            from: Some(from),
-            to: "refunded",
-            reason: &reason,
-        };
+        let entry = Entry::new("system", entity, id, Some(from), "refunded", &reason);
         audit::record(&mut *tx, &entry, now).await?;
     }
     tx.commit().await?;

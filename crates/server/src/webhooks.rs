@@ -29,7 +29,7 @@ use crate::metrics;
 use crate::pay;
 use crate::store::attempts as db;
 use crate::store::orders::get_order;
-use crate::{now_ms, AppState};
+use crate::AppState;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
@@ -69,7 +69,7 @@ pub(crate) async fn handler(
         &state.config.webhook_secret,
         header,
         &body,
-        now_ms() / 1000,
+        state.clock.now_ms() / 1000,
         TOLERANCE,
     )
     .map_err(|e| {
@@ -91,7 +91,15 @@ pub(crate) async fn handler(
         EventType::ChargeRefunded => "charge.refunded",
     };
     let pool = state.store.pool();
-    if db::webhook_arrived(pool, &event.id, kind, &event.charge.provider_key, now_ms()).await? {
+    if db::webhook_arrived(
+        pool,
+        &event.id,
+        kind,
+        &event.charge.provider_key,
+        state.clock.now_ms(),
+    )
+    .await?
+    {
         tracing::debug!(event = %event.id, "duplicate webhook acknowledged");
         metrics::webhook_event("duplicate");
         return Ok(StatusCode::OK);
@@ -100,7 +108,7 @@ pub(crate) async fn handler(
     // In its own task, like pay: a provider that hangs up must not abort a settle.
     let task = tokio::spawn(async move {
         handle(&state, &event).await?;
-        db::webhook_handled(state.store.pool(), &event.id, now_ms()).await?;
+        db::webhook_handled(state.store.pool(), &event.id, state.clock.now_ms()).await?;
         Ok::<_, AppError>(())
     });
     task.await
@@ -124,18 +132,18 @@ async fn handle(state: &AppState, event: &WebhookEvent) -> AppResult<()> {
             "no payment attempt owns this provider key (yet); deliver the event again later",
         ));
     };
-    if row.status.is_final() {
+    if row.is_final() {
         return Ok(());
     }
-    let Some(order) = get_order(state.store.pool(), &row.order_id, &row.user_id).await? else {
+    let Some(order) = get_order(state.store.pool(), row.order_id(), row.user()).await? else {
         return Err(AppError::internal(format!(
             "attempt {} has no order",
-            row.id
+            row.id()
         )));
     };
     match pay::settle_from_webhook(state, &row, &order).await? {
         Some(true) => {
-            tracing::info!(event = %event.id, attempt = %row.id, "attempt settled by webhook");
+            tracing::info!(event = %event.id, attempt = %row.id(), "attempt settled by webhook");
             metrics::webhook_event("applied");
         }
         Some(false) => metrics::webhook_event("no_effect"),

@@ -1,7 +1,8 @@
 //! The outbox, the job queue and the dev mailbox. Each step is one conditional statement:
 //! whoever's `UPDATE` matches owns the row, so several processes can run the workers.
 
-use super::attempts::{attempt_from_row, AttemptRow, ATTEMPT_COLUMNS};
+use super::attempts::{record, AttemptRow, ATTEMPT_COLUMNS};
+use payonce_rules::Record;
 use sqlx::any::AnyExecutor;
 
 /// Writes "charge this provider key" for a claimed attempt (inside the claim transaction).
@@ -45,19 +46,19 @@ pub(crate) async fn outbox_pending<'c>(
     e: impl AnyExecutor<'c>,
     now: i64,
     limit: i64,
-) -> sqlx::Result<Vec<AttemptRow>> {
+) -> sqlx::Result<Vec<Record>> {
     let sql = format!(
         "SELECT {ATTEMPT_COLUMNS} FROM attempts a JOIN outbox o ON o.attempt_id = a.id
          WHERE o.done_at IS NULL AND a.status = 'processing' AND a.needs_review_at IS NULL
            AND (a.locked_until IS NULL OR a.locked_until <= $1)
          ORDER BY o.created_at LIMIT $2"
     );
-    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+    let rows: Vec<AttemptRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
         .bind(now)
         .bind(limit)
         .fetch_all(e)
         .await?;
-    rows.iter().map(attempt_from_row).collect()
+    rows.into_iter().map(record).collect()
 }
 
 /// Enqueues the confirmation email of a paid order (inside the settle transaction). The
@@ -210,20 +211,20 @@ pub(crate) async fn stuck_since<'c>(
     before: i64,
     now: i64,
     limit: i64,
-) -> sqlx::Result<Vec<AttemptRow>> {
+) -> sqlx::Result<Vec<Record>> {
     let sql = format!(
         "SELECT {ATTEMPT_COLUMNS} FROM attempts a
          WHERE a.status = 'processing' AND a.created_at <= $1 AND a.needs_review_at IS NULL
            AND (a.locked_until IS NULL OR a.locked_until <= $2)
          ORDER BY a.created_at LIMIT $3"
     );
-    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+    let rows: Vec<AttemptRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
         .bind(before)
         .bind(now)
         .bind(limit)
         .fetch_all(e)
         .await?;
-    rows.iter().map(attempt_from_row).collect()
+    rows.into_iter().map(record).collect()
 }
 
 /// Retention: audit rows, webhook events, acknowledged jobs and finished outbox rows older
