@@ -6,8 +6,8 @@
 use crate::error::AppError;
 use crate::orders::load_owned;
 use crate::pay;
+use crate::state::AppState;
 use crate::store::attempts as db;
-use crate::AppState;
 use payonce_protocol::provider::{Charge, ChargeStatus};
 use payonce_protocol::{IdempotencyKey, PayRequest};
 use payonce_rules::plan::Outcome;

@@ -11,36 +11,16 @@
 //! The tombstone and a late pay race for one unique slot: whichever inserts first wins, so a
 //! pay that arrives after the cancel can never charge.
 
-use crate::auth::AuthUser;
 use crate::error::{AppError, AppResult};
-use crate::extract::{ApiJson, PathId};
-use crate::orders::load_owned;
-use crate::store::attempts::{self as db, get_payment};
+use crate::state::AppState;
+use crate::store::attempts as db;
 use crate::store::audit;
-use crate::AppState;
-use axum::extract::State;
-use axum::Json;
-use payonce_protocol::{AttemptStatus, CancelRequest, CancelResponse};
+use crate::store::payments::{get_payment, payment_of_attempt};
+use payonce_protocol::{AttemptStatus, CancelResponse};
 use payonce_rules::plan;
 
-/// The handler.
-pub(crate) async fn handler(
-    State(state): State<AppState>,
-    AuthUser(user): AuthUser,
-    PathId(order_id): PathId,
-    ApiJson(req): ApiJson<CancelRequest>,
-) -> AppResult<Json<CancelResponse>> {
-    let order = load_owned(&state, &order_id, &user).await?;
-    // In its own task, like pay: a hang-up must not abort a half-written tombstone decision.
-    let task =
-        tokio::spawn(async move { cancel(&state, &user, &order.id, req.key.as_str()).await });
-    let answer = task
-        .await
-        .map_err(|e| AppError::internal(format!("cancel task failed: {e}")))??;
-    Ok(Json(answer))
-}
-
-async fn cancel(
+/// The cancel table for the caller's `key` on `order_id` (already checked to be theirs).
+pub(crate) async fn cancel(
     state: &AppState,
     user: &str,
     order_id: &str,
@@ -65,7 +45,7 @@ async fn cancel(
         .ok_or_else(|| AppError::internal("attempt vanished after a unique conflict"))?;
     let (status, with_payment) = plan::cancel_answer(&record, order_id)?;
     let payment = match with_payment {
-        true => match db::payment_of_attempt(state.store.pool(), record.id()).await? {
+        true => match payment_of_attempt(state.store.pool(), record.id()).await? {
             Some(pid) => get_payment(state.store.pool(), &pid).await?,
             None => None,
         },

@@ -2,10 +2,8 @@
 //! every amount comes from here, never from the browser.
 
 use crate::error::{AppError, AppResult};
-use crate::store::orders as db;
-use crate::AppState;
-use axum::extract::State;
-use axum::Json;
+use crate::state::AppState;
+use crate::store::catalog as db;
 use payonce_protocol::{CartLine, CatalogItem, ErrorCode, OrderLine};
 use std::collections::HashSet;
 
@@ -127,11 +125,6 @@ pub(crate) async fn price_cart(
         ));
     }
     Ok(priced)
-}
-
-/// `GET /catalog`.
-pub(crate) async fn list(State(state): State<AppState>) -> AppResult<Json<Vec<CatalogItem>>> {
-    Ok(Json(db::list_catalog(state.store.pool()).await?))
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@
 //! [`webhook_event`], [`reconciliation`], [`email`], [`refund`], [`outbox`].
 //! The pay path counts itself through [`pay_outcome`] and [`redis_lookup`].
 
-use crate::AppState;
+use crate::state::AppState;
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -204,7 +204,12 @@ pub(crate) async fn serve(State(state): State<AppState>) -> Response {
         "# HELP {name} Attempts still processing whose creation is older than older_than_seconds (0: all)."
     );
     let _ = writeln!(out, "# TYPE {name} gauge");
-    match stuck_attempts(&state, crate::now_ms()).await {
+    match stuck_attempts(
+        &state,
+        crate::clock::Clock::now_ms(&crate::clock::SystemClock),
+    )
+    .await
+    {
         Ok(rows) => {
             for (age, n) in rows {
                 let _ = writeln!(out, "{name}{{older_than_seconds=\"{age}\"}} {n}");

@@ -21,12 +21,11 @@
 
 use crate::error::{AppError, AppResult};
 use crate::faults::{self, failpoint};
-use crate::provider_client::ChargeOutcome;
+use crate::provider::ChargeOutcome;
+use crate::state::AppState;
 use crate::store::attempts as db;
-use crate::store::audit;
-use crate::store::orders::{get_order, OrderRow};
-use crate::store::queue;
-use crate::AppState;
+use crate::store::orders::{self, get_order, OrderRow};
+use crate::store::{audit, catalog, jobs, outbox, payments};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use payonce_protocol::headers::{IDEMPOTENT_REPLAYED, RETRY_AFTER};
@@ -281,13 +280,13 @@ pub(crate) async fn claim(
             Err(conflict(current))
         };
     }
-    if !db::lock_order(&mut *tx, &order.id, user, order.version, &attempt.id, now).await? {
+    if !orders::lock_order(&mut *tx, &order.id, user, order.version, &attempt.id, now).await? {
         let current = get_order(&mut *tx, &order.id, user).await?;
         tx.rollback().await?;
         return Err(conflict(current));
     }
     for line in &plan.stock {
-        if !db::reserve_stock(&mut *tx, line).await? {
+        if !catalog::reserve_stock(&mut *tx, line).await? {
             tx.rollback().await?;
             return Err(AppError::with(ErrorCode::OutOfStock, |p| {
                 p.sku = Some(line.sku.clone())
@@ -300,7 +299,7 @@ pub(crate) async fn claim(
     // The outbox row: "charge this provider key", committed with the claim. This request
     // executes it inline right after the commit; if the process dies first, the outbox
     // worker finds it (src/jobs.rs). The provider is never called inside a transaction.
-    queue::insert_outbox(&mut *tx, &attempt.id, &attempt.provider_key, now).await?;
+    outbox::insert_outbox(&mut *tx, &attempt.id, &attempt.provider_key, now).await?;
     if spend {
         if let Err(limited) = state.limits.new_attempt(user) {
             tx.rollback().await?;
@@ -423,8 +422,8 @@ pub(crate) async fn settle(
                     tx.rollback().await?;
                     return Ok(None);
                 }
-                db::insert_payment(&mut *tx, &payment, &a.id, now).await?;
-                if !db::mark_paid(&mut *tx, &a.terms.order_id, &a.id, &payment.id, now).await? {
+                payments::insert_payment(&mut *tx, &payment, &a.id, now).await?;
+                if !orders::mark_paid(&mut *tx, &a.terms.order_id, &a.id, &payment.id, now).await? {
                     // The order lock belongs to this attempt until it settles; losing it is a
                     // bug. Roll back so the attempt stays processing and is settled again.
                     tx.rollback().await?;
@@ -436,7 +435,7 @@ pub(crate) async fn settle(
                 // The confirmation email is a job committed with the success: exactly one per
                 // paid order, delivered at least once, made idempotent by
                 // `confirmation_email_sent`.
-                queue::enqueue_email(&mut *tx, &a.terms.order_id, now).await?;
+                jobs::enqueue_email(&mut *tx, &a.terms.order_id, now).await?;
                 ((finish, tx), audit)
             }
             SettlePlan::Uncharged {
@@ -449,9 +448,9 @@ pub(crate) async fn settle(
                     tx.rollback().await?;
                     return Ok(None);
                 }
-                db::unlock_order(&mut *tx, &a.terms.order_id, &a.id, now).await?;
+                orders::unlock_order(&mut *tx, &a.terms.order_id, &a.id, now).await?;
                 for line in &release {
-                    db::release_stock(&mut *tx, line).await?;
+                    catalog::release_stock(&mut *tx, line).await?;
                 }
                 ((finish, tx), audit)
             }
@@ -460,7 +459,7 @@ pub(crate) async fn settle(
     for entry in &audit_rows {
         audit::record(&mut *tx, entry, now).await?;
     }
-    queue::outbox_done(&mut *tx, &a.id, now).await?;
+    outbox::outbox_done(&mut *tx, &a.id, now).await?;
     if finish.status == AttemptStatus::Succeeded {
         failpoint(faults::BEFORE_SETTLE_COMMIT);
     }

@@ -13,66 +13,20 @@
 //! A provider that cannot be reached leaves the refund processing: 409 `IN_PROGRESS` with
 //! `Retry-After`, and the retry calls again with the same key.
 
-use crate::auth::AuthUser;
 use crate::error::{AppError, AppResult};
-use crate::extract::{IdemKeyHeader, PathId};
 use crate::metrics;
-use crate::provider_client::RefundOutcome;
+use crate::provider::RefundOutcome;
+use crate::state::AppState;
 use crate::store::audit::{self, Entry};
 use crate::store::refunds::{self as db, NewRefund, RefundRow};
-use crate::AppState;
-use axum::extract::State;
-use axum::http::{header, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
-use payonce_protocol::headers::{IDEMPOTENT_REPLAYED, KEY_RETENTION};
 use payonce_protocol::{AttemptStatus, ErrorCode, IdempotencyKey, Payment, RefundResponse};
 use payonce_rules::provider_refund_key;
 
-/// The handler.
-pub(crate) async fn handler(
-    State(state): State<AppState>,
-    AuthUser(user): AuthUser,
-    PathId(payment_id): PathId,
-    IdemKeyHeader(key): IdemKeyHeader,
-) -> Response {
-    let retention = state.config.key_retention.as_secs();
-    let result = async {
-        let (payment, attempt_id) = db::owned_payment(state.store.pool(), &user, &payment_id)
-            .await?
-            .ok_or_else(|| AppError::code(ErrorCode::PaymentNotFound))?;
-        let key = key?;
-        // In its own task, like pay: a hang-up must not abort a half-stored refund.
-        let task =
-            tokio::spawn(async move { run(&state, &user, &key, payment, &attempt_id).await });
-        task.await
-            .map_err(|e| AppError::internal(format!("refund task failed: {e}")))?
-    }
-    .await;
-    let mut res = match result {
-        Ok((status, body, replayed)) => {
-            let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            let mut res = (code, body).into_response();
-            res.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
-            if replayed {
-                res.headers_mut()
-                    .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
-            }
-            res
-        }
-        Err(e) => e.into_response(),
-    };
-    res.headers_mut()
-        .insert(KEY_RETENTION, HeaderValue::from(retention));
-    res
-}
-
 /// `(status, body, replayed)`.
-type Answer = (u16, String, bool);
+pub(crate) type Answer = (u16, String, bool);
 
-async fn run(
+/// Refunds `payment` (the caller's) under the caller's refund `key`.
+pub(crate) async fn run(
     state: &AppState,
     user: &str,
     key: &IdempotencyKey,

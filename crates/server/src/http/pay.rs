@@ -4,18 +4,23 @@
 
 use crate::auth::AuthUser;
 use crate::error::{AppError, AppResult};
-use crate::extract::{ApiJson, DevFaultHeader, IdemKeyHeader, PathId};
-use crate::fast_path;
 use crate::faults::{self, failpoint};
+use crate::http::extract::{ApiJson, DevFaultHeader, IdemKeyHeader, PathId};
+use crate::metrics;
 use crate::orders::load_owned;
-use crate::pay::PayAnswer;
-use crate::AppState;
+use crate::pay::{self, PayAnswer};
+use crate::replay::{self, marker, First};
+use crate::state::AppState;
+use crate::store::orders::OrderRow;
 use axum::extract::State;
 use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
 use payonce_protocol::body::DevFault;
 use payonce_protocol::headers::KEY_RETENTION;
+use payonce_protocol::IdempotencyKey;
 use payonce_protocol::{ErrorCode, PayRequest};
+use payonce_rules::Record;
+use tokio::time::Instant;
 
 /// Longest accepted payment method id.
 const MAX_METHOD_LEN: usize = 64;
@@ -45,9 +50,17 @@ pub(crate) async fn handler(
     // record read here, so the full path does not look the key up twice.
     let mut first = None;
     if let (Ok(k), true) = (&key, method_ok) {
-        match fast_path::replay_first(&state, &user, &order_id, k, &req).await {
-            fast_path::First::Answered(result) => return respond(result, fault, retention),
-            fast_path::First::Continue(record) => first = record,
+        match replay::first(&state, &user, &order_id, k, &req).await {
+            First::Answered(answer, source) => {
+                // Through the per-request rate limit, and counted like any other answer.
+                let result = state.limits.request(&user).map(|()| answer);
+                if result.is_ok() && source == "redis" {
+                    metrics::redis_lookup("replay");
+                }
+                count(&result, source);
+                return respond(result, fault, retention);
+            }
+            First::Continue(record) => first = record,
         }
     }
     // Rule 1: the order must be the caller's, then the key must be there and well formed.
@@ -70,14 +83,62 @@ pub(crate) async fn handler(
     // settled and stored, ready to replay on the retry.
     let crash = fault == Some(DevFault::CrashAfterCharge);
     let task = tokio::spawn(
-        faults::CRASH_AFTER_CHARGE
-            .scope(crash, fast_path::pay(state, user, order, key, req, first)),
+        faults::CRASH_AFTER_CHARGE.scope(crash, run(state, user, order, key, req, first)),
     );
     let result = match task.await {
         Ok(r) => r,
         Err(e) => Err(AppError::internal(format!("pay task failed: {e}"))),
     };
     respond(result, fault, retention)
+}
+
+/// One pay request after authentication and input checks: the rate limit, the rules (behind
+/// the Redis claim marker when Redis is on), and the metrics of the answer.
+async fn run(
+    state: AppState,
+    user: String,
+    order: OrderRow,
+    key: IdempotencyKey,
+    req: PayRequest,
+    first: Option<Record>,
+) -> AppResult<PayAnswer> {
+    if let Err(limited) = state.limits.request(&user) {
+        let result = Err(limited);
+        count(&result, "database");
+        return result;
+    }
+    let (result, from_redis) = match &state.redis {
+        Some(redis) => marker::pay(redis, &state, &user, &order, &key, &req, first).await,
+        None => {
+            let deadline = Instant::now() + state.config.in_progress_wait;
+            let r = pay::run(&state, &user, &order, &key, &req, deadline, first).await;
+            (r, false)
+        }
+    };
+    count(&result, if from_redis { "redis" } else { "database" });
+    result
+}
+
+/// Counts one answer: its status and outcome (`succeeded`, `processing`, or the problem
+/// code), and where a replayed answer came from.
+fn count(result: &AppResult<PayAnswer>, source: &str) {
+    match result {
+        Ok(a) => {
+            let outcome = match a.status() {
+                200 => "succeeded".to_owned(),
+                202 => "processing".to_owned(),
+                _ => serde_json::from_str::<serde_json::Value>(&a.answer.body)
+                    .ok()
+                    .and_then(|v| v["code"].as_str().map(str::to_owned))
+                    .unwrap_or_else(|| "unknown".to_owned()),
+            };
+            metrics::pay_outcome(a.status(), &outcome, a.replayed.then_some(source));
+        }
+        Err(e) => {
+            let p = e.to_problem();
+            metrics::pay_outcome(p.status, p.code.as_str(), None);
+        }
+    }
 }
 
 /// The HTTP answer for a pay result, with the dev faults that act on it.

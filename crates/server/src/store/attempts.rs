@@ -1,9 +1,8 @@
-//! Idempotency rows (pay attempts and cancel tombstones), stock reservations, the order
-//! lock, and payments. Every state change is one conditional statement, so the database
-//! decides races, not the application.
+//! The `attempts` table: idempotency rows (pay attempts and cancel tombstones). Every state
+//! change is one conditional statement, so the database decides races, not the application.
 
 use super::orders::decode_err;
-use payonce_protocol::{AttemptStatus, OrderLine, Payment};
+use payonce_protocol::AttemptStatus;
 use payonce_rules::plan::Finish;
 use payonce_rules::{Answer, Final, Processing, Record, Terms, Tombstone};
 use sqlx::any::AnyExecutor;
@@ -138,47 +137,6 @@ pub(crate) async fn find_by_id<'c>(
         .fetch_optional(e)
         .await?;
     row.map(record).transpose()
-}
-
-/// Records that a webhook event arrived (its id is the primary key: a duplicate insert is a
-/// no-op). Returns true when the event was already handled: a duplicate to acknowledge.
-pub(crate) async fn webhook_arrived(
-    pool: &sqlx::AnyPool,
-    event_id: &str,
-    event_type: &str,
-    provider_key: &str,
-    now: i64,
-) -> sqlx::Result<bool> {
-    sqlx::query(
-        "INSERT INTO webhook_events (id, event_type, provider_key, received_at) VALUES ($1, $2, $3, $4)
-         ON CONFLICT (id) DO NOTHING",
-    )
-    .bind(event_id)
-    .bind(event_type)
-    .bind(provider_key)
-    .bind(now)
-    .execute(pool)
-    .await?;
-    let row: Option<(Option<i64>,)> =
-        sqlx::query_as("SELECT handled_at FROM webhook_events WHERE id = $1")
-            .bind(event_id)
-            .fetch_optional(pool)
-            .await?;
-    Ok(matches!(row, Some((Some(_),))))
-}
-
-/// Marks a webhook event handled: from now on it is a duplicate.
-pub(crate) async fn webhook_handled<'c>(
-    e: impl AnyExecutor<'c>,
-    event_id: &str,
-    now: i64,
-) -> sqlx::Result<()> {
-    sqlx::query("UPDATE webhook_events SET handled_at = $1 WHERE id = $2 AND handled_at IS NULL")
-        .bind(now)
-        .bind(event_id)
-        .execute(e)
-        .await?;
-    Ok(())
 }
 
 /// Deletes finished keys (and tombstones) past their retention. Processing rows are never
@@ -322,154 +280,42 @@ pub(crate) async fn finish<'c>(
     Ok(res.rows_affected() == 1)
 }
 
-/// Locks the order for `attempt`: only at the expected version, unpaid, and with no other
-/// active attempt. One statement, so two claims for one order cannot both pass.
-pub(crate) async fn lock_order<'c>(
+/// Flags a processing attempt for manual review, once. True when this call flagged it.
+pub(crate) async fn flag_review<'c>(
     e: impl AnyExecutor<'c>,
-    order_id: &str,
-    user: &str,
-    version: i64,
-    attempt: &str,
+    attempt_id: &str,
     now: i64,
 ) -> sqlx::Result<bool> {
     let res = sqlx::query(
-        "UPDATE orders SET active_attempt = $1, updated_at = $2
-         WHERE id = $3 AND user_id = $4 AND version = $5 AND status = 'unpaid' AND active_attempt IS NULL",
+        "UPDATE attempts SET needs_review_at = $1
+         WHERE id = $2 AND status = 'processing' AND needs_review_at IS NULL",
     )
-    .bind(attempt)
     .bind(now)
-    .bind(order_id)
-    .bind(user)
-    .bind(version)
+    .bind(attempt_id)
     .execute(e)
     .await?;
     Ok(res.rows_affected() == 1)
 }
 
-/// Marks the order paid by `attempt` and clears the lock.
-pub(crate) async fn mark_paid<'c>(
+/// Processing attempts created before `before` whose lease has expired: the
+/// reconciliation job's work list. Oldest first.
+pub(crate) async fn stuck_since<'c>(
     e: impl AnyExecutor<'c>,
-    order_id: &str,
-    attempt: &str,
-    payment_id: &str,
+    before: i64,
     now: i64,
-) -> sqlx::Result<bool> {
-    let res = sqlx::query(
-        "UPDATE orders SET status = 'paid', active_attempt = NULL, payment_id = $1, updated_at = $2
-         WHERE id = $3 AND active_attempt = $4 AND status = 'unpaid'",
-    )
-    .bind(payment_id)
-    .bind(now)
-    .bind(order_id)
-    .bind(attempt)
-    .execute(e)
-    .await?;
-    Ok(res.rows_affected() == 1)
-}
-
-/// Clears the lock held by `attempt` (the attempt ended without a charge).
-pub(crate) async fn unlock_order<'c>(
-    e: impl AnyExecutor<'c>,
-    order_id: &str,
-    attempt: &str,
-    now: i64,
-) -> sqlx::Result<bool> {
-    let res = sqlx::query("UPDATE orders SET active_attempt = NULL, updated_at = $1 WHERE id = $2 AND active_attempt = $3")
+    limit: i64,
+) -> sqlx::Result<Vec<Record>> {
+    let sql = format!(
+        "SELECT {ATTEMPT_COLUMNS} FROM attempts a
+         WHERE a.status = 'processing' AND a.created_at <= $1 AND a.needs_review_at IS NULL
+           AND (a.locked_until IS NULL OR a.locked_until <= $2)
+         ORDER BY a.created_at LIMIT $3"
+    );
+    let rows: Vec<AttemptRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(before)
         .bind(now)
-        .bind(order_id)
-        .bind(attempt)
-        .execute(e)
+        .bind(limit)
+        .fetch_all(e)
         .await?;
-    Ok(res.rows_affected() == 1)
-}
-
-/// Reserves `qty` units of `sku` if that many are left.
-pub(crate) async fn reserve_stock<'c>(
-    e: impl AnyExecutor<'c>,
-    line: &OrderLine,
-) -> sqlx::Result<bool> {
-    let res = sqlx::query("UPDATE catalog SET stock = stock - $1 WHERE sku = $2 AND stock >= $1")
-        .bind(i64::from(line.quantity))
-        .bind(line.sku.as_str())
-        .execute(e)
-        .await?;
-    Ok(res.rows_affected() == 1)
-}
-
-/// Gives reserved units back (the attempt ended without a charge).
-pub(crate) async fn release_stock<'c>(
-    e: impl AnyExecutor<'c>,
-    line: &OrderLine,
-) -> sqlx::Result<()> {
-    sqlx::query("UPDATE catalog SET stock = stock + $1 WHERE sku = $2")
-        .bind(i64::from(line.quantity))
-        .bind(line.sku.as_str())
-        .execute(e)
-        .await?;
-    Ok(())
-}
-
-/// Records a payment.
-pub(crate) async fn insert_payment<'c>(
-    e: impl AnyExecutor<'c>,
-    p: &Payment,
-    attempt: &str,
-    now: i64,
-) -> sqlx::Result<()> {
-    sqlx::query(
-        "INSERT INTO payments (id, order_id, attempt_id, amount, currency, payment_method_id, charge_id, status, created_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-    )
-    .bind(p.id.as_str())
-    .bind(p.order_id.as_str())
-    .bind(attempt)
-    .bind(p.amount)
-    .bind(p.currency.as_str())
-    .bind(p.payment_method_id.as_str())
-    .bind(p.charge_id.as_str())
-    .bind(p.status.as_str())
-    .bind(now)
-    .execute(e)
-    .await?;
-    Ok(())
-}
-
-/// A payment by id.
-pub(crate) async fn get_payment<'c>(
-    e: impl AnyExecutor<'c>,
-    id: &str,
-) -> sqlx::Result<Option<Payment>> {
-    let row: Option<(String, String, i64, String, String, String, String)> = sqlx::query_as(
-        "SELECT id, order_id, amount, currency, payment_method_id, charge_id, status FROM payments WHERE id = $1",
-    )
-    .bind(id)
-    .fetch_optional(e)
-    .await?;
-    row.map(
-        |(id, order_id, amount, currency, payment_method_id, charge_id, status)| {
-            Ok(Payment {
-                status: AttemptStatus::parse(&status)
-                    .ok_or_else(|| decode_err(format!("bad payment status {status}")))?,
-                id,
-                order_id,
-                amount,
-                currency,
-                payment_method_id,
-                charge_id,
-            })
-        },
-    )
-    .transpose()
-}
-
-/// The payment made by an attempt, if any.
-pub(crate) async fn payment_of_attempt<'c>(
-    e: impl AnyExecutor<'c>,
-    attempt: &str,
-) -> sqlx::Result<Option<String>> {
-    let row: Option<(String,)> = sqlx::query_as("SELECT id FROM payments WHERE attempt_id = $1")
-        .bind(attempt)
-        .fetch_optional(e)
-        .await?;
-    Ok(row.map(|r| r.0))
+    rows.into_iter().map(record).collect()
 }

@@ -26,11 +26,11 @@ use crate::error::AppResult;
 use crate::faults::{self, failpoint};
 use crate::metrics;
 use crate::pay;
+use crate::state::AppState;
 use crate::store::attempts as db;
-use crate::store::audit;
-use crate::store::orders::get_order;
-use crate::store::queue::{self, Mail};
-use crate::AppState;
+use crate::store::mailbox::{self, Mail};
+use crate::store::orders::{self, get_order};
+use crate::store::{audit, jobs, outbox};
 use payonce_rules::Record;
 use std::time::Duration;
 
@@ -48,7 +48,7 @@ pub(crate) async fn run(state: AppState, every: Duration) {
 }
 
 /// One round of every job; failures are logged and retried next round.
-pub(crate) async fn round(state: &AppState) {
+pub async fn round(state: &AppState) {
     match drain_outbox(state).await {
         Ok(0) => {}
         Ok(n) => tracing::info!(settled = n, "outbox round"),
@@ -125,7 +125,7 @@ pub(crate) async fn drive_abandoned(
 pub(crate) async fn drain_outbox(state: &AppState) -> AppResult<usize> {
     let mut settled = 0;
     let now = state.clock.now_ms();
-    for row in queue::outbox_pending(state.store.pool(), now, BATCH).await? {
+    for row in outbox::outbox_pending(state.store.pool(), now, BATCH).await? {
         let driven = drive_abandoned(state, &row, Worker::Outbox).await?;
         tracing::debug!(attempt = %row.id(), ?driven, "outbox row");
         match driven {
@@ -144,7 +144,7 @@ pub(crate) async fn reconcile_stuck(state: &AppState) -> AppResult<usize> {
     let now = state.clock.now_ms();
     let before = state.policy.reconcile_before(now);
     let mut settled = 0;
-    for row in queue::stuck_since(state.store.pool(), before, now, BATCH).await? {
+    for row in db::stuck_since(state.store.pool(), before, now, BATCH).await? {
         match drive_abandoned(state, &row, Worker::Reconciliation).await? {
             Driven::Settled => {
                 settled += 1;
@@ -162,7 +162,7 @@ pub(crate) async fn reconcile_stuck(state: &AppState) -> AppResult<usize> {
 async fn flag_for_review(state: &AppState, row: &Record) -> AppResult<()> {
     let now = state.clock.now_ms();
     let mut tx = state.store.begin_write().await?;
-    if !queue::flag_review(&mut *tx, row.id(), now).await? {
+    if !db::flag_review(&mut *tx, row.id(), now).await? {
         tx.rollback().await?;
         return Ok(());
     }
@@ -179,20 +179,20 @@ async fn flag_for_review(state: &AppState, row: &Record) -> AppResult<()> {
 pub(crate) async fn send_emails(state: &AppState) -> AppResult<usize> {
     let pool = state.store.pool();
     let mut sent = 0;
-    for (job, order_id) in queue::jobs_ready(pool, state.clock.now_ms(), BATCH).await? {
+    for (job, order_id) in jobs::jobs_ready(pool, state.clock.now_ms(), BATCH).await? {
         let now = state.clock.now_ms();
-        if !queue::lease_job(pool, &job, now, state.policy.lease_until(now)).await? {
+        if !jobs::lease_job(pool, &job, now, state.policy.lease_until(now)).await? {
             continue;
         }
-        let Some((user, amount, currency)) = queue::order_summary(pool, &order_id).await? else {
-            queue::ack_job(pool, &job, now).await?;
+        let Some((user, amount, currency)) = orders::order_summary(pool, &order_id).await? else {
+            jobs::ack_job(pool, &job, now).await?;
             continue;
         };
         // The "send" is the mailbox insert, in the transaction that sets the flag: the dev
         // mailbox is our own table. A real mailer is outside the database; it would get the
         // job id as its idempotency key, and the flag would be set right after it answers.
         let mut tx = state.store.begin_write().await?;
-        if queue::flag_email_sent(&mut *tx, &order_id).await? {
+        if orders::flag_email_sent(&mut *tx, &order_id).await? {
             let subject = format!("Order {order_id}: payment received");
             let body = format!(
                 "We received your payment of {amount} (minor units) {currency} for order {order_id}. Thank you!"
@@ -203,7 +203,7 @@ pub(crate) async fn send_emails(state: &AppState) -> AppResult<usize> {
                 subject: &subject,
                 body: &body,
             };
-            queue::insert_mail(&mut *tx, &mail, now).await?;
+            mailbox::insert_mail(&mut *tx, &mail, now).await?;
             metrics::email("sent");
             sent += 1;
         } else {
@@ -212,16 +212,16 @@ pub(crate) async fn send_emails(state: &AppState) -> AppResult<usize> {
         }
         tx.commit().await?;
         failpoint(faults::EMAIL);
-        queue::ack_job(pool, &job, state.clock.now_ms()).await?;
+        jobs::ack_job(pool, &job, state.clock.now_ms()).await?;
     }
     Ok(sent)
 }
 
 /// Retention.
-pub(crate) async fn cleanup(state: &AppState) -> AppResult<u64> {
+pub async fn cleanup(state: &AppState) -> Result<u64, crate::error::AppError> {
     let pool = state.store.pool();
     let now = state.clock.now_ms();
     let keys = db::delete_expired(pool, now).await?;
-    let old = queue::delete_old(pool, state.policy.audit_before(now), now).await?;
+    let old = crate::store::delete_old(pool, state.policy.audit_before(now), now).await?;
     Ok(keys + old)
 }

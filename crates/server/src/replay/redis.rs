@@ -100,7 +100,9 @@ impl RedisCache {
     }
 
     async fn connection(&self) -> Result<MultiplexedConnection, CacheError> {
-        if crate::now_ms() < self.open_until.load(Ordering::Relaxed) {
+        if crate::clock::Clock::now_ms(&crate::clock::SystemClock)
+            < self.open_until.load(Ordering::Relaxed)
+        {
             return Err(CacheError::Skipped);
         }
         // One reconnect at a time; everyone else goes to the database meanwhile.
@@ -162,7 +164,8 @@ impl RedisCache {
     fn trip(&self, why: &CacheError) {
         let n = self.failures.fetch_add(1, Ordering::Relaxed).min(16);
         let backoff = MIN_BACKOFF.saturating_mul(1 << n.min(5)).min(MAX_BACKOFF);
-        let until = crate::now_ms() + i64::try_from(backoff.as_millis()).unwrap_or(5_000);
+        let until = crate::clock::Clock::now_ms(&crate::clock::SystemClock)
+            + i64::try_from(backoff.as_millis()).unwrap_or(5_000);
         self.open_until.store(until, Ordering::Relaxed);
         if self.up.swap(false, Ordering::Relaxed) || n == 0 {
             tracing::warn!(error = %why, backoff_ms = backoff.as_millis() as u64,

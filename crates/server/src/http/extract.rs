@@ -3,7 +3,7 @@
 //! code, never axum's plain-text default.
 
 use crate::error::AppError;
-use crate::AppState;
+use crate::state::AppState;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request};

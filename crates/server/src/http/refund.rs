@@ -1,0 +1,56 @@
+//! `POST /payments/{id}/refund` with its own `Idempotency-Key` (the rules are `src/refunds.rs`).
+
+use crate::auth::AuthUser;
+use crate::error::AppError;
+use crate::http::extract::{IdemKeyHeader, PathId};
+use crate::refunds;
+use crate::state::AppState;
+use crate::store::refunds as db;
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use payonce_protocol::headers::{IDEMPOTENT_REPLAYED, KEY_RETENTION};
+use payonce_protocol::ErrorCode;
+
+/// The handler.
+pub(crate) async fn handler(
+    State(state): State<AppState>,
+    AuthUser(user): AuthUser,
+    PathId(payment_id): PathId,
+    IdemKeyHeader(key): IdemKeyHeader,
+) -> Response {
+    let retention = state.config.key_retention.as_secs();
+    let result = async {
+        let (payment, attempt_id) = db::owned_payment(state.store.pool(), &user, &payment_id)
+            .await?
+            .ok_or_else(|| AppError::code(ErrorCode::PaymentNotFound))?;
+        let key = key?;
+        // In its own task, like pay: a hang-up must not abort a half-stored refund.
+        let task =
+            tokio::spawn(
+                async move { refunds::run(&state, &user, &key, payment, &attempt_id).await },
+            );
+        task.await
+            .map_err(|e| AppError::internal(format!("refund task failed: {e}")))?
+    }
+    .await;
+    let mut res = match result {
+        Ok((status, body, replayed)) => {
+            let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let mut res = (code, body).into_response();
+            res.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            if replayed {
+                res.headers_mut()
+                    .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+            }
+            res
+        }
+        Err(e) => e.into_response(),
+    };
+    res.headers_mut()
+        .insert(KEY_RETENTION, HeaderValue::from(retention));
+    res
+}
