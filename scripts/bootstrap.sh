@@ -40,7 +40,7 @@ add_wasm_target() { rustup target add wasm32-unknown-unknown; }
 step "wasm32-unknown-unknown target" has_wasm_target add_wasm_target
 
 has_bindgen() { wasm-bindgen --version | grep -qx "wasm-bindgen $wb_version"; }
-# No --locked: the CLI's own lockfile names a crate version the registry lacks (TOOLCHAIN.md).
+# No --locked: the CLI's own lockfile names a crate version the registry lacks (docs/toolchain.md).
 install_bindgen() { cargo install --force wasm-bindgen-cli --version "$wb_version"; }
 step "wasm-bindgen-cli $wb_version (= Cargo.lock)" has_bindgen install_bindgen
 
@@ -65,7 +65,7 @@ if [ "${1:-}" != --no-browser ]; then
 fi
 
 # wasm-opt comes from npm's binaryen: Debian's binaryen (wasm-opt 108) silently breaks the
-# module (TOOLCHAIN.md pitfall 1). `npm ci` installs exactly tools/package-lock.json; the
+# module (docs/toolchain.md, rule 3). `npm ci` installs exactly tools/package-lock.json; the
 # marker npm writes is newer than the lockfile only when that install finished.
 has_tools() {
   test -x tools/node_modules/.bin/wasm-opt && test -x tools/node_modules/.bin/tsc \

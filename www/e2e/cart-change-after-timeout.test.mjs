@@ -1,4 +1,4 @@
-// Seed 003, "user changes the cart after a timeout", branch "K1 never reached the backend":
+// "user changes the cart after a timeout", branch "K1 never reached the backend":
 // the page cancels K1 (the server stores a tombstone), the cart unlocks, the edit bumps the
 // version, Pay uses a new key K2 and the provider charges the new total only. A late K1
 // arriving afterwards is refused.

@@ -1,4 +1,4 @@
-// Seed 003, "backend crashes mid-payment": the provider charged, the server died before saving
+// "backend crashes mid-payment": the provider charged, the server died before saving
 // the result, so K1 is stuck in `processing` and nobody knows whether money moved. The page
 // keeps checking with K1; the restarted server never charges again for a processing key, asks
 // the provider about K1's provider key (reconciliation) and settles it; the page shows the

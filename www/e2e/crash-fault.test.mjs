@@ -1,4 +1,4 @@
-// Seed 003, "backend crashes mid-payment", driven from the dev panel: "Crash after charge"
+// "backend crashes mid-payment", driven from the dev panel: "Crash after charge"
 // sends `Payonce-Dev-Fault: crash-after-charge` with the next payment, and the dev server
 // aborts its whole process right after the provider charged, before saving the outcome.
 // The page keeps checking with the same key; once the server is back (same port, database and

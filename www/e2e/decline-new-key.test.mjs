@@ -1,4 +1,4 @@
-// Seed 003: a clear decline is final and nothing was charged, so the key is dropped and the
+// A clear decline is final and nothing was charged, so the key is dropped and the
 // next Pay (another card) uses a new key.
 import test from "node:test";
 import assert from "node:assert/strict";

@@ -1,4 +1,4 @@
-// Seed 003: a double click on Pay. The button is disabled while in flight (UX), and the key is
+// A double click on Pay. The button is disabled while in flight (UX), and the key is
 // the real protection: one key, one charge.
 import test from "node:test";
 import assert from "node:assert/strict";

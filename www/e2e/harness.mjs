@@ -23,7 +23,7 @@ export const DIST = join(WWW, "dist");
 export const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";
 const CI = process.env.CI === "true";
 
-// TOOLCHAIN.md: without the background-networking flags Chromium floods the closed network.
+// docs/toolchain.md: without the background-networking flags Chromium floods the closed network.
 const CHROMIUM_ARGS = [
   "--no-sandbox",
   "--headless",

@@ -1,4 +1,4 @@
-// Seed 003, "the response is lost": the server charges, the answer never arrives, the SDK
+// "the response is lost": the server charges, the answer never arrives, the SDK
 // retries with the same key and the saved result comes back. One receipt, one charge.
 import test from "node:test";
 import assert from "node:assert/strict";

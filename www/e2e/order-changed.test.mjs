@@ -1,4 +1,4 @@
-// Seed 003: "Pay returns 409 ORDER_CHANGED → the order changed elsewhere (another tab). Reload
+// "Pay returns 409 ORDER_CHANGED → the order changed elsewhere (another tab). Reload
 // the checkout, show the new total, and let the user confirm." The stale key was never
 // accepted; the confirming Pay uses a new key and charges the new total once.
 import test from "node:test";

@@ -1,4 +1,4 @@
-// Seed 003, case c) "provider is slow or timed out → unknown": the provider charged but its
+// case c) "provider is slow or timed out → unknown": the provider charged but its
 // answer never came in time, so the attempt stays `processing`. The page must not call that a
 // failure: it shows the long-wait message, keeps Pay and the cart locked, asks only with the
 // same key, and shows the receipt once the server settles the attempt (the provider's webhook,

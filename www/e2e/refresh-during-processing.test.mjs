@@ -1,4 +1,4 @@
-// Seed 003 step 8: the user refreshes while the payment is processing. The key was saved in
+// the user refreshes while the payment is processing. The key was saved in
 // sessionStorage before sending, so the reloaded page asks again with the same key and shows
 // the receipt; the provider charged once.
 import test from "node:test";

@@ -1,4 +1,4 @@
-// Seed 003: "Keys stop duplicate requests. Order rules stop duplicate payments for the same
+// "Keys stop duplicate requests. Order rules stop duplicate payments for the same
 // order." Two tabs have two sessionStorages, hence two keys for one order.
 //  - Same browser: the SDK may coordinate the tabs (Web Locks, BroadcastChannel), so tab B
 //    either shows tab A's receipt or is refused; the provider charges once either way.

@@ -366,7 +366,7 @@ function cancelStatus(r) {
   return k === "succeeded" ? "paid" : k;
 }
 
-/** "I want to change my cart" while an attempt is unresolved: cancel it first (seed 003). */
+/** "I want to change my cart" while an attempt is unresolved: cancel it first (docs/demo.md). */
 async function cancelAndEdit() {
   state.userAbort = true;
   state.abort?.abort();
@@ -633,7 +633,7 @@ function setupDevPanel({ faults, webhooks }) {
   $("switch-user").addEventListener("submit", (ev) => {
     ev.preventDefault();
     if (state.busy) return;
-    // Seed 003 security checklist: clear payment keys on logout.
+    // Payment keys belong to one user: clear them on logout.
     const removed = state.client.clearAll();
     log(`dev: cleared ${removed} stored payment attempt(s) before switching user`);
     const url = new URL(location.href);
@@ -714,7 +714,7 @@ async function main() {
   const order = await openOrder(params.get("order"));
   document.body.dataset.ready = "true";
 
-  // Seed 003 step 8: after a refresh the saved key is reused and the latest status fetched.
+  // After a refresh the saved key is reused and the latest status fetched.
   // Also when the order already shows as paid: the replay brings this attempt's receipt and
   // lets the SDK drop the key (only a final answer may remove it).
   const pending = await state.client.pendingAttempt(order.id);

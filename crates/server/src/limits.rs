@@ -1,4 +1,5 @@
-//! The pay rate limit: in-process token buckets per user.
+//! The pay rate limit: in-process keyed limiters per user (`governor`'s GCRA, which is a
+//! token bucket without a timer).
 //!
 //! Two buckets, because a duplicate is not a new payment:
 //! - `requests`: every pay request of a user takes a token. Generous (a double click, a
@@ -13,97 +14,91 @@
 //! The buckets live in each process: with N instances a user gets up to N times the rate.
 //! That is a deliberate simplification: the limit protects the provider and the store from
 //! one client's loop, and a shared limiter would put Redis on the path of every request.
+//!
+//! Time comes from the limiter's clock: the monotonic clock in the server, a manual one in
+//! tests.
 
 use crate::error::AppError;
+use crate::metrics::{self, Bucket};
+use governor::clock::{Clock, DefaultClock};
+use governor::middleware::NoOpMiddleware;
+use governor::state::keyed::DefaultKeyedStateStore;
+use governor::{Quota, RateLimiter};
 use payonce_protocol::ErrorCode;
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
-/// Users idle this long are forgotten (their bucket would be full again anyway).
-const IDLE_EVICT: Duration = Duration::from_secs(600);
-
-/// Sweep the map for idle users every this many takes.
+/// Forget users whose bucket is full again every this many takes (bounded memory).
 const SWEEP_EVERY: u64 = 4096;
 
 /// A bucket's size and refill.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Rate {
-    /// Tokens a full bucket holds: how many requests may come at once.
-    pub burst: f64,
-    /// Tokens added per second.
-    pub per_sec: f64,
+    /// Requests a full bucket allows at once.
+    pub burst: NonZeroU32,
+    /// Tokens added per minute.
+    pub per_min: NonZeroU32,
 }
 
 impl Rate {
-    /// `per_min` per minute with bursts of `burst`; `per_min == 0` disables the bucket.
+    /// `per_min` per minute with bursts of `burst`; either 0 disables the bucket.
     pub(crate) fn new(burst: u32, per_min: u32) -> Option<Self> {
-        (per_min > 0 && burst > 0).then(|| Self {
-            burst: f64::from(burst),
-            per_sec: f64::from(per_min) / 60.0,
+        Some(Self {
+            burst: NonZeroU32::new(burst)?,
+            per_min: NonZeroU32::new(per_min)?,
         })
     }
+
+    fn quota(self) -> Quota {
+        Quota::per_minute(self.per_min).allow_burst(self.burst)
+    }
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Bucket {
-    tokens: f64,
-    at: Instant,
+type Keyed<C> =
+    RateLimiter<String, DefaultKeyedStateStore<String>, C, NoOpMiddleware<<C as Clock>::Instant>>;
+
+/// One kind of request's limiter, keyed by user; `None` when the bucket is off.
+struct Buckets<C: Clock + Clone> {
+    limiter: Option<Keyed<C>>,
+    bucket: Bucket,
+    takes: AtomicU64,
+    clock: C,
 }
 
-/// Token buckets for one kind of request, keyed by user.
-#[derive(Debug)]
-struct Buckets {
-    rate: Option<Rate>,
-    name: &'static str,
-    map: Mutex<(HashMap<String, Bucket>, u64)>,
-}
-
-impl Buckets {
-    fn new(name: &'static str, rate: Option<Rate>) -> Self {
+impl<C: Clock + Clone> Buckets<C> {
+    fn new(bucket: Bucket, rate: Option<Rate>, clock: &C) -> Self {
         Self {
-            rate,
-            name,
-            map: Mutex::new((HashMap::new(), 0)),
+            limiter: rate.map(|r| RateLimiter::dashmap_with_clock(r.quota(), clock.clone())),
+            bucket,
+            takes: AtomicU64::new(0),
+            clock: clock.clone(),
         }
     }
 
-    /// Takes a token for `user` at `now`, or says how long until one is back.
-    fn take(&self, user: &str, now: Instant) -> Result<(), Duration> {
-        let Some(rate) = self.rate else {
+    /// Takes a token for `user`, or says how long until one is back.
+    fn take(&self, user: &str) -> Result<(), Duration> {
+        let Some(limiter) = &self.limiter else {
             return Ok(());
         };
-        let mut guard = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        let (map, takes) = &mut *guard;
-        *takes += 1;
-        if (*takes).is_multiple_of(SWEEP_EVERY) {
-            map.retain(|_, b| now.saturating_duration_since(b.at) < IDLE_EVICT);
+        if self.takes.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
+            limiter.retain_recent();
         }
-        let b = map.entry(user.to_owned()).or_insert(Bucket {
-            tokens: rate.burst,
-            at: now,
-        });
-        let elapsed = now.saturating_duration_since(b.at).as_secs_f64();
-        b.tokens = (b.tokens + elapsed * rate.per_sec).min(rate.burst);
-        b.at = now;
-        if b.tokens >= 1.0 {
-            b.tokens -= 1.0;
-            Ok(())
-        } else {
-            Err(Duration::from_secs_f64((1.0 - b.tokens) / rate.per_sec))
-        }
+        limiter
+            .check_key(&user.to_owned())
+            .map_err(|not_until| not_until.wait_time_from(self.clock.now()))
     }
 
     fn check(&self, user: &str) -> Result<(), AppError> {
-        self.take(user, Instant::now()).map_err(|wait| {
-            crate::metrics::rate_limited(self.name);
+        self.take(user).map_err(|wait| {
+            metrics::rate_limited(self.bucket);
             // Round up: a client that waits exactly Retry-After must find a token.
             let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
             AppError::with(ErrorCode::RateLimited, |p| {
                 p.retry_after = Some(secs.max(1));
                 p.detail = Some(format!(
                     "too many pay requests ({}) for this user; retry with the same key later",
-                    self.name
+                    self.bucket.as_str()
                 ));
             })
         })
@@ -111,17 +106,26 @@ impl Buckets {
 }
 
 /// The pay limits of one process.
-#[derive(Debug)]
-pub(crate) struct Limits {
-    requests: Buckets,
-    new_attempts: Buckets,
+pub(crate) struct Limits<C: Clock + Clone = DefaultClock> {
+    requests: Buckets<C>,
+    new_attempts: Buckets<C>,
 }
 
 impl Limits {
     pub(crate) fn new(requests: Option<Rate>, new_attempts: Option<Rate>) -> Self {
+        Self::with_clock(requests, new_attempts, &DefaultClock::default())
+    }
+}
+
+impl<C: Clock + Clone> Limits<C> {
+    pub(crate) fn with_clock(
+        requests: Option<Rate>,
+        new_attempts: Option<Rate>,
+        clock: &C,
+    ) -> Self {
         Self {
-            requests: Buckets::new("requests", requests),
-            new_attempts: Buckets::new("new_attempts", new_attempts),
+            requests: Buckets::new(Bucket::Requests, requests, clock),
+            new_attempts: Buckets::new(Bucket::NewAttempts, new_attempts, clock),
         }
     }
 
@@ -139,46 +143,80 @@ impl Limits {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use governor::clock::FakeRelativeClock;
+
+    fn bucket(burst: u32, per_min: u32, clock: &FakeRelativeClock) -> Buckets<FakeRelativeClock> {
+        Buckets::new(Bucket::Requests, Rate::new(burst, per_min), clock)
+    }
 
     #[test]
     fn a_bucket_allows_its_burst_then_refills_at_its_rate() {
-        let b = Buckets::new("t", Rate::new(3, 60)); // 1 token per second
-        let t0 = Instant::now();
+        let clock = FakeRelativeClock::default();
+        let b = bucket(3, 60, &clock); // 1 token per second
         for _ in 0..3 {
-            assert!(b.take("alice", t0).is_ok());
+            assert!(b.take("alice").is_ok());
         }
-        let wait = b.take("alice", t0).expect_err("burst spent");
-        assert!(wait <= Duration::from_secs(1) && wait > Duration::from_millis(900));
+        let wait = b.take("alice").expect_err("burst spent");
+        assert!(
+            wait <= Duration::from_secs(1) && wait > Duration::from_millis(900),
+            "{wait:?}"
+        );
         // Another user has their own bucket.
-        assert!(b.take("bob", t0).is_ok());
+        assert!(b.take("bob").is_ok());
         // One second later exactly one more token is back.
-        let t1 = t0 + Duration::from_secs(1);
-        assert!(b.take("alice", t1).is_ok());
-        assert!(b.take("alice", t1).is_err());
+        clock.advance(Duration::from_secs(1));
+        assert!(b.take("alice").is_ok());
+        assert!(b.take("alice").is_err());
         // A long pause refills only up to the burst.
-        let t2 = t1 + Duration::from_secs(3600);
+        clock.advance(Duration::from_secs(3600));
         for _ in 0..3 {
-            assert!(b.take("alice", t2).is_ok());
+            assert!(b.take("alice").is_ok());
         }
-        assert!(b.take("alice", t2).is_err());
+        assert!(b.take("alice").is_err());
     }
 
     #[test]
     fn a_zero_rate_disables_the_bucket() {
-        let b = Buckets::new("t", Rate::new(10, 0));
-        let t0 = Instant::now();
+        let clock = FakeRelativeClock::default();
+        let b = bucket(10, 0, &clock);
         for _ in 0..1000 {
-            assert!(b.take("alice", t0).is_ok());
+            assert!(b.take("alice").is_ok());
         }
     }
 
     #[test]
-    fn a_refusal_is_429_with_retry_after() {
-        let limits = Limits::new(Rate::new(1, 1), None);
+    fn a_refusal_is_429_with_retry_after_rounded_up() {
+        let clock = FakeRelativeClock::default();
+        let limits = Limits::with_clock(Rate::new(1, 1), None, &clock);
         assert!(limits.request("alice").is_ok());
         let p = limits.request("alice").expect_err("limited").to_problem();
         assert_eq!(p.status, 429);
         assert_eq!(p.code, ErrorCode::RateLimited);
-        assert!(p.retry_after.is_some_and(|s| (1..=60).contains(&s)));
+        assert_eq!(p.retry_after, Some(60), "one token a minute");
+        clock.advance(Duration::from_millis(59_500));
+        let p = limits
+            .request("alice")
+            .expect_err("still limited")
+            .to_problem();
+        assert_eq!(p.retry_after, Some(1), "half a second left rounds up to 1");
+        clock.advance(Duration::from_millis(500));
+        assert!(
+            limits.request("alice").is_ok(),
+            "a client that waited Retry-After gets a token"
+        );
+    }
+
+    #[test]
+    fn replays_spend_only_the_requests_bucket() {
+        let clock = FakeRelativeClock::default();
+        let limits = Limits::with_clock(Rate::new(100, 60), Rate::new(1, 1), &clock);
+        assert!(limits.new_attempt("alice").is_ok());
+        for _ in 0..50 {
+            assert!(limits.request("alice").is_ok(), "50 replays of one key");
+        }
+        assert!(
+            limits.new_attempt("alice").is_err(),
+            "a second new key within the minute"
+        );
     }
 }

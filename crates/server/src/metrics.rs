@@ -1,182 +1,314 @@
-//! Prometheus metrics at `GET /metrics`, in the text exposition format (version 0.0.4).
+//! Prometheus metrics at `GET /metrics`, in the Prometheus text format (version 0.0.4),
+//! through `prometheus-client`.
 //!
-//! A tiny hand-rolled registry instead of the `prometheus` crate: a handful of counters with
-//! static label values need a mutex-guarded map and a renderer, not a dependency tree.
 //! Counters are process-global so a background job can count without threading a handle
-//! through; each process exposes its own (Prometheus sums across instances).
-//!
-//! Hooks for other modules (listed for the job authors in `notes/metrics-hooks.md`):
-//! [`webhook_event`], [`reconciliation`], [`email`], [`refund`], [`outbox`].
-//! The pay path counts itself through [`pay_outcome`] and [`redis_lookup`].
+//! through; each process exposes its own (Prometheus sums across instances). Every label
+//! value is an enum, so a typo is a compile error and a family's label values are listed
+//! once, here. The gauges are computed at scrape time.
 
 use crate::state::AppState;
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use std::collections::BTreeMap;
+use payonce_protocol::{AttemptStatus, ErrorCode};
+use prometheus_client::encoding::LabelValueEncoder;
+use prometheus_client::encoding::{prometheus_text, EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 use std::fmt::Write as _;
-use std::sync::Mutex;
+use std::sync::LazyLock;
 
-/// `(metric name, sorted label pairs)` → value.
-type Series = BTreeMap<(&'static str, Vec<(&'static str, String)>), u64>;
+/// Label value enums spell their wire text once, in `as_str`.
+macro_rules! label_values {
+    ($( $(#[$doc:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? } )+) => {$(
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub(crate) enum $name { $($variant),+ }
 
-static COUNTERS: Mutex<Series> = Mutex::new(BTreeMap::new());
+        impl $name {
+            /// Every value: each series is created at zero, so it is scraped before its
+            /// first increment.
+            const ALL: &'static [Self] = &[$(Self::$variant),+];
 
-/// Every counter this process may expose: name and help. Rendering goes through this table,
-/// so a family is documented once and shown (at zero) before its first increment.
-const COUNTER_HELP: &[(&str, &str)] = &[
-    (
-        "payonce_pay_requests_total",
-        "Pay requests by HTTP status and outcome (attempt status or problem code).",
-    ),
-    (
-        "payonce_pay_replays_total",
-        "Pay answers replayed from a stored result, by where it was read (memory, redis or database).",
-    ),
-    (
-        "payonce_pay_conflicts_total",
-        "Pay requests answered 409, by problem code.",
-    ),
-    (
-        "payonce_pay_key_mismatches_total",
-        "Pay requests answered 422 KEY_REUSED_WITH_DIFFERENT_DETAILS.",
-    ),
-    (
-        "payonce_pay_rate_limited_total",
-        "Pay requests answered 429 RATE_LIMITED, by bucket.",
-    ),
-    (
-        "payonce_redis_lookups_total",
-        "Redis fast path steps by result (claimed, replay, mismatch, processing, miss, skipped, error).",
-    ),
-    (
-        "payonce_webhook_events_total",
-        "Provider webhook deliveries by result (e.g. applied, duplicate, parked, bad_signature).",
-    ),
-    (
-        "payonce_reconciliation_total",
-        "Reconciliation job results per attempt (e.g. succeeded, declined, redriven, failed, manual_review).",
-    ),
-    (
-        "payonce_emails_total",
-        "Confirmation email job runs by result (e.g. sent, already_sent).",
-    ),
-    (
-        "payonce_refunds_total",
-        "Refund requests by result (e.g. refunded, replayed, failed).",
-    ),
-    (
-        "payonce_outbox_total",
-        "Outbox rows by result (e.g. executed_inline, drained, failed).",
-    ),
-];
+            pub(crate) fn as_str(self) -> &'static str {
+                match self { $(Self::$variant => $text),+ }
+            }
+        }
 
-fn inc(name: &'static str, labels: &[(&'static str, &str)]) {
-    debug_assert!(COUNTER_HELP.iter().any(|(n, _)| *n == name), "{name}");
-    let mut key: Vec<(&'static str, String)> =
-        labels.iter().map(|(k, v)| (*k, (*v).to_owned())).collect();
-    key.sort();
-    // A poisoned lock only means another thread panicked mid-increment; the map is still
-    // a valid map, so keep counting.
-    let mut map = COUNTERS.lock().unwrap_or_else(|p| p.into_inner());
-    *map.entry((name, key)).or_insert(0) += 1;
+        impl EncodeLabelValue for $name {
+            fn encode(&self, e: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+                e.write_str(self.as_str())
+            }
+        }
+    )+};
 }
 
-/// One pay answer: its HTTP status and outcome (`succeeded`, `processing`, or the problem
-/// code such as `IN_PROGRESS`); `replayed` with where the stored answer came from.
-pub(crate) fn pay_outcome(status: u16, outcome: &str, replayed_from: Option<&str>) {
-    let status_s = status.to_string();
-    inc(
-        "payonce_pay_requests_total",
-        &[("status", &status_s), ("outcome", outcome)],
+label_values! {
+    /// Where a replayed pay answer was read.
+    ReplaySource { Memory => "memory", Redis => "redis", Database => "database" }
+    /// Which pay rate-limit bucket refused a request (src/limits.rs).
+    Bucket { Requests => "requests", NewAttempts => "new_attempts" }
+    /// One step of the Redis fast path.
+    RedisLookup {
+        Claimed => "claimed", Replay => "replay", Mismatch => "mismatch",
+        Processing => "processing", Miss => "miss", Skipped => "skipped", Error => "error",
+    }
+    /// One provider webhook delivery.
+    WebhookResult {
+        Applied => "applied", Duplicate => "duplicate", BadSignature => "bad_signature",
+        UnknownProviderKey => "unknown_provider_key", NoEffect => "no_effect",
+        Unconfirmed => "unconfirmed",
+    }
+    /// One attempt handled by the reconciliation job.
+    ReconcileResult { Settled => "settled", ManualReview => "manual_review" }
+    /// One run of the confirmation email job.
+    EmailResult { Sent => "sent", AlreadySent => "already_sent" }
+    /// One refund request.
+    RefundResult {
+        Refunded => "refunded", Replayed => "replayed", NotAllowed => "not_allowed",
+        InProgress => "in_progress",
+    }
+    /// One outbox row.
+    OutboxResult { ExecutedInline => "executed_inline", Drained => "drained", Inconclusive => "inconclusive" }
+}
+
+/// What a pay answer said: an attempt status, a problem code, or a body that names neither.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum PayOutcome {
+    Attempt(AttemptStatus),
+    Problem(ErrorCode),
+    Unknown,
+}
+
+impl EncodeLabelValue for PayOutcome {
+    fn encode(&self, e: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        e.write_str(match self {
+            Self::Attempt(s) => s.as_str(),
+            Self::Problem(c) => c.as_str(),
+            Self::Unknown => "unknown",
+        })
+    }
+}
+
+// Label sets: fields in alphabetical order, which is the order they are rendered in.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct PayLabels {
+    outcome: PayOutcome,
+    status: u16,
+}
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct CodeLabel {
+    code: PayOutcome,
+}
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct SourceLabel {
+    source: ReplaySource,
+}
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct BucketLabel {
+    bucket: Bucket,
+}
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct AgeLabel {
+    older_than_seconds: i64,
+}
+
+/// A family labelled `result`.
+type Results<R> = Family<[(&'static str, R); 1], Counter>;
+
+struct Counters {
+    registry: Registry,
+    pay_requests: Family<PayLabels, Counter>,
+    pay_replays: Family<SourceLabel, Counter>,
+    pay_conflicts: Family<CodeLabel, Counter>,
+    pay_key_mismatches: Counter,
+    pay_rate_limited: Family<BucketLabel, Counter>,
+    redis_lookups: Results<RedisLookup>,
+    webhook_events: Results<WebhookResult>,
+    reconciliation: Results<ReconcileResult>,
+    emails: Results<EmailResult>,
+    refunds: Results<RefundResult>,
+    outbox: Results<OutboxResult>,
+}
+
+static COUNTERS: LazyLock<Counters> = LazyLock::new(|| {
+    let c = Counters {
+        registry: Registry::default(),
+        pay_requests: Family::default(),
+        pay_replays: Family::default(),
+        pay_conflicts: Family::default(),
+        pay_key_mismatches: Counter::default(),
+        pay_rate_limited: Family::default(),
+        redis_lookups: Family::default(),
+        webhook_events: Family::default(),
+        reconciliation: Family::default(),
+        emails: Family::default(),
+        refunds: Family::default(),
+        outbox: Family::default(),
+    };
+    // The registry holds clones (families and counters share their values through an Arc).
+    let mut r = Registry::default();
+    // Help texts without a final period: the encoder adds one.
+    r.register(
+        "payonce_pay_requests",
+        "Pay requests by HTTP status and outcome (attempt status or problem code)",
+        c.pay_requests.clone(),
     );
+    r.register(
+        "payonce_pay_replays",
+        "Pay answers replayed from a stored result, by where it was read (memory, redis or database)",
+        c.pay_replays.clone(),
+    );
+    r.register(
+        "payonce_pay_conflicts",
+        "Pay requests answered 409, by problem code",
+        c.pay_conflicts.clone(),
+    );
+    r.register(
+        "payonce_pay_key_mismatches",
+        "Pay requests answered 422 KEY_REUSED_WITH_DIFFERENT_DETAILS",
+        c.pay_key_mismatches.clone(),
+    );
+    r.register(
+        "payonce_pay_rate_limited",
+        "Pay requests answered 429 RATE_LIMITED, by bucket",
+        c.pay_rate_limited.clone(),
+    );
+    r.register(
+        "payonce_redis_lookups",
+        "Redis fast path steps by result (claimed, replay, mismatch, processing, miss, skipped, error)",
+        c.redis_lookups.clone(),
+    );
+    r.register(
+        "payonce_webhook_events",
+        "Provider webhook deliveries by result (e.g. applied, duplicate, bad_signature)",
+        c.webhook_events.clone(),
+    );
+    r.register(
+        "payonce_reconciliation",
+        "Reconciliation job results per attempt (settled, manual_review)",
+        c.reconciliation.clone(),
+    );
+    r.register(
+        "payonce_emails",
+        "Confirmation email job runs by result (sent, already_sent)",
+        c.emails.clone(),
+    );
+    r.register(
+        "payonce_refunds",
+        "Refund requests by result (e.g. refunded, replayed, not_allowed)",
+        c.refunds.clone(),
+    );
+    r.register(
+        "payonce_outbox",
+        "Outbox rows by result (executed_inline, drained, inconclusive)",
+        c.outbox.clone(),
+    );
+    // Every series the labels allow, at zero (the status × outcome product only where an
+    // answer of that status can have that outcome).
+    for &outcome in &[AttemptStatus::Succeeded, AttemptStatus::Processing] {
+        let status = if outcome == AttemptStatus::Succeeded {
+            200
+        } else {
+            202
+        };
+        let outcome = PayOutcome::Attempt(outcome);
+        let _ = c.pay_requests.get_or_create(&PayLabels { outcome, status });
+    }
+    for &code in ErrorCode::ALL.iter().filter(|c| c.http_status() == 409) {
+        let code = PayOutcome::Problem(code);
+        let _ = c.pay_conflicts.get_or_create(&CodeLabel { code });
+    }
+    for &source in ReplaySource::ALL {
+        let _ = c.pay_replays.get_or_create(&SourceLabel { source });
+    }
+    for &bucket in Bucket::ALL {
+        let _ = c.pay_rate_limited.get_or_create(&BucketLabel { bucket });
+    }
+    zeros(&c.redis_lookups, RedisLookup::ALL);
+    zeros(&c.webhook_events, WebhookResult::ALL);
+    zeros(&c.reconciliation, ReconcileResult::ALL);
+    zeros(&c.emails, EmailResult::ALL);
+    zeros(&c.refunds, RefundResult::ALL);
+    zeros(&c.outbox, OutboxResult::ALL);
+    Counters { registry: r, ..c }
+});
+
+fn zeros<R: EncodeLabelValue + Copy + std::hash::Hash + Eq>(family: &Results<R>, all: &[R]) {
+    for &result in all {
+        let _ = family.get_or_create(&[("result", result)]);
+    }
+}
+
+/// One pay answer: its HTTP status and outcome; `replayed_from` where the stored answer
+/// came from when it is a replay.
+pub(crate) fn pay_outcome(status: u16, outcome: PayOutcome, replayed_from: Option<ReplaySource>) {
+    let c = &*COUNTERS;
+    c.pay_requests
+        .get_or_create(&PayLabels { outcome, status })
+        .inc();
     if let Some(source) = replayed_from {
-        inc("payonce_pay_replays_total", &[("source", source)]);
+        c.pay_replays.get_or_create(&SourceLabel { source }).inc();
     }
     match status {
-        409 => inc("payonce_pay_conflicts_total", &[("code", outcome)]),
-        422 => inc("payonce_pay_key_mismatches_total", &[]),
+        409 => {
+            c.pay_conflicts
+                .get_or_create(&CodeLabel { code: outcome })
+                .inc();
+        }
+        422 => {
+            c.pay_key_mismatches.inc();
+        }
         _ => {}
     }
 }
 
-/// A pay request refused by the rate limit (`bucket`: `requests` or `new_attempts`).
-pub(crate) fn rate_limited(bucket: &'static str) {
-    inc("payonce_pay_rate_limited_total", &[("bucket", bucket)]);
+/// A pay request refused by the rate limit.
+pub(crate) fn rate_limited(bucket: Bucket) {
+    COUNTERS
+        .pay_rate_limited
+        .get_or_create(&BucketLabel { bucket })
+        .inc();
+}
+
+fn count<R: EncodeLabelValue + Clone + std::hash::Hash + Eq>(family: &Results<R>, result: R) {
+    family.get_or_create(&[("result", result)]).inc();
 }
 
 /// One step of the Redis fast path.
-pub(crate) fn redis_lookup(result: &'static str) {
-    inc("payonce_redis_lookups_total", &[("result", result)]);
+pub(crate) fn redis_lookup(result: RedisLookup) {
+    count(&COUNTERS.redis_lookups, result);
 }
 
-/// Hook: one webhook delivery handled, by `result` (`applied`, `duplicate`, `parked`,
-/// `bad_signature`, `stale`, …). Call once per delivery.
-#[allow(dead_code)] // a hook for the webhook handler
-pub(crate) fn webhook_event(result: &'static str) {
-    inc("payonce_webhook_events_total", &[("result", result)]);
+/// One webhook delivery handled.
+pub(crate) fn webhook_event(result: WebhookResult) {
+    count(&COUNTERS.webhook_events, result);
 }
 
-/// Hook: the reconciliation job settled (or flagged) one attempt, by `result`
-/// (`succeeded`, `declined`, `redriven`, `failed`, `manual_review`, …).
-#[allow(dead_code)] // a hook for the reconciliation job
-pub(crate) fn reconciliation(result: &'static str) {
-    inc("payonce_reconciliation_total", &[("result", result)]);
+/// The reconciliation job settled (or flagged) one attempt.
+pub(crate) fn reconciliation(result: ReconcileResult) {
+    count(&COUNTERS.reconciliation, result);
 }
 
-/// Hook: one run of the confirmation email job, by `result` (`sent`, `already_sent`, …).
-#[allow(dead_code)] // a hook for the email job
-pub(crate) fn email(result: &'static str) {
-    inc("payonce_emails_total", &[("result", result)]);
+/// One run of the confirmation email job.
+pub(crate) fn email(result: EmailResult) {
+    count(&COUNTERS.emails, result);
 }
 
-/// Hook: one refund request, by `result` (`refunded`, `replayed`, `failed`, …).
-#[allow(dead_code)] // a hook for the refund endpoint
-pub(crate) fn refund(result: &'static str) {
-    inc("payonce_refunds_total", &[("result", result)]);
+/// One refund request.
+pub(crate) fn refund(result: RefundResult) {
+    count(&COUNTERS.refunds, result);
 }
 
-/// Hook: one outbox row handled, by `result` (`executed_inline`, `drained`, `failed`, …).
-#[allow(dead_code)] // a hook for the outbox worker
-pub(crate) fn outbox(result: &'static str) {
-    inc("payonce_outbox_total", &[("result", result)]);
+/// One outbox row handled.
+pub(crate) fn outbox(result: OutboxResult) {
+    count(&COUNTERS.outbox, result);
 }
 
 /// Age thresholds (seconds) of the "attempts stuck in processing" gauge.
 const STUCK_AGES: &[i64] = &[0, 60, 300, 3600];
-
-/// Label values and text must not break the exposition format.
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-fn labels(pairs: &[(&str, String)]) -> String {
-    if pairs.is_empty() {
-        return String::new();
-    }
-    let inner: Vec<String> = pairs
-        .iter()
-        .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
-        .collect();
-    format!("{{{}}}", inner.join(","))
-}
-
-/// The counters, as exposition text.
-fn render_counters(out: &mut String) {
-    let map = COUNTERS.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    for (name, help) in COUNTER_HELP {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} counter");
-        for ((n, l), v) in map.range((*name, Vec::new())..) {
-            if n != name {
-                break;
-            }
-            let _ = writeln!(out, "{name}{} {v}", labels(l));
-        }
-    }
-}
 
 /// Attempts in `processing` whose creation is older than each of [`STUCK_AGES`], computed
 /// from the store at scrape time (every process sees the same database).
@@ -194,42 +326,57 @@ async fn stuck_attempts(state: &AppState, now: i64) -> Result<Vec<(i64, i64)>, s
     Ok(out)
 }
 
-/// `GET /metrics`.
-pub(crate) async fn serve(State(state): State<AppState>) -> Response {
-    let mut out = String::with_capacity(4096);
-    render_counters(&mut out);
-    let name = "payonce_attempts_processing";
-    let _ = writeln!(
-        out,
-        "# HELP {name} Attempts still processing whose creation is older than older_than_seconds (0: all)."
+/// The scrape-time gauges, in a registry of their own (the Redis one exists only with
+/// `--redis-url`).
+async fn gauges(state: &AppState) -> Registry {
+    let mut r = Registry::default();
+    let processing = Family::<AgeLabel, Gauge>::default();
+    r.register(
+        "payonce_attempts_processing",
+        "Attempts still processing whose creation is older than older_than_seconds (0: all)",
+        processing.clone(),
     );
-    let _ = writeln!(out, "# TYPE {name} gauge");
-    match stuck_attempts(
-        &state,
-        crate::clock::Clock::now_ms(&crate::clock::SystemClock),
-    )
-    .await
-    {
+    match stuck_attempts(state, state.clock.now_ms()).await {
         Ok(rows) => {
             for (age, n) in rows {
-                let _ = writeln!(out, "{name}{{older_than_seconds=\"{age}\"}} {n}");
+                processing
+                    .get_or_create(&AgeLabel {
+                        older_than_seconds: age,
+                    })
+                    .set(n);
             }
         }
         Err(e) => tracing::warn!(error = %e, "metrics: cannot count processing attempts"),
     }
-    let up = "payonce_redis_up";
-    let _ = writeln!(
-        out,
-        "# HELP {up} 1 when the Redis fast path is configured and usable, 0 when degraded to the database, absent without --redis-url."
-    );
-    let _ = writeln!(out, "# TYPE {up} gauge");
     if let Some(redis) = &state.redis {
-        let _ = writeln!(out, "{up} {}", u8::from(redis.is_up()));
+        let up = Gauge::<i64>::default();
+        up.set(i64::from(redis.is_up()));
+        r.register(
+            "payonce_redis_up",
+            "1 when the Redis fast path is configured and usable, 0 when degraded to the database, absent without --redis-url",
+            up,
+        );
     }
+    r
+}
+
+fn render(registries: &[&Registry]) -> String {
+    let mut out = String::with_capacity(4096);
+    for r in registries {
+        // Writing to a String cannot fail.
+        let _ = prometheus_text::encode(&mut out, r);
+    }
+    out
+}
+
+/// `GET /metrics`.
+pub(crate) async fn serve(State(state): State<AppState>) -> Response {
+    let gauges = gauges(&state).await;
+    let out = render(&[&COUNTERS.registry, &gauges]);
     let mut res = (StatusCode::OK, out).into_response();
     res.headers_mut().insert(
         header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        HeaderValue::from_static(prometheus_text::CONTENT_TYPE),
     );
     res
 }
@@ -240,22 +387,33 @@ mod tests {
 
     #[test]
     fn counters_render_with_help_type_and_labels() {
-        pay_outcome(409, "IN_PROGRESS", None);
-        pay_outcome(200, "succeeded", Some("redis"));
-        let mut out = String::new();
-        render_counters(&mut out);
-        assert!(out.contains("# TYPE payonce_pay_requests_total counter"));
+        pay_outcome(409, PayOutcome::Problem(ErrorCode::InProgress), None);
+        pay_outcome(
+            200,
+            PayOutcome::Attempt(AttemptStatus::Succeeded),
+            Some(ReplaySource::Redis),
+        );
+        rate_limited(Bucket::NewAttempts);
+        let out = render(&[&COUNTERS.registry]);
+        assert!(
+            out.contains("payonce_outbox_total{result=\"drained\"} "),
+            "at zero: {out}"
+        );
+        assert!(
+            out.contains("# TYPE payonce_pay_requests_total counter"),
+            "{out}"
+        );
+        assert!(out.contains(
+            "# HELP payonce_pay_requests_total Pay requests by HTTP status and outcome (attempt status or problem code).\n"
+        ));
         assert!(out.contains("payonce_pay_requests_total{outcome=\"IN_PROGRESS\",status=\"409\"} "));
+        assert!(out.contains("payonce_pay_requests_total{outcome=\"succeeded\",status=\"200\"} "));
         assert!(out.contains("payonce_pay_conflicts_total{code=\"IN_PROGRESS\"} "));
         assert!(out.contains("payonce_pay_replays_total{source=\"redis\"} "));
+        assert!(out.contains("payonce_pay_rate_limited_total{bucket=\"new_attempts\"} "));
         for line in out.lines().filter(|l| !l.starts_with('#')) {
             let (_, value) = line.rsplit_once(' ').expect("name value");
             assert!(value.parse::<u64>().is_ok(), "{line}");
         }
-    }
-
-    #[test]
-    fn label_values_are_escaped() {
-        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }
 }

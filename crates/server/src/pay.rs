@@ -152,7 +152,7 @@ pub(crate) async fn run(
                     claimed_here = true;
                     failpoint(faults::AFTER_CLAIM);
                     // The claim's outbox row, executed inline by this request.
-                    crate::metrics::outbox("executed_inline");
+                    crate::metrics::outbox(crate::metrics::OutboxResult::ExecutedInline);
                     if let Some(answer) = drive(state, &claim).await? {
                         return Ok(answer);
                     }

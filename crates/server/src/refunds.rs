@@ -48,7 +48,7 @@ pub(crate) async fn run(
                 response_body: Some(body),
                 ..
             }) => {
-                metrics::refund("replayed");
+                metrics::refund(metrics::RefundResult::Replayed);
                 return Ok((u16::try_from(status).unwrap_or(500), body, true));
             }
             Some(row) => {
@@ -83,7 +83,7 @@ pub(crate) async fn run(
 }
 
 fn not_allowed(detail: &str) -> AppError {
-    metrics::refund("not_allowed");
+    metrics::refund(metrics::RefundResult::NotAllowed);
     AppError::detail(ErrorCode::RefundNotAllowed, detail)
 }
 
@@ -107,7 +107,7 @@ async fn drive(
         }
         RefundOutcome::Unknown(why) => {
             tracing::warn!(refund = %row.id, %why, "refund outcome unknown; stays processing");
-            metrics::refund("in_progress");
+            metrics::refund(metrics::RefundResult::InProgress);
             return Err(AppError::with(ErrorCode::InProgress, |p| {
                 p.detail = Some("the refund is in progress; retry with the same key".into());
                 p.retry_after = Some(state.config.retry_after_secs);
@@ -142,6 +142,6 @@ async fn drive(
         audit::record(&mut *tx, &entry, now).await?;
     }
     tx.commit().await?;
-    metrics::refund("refunded");
+    metrics::refund(metrics::RefundResult::Refunded);
     Ok(Some((200, body, false)))
 }

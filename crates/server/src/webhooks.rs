@@ -52,7 +52,7 @@ pub(crate) async fn receive(state: AppState, event: WebhookEvent) -> AppResult<(
     .await?
     {
         tracing::debug!(event = %event.id, "duplicate webhook acknowledged");
-        metrics::webhook_event("duplicate");
+        metrics::webhook_event(metrics::WebhookResult::Duplicate);
         return Ok(());
     }
     failpoint(faults::WEBHOOK);
@@ -77,7 +77,7 @@ async fn handle(state: &AppState, event: &WebhookEvent) -> AppResult<()> {
     else {
         // Not acknowledged: the provider redelivers (see the module docs for why).
         tracing::warn!(event = %event.id, "webhook for a provider key no attempt owns (yet)");
-        metrics::webhook_event("unknown_provider_key");
+        metrics::webhook_event(metrics::WebhookResult::UnknownProviderKey);
         return Err(AppError::detail(
             ErrorCode::PaymentNotFound,
             "no payment attempt owns this provider key (yet); deliver the event again later",
@@ -95,11 +95,11 @@ async fn handle(state: &AppState, event: &WebhookEvent) -> AppResult<()> {
     match pay::settle_from_webhook(state, &row, &order).await? {
         Some(true) => {
             tracing::info!(event = %event.id, attempt = %row.id(), "attempt settled by webhook");
-            metrics::webhook_event("applied");
+            metrics::webhook_event(metrics::WebhookResult::Applied);
         }
-        Some(false) => metrics::webhook_event("no_effect"),
+        Some(false) => metrics::webhook_event(metrics::WebhookResult::NoEffect),
         None => {
-            metrics::webhook_event("unconfirmed");
+            metrics::webhook_event(metrics::WebhookResult::Unconfirmed);
             return Err(AppError::with(ErrorCode::StoreUnavailable, |p| {
                 p.detail =
                     Some("the provider could not confirm this event; deliver it again".into());

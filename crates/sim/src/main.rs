@@ -58,73 +58,83 @@ struct Args {
     md: Option<String>,
 }
 
-fn usage() -> &'static str {
-    "usage: retry-storm [--seed N] [--clients N] [--outage-s S] [--arrival burst|spread:MS]\n\
-     \x20                  [--timeout-ms MS] [--capacity RPS] [--retry-after S]\n\
-     \x20                  [--png PATH] [--md PATH] [--no-files]"
+/// The simulation's flags; defaults are the scenario in docs/retry-storm.md.
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "retry-storm",
+    about = "Retry-storm simulation driven by the SDK's retry core"
+)]
+struct Cli {
+    /// Seed of every random draw (a run replays exactly).
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+    /// Simulated clients.
+    #[arg(long, default_value_t = 1_000)]
+    clients: usize,
+    /// Outage length in seconds.
+    #[arg(long = "outage-s", default_value_t = 10)]
+    outage_s: u64,
+    /// `burst` (all in lock step at the outage) or `spread:MS`.
+    #[arg(long, default_value = "burst", value_parser = parse_arrival)]
+    arrival: Arrival,
+    /// The SDK's request timeout in ms.
+    #[arg(long = "timeout-ms", default_value_t = u64::from(DEFAULT_REQUEST_TIMEOUT_MS),
+          value_parser = clap::value_parser!(u64).range(1..))]
+    timeout_ms: u64,
+    /// Requests per second the recovered server takes (0 = unlimited).
+    #[arg(long, default_value_t = 250)]
+    capacity: u32,
+    /// `Retry-After` seconds of a shed request.
+    #[arg(long = "retry-after", default_value_t = 1)]
+    retry_after: u64,
+    /// Where the plot goes.
+    #[arg(long, default_value = "docs/retry-storm.png")]
+    png: String,
+    /// Where the report goes.
+    #[arg(long, default_value = "docs/retry-storm.md")]
+    md: String,
+    /// Print only; write neither the plot nor the report.
+    #[arg(long = "no-files")]
+    no_files: bool,
 }
 
-/// The issue's scenario: 1,000 clients in lock step into a 10 s outage, the SDK's timeout.
+/// The issue's scenario: 1,000 clients in lock step into a 10 s outage, the SDK's timeout
+/// (the flags' defaults, so they are written once).
 fn default_scenario() -> Scenario {
-    Scenario {
-        clients: 1_000,
-        arrival: Arrival::Burst,
-        outage_ms: 10_000,
-        timeout_ms: u64::from(DEFAULT_REQUEST_TIMEOUT_MS),
-        capacity_rps: 250,
-        retry_after_s: 1,
-        latency_ms: 100,
-        shed_latency_ms: 10,
-    }
+    <Cli as clap::Parser>::parse_from(["retry-storm"])
+        .args()
+        .scenario
 }
 
-fn parse_args() -> Result<Args, String> {
-    let mut a = Args {
-        seed: 7,
-        scenario: default_scenario(),
-        png: Some("docs/retry-storm.png".into()),
-        md: Some("docs/retry-storm.md".into()),
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        if flag == "--no-files" {
-            a.png = None;
-            a.md = None;
-            continue;
-        }
-        if flag == "--help" || flag == "-h" {
-            return Err(usage().into());
-        }
-        let v = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        let num = |v: &str| {
-            v.parse::<u64>()
-                .map_err(|_| format!("{flag}: not a number: {v}"))
-        };
-        let s = &mut a.scenario;
-        match flag.as_str() {
-            "--seed" => a.seed = num(&v)?,
-            "--clients" => s.clients = num(&v)? as usize,
-            "--outage-s" => s.outage_ms = num(&v)? * 1000,
-            "--timeout-ms" => s.timeout_ms = num(&v)?.max(1),
-            "--capacity" => {
-                s.capacity_rps = u32::try_from(num(&v)?).map_err(|_| "--capacity too large")?
-            }
-            "--retry-after" => s.retry_after_s = num(&v)?,
-            "--arrival" => {
-                s.arrival = match v.as_str() {
-                    "burst" => Arrival::Burst,
-                    _ => match v.strip_prefix("spread:") {
-                        Some(ms) => Arrival::Spread(num(ms)?),
-                        None => return Err(format!("--arrival: burst or spread:MS, not {v}")),
-                    },
-                }
-            }
-            "--png" => a.png = Some(v),
-            "--md" => a.md = Some(v),
-            _ => return Err(format!("unknown flag {flag}\n{}", usage())),
+fn parse_arrival(v: &str) -> Result<Arrival, String> {
+    if v == "burst" {
+        return Ok(Arrival::Burst);
+    }
+    v.strip_prefix("spread:")
+        .and_then(|ms| ms.parse().ok())
+        .map(Arrival::Spread)
+        .ok_or_else(|| format!("burst or spread:MS, not {v}"))
+}
+
+impl Cli {
+    fn args(self) -> Args {
+        let files = !self.no_files;
+        Args {
+            seed: self.seed,
+            scenario: Scenario {
+                clients: self.clients,
+                arrival: self.arrival,
+                outage_ms: self.outage_s.saturating_mul(1000),
+                timeout_ms: self.timeout_ms,
+                capacity_rps: self.capacity,
+                retry_after_s: self.retry_after,
+                latency_ms: 100,
+                shed_latency_ms: 10,
+            },
+            png: files.then_some(self.png),
+            md: files.then_some(self.md),
         }
     }
-    Ok(a)
 }
 
 /// The strategies, in table order: three anchors, the SDK before the simulation's findings
@@ -185,13 +195,7 @@ fn mark(ok: bool) -> &'static str {
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = <Cli as clap::Parser>::parse().args();
     let sc = args.scenario;
     let runs: Vec<Run> = strategies()
         .into_iter()

@@ -6,7 +6,7 @@ use crate::auth::AuthUser;
 use crate::error::{AppError, AppResult};
 use crate::faults::{self, failpoint};
 use crate::http::extract::{ApiJson, DevFaultHeader, IdemKeyHeader, PathId};
-use crate::metrics;
+use crate::metrics::{self, PayOutcome, RedisLookup, ReplaySource};
 use crate::orders::load_owned;
 use crate::pay::{self, PayAnswer};
 use crate::replay::{self, marker, First};
@@ -18,7 +18,7 @@ use axum::response::{IntoResponse, Response};
 use payonce_protocol::body::DevFault;
 use payonce_protocol::headers::KEY_RETENTION;
 use payonce_protocol::IdempotencyKey;
-use payonce_protocol::{ErrorCode, PayRequest};
+use payonce_protocol::{AttemptStatus, ErrorCode, PayRequest};
 use payonce_rules::Record;
 use tokio::time::Instant;
 
@@ -54,8 +54,8 @@ pub(crate) async fn handler(
             First::Answered(answer, source) => {
                 // Through the per-request rate limit, and counted like any other answer.
                 let result = state.limits.request(&user).map(|()| answer);
-                if result.is_ok() && source == "redis" {
-                    metrics::redis_lookup("replay");
+                if result.is_ok() && source == ReplaySource::Redis {
+                    metrics::redis_lookup(RedisLookup::Replay);
                 }
                 count(&result, source);
                 return respond(result, fault, retention);
@@ -104,7 +104,7 @@ async fn run(
 ) -> AppResult<PayAnswer> {
     if let Err(limited) = state.limits.request(&user) {
         let result = Err(limited);
-        count(&result, "database");
+        count(&result, ReplaySource::Database);
         return result;
     }
     let (result, from_redis) = match &state.redis {
@@ -115,28 +115,33 @@ async fn run(
             (r, false)
         }
     };
-    count(&result, if from_redis { "redis" } else { "database" });
+    let source = if from_redis {
+        ReplaySource::Redis
+    } else {
+        ReplaySource::Database
+    };
+    count(&result, source);
     result
 }
 
 /// Counts one answer: its status and outcome (`succeeded`, `processing`, or the problem
 /// code), and where a replayed answer came from.
-fn count(result: &AppResult<PayAnswer>, source: &str) {
+fn count(result: &AppResult<PayAnswer>, source: ReplaySource) {
     match result {
         Ok(a) => {
             let outcome = match a.status() {
-                200 => "succeeded".to_owned(),
-                202 => "processing".to_owned(),
+                200 => PayOutcome::Attempt(AttemptStatus::Succeeded),
+                202 => PayOutcome::Attempt(AttemptStatus::Processing),
                 _ => serde_json::from_str::<serde_json::Value>(&a.answer.body)
                     .ok()
-                    .and_then(|v| v["code"].as_str().map(str::to_owned))
-                    .unwrap_or_else(|| "unknown".to_owned()),
+                    .and_then(|v| v["code"].as_str().and_then(ErrorCode::parse))
+                    .map_or(PayOutcome::Unknown, PayOutcome::Problem),
             };
-            metrics::pay_outcome(a.status(), &outcome, a.replayed.then_some(source));
+            metrics::pay_outcome(a.status(), outcome, a.replayed.then_some(source));
         }
         Err(e) => {
             let p = e.to_problem();
-            metrics::pay_outcome(p.status, p.code.as_str(), None);
+            metrics::pay_outcome(p.status, PayOutcome::Problem(p.code), None);
         }
     }
 }

@@ -48,7 +48,7 @@ pub(crate) async fn handler(
         TOLERANCE,
     )
     .map_err(|e| {
-        metrics::webhook_event("bad_signature");
+        metrics::webhook_event(metrics::WebhookResult::BadSignature);
         signature_invalid(e.reason())
     })?;
     let event: WebhookEvent = serde_json::from_slice(&body).map_err(|e| {

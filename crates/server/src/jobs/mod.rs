@@ -129,8 +129,8 @@ pub(crate) async fn drain_outbox(state: &AppState) -> AppResult<usize> {
         let driven = drive_abandoned(state, &row, Worker::Outbox).await?;
         tracing::debug!(attempt = %row.id(), ?driven, "outbox row");
         match driven {
-            Driven::Settled => metrics::outbox("drained"),
-            Driven::Unknown => metrics::outbox("inconclusive"),
+            Driven::Settled => metrics::outbox(metrics::OutboxResult::Drained),
+            Driven::Unknown => metrics::outbox(metrics::OutboxResult::Inconclusive),
             Driven::Skipped => {}
         }
         settled += usize::from(driven == Driven::Settled);
@@ -148,7 +148,7 @@ pub(crate) async fn reconcile_stuck(state: &AppState) -> AppResult<usize> {
         match drive_abandoned(state, &row, Worker::Reconciliation).await? {
             Driven::Settled => {
                 settled += 1;
-                metrics::reconciliation("settled");
+                metrics::reconciliation(metrics::ReconcileResult::Settled);
                 tracing::info!(attempt = %row.id(), "reconciliation settled an attempt");
             }
             Driven::Unknown => flag_for_review(state, &row).await?,
@@ -170,7 +170,7 @@ async fn flag_for_review(state: &AppState, row: &Record) -> AppResult<()> {
     audit::record(&mut *tx, &entry, now).await?;
     tx.commit().await?;
     tracing::error!(attempt = %row.id(), order = %row.order_id(), "attempt flagged for manual review");
-    metrics::reconciliation("manual_review");
+    metrics::reconciliation(metrics::ReconcileResult::ManualReview);
     Ok(())
 }
 
@@ -204,11 +204,11 @@ pub(crate) async fn send_emails(state: &AppState) -> AppResult<usize> {
                 body: &body,
             };
             mailbox::insert_mail(&mut *tx, &mail, now).await?;
-            metrics::email("sent");
+            metrics::email(metrics::EmailResult::Sent);
             sent += 1;
         } else {
             tracing::info!(job = %job, order = %order_id, "confirmation already sent: redelivery is a no-op");
-            metrics::email("already_sent");
+            metrics::email(metrics::EmailResult::AlreadySent);
         }
         tx.commit().await?;
         failpoint(faults::EMAIL);

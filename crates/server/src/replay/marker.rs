@@ -18,7 +18,7 @@
 use super::redis::RedisCache;
 use super::{get, lookup_label, redis_key, remember, Entry};
 use crate::error::{AppError, AppResult};
-use crate::metrics;
+use crate::metrics::{self, RedisLookup};
 use crate::pay::{self, PayAnswer};
 use crate::state::AppState;
 use crate::store::orders::OrderRow;
@@ -73,7 +73,7 @@ pub(crate) async fn pay(
     };
     if existing.is_none() {
         // Ours in Redis. The database claim still decides.
-        metrics::redis_lookup("claimed");
+        metrics::redis_lookup(RedisLookup::Claimed);
         let r = pay::run(state, user, order, key, req, deadline, first).await;
         match &r {
             Ok(a) if a.is_final() => remember(state, user, key, false).await,
@@ -92,12 +92,12 @@ pub(crate) async fn pay(
             Some(Entry::Final(c)) => {
                 let r = pay::request(user, &order.id, req, Some(order));
                 if let Some(answer) = replay_of(&Record::from(c), &r) {
-                    metrics::redis_lookup("replay");
+                    metrics::redis_lookup(RedisLookup::Replay);
                     return (Ok(PayAnswer::replay(answer)), true);
                 }
                 // Different details (or not this user's): never replay; the rules answer
                 // (422 with the attempt's current status).
-                metrics::redis_lookup("mismatch");
+                metrics::redis_lookup(RedisLookup::Mismatch);
                 break;
             }
             Some(Entry::Processing { .. }) if Instant::now() < deadline => {
@@ -106,7 +106,7 @@ pub(crate) async fn pay(
                     Ok(Some(e)) => entry = Some(e),
                     Ok(None) => {
                         // Flushed, expired or released: the database knows.
-                        metrics::redis_lookup("miss");
+                        metrics::redis_lookup(RedisLookup::Miss);
                         break;
                     }
                     Err(e) => {
@@ -116,12 +116,12 @@ pub(crate) async fn pay(
                 }
             }
             Some(Entry::Processing { .. }) => {
-                metrics::redis_lookup("processing");
+                metrics::redis_lookup(RedisLookup::Processing);
                 break;
             }
             None => {
                 tracing::warn!("unreadable redis entry; using the database");
-                metrics::redis_lookup("error");
+                metrics::redis_lookup(RedisLookup::Error);
                 break;
             }
         }

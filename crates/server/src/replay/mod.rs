@@ -17,6 +17,7 @@ pub(crate) mod memory;
 pub(crate) mod redis;
 
 use self::redis::{CacheError, RedisCache};
+use crate::metrics::{RedisLookup, ReplaySource};
 use crate::pay::{self, PayAnswer};
 use crate::state::AppState;
 use crate::store::attempts as db;
@@ -108,10 +109,10 @@ pub(crate) fn redis_key(user: &str, key: &IdempotencyKey) -> String {
 }
 
 /// The metric label of a Redis step that did not happen.
-pub(crate) fn lookup_label(e: &CacheError) -> &'static str {
+pub(crate) fn lookup_label(e: &CacheError) -> RedisLookup {
     match e {
-        CacheError::Skipped => "skipped",
-        CacheError::Failed(_) => "error",
+        CacheError::Skipped => RedisLookup::Skipped,
+        CacheError::Failed(_) => RedisLookup::Error,
     }
 }
 
@@ -162,7 +163,7 @@ pub(crate) async fn remember(state: &AppState, user: &str, key: &IdempotencyKey,
 pub(crate) enum First {
     /// The request retries a finished attempt: its stored answer, and where it came from
     /// (`memory`, `redis`, `database`) for the metrics.
-    Answered(PayAnswer, &'static str),
+    Answered(PayAnswer, ReplaySource),
     /// Anything else: the pay rules decide, starting from the record read here when there
     /// was one (`None`: no record, or it could not be read; the rules look again).
     Continue(Option<Record>),
@@ -181,7 +182,7 @@ pub(crate) async fn first(
     let r = pay::request(user, order_id, req, None);
     if let Some(record) = state.replays.get(user, key.as_str(), state.clock.now_ms()) {
         if let Some(answer) = replay_of(&record, &r) {
-            return First::Answered(PayAnswer::replay(answer), "memory");
+            return First::Answered(PayAnswer::replay(answer), ReplaySource::Memory);
         }
     }
     let mut refill = None;
@@ -192,7 +193,7 @@ pub(crate) async fn first(
                 let record = Record::from(c);
                 if let Some(answer) = replay_of(&record, &r) {
                     state.replays.put(user, key.as_str(), &record);
-                    return First::Answered(PayAnswer::replay(answer), "redis");
+                    return First::Answered(PayAnswer::replay(answer), ReplaySource::Redis);
                 }
             }
             // Flushed or expired: if the database replays it, put it back.
@@ -217,7 +218,7 @@ pub(crate) async fn first(
             put(redis, state, &rkey, rec, true).await;
         }
     }
-    First::Answered(PayAnswer::replay(answer), "database")
+    First::Answered(PayAnswer::replay(answer), ReplaySource::Database)
 }
 
 #[cfg(test)]

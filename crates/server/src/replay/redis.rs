@@ -2,15 +2,16 @@
 //!
 //! Redis is an accelerator, never a store of record: every operation here may fail, and a
 //! failure only means "ask the database". So every command has a short timeout, and after
-//! a failure the breaker opens for a backoff (doubling up to [`MAX_BACKOFF`]) during which
+//! a failure the breaker opens for a backoff (doubling up to [`MAX_BACKOFF`], with jitter so
+//! instances that saw one Redis fail together do not all come back in step) during which
 //! Redis is not asked at all: a dead Redis costs one timeout per backoff period, not one
 //! per request. After the backoff one request (whoever gets the connect lock; the others
 //! skip Redis meanwhile) reconnects.
 
 use redis::aio::MultiplexedConnection;
 use redis::AsyncConnectionConfig;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 
 /// First backoff after a failure.
@@ -36,8 +37,10 @@ pub(crate) struct RedisCache {
     url: String,
     timeout: Duration,
     conn: Mutex<Option<MultiplexedConnection>>,
-    /// Unix ms until which Redis is not asked.
-    open_until: AtomicI64,
+    /// The monotonic clock's origin for `open_until`.
+    born: Instant,
+    /// Nanoseconds after `born` until which Redis is not asked.
+    open_until: AtomicU64,
     failures: AtomicU32,
     /// Last known state, for `/metrics` and for logging transitions once.
     up: AtomicBool,
@@ -73,7 +76,8 @@ impl RedisCache {
             url: redacted(url),
             timeout,
             conn: Mutex::new(None),
-            open_until: AtomicI64::new(0),
+            born: Instant::now(),
+            open_until: AtomicU64::new(0),
             failures: AtomicU32::new(0),
             up: AtomicBool::new(false),
         })
@@ -100,9 +104,7 @@ impl RedisCache {
     }
 
     async fn connection(&self) -> Result<MultiplexedConnection, CacheError> {
-        if crate::clock::Clock::now_ms(&crate::clock::SystemClock)
-            < self.open_until.load(Ordering::Relaxed)
-        {
+        if self.elapsed_ns() < self.open_until.load(Ordering::Relaxed) {
             return Err(CacheError::Skipped);
         }
         // One reconnect at a time; everyone else goes to the database meanwhile.
@@ -154,6 +156,10 @@ impl RedisCache {
         result
     }
 
+    fn elapsed_ns(&self) -> u64 {
+        duration_ns(self.born.elapsed())
+    }
+
     fn heal(&self) {
         self.failures.store(0, Ordering::Relaxed);
         if !self.up.swap(true, Ordering::Relaxed) {
@@ -163,9 +169,8 @@ impl RedisCache {
 
     fn trip(&self, why: &CacheError) {
         let n = self.failures.fetch_add(1, Ordering::Relaxed).min(16);
-        let backoff = MIN_BACKOFF.saturating_mul(1 << n.min(5)).min(MAX_BACKOFF);
-        let until = crate::clock::Clock::now_ms(&crate::clock::SystemClock)
-            + i64::try_from(backoff.as_millis()).unwrap_or(5_000);
+        let backoff = backoff(n, rand::random::<f64>());
+        let until = self.elapsed_ns().saturating_add(duration_ns(backoff));
         self.open_until.store(until, Ordering::Relaxed);
         if self.up.swap(false, Ordering::Relaxed) || n == 0 {
             tracing::warn!(error = %why, backoff_ms = backoff.as_millis() as u64,
@@ -179,9 +184,35 @@ impl RedisCache {
     }
 }
 
+fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The breaker's wait after the `n`-th failure in a row (from 0), for a uniform `jitter` in
+/// [0, 1): the doubling step, capped, then "equal jitter" (between half and all of it), so a
+/// recovered Redis is retried within [`MAX_BACKOFF`] and never sooner than half a step.
+fn backoff(n: u32, jitter: f64) -> Duration {
+    let step = MIN_BACKOFF.saturating_mul(1 << n.min(5)).min(MAX_BACKOFF);
+    step.mul_f64(0.5 + 0.5 * jitter.clamp(0.0, 1.0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn backoff_doubles_to_its_cap_with_equal_jitter() {
+        assert_eq!(backoff(0, 0.0), MIN_BACKOFF / 2);
+        assert_eq!(backoff(0, 1.0), MIN_BACKOFF);
+        assert_eq!(backoff(1, 1.0), MIN_BACKOFF * 2);
+        assert_eq!(backoff(16, 1.0), MAX_BACKOFF);
+        assert_eq!(backoff(16, 0.0), MAX_BACKOFF / 2);
+        let spread: Vec<Duration> = [0.1, 0.5, 0.9].iter().map(|&j| backoff(3, j)).collect();
+        assert!(
+            spread.windows(2).all(|w| w[0] < w[1]),
+            "jitter spreads: {spread:?}"
+        );
+    }
 
     #[test]
     fn urls_are_logged_without_credentials() {

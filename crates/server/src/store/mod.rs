@@ -34,6 +34,20 @@ pub enum Backend {
     Postgres,
 }
 
+impl Backend {
+    /// A migration's text in this backend's dialect. The schema is written once; the only
+    /// spelling SQLite and PostgreSQL do not share is an auto-increment primary key.
+    fn dialect(self, sql: &str) -> String {
+        sql.replace(
+            "{{ID_PRIMARY_KEY}}",
+            match self {
+                Backend::Sqlite => "INTEGER PRIMARY KEY AUTOINCREMENT",
+                Backend::Postgres => "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+            },
+        )
+    }
+}
+
 /// A write transaction.
 pub(crate) type Tx = Transaction<'static, Any>;
 
@@ -61,29 +75,25 @@ pub enum StoreError {
 struct Migration {
     version: i64,
     name: &'static str,
-    sqlite: &'static str,
-    postgres: &'static str,
+    sql: &'static str,
 }
 
-/// Every migration, in order. Each backend has its own file because DDL dialects differ.
+/// Every migration, in order: one text for both backends (see [`Backend::dialect`]).
 const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
         name: "init",
-        sqlite: include_str!("../../migrations/sqlite/0001_init.sql"),
-        postgres: include_str!("../../migrations/postgres/0001_init.sql"),
+        sql: include_str!("../../migrations/0001_init.sql"),
     },
     Migration {
         version: 2,
         name: "webhook_events",
-        sqlite: include_str!("../../migrations/sqlite/0002_webhook_events.sql"),
-        postgres: include_str!("../../migrations/postgres/0002_webhook_events.sql"),
+        sql: include_str!("../../migrations/0002_webhook_events.sql"),
     },
     Migration {
         version: 3,
         name: "outbox_jobs_refunds",
-        sqlite: include_str!("../../migrations/sqlite/0003_outbox_jobs_refunds.sql"),
-        postgres: include_str!("../../migrations/postgres/0003_outbox_jobs_refunds.sql"),
+        sql: include_str!("../../migrations/0003_outbox_jobs_refunds.sql"),
     },
 ];
 
@@ -176,11 +186,10 @@ impl Store {
             if done.is_some() {
                 continue;
             }
-            let sql = match self.backend {
-                Backend::Sqlite => m.sqlite,
-                Backend::Postgres => m.postgres,
-            };
-            sqlx::raw_sql(sql).execute(&mut *tx).await?;
+            let sql = self.backend.dialect(m.sql);
+            sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                .execute(&mut *tx)
+                .await?;
             sqlx::query(
                 "INSERT INTO payonce_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
             )
@@ -258,4 +267,25 @@ fn normalize_url(url: &str) -> Result<(Backend, String), StoreError> {
         format!("{query}&mode=rwc")
     };
     Ok((Backend::Sqlite, format!("sqlite://{path}?{query}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_migration_is_complete_sql_in_both_dialects() {
+        for m in MIGRATIONS {
+            for backend in [Backend::Sqlite, Backend::Postgres] {
+                let sql = backend.dialect(m.sql);
+                assert!(
+                    !sql.contains("{{"),
+                    "{} left a placeholder for {backend:?}",
+                    m.name
+                );
+            }
+        }
+        let pg = Backend::Postgres.dialect(MIGRATIONS[0].sql);
+        assert!(pg.contains("GENERATED ALWAYS AS IDENTITY") && !pg.contains("AUTOINCREMENT"));
+    }
 }

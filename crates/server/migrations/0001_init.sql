@@ -1,6 +1,6 @@
--- payonce schema, PostgreSQL flavour. Keep in step with ../sqlite/0001_init.sql: the two
--- differ only where the dialects do (auto-increment ids). Times are unix milliseconds,
--- JSON is TEXT, money is integer minor units.
+-- payonce schema, one text for SQLite and PostgreSQL. The one place the dialects differ,
+-- an auto-increment id, is spelled {{ID_PRIMARY_KEY}} and filled in by src/store/mod.rs.
+-- Times are unix milliseconds, JSON is TEXT, money is integer minor units.
 
 CREATE TABLE catalog (
     sku        TEXT PRIMARY KEY,
@@ -82,7 +82,7 @@ CREATE TABLE payments (
 
 -- Every state change: who, when, from, to, why. Append-only.
 CREATE TABLE audit_log (
-    id          BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id          {{ID_PRIMARY_KEY}},
     at          BIGINT NOT NULL,
     actor       TEXT NOT NULL,
     entity      TEXT NOT NULL,

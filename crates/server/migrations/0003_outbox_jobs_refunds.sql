@@ -1,5 +1,4 @@
--- Issue #4: outbox, job queue, dev mailbox, refunds, manual review, webhook handling state.
--- Keep in step with ../sqlite/0003_outbox_jobs_refunds.sql.
+-- Outbox, job queue, dev mailbox, refunds, manual review, webhook handling state.
 
 -- The transactional outbox: the claim writes "charge this provider key" in the same
 -- transaction as the attempt. The request executes it inline; the outbox worker drives
