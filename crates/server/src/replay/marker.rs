@@ -89,9 +89,9 @@ pub(crate) async fn pay(
     let mut entry = existing.and_then(|v| serde_json::from_str::<Entry>(&v).ok());
     loop {
         match entry {
-            Some(Entry::Final(c)) => {
+            Some(Entry::Final(f)) => {
                 let r = pay::request(user, &order.id, req, Some(order));
-                if let Some(answer) = replay_of(&Record::from(c), &r) {
+                if let Some(answer) = replay_of(&Record::Final(f), &r) {
                     metrics::redis_lookup(RedisLookup::Replay);
                     return (Ok(PayAnswer::replay(answer)), true);
                 }

@@ -21,10 +21,10 @@ use crate::metrics::{RedisLookup, ReplaySource};
 use crate::pay::{self, PayAnswer};
 use crate::state::AppState;
 use crate::store::attempts as db;
-use payonce_protocol::{AttemptStatus, IdempotencyKey, PayRequest};
+use payonce_protocol::{IdempotencyKey, PayRequest};
 use payonce_rules::pay::replay_of;
 use payonce_rules::policy::ttl_ms;
-use payonce_rules::{Answer, Final, Record, Terms};
+use payonce_rules::{Final, Record};
 use serde::{Deserialize, Serialize};
 
 /// What Redis holds under `idem:{user}:{key}`.
@@ -37,70 +37,7 @@ pub(crate) enum Entry {
         token: String,
     },
     /// The attempt's final record as stored in the database.
-    Final(Cached),
-}
-
-/// A final record, flat, so the stored body bytes are one member of the entry.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct Cached {
-    user: String,
-    order_id: String,
-    status: AttemptStatus,
-    fingerprint: String,
-    order_version: i64,
-    amount: i64,
-    currency: String,
-    response_status: u16,
-    body: String,
-    #[serde(default)]
-    id: String,
-    /// Absent in an entry written before it was kept: 0, so memory never keeps it.
-    #[serde(default)]
-    expires_at: i64,
-}
-
-impl From<Cached> for Record {
-    fn from(c: Cached) -> Self {
-        let terms = Terms {
-            user: c.user,
-            order_id: c.order_id,
-            fingerprint: c.fingerprint,
-            order_version: c.order_version,
-            amount: c.amount,
-            currency: c.currency,
-        };
-        let answer = Answer {
-            status: c.response_status,
-            body: c.body,
-        };
-        Record::Final(Final {
-            id: c.id,
-            terms,
-            status: c.status,
-            answer,
-            expires_at: c.expires_at,
-        })
-    }
-}
-
-impl From<&Final> for Cached {
-    fn from(f: &Final) -> Self {
-        let t = f.terms.clone();
-        Self {
-            user: t.user,
-            order_id: t.order_id,
-            status: f.status,
-            fingerprint: t.fingerprint,
-            order_version: t.order_version,
-            amount: t.amount,
-            currency: t.currency,
-            response_status: f.answer.status,
-            body: f.answer.body.clone(),
-            id: f.id.clone(),
-            expires_at: f.expires_at,
-        }
-    }
+    Final(Final),
 }
 
 /// The Redis key of `(user, key)`.
@@ -138,7 +75,7 @@ pub(crate) async fn put(
     };
     let (Some(ttl), Ok(value)) = (
         ttl_ms(f.expires_at, state.clock.now_ms()),
-        serde_json::to_string(&Entry::Final(f.into())),
+        serde_json::to_string(&Entry::Final(f.clone())),
     ) else {
         return;
     };
@@ -189,8 +126,8 @@ pub(crate) async fn first(
     if let Some(redis) = &state.redis {
         let rkey = redis_key(user, key);
         match get(redis, &rkey).await {
-            Ok(Some(Entry::Final(c))) => {
-                let record = Record::from(c);
+            Ok(Some(Entry::Final(f))) => {
+                let record = Record::Final(f);
                 if let Some(answer) = replay_of(&record, &r) {
                     state.replays.put(user, key.as_str(), &record);
                     return First::Answered(PayAnswer::replay(answer), ReplaySource::Redis);
@@ -224,6 +161,8 @@ pub(crate) async fn first(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use payonce_protocol::AttemptStatus;
+    use payonce_rules::{Answer, Terms};
 
     #[test]
     fn entries_round_trip_with_exact_body_bytes() {
@@ -244,16 +183,16 @@ mod tests {
             },
             expires_at: 5,
         };
-        let json = serde_json::to_string(&Entry::Final((&f).into())).unwrap();
+        let json = serde_json::to_string(&Entry::Final(f.clone())).unwrap();
         let value: serde_json::Value = serde_json::from_str(&json).unwrap();
         assert_eq!(
             (value["state"].as_str(), value["body"].as_str()),
             (Some("final"), Some(f.answer.body.as_str()))
         );
-        let Entry::Final(c) = serde_json::from_str::<Entry>(&json).unwrap() else {
-            panic!("final");
-        };
-        assert_eq!(Record::from(c), Record::Final(f));
+        assert_eq!(
+            serde_json::from_str::<Entry>(&json).unwrap(),
+            Entry::Final(f)
+        );
         let p = Entry::Processing { token: "t".into() };
         let json = serde_json::to_string(&p).unwrap();
         assert_eq!(serde_json::from_str::<Entry>(&json).unwrap(), p);
