@@ -39,6 +39,7 @@ mod pay;
 mod provider;
 mod refunds;
 mod replay;
+mod reply;
 mod server;
 mod state;
 mod webhooks;

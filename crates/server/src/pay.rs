@@ -22,19 +22,16 @@
 use crate::error::{AppError, AppResult};
 use crate::faults::{self, failpoint};
 use crate::provider::ChargeOutcome;
+use crate::reply::Reply;
 use crate::state::AppState;
 use crate::store::attempts as db;
 use crate::store::orders::{self, get_order, OrderRow};
 use crate::store::{audit, catalog, jobs, outbox, payments};
-use axum::http::{header, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
-use payonce_protocol::headers::{IDEMPOTENT_REPLAYED, RETRY_AFTER};
-use payonce_protocol::problem::PROBLEM_CONTENT_TYPE;
 use payonce_protocol::provider::ChargeRequest;
 use payonce_protocol::{AttemptStatus, ErrorCode, IdempotencyKey, PayRequest};
 use payonce_rules::pay::Current;
 use payonce_rules::plan::{self, Claim, OrderTerms, SettlePlan};
-use payonce_rules::{Answer, NextAction, Record};
+use payonce_rules::{NextAction, Record};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -61,62 +58,6 @@ pub(crate) fn request<'a>(
     }
 }
 
-/// A pay answer that is not an error: what was (or will be) stored, plus headers.
-pub(crate) struct PayAnswer {
-    pub(crate) answer: Answer,
-    pub(crate) replayed: bool,
-    retry_after: Option<u64>,
-}
-
-impl PayAnswer {
-    /// A stored final answer, replayed.
-    pub(crate) fn replay(answer: Answer) -> Self {
-        Self {
-            answer,
-            replayed: true,
-            retry_after: None,
-        }
-    }
-
-    fn fresh(answer: Answer) -> Self {
-        Self {
-            answer,
-            replayed: false,
-            retry_after: None,
-        }
-    }
-
-    /// The HTTP status.
-    pub(crate) fn status(&self) -> u16 {
-        self.answer.status
-    }
-
-    /// True unless the answer is "still processing".
-    pub(crate) fn is_final(&self) -> bool {
-        self.answer.status != 202
-    }
-
-    pub(crate) fn into_response(self) -> Response {
-        let status =
-            StatusCode::from_u16(self.answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let content_type = if self.answer.status >= 400 {
-            PROBLEM_CONTENT_TYPE
-        } else {
-            "application/json"
-        };
-        let mut res = (status, self.answer.body).into_response();
-        let h = res.headers_mut();
-        h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-        if self.replayed {
-            h.insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
-        }
-        if let Some(secs) = self.retry_after {
-            h.insert(RETRY_AFTER, HeaderValue::from(secs));
-        }
-        res
-    }
-}
-
 /// Rules 2 to 5 for one request. A key in flight is waited on until `deadline`.
 ///
 /// `first`: the caller's record as read just before the order, used for the first decision
@@ -132,7 +73,7 @@ pub(crate) async fn run(
     req: &PayRequest,
     deadline: Instant,
     mut first: Option<Record>,
-) -> AppResult<PayAnswer> {
+) -> AppResult<Reply> {
     // Set once this request claimed the key: a stored answer it then finds (a webhook settled
     // the attempt while this request waited on the provider) is this request's own outcome,
     // not a replay, so it must not say `Idempotent-Replayed: true`.
@@ -160,7 +101,7 @@ pub(crate) async fn run(
                 None => continue,
             },
             NextAction::Replay(answer) => {
-                let mut a = PayAnswer::replay(answer);
+                let mut a = Reply::replay(answer);
                 a.replayed = !claimed_here;
                 return Ok(a);
             }
@@ -312,7 +253,7 @@ pub(crate) async fn claim(
 
 /// Rule 4: charge with the saved provider key (no transaction open), then settle.
 /// `None`: someone else settled the attempt first; the caller decides again.
-async fn drive(state: &AppState, claim: &Claim) -> AppResult<Option<PayAnswer>> {
+async fn drive(state: &AppState, claim: &Claim) -> AppResult<Option<Reply>> {
     let a = &claim.attempt;
     let req = ChargeRequest {
         amount: a.terms.amount,
@@ -330,7 +271,7 @@ async fn drive(state: &AppState, claim: &Claim) -> AppResult<Option<PayAnswer>> 
 
 /// Rule 5: ask the provider what happened under the provider key, settle from that, and
 /// re-drive with the same provider key only when the provider has no charge for it.
-pub(crate) async fn reconcile(state: &AppState, claim: &Claim) -> AppResult<Option<PayAnswer>> {
+pub(crate) async fn reconcile(state: &AppState, claim: &Claim) -> AppResult<Option<Reply>> {
     let lookup = state
         .provider
         .charge_by_key(&claim.attempt.provider_key)
@@ -376,7 +317,7 @@ pub(crate) async fn settle(
     state: &AppState,
     claim: &Claim,
     outcome: ChargeOutcome,
-) -> AppResult<Option<PayAnswer>> {
+) -> AppResult<Option<Reply>> {
     let a = &claim.attempt;
     match &outcome {
         ChargeOutcome::Succeeded(c)
@@ -408,7 +349,7 @@ pub(crate) async fn settle(
                 if record.is_some_and(|r| r.is_final()) {
                     return Ok(None);
                 }
-                let mut answer = PayAnswer::fresh(answer);
+                let mut answer = Reply::fresh(answer);
                 answer.retry_after = Some(state.config.retry_after_secs);
                 return Ok(Some(answer));
             }
@@ -464,5 +405,5 @@ pub(crate) async fn settle(
         failpoint(faults::BEFORE_SETTLE_COMMIT);
     }
     tx.commit().await?;
-    Ok(Some(PayAnswer::fresh(finish.answer)))
+    Ok(Some(Reply::fresh(finish.answer)))
 }

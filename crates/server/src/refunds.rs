@@ -16,47 +16,67 @@
 use crate::error::{AppError, AppResult};
 use crate::metrics;
 use crate::provider::RefundOutcome;
+use crate::reply::Reply;
 use crate::state::AppState;
 use crate::store::audit::{self, Entry};
 use crate::store::refunds::{self as db, NewRefund, RefundRow};
 use payonce_protocol::{AttemptStatus, ErrorCode, IdempotencyKey, Payment, RefundResponse};
-use payonce_rules::provider_refund_key;
+use payonce_rules::keyed::{self, NextAction, Stored, REFUND};
+use payonce_rules::Answer;
 
-/// `(status, body, replayed)`.
-pub(crate) type Answer = (u16, String, bool);
-
-/// Refunds `payment` (the caller's) under the caller's refund `key`.
+/// Refunds `payment` (the caller's) under the caller's refund `key`, by the rule every keyed
+/// operation shares (`crates/rules/src/keyed.rs`): the refund's fingerprint is the caller and
+/// the payment, so the key on another payment is a 422; a final key replays; a processing one
+/// (refunds take no lease) calls the provider again with the same refund key.
 pub(crate) async fn run(
     state: &AppState,
     user: &str,
     key: &IdempotencyKey,
     payment: Payment,
     attempt_id: &str,
-) -> AppResult<Answer> {
+) -> AppResult<Reply> {
     let pool = state.store.pool();
+    let fp = REFUND.fingerprint(&[user, &payment.id]);
     // Each turn ends or observes someone else's progress (a row appeared or was settled).
     for _ in 0..100 {
-        match db::find(pool, user, key.as_str()).await? {
-            Some(row) if row.payment_id != payment.id => {
+        let row = db::find(pool, user, key.as_str()).await?;
+        let answer = row.as_ref().and_then(RefundRow::answer);
+        let stored_fp = row
+            .as_ref()
+            .map(|r| REFUND.fingerprint(&[user, &r.payment_id]));
+        let stored = row
+            .as_ref()
+            .zip(stored_fp.as_deref())
+            .map(|(_, fingerprint)| match &answer {
+                Some(answer) => Stored::Final {
+                    fingerprint,
+                    status: AttemptStatus::Refunded,
+                    answer,
+                },
+                None => Stored::Processing {
+                    fingerprint,
+                    locked_until: None,
+                },
+            });
+        match keyed::decide(
+            stored,
+            Some(&fp),
+            user,
+            &payment.id,
+            state.clock.now_ms(),
+            false,
+        ) {
+            NextAction::Mismatch(_) => {
                 return Err(AppError::detail(
                     ErrorCode::KeyReusedWithDifferentDetails,
                     "this refund key was used for another payment",
                 ));
             }
-            Some(RefundRow {
-                response_status: Some(status),
-                response_body: Some(body),
-                ..
-            }) => {
+            NextAction::Replay(answer) => {
                 metrics::refund(metrics::RefundResult::Replayed);
-                return Ok((u16::try_from(status).unwrap_or(500), body, true));
+                return Ok(Reply::replay(answer));
             }
-            Some(row) => {
-                if let Some(answer) = drive(state, &row, &payment, attempt_id).await? {
-                    return Ok(answer);
-                }
-            }
-            None => {
+            NextAction::StartProcessing => {
                 if payment.status != AttemptStatus::Succeeded {
                     return Err(not_allowed("the payment is not in a refundable state"));
                 }
@@ -65,7 +85,7 @@ pub(crate) async fn run(
                     user,
                     key: key.as_str(),
                     payment_id: &payment.id,
-                    provider_refund_key: &provider_refund_key(user, key),
+                    provider_refund_key: &REFUND.provider_key(user, key),
                     now: state.clock.now_ms(),
                 };
                 if !db::insert_processing(pool, &new).await?
@@ -75,6 +95,12 @@ pub(crate) async fn run(
                     return Err(not_allowed(
                         "this payment is already refunded or being refunded",
                     ));
+                }
+            }
+            _ => {
+                let Some(row) = &row else { continue };
+                if let Some(answer) = drive(state, row, &payment, attempt_id).await? {
+                    return Ok(answer);
                 }
             }
         }
@@ -94,7 +120,7 @@ async fn drive(
     row: &RefundRow,
     payment: &Payment,
     attempt_id: &str,
-) -> AppResult<Option<Answer>> {
+) -> AppResult<Option<Reply>> {
     let refund = match state
         .provider
         .refund(&payment.charge_id, &row.provider_refund_key)
@@ -143,5 +169,5 @@ async fn drive(
     }
     tx.commit().await?;
     metrics::refund(metrics::RefundResult::Refunded);
-    Ok(Some((200, body, false)))
+    Ok(Some(Reply::fresh(Answer { status: 200, body })))
 }

@@ -8,8 +8,9 @@ use crate::faults::{self, failpoint};
 use crate::http::extract::{ApiJson, DevFaultHeader, IdemKeyHeader, PathId};
 use crate::metrics::{self, PayOutcome, RedisLookup, ReplaySource};
 use crate::orders::load_owned;
-use crate::pay::{self, PayAnswer};
+use crate::pay;
 use crate::replay::{self, marker, First};
+use crate::reply::Reply;
 use crate::state::AppState;
 use crate::store::orders::OrderRow;
 use axum::extract::State;
@@ -101,7 +102,7 @@ async fn run(
     key: IdempotencyKey,
     req: PayRequest,
     first: Option<Record>,
-) -> AppResult<PayAnswer> {
+) -> AppResult<Reply> {
     if let Err(limited) = state.limits.request(&user) {
         let result = Err(limited);
         count(&result, ReplaySource::Database);
@@ -126,7 +127,7 @@ async fn run(
 
 /// Counts one answer: its status and outcome (`succeeded`, `processing`, or the problem
 /// code), and where a replayed answer came from.
-fn count(result: &AppResult<PayAnswer>, source: ReplaySource) {
+fn count(result: &AppResult<Reply>, source: ReplaySource) {
     match result {
         Ok(a) => {
             let outcome = match a.status() {
@@ -147,7 +148,7 @@ fn count(result: &AppResult<PayAnswer>, source: ReplaySource) {
 }
 
 /// The HTTP answer for a pay result, with the dev faults that act on it.
-fn respond(result: AppResult<PayAnswer>, fault: Option<DevFault>, retention: u64) -> Response {
+fn respond(result: AppResult<Reply>, fault: Option<DevFault>, retention: u64) -> Response {
     if matches!(&result, Ok(a) if a.is_final() && !a.replayed) {
         failpoint(faults::AFTER_SAVE);
     }

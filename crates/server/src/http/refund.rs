@@ -7,9 +7,9 @@ use crate::refunds;
 use crate::state::AppState;
 use crate::store::refunds as db;
 use axum::extract::State;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
-use payonce_protocol::headers::{IDEMPOTENT_REPLAYED, KEY_RETENTION};
+use payonce_protocol::headers::KEY_RETENTION;
 use payonce_protocol::ErrorCode;
 
 /// The handler.
@@ -35,19 +35,7 @@ pub(crate) async fn handler(
     }
     .await;
     let mut res = match result {
-        Ok((status, body, replayed)) => {
-            let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            let mut res = (code, body).into_response();
-            res.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
-            if replayed {
-                res.headers_mut()
-                    .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
-            }
-            res
-        }
+        Ok(reply) => reply.into_response(),
         Err(e) => e.into_response(),
     };
     res.headers_mut()

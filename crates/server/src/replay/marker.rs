@@ -19,7 +19,8 @@ use super::redis::RedisCache;
 use super::{get, lookup_label, redis_key, remember, Entry};
 use crate::error::{AppError, AppResult};
 use crate::metrics::{self, RedisLookup};
-use crate::pay::{self, PayAnswer};
+use crate::pay;
+use crate::reply::Reply;
 use crate::state::AppState;
 use crate::store::orders::OrderRow;
 use payonce_protocol::{IdempotencyKey, PayRequest};
@@ -44,7 +45,7 @@ pub(crate) async fn pay(
     key: &IdempotencyKey,
     req: &PayRequest,
     first: Option<Record>,
-) -> (AppResult<PayAnswer>, bool) {
+) -> (AppResult<Reply>, bool) {
     let deadline = Instant::now() + state.config.in_progress_wait;
     let rkey = redis_key(user, key);
     let marker = match serde_json::to_string(&Entry::Processing {
@@ -93,7 +94,7 @@ pub(crate) async fn pay(
                 let r = pay::request(user, &order.id, req, Some(order));
                 if let Some(answer) = replay_of(&Record::Final(f), &r) {
                     metrics::redis_lookup(RedisLookup::Replay);
-                    return (Ok(PayAnswer::replay(answer)), true);
+                    return (Ok(Reply::replay(answer)), true);
                 }
                 // Different details (or not this user's): never replay; the rules answer
                 // (422 with the attempt's current status).

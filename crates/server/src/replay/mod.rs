@@ -18,7 +18,8 @@ pub(crate) mod redis;
 
 use self::redis::{CacheError, RedisCache};
 use crate::metrics::{RedisLookup, ReplaySource};
-use crate::pay::{self, PayAnswer};
+use crate::pay;
+use crate::reply::Reply;
 use crate::state::AppState;
 use crate::store::attempts as db;
 use payonce_protocol::{IdempotencyKey, PayRequest};
@@ -100,7 +101,7 @@ pub(crate) async fn remember(state: &AppState, user: &str, key: &IdempotencyKey,
 pub(crate) enum First {
     /// The request retries a finished attempt: its stored answer, and where it came from
     /// (`memory`, `redis`, `database`) for the metrics.
-    Answered(PayAnswer, ReplaySource),
+    Answered(Reply, ReplaySource),
     /// Anything else: the pay rules decide, starting from the record read here when there
     /// was one (`None`: no record, or it could not be read; the rules look again).
     Continue(Option<Record>),
@@ -119,7 +120,7 @@ pub(crate) async fn first(
     let r = pay::request(user, order_id, req, None);
     if let Some(record) = state.replays.get(user, key.as_str(), state.clock.now_ms()) {
         if let Some(answer) = replay_of(&record, &r) {
-            return First::Answered(PayAnswer::replay(answer), ReplaySource::Memory);
+            return First::Answered(Reply::replay(answer), ReplaySource::Memory);
         }
     }
     let mut refill = None;
@@ -130,7 +131,7 @@ pub(crate) async fn first(
                 let record = Record::Final(f);
                 if let Some(answer) = replay_of(&record, &r) {
                     state.replays.put(user, key.as_str(), &record);
-                    return First::Answered(PayAnswer::replay(answer), ReplaySource::Redis);
+                    return First::Answered(Reply::replay(answer), ReplaySource::Redis);
                 }
             }
             // Flushed or expired: if the database replays it, put it back.
@@ -155,7 +156,7 @@ pub(crate) async fn first(
             put(redis, state, &rkey, rec, true).await;
         }
     }
-    First::Answered(PayAnswer::replay(answer), ReplaySource::Database)
+    First::Answered(Reply::replay(answer), ReplaySource::Database)
 }
 
 #[cfg(test)]

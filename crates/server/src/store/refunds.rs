@@ -31,6 +31,15 @@ pub(crate) async fn find<'c>(
     .await
 }
 
+impl RefundRow {
+    /// The stored answer, once final.
+    pub(crate) fn answer(&self) -> Option<payonce_rules::Answer> {
+        let status = u16::try_from(self.response_status?).ok()?;
+        let body = self.response_body.clone()?;
+        Some(payonce_rules::Answer { status, body })
+    }
+}
+
 /// A new processing refund.
 pub(crate) struct NewRefund<'a> {
     pub id: &'a str,
