@@ -6,6 +6,7 @@ mod catalog;
 mod dev;
 pub(crate) mod extract;
 mod mailbox;
+mod metrics;
 mod orders;
 mod pay;
 mod refund;
@@ -67,7 +68,7 @@ pub fn app(state: AppState, static_dir: Option<PathBuf>) -> Router {
         .route(paths::HEALTHZ, get(healthz))
         .route(paths::OPENAPI, get(crate::openapi::serve))
         .route(paths::WEBHOOKS, post(webhooks::handler))
-        .route(paths::METRICS, get(crate::metrics::serve))
+        .route(paths::METRICS, get(metrics::serve))
         .route(&paths::refund("{id}"), post(refund::handler))
         .route(paths::DEV_MAILBOX, get(mailbox::handler))
         .method_not_allowed_fallback(method_not_allowed);
