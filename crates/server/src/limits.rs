@@ -20,7 +20,7 @@
 
 use crate::error::AppError;
 use crate::metrics::{self, Bucket};
-use governor::clock::{Clock, DefaultClock};
+use governor::clock::Clock;
 use governor::middleware::NoOpMiddleware;
 use governor::state::keyed::DefaultKeyedStateStore;
 use governor::{Quota, RateLimiter};
@@ -105,15 +105,37 @@ impl<C: Clock + Clone> Buckets<C> {
     }
 }
 
+/// The limiters' clock: monotonic in the server (a wall-clock step never empties a bucket),
+/// or the state's clock (`src/clock.rs`) in tests, which move it instead of sleeping.
+#[derive(Clone)]
+pub(crate) enum LimiterClock {
+    /// Time since the process's limiters were made.
+    Monotonic(std::time::Instant),
+    /// The state's clock.
+    Rules(std::sync::Arc<dyn crate::clock::Clock>),
+}
+
+impl Clock for LimiterClock {
+    type Instant = governor::nanos::Nanos;
+
+    fn now(&self) -> Self::Instant {
+        match self {
+            Self::Monotonic(start) => start.elapsed().into(),
+            Self::Rules(c) => Duration::from_millis(u64::try_from(c.now_ms()).unwrap_or(0)).into(),
+        }
+    }
+}
+
 /// The pay limits of one process.
-pub(crate) struct Limits<C: Clock + Clone = DefaultClock> {
+pub(crate) struct Limits<C: Clock + Clone = LimiterClock> {
     requests: Buckets<C>,
     new_attempts: Buckets<C>,
 }
 
 impl Limits {
     pub(crate) fn new(requests: Option<Rate>, new_attempts: Option<Rate>) -> Self {
-        Self::with_clock(requests, new_attempts, &DefaultClock::default())
+        let clock = LimiterClock::Monotonic(std::time::Instant::now());
+        Self::with_clock(requests, new_attempts, &clock)
     }
 }
 

@@ -89,6 +89,12 @@ impl AppState {
     /// The same state reading `now` from `clock` (tests move a manual clock instead of
     /// sleeping).
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        let limiter_clock = crate::limits::LimiterClock::Rules(clock.clone());
+        self.limits = Arc::new(crate::limits::Limits::with_clock(
+            self.config.pay_rate,
+            self.config.new_attempt_rate,
+            &limiter_clock,
+        ));
         self.clock = clock;
         self
     }

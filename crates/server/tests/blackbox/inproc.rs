@@ -130,6 +130,7 @@ on_both_backends!(
     a_crashed_lease_is_taken_over_when_the_clock_passes_it,
     the_outbox_worker_settles_abandoned_attempts_from_the_provider,
     finished_keys_expire_with_the_clock_but_processing_ones_never,
+    audit_rows_are_kept_for_the_dispute_window_then_deleted,
 );
 
 /// Rule 5 after a crash: the killed process left the attempt processing with a live lease
@@ -355,4 +356,149 @@ async fn finished_keys_expire_with_the_clock_but_processing_ones_never(backend: 
         ["processing"],
         "processing attempts are never deleted"
     );
+}
+
+/// The value of one series on this server's `GET /metrics` (0 when absent).
+async fn metric(s: &InProc, series: &str) -> f64 {
+    let r = s.send("GET", "/metrics", "", None, Value::Null).await;
+    r.text()
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .map(|v| v.parse().expect("metric value"))
+        .unwrap_or(0.0)
+}
+
+/// Only new keys spend the new-attempt bucket, per user; a refused key waits exactly
+/// `Retry-After` on the clock and then goes through once; a runaway loop of replays meets the
+/// looser per-request bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_keys_are_rate_limited_per_user_and_retries_are_not() {
+    let Some(db) = TestDb::create(Backend::Sqlite).await else {
+        return;
+    };
+    let provider = provider().await;
+    let flags = [
+        "--new-attempts-burst",
+        "2",
+        "--new-attempts-per-min",
+        "60",
+        "--pay-rate-burst",
+        "20",
+        "--pay-rate-per-min",
+        "60",
+    ];
+    let s = InProc::start(&db, &provider, &flags).await;
+    let (alice, bob) = (s.session("alice").await, s.session("bob").await);
+    let mut orders = Vec::new();
+    for _ in 0..3 {
+        orders.push(s.order(&alice).await);
+    }
+    let keys = [key(), key(), key()];
+    for i in 0..2 {
+        let r = s.pay(&alice, &orders[i], &keys[i], "pm_card_approve").await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    // The third new key within the burst is refused before anything is claimed or charged.
+    let limited = s.pay(&alice, &orders[2], &keys[2], "pm_card_approve").await;
+    assert_eq!(
+        (limited.status, limited.code().as_str()),
+        (429, "RATE_LIMITED"),
+        "{}",
+        limited.text()
+    );
+    assert!(limited.is_problem());
+    let retry_after: u64 = limited
+        .header("retry-after")
+        .expect("Retry-After")
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&retry_after), "{retry_after}");
+    assert!(ledger(&s.http, &s.provider, &orders[2]).await.is_empty());
+    // Retries of a known key are not new attempts: they replay.
+    for _ in 0..5 {
+        let r = s.pay(&alice, &orders[0], &keys[0], "pm_card_approve").await;
+        assert_eq!(
+            (r.status, r.header("idempotent-replayed").as_deref()),
+            (200, Some("true"))
+        );
+    }
+    // Another user has a bucket of their own.
+    let bobs = s.order(&bob).await;
+    assert_eq!(
+        s.pay(&bob, &bobs, &key(), "pm_card_approve").await.status,
+        200
+    );
+    // Just before Retry-After the key is still refused; at it, it goes through, once.
+    s.advance(Duration::from_millis(retry_after * 1000 - 100));
+    assert_eq!(
+        s.pay(&alice, &orders[2], &keys[2], "pm_card_approve")
+            .await
+            .status,
+        429
+    );
+    s.advance(Duration::from_millis(100));
+    let r = s.pay(&alice, &orders[2], &keys[2], "pm_card_approve").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(ledger(&s.http, &s.provider, &orders[2]).await.len(), 1);
+    // A runaway loop of replays hits the looser per-request bucket.
+    let mut refused = 0;
+    for _ in 0..30 {
+        let r = s.pay(&alice, &orders[0], &keys[0], "pm_card_approve").await;
+        if r.status == 429 {
+            assert_eq!(r.code(), "RATE_LIMITED");
+            refused += 1;
+        }
+    }
+    assert!(
+        refused > 0,
+        "30 requests at one instant exceed a burst of 20"
+    );
+    let new_attempts = metric(
+        &s,
+        r#"payonce_pay_rate_limited_total{bucket="new_attempts"}"#,
+    )
+    .await;
+    assert!(new_attempts >= 2.0, "{new_attempts}");
+    assert!(
+        metric(&s, r#"payonce_pay_rate_limited_total{bucket="requests"}"#).await
+            >= f64::from(refused)
+    );
+    assert_eq!(ledger(&s.http, &s.provider, &orders[0]).await.len(), 1);
+}
+
+/// Audit rows (and handled webhook events) are kept for `--audit-retention-days`, the dispute
+/// window, and deleted once the clock passes it; every answer announces the key retention.
+async fn audit_rows_are_kept_for_the_dispute_window_then_deleted(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let provider = provider().await;
+    let s = InProc::start(&db, &provider, &["--audit-retention-days", "180"]).await;
+    let t = s.session("alice").await;
+    let id = s.order(&t).await;
+    let r = s.pay(&t, &id, &key(), "pm_card_decline").await;
+    assert_eq!(
+        r.header("idempotency-key-retention").as_deref(),
+        Some("86400")
+    );
+    let pool = db.pool().await;
+    let audit_rows = || async {
+        let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM audit_log")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        n
+    };
+    let written = audit_rows().await;
+    assert!(written > 0);
+    s.advance(Duration::from_secs(180 * 86_400 - 1));
+    payonce_server::run_cleanup(&s.state).await.unwrap();
+    assert_eq!(
+        audit_rows().await,
+        written,
+        "kept within the dispute window"
+    );
+    s.advance(Duration::from_secs(2));
+    payonce_server::run_cleanup(&s.state).await.unwrap();
+    assert_eq!(audit_rows().await, 0, "deleted after it");
 }
