@@ -119,6 +119,9 @@ case $rc in
   77) note chaos "SKIPPED (PostgreSQL/Redis not reachable; CI=true fails instead)" ;;
   *) summary+=("suite chaos: FAILED ($((SECONDS - t_chaos)) s)"); failed=1 ;;
 esac
+# payonce-conformance against examples/express and the companion server (SQLite; PostgreSQL
+# with three instances): every rule of docs/protocol.md must pass on each.
+suite conformance bash scripts/conformance.sh
 suite sdk-browser browser_tests
 pkg_built=false
 if suite build-pkg bash scripts/build-pkg.sh; then

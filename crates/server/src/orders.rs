@@ -58,7 +58,13 @@ pub(crate) async fn create(
 ) -> AppResult<OrderRow> {
     check_address(req.address.as_deref())?;
     let coupon = req.coupon.as_deref().filter(|c| !c.is_empty());
-    let priced = price_cart(state, &req.items, coupon).await?;
+    let priced = price_cart(
+        &state.store,
+        state.config.catalog.as_ref(),
+        &req.items,
+        coupon,
+    )
+    .await?;
     let id = format!("ord_{}", uuid::Uuid::new_v4().simple());
     let now = state.clock.now_ms();
     let mut tx = state.store.begin_write().await?;
@@ -101,7 +107,8 @@ pub(crate) async fn change_cart(
             Some(a) => Some(a.as_str()),
             None => current.address.as_deref(),
         };
-        let priced = price_cart(state, &lines, coupon).await?;
+        let priced =
+            price_cart(&state.store, state.config.catalog.as_ref(), &lines, coupon).await?;
         let unchanged = priced.lines == current.items
             && priced.coupon == current.coupon
             && address == current.address.as_deref()

@@ -15,7 +15,9 @@
 //!   worker, retention, decided by moving the clock instead of sleeping.
 //! - `layout`: no file of `src/` imports one that imports it back.
 //! - `input`: malformed input of every kind, the OpenAPI fuzzer, CORS, the OpenAPI document.
+//! - `catalog`: `--catalog FILE` replaces the built-in catalog; a bad file stops the start.
 
+mod catalog;
 mod common;
 mod concurrency;
 mod crash;
