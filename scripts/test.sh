@@ -129,10 +129,12 @@ if suite build-pkg bash scripts/build-pkg.sh; then
   suite smoke bash scripts/smoke.sh pkg
   suite size bash scripts/size-check.sh pkg
   if [ -d tools/ts-check ]; then suite ts-check ts_check; else note ts-check "absent (no tools/ts-check)"; fi
+  suite fixtures bash fixtures/run.sh pkg
 else
   not_run smoke "build-pkg failed"
   not_run size "build-pkg failed"
   [ -d tools/ts-check ] && not_run ts-check "build-pkg failed"
+  not_run fixtures "build-pkg failed"
 fi
 if [ ! -e www/e2e ]; then note www-e2e "absent (no www/e2e)"
 elif $pkg_built; then suite www-e2e www_e2e
