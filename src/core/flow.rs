@@ -20,7 +20,7 @@
 //! ([`crate::core::attempt::after_verdict`]), and how long to wait ([`Schedule`]).
 
 use crate::core::attempt::{after_verdict, plan_pay, Attempt, Entry, PayPlan};
-use crate::core::classify::{classify_pay, Final, Reply, RetryCause, Verdict};
+use crate::core::classify::{classify_pay_for, Final, Reply, RetryCause, Verdict};
 use crate::core::error::{SdkError, Warning};
 use crate::core::retry::{Jitter, Next, PendingReason, RetryBudget, RetryPolicy, Schedule};
 use payonce_protocol::{CheckoutSnapshot, IdempotencyKey, PayResponse};
@@ -56,6 +56,9 @@ impl PayStatus {
 pub enum PayEnd {
     /// A final answer: the key was removed.
     Final(Final),
+    /// The customer must act first (3-D Secure); the key is kept, and `pay` or `resume` with
+    /// the same checkout finishes the attempt afterwards.
+    ActionRequired,
     /// The call fails with this error; the key is kept.
     Failed(SdkError),
     /// The call stopped asking while the outcome is open; the key is kept.
@@ -77,7 +80,8 @@ pub enum Effect {
     },
     /// Remove the order's stored attempt if it still holds this key.
     Remove(IdempotencyKey),
-    /// Tell the app (`onStatus`).
+    /// Tell the app (`onStatus`). Only a change is handed out: never the same status twice
+    /// in a row.
     Status(PayStatus),
     /// Tell the app `status` after `after_ms`, unless the call is over by then.
     Remind {
@@ -136,6 +140,10 @@ pub struct PayFlow {
     schedule: Schedule,
     phase: Phase,
     sends: u32,
+    /// True while every answer so far was a network failure (no HTTP answer, not our timeout).
+    network_failures_only: bool,
+    /// The last status handed out: `onStatus` hears a status only when it changes.
+    last_status: Option<PayStatus>,
     out: VecDeque<Effect>,
 }
 
@@ -187,6 +195,8 @@ impl PayFlow {
             ),
             phase: Phase::Ready { checked: false },
             sends: 0,
+            network_failures_only: true,
+            last_status: None,
             out,
         })
     }
@@ -207,8 +217,7 @@ impl PayFlow {
         };
         self.phase = Phase::Blocked;
         if !online && !checked {
-            self.out
-                .push_back(Effect::Status(PayStatus::WaitingForNetwork));
+            self.status(PayStatus::WaitingForNetwork);
             self.out.push_back(Effect::WaitOnline {
                 max_ms: self.schedule.remaining_ms(now_ms),
             });
@@ -220,7 +229,7 @@ impl PayFlow {
                 new: false,
             });
             if self.sends == 1 {
-                self.out.push_back(Effect::Status(PayStatus::Processing));
+                self.status(PayStatus::Processing);
             }
             self.out.push_back(Effect::Send {
                 attempt: self.sends,
@@ -241,7 +250,8 @@ impl PayFlow {
         if self.phase == Phase::Over {
             return;
         }
-        let verdict = classify_pay(reply);
+        let verdict = classify_pay_for(reply, &self.attempt.snapshot.order_id);
+        self.network_failures_only &= matches!(reply, Reply::NoAnswer { timed_out: false });
         match after_verdict(self.attempt.clone(), &verdict) {
             None => self.out.push_back(Effect::Remove(self.attempt.key.clone())),
             Some(a) => {
@@ -261,16 +271,29 @@ impl PayFlow {
                 budget.refill();
                 PayEnd::Failed(SdkError::rejected(status, code))
             }
+            Verdict::Mismatch { status, why } => {
+                PayEnd::Failed(SdkError::ProtocolMismatch { status, why })
+            }
+            Verdict::ActionRequired => {
+                budget.refill();
+                PayEnd::ActionRequired
+            }
             Verdict::Retry { cause, .. } => {
                 match self.schedule.after(&verdict, now_ms, budget, jitter) {
-                    Next::GiveUp(reason) => PayEnd::Pending(reason),
+                    Next::GiveUp(reason) => {
+                        // The same network failure on every try, more than once: most likely
+                        // a CORS refusal or a wrong URL, not a passing outage.
+                        if self.network_failures_only && self.sends > 1 {
+                            self.out.push_back(Effect::Warn(Warning::ProtocolMismatch));
+                        }
+                        PayEnd::Pending(reason)
+                    }
                     Next::Wait { ms } => {
-                        self.out
-                            .push_back(Effect::Status(if cause == RetryCause::InProgress {
-                                PayStatus::Processing
-                            } else {
-                                PayStatus::CheckingStatus
-                            }));
+                        self.status(if cause == RetryCause::InProgress {
+                            PayStatus::Processing
+                        } else {
+                            PayStatus::CheckingStatus
+                        });
                         self.out.push_back(Effect::Wait { ms, why: cause });
                         return;
                     }
@@ -299,6 +322,14 @@ impl PayFlow {
         }
     }
 
+    /// Queues `Status(s)` unless it is the status last handed out.
+    fn status(&mut self, s: PayStatus) {
+        if self.last_status != Some(s) {
+            self.last_status = Some(s);
+            self.out.push_back(Effect::Status(s));
+        }
+    }
+
     fn finish(&mut self, end: PayEnd) {
         self.phase = Phase::Over;
         self.out.push_back(Effect::Done(end));
@@ -316,6 +347,7 @@ mod tests {
             order_id: "ord_1".into(),
             order_version: 2,
             payment_method_id: "pm_card_approve".into(),
+            extras: Default::default(),
         }
     }
     fn key() -> IdempotencyKey {

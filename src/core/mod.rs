@@ -7,6 +7,7 @@ pub mod attempt;
 pub mod classify;
 pub mod error;
 pub mod flow;
+pub mod receipt;
 pub mod retry;
 
 // proptest does not build for wasm32; the core is tested natively.

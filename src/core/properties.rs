@@ -15,6 +15,7 @@ fn snapshot() -> impl Strategy<Value = CheckoutSnapshot> {
             order_id,
             order_version,
             payment_method_id,
+            extras: Default::default(),
         }
     })
 }
@@ -88,7 +89,9 @@ proptest! {
                 prop_assert_eq!(&kept.key, &a.key);
                 prop_assert_eq!(kept.state, AttemptState::Unknown);
             }
-            Verdict::Rejected { .. } => prop_assert_eq!(after, Some(a)),
+            Verdict::Rejected { .. } | Verdict::Mismatch { .. } | Verdict::ActionRequired => {
+                prop_assert_eq!(after, Some(a))
+            }
         }
     }
 
@@ -167,6 +170,7 @@ fn drive(
         order_id: "ord_a".into(),
         order_version: 1,
         payment_method_id: "pm_a".into(),
+        extras: Default::default(),
     };
     let config = FlowConfig {
         policy,
@@ -179,6 +183,7 @@ fn drive(
     let (mut now, mut step, mut saved, mut removed) = (0.0f64, 0usize, false, false);
     let mut t = Trace::default();
     let mut last_final = false;
+    let mut last_status = None;
     for _ in 0..10_000 {
         let up = online
             .get(step % online.len().max(1))
@@ -238,7 +243,15 @@ fn drive(
                 t.end = Some(end);
                 return Ok(t);
             }
-            Effect::Status(_) | Effect::Remind { .. } | Effect::Warn(_) => {}
+            Effect::Status(status) => {
+                prop_assert_ne!(
+                    last_status,
+                    Some(status),
+                    "onStatus heard the same status twice"
+                );
+                last_status = Some(status);
+            }
+            Effect::Remind { .. } | Effect::Warn(_) => {}
         }
     }
     Err(TestCaseError::fail("the flow never ended"))

@@ -36,14 +36,17 @@ fn text(s: Option<&str>) -> JsValue {
 }
 
 /// `e` as a thrown or rejected `PayonceError`; `body`: the raw answer body, when a server
-/// answer caused it (`undefined` otherwise).
+/// answer caused it (`undefined` otherwise). The problem `code` and `detail` are read from the
+/// body as sent, so a code this SDK does not know still reaches the app.
 pub(crate) fn to_js(e: &SdkError, body: JsValue) -> JsValue {
+    let member = |name: &str| Some(crate::web::value::get(&body, name)).filter(|v| v.is_string());
+    let problem_code = member("code").unwrap_or_else(|| text(e.problem_code_str()));
     PayonceError::new(
         e.code(),
         &e.message(),
         e.status().map_or(JsValue::UNDEFINED, JsValue::from),
-        text(e.problem_code_str()),
-        text(e.detail()),
+        problem_code,
+        member("detail").unwrap_or(JsValue::UNDEFINED),
         body,
     )
     .into()

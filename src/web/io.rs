@@ -16,7 +16,6 @@ use gloo_timers::callback::Timeout;
 use js_sys::{Array, Function, Promise, Reflect};
 use payonce_protocol::{ErrorCode, Problem};
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
@@ -258,47 +257,57 @@ fn fetch_fn(t: &Transport) -> Option<Function> {
     })
 }
 
-/// POSTs JSON with credentials, a per-request timeout and the caller's abort, and decodes the
-/// answer: 2xx as `T`, anything else as a problem. Never fails except on abort.
+/// An answer decoded, with what the app may want to see of it.
+pub(crate) struct Answer<T> {
+    pub reply: Reply<T>,
+    /// The body as received (JSON-decoded, or the text when it is not JSON; `undefined`
+    /// without one): what an error shows the app.
+    pub body: JsValue,
+    /// The server said the body is a stored result replayed for a known key.
+    pub replayed: bool,
+}
+
+/// POSTs JSON through the app's transport with a per-request timeout and the caller's abort,
+/// and decodes the answer: 2xx as `T`, anything else as a problem. Never fails except on abort.
 pub(crate) async fn post<T: DeserializeOwned>(
     call: Call<'_>,
     abort: &Abort,
-) -> Result<Reply<T>, SdkError> {
-    Ok(decode(exchange(call, abort).await?))
-}
-
-/// An error answer body: only the members the SDK decides on (the server's [`Problem`] has
-/// more, all ignored here).
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ProblemBody {
-    /// Read as text and looked up in [`ErrorCode::ALL`]: smaller in the module than the
-    /// code list's derived `Deserialize`.
-    code: String,
-    retry_after: Option<u64>,
-    current_version: Option<u64>,
+) -> Result<Answer<T>, SdkError> {
+    let (raw, replayed) = exchange(call, abort).await?;
+    let body = match &raw {
+        Reply::Http { ok: Some(b), .. } => b.clone(),
+        _ => JsValue::UNDEFINED,
+    };
+    Ok(Answer {
+        reply: decode(raw),
+        body,
+        replayed,
+    })
 }
 
 /// A problem body. One whose `code` is missing or unknown is no problem at all (the status
-/// alone then decides); a malformed optional member is dropped rather than losing the code.
+/// alone then decides); a malformed optional member is dropped rather than losing the code
+/// (both optional members are, as when they were one serde struct). Only the members the SDK
+/// decides on are read (the server's [`Problem`] has more, all ignored here), one by one: a
+/// derived struct for the three cost more in the module.
 fn problem(v: &JsValue) -> Option<Problem> {
-    // The fallback reads the one member directly: a second derived struct for it costs more.
-    let p = value::from_js::<ProblemBody>(v).or_else(|| {
-        value::get(v, "code").as_string().map(|code| ProblemBody {
-            code,
-            retry_after: None,
-            current_version: None,
-        })
-    })?;
-    let code = *ErrorCode::ALL.iter().find(|c| c.as_str() == p.code)?;
+    let code = value::get(v, "code").as_string()?;
+    let int = |k| value::member(v, k, value::Kind::Int(value::MAX_SAFE)).map(|n| n.as_f64());
+    let (retry_after, current_version) = match (int("retryAfter"), int("currentVersion")) {
+        (Ok(r), Ok(c)) => (r.map(|n| n as u64), c.map(|n| n as u64)),
+        _ => (None, None),
+    };
+    // Looked up in [`ErrorCode::ALL`]: smaller in the module than the list's derived
+    // `Deserialize`.
+    let code = *ErrorCode::ALL.iter().find(|c| c.as_str() == code)?;
     Some(Problem {
         type_uri: String::new(),
         title: String::new(),
         status: code.http_status(),
         detail: None,
         code,
-        retry_after: p.retry_after,
-        current_version: p.current_version,
+        retry_after,
+        current_version,
         attempt_status: None,
         reason: None,
         sku: None,
@@ -327,14 +336,23 @@ fn decode<T: DeserializeOwned>(raw: Reply<JsValue>) -> Reply<T> {
     }
 }
 
+/// At most 2,000 characters of a body that is not JSON (an HTML error page): enough to tell
+/// what answered.
+fn cut(mut text: String) -> String {
+    if let Some((at, _)) = text.char_indices().nth(2_000) {
+        text.truncate(at);
+    }
+    text
+}
+
 /// The request itself, not generic over the answer type (one copy in the module). The raw
 /// JSON body, whatever the status, travels in `ok`.
-async fn exchange(call: Call<'_>, abort: &Abort) -> Result<Reply<JsValue>, SdkError> {
+async fn exchange(call: Call<'_>, abort: &Abort) -> Result<(Reply<JsValue>, bool), SdkError> {
     let fetch = fetch_fn(call.transport).ok_or(SdkError::Unsupported("no fetch"))?;
     let controller =
         AbortController::new().map_err(|_| SdkError::Unsupported("no AbortController"))?;
     let Some(headers) = request_headers(&call, abort).await? else {
-        return Ok(Reply::NoAnswer { timed_out: false });
+        return Ok((Reply::NoAnswer { timed_out: false }, false));
     };
     // A plain `RequestInit` dictionary: no web-sys setter bindings needed.
     let init = value::object(&[
@@ -365,35 +383,43 @@ async fn exchange(call: Call<'_>, abort: &Abort) -> Result<Reply<JsValue>, SdkEr
             return Ok(None);
         };
         let resp: Response = resp.unchecked_into();
-        let retry_after = resp
-            .headers()
-            .get(payonce_protocol::headers::RETRY_AFTER)
-            .ok()
-            .flatten();
-        // A body that is not JSON decodes to nothing; the status still counts. A body our
-        // timeout cut off is no answer, as a request that never came back.
-        let body = match resp.json() {
+        let header = |name| resp.headers().get(name).ok().flatten();
+        let retry_after = header(payonce_protocol::headers::RETRY_AFTER);
+        let replayed =
+            header(payonce_protocol::headers::IDEMPOTENT_REPLAYED).as_deref() == Some("true");
+        // A body that is not JSON is kept as its text (it decodes to nothing; the status still
+        // counts). A body our timeout cut off is no answer, as a request that never came back.
+        let body = match resp.text() {
             Ok(p) => match abort.guard(p).await? {
-                Ok(b) => Some(b),
+                Ok(text) => {
+                    let t = text.as_string().unwrap_or_default();
+                    Some(js_sys::JSON::parse(&t).unwrap_or_else(|_| cut(t).into()))
+                }
                 Err(_) if timed_out() => return Ok(None),
                 Err(_) => None,
             },
             Err(_) => None,
         };
-        Ok(Some((resp.status(), retry_after, body)))
+        Ok(Some((resp.status(), retry_after, body, replayed)))
     }
     .await;
     drop(deadline);
     match answer {
-        Ok(Some((status, retry_after, body))) => Ok(Reply::Http {
-            status,
-            retry_after,
-            ok: body,
-            problem: None,
-        }),
-        Ok(None) => Ok(Reply::NoAnswer {
-            timed_out: timed_out(),
-        }),
+        Ok(Some((status, retry_after, body, replayed))) => Ok((
+            Reply::Http {
+                status,
+                retry_after,
+                ok: body,
+                problem: None,
+            },
+            replayed,
+        )),
+        Ok(None) => Ok((
+            Reply::NoAnswer {
+                timed_out: timed_out(),
+            },
+            false,
+        )),
         // The caller aborted: stop the request on the wire too.
         Err(e) => {
             controller.abort();

@@ -17,9 +17,10 @@ mod tabs;
 mod value;
 
 use crate::core::attempt::Entry;
-use crate::core::classify::{classify_cancel, CancelOutcome, Final};
+use crate::core::classify::{classify_cancel, classify_pay_for, CancelOutcome, Final, Reply};
 use crate::core::error::{SdkError, Warning};
 use crate::core::flow::{Effect, FlowConfig, PayEnd, PayFlow};
+use crate::core::receipt::{self, Receipt};
 use crate::core::retry::{
     BudgetConfig, PendingReason, RetryBudget, RetryPolicy, DEFAULT_DEADLINE_MS,
     DEFAULT_LONG_WAIT_MS, DEFAULT_REQUEST_TIMEOUT_MS,
@@ -28,8 +29,8 @@ pub use error::PayonceError;
 use io::{Abort, Call};
 use js_sys::{Function, Promise, Reflect};
 use payonce_protocol::body::{paths, DevFault};
-use payonce_protocol::{headers, CancelRequest, CheckoutSnapshot, IdempotencyKey};
-use serde::{Deserialize, Serialize};
+use payonce_protocol::{headers, CancelRequest, CheckoutSnapshot, IdempotencyKey, PayResponse};
+use serde::Serialize;
 use std::cell::RefCell;
 use std::rc::Rc;
 use store::Store;
@@ -46,6 +47,12 @@ export interface Checkout {
   /** The server's order version the customer saw. */
   orderVersion: number;
   paymentMethodId: string;
+  /**
+   * Extra intention fields (default none), e.g. `{ shippingOptionId: "ship_express", couponCode: "SAVE10" }`:
+   * sent as the pay body's `extras`, stored with the attempt, and part of the match (other
+   * extras while an attempt is open reject with SNAPSHOT_CONFLICT). String values only.
+   */
+  extras?: Record<string, string>;
 }
 export interface Payment {
   id: string;
@@ -57,16 +64,30 @@ export interface Payment {
   chargeId: string;
   status: "succeeded" | "refunded";
 }
-/** The result of `pay`. Only `pending` keeps the key (the server may still be charging). */
+/**
+ * The result of `pay`. `pending` and `actionRequired` keep the key (the server may still be
+ * charging, or waits for the customer); every other outcome is final and removes it.
+ */
 export type PayOutcome =
   | { kind: "paid"; payment: Payment }
+  /**
+   * The customer must act first (e.g. 3-D Secure). `next` is the server's opaque payload (for
+   * example `{ type: "redirect", url }`). After the action, `pay` with the same checkout (or
+   * `resume(orderId)`) sends the same key and finishes the attempt.
+   */
+  | { kind: "actionRequired"; next: unknown }
   | { kind: "declined"; code: "PAYMENT_DECLINED" | "PAYMENT_FAILED" }
   | { kind: "orderChanged"; currentVersion?: number }
   | { kind: "cancelled" }
   | { kind: "pending"; reason: "deadline" | "attempts" | "budget" };
-/** The result of `cancel`. `processing` and `unknown` keep the key. */
+/**
+ * The result of `cancel`. `processing` and `unknown` keep the key. `notFound`: the server does
+ * not know this key for this order (the order is not this user's or is gone, or the key
+ * belongs to another order); nothing can be charged with it, so the key is removed.
+ */
 export type CancelOutcome =
   | { kind: "none" }
+  | { kind: "notFound"; problemCode: "ORDER_NOT_FOUND" | "KEY_REUSED_WITH_DIFFERENT_DETAILS" }
   | { kind: "cancelled" }
   | { kind: "declined" }
   | { kind: "failed" }
@@ -103,7 +124,16 @@ export interface RetryOptions {
    */
   budget?: { capacity?: number; retryCost?: number; timeoutCost?: number; successRefill?: number };
 }
-export type PayonceWarningCode = "STORAGE_UNAVAILABLE" | "UNREADABLE_ENTRY" | "DUPLICATED_TAB";
+/**
+ * What `onWarning` hears. `PROTOCOL_MISMATCH`: every request of a `pay` call failed at the
+ * network level (a CORS refusal, e.g. `Access-Control-Allow-Origin: *` with credentials, or an
+ * unreachable server); the call still resolves `pending`, key kept.
+ */
+export type PayonceWarningCode =
+  | "STORAGE_UNAVAILABLE"
+  | "UNREADABLE_ENTRY"
+  | "DUPLICATED_TAB"
+  | "PROTOCOL_MISMATCH";
 export interface ClientOptions {
   /**
    * The payonce API origin, e.g. "https://api.example.com". Required: the default endpoints
@@ -141,10 +171,34 @@ export interface ClientOptions {
   storage?: "session" | "memory";
   /** Hears what does not fail a call (default: none). */
   onWarning?: (code: PayonceWarningCode) => void;
+  /** Hears every request, answer, wait and outcome (default: none). See `PayonceEvent`. */
+  onEvent?: (event: PayonceEvent) => void;
+  /** Logs the same events with `console.debug("[payonce]", event)` (default false). */
+  debug?: boolean;
 }
+/** What `onEvent` hears (and `debug: true` logs with `console.debug`). */
+export type PayonceEvent =
+  | { type: "request"; endpoint: "pay" | "cancel"; orderId: string; key: string; attempt: number; url: string }
+  | {
+      type: "answer";
+      endpoint: "pay" | "cancel";
+      orderId: string;
+      key: string;
+      attempt: number;
+      /** Absent when no HTTP answer came (`timedOut` says whether our timeout fired). */
+      status?: number;
+      timedOut?: boolean;
+      /** The server replayed a stored answer for this key (`Idempotent-Replayed: true`). */
+      replayed: boolean;
+      problemCode?: string;
+      elapsedMs: number;
+    }
+  | { type: "wait"; orderId: string; ms: number; why: "inProgress" | "noAnswer" | "timedOut" | "serverTrouble" | "paced" | "offline" }
+  | { type: "outcome"; orderId: string; key?: string; outcome?: PayOutcome; error?: PayonceError };
 export interface PayOptions {
   /** Aborts waits and requests at once; the attempt and its key are kept. */
   signal?: AbortSignal;
+  /** Hears the call's status, only when it changes (never the same status twice in a row). */
   onStatus?: (status: PayStatus) => void;
   /** Dev servers only: asks the server to inject this fault into the first request. */
   devFault?: "drop-response";
@@ -158,6 +212,7 @@ export type PendingAttempt =
       key: string;
       createdAt: number;
       sends: number;
+      extras?: Record<string, string>;
     }
   | { state: "unreadable"; orderId: string; key?: string };
 /**
@@ -186,9 +241,122 @@ export type PayonceErrorCode =
   | "UNREADABLE_ATTEMPT"
   | "KEY_REUSED_WITH_DIFFERENT_DETAILS"
   | "SERVER_REJECTED"
+  /** The answer does not fit the protocol (a 2xx that is not a payonce answer, a payment for another order); key kept, `body` shows it. */
+  | "PROTOCOL_MISMATCH"
   | "ABORTED"
-  | "UNSUPPORTED";
+  | "UNSUPPORTED"
+  | "NOT_INITIALIZED";
 "#;
+
+#[wasm_bindgen]
+extern "C" {
+    #[wasm_bindgen(js_namespace = console, js_name = debug)]
+    fn console_debug(tag: &str, event: &JsValue);
+}
+
+/// `onEvent` and `debug`: every request, answer, wait and outcome, as it happens.
+struct Observer {
+    on_event: Option<Function>,
+    debug: bool,
+}
+
+impl Observer {
+    /// Hands the event `build` makes to `onEvent` and (with `debug`) to `console.debug`; builds
+    /// nothing when nobody listens.
+    fn emit(&self, build: impl FnOnce() -> JsValue) {
+        if self.on_event.is_none() && !self.debug {
+            return;
+        }
+        let event = build();
+        if let Some(f) = &self.on_event {
+            let _ = f.call1(&JsValue::NULL, &event);
+        }
+        if self.debug {
+            console_debug("[payonce]", &event);
+        }
+    }
+
+    /// `{ type: "request", endpoint, orderId, key, attempt, url }`.
+    fn request(&self, endpoint: &str, order_id: &str, key: &str, attempt: u32, url: &str) {
+        self.emit(|| {
+            value::object(&[
+                ("type", &"request".into()),
+                ("endpoint", &endpoint.into()),
+                ("orderId", &order_id.into()),
+                ("key", &key.into()),
+                ("attempt", &attempt.into()),
+                ("url", &url.into()),
+            ])
+        });
+    }
+
+    /// `{ type: "wait", orderId, ms, why }`.
+    fn wait(&self, order_id: &str, ms: u64, why: &str) {
+        self.emit(|| {
+            value::object(&[
+                ("type", &"wait".into()),
+                ("orderId", &order_id.into()),
+                ("ms", &(ms as f64).into()),
+                ("why", &why.into()),
+            ])
+        });
+    }
+
+    /// `{ type: "outcome", orderId, key?, outcome | error }`.
+    fn outcome(&self, order_id: &str, key: Option<&str>, result: &Result<JsValue, JsValue>) {
+        self.emit(|| {
+            let (name, v) = match result {
+                Ok(v) => ("outcome", v),
+                Err(e) => ("error", e),
+            };
+            value::object(&[
+                ("type", &"outcome".into()),
+                ("orderId", &order_id.into()),
+                ("key", &key.map_or(JsValue::UNDEFINED, JsValue::from)),
+                (name, v),
+            ])
+        });
+    }
+
+    /// `{ type: "answer", endpoint, orderId, key, attempt, status?, timedOut?, replayed,
+    /// problemCode?, elapsedMs }`.
+    fn answer<T>(
+        &self,
+        endpoint: &str,
+        order_id: &str,
+        key: &str,
+        attempt: u32,
+        answer: &io::Answer<T>,
+        elapsed_ms: f64,
+    ) {
+        self.emit(|| {
+            let (status, timed_out) = match &answer.reply {
+                Reply::Http { status, .. } => (JsValue::from(*status), JsValue::UNDEFINED),
+                Reply::NoAnswer { timed_out } => (JsValue::UNDEFINED, JsValue::from(*timed_out)),
+            };
+            let code = value::get(&answer.body, "code");
+            value::object(&[
+                ("type", &"answer".into()),
+                ("endpoint", &endpoint.into()),
+                ("orderId", &order_id.into()),
+                ("key", &key.into()),
+                ("attempt", &attempt.into()),
+                ("status", &status),
+                ("timedOut", &timed_out),
+                ("replayed", &answer.replayed.into()),
+                (
+                    "problemCode",
+                    &if code.is_string() {
+                        code
+                    } else {
+                        JsValue::UNDEFINED
+                    },
+                ),
+                ("elapsedMs", &elapsed_ms.into()),
+            ])
+        });
+    }
+}
 
 struct Inner {
     base_url: String,
@@ -200,6 +368,7 @@ struct Inner {
     store: Store,
     on_warning: Option<Function>,
     transport: io::Transport,
+    observer: Observer,
     /// `endpoints.pay` / `endpoints.cancel`: the app's URL for an order id.
     pay_endpoint: Option<Function>,
     cancel_endpoint: Option<Function>,
@@ -239,44 +408,26 @@ impl Inner {
     }
 }
 
-/// The payonce client: one per page (or per test). Create it with `PayonceClient.create`.
+/// The payonce client: one per page (or per test). Create it with `PayonceClient.create`;
+/// call `free()` when done with it (a test, a Node process): the last client freed closes the
+/// page's BroadcastChannel, so nothing of the SDK keeps the event loop alive.
 #[wasm_bindgen]
 pub struct PayonceClient {
     inner: Rc<Inner>,
+    tabs_token: u32,
 }
 
-/// `ClientOptions` as read with serde (callbacks are read separately). `null` counts as absent.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Options {
-    base_url: String,
-    request_timeout_ms: Option<u32>,
-    retry: Option<RetryOptions>,
-    deadline_ms: Option<u64>,
-    long_wait_ms: Option<u64>,
-    storage: Option<StorageOption>,
-}
-
-#[derive(Deserialize, PartialEq)]
-#[serde(rename_all = "lowercase")]
-enum StorageOption {
-    Session,
-    Memory,
-}
-
-/// `ClientOptions.retry`: each member optional, the default policy fills the rest.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RetryOptions {
-    base_delay_ms: Option<u64>,
-    max_delay_ms: Option<u64>,
-    max_attempts: Option<u32>,
-    max_retry_after_ms: Option<u64>,
-    budget: Option<BudgetOptions>,
+/// `free()` (or the end of a Rust scope): the client leaves the page's tab coordination, and
+/// the last one closes the BroadcastChannel. Calls still running finish; their timers end
+/// with them.
+impl Drop for PayonceClient {
+    fn drop(&mut self) {
+        tabs::leave(self.tabs_token);
+    }
 }
 
 /// The members `ClientOptions` reads, each with what it must be: any other is refused by name.
-const OPTION_FIELDS: [(&str, Kind); 11] = [
+const OPTION_FIELDS: [(&str, Kind); 13] = [
     ("baseUrl", Kind::Text),
     ("fetch", Kind::Function),
     ("headers", Kind::ObjectOrFunction),
@@ -289,9 +440,14 @@ const OPTION_FIELDS: [(&str, Kind); 11] = [
     ("retry", Kind::Object),
     ("deadlineMs", Kind::Int(value::MAX_SAFE)),
     ("longWaitMs", Kind::Int(value::MAX_SAFE)),
-    ("storage", Kind::OneOf(&["session", "memory"])),
+    ("storage", STORAGE),
     ("onWarning", Kind::Function),
+    ("onEvent", Kind::Function),
+    ("debug", Kind::Flag),
 ];
+
+/// `ClientOptions.storage`.
+const STORAGE: Kind = Kind::OneOf(&["session", "memory"]);
 
 /// The members of `ClientOptions.endpoints`.
 const ENDPOINT_FIELDS: [(&str, Kind); 2] = [("pay", Kind::Function), ("cancel", Kind::Function)];
@@ -305,15 +461,6 @@ const RETRY_FIELDS: [(&str, Kind); 5] = [
     ("budget", Kind::Object),
 ];
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct BudgetOptions {
-    capacity: Option<u32>,
-    retry_cost: Option<u32>,
-    timeout_cost: Option<u32>,
-    success_refill: Option<u32>,
-}
-
 const BUDGET_FIELDS: [(&str, Kind); 4] = [
     ("capacity", Kind::Int(value::MAX_U32)),
     ("retryCost", Kind::Int(value::MAX_U32)),
@@ -322,52 +469,42 @@ const BUDGET_FIELDS: [(&str, Kind); 4] = [
 ];
 
 /// The members of a `Checkout` (all required): any other is refused.
-const CHECKOUT_FIELDS: [(&str, Kind); 3] = [
+const CHECKOUT_FIELDS: [(&str, Kind); 4] = [
     ("orderId", Kind::Text),
     ("orderVersion", Kind::Int(value::MAX_SAFE)),
     ("paymentMethodId", Kind::Text),
+    ("extras", Kind::Object),
 ];
 
-impl RetryOptions {
-    fn policy(self) -> RetryPolicy {
-        let d = RetryPolicy::default();
-        let b = self.budget.unwrap_or(BudgetOptions {
-            capacity: None,
-            retry_cost: None,
-            timeout_cost: None,
-            success_refill: None,
-        });
-        RetryPolicy {
-            base_delay_ms: self.base_delay_ms.unwrap_or(d.base_delay_ms),
-            max_delay_ms: self.max_delay_ms.unwrap_or(d.max_delay_ms),
-            max_attempts: self.max_attempts.unwrap_or(d.max_attempts),
-            max_retry_after_ms: self.max_retry_after_ms.unwrap_or(d.max_retry_after_ms),
-            budget: BudgetConfig {
-                capacity: b.capacity.unwrap_or(d.budget.capacity),
-                retry_cost: b.retry_cost.unwrap_or(d.budget.retry_cost),
-                timeout_cost: b.timeout_cost.unwrap_or(d.budget.timeout_cost),
-                success_refill: b.success_refill.unwrap_or(d.budget.success_refill),
-            },
-        }
-    }
-}
-
-/// `PendingAttempt`: both union members in one shape, absent members left out.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct PendingView<'a> {
-    state: &'a str,
-    order_id: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    order_version: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    payment_method_id: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    key: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    created_at: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    sends: Option<u32>,
+/// `ClientOptions.retry` over the default policy. The options are read member by member
+/// ([`value::member`]), not with a serde derive per options struct: each derive brought its
+/// own `deserialize_struct` and field visitor (docs/size.md). `Err`: a member is not of its
+/// kind (only an inherited one can be: [`value::check`] has checked the own ones).
+fn retry_policy(retry: &JsValue) -> Result<RetryPolicy, ()> {
+    let d = RetryPolicy::default();
+    let budget = value::member(retry, "budget", Kind::Object)?;
+    let int = |o: &JsValue, k: &str, max: f64| -> Result<Option<f64>, ()> {
+        Ok(value::member(o, k, Kind::Int(max))?.as_f64())
+    };
+    let ms = |k: &str, default: u64| -> Result<u64, ()> {
+        Ok(int(retry, k, value::MAX_SAFE)?.map_or(default, |n| n as u64))
+    };
+    let tokens = |k: &str, default: u32| -> Result<u32, ()> {
+        Ok(int(&budget, k, value::MAX_U32)?.map_or(default, |n| n as u32))
+    };
+    Ok(RetryPolicy {
+        base_delay_ms: ms("baseDelayMs", d.base_delay_ms)?,
+        max_delay_ms: ms("maxDelayMs", d.max_delay_ms)?,
+        max_attempts: int(retry, "maxAttempts", value::MAX_U32)?
+            .map_or(d.max_attempts, |n| n as u32),
+        max_retry_after_ms: ms("maxRetryAfterMs", d.max_retry_after_ms)?,
+        budget: BudgetConfig {
+            capacity: tokens("capacity", d.budget.capacity)?,
+            retry_cost: tokens("retryCost", d.budget.retry_cost)?,
+            timeout_cost: tokens("timeoutCost", d.budget.timeout_cost)?,
+            success_refill: tokens("successRefill", d.budget.success_refill)?,
+        },
+    })
 }
 
 /// `{ kind: "pending", reason }`: the call stopped asking, the key is kept.
@@ -403,17 +540,32 @@ impl PayonceClient {
         if !endpoints.is_undefined() && !endpoints.is_null() {
             value::check(&endpoints, "endpoints.", &ENDPOINT_FIELDS, &[]).map_err(invalid)?;
         }
-        let o = value::from_js::<Options>(&options)
-            .ok_or_else(|| invalid("the options do not match ClientOptions".into()))?;
-        if !(o.base_url.starts_with("http://") || o.base_url.starts_with("https://")) {
+        let mismatch = |()| invalid("the options do not match ClientOptions".into());
+        let member = |k: &str, kind: Kind| value::member(&options, k, kind).map_err(mismatch);
+        let base_url = member("baseUrl", Kind::Text)?
+            .as_string()
+            .unwrap_or_default();
+        if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
             return Err(invalid(
-                ["baseUrl must be an http(s) URL, got \"", &o.base_url, "\""].concat(),
+                ["baseUrl must be an http(s) URL, got \"", &base_url, "\""].concat(),
             ));
         }
-        let policy = o
-            .retry
-            .map_or_else(RetryPolicy::default, RetryOptions::policy);
+        let policy = retry_policy(&member("retry", Kind::Object)?).map_err(mismatch)?;
+        let request_timeout_ms = member("requestTimeoutMs", Kind::Int(value::MAX_U32))?
+            .as_f64()
+            .map_or(DEFAULT_REQUEST_TIMEOUT_MS, |n| n as u32);
+        let deadline_ms = member("deadlineMs", Kind::Int(value::MAX_SAFE))?
+            .as_f64()
+            .map_or(DEFAULT_DEADLINE_MS, |n| n as u64);
+        let long_wait_ms = member("longWaitMs", Kind::Int(value::MAX_SAFE))?
+            .as_f64()
+            .map_or(DEFAULT_LONG_WAIT_MS, |n| n as u64);
+        let memory = member("storage", STORAGE)?.as_string().as_deref() == Some("memory");
         let on_warning = callback(&options, "onWarning");
+        let observer = Observer {
+            on_event: callback(&options, "onEvent"),
+            debug: value::get(&options, "debug").as_bool() == Some(true),
+        };
         let credentials = value::get(&options, "credentials");
         let transport = io::Transport {
             fetch: callback(&options, "fetch"),
@@ -424,28 +576,27 @@ impl PayonceClient {
                 "include".into()
             },
         };
-        let (store, fell) = Store::new(o.storage != Some(StorageOption::Memory));
+        let (store, fell) = Store::new(!memory);
         let inner = Inner {
-            base_url: o.base_url.trim_end_matches('/').to_owned(),
-            request_timeout_ms: o
-                .request_timeout_ms
-                .unwrap_or(DEFAULT_REQUEST_TIMEOUT_MS)
-                .max(1),
-            deadline_ms: o.deadline_ms.unwrap_or(DEFAULT_DEADLINE_MS),
-            long_wait_ms: o.long_wait_ms.unwrap_or(DEFAULT_LONG_WAIT_MS),
+            base_url: base_url.trim_end_matches('/').to_owned(),
+            request_timeout_ms: request_timeout_ms.max(1),
+            deadline_ms,
+            long_wait_ms,
             policy,
             budget: RefCell::new(RetryBudget::new(policy.budget)),
             store,
             on_warning,
             transport,
+            observer,
             pay_endpoint: callback(&endpoints, "pay"),
             cancel_endpoint: callback(&endpoints, "cancel"),
             inflight: RefCell::new(Vec::new()),
         };
         inner.note(fell);
-        tabs::join(inner.on_warning.clone());
+        let tabs_token = tabs::join(inner.on_warning.clone());
         Ok(PayonceClient {
             inner: Rc::new(inner),
+            tabs_token,
         })
     }
 
@@ -462,7 +613,9 @@ impl PayonceClient {
         >,
     ) -> Promise {
         let required = ["orderId", "orderVersion", "paymentMethodId"];
-        if let Err(why) = value::check(&checkout, "", &CHECKOUT_FIELDS, &required) {
+        let checked = value::check(&checkout, "", &CHECKOUT_FIELDS, &required)
+            .and_then(|()| value::all_text(&value::get(&checkout, "extras"), "extras."));
+        if let Err(why) = checked {
             return rejected(SdkError::InvalidCheckout(why));
         }
         match value::from_js::<CheckoutSnapshot>(&checkout) {
@@ -505,29 +658,39 @@ impl PayonceClient {
     /// The unresolved attempt stored for `orderId`, if any.
     #[wasm_bindgen(js_name = pendingAttempt, unchecked_return_type = "PendingAttempt | undefined")]
     pub fn pending_attempt(&self, #[wasm_bindgen(js_name = orderId)] order_id: String) -> JsValue {
-        let entry = self.inner.store.get(&order_id);
-        let view = match &entry {
-            Entry::Missing => return JsValue::UNDEFINED,
-            Entry::Valid(a) => PendingView {
-                state: a.state.as_str(),
-                order_id: &order_id,
-                order_version: Some(a.snapshot.order_version),
-                payment_method_id: Some(&a.snapshot.payment_method_id),
-                key: Some(a.key.as_str()),
-                created_at: Some(a.created_at),
-                sends: Some(a.sends),
-            },
-            Entry::Unreadable { key } => PendingView {
-                state: "unreadable",
-                order_id: &order_id,
-                order_version: None,
-                payment_method_id: None,
-                key: key.as_ref().map(|k| k.as_str()),
-                created_at: None,
-                sends: None,
-            },
-        };
-        value::to_js(&view)
+        // Built member by member, not with a serde derive: smaller in the module, and the
+        // members come in the same order with the same absences (`PendingAttempt`).
+        let number = |n: u64| JsValue::from_f64(n as f64);
+        match self.inner.store.get(&order_id) {
+            Entry::Missing => JsValue::UNDEFINED,
+            Entry::Valid(a) => {
+                let extras = Some(&a.snapshot.extras)
+                    .filter(|e| !e.is_empty())
+                    .map(value::to_js);
+                let mut members = vec![
+                    ("state", a.state.as_str().into()),
+                    ("orderId", order_id.as_str().into()),
+                    ("orderVersion", number(a.snapshot.order_version)),
+                    (
+                        "paymentMethodId",
+                        a.snapshot.payment_method_id.as_str().into(),
+                    ),
+                    ("key", a.key.as_str().into()),
+                    ("createdAt", number(a.created_at)),
+                    ("sends", a.sends.into()),
+                ];
+                members.extend(extras.map(|e| ("extras", e)));
+                value::object_owned(&members)
+            }
+            Entry::Unreadable { key } => {
+                let mut members = vec![
+                    ("state", "unreadable".into()),
+                    ("orderId", order_id.as_str().into()),
+                ];
+                members.extend(key.map(|k| ("key", k.as_str().into())));
+                value::object_owned(&members)
+            }
+        }
     }
 
     /// Forgets every stored attempt and known receipt (call on logout: keys belong to the
@@ -673,17 +836,16 @@ fn pending(reason: PendingReason) -> JsValue {
 }
 
 /// Performs the core's pay flow ([`crate::core::flow`]): storage, statuses, requests, waits.
-async fn pay(
-    inner: &Inner,
-    checkout: CheckoutSnapshot,
-    call: PayCall,
-) -> Result<JsValue, SdkError> {
+async fn pay(inner: &Inner, checkout: CheckoutSnapshot, call: PayCall) -> Result<JsValue, JsValue> {
     let order_id = checkout.order_id.clone();
     // One payment per order at a time across every tab: a second tab waits here, then finds
     // the first one's receipt or its stored attempt.
     let _lock = io::lock(&["payonce:", &order_id].concat(), &call.abort).await?;
-    if let Some(payment) = tabs::paid(&order_id) {
-        return Ok(outcome_js(&Final::Paid { payment }));
+    let pay_url = inner.url(inner.pay_endpoint.as_ref(), paths::pay, &order_id)?;
+    if let Some(r) = tabs::receipt(&inner.base_url, &checkout) {
+        if let Some(paid) = confirm_receipt(inner, &r, &pay_url, &call.abort).await? {
+            return Ok(paid);
+        }
     }
     let config = FlowConfig {
         policy: inner.policy,
@@ -697,9 +859,9 @@ async fn pay(
         js_sys::Date::now(),
         || IdempotencyKey::parse(&io::random_uuid()).ok(),
     )?;
-    let pay_url = inner.url(inner.pay_endpoint.as_ref(), paths::pay, &order_id)?;
-    let body = value::to_json(&flow.attempt().snapshot.pay_request());
+    let body = value::to_json(&flow.attempt().snapshot.pay_body());
     let mut reminder = None;
+    let mut last_body = JsValue::UNDEFINED;
     loop {
         let Some(effect) = flow.poll(js_sys::Date::now(), !io::offline()) else {
             // Never: the flow always asks for something until it is done.
@@ -720,7 +882,11 @@ async fn pay(
                 });
             }
             Effect::Send { attempt } => {
-                let key = (headers::IDEMPOTENCY_KEY, flow.attempt().key.as_str());
+                let key_str = flow.attempt().key.as_str();
+                inner
+                    .observer
+                    .request("pay", &order_id, key_str, attempt, &pay_url);
+                let key = (headers::IDEMPOTENCY_KEY, key_str);
                 let fault = call.dev_fault.filter(|_| attempt == 1);
                 let with_fault;
                 let hdrs: &[(&str, &str)] = match fault {
@@ -730,7 +896,8 @@ async fn pay(
                     }
                     None => std::slice::from_ref(&key),
                 };
-                let reply = io::post(
+                let sent_at = js_sys::Date::now();
+                let answer = io::post(
                     Call {
                         url: &pay_url,
                         headers: hdrs,
@@ -741,38 +908,102 @@ async fn pay(
                     &call.abort,
                 )
                 .await?;
+                let now = js_sys::Date::now();
+                let key = flow.attempt().key.as_str();
+                inner
+                    .observer
+                    .answer("pay", &order_id, key, attempt, &answer, now - sent_at);
                 let mut budget = inner.budget.borrow_mut();
                 flow.on_reply(
-                    &reply,
+                    &answer.reply,
                     js_sys::Date::now(),
                     &mut budget,
                     &mut js_sys::Math::random,
                 );
+                last_body = answer.body;
             }
-            Effect::Wait { ms, .. } => {
+            Effect::Wait { ms, why } => {
+                inner.observer.wait(&order_id, ms, why.as_str());
                 let (slept, _timer) = io::sleep(ms);
                 let _ = call.abort.guard(slept).await?;
                 flow.on_waited();
             }
             Effect::WaitOnline { max_ms } => {
+                inner.observer.wait(&order_id, max_ms, "offline");
                 let back = io::wait_online(max_ms, &call.abort).await?;
                 flow.on_network(back);
             }
             Effect::Done(end) => {
                 drop(reminder);
-                return match end {
+                let result = match end {
                     PayEnd::Final(f) => {
                         if let Final::Paid { payment } = &f {
-                            tabs::announce_paid(&order_id, payment);
+                            tabs::announce_paid(Receipt {
+                                base_url: inner.base_url.clone(),
+                                key: flow.attempt().key.clone(),
+                                snapshot: flow.attempt().snapshot.clone(),
+                                payment: payment.clone(),
+                            });
                         }
                         Ok(outcome_js(&f))
                     }
-                    PayEnd::Failed(e) => Err(e),
+                    PayEnd::Failed(e) => Err(error::to_js(&e, last_body)),
                     PayEnd::Pending(reason) => Ok(pending(reason)),
+                    // The problem's `next` member, passed through untouched.
+                    PayEnd::ActionRequired => Ok(value::object(&[
+                        ("kind", &"actionRequired".into()),
+                        ("next", &value::get(&last_body, "next")),
+                    ])),
                 };
+                inner
+                    .observer
+                    .outcome(&order_id, Some(flow.attempt().key.as_str()), &result);
+                return result;
             }
         }
     }
+}
+
+/// Asks the server about another tab's receipt: one pay request with the receipt's key and
+/// checkout. For a key that paid this is a replay of the stored answer (it cannot charge
+/// again); only a paid answer for this order makes the outcome `paid`. `None`: the hint does
+/// not hold, pay as if it had not been heard.
+async fn confirm_receipt(
+    inner: &Inner,
+    r: &Receipt,
+    url: &str,
+    abort: &Abort,
+) -> Result<Option<JsValue>, SdkError> {
+    let order_id = &r.snapshot.order_id;
+    let key = r.key.as_str();
+    inner.observer.request("pay", order_id, key, 1, url);
+    let sent_at = js_sys::Date::now();
+    let body = value::to_json(&r.snapshot.pay_body());
+    let answer = io::post::<PayResponse>(
+        Call {
+            url,
+            headers: &[(headers::IDEMPOTENCY_KEY, key)],
+            body: &body,
+            timeout_ms: inner.request_timeout_ms,
+            transport: &inner.transport,
+        },
+        abort,
+    )
+    .await?;
+    inner.observer.answer(
+        "pay",
+        order_id,
+        key,
+        1,
+        &answer,
+        js_sys::Date::now() - sent_at,
+    );
+    let paid = receipt::confirmed(classify_pay_for(&answer.reply, order_id))
+        .map(|payment| outcome_js(&Final::Paid { payment }));
+    if let Some(v) = &paid {
+        inner.observer.outcome(order_id, Some(key), &Ok(v.clone()));
+    }
+    Ok(paid)
 }
 
 /// Path segments are percent-encoded: an order id is data, never path syntax.
@@ -795,6 +1026,10 @@ async fn cancel(inner: &Inner, order_id: &str) -> CancelOutcome {
     };
     let body = value::to_json(&CancelRequest { key: key.clone() });
     let no_abort = Abort::new(None);
+    inner
+        .observer
+        .request("cancel", order_id, key.as_str(), 1, &url);
+    let sent_at = js_sys::Date::now();
     let reply = io::post(
         Call {
             url: &url,
@@ -807,14 +1042,29 @@ async fn cancel(inner: &Inner, order_id: &str) -> CancelOutcome {
     )
     .await;
     let outcome = match reply {
-        Ok(r) => classify_cancel(&r),
+        Ok(answer) => {
+            inner.observer.answer(
+                "cancel",
+                order_id,
+                key.as_str(),
+                1,
+                &answer,
+                js_sys::Date::now() - sent_at,
+            );
+            classify_cancel(&answer.reply)
+        }
         Err(_) => CancelOutcome::Unknown,
     };
     if outcome.removes_key() {
         inner.store.remove(order_id, Some(&key));
     }
-    if let CancelOutcome::Paid { payment: Some(p) } = &outcome {
-        tabs::announce_paid(order_id, p);
+    if let (CancelOutcome::Paid { payment: Some(p) }, Entry::Valid(a)) = (&outcome, &entry) {
+        tabs::announce_paid(Receipt {
+            base_url: inner.base_url.clone(),
+            key: a.key.clone(),
+            snapshot: a.snapshot.clone(),
+            payment: p.clone(),
+        });
     }
     outcome
 }

@@ -1,8 +1,9 @@
 //! JavaScript values in and out through serde-wasm-bindgen (the design card's boundary): the
-//! options, checkouts, server answers, stored attempts and tab messages the SDK reads, and
-//! the outcomes and pending attempts it hands back, all with serde derives (the SDK's own in
-//! `core` and here, the wire ones in `payonce_protocol`). JSON text goes through the
-//! browser's `JSON`.
+//! checkouts, server answers, stored attempts and tab messages the SDK reads, and the
+//! outcomes and pending attempts it hands back, all with serde derives (the SDK's own in
+//! `core` and here, the wire ones in `payonce_protocol`). The client options, a dozen numbers
+//! and strings already checked by [`check`], are read member by member ([`member`]): a derive
+//! per options struct cost more in the module. JSON text goes through the browser's `JSON`.
 //!
 //! A value that does not fit is `None`: serde-wasm-bindgen's error is dropped without being
 //! formatted, and the caller turns it into its own typed error or documented fallback.
@@ -25,7 +26,9 @@ pub(crate) fn from_js<T: DeserializeOwned>(v: &JsValue) -> Option<T> {
 /// `skip_serializing_if`). The SDK's values always serialize (integers within 2^53); the
 /// `undefined` fallback only keeps the error path free of formatting.
 pub(crate) fn to_js<T: Serialize + ?Sized>(v: &T) -> JsValue {
-    serde_wasm_bindgen::to_value(v).unwrap_or(JsValue::UNDEFINED)
+    // Maps (a checkout's extras) as plain objects, as JSON and the app expect, not `Map`s.
+    let s = serde_wasm_bindgen::Serializer::new().serialize_maps_as_objects(true);
+    v.serialize(&s).unwrap_or(JsValue::UNDEFINED)
 }
 
 /// `v` as JSON text, via the browser's `JSON.stringify`.
@@ -42,6 +45,28 @@ pub(crate) fn get(o: &JsValue, k: &str) -> JsValue {
         return JsValue::UNDEFINED;
     }
     Reflect::get(o, &JsValue::from_str(k)).unwrap_or(JsValue::UNDEFINED)
+}
+
+/// [`object`] of owned values.
+pub(crate) fn object_owned(members: &[(&str, JsValue)]) -> JsValue {
+    let o = Object::new();
+    for (k, v) in members {
+        let _ = Reflect::set(&o, &JsValue::from_str(k), v);
+    }
+    o.into()
+}
+
+/// `o[k]` when it is present and of `kind`; `undefined` when it is absent (`undefined` or
+/// `null`, as [`check`] counts them, or `o` is not an object); `Err` when it is neither.
+pub(crate) fn member(o: &JsValue, k: &str, kind: Kind) -> Result<JsValue, ()> {
+    let v = get(o, k);
+    if v.is_undefined() || v.is_null() {
+        Ok(JsValue::UNDEFINED)
+    } else if kind.fits(&v) {
+        Ok(v)
+    } else {
+        Err(())
+    }
 }
 
 /// A plain object with the given members (for browser dictionaries holding JS objects, such
@@ -67,6 +92,8 @@ pub(crate) enum Kind {
     Function,
     /// An object or a function.
     ObjectOrFunction,
+    /// `true` or `false`.
+    Flag,
     /// One of these strings.
     OneOf(&'static [&'static str]),
 }
@@ -87,6 +114,7 @@ impl Kind {
             Self::Object => object,
             Self::Function => v.is_function(),
             Self::ObjectOrFunction => object || v.is_function(),
+            Self::Flag => v.as_bool().is_some(),
             Self::OneOf(list) => v.as_string().is_some_and(|s| list.contains(&s.as_str())),
         }
     }
@@ -98,6 +126,7 @@ impl Kind {
             Self::Object => "an object".into(),
             Self::Function => "a function".into(),
             Self::ObjectOrFunction => "an object or a function".into(),
+            Self::Flag => "true or false".into(),
             Self::OneOf(list) => {
                 let mut s = String::from("one of");
                 for (i, v) in list.iter().enumerate() {
@@ -121,9 +150,27 @@ fn shown(v: &JsValue) -> String {
         .and_then(|s| s.as_string())
         .unwrap_or_else(|| "undefined".into());
     match text.char_indices().nth(60) {
-        Some((at, _)) => [&text[..at], "…"].concat(),
+        // `get`, not `[..at]`: `at` is a char boundary, but indexing links the slice panic and
+        // its `{:?}` formatting of the string (char escaping, unicode tables): 4.0 KB gzip.
+        Some((at, _)) => [text.get(..at).unwrap_or_default(), "…"].concat(),
         None => text,
     }
+}
+
+/// `Ok` when `v` is absent or every own member of it is a string (the checkout's extras);
+/// the error names the member and the value.
+pub(crate) fn all_text(v: &JsValue, prefix: &str) -> Result<(), String> {
+    if !v.is_object() {
+        return Ok(());
+    }
+    for k in Object::keys::<JsValue>(v.unchecked_ref()).iter() {
+        let k = k.as_string().unwrap_or_default();
+        let m = get(v, &k);
+        if !m.is_string() {
+            return Err([prefix, &k, " must be a string, got ", &shown(&m)].concat());
+        }
+    }
+    Ok(())
 }
 
 /// Checks what the app passed as `prefix` (`""` at the top, `"retry."` inside): it must be an

@@ -4,6 +4,8 @@
 //! once) and measures, on SQLite and on PostgreSQL:
 //! - new-key pays/s and p50/p99 over HTTP keep-alive, `--clients` concurrent clients, each
 //!   pay on an order created in an untimed setup phase;
+//! - the store's own ceiling (`ceiling.rs`): the minimal durable pay flow, a claim and a
+//!   settle transaction through the same driver, and new-key pays as a fraction of it;
 //! - the raw store doing the same statements in-process (`payonce_server::bench::raw_pay`:
 //!   order read, key lookup, claim transaction, settle transaction; no HTTP, no auth, no
 //!   provider), and the ratio of the two;
@@ -24,6 +26,7 @@
 //! - `load.rs`: the load generator and its figures (rate, percentiles).
 //! - `proc.rs`: spawned processes and per-run databases.
 
+mod ceiling;
 mod load;
 mod phases;
 mod proc;
@@ -122,6 +125,9 @@ pub(crate) struct Opts {
 
 /// The targets this benchmark reports against (goals, not assertions).
 const PAY_TARGET: f64 = 0.6;
+/// New-key pays as a fraction of the store's ceiling, per backend.
+const CEILING_TARGET_SQLITE: f64 = 0.7;
+const CEILING_TARGET_POSTGRES: f64 = 0.8;
 const REPLAY_TARGET: f64 = 0.7;
 
 fn main() -> ExitCode {
@@ -453,6 +459,24 @@ fn render(
     row(&mut s, "  p50 / p99", &|b| lat(&b.raw_pays));
     row(
         &mut s,
+        "store ceiling: claim + settle transactions only, same driver",
+        &|b| rate(&b.ceiling),
+    );
+    row(&mut s, "  p50 / p99", &|b| lat(&b.ceiling));
+    row(
+        &mut s,
+        &format!("**pays / store ceiling** (target ≥ {CEILING_TARGET_SQLITE} SQLite, ≥ {CEILING_TARGET_POSTGRES} PostgreSQL)"),
+        &|b| {
+            let target = match b.backend {
+                Backend::Sqlite => CEILING_TARGET_SQLITE,
+                Backend::Postgres => CEILING_TARGET_POSTGRES,
+            };
+            let r = ratio(b.http_pays.rate(), b.ceiling.rate());
+            format!("**{r:.2}** {}", verdict(r, target))
+        },
+    );
+    row(
+        &mut s,
         &format!("**pays / raw store** (target ≥ {PAY_TARGET})"),
         &|b| {
             let r = ratio(b.http_pays.rate(), b.raw_pays.rate());
@@ -513,12 +537,13 @@ fn render(
     });
     row(
         &mut s,
-        "errors (pays / raw / replays / memory replays / no-op / healthz)",
+        "errors (pays / raw / ceiling / replays / memory replays / no-op / healthz)",
         &|b| {
             format!(
-                "{} / {} / {} / {} / {} / {}",
+                "{} / {} / {} / {} / {} / {} / {}",
                 b.http_pays.errors,
                 b.raw_pays.errors,
+                b.ceiling.errors,
                 b.replays.errors,
                 b.memory.0.errors,
                 b.noop.errors,

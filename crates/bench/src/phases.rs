@@ -41,6 +41,8 @@ pub(crate) struct BackendFigures {
     pub backend: Backend,
     pub http_pays: Sample,
     pub raw_pays: Sample,
+    /// The minimal durable pay flow on the same store (src/ceiling.rs).
+    pub ceiling: Sample,
     pub replays: Sample,
     pub noop: Sample,
     pub healthz: Sample,
@@ -404,6 +406,14 @@ async fn backend_on(opts: &Opts, backend: Backend, db: &Db) -> Result<BackendFig
     };
     report_errors(name, "raw store pays", &raw_pays);
 
+    // The store's own ceiling: on SQLite a file of its own, on PostgreSQL the run's database.
+    let ceiling_url = match backend {
+        Backend::Sqlite => format!("sqlite://{}?mode=rwc", db.dir.join("ceiling.db").display()),
+        Backend::Postgres => db.url.clone(),
+    };
+    let ceiling = crate::ceiling::measure(backend, &ceiling_url, opts.clients, n).await?;
+    report_errors(name, "store ceiling", &ceiling);
+
     // New-key pays over HTTP.
     warm(&clients, &api).await?;
     let clients = Arc::new(clients);
@@ -448,6 +458,7 @@ async fn backend_on(opts: &Opts, backend: Backend, db: &Db) -> Result<BackendFig
         backend,
         http_pays,
         raw_pays,
+        ceiling,
         replays,
         noop,
         healthz,

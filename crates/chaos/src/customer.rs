@@ -493,10 +493,16 @@ impl Tab {
                             status: ErrorCode::KeyReusedWithDifferentDetails.http_status(),
                             code: Some(ErrorCode::KeyReusedWithDifferentDetails),
                         },
+                        // An answer that does not fit the protocol keeps the key: still open.
+                        SdkError::ProtocolMismatch { .. } => Call::Pending(PendingReason::Attempts),
                         _ => Call::Conflict,
-                    }
+                    };
                 }
                 Effect::Done(PayEnd::Pending(reason)) => return Call::Pending(reason),
+                // The shop's cards never ask for 3-D Secure; if one did, the attempt stays open.
+                Effect::Done(PayEnd::ActionRequired) => {
+                    return Call::Pending(PendingReason::Attempts)
+                }
                 Effect::Status(_) | Effect::Remind { .. } | Effect::Warn(_) => {}
             }
         }
@@ -679,6 +685,7 @@ impl Tab {
                     })
                 }
                 CancelOutcome::None => return not_paid("nothing to cancel"),
+                CancelOutcome::NotFound { code } => return not_paid(code.as_str()),
                 CancelOutcome::Processing | CancelOutcome::Unknown => {
                     let rng = &mut self.rng;
                     let ms = ctx.policy.backoff_ms(n, &mut || rng.gen::<f64>());
@@ -845,6 +852,7 @@ pub(crate) async fn run_intent(ctx: &Ctx, worker: usize, index: usize) -> Intent
         order_id: order.id.clone(),
         order_version: order.version,
         payment_method_id: script.method.to_owned(),
+        extras: Default::default(),
     };
     let mut tab = Tab::new("tab1", token, &ctx.policy, script.rng_seed, hist.clone());
     let mut reloads = script.reloads.clone();

@@ -18,3 +18,16 @@ pub const WEBHOOK_SIGNATURE: &str = "Payonce-Signature";
 pub const SESSION_COOKIE: &str = "payonce_session";
 /// Response header naming the request, for matching client reports to server logs.
 pub const REQUEST_ID: &str = "X-Request-Id";
+
+/// Every header and cookie name above, for exhaustive checks (the drift test holds
+/// `docs/protocol.md` and the server's `openapi.json` to this list).
+pub const ALL: &[&str] = &[
+    IDEMPOTENCY_KEY,
+    IDEMPOTENT_REPLAYED,
+    RETRY_AFTER,
+    KEY_RETENTION,
+    DEV_FAULT,
+    WEBHOOK_SIGNATURE,
+    SESSION_COOKIE,
+    REQUEST_ID,
+];

@@ -1,6 +1,8 @@
 //! The payonce wire contract: the one place where header names, error codes, status values
 //! and JSON shapes are spelled. The SDK (wasm32) and the server (host) both import it, so the
-//! two sides cannot drift apart.
+//! two sides cannot drift apart. What a backend must do with them is written in
+//! `docs/protocol.md` (normative); `tests/drift.rs` fails when a name defined here is missing
+//! from it or from the companion server's `openapi.json`.
 //!
 //! # Layout
 //! - [`headers`]: HTTP header names and the cookie name.

@@ -5,7 +5,9 @@
 //!
 //! - [`record`]: an attempt as the store holds it, one variant per state, so a final attempt
 //!   without its stored answer cannot be represented.
-//! - [`pay`]: fingerprints, provider keys, and rule 2 ([`pay::decide`]).
+//! - [`keyed`]: the idempotency mechanism pay and refund share: an operation's fingerprint
+//!   and provider keys, and the one rule for a stored key ([`keyed::decide`]).
+//! - [`pay`]: the pay fingerprint, and rule 2 on a pay record ([`pay::decide`]).
 //! - [`plan`]: the claim, settle and tombstone plans (rows and audit entries), the
 //!   reconcile decision from what the provider says, and the cancel table.
 //! - [`policy`]: lease, retention and `Retry-After` arithmetic, and which rate-limit bucket
@@ -13,6 +15,7 @@
 
 #![deny(missing_docs)]
 
+pub mod keyed;
 pub mod pay;
 pub mod plan;
 pub mod policy;

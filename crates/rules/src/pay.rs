@@ -1,13 +1,10 @@
 //! Rule 2 of `POST /orders/{id}/pay` (crates/server/README.md): what a request does, given
 //! the caller's record for its key.
 
+pub use crate::keyed::NextAction;
+use crate::keyed::{self, Stored, PAY, REFUND};
 use crate::record::{Answer, Record, Terms};
-use payonce_protocol::{AttemptStatus, IdempotencyKey};
-use sha2::{Digest, Sha256};
-
-/// The endpoint, as bound into every fingerprint: a key used on another endpoint can never
-/// match a pay.
-const ENDPOINT: &str = "POST /orders/{id}/pay";
+use payonce_protocol::IdempotencyKey;
 
 /// What the server knows about one pay request, all from its own data except the version
 /// and method the client chose.
@@ -27,47 +24,28 @@ pub struct Details<'a> {
     pub payment_method_id: &'a str,
 }
 
-/// SHA-256 over a length-prefixed encoding of the endpoint and [`Details`]: two different
-/// tuples can never encode to the same bytes.
+/// The pay fingerprint: [`PAY`]'s over the caller, the order, its version and amount, and
+/// the method.
 pub fn fingerprint(d: &Details<'_>) -> String {
-    let mut h = Sha256::new();
-    let version = d.order_version.to_string();
-    let amount = d.amount.to_string();
-    for field in [
-        ENDPOINT,
+    let (version, amount) = (d.order_version.to_string(), d.amount.to_string());
+    PAY.fingerprint(&[
         d.user,
         d.order_id,
         &version,
         &amount,
         d.currency,
         d.payment_method_id,
-    ] {
-        h.update((field.len() as u64).to_be_bytes());
-        h.update(field.as_bytes());
-    }
-    hex::encode(h.finalize())
-}
-
-/// A provider-side key derived from `(user, key)` in `domain`: stable across retries and
-/// processes, scoped by user (two users sending the same key never share a charge), and
-/// distinct per domain (a refund key never equals a charge key).
-fn derive(domain: &[u8], prefix: &str, user: &str, key: &IdempotencyKey) -> String {
-    let mut h = Sha256::new();
-    h.update(domain);
-    h.update(user.as_bytes());
-    h.update(b"\0");
-    h.update(key.as_str().as_bytes());
-    format!("{prefix}{}", &hex::encode(h.finalize())[..40])
+    ])
 }
 
 /// The provider key of a charge.
 pub fn provider_key(user: &str, key: &IdempotencyKey) -> String {
-    derive(b"payonce.provider-key.v1\0", "pk_", user, key)
+    PAY.provider_key(user, key)
 }
 
 /// The provider key of a refund.
 pub fn provider_refund_key(user: &str, key: &IdempotencyKey) -> String {
-    derive(b"payonce.provider-refund-key.v1\0", "rk_", user, key)
+    REFUND.provider_key(user, key)
 }
 
 /// The order as rule 1 read it: its current version and the amount for it.
@@ -121,58 +99,55 @@ impl PayRequest<'_> {
     }
 }
 
-/// What to do with a request, given the caller's record for its key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NextAction {
-    /// The key is new: claim it (rule 3).
-    StartProcessing,
-    /// The key was used with other details: 422, nothing charged.
-    Mismatch(AttemptStatus),
-    /// The attempt is final: replay its stored answer.
-    Replay(Answer),
-    /// A cancel tombstone holds the key: this attempt can never charge.
-    Cancelled,
-    /// Someone holds the lease and may be charging: look again shortly.
-    Wait,
-    /// Someone holds the lease and we waited long enough: 409 IN_PROGRESS.
-    InProgress,
-    /// Processing, but the lease expired: take it over and ask the provider (rule 5).
-    Reconcile,
+impl Record {
+    /// The record as the shared rule of every keyed operation sees it.
+    pub fn stored(&self) -> Stored<'_> {
+        match self {
+            Record::Processing(p) => Stored::Processing {
+                fingerprint: &p.terms.fingerprint,
+                locked_until: p.locked_until,
+            },
+            Record::Final(f) => Stored::Final {
+                fingerprint: &f.terms.fingerprint,
+                status: f.status,
+                answer: &f.answer,
+            },
+            Record::Tombstone(t) => Stored::Tombstone {
+                user: &t.user,
+                scope: &t.order_id,
+            },
+        }
+    }
+
+    fn terms(&self) -> Option<&Terms> {
+        match self {
+            Record::Processing(p) => Some(&p.terms),
+            Record::Final(f) => Some(&f.terms),
+            Record::Tombstone(_) => None,
+        }
+    }
 }
 
-/// Rule 2. `may_wait`: the request still has in-progress wait left. Without the order
-/// (`req.current` is `None`) only [`NextAction::Replay`] is an answer; the caller takes the
-/// full path for anything else.
+/// Rule 2: the shared rule ([`keyed::decide`]) on the pay record, with this request's
+/// fingerprint for it. Without the order (`req.current` is `None`) only
+/// [`NextAction::Replay`] is an answer; the caller takes the full path for anything else.
 pub fn decide(
     record: Option<&Record>,
     req: &PayRequest<'_>,
     now: i64,
     may_wait: bool,
 ) -> NextAction {
-    let Some(record) = record else {
-        return NextAction::StartProcessing;
-    };
-    let terms = match record {
-        // A tombstone knows only its order: the same order is cancelled, another is misuse.
-        Record::Tombstone(t) if t.order_id != req.order_id || t.user != req.user => {
-            return NextAction::Mismatch(AttemptStatus::Cancelled)
-        }
-        Record::Tombstone(_) => return NextAction::Cancelled,
-        Record::Processing(p) => &p.terms,
-        Record::Final(f) => &f.terms,
-    };
-    if req.fingerprint_for(terms).as_deref() != Some(terms.fingerprint.as_str()) {
-        return NextAction::Mismatch(record.status());
-    }
-    match record {
-        Record::Final(f) => NextAction::Replay(f.answer.clone()),
-        Record::Processing(p) => match p.locked_until {
-            Some(until) if until > now && may_wait => NextAction::Wait,
-            Some(until) if until > now => NextAction::InProgress,
-            _ => NextAction::Reconcile,
-        },
-        Record::Tombstone(_) => NextAction::Cancelled,
-    }
+    let fp = record
+        .and_then(Record::terms)
+        .and_then(|t| req.fingerprint_for(t));
+    keyed::decide(
+        record.map(Record::stored),
+        fp.as_deref(),
+        req.user,
+        req.order_id,
+        now,
+        may_wait,
+    )
 }
 
 /// The stored answer when `record` is the caller's final attempt for this order with this

@@ -27,6 +27,7 @@ pub struct Terms {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Answer {
     /// HTTP status.
+    #[serde(rename = "responseStatus")]
     pub status: u16,
     /// Exact body bytes.
     pub body: String,
@@ -48,19 +49,25 @@ pub struct Processing {
 }
 
 /// A finished attempt with its stored answer, which never changes (a refund changes
-/// `status` to `refunded`, not the answer).
+/// `status` to `refunded`, not the answer). Serialized flat (the Redis copy,
+/// `crates/server/src/replay/mod.rs`): the stored body is one member.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Final {
-    /// Attempt id.
+    /// Attempt id (absent in copies written before it was kept).
+    #[serde(default)]
     pub id: String,
     /// What it was made from.
+    #[serde(flatten)]
     pub terms: Terms,
     /// `succeeded`, `declined`, `failed` or `refunded`.
     pub status: AttemptStatus,
     /// The answer to replay.
+    #[serde(flatten)]
     pub answer: Answer,
-    /// Unix ms after which the key may be deleted and become new again.
+    /// Unix ms after which the key may be deleted and become new again (absent in older
+    /// copies: 0, already expired, so nothing keeps them).
+    #[serde(default)]
     pub expires_at: i64,
 }
 

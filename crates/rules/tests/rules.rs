@@ -535,3 +535,50 @@ proptest! {
         }
     }
 }
+
+/// Refunds go through the same rule as pays: the refund's fingerprint is (caller, payment),
+/// a processing refund has no lease (it is called again with the same refund key), and the
+/// two operations' fingerprints and provider keys never collide.
+#[test]
+fn the_shared_rule_serves_refunds() {
+    use payonce_rules::keyed::{decide as shared, Stored, PAY, REFUND};
+    let fp = REFUND.fingerprint(&["alice", "pay_1"]);
+    let other = REFUND.fingerprint(&["alice", "pay_2"]);
+    let answer = Answer {
+        status: 200,
+        body: "{}".into(),
+    };
+    let done = Stored::Final {
+        fingerprint: &fp,
+        status: AttemptStatus::Refunded,
+        answer: &answer,
+    };
+    let busy = Stored::Processing {
+        fingerprint: &fp,
+        locked_until: None,
+    };
+    let table = [
+        (None, NextAction::StartProcessing),
+        (Some(done), NextAction::Replay(answer.clone())),
+        (Some(busy), NextAction::Reconcile),
+    ];
+    for (stored, want) in table {
+        assert_eq!(shared(stored, Some(&fp), "alice", "pay_1", 0, false), want);
+    }
+    assert_eq!(
+        shared(Some(done), Some(&other), "alice", "pay_2", 0, false),
+        NextAction::Mismatch(AttemptStatus::Refunded),
+        "the key on another payment"
+    );
+    assert_ne!(PAY.fingerprint(&["alice", "pay_1"]), fp);
+    assert_ne!(
+        PAY.provider_key("alice", &key())[3..],
+        REFUND.provider_key("alice", &key())[3..]
+    );
+    // The pay fingerprint is PAY's over its six fields, byte for byte.
+    let d = details("alice", "o1", 2, 100, "pm");
+    assert_eq!(
+        fingerprint(&d),
+        PAY.fingerprint(&["alice", "o1", "2", "100", "USD", "pm"])
+    );
+}

@@ -1,13 +1,26 @@
 //! The catalog and the one place prices are computed. Clients send SKUs and quantities;
 //! every amount comes from here, never from the browser.
+//!
+//! The catalog is the built-in one of the migrations unless `--catalog FILE` names a JSON
+//! file ([`CatalogFile`]): a team's own SKUs, prices, currency, stock and coupons. The file
+//! is read and checked at start-up ([`load_file`]; a bad file stops the server with the
+//! reason), and installed by this process before it first reads the catalog
+//! ([`ensure_installed`]): every read of the catalog starts in this module, so no request
+//! can see the built-in catalog once a file is given. Installing is idempotent across
+//! restarts and instances: the file's digest is recorded (`catalog_source`), the same file
+//! again changes nothing (stock sold stays sold), and a new or changed file replaces the
+//! catalog and the coupons, stock included.
 
 use crate::error::{AppError, AppResult};
-use crate::store::orders as db;
-use crate::AppState;
-use axum::extract::State;
-use axum::Json;
+use crate::store::catalog as db;
+use crate::store::Backend;
+use crate::store::Store;
 use payonce_protocol::{CartLine, CatalogItem, ErrorCode, OrderLine};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 use std::collections::HashSet;
+use std::path::Path;
+use std::sync::Arc;
 
 /// Most lines in one cart.
 pub(crate) const MAX_LINES: usize = 20;
@@ -103,15 +116,17 @@ pub(crate) fn price(
 
 /// Loads what pricing needs and prices. `coupon` is the code as the client sent it.
 pub(crate) async fn price_cart(
-    state: &AppState,
+    store: &Store,
+    source: Option<&CatalogSource>,
     lines: &[CartLine],
     coupon: Option<&str>,
 ) -> AppResult<Priced> {
-    let catalog = db::list_catalog(state.store.pool()).await?;
+    ensure_installed(store, source).await?;
+    let catalog = db::list_catalog(store.pool()).await?;
     let coupon = match coupon {
         None => None,
         Some(code) => {
-            let pct = db::coupon_percent(state.store.pool(), code)
+            let pct = db::coupon_percent(store.pool(), code)
                 .await?
                 .ok_or(PricingError::UnknownCoupon)?;
             Some((code.to_owned(), pct))
@@ -129,9 +144,184 @@ pub(crate) async fn price_cart(
     Ok(priced)
 }
 
-/// `GET /catalog`.
-pub(crate) async fn list(State(state): State<AppState>) -> AppResult<Json<Vec<CatalogItem>>> {
-    Ok(Json(db::list_catalog(state.store.pool()).await?))
+/// The `--catalog` file: `{"items": [...], "coupons": [...]}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct CatalogFile {
+    /// Every SKU on sale (at least one).
+    pub items: Vec<FileItem>,
+    /// Coupon codes (optional).
+    #[serde(default)]
+    pub coupons: Vec<FileCoupon>,
+}
+
+/// One SKU of the file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct FileItem {
+    pub sku: String,
+    pub name: String,
+    /// Minor units, > 0.
+    pub unit_price: i64,
+    /// ISO 4217, three capital letters.
+    pub currency: String,
+    /// Units on sale, >= 0.
+    pub stock: i64,
+}
+
+/// One coupon of the file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct FileCoupon {
+    /// The code customers type (case-sensitive).
+    pub code: String,
+    /// 1..=100.
+    pub percent_off: i64,
+}
+
+/// A checked catalog file, installed at most once by this process.
+#[derive(Debug, Clone)]
+pub(crate) struct CatalogSource {
+    file: Arc<CatalogFile>,
+    /// SHA-256 of the file's canonical JSON: the same catalog always has the same digest.
+    digest: String,
+    installed: Arc<tokio::sync::OnceCell<()>>,
+}
+
+fn valid_sku(s: &str) -> bool {
+    (1..=64).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// What is wrong with a catalog file, if anything. Each message names the entry.
+fn check_file(f: &CatalogFile) -> Result<(), String> {
+    if f.items.is_empty() {
+        return Err("items: at least one SKU is needed".into());
+    }
+    let mut skus = HashSet::new();
+    for (i, it) in f.items.iter().enumerate() {
+        let at = format!("items[{i}]");
+        if !valid_sku(&it.sku) {
+            return Err(format!(
+                "{at}.sku {:?}: 1..=64 characters of A-Z a-z 0-9 - _",
+                it.sku
+            ));
+        }
+        if !skus.insert(it.sku.as_str()) {
+            return Err(format!("{at}.sku {:?} appears twice", it.sku));
+        }
+        if it.name.trim().is_empty() || it.name.chars().count() > 200 {
+            return Err(format!("{at}.name: 1..=200 characters"));
+        }
+        if it.unit_price <= 0 {
+            return Err(format!("{at}.unitPrice must be > 0 (minor units)"));
+        }
+        if it.currency.len() != 3 || !it.currency.bytes().all(|b| b.is_ascii_uppercase()) {
+            return Err(format!(
+                "{at}.currency {:?}: three capital letters (ISO 4217)",
+                it.currency
+            ));
+        }
+        if it.stock < 0 {
+            return Err(format!("{at}.stock must be >= 0"));
+        }
+    }
+    let mut codes = HashSet::new();
+    for (i, c) in f.coupons.iter().enumerate() {
+        let at = format!("coupons[{i}]");
+        if c.code.is_empty() || c.code.len() > 64 || c.code.chars().any(char::is_whitespace) {
+            return Err(format!("{at}.code: 1..=64 characters, no spaces"));
+        }
+        if !codes.insert(c.code.as_str()) {
+            return Err(format!("{at}.code {:?} appears twice", c.code));
+        }
+        if !(1..=100).contains(&c.percent_off) {
+            return Err(format!("{at}.percentOff must be 1..=100"));
+        }
+    }
+    Ok(())
+}
+
+/// Reads and checks `--catalog`. The error says which file and what is wrong with it.
+pub(crate) fn load_file(path: &Path) -> Result<CatalogSource, String> {
+    let shown = path.display();
+    let text = std::fs::read_to_string(path).map_err(|e| format!("--catalog {shown}: {e}"))?;
+    let file: CatalogFile =
+        serde_json::from_str(&text).map_err(|e| format!("--catalog {shown}: {e}"))?;
+    check_file(&file).map_err(|e| format!("--catalog {shown}: {e}"))?;
+    let canonical = serde_json::to_vec(&file).map_err(|e| format!("--catalog {shown}: {e}"))?;
+    Ok(CatalogSource {
+        file: Arc::new(file),
+        digest: hex::encode(Sha256::digest(&canonical)),
+        installed: Arc::default(),
+    })
+}
+
+/// Installs the `--catalog` file, once per process, before the catalog is first read.
+pub(crate) async fn ensure_installed(
+    store: &Store,
+    source: Option<&CatalogSource>,
+) -> AppResult<()> {
+    if let Some(src) = source {
+        src.installed
+            .get_or_try_init(|| install(store, src))
+            .await?;
+    }
+    Ok(())
+}
+
+/// Arbitrary constant naming the install's advisory lock on PostgreSQL.
+const PG_CATALOG_LOCK: i64 = 0x0070_6179_6f63_6174;
+
+async fn install(store: &Store, src: &CatalogSource) -> Result<(), sqlx::Error> {
+    let mut tx = store.begin_write().await?;
+    if store.backend() == Backend::Postgres {
+        // Instances starting together would race on CREATE TABLE and on the replace.
+        sqlx::query("SELECT 1 FROM pg_advisory_xact_lock($1)")
+            .bind(PG_CATALOG_LOCK)
+            .execute(&mut *tx)
+            .await?;
+    }
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS catalog_source (digest TEXT PRIMARY KEY, installed_at BIGINT NOT NULL)",
+    )
+    .execute(&mut *tx)
+    .await?;
+    let fresh = sqlx::query(
+        "INSERT INTO catalog_source (digest, installed_at) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+    )
+    .bind(&src.digest)
+    .bind(crate::clock::Clock::now_ms(&crate::clock::SystemClock))
+    .execute(&mut *tx)
+    .await?
+    .rows_affected()
+        == 1;
+    if fresh {
+        sqlx::query("DELETE FROM catalog").execute(&mut *tx).await?;
+        for it in &src.file.items {
+            sqlx::query(
+                "INSERT INTO catalog (sku, name, unit_price, currency, stock) VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(&it.sku)
+            .bind(&it.name)
+            .bind(it.unit_price)
+            .bind(&it.currency)
+            .bind(it.stock)
+            .execute(&mut *tx)
+            .await?;
+        }
+        sqlx::query("DELETE FROM coupons").execute(&mut *tx).await?;
+        for c in &src.file.coupons {
+            sqlx::query("INSERT INTO coupons (code, percent_off) VALUES ($1, $2)")
+                .bind(&c.code)
+                .bind(c.percent_off)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tracing::info!(digest = %src.digest, items = src.file.items.len(), "catalog file installed");
+    }
+    tx.commit().await
 }
 
 #[cfg(test)]

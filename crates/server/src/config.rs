@@ -156,6 +156,11 @@ pub struct ServerArgs {
     /// Webhook misbehaviour of the embedded provider (see `mock-provider --webhook-chaos`).
     #[arg(long, default_value = "off", conflicts_with = "provider_url")]
     pub provider_webhook_chaos: payonce_mock_provider::WebhookChaos,
+    /// The catalog (SKUs, names, prices, currency, stock, coupons) as a JSON file:
+    /// `{"items": [{"sku", "name", "unitPrice", "currency", "stock"}], "coupons": [{"code",
+    /// "percentOff"}]}`. Default: the built-in demo catalog. A bad file stops the start.
+    #[arg(long, env = "PAYONCE_CATALOG")]
+    pub catalog: Option<PathBuf>,
     /// Dev only: abort the process when it reaches this named step (repeatable, or a comma
     /// list): after-claim, after-charge, before-settle-commit, after-save, webhook, outbox,
     /// email. For crash tests; the server refuses to start with it unless `--dev`.
@@ -194,6 +199,8 @@ pub struct Config {
     pub(crate) audit_retention: Duration,
     /// Armed failpoints (dev only).
     pub(crate) failpoints: Vec<String>,
+    /// The `--catalog` file, checked; `None`: the built-in catalog.
+    pub(crate) catalog: Option<crate::catalog::CatalogSource>,
 }
 
 /// Why the flags do not make a valid configuration.
@@ -216,6 +223,9 @@ pub enum ConfigError {
     /// Failpoints abort the process: never outside dev mode.
     #[error("--failpoint / PAYONCE_FAILPOINTS require --dev")]
     FailpointsNeedDev,
+    /// The `--catalog` file cannot be read, is not valid JSON, or has a bad entry.
+    #[error("{0}")]
+    Catalog(String),
     /// A failpoint name nobody checks would make a crash test pass for the wrong reason.
     #[error("unknown failpoint {0:?} (known: {known})", known = crate::faults::ALL.join(", "))]
     UnknownFailpoint(String),
@@ -254,6 +264,10 @@ impl Config {
                 v
             }
         };
+        let catalog = match &args.catalog {
+            Some(path) => Some(crate::catalog::load_file(path).map_err(ConfigError::Catalog)?),
+            None => None,
+        };
         if let Some(url) = &args.redis_url {
             redis::Client::open(url.as_str()).map_err(|e| ConfigError::RedisUrl(e.to_string()))?;
         }
@@ -279,6 +293,7 @@ impl Config {
             reconcile_after: Duration::from_millis(args.reconcile_after_ms),
             audit_retention: Duration::from_secs(args.audit_retention_days.saturating_mul(86_400)),
             failpoints,
+            catalog,
         })
     }
 }

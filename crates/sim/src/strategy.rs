@@ -256,6 +256,7 @@ fn sim_checkout() -> CheckoutSnapshot {
         order_id: "ord_sim".into(),
         order_version: 1,
         payment_method_id: "pm_sim".into(),
+        extras: Default::default(),
     }
 }
 
@@ -281,7 +282,7 @@ fn flow_step(flow: &mut PayFlow, now_ms: u64) -> Step {
             }
             Effect::Done(PayEnd::Final(_)) => return Step::Paid,
             Effect::Done(PayEnd::Pending(reason)) => return Step::Then(Next::GiveUp(reason)),
-            Effect::Done(PayEnd::Failed(_)) => {
+            Effect::Done(PayEnd::Failed(_) | PayEnd::ActionRequired) => {
                 return Step::Then(Next::GiveUp(PendingReason::Attempts))
             }
             _ => {}
