@@ -40,6 +40,7 @@ pub fn snapshot(order_id: &str, version: u64, method: &str) -> CheckoutSnapshot 
         order_id: order_id.to_owned(),
         order_version: version,
         payment_method_id: method.to_owned(),
+        extras: Default::default(),
     }
 }
 
