@@ -68,7 +68,7 @@ fn caught(flaw: Flaw, bounds: Bounds, invariants: &[&str]) -> usize {
     debug_assertions,
     ignore = "searched in release by the model suite (scripts/test.sh)"
 )]
-fn claim_with_read_then_write_charges_twice() {
+fn claim_with_read_then_write_is_caught() {
     let b = Bounds {
         tabs: 2,
         ..Bounds::NONE
