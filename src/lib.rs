@@ -5,10 +5,11 @@
 //! # Layout
 //! - [`core`]: the pure decision core, no web-sys: the stored attempt and which key a Pay click
 //!   uses ([`core::attempt`]), what an answer means ([`core::classify`]), backoff with full
-//!   jitter, `Retry-After`, the retry budget and the deadline ([`core::retry`]), and the SDK's
-//!   error codes ([`core::error`]). Tested natively with unit and property tests.
+//!   jitter, `Retry-After`, the retry budget and the deadline ([`core::retry`]), the SDK's
+//!   error codes ([`core::error`]), and the pay loop itself as a sans-IO state machine
+//!   ([`core::flow`]). Tested natively with unit and property tests.
 //! - `web` (wasm32 only): the thin I/O layer and the JavaScript API (`PayonceClient`,
-//!   `PayonceError`): sessionStorage with an in-memory fallback, fetch with per-request
+//!   `PayonceError`), which performs the flow's effects: sessionStorage with an in-memory fallback, fetch with per-request
 //!   timeouts, Web Locks, BroadcastChannel, `online` waits and abort signals.
 //!
 //! # Decisions worth knowing

@@ -86,6 +86,11 @@ async fn json<T: DeserializeOwned>(method: &str, url: &str, body: Option<String>
 
 /// Signs in a fresh user (cookie) and creates an order of one unit of the first SKU.
 async fn fresh_order(user: &str) -> Order {
+    fresh_order_and_token(user).await.0
+}
+
+/// [`fresh_order`], and the user's Bearer token (the sign-in answer carries it too).
+async fn fresh_order_and_token(user: &str) -> (Order, String) {
     let suffix = (js_sys::Math::random() * 1e9) as u64;
     let req = DevSessionRequest {
         user_id: format!("{user}-{suffix}"),
@@ -98,6 +103,9 @@ async fn fresh_order(user: &str) -> Order {
     )
     .await;
     assert!((200..300).contains(&status), "dev session: {status} {text}");
+    let token = serde_json::from_str::<payonce_protocol::DevSessionResponse>(&text)
+        .expect("a sign-in answer")
+        .token;
     let catalog: Vec<CatalogItem> =
         json("GET", &format!("{}{}", api(), paths::CATALOG), None).await;
     let sku = catalog
@@ -111,12 +119,13 @@ async fn fresh_order(user: &str) -> Order {
         coupon: None,
         address: None,
     };
-    json(
+    let order = json(
         "POST",
         &format!("{}{}", api(), paths::ORDERS),
         Some(to_json(&req)),
     )
-    .await
+    .await;
+    (order, token)
 }
 
 fn to_json<T: serde::Serialize>(v: &T) -> String {
@@ -135,12 +144,25 @@ async fn charges(order_id: &str) -> Vec<ChargeStatus> {
     ledger.charges.iter().map(|c| c.status).collect()
 }
 
-fn client(extra: &str) -> PayonceClient {
-    PayonceClient::create(js(&format!(
+fn client_options(extra: &str) -> JsValue {
+    js(&format!(
         r#"{{"baseUrl":"{}","requestTimeoutMs":8000,"retry":{{"baseDelayMs":100,"maxDelayMs":1000}},"deadlineMs":30000{extra}}}"#,
         api()
-    )))
-    .expect("client")
+    ))
+}
+
+fn client(extra: &str) -> PayonceClient {
+    PayonceClient::create(client_options(extra)).expect("client")
+}
+
+/// An `onEvent` callback and the events it heard.
+fn event_log() -> (JsValue, std::rc::Rc<std::cell::RefCell<Vec<JsValue>>>) {
+    let seen = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let s2 = seen.clone();
+    let f = Closure::<dyn Fn(JsValue)>::new(move |e: JsValue| s2.borrow_mut().push(e));
+    let func: JsValue = f.as_ref().clone();
+    f.forget();
+    (func, seen)
 }
 
 fn checkout(order: &Order, method: &str) -> JsValue {
@@ -166,7 +188,8 @@ fn payment_id(outcome: &JsValue) -> String {
 #[wasm_bindgen_test]
 async fn a_lost_response_is_retried_with_the_same_key_and_charged_once() {
     let order = fresh_order("lost").await;
-    let c = client("");
+    let (on_event, events) = event_log();
+    let c = PayonceClient::create(with(client_options(""), "onEvent", &on_event)).unwrap();
     let fault = JsValue::from_str("drop-response");
     let (on_status, statuses) = recorder();
     let out = settle(c.pay(
@@ -197,6 +220,21 @@ async fn a_lost_response_is_retried_with_the_same_key_and_charged_once() {
         stored(&order.id).is_none(),
         "a final outcome removes the key"
     );
+    // What onEvent saw: the lost answer, then the server's stored result replayed.
+    let answers: Vec<JsValue> = events
+        .borrow()
+        .iter()
+        .filter(|e| s(e, "type") == "answer")
+        .cloned()
+        .collect();
+    let last = answers.last().expect("answers");
+    assert_eq!(n(last, "status"), 200.0);
+    assert_eq!(
+        get(last, "replayed"),
+        JsValue::TRUE,
+        "the retry got the stored answer"
+    );
+    assert!(n(last, "attempt") >= 2.0);
 }
 
 #[wasm_bindgen_test]
@@ -238,7 +276,8 @@ async fn a_double_click_sends_one_payment() {
 #[wasm_bindgen_test]
 async fn an_attempt_in_progress_is_polled_until_final() {
     let order = fresh_order("slow").await;
-    let c = client("");
+    let (on_event, events) = event_log();
+    let c = PayonceClient::create(with(client_options(""), "onEvent", &on_event)).unwrap();
     let (on_status, statuses) = recorder();
     let out = settle(c.pay(
         checkout(&order, methods::SLOW),
@@ -248,16 +287,21 @@ async fn an_attempt_in_progress_is_polled_until_final() {
     .unwrap();
     payment_id(&out);
     assert_eq!(
-        statuses.borrow().first().map(String::as_str),
-        Some("processing"),
-        "{:?}",
-        statuses.borrow()
+        statuses.borrow().as_slice(),
+        ["processing"],
+        "onStatus hears a status once, not once per poll"
     );
+    let answers: Vec<u16> = events
+        .borrow()
+        .iter()
+        .filter(|e| s(e, "type") == "answer")
+        .map(|e| n(e, "status") as u16)
+        .collect();
     assert!(
-        statuses.borrow().len() >= 2,
-        "the slow charge was polled: {:?}",
-        statuses.borrow()
+        answers.len() >= 2 && answers[..answers.len() - 1].iter().all(|s| *s == 202),
+        "the slow charge was polled: {answers:?}"
     );
+    assert_eq!(answers.last(), Some(&200));
     assert_eq!(charges(&order.id).await, [ChargeStatus::Succeeded]);
 }
 
@@ -426,4 +470,79 @@ async fn cancel_without_an_attempt_is_none() {
     let order = fresh_order("none").await;
     let out = settle(client("").cancel(order.id.clone())).await.unwrap();
     assert_eq!(s(&out, "kind"), "none");
+}
+
+#[wasm_bindgen_test]
+async fn pays_with_a_bearer_token_from_headers_and_no_cookies_through_custom_endpoints() {
+    // The user's token, as an identity provider's would be handed to the page.
+    let (order, token) = fresh_order_and_token("bearer").await;
+    let endpoints = run_js(&format!(
+        "return {{ pay: (id) => '{api}/orders/' + encodeURIComponent(id) + '/pay', \
+                   cancel: (id) => '{api}/orders/' + encodeURIComponent(id) + '/cancel' }};",
+        api = api()
+    ));
+    let options = |headers: Option<JsValue>| {
+        let o = js(
+            r#"{"baseUrl":"https://unused.invalid","credentials":"omit","retry":{"baseDelayMs":100,"maxDelayMs":1000}}"#,
+        );
+        let o = with(o, "endpoints", &endpoints);
+        match headers {
+            Some(h) => with(o, "headers", &h),
+            None => o,
+        }
+    };
+    // Without the header the cookie stays home (credentials: "omit"): the server does not
+    // know who pays.
+    let anonymous = PayonceClient::create(options(None)).unwrap();
+    let err = settle(anonymous.pay(checkout(&order, methods::APPROVE), None))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (
+            error_code(&err),
+            n(&err, "status") as u16,
+            s(&err, "problemCode")
+        ),
+        ("SERVER_REJECTED".into(), 401, "UNAUTHENTICATED".into())
+    );
+    settle(anonymous.cancel(order.id.clone())).await.unwrap();
+
+    let headers = run_js(&format!(
+        "return async () => ({{ Authorization: 'Bearer {token}' }});"
+    ));
+    let c = PayonceClient::create(options(Some(headers))).unwrap();
+    let out = settle(c.pay(checkout(&order, methods::APPROVE), None))
+        .await
+        .unwrap();
+    payment_id(&out);
+    assert_eq!(charges(&order.id).await, [ChargeStatus::Succeeded]);
+}
+
+#[wasm_bindgen_test]
+async fn a_cancel_the_server_answers_order_not_found_resolves_the_attempt() {
+    let order = fresh_order("gone").await;
+    // An unresolved attempt for the order: its request never reached the server.
+    let lost = PayonceClient::create(js(
+        r#"{"baseUrl":"http://127.0.0.1:1","retry":{"baseDelayMs":1,"maxDelayMs":2,"maxAttempts":1}}"#,
+    ))
+    .unwrap();
+    let out = settle(lost.pay(checkout(&order, methods::APPROVE), None))
+        .await
+        .unwrap();
+    assert_eq!(s(&out, "kind"), "pending");
+    assert!(stored(&order.id).is_some());
+    // Another user signs in on this tab: for them the order does not exist (404), so the
+    // server can never charge this key for it.
+    let _other = fresh_order("someone-else").await;
+    let c = client("");
+    let out = settle(c.cancel(order.id.clone())).await.unwrap();
+    assert_eq!(
+        (s(&out, "kind"), s(&out, "problemCode")),
+        ("notFound".into(), "ORDER_NOT_FOUND".into())
+    );
+    assert!(
+        stored(&order.id).is_none(),
+        "the attempt no longer blocks the order"
+    );
+    assert!(charges(&order.id).await.is_empty());
 }

@@ -352,3 +352,73 @@ async fn offline_waits_for_the_network_without_sending_or_spending_budget() {
         "sent once the network came back"
     );
 }
+
+#[wasm_bindgen_test]
+fn a_payonce_error_is_a_real_error_that_names_what_is_wrong() {
+    let err = PayonceClient::create(js(r#"{"baseUrl":"http://x","retry":{"maxDelayMs":"5s"}}"#))
+        .err()
+        .expect("rejected");
+    assert!(err.is_instance_of::<js_sys::Error>(), "instanceof Error");
+    assert!(
+        err.has_type::<payonce::PayonceError>(),
+        "instanceof PayonceError"
+    );
+    assert_eq!(s(&err, "name"), "PayonceError");
+    assert_eq!(s(&err, "code"), "INVALID_CONFIG");
+    let message = s(&err, "message");
+    assert!(
+        message.contains("retry.maxDelayMs") && message.contains(r#""5s""#),
+        "the member and the value: {message}"
+    );
+    let stack = s(&err, "stack");
+    assert!(stack.contains(&message), "a stack: {stack}");
+    let json = js_sys::JSON::stringify(&err).unwrap().as_string().unwrap();
+    assert!(
+        json.contains(r#""code":"INVALID_CONFIG""#)
+            && json.contains(r#""message":"invalid options: "#),
+        "{json}"
+    );
+    assert!(!json.contains("__wbg_ptr"), "{json}");
+
+    // Unknown options are refused by name, as unknown checkout members are.
+    let err = PayonceClient::create(js(r#"{"baseUrl":"http://x","headerz":{}}"#))
+        .err()
+        .expect("an unknown option is a typo");
+    assert_eq!(error_code(&err), "INVALID_CONFIG");
+    assert!(
+        s(&err, "message").contains("headerz"),
+        "{}",
+        s(&err, "message")
+    );
+    let err = PayonceClient::create(js(r#"{"retry":{}}"#)).err().unwrap();
+    assert!(s(&err, "message").contains("baseUrl is required"));
+}
+
+#[wasm_bindgen_test]
+async fn a_bad_checkout_names_the_member_and_the_value() {
+    let c = client("");
+    let err = settle(c.pay(
+        js(r#"{"orderId":"ord_named","orderVersion":"three","paymentMethodId":"pm"}"#),
+        None,
+    ))
+    .await
+    .unwrap_err();
+    assert!(err.is_instance_of::<js_sys::Error>());
+    assert_eq!(error_code(&err), "INVALID_CHECKOUT");
+    let message = s(&err, "message");
+    assert!(
+        message.contains("orderVersion") && message.contains(r#""three""#),
+        "{message}"
+    );
+    let err = settle(c.pay(
+        js(r#"{"orderId":"ord_named","orderVersion":1,"paymentMethodId":"pm","coupon":"X"}"#),
+        None,
+    ))
+    .await
+    .unwrap_err();
+    assert!(
+        s(&err, "message").contains("coupon"),
+        "{}",
+        s(&err, "message")
+    );
+}

@@ -196,6 +196,7 @@ mod tests {
             order_id: "ord_1".into(),
             order_version: v,
             payment_method_id: pm.into(),
+            extras: Default::default(),
         }
     }
     fn key(s: &str) -> IdempotencyKey {

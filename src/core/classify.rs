@@ -9,9 +9,17 @@
 //! | 409 `ATTEMPT_CANCELLED` (tombstone)           | final: cancelled           | remove |
 //! | 409 `ORDER_CHANGED`                           | final: orderChanged        | remove |
 //! | 202 `processing`, 409 `IN_PROGRESS`           | retry (server-directed)    | keep   |
+//! | 402 `ACTION_REQUIRED` (e.g. 3-D Secure)       | action required            | keep   |
 //! | 429 / 503 with `Retry-After`                  | retry (server-paced)       | keep   |
-//! | no answer, timeout, 408, 429, 5xx, bad 200    | retry (unknown outcome)    | keep   |
+//! | no answer, timeout, 408, 429, 5xx             | retry (unknown outcome)    | keep   |
+//! | 200 whose body does not decode, another 2xx, an answer for another order | protocol mismatch | keep |
 //! | any other answer (422, 409 `PAYMENT_ALREADY_ACTIVE`, 401, 400, ...) | rejected | keep |
+//!
+//! A **protocol mismatch** is an answer that does not fit the protocol at all: a 2xx that is
+//! not a pay answer (another backend, a proxy's page, a changed API), or a receipt for another
+//! order. Asking again would get the same answer and never end better than `pending`, and the
+//! money may have moved, so the call fails at once with `PROTOCOL_MISMATCH` and what was
+//! received, and the key is kept for `resume` or `cancel` once the backend is fixed.
 //!
 //! `ORDER_CHANGED` removes the key although nothing "finished": versions only grow, so a key
 //! bound to an old version can never be accepted again (seed: "the old key was never
@@ -104,6 +112,38 @@ pub enum RetryCause {
     Paced,
 }
 
+/// Why an answer does not fit the protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mismatch {
+    /// A 2xx whose body is not a pay (or cancel) answer.
+    UndecodableSuccess,
+    /// An answer (or its payment) names another order than the one paid for.
+    OtherOrder,
+}
+
+impl Mismatch {
+    /// What was wrong, for people.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::UndecodableSuccess => "a success answer whose body is not a payonce answer",
+            Self::OtherOrder => "an answer for another order",
+        }
+    }
+}
+
+impl RetryCause {
+    /// The spelling of `why` in the JavaScript API's wait events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InProgress => "inProgress",
+            Self::NoAnswer => "noAnswer",
+            Self::TimedOut => "timedOut",
+            Self::ServerTrouble => "serverTrouble",
+            Self::Paced => "paced",
+        }
+    }
+}
+
 /// What to do after an answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
@@ -115,6 +155,17 @@ pub enum Verdict {
         cause: RetryCause,
         /// Server-requested wait, in ms, if any.
         retry_after_ms: Option<u64>,
+    },
+    /// The customer must act (3-D Secure, a bank's page) before the charge can finish: keep
+    /// the key (the same key finishes the attempt afterwards) and hand the app the problem's
+    /// `next` member.
+    ActionRequired,
+    /// The answer does not fit the protocol: keep the key, fail with what was received.
+    Mismatch {
+        /// HTTP status.
+        status: u16,
+        /// What was wrong.
+        why: Mismatch,
     },
     /// The server refused the request without proving anything about the key: keep the key,
     /// surface the refusal.
@@ -184,7 +235,9 @@ pub fn classify_pay(reply: &Reply<PayResponse>) -> Verdict {
         retry_after_ms: wait,
     };
     let code = code_of(status, problem);
+    let mismatch = |why| Verdict::Mismatch { status, why };
     match (status, code) {
+        (202, _) => retry(RetryCause::InProgress),
         (200, _) => match ok {
             Some(PayResponse {
                 status: AttemptStatus::Succeeded,
@@ -197,14 +250,16 @@ pub fn classify_pay(reply: &Reply<PayResponse>) -> Verdict {
                 status: AttemptStatus::Processing,
                 ..
             }) => retry(RetryCause::InProgress),
-            // A 200 we cannot read: the money may have moved. Ask again; the replay is identical,
-            // so if it stays unreadable the budget ends it as pending, key kept.
-            _ => retry(RetryCause::ServerTrouble),
+            // A 200 we cannot read (or a success that is not one): the money may have moved,
+            // and asking again would get the same body.
+            _ => mismatch(Mismatch::UndecodableSuccess),
         },
-        (202, _) => retry(RetryCause::InProgress),
+        // The protocol answers a pay with 200 or 202 only: any other 2xx is another API.
+        (201..=299, _) => mismatch(Mismatch::UndecodableSuccess),
         (402, Some(c @ (ErrorCode::PaymentDeclined | ErrorCode::PaymentFailed))) => {
             Verdict::Final(Final::Declined { code: c })
         }
+        (402, Some(ErrorCode::ActionRequired)) => Verdict::ActionRequired,
         (409, Some(ErrorCode::InProgress)) => retry(RetryCause::InProgress),
         (409, Some(ErrorCode::AttemptCancelled)) => Verdict::Final(Final::Cancelled),
         (409, Some(ErrorCode::OrderChanged)) => Verdict::Final(Final::OrderChanged {
@@ -215,6 +270,27 @@ pub fn classify_pay(reply: &Reply<PayResponse>) -> Verdict {
         (408 | 429 | 500..=599, _) => retry(RetryCause::ServerTrouble),
         _ => Verdict::Rejected { status, code },
     }
+}
+
+/// [`classify_pay`] for a call paying `order_id`: an answer or a payment that names another
+/// order is a [`Mismatch::OtherOrder`], whatever it says (never a receipt for this order).
+pub fn classify_pay_for(reply: &Reply<PayResponse>, order_id: &str) -> Verdict {
+    if let Reply::Http {
+        status,
+        ok: Some(r),
+        ..
+    } = reply
+    {
+        let other =
+            r.order_id != order_id || r.payment.as_ref().is_some_and(|p| p.order_id != order_id);
+        if other {
+            return Verdict::Mismatch {
+                status: *status,
+                why: Mismatch::OtherOrder,
+            };
+        }
+    }
+    classify_pay(reply)
 }
 
 /// What a cancel call found (seed: "Cancel endpoint"). JavaScript gets it serialized as
@@ -235,6 +311,15 @@ pub enum CancelOutcome {
         /// The payment, when the server sent it.
         #[serde(skip_serializing_if = "Option::is_none")]
         payment: Option<Payment>,
+    },
+    /// The server does not know this key for this order (`ORDER_NOT_FOUND`: the order is not
+    /// this user's or is gone; `KEY_REUSED_WITH_DIFFERENT_DETAILS`: the key belongs to another
+    /// order). Nothing can be charged with it for this order, so the key is removed rather than
+    /// blocking the order forever.
+    NotFound {
+        /// Which of the two the server said.
+        #[serde(rename = "problemCode", serialize_with = "code_str")]
+        code: ErrorCode,
     },
     /// A charge may be under way: wait. Key kept.
     Processing,
@@ -265,7 +350,17 @@ pub fn classify_cancel(reply: &Reply<CancelResponse>) -> CancelOutcome {
             },
             AttemptStatus::Processing => CancelOutcome::Processing,
         },
-        _ => CancelOutcome::Unknown,
+        // Only with the code under its own status: a bare 404 may be a wrong URL in front of a
+        // server that still holds the key.
+        Reply::Http {
+            status, problem, ..
+        } => match code_of(*status, problem.as_ref()) {
+            Some(code @ (ErrorCode::OrderNotFound | ErrorCode::KeyReusedWithDifferentDetails)) => {
+                CancelOutcome::NotFound { code }
+            }
+            _ => CancelOutcome::Unknown,
+        },
+        Reply::NoAnswer { .. } => CancelOutcome::Unknown,
     }
 }
 
@@ -354,11 +449,33 @@ mod tests {
                 "{s}"
             );
         }
-        // A 200 whose body is unreadable may hide a charge: retry, never drop.
-        assert!(matches!(
-            classify_pay(&http(200, None, None)),
-            Verdict::Retry { .. }
-        ));
+        // A 200 whose body is unreadable may hide a charge: never drop the key, and do not
+        // ask again for the same body: a protocol mismatch.
+        let v = classify_pay(&http(200, None, None));
+        assert_eq!(
+            v,
+            Verdict::Mismatch {
+                status: 200,
+                why: Mismatch::UndecodableSuccess
+            }
+        );
+        assert!(!v.removes_key());
+    }
+
+    #[test]
+    fn only_a_200_is_a_receipt_another_2xx_is_a_mismatch() {
+        let ok = PayResponse {
+            status: AttemptStatus::Succeeded,
+            order_id: "ord_1".into(),
+            payment: Some(payment()),
+        };
+        assert_eq!(
+            classify_pay(&http(201, Some(ok), None)),
+            Verdict::Mismatch {
+                status: 201,
+                why: Mismatch::UndecodableSuccess
+            }
+        );
     }
 
     #[test]
@@ -413,6 +530,49 @@ mod tests {
                 retry_after_ms: Some(3_000)
             }
         );
+    }
+
+    #[test]
+    fn a_payment_for_another_order_is_a_mismatch_never_a_receipt() {
+        let mut other = payment();
+        other.order_id = "ord_2".into();
+        let ok = PayResponse {
+            status: AttemptStatus::Succeeded,
+            order_id: "ord_1".into(),
+            payment: Some(other),
+        };
+        let r = http(200, Some(ok), None);
+        assert!(
+            matches!(classify_pay(&r), Verdict::Final(_)),
+            "alone it reads as paid"
+        );
+        assert_eq!(
+            classify_pay_for(&r, "ord_1"),
+            Verdict::Mismatch {
+                status: 200,
+                why: Mismatch::OtherOrder
+            }
+        );
+        let ok = PayResponse {
+            status: AttemptStatus::Succeeded,
+            order_id: "ord_1".into(),
+            payment: Some(payment()),
+        };
+        assert!(matches!(
+            classify_pay_for(&http(200, Some(ok), None), "ord_1"),
+            Verdict::Final(Final::Paid { .. })
+        ));
+    }
+
+    #[test]
+    fn action_required_keeps_the_key() {
+        let v = classify_pay(&http(
+            402,
+            None,
+            Some(Problem::new(ErrorCode::ActionRequired)),
+        ));
+        assert_eq!(v, Verdict::ActionRequired);
+        assert!(!v.removes_key());
     }
 
     #[test]
@@ -499,6 +659,36 @@ mod tests {
             CancelOutcome::Unknown
         );
         assert!(!CancelOutcome::Unknown.removes_key());
+    }
+
+    #[test]
+    fn a_cancel_the_server_cannot_place_resolves_the_key_but_a_bare_404_does_not() {
+        for code in [
+            ErrorCode::OrderNotFound,
+            ErrorCode::KeyReusedWithDifferentDetails,
+        ] {
+            let r = http::<CancelResponse>(code.http_status(), None, Some(Problem::new(code)));
+            let o = classify_cancel(&r);
+            assert_eq!(o, CancelOutcome::NotFound { code });
+            assert!(o.removes_key());
+        }
+        for (status, problem) in [
+            (404, None),
+            (404, Some(Problem::new(ErrorCode::NotFound))),
+            (422, None),
+            (400, Some(Problem::new(ErrorCode::OrderNotFound))),
+        ] {
+            let o = classify_cancel(&http::<CancelResponse>(status, None, problem));
+            assert_eq!(o, CancelOutcome::Unknown, "{status}");
+            assert!(!o.removes_key());
+        }
+        assert_eq!(
+            serde_json::to_value(CancelOutcome::NotFound {
+                code: ErrorCode::OrderNotFound
+            })
+            .unwrap(),
+            serde_json::json!({"kind": "notFound", "problemCode": "ORDER_NOT_FOUND"})
+        );
     }
 
     #[test]

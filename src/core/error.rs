@@ -1,6 +1,7 @@
 //! The SDK's own errors and warnings. Their codes are SDK names, not wire names; a server
 //! refusal carries the server's [`ErrorCode`] (from the protocol crate) alongside.
 
+use crate::core::classify::Mismatch;
 use payonce_protocol::ErrorCode;
 
 /// Why a call failed. Reaches JavaScript as a `PayonceError` with [`SdkError::code`] and
@@ -27,6 +28,14 @@ pub enum SdkError {
         status: u16,
         /// The problem code, when the body had one.
         code: Option<ErrorCode>,
+    },
+    /// The answer does not fit the protocol (a 2xx that is not a payonce answer, an answer for
+    /// another order). The key is kept: the money may have moved.
+    ProtocolMismatch {
+        /// HTTP status of the answer.
+        status: u16,
+        /// What was wrong.
+        why: Mismatch,
     },
     /// The caller's signal aborted the call. The attempt and its key are kept.
     Aborted,
@@ -79,6 +88,14 @@ impl SdkError {
                 ")",
             ]
             .concat(),
+            Self::ProtocolMismatch { status, why } => [
+                "the answer does not fit the payonce protocol: ",
+                why.describe(),
+                " (HTTP ",
+                &decimal(*status),
+                "); the key is kept",
+            ]
+            .concat(),
             Self::Aborted => "aborted; the payment attempt and its key are kept".into(),
             Self::Unsupported(why) => ["unsupported environment: ", why].concat(),
         }
@@ -93,6 +110,7 @@ impl SdkError {
             Self::UnreadableAttempt => "UNREADABLE_ATTEMPT",
             Self::KeyReused => ErrorCode::KeyReusedWithDifferentDetails.as_str(),
             Self::ServerRejected { .. } => "SERVER_REJECTED",
+            Self::ProtocolMismatch { .. } => "PROTOCOL_MISMATCH",
             Self::Aborted => "ABORTED",
             Self::Unsupported(_) => "UNSUPPORTED",
         }
@@ -105,6 +123,22 @@ impl SdkError {
             Self::KeyReused => Some(ErrorCode::KeyReusedWithDifferentDetails),
             _ => None,
         }
+    }
+
+    /// The HTTP status, when a server answer caused the error.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            Self::ServerRejected { status, .. } | Self::ProtocolMismatch { status, .. } => {
+                Some(*status)
+            }
+            Self::KeyReused => Some(ErrorCode::KeyReusedWithDifferentDetails.http_status()),
+            _ => None,
+        }
+    }
+
+    /// The server's problem code as sent, when a server answer caused the error.
+    pub fn problem_code_str(&self) -> Option<&str> {
+        self.problem_code().map(ErrorCode::as_str)
     }
 
     /// The error a refusal becomes.
@@ -127,6 +161,10 @@ pub enum Warning {
     /// This tab was duplicated and inherited another tab's attempts (same keys; the server
     /// deduplicates them and Web Locks serialise their sends).
     DuplicatedTab,
+    /// Every request of a pay call failed at the network level without an HTTP answer: a
+    /// CORS refusal (e.g. `Access-Control-Allow-Origin: *` with credentials) or an unreachable
+    /// server. The call still ends `pending`, key kept.
+    ProtocolMismatch,
 }
 
 impl Warning {
@@ -136,6 +174,7 @@ impl Warning {
             Self::StorageUnavailable => "STORAGE_UNAVAILABLE",
             Self::UnreadableEntry => "UNREADABLE_ENTRY",
             Self::DuplicatedTab => "DUPLICATED_TAB",
+            Self::ProtocolMismatch => "PROTOCOL_MISMATCH",
         }
     }
 }

@@ -2,6 +2,8 @@
 
 use crate::core::attempt::{after_verdict, plan_pay, Attempt, AttemptState, Entry, PayPlan};
 use crate::core::classify::{classify_pay, Final, Reply, Verdict};
+use crate::core::flow::{Effect, FlowConfig, PayEnd, PayFlow};
+use crate::core::retry::{BudgetConfig, RetryBudget, RetryPolicy};
 use payonce_protocol::{
     AttemptStatus, CheckoutSnapshot, ErrorCode, IdempotencyKey, PayResponse, Payment, Problem,
 };
@@ -13,6 +15,7 @@ fn snapshot() -> impl Strategy<Value = CheckoutSnapshot> {
             order_id,
             order_version,
             payment_method_id,
+            extras: Default::default(),
         }
     })
 }
@@ -86,7 +89,9 @@ proptest! {
                 prop_assert_eq!(&kept.key, &a.key);
                 prop_assert_eq!(kept.state, AttemptState::Unknown);
             }
-            Verdict::Rejected { .. } => prop_assert_eq!(after, Some(a)),
+            Verdict::Rejected { .. } | Verdict::Mismatch { .. } | Verdict::ActionRequired => {
+                prop_assert_eq!(after, Some(a))
+            }
         }
     }
 
@@ -137,5 +142,148 @@ proptest! {
                 prop_assert_eq!(&s.key, &a.key);
             }
         }
+    }
+}
+
+/// What one driven pay call did, effect by effect.
+#[derive(Debug, Default)]
+struct Trace {
+    sends: u32,
+    waits: Vec<u64>,
+    end: Option<PayEnd>,
+}
+
+/// Drives one pay call to its end the way the web layer does, feeding `replies` in order (then
+/// "no answer" once they run out), advancing the clock by the waits and `gaps`, with the
+/// network up or down per step. Checks, at every effect, the promises the loop makes about
+/// its key; returns what happened for the caller's own checks.
+fn drive(
+    policy: RetryPolicy,
+    deadline_ms: u64,
+    replies: &[Reply<PayResponse>],
+    gaps: &[u64],
+    online: &[bool],
+    units: &[f64],
+) -> Result<Trace, TestCaseError> {
+    let key = IdempotencyKey::parse("6f13d95a-e6c1-4bf2-9459-99b502098dc1").unwrap();
+    let snap = CheckoutSnapshot {
+        order_id: "ord_a".into(),
+        order_version: 1,
+        payment_method_id: "pm_a".into(),
+        extras: Default::default(),
+    };
+    let config = FlowConfig {
+        policy,
+        deadline_ms,
+        long_wait_ms: 10_000,
+    };
+    let mut flow = PayFlow::start(&Entry::Missing, snap, config, 0.0, || Some(key.clone()))
+        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let mut budget = RetryBudget::new(BudgetConfig::default());
+    let (mut now, mut step, mut saved, mut removed) = (0.0f64, 0usize, false, false);
+    let mut t = Trace::default();
+    let mut last_final = false;
+    let mut last_status = None;
+    for _ in 0..10_000 {
+        let up = online
+            .get(step % online.len().max(1))
+            .copied()
+            .unwrap_or(true);
+        let Some(effect) = flow.poll(now, up) else {
+            return Err(TestCaseError::fail("the flow stalled before Done"));
+        };
+        match effect {
+            Effect::Save { attempt, new } => {
+                prop_assert!(!removed, "a removed key came back");
+                prop_assert_eq!(&attempt.key, &key);
+                saved |= new;
+            }
+            Effect::Remove(k) => {
+                prop_assert_eq!(&k, &key);
+                prop_assert!(last_final, "the key was removed before a final answer");
+                removed = true;
+            }
+            Effect::Send { attempt } => {
+                prop_assert!(saved, "a request left before its key was saved");
+                prop_assert!(!removed, "a request left with a removed key");
+                t.sends += 1;
+                prop_assert_eq!(attempt, t.sends);
+                prop_assert_eq!(&flow.attempt().key, &key, "every send carries the same key");
+                let reply = replies
+                    .get(step)
+                    .cloned()
+                    .unwrap_or(Reply::NoAnswer { timed_out: false });
+                last_final = matches!(classify_pay(&reply), Verdict::Final(_));
+                now += gaps.get(step).copied().unwrap_or(1) as f64;
+                let u = units.get(step).copied().unwrap_or(0.5);
+                step += 1;
+                flow.on_reply(&reply, now, &mut budget, &mut || u);
+            }
+            Effect::Wait { ms, .. } => {
+                prop_assert!(
+                    now + (ms as f64) < deadline_ms as f64,
+                    "a wait passed the deadline"
+                );
+                t.waits.push(ms);
+                now += ms as f64;
+                flow.on_waited();
+            }
+            Effect::WaitOnline { max_ms } => {
+                let back = online
+                    .get(step % online.len().max(1))
+                    .copied()
+                    .unwrap_or(true);
+                now += if back { 1.0 } else { max_ms as f64 };
+                step += 1;
+                flow.on_network(back);
+            }
+            Effect::Done(end) => {
+                prop_assert_eq!(matches!(end, PayEnd::Final(_)), removed, "{:?}", end);
+                prop_assert_eq!(flow.poll(now, true), None, "nothing after Done");
+                t.end = Some(end);
+                return Ok(t);
+            }
+            Effect::Status(status) => {
+                prop_assert_ne!(
+                    last_status,
+                    Some(status),
+                    "onStatus heard the same status twice"
+                );
+                last_status = Some(status);
+            }
+            Effect::Remind { .. } | Effect::Warn(_) => {}
+        }
+    }
+    Err(TestCaseError::fail("the flow never ended"))
+}
+
+proptest! {
+    /// Whatever the server, the network and the clock do, the pay loop saves the key before
+    /// the first request, sends only that key, removes it only after a final answer, never
+    /// waits past the deadline, and always ends.
+    #[test]
+    fn the_pay_loop_keeps_the_key_until_a_final_answer(
+        replies in proptest::collection::vec(reply(), 0..30),
+        gaps in proptest::collection::vec(0u64..20_000, 30),
+        online in proptest::collection::vec(proptest::bool::weighted(0.8), 1..10),
+        units in proptest::collection::vec(0.0f64..1.0, 30),
+    ) {
+        let t = drive(RetryPolicy::default(), 60_000, &replies, &gaps, &online, &units)?;
+        prop_assert!(t.end.is_some());
+    }
+
+    /// Whatever the answers say (`Retry-After: 0` included), one pay call sends at most
+    /// `max_attempts` requests and every wait between them is at least the base delay.
+    #[test]
+    fn the_pay_loop_never_hot_loops(
+        replies in proptest::collection::vec(reply(), 0..40),
+        gaps in proptest::collection::vec(0u64..50, 40),
+        units in proptest::collection::vec(0.0f64..1.0, 40),
+        base in 0u64..1_000, max_attempts in 1u32..12,
+    ) {
+        let policy = RetryPolicy { base_delay_ms: base, max_attempts, ..RetryPolicy::default() };
+        let t = drive(policy, 600_000, &replies, &gaps, &[true], &units)?;
+        prop_assert!(t.sends <= max_attempts, "{} sends > maxAttempts {}", t.sends, max_attempts);
+        prop_assert!(t.waits.iter().all(|w| *w >= base), "{:?} below {}", t.waits, base);
     }
 }

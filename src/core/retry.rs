@@ -2,26 +2,29 @@
 //!
 //! The anchors and where this goes further:
 //! - Stripe's clients wait `0.5 s · 2^n` capped at 5 s, jittered to ×0.5–1. We use the same
-//!   envelope with **full jitter** (AWS: `random(0, min(cap, base · 2^n))`), which spreads a
-//!   crowd of clients best after an outage.
-//! - After our own request **timeout** the wait is full jitter over the whole cap, `[0, 5 s)`,
+//!   envelope with jitter over all of it **above a floor**: every wait is drawn from
+//!   `[base, min(cap, base · 2^(n+1)))`. AWS's full jitter (`random(0, envelope)`) spreads a
+//!   crowd best but may wait 0 ms; a floor of `base` keeps most of the spread and makes a hot
+//!   loop impossible whatever the answers say.
+//! - After our own request **timeout** the wait is drawn over the whole cap, `[base, 5 s)`,
 //!   whatever `n` is: a timeout means the server may be down or drowning, and every client whose
-//!   request hung on it times out at about the same moment; `[0, 0.5 s)` cannot spread them.
+//!   request hung on it times out at about the same moment; `[0.5 s, 1 s)` cannot spread them.
 //! - AWS SDKs share a **retry budget** (a token bucket of 500; a retry costs 5, a timeout 10,
 //!   a success refills). Ours is per client and the same shape, so a dying server is not
-//!   hammered by every tab. Polling an attempt the server reports as in progress costs nothing:
-//!   the server paces it with `Retry-After`.
+//!   hammered by every tab. Polling an attempt the server reports as in progress costs nothing.
 //! - ky honours `Retry-After` up to a cap and aborts waits at once. We honour it up to
-//!   [`RetryPolicy::max_retry_after_ms`], never past the total deadline, and the web layer makes
-//!   every wait abortable. We **jitter** it over `[ra, 2·ra]`: clients the server shed in the
-//!   same instant with the same `Retry-After` must not all come back in the same instant.
-//! - A 429/503 **with** `Retry-After` ([`RetryCause::Paced`]) is the server pacing us, not a
-//!   failed send: like an in-progress poll it does not count towards
-//!   [`RetryPolicy::max_attempts`] (the deadline bounds it). Unlike a poll it still costs
-//!   [`BudgetConfig::retry_cost`] (as throttling errors do in AWS's standard mode): a server that
-//!   keeps shedding a client drains that client's bucket, so across calls the client stops
-//!   asking and reports `pending`, and a `Retry-After: 0` from a broken proxy cannot turn into
-//!   a minute of back-to-back requests.
+//!   [`RetryPolicy::max_retry_after_ms`], never below the base delay, never past the total
+//!   deadline, and the web layer makes every wait abortable. We **jitter** it over `[ra, 2·ra]`
+//!   (`ra` raised to the base delay first): clients the server shed in the same instant with the
+//!   same `Retry-After` must not all come back in the same instant, and `Retry-After: 0` means
+//!   "soon", not "now, forever".
+//! - [`RetryPolicy::max_attempts`] counts **every request** of a pay call: the first, retries,
+//!   polls of an attempt in progress and answers to `Retry-After`. A server that keeps answering
+//!   202 or 429 ends the call as `pending` (reason `attempts`) after that many requests; the
+//!   deadline and the budget bound it too. 429/503 with `Retry-After`
+//!   ([`RetryCause::Paced`]) also cost [`BudgetConfig::retry_cost`] (as throttling errors do in
+//!   AWS's standard mode): a server that keeps shedding a client drains that client's bucket,
+//!   so across calls the client stops asking.
 //!
 //! The figures behind these choices: `docs/retry-storm.md` (`crates/sim`, driven by this very
 //! module). Randomness is injected ([`Jitter`]), so tests and the simulation drive it
@@ -64,18 +67,25 @@ fn scaled(ceiling: u64, jitter: &mut impl Jitter) -> u64 {
 
 /// Backoff and retry limits. Public so a native simulation can reuse the exact policy.
 /// JavaScript sets it as `ClientOptions.retry` (members in camelCase, each optional).
+///
+/// Every wait is at least [`RetryPolicy::base_delay_ms`] and jittered, whatever the server
+/// says: a `Retry-After: 0` (a broken proxy, a misconfigured server) can never turn a pay call
+/// into back-to-back requests, and clients shed in the same instant never come back in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {
-    /// Backoff base: the first wait after no answer or a 5xx is drawn from `[0, base)`.
+    /// The least wait before any retry (default 500 ms). Backoff draws from
+    /// `[base, min(max_delay, base · 2^(n+1)))` before retry `n`; a `Retry-After` below it is
+    /// raised to it.
     pub base_delay_ms: u64,
-    /// Cap of the computed (jittered, exponential) wait; after our own timeout the wait is
-    /// drawn from `[0, max_delay)`.
+    /// Cap of the computed (jittered, exponential) wait (default 5 s); after our own timeout
+    /// the wait is drawn from `[base, max_delay)`.
     pub max_delay_ms: u64,
-    /// How many failed sends (no answer, timeout, 5xx without `Retry-After`) a pay call
-    /// tolerates before it returns `pending`. Polls of an in-progress attempt and 429/503 with
-    /// `Retry-After` do not count: the deadline bounds them.
+    /// How many requests one pay call sends at most, every one counted: the first, retries
+    /// after no answer or a 5xx, polls of an attempt in progress, and answers to a server's
+    /// `Retry-After` (default 8). Then the call returns `pending` (reason `attempts`).
     pub max_attempts: u32,
-    /// Cap of a server-requested `Retry-After`, jitter included.
+    /// Cap of a server-requested `Retry-After`, jitter included (default 10 s). Never lowers
+    /// a wait below `base_delay_ms`.
     pub max_retry_after_ms: u64,
     /// The retry budget.
     pub budget: BudgetConfig,
@@ -94,33 +104,46 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// The full-jitter wait before retry number `n` (0-based): uniform in
-    /// `[0, min(max_delay, base · 2^n))`, saturating instead of overflowing.
+    /// The wait before retry number `n` (0-based): uniform in
+    /// `[base, max(base, min(max_delay, base · 2^(n+1))))`, saturating instead of overflowing.
     pub fn backoff_ms(&self, n: u32, jitter: &mut impl Jitter) -> u64 {
-        let exp = self
-            .base_delay_ms
-            .saturating_mul(1u64.checked_shl(n.min(63)).unwrap_or(u64::MAX));
-        scaled(exp.min(self.max_delay_ms), jitter)
+        let exp = self.base_delay_ms.saturating_mul(
+            1u64.checked_shl(n.saturating_add(1).min(63))
+                .unwrap_or(u64::MAX),
+        );
+        self.above_base(exp.min(self.max_delay_ms), jitter)
     }
 
-    /// The wait after our own request timeout: full jitter over the cap, `[0, max_delay)`.
+    /// The wait after our own request timeout: uniform over `[base, max_delay)`.
     pub fn after_timeout_ms(&self, jitter: &mut impl Jitter) -> u64 {
-        scaled(self.max_delay_ms, jitter)
+        self.above_base(self.max_delay_ms, jitter)
     }
 
-    /// The wait for a server's `Retry-After: ra`: uniform in `[ra, 2·ra]`, both ends capped by
-    /// `max_retry_after_ms` (so never below `min(ra, cap)` nor above `min(2·ra, cap)`).
+    /// `base` plus jitter up to `top` (nothing above `base` when `top <= base`).
+    fn above_base(&self, top: u64, jitter: &mut impl Jitter) -> u64 {
+        let base = self.base_delay_ms;
+        base + scaled(top.saturating_sub(base), jitter)
+    }
+
+    /// The wait for a server's `Retry-After: ra`: `lo = max(base, min(ra, cap))`, uniform in
+    /// `[lo, min(2·lo, max(cap, lo))]` where `cap` is `max_retry_after_ms`. So never sooner
+    /// than the server asked (up to the cap) nor than the base delay, and jittered even for
+    /// `Retry-After: 0`.
     pub fn retry_after_wait_ms(&self, ra: u64, jitter: &mut impl Jitter) -> u64 {
-        let floor = ra.min(self.max_retry_after_ms);
-        let top = ra.saturating_mul(2).min(self.max_retry_after_ms);
-        floor + scaled(top - floor, jitter)
+        let lo = self.retry_after_floor_ms(ra);
+        let top = lo.saturating_mul(2).min(self.max_retry_after_ms.max(lo));
+        lo + scaled(top - lo, jitter)
+    }
+
+    fn retry_after_floor_ms(&self, ra: u64) -> u64 {
+        ra.min(self.max_retry_after_ms).max(self.base_delay_ms)
     }
 
     /// The wait before the next send after `cause`, and the least of it that must fit before
-    /// the deadline: `(floor, wait)`. A server's `Retry-After` (jittered, capped) when it gave
-    /// one; after our timeout, full jitter over the cap; otherwise the jittered backoff. Only
-    /// `Retry-After` has a floor below the wait (the server's own number): the jitter on top
-    /// may be cut at the deadline, the floor may not.
+    /// the deadline: `(floor, wait)`. A server's `Retry-After` (floored, jittered, capped) when
+    /// it gave one; after our timeout, `[base, cap)`; otherwise the jittered backoff. The
+    /// floor is the server's number (or the base delay, if larger) for `Retry-After`, the base
+    /// delay otherwise: the jitter above it may be cut at the deadline, the floor may not.
     pub fn delay_ms(
         &self,
         n: u32,
@@ -130,25 +153,13 @@ impl RetryPolicy {
     ) -> (u64, u64) {
         match (retry_after_ms, cause) {
             (Some(ra), _) => (
-                ra.min(self.max_retry_after_ms),
+                self.retry_after_floor_ms(ra),
                 self.retry_after_wait_ms(ra, jitter),
             ),
-            (None, RetryCause::TimedOut) => {
-                let ms = self.after_timeout_ms(jitter);
-                (ms, ms)
-            }
-            (None, _) => {
-                let ms = self.backoff_ms(n, jitter);
-                (ms, ms)
-            }
+            (None, RetryCause::TimedOut) => (self.base_delay_ms, self.after_timeout_ms(jitter)),
+            (None, _) => (self.base_delay_ms, self.backoff_ms(n, jitter)),
         }
     }
-}
-
-/// True for a send that failed (it counts towards `max_attempts`); false for answers with
-/// which the server paces us: an attempt in progress, a 429/503 with `Retry-After`.
-fn is_failed_send(cause: RetryCause) -> bool {
-    !matches!(cause, RetryCause::InProgress | RetryCause::Paced)
 }
 
 /// The retry budget's shape (AWS "standard" retry mode numbers by default).
@@ -265,7 +276,7 @@ pub struct Schedule {
     deadline_ms: u64,
     long_wait_ms: u64,
     waits: u32,
-    failures: u32,
+    sends: u32,
     told_longer: bool,
 }
 
@@ -278,7 +289,7 @@ impl Schedule {
             deadline_ms,
             long_wait_ms,
             waits: 0,
-            failures: 0,
+            sends: 0,
             told_longer: false,
         }
     }
@@ -297,8 +308,9 @@ impl Schedule {
         fire
     }
 
-    /// Decides what follows a verdict that was not final: counts failed sends (not polls, not
-    /// paced answers), draws the wait, keeps it inside the deadline, charges the budget.
+    /// Decides what follows a verdict that was not final: counts the send it answers (every
+    /// send counts towards `max_attempts`), draws the wait, keeps it inside the deadline,
+    /// charges the budget.
     /// `Final` and `Rejected` verdicts end the call elsewhere; given one here, this gives up
     /// (defensive, never a panic).
     pub fn after(
@@ -315,11 +327,11 @@ impl Schedule {
             } => (*cause, *retry_after_ms),
             _ => return Next::GiveUp(PendingReason::Attempts),
         };
-        if is_failed_send(cause) {
-            self.failures += 1;
-            if self.failures >= self.policy.max_attempts {
-                return Next::GiveUp(PendingReason::Attempts);
-            }
+        // Every answer that reaches here is one more request sent: the first, a retry, a poll
+        // or an answer to `Retry-After` alike.
+        self.sends += 1;
+        if self.sends >= self.policy.max_attempts {
+            return Next::GiveUp(PendingReason::Attempts);
         }
         let (floor, ms) = self.policy.delay_ms(self.waits, cause, retry_after, jitter);
         // A wait whose floor ends past the deadline is pointless: report pending now. Jitter
@@ -374,17 +386,17 @@ mod tests {
     ];
 
     #[test]
-    fn backoff_envelope_doubles_up_to_the_cap() {
+    fn backoff_envelope_doubles_up_to_the_cap_above_the_base() {
         let p = RetryPolicy::default();
         let near_one = 0.999_999;
         let tops: Vec<u64> = (0..6)
             .map(|n| p.backoff_ms(n, &mut fixed(near_one)))
             .collect();
-        assert_eq!(tops, vec![499, 999, 1999, 3999, 4999, 4999]);
+        assert_eq!(tops, vec![999, 1999, 3999, 4999, 4999, 4999]);
         assert_eq!(
             p.backoff_ms(3, &mut fixed(0.0)),
-            0,
-            "full jitter reaches zero"
+            500,
+            "the jitter never goes below the base delay"
         );
     }
 
@@ -401,32 +413,45 @@ mod tests {
             (p.max_retry_after_ms, p.max_retry_after_ms),
             "an absurd Retry-After is capped"
         );
+        // `Retry-After: 0` is raised to the base delay and still jittered: no hot loop.
+        assert_eq!(wait(0, 0.0), (500, 500));
+        assert_eq!(wait(0, 0.5), (500, 750));
+        assert_eq!(wait(100, 0.999_999), (500, 999));
+        // A cap below the base delay never lowers a wait under it.
+        let low_cap = RetryPolicy {
+            max_retry_after_ms: 100,
+            ..p
+        };
+        assert_eq!(
+            low_cap.delay_ms(0, RetryCause::InProgress, Some(0), &mut fixed(0.9)),
+            (500, 500)
+        );
     }
 
     #[test]
     fn a_timeout_spreads_the_first_wait_over_the_whole_cap() {
         let p = RetryPolicy::default();
         let near_one = 0.999_999;
-        // No answer: the usual envelope starts at base (0.5 s).
+        // No answer: the usual envelope starts at [0.5 s, 1 s).
         assert_eq!(
             p.delay_ms(0, RetryCause::NoAnswer, None, &mut fixed(near_one)),
-            (499, 499)
+            (500, 999)
         );
-        // Our own timeout: the first wait already spans [0, 5 s).
+        // Our own timeout: the first wait already spans [0.5 s, 5 s).
         assert_eq!(
             p.delay_ms(0, RetryCause::TimedOut, None, &mut fixed(near_one)),
-            (4_999, 4_999)
+            (500, 4_999)
         );
         assert_eq!(
             p.delay_ms(0, RetryCause::TimedOut, None, &mut fixed(0.0)),
-            (0, 0)
+            (500, 500)
         );
-        // Through a schedule: the first wait after a timeout may be anywhere below the cap.
+        // Through a schedule: the first wait after a timeout may be anywhere in the window.
         let mut s = Schedule::new(p, 0.0, DEFAULT_DEADLINE_MS, DEFAULT_LONG_WAIT_MS);
         let mut b = RetryBudget::new(BudgetConfig::default());
         assert_eq!(
             s.after(&TIMED_OUT, 15_000.0, &mut b, &mut fixed(0.6)),
-            Next::Wait { ms: 3_000 }
+            Next::Wait { ms: 3_200 }
         );
         assert_eq!(b.tokens(), 490, "a timeout costs the timeout price");
     }
@@ -454,35 +479,26 @@ mod tests {
     }
 
     #[test]
-    fn schedule_gives_up_after_max_attempts_but_polls_and_pacing_do_not_count() {
+    fn schedule_gives_up_after_max_attempts_counting_polls_and_pacing() {
         let policy = RetryPolicy {
             max_attempts: 3,
             ..RetryPolicy::default()
         };
         let mut s = Schedule::new(policy, 0.0, 600_000, 15_000);
         let mut b = RetryBudget::new(BudgetConfig::default());
-        for _ in 0..20 {
-            assert_eq!(
-                s.after(&poll(1_000), 0.0, &mut b, &mut fixed(0.5)),
-                Next::Wait { ms: 1_500 }
-            );
-            assert_eq!(
-                s.after(&paced(1_000), 0.0, &mut b, &mut fixed(0.0)),
-                Next::Wait { ms: 1_000 }
-            );
-        }
-        assert_eq!(b.tokens(), 500 - 20 * 5, "polls are free, pacing is not");
-        assert!(matches!(
-            s.after(&NO_ANSWER, 0.0, &mut b, &mut fixed(0.5)),
-            Next::Wait { .. }
-        ));
-        assert!(matches!(
-            s.after(&NO_ANSWER, 0.0, &mut b, &mut fixed(0.5)),
-            Next::Wait { .. }
-        ));
         assert_eq!(
-            s.after(&NO_ANSWER, 0.0, &mut b, &mut fixed(0.5)),
-            Next::GiveUp(PendingReason::Attempts)
+            s.after(&poll(1_000), 0.0, &mut b, &mut fixed(0.5)),
+            Next::Wait { ms: 1_500 }
+        );
+        assert_eq!(
+            s.after(&paced(1_000), 0.0, &mut b, &mut fixed(0.0)),
+            Next::Wait { ms: 1_000 }
+        );
+        assert_eq!(b.tokens(), 500 - 5, "polls are free, pacing is not");
+        assert_eq!(
+            s.after(&poll(0), 0.0, &mut b, &mut fixed(0.5)),
+            Next::GiveUp(PendingReason::Attempts),
+            "the third request was the last"
         );
     }
 
@@ -510,22 +526,28 @@ mod tests {
     }
 
     #[test]
-    fn paced_answers_end_at_the_deadline_not_at_max_attempts() {
-        let mut s = Schedule::new(RetryPolicy::default(), 0.0, DEFAULT_DEADLINE_MS, 10_000);
-        let mut b = RetryBudget::new(BudgetConfig::default());
-        let mut now = 0.0;
-        let mut sends = 1;
-        let end = loop {
-            match s.after(&paced(1_000), now, &mut b, &mut fixed(0.5)) {
-                Next::Wait { ms } => {
-                    now += ms as f64;
-                    sends += 1;
+    fn paced_answers_end_at_max_attempts_or_at_the_deadline() {
+        let run = |policy: RetryPolicy| {
+            let mut s = Schedule::new(policy, 0.0, DEFAULT_DEADLINE_MS, 10_000);
+            let mut b = RetryBudget::new(BudgetConfig::default());
+            let (mut now, mut sends) = (0.0, 1);
+            loop {
+                match s.after(&paced(1_000), now, &mut b, &mut fixed(0.5)) {
+                    Next::Wait { ms } => {
+                        now += ms as f64;
+                        sends += 1;
+                    }
+                    Next::GiveUp(r) => break (r, sends, now),
                 }
-                Next::GiveUp(r) => break r,
             }
         };
-        assert_eq!(end, PendingReason::Deadline);
-        assert!(sends > RetryPolicy::default().max_attempts, "{sends} sends");
+        let (end, sends, _) = run(RetryPolicy::default());
+        assert_eq!((end, sends), (PendingReason::Attempts, 8));
+        let (end, sends, now) = run(RetryPolicy {
+            max_attempts: 1_000,
+            ..RetryPolicy::default()
+        });
+        assert_eq!(end, PendingReason::Deadline, "{sends} sends");
         assert!(
             now < DEFAULT_DEADLINE_MS as f64,
             "the last wait ended in time"
@@ -552,67 +574,70 @@ mod tests {
 
     proptest! {
         #[test]
-        fn backoff_stays_within_zero_and_the_cap(
+        fn backoff_stays_within_the_base_and_the_cap(
             base in 0u64..100_000, cap in 0u64..1_000_000, n in 0u32..200, u in proptest::num::f64::ANY,
         ) {
             let p = RetryPolicy { base_delay_ms: base, max_delay_ms: cap, ..RetryPolicy::default() };
             let d = p.backoff_ms(n, &mut fixed(u));
-            prop_assert!(d <= cap);
-            prop_assert!(d <= base.saturating_mul(1u64.checked_shl(n.min(63)).unwrap_or(u64::MAX)));
+            prop_assert!(d >= base);
+            prop_assert!(d <= cap.max(base));
+            let envelope = base.saturating_mul(1u64.checked_shl(n.saturating_add(1).min(63)).unwrap_or(u64::MAX));
+            prop_assert!(d <= envelope.max(base));
         }
 
         #[test]
-        fn retry_after_waits_stay_within_ra_and_twice_ra_under_the_cap(
-            ra in 0u64..10_000_000, cap in 0u64..1_000_000, n in 0u32..100,
+        fn retry_after_waits_stay_within_ra_and_twice_ra_under_the_cap_above_the_base(
+            ra in 0u64..10_000_000, cap in 0u64..1_000_000, base in 0u64..5_000, n in 0u32..100,
             c in 0usize..5, u in proptest::num::f64::ANY,
         ) {
-            let p = RetryPolicy { max_retry_after_ms: cap, ..RetryPolicy::default() };
+            let p = RetryPolicy { max_retry_after_ms: cap, base_delay_ms: base, ..RetryPolicy::default() };
             let (floor, d) = p.delay_ms(n, CAUSES[c], Some(ra), &mut fixed(u));
-            prop_assert_eq!(floor, ra.min(cap));
-            prop_assert!(d >= ra.min(cap), "{} < {}", d, ra.min(cap));
-            prop_assert!(d <= (2 * ra).min(cap), "{} > {}", d, (2 * ra).min(cap));
+            let lo = ra.min(cap).max(base);
+            prop_assert_eq!(floor, lo);
+            prop_assert!(d >= lo, "{} < {}", d, lo);
+            prop_assert!(d <= (2 * lo).min(cap.max(lo)), "{} > {}", d, (2 * lo).min(cap.max(lo)));
         }
 
         #[test]
-        fn the_wait_after_a_timeout_is_below_the_cap(
-            n in 0u32..100, cap in 1u64..1_000_000, u in 0.0f64..1.0,
+        fn the_wait_after_a_timeout_is_within_the_base_and_the_cap(
+            n in 0u32..100, cap in 501u64..1_000_000, u in 0.0f64..1.0,
         ) {
             let p = RetryPolicy { max_delay_ms: cap, ..RetryPolicy::default() };
             let (floor, d) = p.delay_ms(n, RetryCause::TimedOut, None, &mut fixed(u));
-            prop_assert_eq!(floor, d);
-            prop_assert!(d < cap);
-            // and the draw uses the whole window, not just [0, base)
-            prop_assert_eq!(d, ((cap as f64) * u) as u64);
+            prop_assert_eq!(floor, 500);
+            prop_assert!((500..cap).contains(&d));
+            // and the draw uses the whole window, not just [base, 2 base)
+            prop_assert_eq!(d, 500 + (((cap - 500) as f64) * u) as u64);
         }
 
         #[test]
-        fn paced_answers_never_exhaust_attempts_but_respect_the_deadline(
-            ras in proptest::collection::vec(0u64..20_000, 1..200),
-            us in proptest::collection::vec(0.0f64..1.0, 200),
-            step in 0u64..2_000,
+        fn every_wait_is_at_least_the_base_delay_and_sends_stop_at_max_attempts(
+            causes in proptest::collection::vec((0usize..5, proptest::option::of(0u64..3)), 1..100),
+            us in proptest::collection::vec(proptest::num::f64::ANY, 100),
+            base in 0u64..2_000, max_attempts in 1u32..20, step in 0u64..2_000,
         ) {
-            let deadline = DEFAULT_DEADLINE_MS;
-            let mut s = Schedule::new(RetryPolicy::default(), 0.0, deadline, 10_000);
+            let policy = RetryPolicy { base_delay_ms: base, max_attempts, ..RetryPolicy::default() };
+            let mut s = Schedule::new(policy, 0.0, DEFAULT_DEADLINE_MS, 10_000);
             let mut b = RetryBudget::new(BudgetConfig::default());
-            let mut now = 0.0;
-            for (ra, u) in ras.iter().zip(&us) {
-                match s.after(&paced(*ra), now, &mut b, &mut fixed(*u)) {
+            let (mut now, mut sends) = (0.0, 1u32);
+            for ((c, ra_s), u) in causes.iter().zip(&us) {
+                let v = Verdict::Retry { cause: CAUSES[*c], retry_after_ms: ra_s.map(|s| s * 1000) };
+                match s.after(&v, now, &mut b, &mut fixed(*u)) {
                     Next::Wait { ms } => {
-                        prop_assert!(ms >= (*ra).min(10_000), "sooner than the server asked");
-                        prop_assert!(now + (ms as f64) < deadline as f64, "waited past the deadline");
+                        prop_assert!(ms >= base, "{} ms < base {}", ms, base);
+                        if let Some(ra) = ra_s {
+                            prop_assert!(ms >= (ra * 1000).min(10_000), "sooner than the server asked");
+                        }
+                        prop_assert!(now + (ms as f64) < DEFAULT_DEADLINE_MS as f64);
+                        sends += 1;
+                        prop_assert!(sends <= max_attempts, "{} sends > {}", sends, max_attempts);
                         now += (ms + step) as f64;
                     }
                     Next::GiveUp(PendingReason::Attempts) => {
-                        prop_assert!(false, "paced answers counted as failed sends");
-                    }
-                    Next::GiveUp(PendingReason::Deadline) => {
-                        prop_assert!((*ra).min(10_000) as f64 >= deadline as f64 - now);
+                        prop_assert_eq!(sends, max_attempts);
                         break;
                     }
-                    Next::GiveUp(PendingReason::Budget) => {
-                        prop_assert!(b.tokens() < BudgetConfig::default().retry_cost);
-                        break;
-                    }
+                    Next::GiveUp(_) => break,
                 }
             }
         }

@@ -124,10 +124,6 @@ pub(crate) fn sleep(ms: u64) -> (Promise, Timeout) {
     (p, timer(resolve, ms))
 }
 
-fn window() -> Result<web_sys::Window, SdkError> {
-    web_sys::window().ok_or(SdkError::Unsupported("no window"))
-}
-
 /// True when the browser says it is offline.
 pub(crate) fn offline() -> bool {
     web_sys::window().is_some_and(|w| !w.navigator().on_line())
@@ -196,21 +192,98 @@ pub(crate) async fn lock(name: &str, abort: &Abort) -> Result<Option<LockGuard>,
     }
 }
 
+/// How requests leave, as the app configured it (`ClientOptions.fetch`, `headers`,
+/// `credentials`). What a request carries (the key, the body) is never the app's to change.
+pub(crate) struct Transport {
+    /// The app's `fetch`, else the global one.
+    pub fetch: Option<Function>,
+    /// `undefined`, a `HeadersInit`, or a function returning one (or a promise of one), called
+    /// before every request.
+    pub headers: JsValue,
+    /// `RequestInit.credentials`.
+    pub credentials: JsValue,
+}
+
 /// One HTTP request's parts. Every request is a JSON POST (`Content-Type` is set here).
 pub(crate) struct Call<'a> {
     pub url: &'a str,
     pub headers: &'a [(&'a str, &'a str)],
     pub body: &'a str,
     pub timeout_ms: u32,
+    pub transport: &'a Transport,
 }
 
-/// POSTs JSON with credentials, a per-request timeout and the caller's abort, and decodes the
-/// answer: 2xx as `T`, anything else as a problem. Never fails except on abort.
+/// The app's headers for one request (its function called now, its promise awaited), with
+/// ours set over them: `Content-Type`, the key. `None` when the app's headers function threw,
+/// rejected or gave something that is not a `HeadersInit`: the request cannot leave.
+async fn request_headers(
+    call: &Call<'_>,
+    abort: &Abort,
+) -> Result<Option<web_sys::Headers>, SdkError> {
+    let mut init = call.transport.headers.clone();
+    if let Some(f) = init.dyn_ref::<Function>() {
+        let Ok(v) = f.call0(&JsValue::NULL) else {
+            return Ok(None);
+        };
+        init = v;
+        if init.is_instance_of::<Promise>() {
+            match abort.guard(init.unchecked_into()).await? {
+                Ok(v) => init = v,
+                Err(_) => return Ok(None),
+            }
+        }
+    }
+    let headers = if init.is_undefined() || init.is_null() {
+        web_sys::Headers::new()
+    } else {
+        web_sys::Headers::new_with_str_sequence_sequence(&init)
+    };
+    let Ok(headers) = headers else {
+        return Ok(None);
+    };
+    let json = [("Content-Type", "application/json")];
+    for (k, v) in json.iter().chain(call.headers) {
+        // `set` replaces whatever the app put under the same name, in any letter case.
+        let _ = headers.set(k, v);
+    }
+    Ok(Some(headers))
+}
+
+/// The app's `fetch`, else the global one (a window, a worker, Node).
+fn fetch_fn(t: &Transport) -> Option<Function> {
+    t.fetch.clone().or_else(|| {
+        Reflect::get(&js_sys::global(), &"fetch".into())
+            .ok()
+            .and_then(|f| f.dyn_into().ok())
+    })
+}
+
+/// An answer decoded, with what the app may want to see of it.
+pub(crate) struct Answer<T> {
+    pub reply: Reply<T>,
+    /// The body as received (JSON-decoded, or the text when it is not JSON; `undefined`
+    /// without one): what an error shows the app.
+    pub body: JsValue,
+    /// The server said the body is a stored result replayed for a known key.
+    pub replayed: bool,
+}
+
+/// POSTs JSON through the app's transport with a per-request timeout and the caller's abort,
+/// and decodes the answer: 2xx as `T`, anything else as a problem. Never fails except on abort.
 pub(crate) async fn post<T: DeserializeOwned>(
     call: Call<'_>,
     abort: &Abort,
-) -> Result<Reply<T>, SdkError> {
-    Ok(decode(exchange(call, abort).await?))
+) -> Result<Answer<T>, SdkError> {
+    let (raw, replayed) = exchange(call, abort).await?;
+    let body = match &raw {
+        Reply::Http { ok: Some(b), .. } => b.clone(),
+        _ => JsValue::UNDEFINED,
+    };
+    Ok(Answer {
+        reply: decode(raw),
+        body,
+        replayed,
+    })
 }
 
 /// An error answer body: only the members the SDK decides on (the server's [`Problem`] has
@@ -273,26 +346,32 @@ fn decode<T: DeserializeOwned>(raw: Reply<JsValue>) -> Reply<T> {
     }
 }
 
+/// At most 2,000 characters of a body that is not JSON (an HTML error page): enough to tell
+/// what answered.
+fn cut(mut text: String) -> String {
+    if let Some((at, _)) = text.char_indices().nth(2_000) {
+        text.truncate(at);
+    }
+    text
+}
+
 /// The request itself, not generic over the answer type (one copy in the module). The raw
 /// JSON body, whatever the status, travels in `ok`.
-async fn exchange(call: Call<'_>, abort: &Abort) -> Result<Reply<JsValue>, SdkError> {
-    let w = window()?;
+async fn exchange(call: Call<'_>, abort: &Abort) -> Result<(Reply<JsValue>, bool), SdkError> {
+    let fetch = fetch_fn(call.transport).ok_or(SdkError::Unsupported("no fetch"))?;
     let controller =
         AbortController::new().map_err(|_| SdkError::Unsupported("no AbortController"))?;
-    let headers = js_sys::Object::new();
-    let json = [("Content-Type", "application/json")];
-    for (k, v) in json.iter().chain(call.headers) {
-        let _ = Reflect::set(&headers, &(*k).into(), &(*v).into());
-    }
+    let Some(headers) = request_headers(&call, abort).await? else {
+        return Ok((Reply::NoAnswer { timed_out: false }, false));
+    };
     // A plain `RequestInit` dictionary: no web-sys setter bindings needed.
-    let init: web_sys::RequestInit = value::object(&[
+    let init = value::object(&[
         ("method", &"POST".into()),
-        ("credentials", &"include".into()),
+        ("credentials", &call.transport.credentials),
         ("headers", &headers.into()),
         ("body", &call.body.into()),
         ("signal", &controller.signal().into()),
-    ])
-    .unchecked_into();
+    ]);
     // Our timeout aborts our own controller: fetch, or the body read, then rejects.
     let stop = Reflect::get(&controller, &"abort".into())
         .map(|f| {
@@ -305,42 +384,52 @@ async fn exchange(call: Call<'_>, abort: &Abort) -> Result<Reply<JsValue>, SdkEr
     let deadline = timer(stop, call.timeout_ms.into());
     let timed_out = || controller.signal().aborted();
     let answer = async {
-        let Ok(resp) = abort
-            .guard(w.fetch_with_str_and_init(call.url, &init))
-            .await?
-        else {
+        // A fetch that throws instead of rejecting is a request that never left.
+        let sent = match fetch.call2(&JsValue::NULL, &call.url.into(), &init) {
+            Ok(p) => Promise::resolve(&p),
+            Err(_) => return Ok(None),
+        };
+        let Ok(resp) = abort.guard(sent).await? else {
             return Ok(None);
         };
         let resp: Response = resp.unchecked_into();
-        let retry_after = resp
-            .headers()
-            .get(payonce_protocol::headers::RETRY_AFTER)
-            .ok()
-            .flatten();
-        // A body that is not JSON decodes to nothing; the status still counts. A body our
-        // timeout cut off is no answer, as a request that never came back.
-        let body = match resp.json() {
+        let header = |name| resp.headers().get(name).ok().flatten();
+        let retry_after = header(payonce_protocol::headers::RETRY_AFTER);
+        let replayed =
+            header(payonce_protocol::headers::IDEMPOTENT_REPLAYED).as_deref() == Some("true");
+        // A body that is not JSON is kept as its text (it decodes to nothing; the status still
+        // counts). A body our timeout cut off is no answer, as a request that never came back.
+        let body = match resp.text() {
             Ok(p) => match abort.guard(p).await? {
-                Ok(b) => Some(b),
+                Ok(text) => {
+                    let t = text.as_string().unwrap_or_default();
+                    Some(js_sys::JSON::parse(&t).unwrap_or_else(|_| cut(t).into()))
+                }
                 Err(_) if timed_out() => return Ok(None),
                 Err(_) => None,
             },
             Err(_) => None,
         };
-        Ok(Some((resp.status(), retry_after, body)))
+        Ok(Some((resp.status(), retry_after, body, replayed)))
     }
     .await;
     drop(deadline);
     match answer {
-        Ok(Some((status, retry_after, body))) => Ok(Reply::Http {
-            status,
-            retry_after,
-            ok: body,
-            problem: None,
-        }),
-        Ok(None) => Ok(Reply::NoAnswer {
-            timed_out: timed_out(),
-        }),
+        Ok(Some((status, retry_after, body, replayed))) => Ok((
+            Reply::Http {
+                status,
+                retry_after,
+                ok: body,
+                problem: None,
+            },
+            replayed,
+        )),
+        Ok(None) => Ok((
+            Reply::NoAnswer {
+                timed_out: timed_out(),
+            },
+            false,
+        )),
         // The caller aborted: stop the request on the wire too.
         Err(e) => {
             controller.abort();

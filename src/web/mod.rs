@@ -2,35 +2,39 @@
 //! decision is made by [`crate::core`].
 //!
 //! # Layout
-//! - `mod.rs`: the facade, option parsing and the pay loop that drives the core.
+//! - `mod.rs`: the facade, option parsing, and the driver that performs the core's pay flow
+//!   ([`crate::core::flow`]) effect by effect.
 //! - [`store`]: sessionStorage / memory entries.
 //! - [`io`]: fetch with timeout, abortable waits, `online`, Web Locks, all as JS promises.
 //! - [`tabs`]: BroadcastChannel receipts and duplicate-tab detection.
 //! - [`value`]: JS values in and out through serde-wasm-bindgen (options, checkouts, answers,
 //!   stored attempts, outcomes).
 
+mod error;
 mod io;
 mod store;
 mod tabs;
 mod value;
 
-use crate::core::attempt::{after_verdict, plan_pay, Attempt, Entry, PayPlan};
-use crate::core::classify::{
-    classify_cancel, classify_pay, CancelOutcome, Final, RetryCause, Verdict,
-};
+use crate::core::attempt::Entry;
+use crate::core::classify::{classify_cancel, classify_pay_for, CancelOutcome, Final, Reply};
 use crate::core::error::{SdkError, Warning};
+use crate::core::flow::{Effect, FlowConfig, PayEnd, PayFlow};
+use crate::core::receipt::{self, Receipt};
 use crate::core::retry::{
-    BudgetConfig, Next, PendingReason, RetryBudget, RetryPolicy, Schedule, DEFAULT_DEADLINE_MS,
+    BudgetConfig, PendingReason, RetryBudget, RetryPolicy, DEFAULT_DEADLINE_MS,
     DEFAULT_LONG_WAIT_MS, DEFAULT_REQUEST_TIMEOUT_MS,
 };
+pub use error::PayonceError;
 use io::{Abort, Call};
 use js_sys::{Function, Promise, Reflect};
 use payonce_protocol::body::{paths, DevFault};
-use payonce_protocol::{headers, CancelRequest, CheckoutSnapshot, IdempotencyKey};
+use payonce_protocol::{headers, CancelRequest, CheckoutSnapshot, IdempotencyKey, PayResponse};
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::rc::Rc;
 use store::Store;
+use value::Kind;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::spawn_local;
@@ -43,6 +47,12 @@ export interface Checkout {
   /** The server's order version the customer saw. */
   orderVersion: number;
   paymentMethodId: string;
+  /**
+   * Extra intention fields (default none), e.g. `{ shippingOptionId: "ship_express", couponCode: "SAVE10" }`:
+   * sent as the pay body's `extras`, stored with the attempt, and part of the match (other
+   * extras while an attempt is open reject with SNAPSHOT_CONFLICT). String values only.
+   */
+  extras?: Record<string, string>;
 }
 export interface Payment {
   id: string;
@@ -54,16 +64,30 @@ export interface Payment {
   chargeId: string;
   status: "succeeded" | "refunded";
 }
-/** The result of `pay`. Only `pending` keeps the key (the server may still be charging). */
+/**
+ * The result of `pay`. `pending` and `actionRequired` keep the key (the server may still be
+ * charging, or waits for the customer); every other outcome is final and removes it.
+ */
 export type PayOutcome =
   | { kind: "paid"; payment: Payment }
+  /**
+   * The customer must act first (e.g. 3-D Secure). `next` is the server's opaque payload (for
+   * example `{ type: "redirect", url }`). After the action, `pay` with the same checkout (or
+   * `resume(orderId)`) sends the same key and finishes the attempt.
+   */
+  | { kind: "actionRequired"; next: unknown }
   | { kind: "declined"; code: "PAYMENT_DECLINED" | "PAYMENT_FAILED" }
   | { kind: "orderChanged"; currentVersion?: number }
   | { kind: "cancelled" }
   | { kind: "pending"; reason: "deadline" | "attempts" | "budget" };
-/** The result of `cancel`. `processing` and `unknown` keep the key. */
+/**
+ * The result of `cancel`. `processing` and `unknown` keep the key. `notFound`: the server does
+ * not know this key for this order (the order is not this user's or is gone, or the key
+ * belongs to another order); nothing can be charged with it, so the key is removed.
+ */
 export type CancelOutcome =
   | { kind: "none" }
+  | { kind: "notFound"; problemCode: "ORDER_NOT_FOUND" | "KEY_REUSED_WITH_DIFFERENT_DETAILS" }
   | { kind: "cancelled" }
   | { kind: "declined" }
   | { kind: "failed" }
@@ -71,29 +95,110 @@ export type CancelOutcome =
   | { kind: "processing" }
   | { kind: "unknown" };
 export type PayStatus = "processing" | "checkingStatus" | "takingLonger" | "waitingForNetwork";
+/**
+ * How `pay` retries with the same key. Every member is optional; the defaults are shown.
+ * Every wait is at least `baseDelayMs` and jittered, whatever the server's `Retry-After` says.
+ */
 export interface RetryOptions {
+  /**
+   * The least wait before any retry, in ms (default 500). The n-th backoff (0-based) is drawn
+   * from [baseDelayMs, min(maxDelayMs, baseDelayMs * 2^(n+1))); a `Retry-After` below it is
+   * raised to it.
+   */
   baseDelayMs?: number;
+  /** Cap of the backoff, in ms (default 5000); after a request timeout the wait is drawn from [baseDelayMs, maxDelayMs). */
   maxDelayMs?: number;
+  /**
+   * Most requests one `pay` call sends, every one counted: the first, retries, polls of an
+   * attempt in progress (202 / 409 IN_PROGRESS) and answers to 429/503 (default 8). Then `pay`
+   * resolves `{ kind: "pending", reason: "attempts" }` and the key is kept.
+   */
   maxAttempts?: number;
+  /** Cap of a server's `Retry-After`, jitter included, in ms (default 10000). */
   maxRetryAfterMs?: number;
+  /**
+   * The client's retry budget, shared by its `pay` calls (defaults: capacity 500, retryCost 5,
+   * timeoutCost 10, successRefill 1). A retry after no answer, a 5xx or a 429/503 costs
+   * `retryCost`, one after our own timeout `timeoutCost`, a poll of an attempt in progress
+   * nothing; a final answer refills `successRefill`. Empty: `pending` with reason "budget".
+   */
   budget?: { capacity?: number; retryCost?: number; timeoutCost?: number; successRefill?: number };
 }
-export type PayonceWarningCode = "STORAGE_UNAVAILABLE" | "UNREADABLE_ENTRY" | "DUPLICATED_TAB";
+/**
+ * What `onWarning` hears. `PROTOCOL_MISMATCH`: every request of a `pay` call failed at the
+ * network level (a CORS refusal, e.g. `Access-Control-Allow-Origin: *` with credentials, or an
+ * unreachable server); the call still resolves `pending`, key kept.
+ */
+export type PayonceWarningCode =
+  | "STORAGE_UNAVAILABLE"
+  | "UNREADABLE_ENTRY"
+  | "DUPLICATED_TAB"
+  | "PROTOCOL_MISMATCH";
 export interface ClientOptions {
-  /** The payonce API origin, e.g. "https://api.example.com". */
+  /**
+   * The payonce API origin, e.g. "https://api.example.com". Required: the default endpoints
+   * are under it.
+   */
   baseUrl: string;
+  /**
+   * The `fetch` every request goes through (default: the global `fetch`), called as
+   * `fetch(url, init)`; a test double, an instrumented fetch, or Node's.
+   */
+  fetch?: (url: string, init: RequestInit) => Promise<Response>;
+  /**
+   * Headers added to every request (default: none): an object, or a function (sync or async)
+   * called before every request, e.g. a Bearer token that refreshes or a CSRF token. The SDK
+   * sets `Content-Type` and `Idempotency-Key` over them: the key is never the app's to change.
+   */
+  headers?: HeadersInit | (() => HeadersInit | Promise<HeadersInit>);
+  /** `RequestInit.credentials` of every request (default "include": the session cookie goes along). */
+  credentials?: "include" | "same-origin" | "omit";
+  /**
+   * The URLs of an order's pay and cancel endpoints (defaults: `${baseUrl}/orders/${encodeURIComponent(orderId)}/pay`
+   * and `.../cancel`). Each gets the order id as given; encode it yourself. The request bodies,
+   * the key and how answers are read stay the SDK's.
+   */
+  endpoints?: { pay?: (orderId: string) => string; cancel?: (orderId: string) => string };
+  /** Per-request timeout, in ms (default 15000). A timed-out request is retried with the same key. */
   requestTimeoutMs?: number;
+  /** Backoff, attempts and budget (see `RetryOptions` for every default). */
   retry?: RetryOptions;
-  /** Total time one `pay` keeps asking before it returns `pending`. */
+  /** Total time one `pay` keeps asking before it returns `pending` (reason "deadline"), in ms (default 60000). */
   deadlineMs?: number;
-  /** When `onStatus` hears "takingLonger". */
+  /** When `onStatus` hears "takingLonger", in ms after `pay` started (default 10000). */
   longWaitMs?: number;
+  /** Where attempts are kept (default "session": sessionStorage, falling back to memory if it throws). */
   storage?: "session" | "memory";
+  /** Hears what does not fail a call (default: none). */
   onWarning?: (code: PayonceWarningCode) => void;
+  /** Hears every request, answer, wait and outcome (default: none). See `PayonceEvent`. */
+  onEvent?: (event: PayonceEvent) => void;
+  /** Logs the same events with `console.debug("[payonce]", event)` (default false). */
+  debug?: boolean;
 }
+/** What `onEvent` hears (and `debug: true` logs with `console.debug`). */
+export type PayonceEvent =
+  | { type: "request"; endpoint: "pay" | "cancel"; orderId: string; key: string; attempt: number; url: string }
+  | {
+      type: "answer";
+      endpoint: "pay" | "cancel";
+      orderId: string;
+      key: string;
+      attempt: number;
+      /** Absent when no HTTP answer came (`timedOut` says whether our timeout fired). */
+      status?: number;
+      timedOut?: boolean;
+      /** The server replayed a stored answer for this key (`Idempotent-Replayed: true`). */
+      replayed: boolean;
+      problemCode?: string;
+      elapsedMs: number;
+    }
+  | { type: "wait"; orderId: string; ms: number; why: "inProgress" | "noAnswer" | "timedOut" | "serverTrouble" | "paced" | "offline" }
+  | { type: "outcome"; orderId: string; key?: string; outcome?: PayOutcome; error?: PayonceError };
 export interface PayOptions {
   /** Aborts waits and requests at once; the attempt and its key are kept. */
   signal?: AbortSignal;
+  /** Hears the call's status, only when it changes (never the same status twice in a row). */
   onStatus?: (status: PayStatus) => void;
   /** Dev servers only: asks the server to inject this fault into the first request. */
   devFault?: "drop-response";
@@ -107,8 +212,28 @@ export type PendingAttempt =
       key: string;
       createdAt: number;
       sends: number;
+      extras?: Record<string, string>;
     }
   | { state: "unreadable"; orderId: string; key?: string };
+/**
+ * What every failed call rejects (or `create` throws) with: a real `Error` (`instanceof Error`,
+ * a stack, `name` "PayonceError"). Match on `code`, never on `message`. `JSON.stringify` shows
+ * name, code, message, status, problemCode and detail.
+ */
+export class PayonceError extends Error {
+  readonly name: "PayonceError";
+  /** The stable code. */
+  readonly code: PayonceErrorCode;
+  /** The HTTP status, when a server answer caused the error. */
+  readonly status?: number;
+  /** The server's problem `code`, known to this SDK or not. */
+  readonly problemCode?: string;
+  /** The server's problem `detail`, when it sent one. */
+  readonly detail?: string;
+  /** The raw (JSON-decoded) answer body, when a server answer caused the error. */
+  readonly body?: unknown;
+  toJSON(): { name: "PayonceError"; code: PayonceErrorCode; message: string; status?: number; problemCode?: string; detail?: string };
+}
 export type PayonceErrorCode =
   | "INVALID_CONFIG"
   | "INVALID_CHECKOUT"
@@ -116,62 +241,119 @@ export type PayonceErrorCode =
   | "UNREADABLE_ATTEMPT"
   | "KEY_REUSED_WITH_DIFFERENT_DETAILS"
   | "SERVER_REJECTED"
+  /** The answer does not fit the protocol (a 2xx that is not a payonce answer, a payment for another order); key kept, `body` shows it. */
+  | "PROTOCOL_MISMATCH"
   | "ABORTED"
   | "UNSUPPORTED";
 "#;
 
-/// An error with a stable `code`; test it with `instanceof PayonceError`.
 #[wasm_bindgen]
-pub struct PayonceError {
-    error: SdkError,
+extern "C" {
+    #[wasm_bindgen(js_namespace = console, js_name = debug)]
+    fn console_debug(tag: &str, event: &JsValue);
 }
 
-#[wasm_bindgen]
-impl PayonceError {
-    /// The stable code.
-    // Strings are returned as `JsValue`s (with their TypeScript types spelled out): a returned
-    // `String` costs a multi-value shim per getter in the module.
-    #[wasm_bindgen(getter, unchecked_return_type = "PayonceErrorCode")]
-    pub fn code(&self) -> JsValue {
-        self.error.code().into()
-    }
-    /// A human-readable explanation (do not match on it).
-    #[wasm_bindgen(getter, unchecked_return_type = "string")]
-    pub fn message(&self) -> JsValue {
-        self.error.message().into()
-    }
-    /// The server's problem code, when the server refused the request.
-    #[wasm_bindgen(getter, js_name = problemCode, unchecked_return_type = "string | undefined")]
-    pub fn problem_code(&self) -> JsValue {
-        self.error
-            .problem_code()
-            .map_or(JsValue::UNDEFINED, |c| c.as_str().into())
-    }
-    /// The HTTP status, when the server refused the request.
-    #[wasm_bindgen(getter)]
-    pub fn status(&self) -> Option<u16> {
-        match self.error {
-            SdkError::ServerRejected { status, .. } => Some(status),
-            _ => None,
+/// `onEvent` and `debug`: every request, answer, wait and outcome, as it happens.
+struct Observer {
+    on_event: Option<Function>,
+    debug: bool,
+}
+
+impl Observer {
+    /// Hands the event `build` makes to `onEvent` and (with `debug`) to `console.debug`; builds
+    /// nothing when nobody listens.
+    fn emit(&self, build: impl FnOnce() -> JsValue) {
+        if self.on_event.is_none() && !self.debug {
+            return;
+        }
+        let event = build();
+        if let Some(f) = &self.on_event {
+            let _ = f.call1(&JsValue::NULL, &event);
+        }
+        if self.debug {
+            console_debug("[payonce]", &event);
         }
     }
-    /// `PayonceError [CODE]: message`.
-    #[wasm_bindgen(js_name = toString, unchecked_return_type = "string")]
-    pub fn to_js_string(&self) -> JsValue {
-        [
-            "PayonceError [",
-            self.error.code(),
-            "]: ",
-            &self.error.message(),
-        ]
-        .concat()
-        .into()
-    }
-}
 
-impl From<SdkError> for JsValue {
-    fn from(error: SdkError) -> Self {
-        PayonceError { error }.into()
+    /// `{ type: "request", endpoint, orderId, key, attempt, url }`.
+    fn request(&self, endpoint: &str, order_id: &str, key: &str, attempt: u32, url: &str) {
+        self.emit(|| {
+            value::object(&[
+                ("type", &"request".into()),
+                ("endpoint", &endpoint.into()),
+                ("orderId", &order_id.into()),
+                ("key", &key.into()),
+                ("attempt", &attempt.into()),
+                ("url", &url.into()),
+            ])
+        });
+    }
+
+    /// `{ type: "wait", orderId, ms, why }`.
+    fn wait(&self, order_id: &str, ms: u64, why: &str) {
+        self.emit(|| {
+            value::object(&[
+                ("type", &"wait".into()),
+                ("orderId", &order_id.into()),
+                ("ms", &(ms as f64).into()),
+                ("why", &why.into()),
+            ])
+        });
+    }
+
+    /// `{ type: "outcome", orderId, key?, outcome | error }`.
+    fn outcome(&self, order_id: &str, key: Option<&str>, result: &Result<JsValue, JsValue>) {
+        self.emit(|| {
+            let (name, v) = match result {
+                Ok(v) => ("outcome", v),
+                Err(e) => ("error", e),
+            };
+            value::object(&[
+                ("type", &"outcome".into()),
+                ("orderId", &order_id.into()),
+                ("key", &key.map_or(JsValue::UNDEFINED, JsValue::from)),
+                (name, v),
+            ])
+        });
+    }
+
+    /// `{ type: "answer", endpoint, orderId, key, attempt, status?, timedOut?, replayed,
+    /// problemCode?, elapsedMs }`.
+    fn answer<T>(
+        &self,
+        endpoint: &str,
+        order_id: &str,
+        key: &str,
+        attempt: u32,
+        answer: &io::Answer<T>,
+        elapsed_ms: f64,
+    ) {
+        self.emit(|| {
+            let (status, timed_out) = match &answer.reply {
+                Reply::Http { status, .. } => (JsValue::from(*status), JsValue::UNDEFINED),
+                Reply::NoAnswer { timed_out } => (JsValue::UNDEFINED, JsValue::from(*timed_out)),
+            };
+            let code = value::get(&answer.body, "code");
+            value::object(&[
+                ("type", &"answer".into()),
+                ("endpoint", &endpoint.into()),
+                ("orderId", &order_id.into()),
+                ("key", &key.into()),
+                ("attempt", &attempt.into()),
+                ("status", &status),
+                ("timedOut", &timed_out),
+                ("replayed", &answer.replayed.into()),
+                (
+                    "problemCode",
+                    &if code.is_string() {
+                        code
+                    } else {
+                        JsValue::UNDEFINED
+                    },
+                ),
+                ("elapsedMs", &elapsed_ms.into()),
+            ])
+        });
     }
 }
 
@@ -184,11 +366,35 @@ struct Inner {
     budget: RefCell<RetryBudget>,
     store: Store,
     on_warning: Option<Function>,
+    transport: io::Transport,
+    observer: Observer,
+    /// `endpoints.pay` / `endpoints.cancel`: the app's URL for an order id.
+    pay_endpoint: Option<Function>,
+    cancel_endpoint: Option<Function>,
     /// Pay calls running in this client, by order: a double click joins the running call.
     inflight: RefCell<Vec<(CheckoutSnapshot, Promise)>>,
 }
 
 impl Inner {
+    /// The URL of `order_id`'s pay or cancel endpoint: the app's `endpoints` function, else
+    /// `baseUrl` + the protocol's path (the order id percent-encoded).
+    fn url(
+        &self,
+        custom: Option<&Function>,
+        path: fn(&str) -> String,
+        order_id: &str,
+    ) -> Result<String, SdkError> {
+        let Some(f) = custom else {
+            return Ok([&self.base_url, &path(&encode(order_id))[..]].concat());
+        };
+        f.call1(&JsValue::NULL, &order_id.into())
+            .ok()
+            .and_then(|u| u.as_string())
+            .ok_or_else(|| {
+                SdkError::InvalidConfig("an endpoints function did not return a URL string".into())
+            })
+    }
+
     fn warn(&self, w: Warning) {
         if let Some(f) = &self.on_warning {
             let _ = f.call1(&JsValue::NULL, &w.code().into());
@@ -201,10 +407,22 @@ impl Inner {
     }
 }
 
-/// The payonce client: one per page (or per test). Create it with `PayonceClient.create`.
+/// The payonce client: one per page (or per test). Create it with `PayonceClient.create`;
+/// call `free()` when done with it (a test, a Node process): the last client freed closes the
+/// page's BroadcastChannel, so nothing of the SDK keeps the event loop alive.
 #[wasm_bindgen]
 pub struct PayonceClient {
     inner: Rc<Inner>,
+    tabs_token: u32,
+}
+
+/// `free()` (or the end of a Rust scope): the client leaves the page's tab coordination, and
+/// the last one closes the BroadcastChannel. Calls still running finish; their timers end
+/// with them.
+impl Drop for PayonceClient {
+    fn drop(&mut self) {
+        tabs::leave(self.tabs_token);
+    }
 }
 
 /// `ClientOptions` as read with serde (callbacks are read separately). `null` counts as absent.
@@ -237,13 +455,36 @@ struct RetryOptions {
     budget: Option<BudgetOptions>,
 }
 
+/// The members `ClientOptions` reads, each with what it must be: any other is refused by name.
+const OPTION_FIELDS: [(&str, Kind); 13] = [
+    ("baseUrl", Kind::Text),
+    ("fetch", Kind::Function),
+    ("headers", Kind::ObjectOrFunction),
+    (
+        "credentials",
+        Kind::OneOf(&["include", "same-origin", "omit"]),
+    ),
+    ("endpoints", Kind::Object),
+    ("requestTimeoutMs", Kind::Int(value::MAX_U32)),
+    ("retry", Kind::Object),
+    ("deadlineMs", Kind::Int(value::MAX_SAFE)),
+    ("longWaitMs", Kind::Int(value::MAX_SAFE)),
+    ("storage", Kind::OneOf(&["session", "memory"])),
+    ("onWarning", Kind::Function),
+    ("onEvent", Kind::Function),
+    ("debug", Kind::Flag),
+];
+
+/// The members of `ClientOptions.endpoints`.
+const ENDPOINT_FIELDS: [(&str, Kind); 2] = [("pay", Kind::Function), ("cancel", Kind::Function)];
+
 /// The members `RetryOptions` reads: any other is a typo and refused.
-const RETRY_KEYS: [&str; 5] = [
-    "baseDelayMs",
-    "maxDelayMs",
-    "maxAttempts",
-    "maxRetryAfterMs",
-    "budget",
+const RETRY_FIELDS: [(&str, Kind); 5] = [
+    ("baseDelayMs", Kind::Int(value::MAX_SAFE)),
+    ("maxDelayMs", Kind::Int(value::MAX_SAFE)),
+    ("maxAttempts", Kind::Int(value::MAX_U32)),
+    ("maxRetryAfterMs", Kind::Int(value::MAX_SAFE)),
+    ("budget", Kind::Object),
 ];
 
 #[derive(Deserialize)]
@@ -255,10 +496,20 @@ struct BudgetOptions {
     success_refill: Option<u32>,
 }
 
-const BUDGET_KEYS: [&str; 4] = ["capacity", "retryCost", "timeoutCost", "successRefill"];
+const BUDGET_FIELDS: [(&str, Kind); 4] = [
+    ("capacity", Kind::Int(value::MAX_U32)),
+    ("retryCost", Kind::Int(value::MAX_U32)),
+    ("timeoutCost", Kind::Int(value::MAX_U32)),
+    ("successRefill", Kind::Int(value::MAX_U32)),
+];
 
 /// The members of a `Checkout` (all required): any other is refused.
-const CHECKOUT_KEYS: [&str; 3] = ["orderId", "orderVersion", "paymentMethodId"];
+const CHECKOUT_FIELDS: [(&str, Kind); 4] = [
+    ("orderId", Kind::Text),
+    ("orderVersion", Kind::Int(value::MAX_SAFE)),
+    ("paymentMethodId", Kind::Text),
+    ("extras", Kind::Object),
+];
 
 impl RetryOptions {
     fn policy(self) -> RetryPolicy {
@@ -300,6 +551,8 @@ struct PendingView<'a> {
     created_at: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     sends: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    extras: Option<&'a std::collections::BTreeMap<String, String>>,
 }
 
 /// `{ kind: "pending", reason }`: the call stopped asking, the key is kept.
@@ -321,21 +574,45 @@ impl PayonceClient {
     pub fn create(
         #[wasm_bindgen(unchecked_param_type = "ClientOptions")] options: JsValue,
     ) -> Result<PayonceClient, JsValue> {
-        let mismatch = || SdkError::InvalidConfig("the options do not match ClientOptions".into());
+        let invalid = |why: String| -> JsValue { SdkError::InvalidConfig(why).into() };
+        value::check(&options, "", &OPTION_FIELDS, &["baseUrl"]).map_err(invalid)?;
         let retry = value::get(&options, "retry");
-        let typo = !value::keys_within(&retry, &RETRY_KEYS)
-            || !value::keys_within(&value::get(&retry, "budget"), &BUDGET_KEYS);
-        let o = match value::from_js::<Options>(&options) {
-            Some(o) if !typo => o,
-            _ => return Err(mismatch().into()),
-        };
+        if !retry.is_undefined() && !retry.is_null() {
+            value::check(&retry, "retry.", &RETRY_FIELDS, &[]).map_err(invalid)?;
+            let budget = value::get(&retry, "budget");
+            if !budget.is_undefined() && !budget.is_null() {
+                value::check(&budget, "retry.budget.", &BUDGET_FIELDS, &[]).map_err(invalid)?;
+            }
+        }
+        let endpoints = value::get(&options, "endpoints");
+        if !endpoints.is_undefined() && !endpoints.is_null() {
+            value::check(&endpoints, "endpoints.", &ENDPOINT_FIELDS, &[]).map_err(invalid)?;
+        }
+        let o = value::from_js::<Options>(&options)
+            .ok_or_else(|| invalid("the options do not match ClientOptions".into()))?;
         if !(o.base_url.starts_with("http://") || o.base_url.starts_with("https://")) {
-            return Err(SdkError::InvalidConfig("baseUrl must be an http(s) URL".into()).into());
+            return Err(invalid(
+                ["baseUrl must be an http(s) URL, got \"", &o.base_url, "\""].concat(),
+            ));
         }
         let policy = o
             .retry
             .map_or_else(RetryPolicy::default, RetryOptions::policy);
         let on_warning = callback(&options, "onWarning");
+        let observer = Observer {
+            on_event: callback(&options, "onEvent"),
+            debug: value::get(&options, "debug").as_bool() == Some(true),
+        };
+        let credentials = value::get(&options, "credentials");
+        let transport = io::Transport {
+            fetch: callback(&options, "fetch"),
+            headers: value::get(&options, "headers"),
+            credentials: if credentials.is_string() {
+                credentials
+            } else {
+                "include".into()
+            },
+        };
         let (store, fell) = Store::new(o.storage != Some(StorageOption::Memory));
         let inner = Inner {
             base_url: o.base_url.trim_end_matches('/').to_owned(),
@@ -349,12 +626,17 @@ impl PayonceClient {
             budget: RefCell::new(RetryBudget::new(policy.budget)),
             store,
             on_warning,
+            transport,
+            observer,
+            pay_endpoint: callback(&endpoints, "pay"),
+            cancel_endpoint: callback(&endpoints, "cancel"),
             inflight: RefCell::new(Vec::new()),
         };
         inner.note(fell);
-        tabs::join(inner.on_warning.clone());
+        let tabs_token = tabs::join(inner.on_warning.clone());
         Ok(PayonceClient {
             inner: Rc::new(inner),
+            tabs_token,
         })
     }
 
@@ -370,9 +652,13 @@ impl PayonceClient {
             js_sys::Object,
         >,
     ) -> Promise {
-        let read = value::from_js::<CheckoutSnapshot>(&checkout)
-            .filter(|_| value::keys_within(&checkout, &CHECKOUT_KEYS));
-        match read {
+        let required = ["orderId", "orderVersion", "paymentMethodId"];
+        let checked = value::check(&checkout, "", &CHECKOUT_FIELDS, &required)
+            .and_then(|()| value::all_text(&value::get(&checkout, "extras"), "extras."));
+        if let Err(why) = checked {
+            return rejected(SdkError::InvalidCheckout(why));
+        }
+        match value::from_js::<CheckoutSnapshot>(&checkout) {
             Some(c) if !c.order_id.is_empty() => start_pay(&self.inner, c, options),
             Some(_) => rejected(SdkError::InvalidCheckout("orderId is empty".into())),
             None => rejected(SdkError::InvalidCheckout(
@@ -423,6 +709,7 @@ impl PayonceClient {
                 key: Some(a.key.as_str()),
                 created_at: Some(a.created_at),
                 sends: Some(a.sends),
+                extras: Some(&a.snapshot.extras).filter(|e| !e.is_empty()),
             },
             Entry::Unreadable { key } => PendingView {
                 state: "unreadable",
@@ -432,6 +719,7 @@ impl PayonceClient {
                 key: key.as_ref().map(|k| k.as_str()),
                 created_at: None,
                 sends: None,
+                extras: None,
             },
         };
         value::to_js(&view)
@@ -579,147 +867,175 @@ fn pending(reason: PendingReason) -> JsValue {
     })
 }
 
-/// The pay loop: plan the key, save it, send, classify, retry or finish.
-async fn pay(
-    inner: &Inner,
-    checkout: CheckoutSnapshot,
-    call: PayCall,
-) -> Result<JsValue, SdkError> {
+/// Performs the core's pay flow ([`crate::core::flow`]): storage, statuses, requests, waits.
+async fn pay(inner: &Inner, checkout: CheckoutSnapshot, call: PayCall) -> Result<JsValue, JsValue> {
     let order_id = checkout.order_id.clone();
     // One payment per order at a time across every tab: a second tab waits here, then finds
     // the first one's receipt or its stored attempt.
     let _lock = io::lock(&["payonce:", &order_id].concat(), &call.abort).await?;
-    if let Some(payment) = tabs::paid(&order_id) {
-        return Ok(outcome_js(&Final::Paid { payment }));
+    let pay_url = inner.url(inner.pay_endpoint.as_ref(), paths::pay, &order_id)?;
+    if let Some(r) = tabs::receipt(&inner.base_url, &checkout) {
+        if let Some(paid) = confirm_receipt(inner, &r, &pay_url, &call.abort).await? {
+            return Ok(paid);
+        }
     }
-    let mut attempt = match plan_pay(&inner.store.get(&order_id), &checkout) {
-        PayPlan::Reuse(a) => a,
-        PayPlan::Conflict { .. } => return Err(SdkError::SnapshotConflict),
-        PayPlan::ResolveUnreadable => return Err(SdkError::UnreadableAttempt),
-        PayPlan::Mint {
-            replaces_unreadable,
-        } => {
-            if replaces_unreadable {
-                inner.warn(Warning::UnreadableEntry);
-            }
-            let key = IdempotencyKey::parse(&io::random_uuid())
-                .map_err(|_| SdkError::Unsupported("uuid gave an unusable key"))?;
-            let a = Attempt::new(key, checkout, js_sys::Date::now() as u64);
-            // Saved BEFORE the request leaves (seed step 2).
-            inner.note(inner.store.put(&a));
-            a
-        }
+    let config = FlowConfig {
+        policy: inner.policy,
+        deadline_ms: inner.deadline_ms,
+        long_wait_ms: inner.long_wait_ms,
     };
-
-    let mut schedule = Schedule::new(
-        inner.policy,
+    let mut flow = PayFlow::start(
+        &inner.store.get(&order_id),
+        checkout,
+        config,
         js_sys::Date::now(),
-        inner.deadline_ms,
-        inner.long_wait_ms,
-    );
-    let mut taking_longer = TakingLonger::start(inner.long_wait_ms, call.on_status.as_ref());
-    let pay_url = [&inner.base_url, &paths::pay(&encode(&order_id))[..]].concat();
-    let body = value::to_json(&attempt.snapshot.pay_request());
-    let mut first = true;
-    let result = loop {
-        if io::offline() {
-            call.status("waitingForNetwork");
-            let left = schedule.remaining_ms(js_sys::Date::now());
-            if !io::wait_online(left, &call.abort).await? {
-                break Ok(pending(PendingReason::Deadline));
-            }
-        }
-        attempt = attempt.sending();
-        inner.note(inner.store.update(&attempt));
-        if first {
-            call.status("processing");
-        }
-        let fault = call.dev_fault.filter(|_| first);
-        first = false;
-        let key = (headers::IDEMPOTENCY_KEY, attempt.key.as_str());
-        let with_fault;
-        let hdrs: &[(&str, &str)] = match fault {
-            Some(f) => {
-                with_fault = [key, (headers::DEV_FAULT, f.as_str())];
-                &with_fault
-            }
-            None => std::slice::from_ref(&key),
+        || IdempotencyKey::parse(&io::random_uuid()).ok(),
+    )?;
+    let body = value::to_json(&flow.attempt().snapshot.pay_body());
+    let mut reminder = None;
+    let mut last_body = JsValue::UNDEFINED;
+    loop {
+        let Some(effect) = flow.poll(js_sys::Date::now(), !io::offline()) else {
+            // Never: the flow always asks for something until it is done.
+            return Ok(pending(PendingReason::Deadline));
         };
-        let reply = io::post(
-            Call {
-                url: &pay_url,
-                headers: hdrs,
-                body: &body,
-                timeout_ms: inner.request_timeout_ms,
-            },
-            &call.abort,
-        )
-        .await?;
-        let verdict = classify_pay(&reply);
-        match after_verdict(attempt.clone(), &verdict) {
-            None => inner.store.remove(&order_id, Some(&attempt.key)),
-            Some(a) => {
-                inner.note(inner.store.update(&a));
-                attempt = a;
+        match effect {
+            Effect::Warn(w) => inner.warn(w),
+            Effect::Save { attempt, new: true } => inner.note(inner.store.put(&attempt)),
+            Effect::Save { attempt, .. } => inner.note(inner.store.update(&attempt)),
+            Effect::Remove(key) => inner.store.remove(&order_id, Some(&key)),
+            Effect::Status(s) => call.status(s.as_str()),
+            Effect::Remind { after_ms, status } => {
+                reminder = call.on_status.as_ref().map(|f| {
+                    let fire: Function = f
+                        .bind1(&JsValue::NULL, &status.as_str().into())
+                        .unchecked_into();
+                    io::timer(fire, after_ms)
+                });
             }
-        }
-        match verdict {
-            Verdict::Final(f) => {
-                inner.budget.borrow_mut().refill();
-                if let Final::Paid { payment } = &f {
-                    tabs::announce_paid(&order_id, payment);
-                }
-                break Ok(outcome_js(&f));
-            }
-            Verdict::Rejected { status, code } => {
-                inner.budget.borrow_mut().refill();
-                break Err(SdkError::rejected(status, code));
-            }
-            Verdict::Retry { cause, .. } => {
-                let next = {
-                    let mut budget = inner.budget.borrow_mut();
-                    schedule.after(
-                        &verdict,
-                        js_sys::Date::now(),
-                        &mut budget,
-                        &mut js_sys::Math::random,
-                    )
-                };
-                match next {
-                    Next::GiveUp(reason) => break Ok(pending(reason)),
-                    Next::Wait { ms } => {
-                        call.status(if cause == RetryCause::InProgress {
-                            "processing"
-                        } else {
-                            "checkingStatus"
-                        });
-                        let (slept, _timer) = io::sleep(ms);
-                        let _ = call.abort.guard(slept).await?;
+            Effect::Send { attempt } => {
+                let key_str = flow.attempt().key.as_str();
+                inner
+                    .observer
+                    .request("pay", &order_id, key_str, attempt, &pay_url);
+                let key = (headers::IDEMPOTENCY_KEY, key_str);
+                let fault = call.dev_fault.filter(|_| attempt == 1);
+                let with_fault;
+                let hdrs: &[(&str, &str)] = match fault {
+                    Some(f) => {
+                        with_fault = [key, (headers::DEV_FAULT, f.as_str())];
+                        &with_fault
                     }
-                }
+                    None => std::slice::from_ref(&key),
+                };
+                let sent_at = js_sys::Date::now();
+                let answer = io::post(
+                    Call {
+                        url: &pay_url,
+                        headers: hdrs,
+                        body: &body,
+                        timeout_ms: inner.request_timeout_ms,
+                        transport: &inner.transport,
+                    },
+                    &call.abort,
+                )
+                .await?;
+                let now = js_sys::Date::now();
+                let key = flow.attempt().key.as_str();
+                inner
+                    .observer
+                    .answer("pay", &order_id, key, attempt, &answer, now - sent_at);
+                let mut budget = inner.budget.borrow_mut();
+                flow.on_reply(
+                    &answer.reply,
+                    js_sys::Date::now(),
+                    &mut budget,
+                    &mut js_sys::Math::random,
+                );
+                last_body = answer.body;
+            }
+            Effect::Wait { ms, why } => {
+                inner.observer.wait(&order_id, ms, why.as_str());
+                let (slept, _timer) = io::sleep(ms);
+                let _ = call.abort.guard(slept).await?;
+                flow.on_waited();
+            }
+            Effect::WaitOnline { max_ms } => {
+                inner.observer.wait(&order_id, max_ms, "offline");
+                let back = io::wait_online(max_ms, &call.abort).await?;
+                flow.on_network(back);
+            }
+            Effect::Done(end) => {
+                drop(reminder);
+                let result = match end {
+                    PayEnd::Final(f) => {
+                        if let Final::Paid { payment } = &f {
+                            tabs::announce_paid(Receipt {
+                                base_url: inner.base_url.clone(),
+                                key: flow.attempt().key.clone(),
+                                snapshot: flow.attempt().snapshot.clone(),
+                                payment: payment.clone(),
+                            });
+                        }
+                        Ok(outcome_js(&f))
+                    }
+                    PayEnd::Failed(e) => Err(error::to_js(&e, last_body)),
+                    PayEnd::Pending(reason) => Ok(pending(reason)),
+                    // The problem's `next` member, passed through untouched.
+                    PayEnd::ActionRequired => Ok(value::object(&[
+                        ("kind", &"actionRequired".into()),
+                        ("next", &value::get(&last_body, "next")),
+                    ])),
+                };
+                inner
+                    .observer
+                    .outcome(&order_id, Some(flow.attempt().key.as_str()), &result);
+                return result;
             }
         }
-    };
-    taking_longer.stop();
-    result
+    }
 }
 
-/// Fires "takingLonger" once, `long_wait_ms` after the call started, unless stopped (or
-/// dropped) first: a gloo-timers `Timeout` calling `onStatus("takingLonger")`.
-struct TakingLonger(Option<gloo_timers::callback::Timeout>);
-
-impl TakingLonger {
-    fn start(ms: u64, on_status: Option<&Function>) -> Self {
-        Self(on_status.map(|f| {
-            let fire: Function = f
-                .bind1(&JsValue::NULL, &"takingLonger".into())
-                .unchecked_into();
-            io::timer(fire, ms)
-        }))
+/// Asks the server about another tab's receipt: one pay request with the receipt's key and
+/// checkout. For a key that paid this is a replay of the stored answer (it cannot charge
+/// again); only a paid answer for this order makes the outcome `paid`. `None`: the hint does
+/// not hold, pay as if it had not been heard.
+async fn confirm_receipt(
+    inner: &Inner,
+    r: &Receipt,
+    url: &str,
+    abort: &Abort,
+) -> Result<Option<JsValue>, SdkError> {
+    let order_id = &r.snapshot.order_id;
+    let key = r.key.as_str();
+    inner.observer.request("pay", order_id, key, 1, url);
+    let sent_at = js_sys::Date::now();
+    let body = value::to_json(&r.snapshot.pay_body());
+    let answer = io::post::<PayResponse>(
+        Call {
+            url,
+            headers: &[(headers::IDEMPOTENCY_KEY, key)],
+            body: &body,
+            timeout_ms: inner.request_timeout_ms,
+            transport: &inner.transport,
+        },
+        abort,
+    )
+    .await?;
+    inner.observer.answer(
+        "pay",
+        order_id,
+        key,
+        1,
+        &answer,
+        js_sys::Date::now() - sent_at,
+    );
+    let paid = receipt::confirmed(classify_pay_for(&answer.reply, order_id))
+        .map(|payment| outcome_js(&Final::Paid { payment }));
+    if let Some(v) = &paid {
+        inner.observer.outcome(order_id, Some(key), &Ok(v.clone()));
     }
-    fn stop(&mut self) {
-        self.0 = None;
-    }
+    Ok(paid)
 }
 
 /// Path segments are percent-encoded: an order id is data, never path syntax.
@@ -737,28 +1053,50 @@ async fn cancel(inner: &Inner, order_id: &str) -> CancelOutcome {
         }
         return CancelOutcome::None;
     };
-    let url = [&inner.base_url, &paths::cancel(&encode(order_id))[..]].concat();
+    let Ok(url) = inner.url(inner.cancel_endpoint.as_ref(), paths::cancel, order_id) else {
+        return CancelOutcome::Unknown;
+    };
     let body = value::to_json(&CancelRequest { key: key.clone() });
     let no_abort = Abort::new(None);
+    inner
+        .observer
+        .request("cancel", order_id, key.as_str(), 1, &url);
+    let sent_at = js_sys::Date::now();
     let reply = io::post(
         Call {
             url: &url,
             headers: &[],
             body: &body,
             timeout_ms: inner.request_timeout_ms,
+            transport: &inner.transport,
         },
         &no_abort,
     )
     .await;
     let outcome = match reply {
-        Ok(r) => classify_cancel(&r),
+        Ok(answer) => {
+            inner.observer.answer(
+                "cancel",
+                order_id,
+                key.as_str(),
+                1,
+                &answer,
+                js_sys::Date::now() - sent_at,
+            );
+            classify_cancel(&answer.reply)
+        }
         Err(_) => CancelOutcome::Unknown,
     };
     if outcome.removes_key() {
         inner.store.remove(order_id, Some(&key));
     }
-    if let CancelOutcome::Paid { payment: Some(p) } = &outcome {
-        tabs::announce_paid(order_id, p);
+    if let (CancelOutcome::Paid { payment: Some(p) }, Entry::Valid(a)) = (&outcome, &entry) {
+        tabs::announce_paid(Receipt {
+            base_url: inner.base_url.clone(),
+            key: a.key.clone(),
+            snapshot: a.snapshot.clone(),
+            payment: p.clone(),
+        });
     }
     outcome
 }

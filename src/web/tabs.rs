@@ -1,6 +1,8 @@
 //! What tabs tell each other over the `payonce` BroadcastChannel:
-//! - `{"t":"paid","orderId":…,"payment":…}`: an order was paid here. A tab queued on the same
-//!   order's Web Lock then answers with this receipt instead of starting a payment.
+//! - `{"t":"paid","receipt":{"baseUrl":…,"key":…,"snapshot":…,"payment":…}}`: an order was
+//!   paid here ([`Receipt`]). A tab queued on the same order's Web Lock treats it as a hint
+//!   (`src/core/receipt.rs`): only for the same API and checkout, and only once the server
+//!   confirms it for the hint's key.
 //! - `{"t":"hello","tab":id}` / `{"t":"taken","tab":id}`: duplicate-tab detection. Each tab
 //!   keeps an id in sessionStorage (`payonce:tab`). A duplicated tab inherits a copy of that
 //!   storage, id included; when it says hello, the original answers "taken", and the duplicate
@@ -8,10 +10,13 @@
 //!   server deduplicates them and the Web Lock serialises the two tabs' sends).
 //!
 //! Receipts live in one page-wide map, so two clients in one page (and tabs) see each other.
+//! The channel is open while at least one client lives: the last client's `free()` closes it,
+//! so nothing of the SDK keeps an event loop (a Node test runner) alive.
 
+use crate::core::receipt::Receipt;
 use crate::web::value;
 use js_sys::Function;
-use payonce_protocol::Payment;
+use payonce_protocol::CheckoutSnapshot;
 use serde::{Deserialize, Serialize};
 use std::cell::{Cell, RefCell};
 use wasm_bindgen::prelude::*;
@@ -37,9 +42,7 @@ struct Message {
     #[serde(skip_serializing_if = "Option::is_none")]
     tab: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    order_id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    payment: Option<Payment>,
+    receipt: Option<Receipt>,
 }
 
 impl Message {
@@ -47,64 +50,86 @@ impl Message {
         Self {
             t,
             tab: Some(tab),
-            order_id: None,
-            payment: None,
+            receipt: None,
         }
     }
 }
 
+/// The page's `payonce` channel and its listener, open while at least one client lives.
+type Open = (BroadcastChannel, Closure<dyn Fn(MessageEvent)>);
+
 struct Tabs {
-    channel: Option<BroadcastChannel>,
+    channel: RefCell<Option<Open>>,
     tab_id: RefCell<Option<String>>,
     duplicated: Cell<bool>,
-    listeners: RefCell<Vec<Function>>,
+    /// Each client's `onWarning`, by the token [`join`] gave it.
+    listeners: RefCell<Vec<(u32, Function)>>,
+    clients: Cell<u32>,
+    next_token: Cell<u32>,
 }
 
 thread_local! {
-    static PAID: RefCell<Vec<(String, Payment)>> = const { RefCell::new(Vec::new()) };
-    static TABS: Tabs = Tabs::start();
-}
-
-impl Tabs {
-    fn start() -> Self {
-        let channel = BroadcastChannel::new(CHANNEL).ok();
-        let tabs = Self {
-            channel,
+    static PAID: RefCell<Vec<Receipt>> = const { RefCell::new(Vec::new()) };
+    static TABS: Tabs = const {
+        Tabs {
+            channel: RefCell::new(None),
             tab_id: RefCell::new(None),
             duplicated: Cell::new(false),
             listeners: RefCell::new(Vec::new()),
+            clients: Cell::new(0),
+            next_token: Cell::new(0),
+        }
+    };
+}
+
+impl Tabs {
+    /// Opens the channel and says hello with this tab's id (duplicate-tab detection).
+    fn open(&self) {
+        let Ok(ch) = BroadcastChannel::new(CHANNEL) else {
+            return;
         };
-        if let Some(ch) = &tabs.channel {
-            // Lives as long as the page: the channel is page-wide, like the receipts.
-            let on_message = Closure::<dyn Fn(MessageEvent)>::new(|e: MessageEvent| {
-                if let Some(m) = value::from_js::<Message>(&e.data()) {
-                    TABS.with(|t| t.receive(m));
-                }
-            });
-            ch.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
-            on_message.forget();
+        let on_message = Closure::<dyn Fn(MessageEvent)>::new(|e: MessageEvent| {
+            if let Some(m) = value::from_js::<Message>(&e.data()) {
+                TABS.with(|t| t.receive(m));
+            }
+        });
+        ch.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+        if self.tab_id.borrow().is_none() {
+            *self.tab_id.borrow_mut() = session_tab_id();
         }
-        let id = session_tab_id();
-        if let (Some(id), Some(ch)) = (&id, &tabs.channel) {
-            post(ch, &Message::tab(Kind::Hello, id.clone()));
+        if let Some(id) = self.tab_id.borrow().clone() {
+            post(&ch, &Message::tab(Kind::Hello, id));
         }
-        *tabs.tab_id.borrow_mut() = id;
-        tabs
+        *self.channel.borrow_mut() = Some((ch, on_message));
+    }
+
+    /// Closes the channel: nothing keeps the event loop (a Node test runner) alive any more.
+    fn close(&self) {
+        if let Some((ch, _listener)) = self.channel.borrow_mut().take() {
+            ch.set_onmessage(None);
+            ch.close();
+        }
+    }
+
+    fn send(&self, m: &Message) {
+        if let Some((ch, _)) = &*self.channel.borrow() {
+            post(ch, m);
+        }
     }
 
     fn receive(&self, m: Message) {
         let mine = m.tab.is_some() && *self.tab_id.borrow() == m.tab;
-        match (m.t, m.order_id, m.payment) {
-            (Kind::Paid, Some(order_id), Some(payment)) => remember_paid(&order_id, payment),
+        match (m.t, m.receipt) {
+            (Kind::Paid, Some(receipt)) => remember_paid(receipt),
             (Kind::Hello, ..) if mine => {
-                if let (Some(ch), Some(tab)) = (&self.channel, m.tab) {
-                    post(ch, &Message::tab(Kind::Taken, tab));
+                if let Some(tab) = m.tab {
+                    self.send(&Message::tab(Kind::Taken, tab));
                 }
             }
             (Kind::Taken, ..) if mine => {
                 *self.tab_id.borrow_mut() = new_tab_id();
                 self.duplicated.set(true);
-                for f in self.listeners.borrow().iter() {
+                for (_, f) in self.listeners.borrow().iter() {
                     let _ = f.call1(
                         &JsValue::NULL,
                         &crate::core::error::Warning::DuplicatedTab.code().into(),
@@ -136,9 +161,16 @@ fn new_tab_id() -> Option<String> {
     Some(id)
 }
 
-/// Joins the page-wide tab coordination; `on_warning` hears `DUPLICATED_TAB`.
-pub(crate) fn join(on_warning: Option<Function>) {
+/// Joins the page-wide tab coordination (opening the channel for the first client);
+/// `on_warning` hears `DUPLICATED_TAB`. The token is for [`leave`].
+pub(crate) fn join(on_warning: Option<Function>) -> u32 {
     TABS.with(|t| {
+        let token = t.next_token.get();
+        t.next_token.set(token.wrapping_add(1));
+        t.clients.set(t.clients.get() + 1);
+        if t.channel.borrow().is_none() {
+            t.open();
+        }
         if let Some(f) = on_warning {
             if t.duplicated.get() {
                 let _ = f.call1(
@@ -146,7 +178,20 @@ pub(crate) fn join(on_warning: Option<Function>) {
                     &crate::core::error::Warning::DuplicatedTab.code().into(),
                 );
             }
-            t.listeners.borrow_mut().push(f);
+            t.listeners.borrow_mut().push((token, f));
+        }
+        token
+    })
+}
+
+/// A client is gone (`free()`): forget its listener, and close the channel with the last one.
+pub(crate) fn leave(token: u32) {
+    TABS.with(|t| {
+        t.listeners.borrow_mut().retain(|(k, _)| *k != token);
+        let left = t.clients.get().saturating_sub(1);
+        t.clients.set(left);
+        if left == 0 {
+            t.close();
         }
     });
 }
@@ -156,37 +201,39 @@ pub(crate) fn duplicated() -> bool {
     TABS.with(|t| t.duplicated.get())
 }
 
-fn remember_paid(order_id: &str, payment: Payment) {
+fn remember_paid(r: Receipt) {
     PAID.with(|p| {
         let mut p = p.borrow_mut();
-        p.retain(|(o, _)| o != order_id);
-        p.push((order_id.to_owned(), payment));
+        p.retain(|o| {
+            !(o.base_url == r.base_url
+                && o.snapshot.order_id == r.snapshot.order_id
+                && o.key == r.key)
+        });
+        p.push(r);
     });
 }
 
 /// Records a payment made here and tells the other tabs.
-pub(crate) fn announce_paid(order_id: &str, payment: &Payment) {
-    remember_paid(order_id, payment.clone());
+pub(crate) fn announce_paid(receipt: Receipt) {
     TABS.with(|t| {
-        if let Some(ch) = &t.channel {
-            let m = Message {
-                t: Kind::Paid,
-                tab: None,
-                order_id: Some(order_id.to_owned()),
-                payment: Some(payment.clone()),
-            };
-            post(ch, &m);
-        }
+        t.send(&Message {
+            t: Kind::Paid,
+            tab: None,
+            receipt: Some(receipt.clone()),
+        })
     });
+    remember_paid(receipt);
 }
 
-/// The receipt of an order paid by this page or another tab, if known.
-pub(crate) fn paid(order_id: &str) -> Option<Payment> {
+/// The latest hint that `checkout` was paid through `base_url` (this page or another tab), if
+/// one applies. A hint: the caller confirms it with the server.
+pub(crate) fn receipt(base_url: &str, checkout: &CheckoutSnapshot) -> Option<Receipt> {
     PAID.with(|p| {
         p.borrow()
             .iter()
-            .find(|(o, _)| o == order_id)
-            .map(|(_, pay)| pay.clone())
+            .rev()
+            .find(|r| r.applies_to(base_url, checkout))
+            .cloned()
     })
 }
 

@@ -8,8 +8,8 @@
 //! formatted, and the caller turns it into its own typed error or documented fallback.
 //!
 //! serde-wasm-bindgen reads a struct field by field, so `deny_unknown_fields` has no effect
-//! on a JS object: [`keys_within`] is the explicit check where unknown members must be
-//! refused (the checkout, the retry options).
+//! on a JS object, and its errors do not say which member was wrong: [`check`] is the explicit
+//! check of what the app passes in (options, checkouts), naming the member and the value.
 
 use js_sys::{Object, Reflect, JSON};
 use serde::de::DeserializeOwned;
@@ -25,7 +25,9 @@ pub(crate) fn from_js<T: DeserializeOwned>(v: &JsValue) -> Option<T> {
 /// `skip_serializing_if`). The SDK's values always serialize (integers within 2^53); the
 /// `undefined` fallback only keeps the error path free of formatting.
 pub(crate) fn to_js<T: Serialize + ?Sized>(v: &T) -> JsValue {
-    serde_wasm_bindgen::to_value(v).unwrap_or(JsValue::UNDEFINED)
+    // Maps (a checkout's extras) as plain objects, as JSON and the app expect, not `Map`s.
+    let s = serde_wasm_bindgen::Serializer::new().serialize_maps_as_objects(true);
+    v.serialize(&s).unwrap_or(JsValue::UNDEFINED)
 }
 
 /// `v` as JSON text, via the browser's `JSON.stringify`.
@@ -54,13 +56,138 @@ pub(crate) fn object(members: &[(&str, &JsValue)]) -> JsValue {
     o.into()
 }
 
-/// False when `v` is an object with an own key outside `allowed` (a typo such as `maxDelay`
-/// must not be silently ignored). Anything else passes; serde judges its type.
-pub(crate) fn keys_within(v: &JsValue, allowed: &[&str]) -> bool {
-    if !v.is_object() {
-        return true;
+/// What a member the app passes must be.
+#[derive(Clone, Copy)]
+pub(crate) enum Kind {
+    /// A string.
+    Text,
+    /// A non-negative integer up to this bound.
+    Int(f64),
+    /// A plain object (not a function, not an array).
+    Object,
+    /// A function.
+    Function,
+    /// An object or a function.
+    ObjectOrFunction,
+    /// `true` or `false`.
+    Flag,
+    /// One of these strings.
+    OneOf(&'static [&'static str]),
+}
+
+/// The largest integer a JS number holds exactly.
+pub(crate) const MAX_SAFE: f64 = 9_007_199_254_740_991.0;
+/// The largest `u32`.
+pub(crate) const MAX_U32: f64 = 4_294_967_295.0;
+
+impl Kind {
+    fn fits(self, v: &JsValue) -> bool {
+        let object = v.is_object() && !v.is_function() && !js_sys::Array::is_array(v);
+        match self {
+            Self::Text => v.is_string(),
+            Self::Int(max) => v
+                .as_f64()
+                .is_some_and(|n| n >= 0.0 && n <= max && n.fract() == 0.0),
+            Self::Object => object,
+            Self::Function => v.is_function(),
+            Self::ObjectOrFunction => object || v.is_function(),
+            Self::Flag => v.as_bool().is_some(),
+            Self::OneOf(list) => v.as_string().is_some_and(|s| list.contains(&s.as_str())),
+        }
     }
-    let keys = Object::keys::<JsValue>(v.unchecked_ref());
-    keys.iter()
-        .all(|k| k.as_string().is_some_and(|k| allowed.contains(&k.as_str())))
+
+    fn describe(self) -> String {
+        match self {
+            Self::Text => "a string".into(),
+            Self::Int(_) => "a non-negative integer".into(),
+            Self::Object => "an object".into(),
+            Self::Function => "a function".into(),
+            Self::ObjectOrFunction => "an object or a function".into(),
+            Self::Flag => "true or false".into(),
+            Self::OneOf(list) => {
+                let mut s = String::from("one of");
+                for (i, v) in list.iter().enumerate() {
+                    s.push_str(if i == 0 { " \"" } else { ", \"" });
+                    s.push_str(v);
+                    s.push('"');
+                }
+                s
+            }
+        }
+    }
+}
+
+/// `v` as the app would read it in a message: JSON, cut to 60 characters.
+fn shown(v: &JsValue) -> String {
+    if v.is_function() {
+        return "a function".into();
+    }
+    let text = JSON::stringify(v)
+        .ok()
+        .and_then(|s| s.as_string())
+        .unwrap_or_else(|| "undefined".into());
+    match text.char_indices().nth(60) {
+        Some((at, _)) => [&text[..at], "…"].concat(),
+        None => text,
+    }
+}
+
+/// `Ok` when `v` is absent or every own member of it is a string (the checkout's extras);
+/// the error names the member and the value.
+pub(crate) fn all_text(v: &JsValue, prefix: &str) -> Result<(), String> {
+    if !v.is_object() {
+        return Ok(());
+    }
+    for k in Object::keys::<JsValue>(v.unchecked_ref()).iter() {
+        let k = k.as_string().unwrap_or_default();
+        let m = get(v, &k);
+        if !m.is_string() {
+            return Err([prefix, &k, " must be a string, got ", &shown(&m)].concat());
+        }
+    }
+    Ok(())
+}
+
+/// Checks what the app passed as `prefix` (`""` at the top, `"retry."` inside): it must be an
+/// object; every member must be one of `fields` and of its kind (`null` and `undefined` count
+/// as absent); every `required` one present. The error names the member and the value.
+pub(crate) fn check(
+    v: &JsValue,
+    prefix: &str,
+    fields: &[(&str, Kind)],
+    required: &[&str],
+) -> Result<(), String> {
+    if !Kind::Object.fits(v) {
+        let name = if prefix.is_empty() {
+            "the value"
+        } else {
+            prefix.trim_end_matches('.')
+        };
+        return Err([name, " must be an object, got ", &shown(v)].concat());
+    }
+    for k in Object::keys::<JsValue>(v.unchecked_ref()).iter() {
+        let k = k.as_string().unwrap_or_default();
+        let Some((_, kind)) = fields.iter().find(|(name, _)| *name == k) else {
+            return Err(["unknown member ", prefix, &k].concat());
+        };
+        let m = get(v, &k);
+        if !(m.is_undefined() || m.is_null() || kind.fits(&m)) {
+            return Err([
+                prefix,
+                &k,
+                " must be ",
+                &kind.describe(),
+                ", got ",
+                &shown(&m),
+            ]
+            .concat());
+        }
+    }
+    for name in required {
+        let m = get(v, name);
+        if m.is_undefined() || m.is_null() {
+            return Err([prefix, name, " is required"].concat());
+        }
+    }
+    Ok(())
 }

@@ -1,19 +1,19 @@
 //! Customers: a script per intent drawn from the seed ([`Script::draw`], pure), and the
 //! driver that acts it out over HTTP while following the SDK's own core.
 //!
-//! The pay loop ([`Tab::pay`]) is the SDK's (`src/web/mod.rs`) with the browser taken out:
-//! the same key plan (`plan_pay`: mint at the click and save before sending, reuse for the
-//! same snapshot, refuse other details while an attempt is open), the same classification
-//! (`classify_pay`), the same rule for dropping the key (`after_verdict`), the same backoff,
-//! deadline and retry budget (`Schedule`, `RetryBudget`). Its "sessionStorage" is the tab's
-//! map, which survives a reload of the page and is copied into a duplicated tab.
+//! The pay loop ([`Tab::pay`]) is the SDK's own: the core's sans-IO pay flow
+//! (`payonce::core::flow::PayFlow`, the one `src/web/mod.rs` drives in the browser), its
+//! effects performed here over HTTP (key plan, save before sending, classification, when the
+//! key is dropped, backoff, deadline and retry budget are all the flow's). Its
+//! "sessionStorage" is the tab's map, which survives a reload of the page and is copied into a
+//! duplicated tab.
 
 use crate::ChaosError;
-use payonce::core::attempt::{after_verdict, plan_pay, Attempt, Entry, PayPlan};
-use payonce::core::classify::{
-    classify_cancel, classify_pay, CancelOutcome, Final, Reply, Verdict,
-};
-use payonce::core::retry::{Next, PendingReason, RetryBudget, RetryPolicy, Schedule};
+use payonce::core::attempt::{Attempt, Entry};
+use payonce::core::classify::{classify_cancel, CancelOutcome, Final, Reply};
+use payonce::core::error::SdkError;
+use payonce::core::flow::{Effect, FlowConfig, PayEnd, PayFlow};
+use payonce::core::retry::{PendingReason, RetryBudget, RetryPolicy};
 use payonce_protocol::provider::methods;
 use payonce_protocol::{
     headers, paths, CancelRequest, CancelResponse, CartLine, CheckoutSnapshot, CreateOrderRequest,
@@ -404,98 +404,106 @@ impl Tab {
         self.hist.push(ctx, format!("{} {line}", self.name));
     }
 
-    /// The SDK's pay call, minus the browser.
+    /// The SDK's pay call, minus the browser: the core's pay flow, its effects performed on
+    /// this tab's storage and over HTTP.
     async fn pay(&mut self, ctx: &Ctx, snap: &CheckoutSnapshot, script: &Script) -> Call {
         let entry = match self.storage.get(&snap.order_id) {
             Some(a) => Entry::Valid(a),
             None => Entry::Missing,
         };
-        let mut attempt = match plan_pay(&entry, snap) {
-            PayPlan::Mint { .. } => {
-                let Ok(key) = IdempotencyKey::parse(&uuid::Uuid::new_v4().to_string()) else {
-                    return Call::Conflict;
-                };
-                let a = Attempt::new(key, snap.clone(), ctx.now_ms() as u64);
-                // Saved before the request leaves.
-                self.storage.put(&snap.order_id, a.clone());
-                self.log(
-                    ctx,
-                    format!(
-                        "mint key {} for v{} {}",
-                        short(a.key.as_str()),
-                        snap.order_version,
-                        snap.payment_method_id
-                    ),
-                );
-                a
-            }
-            PayPlan::Reuse(a) => a,
-            PayPlan::Conflict { .. } | PayPlan::ResolveUnreadable => return Call::Conflict,
+        let config = FlowConfig {
+            policy: ctx.policy,
+            deadline_ms: DEADLINE_MS,
+            long_wait_ms: LONG_WAIT_MS,
         };
-        self.last_key = Some(attempt.key.as_str().to_owned());
-        let mut schedule = Schedule::new(ctx.policy, ctx.now_ms(), DEADLINE_MS, LONG_WAIT_MS);
+        let mint = || IdempotencyKey::parse(&uuid::Uuid::new_v4().to_string()).ok();
+        let Ok(mut flow) = PayFlow::start(&entry, snap.clone(), config, ctx.now_ms(), mint) else {
+            return Call::Conflict;
+        };
+        self.last_key = Some(flow.attempt().key.as_str().to_owned());
         let url = ctx.url(&paths::pay(&snap.order_id));
         let body = snap.pay_request();
         loop {
-            attempt = attempt.sending();
-            self.storage.put(&snap.order_id, attempt.clone());
-            let mut req = ctx
-                .http
-                .post(&url)
-                .bearer_auth(&self.token)
-                .header(headers::IDEMPOTENCY_KEY, attempt.key.as_str())
-                .json(&body);
-            let mut fault = "";
-            if attempt.sends == 1 && self.rng.gen_bool(script.crash_p) {
-                req = req.header(headers::DEV_FAULT, DevFault::CrashAfterCharge.as_str());
-                ctx.bump(|c| &c.crash_asked);
-                fault = " [asks crash-after-charge]";
-            } else if self.rng.gen_bool(script.drop_p) {
-                req = req.header(headers::DEV_FAULT, DevFault::DropResponse.as_str());
-                ctx.bump(|c| &c.drop_asked);
-                fault = " [asks drop-response]";
-            }
-            ctx.bump(|c| &c.pays);
-            let reply: Reply<PayResponse> = ctx.send(req).await;
-            let verdict = classify_pay(&reply);
-            self.log(
-                ctx,
-                format!(
-                    "pay key {} send #{}{fault} -> {}",
-                    short(attempt.key.as_str()),
-                    attempt.sends,
-                    describe(&reply)
-                ),
-            );
-            match after_verdict(attempt.clone(), &verdict) {
-                None => {
-                    self.storage.remove(&snap.order_id);
-                }
-                Some(a) => {
-                    self.storage.put(&snap.order_id, a.clone());
-                    attempt = a;
-                }
-            }
-            match verdict {
-                Verdict::Final(f) => {
-                    self.budget.refill();
-                    return Call::Final(f);
-                }
-                Verdict::Rejected { status, code } => {
-                    self.budget.refill();
-                    return Call::Rejected { status, code };
-                }
-                Verdict::Retry { .. } => {
-                    let rng = &mut self.rng;
-                    let next =
-                        schedule.after(&verdict, ctx.now_ms(), &mut self.budget, &mut || {
-                            rng.gen::<f64>()
-                        });
-                    match next {
-                        Next::GiveUp(reason) => return Call::Pending(reason),
-                        Next::Wait { ms } => tokio::time::sleep(Duration::from_millis(ms)).await,
+            let Some(effect) = flow.poll(ctx.now_ms(), true) else {
+                return Call::Pending(PendingReason::Deadline);
+            };
+            match effect {
+                Effect::Save { attempt, new } => {
+                    if new {
+                        self.log(
+                            ctx,
+                            format!(
+                                "mint key {} for v{} {}",
+                                short(attempt.key.as_str()),
+                                snap.order_version,
+                                snap.payment_method_id
+                            ),
+                        );
                     }
+                    self.storage.put(&snap.order_id, attempt);
                 }
+                Effect::Remove(_) => self.storage.remove(&snap.order_id),
+                Effect::Send { .. } => {
+                    let key = flow.attempt().key.clone();
+                    let mut req = ctx
+                        .http
+                        .post(&url)
+                        .bearer_auth(&self.token)
+                        .header(headers::IDEMPOTENCY_KEY, key.as_str())
+                        .json(&body);
+                    let mut fault = "";
+                    if flow.attempt().sends == 1 && self.rng.gen_bool(script.crash_p) {
+                        req = req.header(headers::DEV_FAULT, DevFault::CrashAfterCharge.as_str());
+                        ctx.bump(|c| &c.crash_asked);
+                        fault = " [asks crash-after-charge]";
+                    } else if self.rng.gen_bool(script.drop_p) {
+                        req = req.header(headers::DEV_FAULT, DevFault::DropResponse.as_str());
+                        ctx.bump(|c| &c.drop_asked);
+                        fault = " [asks drop-response]";
+                    }
+                    ctx.bump(|c| &c.pays);
+                    let reply: Reply<PayResponse> = ctx.send(req).await;
+                    self.log(
+                        ctx,
+                        format!(
+                            "pay key {} send #{}{fault} -> {}",
+                            short(key.as_str()),
+                            flow.attempt().sends,
+                            describe(&reply)
+                        ),
+                    );
+                    let rng = &mut self.rng;
+                    flow.on_reply(&reply, ctx.now_ms(), &mut self.budget, &mut || {
+                        rng.gen::<f64>()
+                    });
+                }
+                Effect::Wait { ms, .. } => {
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    flow.on_waited();
+                }
+                // The customers' machines never go offline: only the server's faults apply.
+                Effect::WaitOnline { .. } => flow.on_network(true),
+                Effect::Done(PayEnd::Final(f)) => return Call::Final(f),
+                Effect::Done(PayEnd::Failed(e)) => {
+                    return match e {
+                        SdkError::ServerRejected { status, code } => {
+                            Call::Rejected { status, code }
+                        }
+                        SdkError::KeyReused => Call::Rejected {
+                            status: ErrorCode::KeyReusedWithDifferentDetails.http_status(),
+                            code: Some(ErrorCode::KeyReusedWithDifferentDetails),
+                        },
+                        // An answer that does not fit the protocol keeps the key: still open.
+                        SdkError::ProtocolMismatch { .. } => Call::Pending(PendingReason::Attempts),
+                        _ => Call::Conflict,
+                    };
+                }
+                Effect::Done(PayEnd::Pending(reason)) => return Call::Pending(reason),
+                // The shop's cards never ask for 3-D Secure; if one did, the attempt stays open.
+                Effect::Done(PayEnd::ActionRequired) => {
+                    return Call::Pending(PendingReason::Attempts)
+                }
+                Effect::Status(_) | Effect::Remind { .. } | Effect::Warn(_) => {}
             }
         }
     }
@@ -677,6 +685,7 @@ impl Tab {
                     })
                 }
                 CancelOutcome::None => return not_paid("nothing to cancel"),
+                CancelOutcome::NotFound { code } => return not_paid(code.as_str()),
                 CancelOutcome::Processing | CancelOutcome::Unknown => {
                     let rng = &mut self.rng;
                     let ms = ctx.policy.backoff_ms(n, &mut || rng.gen::<f64>());
@@ -843,6 +852,7 @@ pub(crate) async fn run_intent(ctx: &Ctx, worker: usize, index: usize) -> Intent
         order_id: order.id.clone(),
         order_version: order.version,
         payment_method_id: script.method.to_owned(),
+        extras: Default::default(),
     };
     let mut tab = Tab::new("tab1", token, &ctx.policy, script.rng_seed, hist.clone());
     let mut reloads = script.reloads.clone();

@@ -7,6 +7,7 @@
 use crate::key::IdempotencyKey;
 use crate::status::{AttemptStatus, OrderStatus};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// API paths, spelled once. `{id}` segments are filled by the helpers.
 pub mod paths {
@@ -81,16 +82,46 @@ pub struct CheckoutSnapshot {
     pub order_version: u64,
     /// The chosen payment method id (e.g. `pm_card_approve`), never card data.
     pub payment_method_id: String,
+    /// Extra intention fields of the checkout (e.g. `shippingOptionId`, `couponCode`): part of
+    /// what the key pays for (a change is a new intention) and sent with the pay request
+    /// ([`PayBody::extras`]). Empty (and left out of JSON) for most checkouts.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extras: BTreeMap<String, String>,
 }
 
 impl CheckoutSnapshot {
-    /// The pay request body for this snapshot.
+    /// The pay request body for this snapshot, without its extras.
     pub fn pay_request(&self) -> PayRequest {
         PayRequest {
             order_version: self.order_version,
             payment_method_id: self.payment_method_id.clone(),
         }
     }
+
+    /// The pay body the SDK sends: [`PayRequest`]'s members, and `extras` when there are any
+    /// (so a checkout without extras sends exactly a [`PayRequest`]).
+    pub fn pay_body(&self) -> PayBody<'_> {
+        PayBody {
+            order_version: self.order_version,
+            payment_method_id: &self.payment_method_id,
+            extras: &self.extras,
+        }
+    }
+}
+
+/// `POST /orders/{id}/pay` body as the SDK sends it: a [`PayRequest`] plus the checkout's
+/// extra intention fields. A server that knows an extra binds it into the attempt's
+/// fingerprint; one that does not refuses the body (requests deny unknown members).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PayBody<'a> {
+    /// As in [`PayRequest`].
+    pub order_version: u64,
+    /// As in [`PayRequest`].
+    pub payment_method_id: &'a str,
+    /// [`CheckoutSnapshot::extras`], left out when empty.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub extras: &'a BTreeMap<String, String>,
 }
 
 /// `POST /dev/sessions` body.

@@ -59,6 +59,10 @@ codes! {
     PaymentDeclined = ("PAYMENT_DECLINED", 402, "The payment was declined"),
     /// The attempt ended without a charge (e.g. the provider never received it). Nothing was charged.
     PaymentFailed = ("PAYMENT_FAILED", 402, "The payment failed without a charge"),
+    /// The customer must act before the charge can complete (e.g. 3-D Secure). The problem's
+    /// `next` member is an opaque JSON value for the app (e.g. `{"type":"redirect","url":…}`);
+    /// the attempt stays open under its key, and the same key finishes it after the action.
+    ActionRequired = ("ACTION_REQUIRED", 402, "The customer must complete an action to pay"),
     /// The operation needs dev mode, which this server is not running in.
     DevModeRequired = ("DEV_MODE_REQUIRED", 403, "This endpoint exists only in dev mode"),
     /// The order does not exist or belongs to someone else.

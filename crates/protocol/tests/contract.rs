@@ -285,7 +285,7 @@ proptest! {
         key in key_strategy(),
         qty in 1u32..100,
     ) {
-        let snapshot = CheckoutSnapshot { order_id: order_id.clone(), order_version: version, payment_method_id: pm.clone() };
+        let snapshot = CheckoutSnapshot { order_id: order_id.clone(), order_version: version, payment_method_id: pm.clone(), extras: Default::default() };
         round_trip(&snapshot);
         round_trip(&snapshot.pay_request());
         round_trip(&PayResponse { status, order_id: order_id.clone(), payment: Some(payment.clone()) });

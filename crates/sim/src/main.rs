@@ -339,7 +339,7 @@ struct Candidate {
     sweep: bool,
 }
 
-/// `timeout T s, wait [0, W s)`: the SDK's rule with another timeout and another window after
+/// `timeout T s, wait [0.5, W s)`: the SDK's rule with another timeout and another window after
 /// it. The window is the policy's `max_delay_ms`, which also caps the backoff after no answer
 /// or a 5xx; neither happens in this scenario, so only the wait after a timeout changes.
 fn candidate(label: &'static str, timeout_ms: u64, window_ms: u64, sweep: bool) -> Candidate {
@@ -356,12 +356,12 @@ fn candidate(label: &'static str, timeout_ms: u64, window_ms: u64, sweep: bool) 
     }
 }
 
-const DEFAULT_LABEL: &str = "timeout 15 s, wait [0, 5 s) (SDK default)";
-const WIDEST_LABEL: &str = "timeout 15 s, wait [0, 30 s)";
+const DEFAULT_LABEL: &str = "timeout 15 s, wait [0.5, 5 s) (SDK default)";
+const WIDEST_LABEL: &str = "timeout 15 s, wait [0.5, 30 s)";
 const DECORRELATED_LABEL: &str = "timeout 15 s, decorrelated jitter (0.5 s, cap 5 s)";
-const T12_LABEL: &str = "timeout 12 s, wait [0, 8 s)";
-const T10_LABEL: &str = "timeout 10 s, wait [0, 5 s)";
-const T5_WIDE_LABEL: &str = "timeout 5 s, wait [0, 25 s)";
+const T12_LABEL: &str = "timeout 12 s, wait [0.5, 8 s)";
+const T10_LABEL: &str = "timeout 10 s, wait [0.5, 5 s)";
+const T5_WIDE_LABEL: &str = "timeout 5 s, wait [0.5, 25 s)";
 
 /// The policies weighed against the targets, the default first. The labels spell the numbers
 /// the rows use, so keep them in step.
@@ -377,9 +377,9 @@ fn candidates() -> Vec<Candidate> {
         },
     }];
     c.extend([
-        candidate("timeout 15 s, wait [0, 10 s)", t, 10_000, false),
-        candidate("timeout 15 s, wait [0, 15 s)", t, 15_000, true),
-        candidate("timeout 15 s, wait [0, 20 s)", t, 20_000, false),
+        candidate("timeout 15 s, wait [0.5, 10 s)", t, 10_000, false),
+        candidate("timeout 15 s, wait [0.5, 15 s)", t, 15_000, true),
+        candidate("timeout 15 s, wait [0.5, 20 s)", t, 20_000, false),
         candidate(WIDEST_LABEL, t, 30_000, true),
         Candidate {
             timeout_ms: t,
@@ -391,8 +391,8 @@ fn candidates() -> Vec<Candidate> {
         },
         candidate(T12_LABEL, 12_000, 8_000, true),
         candidate(T10_LABEL, 10_000, 5_000, true),
-        candidate("timeout 8 s, wait [0, 10 s)", 8_000, 10_000, false),
-        candidate("timeout 5 s, wait [0, 5 s)", 5_000, 5_000, false),
+        candidate("timeout 8 s, wait [0.5, 10 s)", 8_000, 10_000, false),
+        candidate("timeout 5 s, wait [0.5, 5 s)", 5_000, 5_000, false),
         candidate(T5_WIDE_LABEL, 5_000, 25_000, true),
     ]);
     c
@@ -513,7 +513,7 @@ fn findings(sc: &Scenario, seed: u64) -> String {
          retry policy, while it keeps one request in flight as the SDK does (a hedged second \
          copy sent before the timeout would be lost in the outage as well, one more retry per \
          intent). With the outage ({d_s} s) shorter than the timeout ({t_s} s) the recovered \
-         server idles for {idle} s; with the retries after the timeout spread over `[0, W)`, \
+         server idles for {idle} s; with the retries after the timeout spread over `[0.5 s, W)`, \
          peak/mean ≈ (T − D + W) / W times the noise of 1 s buckets for 1,000 independent clients \
          (the busy peak/mean: {nb:.2} at W = {w_s} s, {nw:.2} at W = 30 s). With the outage longer \
          than the timeout, the retries sent inside it are lost too: one more request per intent per \
@@ -527,7 +527,7 @@ fn findings(sc: &Scenario, seed: u64) -> String {
     let _ = writeln!(
         t,
         "- **A wider wait after our timeout** lowers peak/mean, slowly, at the customer's expense: \
-         `[0, 30 s)` gives {:.2} (target {TARGET_PEAK_TO_MEAN}) with p50 / p99 to an answer of \
+         `[0.5, 30 s)` gives {:.2} (target {TARGET_PEAK_TO_MEAN}) with p50 / p99 to an answer of \
          {:.1} / {:.1} s, against {:.2} and {:.1} / {:.1} s for the default. The server does not \
          need it: with the default it sees no 503 and a busy peak/mean of {:.2}.",
         wide.peak_to_mean,
@@ -551,7 +551,7 @@ fn findings(sc: &Scenario, seed: u64) -> String {
     );
     let _ = writeln!(
         t,
-        "- **A short timeout with a long spread** (5 s, `[0, 25 s)`) sends retries into the \
+        "- **A short timeout with a long spread** (5 s, `[0.5, 25 s)`) sends retries into the \
          outage, where they are lost: {:.2} retries/intent, peak/mean {:.2}, p99 {:.1} s.",
         short.retries_per_intent, short.peak_to_mean, short.p99_s,
     );
@@ -561,7 +561,7 @@ fn findings(sc: &Scenario, seed: u64) -> String {
          peak/mean {:.2}, {t10_seeds}, p99 {:.1} s) and answers sooner, but only because it is this \
          scenario's outage length: with a {:.0} s outage it makes {:.2} retries/intent, peak/mean \
          {:.2}, p99 {:.1} s; with {:.0} s, {:.2}, {:.2}, {:.1} s (the default: {:.2}, {:.2}, \
-         {:.1} s). Timeout 12 s with `[0, 8 s)` is at the edge here ({:.2} retries/intent, \
+         {:.1} s). Timeout 12 s with `[0.5, 8 s)` is at the edge here ({:.2} retries/intent, \
          peak/mean {:.2}, {t12_seeds}) and misses at {:.0} s ({:.2}, {:.2}, p99 {:.1} s). A \
          shorter timeout also \
          turns slow answers from a loaded but live server into duplicate requests, which this \
@@ -591,7 +591,7 @@ fn findings(sc: &Scenario, seed: u64) -> String {
     );
     let _ = writeln!(
         t,
-        "- **So the SDK keeps its defaults** (timeout {t_s} s, wait `[0, {w_s} s)` after it): \
+        "- **So the SDK keeps its defaults** (timeout {t_s} s, wait `[0.5, {w_s} s)` after it): \
          {:.2} retries/intent (target {TARGET_RETRIES_PER_INTENT}); peak/mean {:.2} from the \
          recovery instant ({}), {:.2} from the first request after it. No fixed policy meets \
          the ratio from the recovery instant for outages of unknown length without tuning the \
@@ -622,20 +622,22 @@ const READING: &str = "
 - A high mean is not a virtue: a strategy that keeps hammering a saturated server has a flat
   rate and many 503s. Read peak/mean together with retries/intent and 503s.
 - **given up** are pay calls that returned `pending` (key kept, nothing lost; the app may
-  resume them). Every strategy stops after 8 failed sends; for all but ours a 503 counts as
-  one. Ours (since the findings below) treats a 429/503 with `Retry-After` as the server
-  pacing it: not a failed send, bounded by the 60 s deadline, and charged 5 budget tokens.
+  resume them). Every strategy stops after 8 requests that did not end the call; for all but
+  ours a 503 counts as one and a poll does not. Ours counts every request (polls and answers
+  to `Retry-After` included) and charges 5 budget tokens for a 429/503 with `Retry-After`.
 - What the SDK changed after the first run of this simulation (the \"previous SDK default\"
   row re-enacts the policy before it, `crates/sim/src/strategy.rs`):
   - *Retry-After jitter*: wait uniformly in `[Retry-After, 2 × Retry-After]` (capped by
     `maxRetryAfterMs` and the deadline) instead of exactly `Retry-After`, so clients shed
     together do not come back together.
-  - *timeout window*: after our own request timeout, draw the wait from `[0, 5 s)` (the
-    backoff cap) instead of `[0, 0.5 s)`: clients whose requests hung on a dead server time
-    out together, and half a second cannot spread a crowd.
-  - *paced is not failure*: a 429/503 with `Retry-After` does not count towards the 8
-    attempts; it still costs retry-budget tokens, so a server that keeps shedding a client
-    drains that client's bucket.
+  - *timeout window*: after our own request timeout, draw the wait from the whole backoff
+    window (up to the 5 s cap) instead of `[0, 0.5 s)`: clients whose requests hung on a dead
+    server time out together, and half a second cannot spread a crowd.
+  - *a floor under every wait* (later): every wait is at least the base delay (0.5 s) and
+    jittered above it, whatever `Retry-After` says (`Retry-After: 0` waits `[0.5 s, 1 s]`),
+    so the backoff draws from `[0.5 s, min(5 s, 0.5 s · 2^(n+1)))` and the wait after a
+    timeout from `[0.5 s, 5 s)`; and `maxAttempts` counts every request, polls and answers to
+    `Retry-After` included, so no answer can make one pay call send more than 8 requests.
 ";
 
 fn describe(sc: &Scenario, seed: u64) -> String {
@@ -667,7 +669,7 @@ mod tests {
             }
         );
         let spelled = format!(
-            "timeout {} s, wait [0, {} s)",
+            "timeout {} s, wait [0.5, {} s)",
             c.timeout_ms / 1000,
             p.max_delay_ms / 1000
         );

@@ -3,8 +3,8 @@
 //! Time is integer milliseconds; events at the same millisecond run in the order they were
 //! scheduled (a sequence number breaks ties), so a run is a pure function of its seed.
 
-use crate::strategy::{ClientRetry, Strategy};
-use payonce::core::classify::{classify_pay, Reply, RetryCause, Verdict};
+use crate::strategy::{ClientRetry, Step, Strategy};
+use payonce::core::classify::Reply;
 use payonce::core::retry::{Next, PendingReason};
 use payonce_protocol::{AttemptStatus, PayResponse, Payment};
 use rand::rngs::StdRng;
@@ -206,22 +206,15 @@ pub(crate) fn run(scenario: &Scenario, strategy: Strategy, seed: u64) -> Run {
                     Fate::Served => &paid,
                     Fate::Shed => &shed_reply,
                 };
-                // The SDK's own reading of the answer, for every strategy.
-                let verdict = classify_pay(reply);
-                if let Verdict::Final(_) = verdict {
-                    clients[c].on_final();
-                    out.ends.push((now, End::Paid));
-                    out.took.push(now - started[c]);
-                    continue;
-                }
-                let verdict = if strategy.honours_retry_after() {
-                    verdict
-                } else {
-                    strip_retry_after(verdict)
-                };
-                match clients[c].after(&verdict, now, &mut rng) {
-                    Next::Wait { ms } => push(&mut queue, now + ms, c, None),
-                    Next::GiveUp(reason) => {
+                // The SDK's own reading of the answer, for every strategy (the SDK's pay
+                // flow classifies it itself).
+                match clients[c].answer(reply, now, &mut rng) {
+                    Step::Paid => {
+                        out.ends.push((now, End::Paid));
+                        out.took.push(now - started[c]);
+                    }
+                    Step::Then(Next::Wait { ms }) => push(&mut queue, now + ms, c, None),
+                    Step::Then(Next::GiveUp(reason)) => {
                         out.ends.push((now, End::Pending(reason)));
                         out.took.push(now - started[c]);
                     }
@@ -230,21 +223,6 @@ pub(crate) fn run(scenario: &Scenario, strategy: Strategy, seed: u64) -> Run {
         }
     }
     out
-}
-
-/// The verdict as a client that ignores `Retry-After` sees it: a shed request is plain
-/// server trouble, not the server pacing it.
-fn strip_retry_after(v: Verdict) -> Verdict {
-    match v {
-        Verdict::Retry { cause, .. } => Verdict::Retry {
-            cause: match cause {
-                RetryCause::Paced => RetryCause::ServerTrouble,
-                c => c,
-            },
-            retry_after_ms: None,
-        },
-        v => v,
-    }
 }
 
 /// The figures the issue asks for, over the recovery window.

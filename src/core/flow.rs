@@ -1,0 +1,447 @@
+//! The pay loop as a sans-IO state machine: no clock, no storage, no network, no randomness
+//! of its own. The caller feeds it what happened (an answer, a wait that ended, the network
+//! coming back) together with the current time, and performs the [`Effect`]s it asks for, in
+//! order, until [`Effect::Done`]. The browser layer (`src/web/mod.rs`), the chaos customers
+//! (`crates/chaos`) and the retry-storm simulation (`crates/sim`) all drive this one loop, and
+//! the property tests (`src/core/properties.rs`) drive it with arbitrary answers and times.
+//!
+//! ```text
+//! start ─▶ [Warn] [Save new] Remind ─▶ ready ──online──▶ Save(sent) [Status] Send ─▶ awaiting
+//!              ▲                        │ offline                                     │ answer
+//!              │                        ▼                                             ▼
+//!              │                  Status WaitOnline ── back ──▶ ready        Save | Remove
+//!              │                        └── not back ──▶ Done(pending)              │
+//!              └──────────── waited ◀── Status Wait ◀── retry ───────────────────────┤
+//!                                                                final / refused ─▶ Done
+//! ```
+//!
+//! The rules it composes live next to it: which key ([`crate::core::attempt::plan_pay`]), what
+//! an answer means ([`crate::core::classify::classify_pay`]), when a key is dropped
+//! ([`crate::core::attempt::after_verdict`]), and how long to wait ([`Schedule`]).
+
+use crate::core::attempt::{after_verdict, plan_pay, Attempt, Entry, PayPlan};
+use crate::core::classify::{classify_pay_for, Final, Reply, RetryCause, Verdict};
+use crate::core::error::{SdkError, Warning};
+use crate::core::retry::{Jitter, Next, PendingReason, RetryBudget, RetryPolicy, Schedule};
+use payonce_protocol::{CheckoutSnapshot, IdempotencyKey, PayResponse};
+use std::collections::VecDeque;
+
+/// What `onStatus` hears while a pay call runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PayStatus {
+    /// A request is on its way, or the server reported the attempt in progress.
+    Processing,
+    /// The last request ended without a usable answer; asking again with the same key.
+    CheckingStatus,
+    /// The call has run longer than `longWaitMs`.
+    TakingLonger,
+    /// The browser is offline; nothing is sent until it is back.
+    WaitingForNetwork,
+}
+
+impl PayStatus {
+    /// The `PayStatus` string of the JavaScript API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Processing => "processing",
+            Self::CheckingStatus => "checkingStatus",
+            Self::TakingLonger => "takingLonger",
+            Self::WaitingForNetwork => "waitingForNetwork",
+        }
+    }
+}
+
+/// How a pay call ended. The key is kept unless the end is [`PayEnd::Final`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PayEnd {
+    /// A final answer: the key was removed.
+    Final(Final),
+    /// The customer must act first (3-D Secure); the key is kept, and `pay` or `resume` with
+    /// the same checkout finishes the attempt afterwards.
+    ActionRequired,
+    /// The call fails with this error; the key is kept.
+    Failed(SdkError),
+    /// The call stopped asking while the outcome is open; the key is kept.
+    Pending(PendingReason),
+}
+
+/// Something the driver must do for the flow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// Tell the app (`onWarning`).
+    Warn(Warning),
+    /// Store the attempt. `new`: it was just minted (write it); otherwise write it back only
+    /// while storage still holds the same key (a cancel elsewhere may have removed it).
+    Save {
+        /// The record to write.
+        attempt: Attempt,
+        /// Just minted.
+        new: bool,
+    },
+    /// Remove the order's stored attempt if it still holds this key.
+    Remove(IdempotencyKey),
+    /// Tell the app (`onStatus`). Only a change is handed out: never the same status twice
+    /// in a row.
+    Status(PayStatus),
+    /// Tell the app `status` after `after_ms`, unless the call is over by then.
+    Remind {
+        /// Milliseconds from now.
+        after_ms: u64,
+        /// What to say.
+        status: PayStatus,
+    },
+    /// Send the pay request of [`PayFlow::attempt`] (its key and snapshot) and report the
+    /// answer with [`PayFlow::on_reply`].
+    Send {
+        /// How many requests this call has sent, this one included (1 for the first).
+        attempt: u32,
+    },
+    /// Wait, then report [`PayFlow::on_waited`].
+    Wait {
+        /// Milliseconds.
+        ms: u64,
+        /// Why another request follows.
+        why: RetryCause,
+    },
+    /// Wait for the network, at most `max_ms`, then report [`PayFlow::on_network`].
+    WaitOnline {
+        /// The longest wait (what is left before the deadline).
+        max_ms: u64,
+    },
+    /// The call is over.
+    Done(PayEnd),
+}
+
+/// The settings of one pay call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowConfig {
+    /// Backoff, attempts, `Retry-After` cap, budget shape.
+    pub policy: RetryPolicy,
+    /// Total time the call keeps asking.
+    pub deadline_ms: u64,
+    /// When the app hears `takingLonger`.
+    pub long_wait_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// The next request may leave (after an offline check unless `checked`).
+    Ready { checked: bool },
+    /// Waiting for the driver's input (an answer, a wait, the network).
+    Blocked,
+    /// [`Effect::Done`] was handed out.
+    Over,
+}
+
+/// One pay call's loop. See the module documentation.
+#[derive(Debug, Clone)]
+pub struct PayFlow {
+    attempt: Attempt,
+    schedule: Schedule,
+    phase: Phase,
+    sends: u32,
+    /// True while every answer so far was a network failure (no HTTP answer, not our timeout).
+    network_failures_only: bool,
+    /// The last status handed out: `onStatus` hears a status only when it changes.
+    last_status: Option<PayStatus>,
+    out: VecDeque<Effect>,
+}
+
+impl PayFlow {
+    /// Starts a pay call for `checkout`, given what storage holds for its order. `mint` gives
+    /// a fresh key; it is called only when the plan is to mint one. Fails (nothing to do, the
+    /// stored attempt untouched) when the order has an unresolved attempt with other details
+    /// or a damaged one that still names a key.
+    pub fn start(
+        entry: &Entry,
+        checkout: CheckoutSnapshot,
+        config: FlowConfig,
+        now_ms: f64,
+        mint: impl FnOnce() -> Option<IdempotencyKey>,
+    ) -> Result<Self, SdkError> {
+        let mut out = VecDeque::new();
+        let attempt = match plan_pay(entry, &checkout) {
+            PayPlan::Reuse(a) => a,
+            PayPlan::Conflict { .. } => return Err(SdkError::SnapshotConflict),
+            PayPlan::ResolveUnreadable => return Err(SdkError::UnreadableAttempt),
+            PayPlan::Mint {
+                replaces_unreadable,
+            } => {
+                if replaces_unreadable {
+                    out.push_back(Effect::Warn(Warning::UnreadableEntry));
+                }
+                let key = mint().ok_or(SdkError::Unsupported("no usable random key"))?;
+                let a = Attempt::new(key, checkout, now_ms.max(0.0) as u64);
+                // Saved BEFORE the request leaves: a crash or reload from here on leaves the
+                // key behind for the next Pay.
+                out.push_back(Effect::Save {
+                    attempt: a.clone(),
+                    new: true,
+                });
+                a
+            }
+        };
+        out.push_back(Effect::Remind {
+            after_ms: config.long_wait_ms,
+            status: PayStatus::TakingLonger,
+        });
+        Ok(Self {
+            attempt,
+            schedule: Schedule::new(
+                config.policy,
+                now_ms,
+                config.deadline_ms,
+                config.long_wait_ms,
+            ),
+            phase: Phase::Ready { checked: false },
+            sends: 0,
+            network_failures_only: true,
+            last_status: None,
+            out,
+        })
+    }
+
+    /// The attempt as the flow knows it: the key and snapshot every request carries.
+    pub fn attempt(&self) -> &Attempt {
+        &self.attempt
+    }
+
+    /// The next effect, or `None` while the flow waits for an input (or is over). `online`:
+    /// whether the browser believes it has a network (`navigator.onLine`).
+    pub fn poll(&mut self, now_ms: f64, online: bool) -> Option<Effect> {
+        if let Some(e) = self.out.pop_front() {
+            return Some(e);
+        }
+        let Phase::Ready { checked } = self.phase else {
+            return None;
+        };
+        self.phase = Phase::Blocked;
+        if !online && !checked {
+            self.status(PayStatus::WaitingForNetwork);
+            self.out.push_back(Effect::WaitOnline {
+                max_ms: self.schedule.remaining_ms(now_ms),
+            });
+        } else {
+            self.attempt = self.attempt.clone().sending();
+            self.sends += 1;
+            self.out.push_back(Effect::Save {
+                attempt: self.attempt.clone(),
+                new: false,
+            });
+            if self.sends == 1 {
+                self.status(PayStatus::Processing);
+            }
+            self.out.push_back(Effect::Send {
+                attempt: self.sends,
+            });
+        }
+        self.out.pop_front()
+    }
+
+    /// The answer to the last [`Effect::Send`]. `budget` is the client's retry budget (shared
+    /// by its pay calls); `jitter` draws the random part of the next wait.
+    pub fn on_reply(
+        &mut self,
+        reply: &Reply<PayResponse>,
+        now_ms: f64,
+        budget: &mut RetryBudget,
+        jitter: &mut impl Jitter,
+    ) {
+        if self.phase == Phase::Over {
+            return;
+        }
+        let verdict = classify_pay_for(reply, &self.attempt.snapshot.order_id);
+        self.network_failures_only &= matches!(reply, Reply::NoAnswer { timed_out: false });
+        match after_verdict(self.attempt.clone(), &verdict) {
+            None => self.out.push_back(Effect::Remove(self.attempt.key.clone())),
+            Some(a) => {
+                self.attempt = a;
+                self.out.push_back(Effect::Save {
+                    attempt: self.attempt.clone(),
+                    new: false,
+                });
+            }
+        }
+        let end = match verdict {
+            Verdict::Final(f) => {
+                budget.refill();
+                PayEnd::Final(f)
+            }
+            Verdict::Rejected { status, code } => {
+                budget.refill();
+                PayEnd::Failed(SdkError::rejected(status, code))
+            }
+            Verdict::Mismatch { status, why } => {
+                PayEnd::Failed(SdkError::ProtocolMismatch { status, why })
+            }
+            Verdict::ActionRequired => {
+                budget.refill();
+                PayEnd::ActionRequired
+            }
+            Verdict::Retry { cause, .. } => {
+                match self.schedule.after(&verdict, now_ms, budget, jitter) {
+                    Next::GiveUp(reason) => {
+                        // The same network failure on every try, more than once: most likely
+                        // a CORS refusal or a wrong URL, not a passing outage.
+                        if self.network_failures_only && self.sends > 1 {
+                            self.out.push_back(Effect::Warn(Warning::ProtocolMismatch));
+                        }
+                        PayEnd::Pending(reason)
+                    }
+                    Next::Wait { ms } => {
+                        self.status(if cause == RetryCause::InProgress {
+                            PayStatus::Processing
+                        } else {
+                            PayStatus::CheckingStatus
+                        });
+                        self.out.push_back(Effect::Wait { ms, why: cause });
+                        return;
+                    }
+                }
+            }
+        };
+        self.finish(end);
+    }
+
+    /// The last [`Effect::Wait`] is over: the next request may leave.
+    pub fn on_waited(&mut self) {
+        if self.phase == Phase::Blocked {
+            self.phase = Phase::Ready { checked: false };
+        }
+    }
+
+    /// The last [`Effect::WaitOnline`] is over; `back`: the network came back in time.
+    pub fn on_network(&mut self, back: bool) {
+        if self.phase != Phase::Blocked {
+            return;
+        }
+        if back {
+            self.phase = Phase::Ready { checked: true };
+        } else {
+            self.finish(PayEnd::Pending(PendingReason::Deadline));
+        }
+    }
+
+    /// Queues `Status(s)` unless it is the status last handed out.
+    fn status(&mut self, s: PayStatus) {
+        if self.last_status != Some(s) {
+            self.last_status = Some(s);
+            self.out.push_back(Effect::Status(s));
+        }
+    }
+
+    fn finish(&mut self, end: PayEnd) {
+        self.phase = Phase::Over;
+        self.out.push_back(Effect::Done(end));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::retry::BudgetConfig;
+    use payonce_protocol::{AttemptStatus, Payment};
+
+    fn snap() -> CheckoutSnapshot {
+        CheckoutSnapshot {
+            order_id: "ord_1".into(),
+            order_version: 2,
+            payment_method_id: "pm_card_approve".into(),
+            extras: Default::default(),
+        }
+    }
+    fn key() -> IdempotencyKey {
+        IdempotencyKey::parse("6f13d95a-e6c1-4bf2-9459-99b502098dc1").unwrap()
+    }
+    fn config() -> FlowConfig {
+        FlowConfig {
+            policy: RetryPolicy::default(),
+            deadline_ms: 60_000,
+            long_wait_ms: 10_000,
+        }
+    }
+    fn drain(f: &mut PayFlow, now: f64) -> Vec<Effect> {
+        std::iter::from_fn(|| f.poll(now, true)).collect()
+    }
+    fn paid() -> Reply<PayResponse> {
+        Reply::Http {
+            status: 200,
+            retry_after: None,
+            ok: Some(PayResponse {
+                status: AttemptStatus::Succeeded,
+                order_id: "ord_1".into(),
+                payment: Some(Payment {
+                    id: "pay_1".into(),
+                    order_id: "ord_1".into(),
+                    amount: 1,
+                    currency: "EUR".into(),
+                    payment_method_id: "pm_card_approve".into(),
+                    charge_id: "ch_1".into(),
+                    status: AttemptStatus::Succeeded,
+                }),
+            }),
+            problem: None,
+        }
+    }
+
+    #[test]
+    fn a_new_key_is_saved_before_the_first_send_and_removed_on_paid() {
+        let mut f = PayFlow::start(&Entry::Missing, snap(), config(), 0.0, || Some(key())).unwrap();
+        let first = drain(&mut f, 0.0);
+        assert!(matches!(&first[0], Effect::Save { new: true, attempt } if attempt.sends == 0));
+        assert!(matches!(first.last(), Some(Effect::Send { attempt: 1 })));
+        let mut budget = RetryBudget::new(BudgetConfig::default());
+        f.on_reply(
+            &Reply::NoAnswer { timed_out: false },
+            10.0,
+            &mut budget,
+            &mut || 0.5,
+        );
+        let after = drain(&mut f, 10.0);
+        assert!(
+            matches!(after.last(), Some(Effect::Wait { .. })),
+            "{after:?}"
+        );
+        assert!(!after.iter().any(|e| matches!(e, Effect::Remove(_))));
+        f.on_waited();
+        assert!(matches!(
+            drain(&mut f, 500.0).last(),
+            Some(Effect::Send { attempt: 2 })
+        ));
+        f.on_reply(&paid(), 600.0, &mut budget, &mut || 0.5);
+        let end = drain(&mut f, 600.0);
+        assert_eq!(end[0], Effect::Remove(key()));
+        assert!(matches!(
+            &end[1],
+            Effect::Done(PayEnd::Final(Final::Paid { .. }))
+        ));
+        assert_eq!(f.poll(700.0, true), None, "over");
+    }
+
+    #[test]
+    fn offline_waits_for_the_network_before_sending_and_gives_up_if_it_stays_away() {
+        let mut f = PayFlow::start(&Entry::Missing, snap(), config(), 0.0, || Some(key())).unwrap();
+        let effects: Vec<_> = std::iter::from_fn(|| f.poll(0.0, false)).collect();
+        assert!(effects.contains(&Effect::Status(PayStatus::WaitingForNetwork)));
+        assert_eq!(effects.last(), Some(&Effect::WaitOnline { max_ms: 60_000 }));
+        assert!(!effects.iter().any(|e| matches!(e, Effect::Send { .. })));
+        f.on_network(false);
+        assert_eq!(
+            drain(&mut f, 60_000.0),
+            [Effect::Done(PayEnd::Pending(PendingReason::Deadline))]
+        );
+    }
+
+    #[test]
+    fn other_details_for_an_open_attempt_fail_without_effects() {
+        let stored = Attempt::new(key(), snap(), 1);
+        let other = CheckoutSnapshot {
+            order_version: 3,
+            ..snap()
+        };
+        let r = PayFlow::start(&Entry::Valid(stored), other, config(), 0.0, || {
+            panic!("no key is minted for a conflict")
+        });
+        assert_eq!(r.err(), Some(SdkError::SnapshotConflict));
+    }
+}
