@@ -219,6 +219,7 @@ fn webhook_event_shape_is_stable() {
             order_id: "o1".into(),
             status: ChargeStatus::Succeeded,
             created_at: 2,
+            next_action_url: None,
         },
     };
     let v = serde_json::to_value(&event).unwrap();

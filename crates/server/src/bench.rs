@@ -56,6 +56,7 @@ pub async fn raw_pay(
         order_id: order.id.clone(),
         status: ChargeStatus::Succeeded,
         created_at: now_ms(),
+        next_action_url: None,
     };
     match pay::settle_charged(state, &claim, &charge).await? {
         Some(_) => Ok(()),

@@ -712,6 +712,10 @@ fn outcome_of(charge: Charge) -> ChargeOutcome {
     match charge.status {
         ChargeStatus::Declined => ChargeOutcome::Declined(charge),
         ChargeStatus::Succeeded | ChargeStatus::Refunded => ChargeOutcome::Succeeded(charge),
+        // The customer has not acted yet: no outcome, the attempt stays open.
+        ChargeStatus::RequiresAction => {
+            ChargeOutcome::Unknown("the charge awaits the customer's action".to_owned())
+        }
     }
 }
 
