@@ -69,6 +69,10 @@ fn body_members() -> BTreeSet<&'static str> {
         members::<Mail>(),
         members::<Mailbox>(),
         members::<Problem>(),
+        members::<NextAction>(),
+        // ActionRequiredProblem flattens Problem (serde then reads it as a map, which the
+        // probe cannot list): its own member is named here.
+        vec!["next"],
     ];
     lists.into_iter().flatten().collect()
 }
