@@ -17,7 +17,14 @@
 //!   sessionStorage (`payonce:attempt:<orderId>`) before the request leaves. It is removed only
 //!   on a final answer: paid, declined/failed, cancelled, or `ORDER_CHANGED`. Every other answer,
 //!   including refusals such as `KEY_REUSED_WITH_DIFFERENT_DETAILS` or `PAYMENT_ALREADY_ACTIVE`,
-//!   keeps it; `cancel()` resolves such a key (the server tombstones a key it never saw).
+//!   `ACTION_REQUIRED` (3-D Secure: the same key finishes it) and answers that do not fit the
+//!   protocol (`PROTOCOL_MISMATCH`), keeps it; `cancel()` resolves such a key (the server
+//!   tombstones a key it never saw; a cancel answered `ORDER_NOT_FOUND` or
+//!   `KEY_REUSED_WITH_DIFFERENT_DETAILS` resolves it as `notFound`).
+//! - One pay call sends at most `maxAttempts` requests, polls included, and waits at least the
+//!   base delay (jittered) between any two, whatever `Retry-After` says.
+//! - Receipts from other tabs are hints: used only for the same base URL and checkout, and only
+//!   after one confirming request with the receipt's key (a replay).
 //! - Other details for an order with an unresolved attempt reject with `SNAPSHOT_CONFLICT`.
 //! - A stored entry that does not decode never crashes the SDK: if a key can still be read from
 //!   it, pay rejects with `UNREADABLE_ATTEMPT` until `cancel()` resolves it; if not, it is

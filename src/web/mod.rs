@@ -552,7 +552,7 @@ struct PendingView<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     sends: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    extras: Option<&'a std::collections::BTreeMap<String, String>>,
+    extras: Option<&'a payonce_protocol::Extras>,
 }
 
 /// `{ kind: "pending", reason }`: the call stopped asking, the key is kept.

@@ -7,7 +7,6 @@
 use crate::key::IdempotencyKey;
 use crate::status::{AttemptStatus, OrderStatus};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 
 /// API paths, spelled once. `{id}` segments are filled by the helpers.
 pub mod paths {
@@ -85,8 +84,86 @@ pub struct CheckoutSnapshot {
     /// Extra intention fields of the checkout (e.g. `shippingOptionId`, `couponCode`): part of
     /// what the key pays for (a change is a new intention) and sent with the pay request
     /// ([`PayBody::extras`]). Empty (and left out of JSON) for most checkouts.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub extras: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Extras::is_empty")]
+    pub extras: Extras,
+}
+
+/// A checkout's extra intention fields: names and string values, at most one value per name.
+/// JSON: an object of strings. Two are equal when they hold the same pairs in any order.
+///
+/// A plain list rather than a `BTreeMap`: the Wasm SDK clones and compares snapshots often, and
+/// a map's clone, comparison and serde code cost it about 5 KB gzip for a handful of entries.
+#[derive(Debug, Clone, Default, Eq)]
+pub struct Extras(Vec<(String, String)>);
+
+impl Extras {
+    /// No extras.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The value of `name`, if set.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Sets `name` (replacing an earlier value).
+    pub fn set(&mut self, name: String, value: String) {
+        self.0.retain(|(k, _)| *k != name);
+        self.0.push((name, value));
+    }
+
+    /// The pairs, in the order they were set.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+}
+
+impl PartialEq for Extras {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.len() == other.0.len() && self.iter().all(|(k, v)| other.get(k) == Some(v))
+    }
+}
+
+impl std::hash::Hash for Extras {
+    // Consistent with the order-blind equality: only what every equal pair of values shares.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.len().hash(state);
+    }
+}
+
+impl Serialize for Extras {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for Extras {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Pairs;
+        impl<'de> serde::de::Visitor<'de> for Pairs {
+            type Value = Extras;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object of strings")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Extras, A::Error> {
+                let mut e = Extras::default();
+                while let Some((k, v)) = a.next_entry::<String, String>()? {
+                    e.set(k, v);
+                }
+                Ok(e)
+            }
+        }
+        d.deserialize_map(Pairs)
+    }
 }
 
 impl CheckoutSnapshot {
@@ -120,8 +197,8 @@ pub struct PayBody<'a> {
     /// As in [`PayRequest`].
     pub payment_method_id: &'a str,
     /// [`CheckoutSnapshot::extras`], left out when empty.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub extras: &'a BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Extras::is_empty")]
+    pub extras: &'a Extras,
 }
 
 /// `POST /dev/sessions` body.

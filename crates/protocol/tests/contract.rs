@@ -326,3 +326,30 @@ proptest! {
         round_trip(&p);
     }
 }
+
+#[test]
+fn checkout_extras_are_an_object_of_strings_compared_in_any_order() {
+    let a: CheckoutSnapshot = serde_json::from_str(
+        r#"{"orderId":"o","orderVersion":1,"paymentMethodId":"pm","extras":{"couponCode":"SAVE10","shippingOptionId":"ship"}}"#,
+    )
+    .unwrap();
+    let b: CheckoutSnapshot = serde_json::from_str(
+        r#"{"orderId":"o","orderVersion":1,"paymentMethodId":"pm","extras":{"shippingOptionId":"ship","couponCode":"SAVE10"}}"#,
+    )
+    .unwrap();
+    assert_eq!(a, b, "the order of the members does not matter");
+    assert_eq!(a.extras.get("couponCode"), Some("SAVE10"));
+    let mut c = a.clone();
+    c.extras.set("couponCode".into(), "OTHER".into());
+    assert_ne!(a, c, "another value is another intention");
+    let body = serde_json::to_value(a.pay_body()).unwrap();
+    assert_eq!(body["extras"]["shippingOptionId"], "ship");
+    // Without extras, the body is exactly a PayRequest (and old stored snapshots still read).
+    let plain: CheckoutSnapshot =
+        serde_json::from_str(r#"{"orderId":"o","orderVersion":1,"paymentMethodId":"pm"}"#).unwrap();
+    assert!(plain.extras.is_empty());
+    assert_eq!(
+        serde_json::to_value(plain.pay_body()).unwrap(),
+        serde_json::to_value(plain.pay_request()).unwrap()
+    );
+}
