@@ -75,6 +75,15 @@ browser_tests() {
   fi
 }
 ts_check() { tsc --strict --noEmit -p tools/ts-check; }
+rules_pure() {
+  # crates/rules holds the server's decisions as pure code: no I/O crate may appear under it.
+  local tree
+  tree=$(cargo tree "${locked[@]}" -p payonce-rules -e normal --prefix none) || return 1
+  if grep -E '^(sqlx|axum|tokio|hyper|reqwest|redis)[ -]' <<<"$tree"; then
+    echo "rules-pure: crates/rules depends on the I/O crates above" >&2
+    return 1
+  fi
+}
 chaos() {
   # The chaos audit at its small size (docs/chaos.md has the large run): a fixed seed, so a
   # red run names a script and fault schedule that replay. Needs PostgreSQL and Redis.
@@ -98,6 +107,7 @@ t_start=$SECONDS
 suite bootstrap bash scripts/bootstrap.sh
 suite services services
 suite fmt cargo fmt --all --check
+suite rules-pure rules_pure
 suite clippy cargo clippy "${locked[@]}" --workspace --all-targets -- -D warnings
 suite clippy-wasm cargo clippy "${locked[@]}" -p payonce --target wasm32-unknown-unknown -- -D warnings
 suite cargo-test cargo test "${locked[@]}" --workspace
@@ -119,10 +129,12 @@ if suite build-pkg bash scripts/build-pkg.sh; then
   suite smoke bash scripts/smoke.sh pkg
   suite size bash scripts/size-check.sh pkg
   if [ -d tools/ts-check ]; then suite ts-check ts_check; else note ts-check "absent (no tools/ts-check)"; fi
+  suite fixtures bash fixtures/run.sh pkg
 else
   not_run smoke "build-pkg failed"
   not_run size "build-pkg failed"
   [ -d tools/ts-check ] && not_run ts-check "build-pkg failed"
+  not_run fixtures "build-pkg failed"
 fi
 if [ ! -e www/e2e ]; then note www-e2e "absent (no www/e2e)"
 elif $pkg_built; then suite www-e2e www_e2e

@@ -244,7 +244,8 @@ export type PayonceErrorCode =
   /** The answer does not fit the protocol (a 2xx that is not a payonce answer, a payment for another order); key kept, `body` shows it. */
   | "PROTOCOL_MISMATCH"
   | "ABORTED"
-  | "UNSUPPORTED";
+  | "UNSUPPORTED"
+  | "NOT_INITIALIZED";
 "#;
 
 #[wasm_bindgen]

@@ -10,6 +10,7 @@ import init, {
   type PayOutcome,
   type PayStatus,
   type PayonceErrorCode,
+  type PayonceEvent,
 } from "../../pkg/payonce.js";
 
 function unreachable(x: never): never {
@@ -20,6 +21,8 @@ function describe(o: PayOutcome): string {
   switch (o.kind) {
     case "paid":
       return `paid ${o.payment.amount} ${o.payment.currency} (${o.payment.id})`;
+    case "actionRequired":
+      return `the customer must act: ${JSON.stringify(o.next satisfies unknown)}`;
     case "declined":
       return o.code === "PAYMENT_DECLINED" ? "declined" : "failed, not charged";
     case "orderChanged":
@@ -35,6 +38,8 @@ function describe(o: PayOutcome): string {
 
 function afterCancel(c: CancelOutcome): boolean {
   switch (c.kind) {
+    case "notFound":
+      return c.problemCode === "ORDER_NOT_FOUND";
     case "none":
     case "cancelled":
     case "declined":
@@ -59,7 +64,16 @@ export async function checkout(apiUrl: string): Promise<string> {
     deadlineMs: 60_000,
     longWaitMs: 10_000,
     storage: "session",
-    onWarning: (code) => console.warn(code satisfies "STORAGE_UNAVAILABLE" | "UNREADABLE_ENTRY" | "DUPLICATED_TAB"),
+    onWarning: (code) => console.warn(code satisfies "STORAGE_UNAVAILABLE" | "UNREADABLE_ENTRY" | "DUPLICATED_TAB" | "PROTOCOL_MISMATCH"),
+    // A Bearer-token backend on its own paths (the transport options).
+    credentials: "omit",
+    headers: async () => ({ Authorization: `Bearer ${await Promise.resolve("token")}` }),
+    endpoints: {
+      pay: (orderId) => `${apiUrl}/api/checkout/${encodeURIComponent(orderId)}/pay`,
+      cancel: (orderId) => `${apiUrl}/api/checkout/${encodeURIComponent(orderId)}/cancel`,
+    },
+    onEvent: (event: PayonceEvent) => void event,
+    debug: false,
   });
   const mode: "session" | "memory" = client.storageMode;
   const cart: Checkout = { orderId: "ord_1", orderVersion: 3, paymentMethodId: "pm_card_approve" };
@@ -84,6 +98,7 @@ export async function checkout(apiUrl: string): Promise<string> {
   } catch (e) {
     if (e instanceof PayonceError) {
       const code: PayonceErrorCode = e.code;
+      if (code === "NOT_INITIALIZED") return "call init() first";
       const status: number | undefined = e.status;
       const problem: string | undefined = e.problemCode;
       return `${code} ${status ?? ""} ${problem ?? ""} ${e.message}`;

@@ -4,24 +4,21 @@
 //! User ids use `[A-Za-z0-9_-]`, so the dots cannot be ambiguous. The MAC is checked in
 //! constant time (`Mac::verify_slice`); any change to any part of the token is a 401.
 
-use crate::error::{AppError, AppResult};
-use crate::extract::ApiJson;
-use crate::AppState;
-use axum::extract::{FromRequestParts, State};
+use crate::error::AppError;
+use crate::state::AppState;
+use axum::extract::FromRequestParts;
+use axum::http::header;
 use axum::http::request::Parts;
-use axum::http::{header, HeaderValue};
-use axum::response::{IntoResponse, Response};
-use axum::Json;
 use hmac::{Hmac, KeyInit, Mac};
 use payonce_protocol::headers::SESSION_COOKIE;
-use payonce_protocol::{DevSessionRequest, DevSessionResponse, ErrorCode};
+use payonce_protocol::ErrorCode;
 use sha2::Sha256;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 type HmacSha256 = Hmac<Sha256>;
 
 /// How long a dev session lasts.
-const SESSION_SECS: u64 = 24 * 3600;
+pub(crate) const SESSION_SECS: u64 = 24 * 3600;
 
 /// The authenticated caller.
 #[derive(Debug, Clone)]
@@ -66,7 +63,7 @@ pub(crate) fn verify_token(secret: &[u8], token: &str, now_secs: u64) -> Option<
     }
     let expires: u64 = exp.parse().ok()?;
     // Lower-case only: one spelling per token.
-    if sig.bytes().any(|b| b.is_ascii_uppercase()) {
+    if !sig.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
         return None;
     }
     let sig = hex::decode(sig).ok()?;
@@ -76,7 +73,7 @@ pub(crate) fn verify_token(secret: &[u8], token: &str, now_secs: u64) -> Option<
     (expires > now_secs).then(|| user.to_owned())
 }
 
-fn now_secs() -> u64 {
+pub(crate) fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -133,41 +130,6 @@ impl FromRequestParts<AppState> for AuthUser {
 
 fn unauthenticated(detail: &str) -> AppError {
     AppError::detail(ErrorCode::Unauthenticated, detail)
-}
-
-/// `POST /dev/sessions`: sign in as anyone. Dev mode only.
-pub(crate) async fn create_dev_session(
-    State(state): State<AppState>,
-    ApiJson(req): ApiJson<DevSessionRequest>,
-) -> AppResult<Response> {
-    if !state.config.dev {
-        return Err(AppError::code(ErrorCode::DevModeRequired));
-    }
-    if !valid_user_id(&req.user_id) {
-        return Err(AppError::detail(
-            ErrorCode::InvalidRequest,
-            "userId must be 1..=64 characters of [A-Za-z0-9_-]",
-        ));
-    }
-    let token = sign_token(
-        &state.config.session_secret,
-        &req.user_id,
-        now_secs() + SESSION_SECS,
-    );
-    // SameSite=Lax: the demo page on another localhost port is same-site (ports do not make
-    // a site), so the cookie still travels with credentialed fetches. No `Secure`: dev runs
-    // on plain http://localhost.
-    let cookie =
-        format!("{SESSION_COOKIE}={token}; HttpOnly; Path=/; SameSite=Lax; Max-Age={SESSION_SECS}");
-    let mut res = Json(DevSessionResponse {
-        user_id: req.user_id,
-        token,
-    })
-    .into_response();
-    if let Ok(v) = HeaderValue::from_str(&cookie) {
-        res.headers_mut().insert(header::SET_COOKIE, v);
-    }
-    Ok(res)
 }
 
 #[cfg(test)]

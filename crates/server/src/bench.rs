@@ -5,11 +5,13 @@
 
 use crate::error::AppError;
 use crate::orders::load_owned;
-use crate::pay::{self, Claimed, NextAction};
+use crate::pay;
+use crate::state::AppState;
 use crate::store::attempts as db;
-use crate::{now_ms, AppState};
 use payonce_protocol::provider::{Charge, ChargeStatus};
 use payonce_protocol::{IdempotencyKey, PayRequest};
+use payonce_rules::plan::Outcome;
+use payonce_rules::NextAction;
 
 /// Why a raw pay did not end in a stored success.
 #[derive(Debug, thiserror::Error)]
@@ -34,31 +36,33 @@ pub async fn raw_pay(
 ) -> Result<(), RawPayError> {
     let key = IdempotencyKey::parse(key).map_err(|e| RawPayError(e.to_string()))?;
     let order = load_owned(state, order_id, user).await?;
-    let row = db::find(state.store.pool(), user, key.as_str())
+    let record = db::find(state.store.pool(), user, key.as_str())
         .await
         .map_err(AppError::from)?;
-    if pay::decide(row.as_ref(), None, &order.id, now_ms(), true) != NextAction::StartProcessing {
-        return Err(RawPayError("the key is not new".into()));
-    }
     let req = PayRequest {
         order_version: u64::try_from(order.version).unwrap_or(0),
         payment_method_id: payment_method_id.to_owned(),
     };
-    let Claimed::Won(claim) = pay::claim(state, user, &order, &key, &req).await? else {
+    let r = pay::request(user, &order.id, &req, Some(&order));
+    let now = state.clock.now_ms();
+    if payonce_rules::decide(record.as_ref(), &r, now, true) != NextAction::StartProcessing {
+        return Err(RawPayError("the key is not new".into()));
+    }
+    let Some(claim) = pay::claim(state, user, &order, &key, &req, false).await? else {
         return Err(RawPayError("the claim was lost".into()));
     };
     let charge = Charge {
         id: format!("ch_raw_{}", uuid::Uuid::new_v4().simple()),
-        provider_key: pay::provider_key(user, &key),
+        provider_key: claim.attempt.provider_key.clone(),
         amount: order.amount,
         currency: order.currency.clone(),
         payment_method_id: payment_method_id.to_owned(),
         order_id: order.id.clone(),
         status: ChargeStatus::Succeeded,
-        created_at: now_ms(),
+        created_at: now,
         next_action_url: None,
     };
-    match pay::settle_charged(state, &claim, &charge).await? {
+    match pay::settle(state, &claim, Outcome::Succeeded(charge)).await? {
         Some(_) => Ok(()),
         None => Err(RawPayError("someone else settled the attempt".into())),
     }

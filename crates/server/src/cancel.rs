@@ -11,53 +11,26 @@
 //! The tombstone and a late pay race for one unique slot: whichever inserts first wins, so a
 //! pay that arrives after the cancel can never charge.
 
-use crate::auth::AuthUser;
 use crate::error::{AppError, AppResult};
-use crate::extract::{ApiJson, PathId};
-use crate::orders::load_owned;
-use crate::store::attempts::{self as db, get_payment};
-use crate::store::audit::{self, Entry};
-use crate::{now_ms, AppState};
-use axum::extract::State;
-use axum::Json;
-use payonce_protocol::{AttemptStatus, CancelRequest, CancelResponse, ErrorCode};
+use crate::state::AppState;
+use crate::store::attempts as db;
+use crate::store::audit;
+use crate::store::payments::{get_payment, payment_of_attempt};
+use payonce_protocol::{AttemptStatus, CancelResponse};
+use payonce_rules::plan;
 
-/// The handler.
-pub(crate) async fn handler(
-    State(state): State<AppState>,
-    AuthUser(user): AuthUser,
-    PathId(order_id): PathId,
-    ApiJson(req): ApiJson<CancelRequest>,
-) -> AppResult<Json<CancelResponse>> {
-    let order = load_owned(&state, &order_id, &user).await?;
-    // In its own task, like pay: a hang-up must not abort a half-written tombstone decision.
-    let task =
-        tokio::spawn(async move { cancel(&state, &user, &order.id, req.key.as_str()).await });
-    let answer = task
-        .await
-        .map_err(|e| AppError::internal(format!("cancel task failed: {e}")))??;
-    Ok(Json(answer))
-}
-
-async fn cancel(
+/// The cancel table for the caller's `key` on `order_id` (already checked to be theirs).
+pub(crate) async fn cancel(
     state: &AppState,
     user: &str,
     order_id: &str,
     key: &str,
 ) -> AppResult<CancelResponse> {
-    let now = now_ms();
+    let now = state.clock.now_ms();
     let id = format!("att_{}", uuid::Uuid::new_v4().simple());
-    let expires = now + i64::try_from(state.config.key_retention.as_millis()).unwrap_or(0);
+    let (tombstone, entry) = plan::plan_tombstone(user, order_id, id, now, &state.policy);
     let mut tx = state.store.begin_write().await?;
-    if db::insert_tombstone(&mut *tx, &id, user, key, order_id, now, expires).await? {
-        let entry = Entry {
-            actor: user,
-            entity: "attempt",
-            entity_id: &id,
-            from: None,
-            to: "cancelled",
-            reason: "cancel before any pay: tombstone",
-        };
+    if db::insert_tombstone(&mut *tx, &tombstone, key, now).await? {
         audit::record(&mut *tx, &entry, now).await?;
         tx.commit().await?;
         return Ok(CancelResponse {
@@ -67,29 +40,16 @@ async fn cancel(
     }
     tx.rollback().await?;
     // The slot is taken; it cannot be freed, so reading it now is safe.
-    let row = db::find(state.store.pool(), user, key)
+    let record = db::find(state.store.pool(), user, key)
         .await?
         .ok_or_else(|| AppError::internal("attempt vanished after a unique conflict"))?;
-    if row.order_id != order_id {
-        return Err(AppError::with(
-            ErrorCode::KeyReusedWithDifferentDetails,
-            |p| {
-                p.attempt_status = Some(row.status);
-                p.detail = Some("this key belongs to another order".into());
-            },
-        ));
-    }
-    let payment = match row.status {
-        AttemptStatus::Succeeded | AttemptStatus::Refunded => {
-            match db::payment_of_attempt(state.store.pool(), &row.id).await? {
-                Some(pid) => get_payment(state.store.pool(), &pid).await?,
-                None => None,
-            }
-        }
-        _ => None,
+    let (status, with_payment) = plan::cancel_answer(&record, order_id)?;
+    let payment = match with_payment {
+        true => match payment_of_attempt(state.store.pool(), record.id()).await? {
+            Some(pid) => get_payment(state.store.pool(), &pid).await?,
+            None => None,
+        },
+        false => None,
     };
-    Ok(CancelResponse {
-        status: row.status,
-        payment,
-    })
+    Ok(CancelResponse { status, payment })
 }

@@ -12,11 +12,9 @@
 //! catalog and the coupons, stock included.
 
 use crate::error::{AppError, AppResult};
-use crate::store::orders as db;
+use crate::store::catalog as db;
 use crate::store::Backend;
-use crate::AppState;
-use axum::extract::State;
-use axum::Json;
+use crate::store::Store;
 use payonce_protocol::{CartLine, CatalogItem, ErrorCode, OrderLine};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -118,16 +116,17 @@ pub(crate) fn price(
 
 /// Loads what pricing needs and prices. `coupon` is the code as the client sent it.
 pub(crate) async fn price_cart(
-    state: &AppState,
+    store: &Store,
+    source: Option<&CatalogSource>,
     lines: &[CartLine],
     coupon: Option<&str>,
 ) -> AppResult<Priced> {
-    ensure_installed(state).await?;
-    let catalog = db::list_catalog(state.store.pool()).await?;
+    ensure_installed(store, source).await?;
+    let catalog = db::list_catalog(store.pool()).await?;
     let coupon = match coupon {
         None => None,
         Some(code) => {
-            let pct = db::coupon_percent(state.store.pool(), code)
+            let pct = db::coupon_percent(store.pool(), code)
                 .await?
                 .ok_or(PricingError::UnknownCoupon)?;
             Some((code.to_owned(), pct))
@@ -143,12 +142,6 @@ pub(crate) async fn price_cart(
         ));
     }
     Ok(priced)
-}
-
-/// `GET /catalog`.
-pub(crate) async fn list(State(state): State<AppState>) -> AppResult<Json<Vec<CatalogItem>>> {
-    ensure_installed(&state).await?;
-    Ok(Json(db::list_catalog(state.store.pool()).await?))
 }
 
 /// The `--catalog` file: `{"items": [...], "coupons": [...]}`.
@@ -266,10 +259,13 @@ pub(crate) fn load_file(path: &Path) -> Result<CatalogSource, String> {
 }
 
 /// Installs the `--catalog` file, once per process, before the catalog is first read.
-pub(crate) async fn ensure_installed(state: &AppState) -> AppResult<()> {
-    if let Some(src) = &state.config.catalog {
+pub(crate) async fn ensure_installed(
+    store: &Store,
+    source: Option<&CatalogSource>,
+) -> AppResult<()> {
+    if let Some(src) = source {
         src.installed
-            .get_or_try_init(|| install(state, src))
+            .get_or_try_init(|| install(store, src))
             .await?;
     }
     Ok(())
@@ -278,9 +274,9 @@ pub(crate) async fn ensure_installed(state: &AppState) -> AppResult<()> {
 /// Arbitrary constant naming the install's advisory lock on PostgreSQL.
 const PG_CATALOG_LOCK: i64 = 0x0070_6179_6f63_6174;
 
-async fn install(state: &AppState, src: &CatalogSource) -> Result<(), sqlx::Error> {
-    let mut tx = state.store.begin_write().await?;
-    if state.store.backend() == Backend::Postgres {
+async fn install(store: &Store, src: &CatalogSource) -> Result<(), sqlx::Error> {
+    let mut tx = store.begin_write().await?;
+    if store.backend() == Backend::Postgres {
         // Instances starting together would race on CREATE TABLE and on the replace.
         sqlx::query("SELECT 1 FROM pg_advisory_xact_lock($1)")
             .bind(PG_CATALOG_LOCK)
@@ -296,7 +292,7 @@ async fn install(state: &AppState, src: &CatalogSource) -> Result<(), sqlx::Erro
         "INSERT INTO catalog_source (digest, installed_at) VALUES ($1, $2) ON CONFLICT DO NOTHING",
     )
     .bind(&src.digest)
-    .bind(crate::now_ms())
+    .bind(crate::clock::Clock::now_ms(&crate::clock::SystemClock))
     .execute(&mut *tx)
     .await?
     .rows_affected()

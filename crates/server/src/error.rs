@@ -60,6 +60,8 @@ impl AppError {
             Self::Client(p) => (**p).clone(),
             Self::Store(e) if store_unreachable(e) => Problem::new(ErrorCode::StoreUnavailable)
                 .with_detail("the store is unreachable; retry with the same key"),
+            Self::Store(e) if unstorable_text(e) => Problem::new(ErrorCode::InvalidRequest)
+                .with_detail("a string holds a character the store cannot keep"),
             Self::Store(_) | Self::Internal(_) => Problem::new(ErrorCode::Internal),
         }
     }
@@ -75,6 +77,13 @@ fn store_unreachable(e: &sqlx::Error) -> bool {
             | sqlx::Error::PoolClosed
             | sqlx::Error::Tls(_)
     )
+}
+
+/// PostgreSQL refusing a string's characters (SQLSTATE 22021 `character_not_in_repertoire`,
+/// e.g. U+0000, and 22P05 `untranslatable_character`): the input's fault, never a 500. The
+/// extractors refuse NUL first (`src/extract.rs`); this is the net for any string they miss.
+fn unstorable_text(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(d) if matches!(d.code().as_deref(), Some("22021" | "22P05")))
 }
 
 /// Serializes a problem as `application/problem+json` with its status and, when it has one,
@@ -116,5 +125,11 @@ impl IntoResponse for AppError {
 impl From<Problem> for AppError {
     fn from(p: Problem) -> Self {
         Self::Client(Box::new(p))
+    }
+}
+
+impl From<Box<Problem>> for AppError {
+    fn from(p: Box<Problem>) -> Self {
+        Self::Client(p)
     }
 }

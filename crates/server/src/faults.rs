@@ -1,6 +1,6 @@
 //! Fault injection, dev mode only.
 //!
-//! - The `Payonce-Dev-Fault` request header (checked by [`crate::extract::DevFaultHeader`],
+//! - The `Payonce-Dev-Fault` request header (checked by [`crate::http::extract::DevFaultHeader`],
 //!   refused without `--dev`): `drop-response` processes the request fully, then drops the
 //!   connection without an answer (the lost response of the seed); `crash-after-charge`
 //!   aborts the whole process right after the provider charged, before the outcome is saved.

@@ -4,10 +4,11 @@
 //! Two buckets, because a duplicate is not a new payment:
 //! - `requests`: every pay request of a user takes a token. Generous (a double click, a
 //!   retry loop and 50 tabs replaying one key are normal); it only stops a runaway client.
-//! - `new_attempts`: only a request that is about to claim a NEW key takes one (checked at
-//!   the claim, after the key lookup). Replays, waits on a key in flight and 409/422 answers
-//!   never reach it, so retrying with the same key is never limited like minting new keys,
-//!   which is what costs provider calls and stock reservations.
+//! - `new_attempts`: only a request that wins the claim of a NEW key takes one (inside the
+//!   claim transaction, before its commit: `pay::claim`). Replays, waits on a key in flight,
+//!   duplicates that lose the race for the key's slot and 409/422 answers never reach it, so
+//!   retrying with the same key is never limited like minting new keys, which is what costs
+//!   provider calls and stock reservations.
 //!
 //! A refusal is 429 `RATE_LIMITED` with `Retry-After` (whole seconds until a token is back).
 //! The buckets live in each process: with N instances a user gets up to N times the rate.
@@ -19,7 +20,7 @@
 
 use crate::error::AppError;
 use crate::metrics::{self, Bucket};
-use governor::clock::{Clock, DefaultClock};
+use governor::clock::Clock;
 use governor::middleware::NoOpMiddleware;
 use governor::state::keyed::DefaultKeyedStateStore;
 use governor::{Quota, RateLimiter};
@@ -104,15 +105,37 @@ impl<C: Clock + Clone> Buckets<C> {
     }
 }
 
+/// The limiters' clock: monotonic in the server (a wall-clock step never empties a bucket),
+/// or the state's clock (`src/clock.rs`) in tests, which move it instead of sleeping.
+#[derive(Clone)]
+pub(crate) enum LimiterClock {
+    /// Time since the process's limiters were made.
+    Monotonic(std::time::Instant),
+    /// The state's clock.
+    Rules(std::sync::Arc<dyn crate::clock::Clock>),
+}
+
+impl Clock for LimiterClock {
+    type Instant = governor::nanos::Nanos;
+
+    fn now(&self) -> Self::Instant {
+        match self {
+            Self::Monotonic(start) => start.elapsed().into(),
+            Self::Rules(c) => Duration::from_millis(u64::try_from(c.now_ms()).unwrap_or(0)).into(),
+        }
+    }
+}
+
 /// The pay limits of one process.
-pub(crate) struct Limits<C: Clock + Clone = DefaultClock> {
+pub(crate) struct Limits<C: Clock + Clone = LimiterClock> {
     requests: Buckets<C>,
     new_attempts: Buckets<C>,
 }
 
 impl Limits {
     pub(crate) fn new(requests: Option<Rate>, new_attempts: Option<Rate>) -> Self {
-        Self::with_clock(requests, new_attempts, &DefaultClock::default())
+        let clock = LimiterClock::Monotonic(std::time::Instant::now());
+        Self::with_clock(requests, new_attempts, &clock)
     }
 }
 

@@ -6,10 +6,8 @@
 //! value is an enum, so a typo is a compile error and a family's label values are listed
 //! once, here. The gauges are computed at scrape time.
 
-use crate::AppState;
-use axum::extract::State;
-use axum::http::{header, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use crate::replay::redis::RedisCache;
+use crate::store::Store;
 use payonce_protocol::{AttemptStatus, ErrorCode};
 use prometheus_client::encoding::LabelValueEncoder;
 use prometheus_client::encoding::{prometheus_text, EncodeLabelSet, EncodeLabelValue};
@@ -312,14 +310,14 @@ const STUCK_AGES: &[i64] = &[0, 60, 300, 3600];
 
 /// Attempts in `processing` whose creation is older than each of [`STUCK_AGES`], computed
 /// from the store at scrape time (every process sees the same database).
-async fn stuck_attempts(state: &AppState, now: i64) -> Result<Vec<(i64, i64)>, sqlx::Error> {
+async fn stuck_attempts(store: &Store, now: i64) -> Result<Vec<(i64, i64)>, sqlx::Error> {
     let mut out = Vec::with_capacity(STUCK_AGES.len());
     for &age in STUCK_AGES {
         let n: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM attempts WHERE status = 'processing' AND created_at <= $1",
         )
         .bind(now - age * 1000)
-        .fetch_one(state.store.pool())
+        .fetch_one(store.pool())
         .await?;
         out.push((age, n));
     }
@@ -328,7 +326,7 @@ async fn stuck_attempts(state: &AppState, now: i64) -> Result<Vec<(i64, i64)>, s
 
 /// The scrape-time gauges, in a registry of their own (the Redis one exists only with
 /// `--redis-url`).
-async fn gauges(state: &AppState) -> Registry {
+async fn gauges(store: &Store, redis: Option<&RedisCache>, now: i64) -> Registry {
     let mut r = Registry::default();
     let processing = Family::<AgeLabel, Gauge>::default();
     r.register(
@@ -336,7 +334,7 @@ async fn gauges(state: &AppState) -> Registry {
         "Attempts still processing whose creation is older than older_than_seconds (0: all)",
         processing.clone(),
     );
-    match stuck_attempts(state, crate::now_ms()).await {
+    match stuck_attempts(store, now).await {
         Ok(rows) => {
             for (age, n) in rows {
                 processing
@@ -348,7 +346,7 @@ async fn gauges(state: &AppState) -> Registry {
         }
         Err(e) => tracing::warn!(error = %e, "metrics: cannot count processing attempts"),
     }
-    if let Some(redis) = &state.redis {
+    if let Some(redis) = redis {
         let up = Gauge::<i64>::default();
         up.set(i64::from(redis.is_up()));
         r.register(
@@ -369,17 +367,15 @@ fn render(registries: &[&Registry]) -> String {
     out
 }
 
-/// `GET /metrics`.
-pub(crate) async fn serve(State(state): State<AppState>) -> Response {
-    let gauges = gauges(&state).await;
-    let out = render(&[&COUNTERS.registry, &gauges]);
-    let mut res = (StatusCode::OK, out).into_response();
-    res.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(prometheus_text::CONTENT_TYPE),
-    );
-    res
+/// The exposition text of every counter and the scrape-time gauges (served by
+/// `src/http/metrics.rs`).
+pub(crate) async fn text(store: &Store, redis: Option<&RedisCache>, now: i64) -> String {
+    let gauges = gauges(store, redis, now).await;
+    render(&[&COUNTERS.registry, &gauges])
 }
+
+/// The exposition format's content type.
+pub(crate) const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
 #[cfg(test)]
 mod tests {

@@ -2,17 +2,12 @@
 //! active or once paid" lives in [`change_cart`]; the database enforces it with a
 //! conditional update, the checks before it only pick the right error.
 
-use crate::auth::AuthUser;
 use crate::catalog::{price_cart, MAX_ADDRESS};
 use crate::error::{AppError, AppResult};
-use crate::extract::{ApiJson, PathId};
-use crate::store::attempts::get_payment;
+use crate::state::AppState;
 use crate::store::audit::{self, Entry};
 use crate::store::orders::{self as db, OrderRow};
-use crate::{now_ms, AppState};
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::Json;
+use crate::store::payments::get_payment;
 use payonce_protocol::{CreateOrderRequest, ErrorCode, Order, OrderStatus, UpdateCartRequest};
 
 /// Loads the caller's order or answers 404 (also for someone else's order: its existence is
@@ -55,52 +50,29 @@ fn check_address(address: Option<&str>) -> AppResult<()> {
     }
 }
 
-/// `POST /orders`.
+/// Creates an unpaid order at version 1, priced from the catalog.
 pub(crate) async fn create(
-    State(state): State<AppState>,
-    AuthUser(user): AuthUser,
-    ApiJson(req): ApiJson<CreateOrderRequest>,
-) -> AppResult<(StatusCode, Json<Order>)> {
+    state: &AppState,
+    user: &str,
+    req: &CreateOrderRequest,
+) -> AppResult<OrderRow> {
     check_address(req.address.as_deref())?;
     let coupon = req.coupon.as_deref().filter(|c| !c.is_empty());
-    let priced = price_cart(&state, &req.items, coupon).await?;
+    let priced = price_cart(
+        &state.store,
+        state.config.catalog.as_ref(),
+        &req.items,
+        coupon,
+    )
+    .await?;
     let id = format!("ord_{}", uuid::Uuid::new_v4().simple());
-    let now = now_ms();
+    let now = state.clock.now_ms();
     let mut tx = state.store.begin_write().await?;
-    db::insert_order(&mut *tx, &id, &user, &priced, req.address.as_deref(), now).await?;
-    let entry = Entry {
-        actor: &user,
-        entity: "order",
-        entity_id: &id,
-        from: None,
-        to: "unpaid v1",
-        reason: "order created",
-    };
+    db::insert_order(&mut *tx, &id, user, &priced, req.address.as_deref(), now).await?;
+    let entry = Entry::new(user, "order", &id, None, "unpaid v1", "order created");
     audit::record(&mut *tx, &entry, now).await?;
     tx.commit().await?;
-    let row = load_owned(&state, &id, &user).await?;
-    Ok((StatusCode::CREATED, Json(view(&state, row).await?)))
-}
-
-/// `GET /orders/{id}`.
-pub(crate) async fn get(
-    State(state): State<AppState>,
-    AuthUser(user): AuthUser,
-    PathId(id): PathId,
-) -> AppResult<Json<Order>> {
-    let row = load_owned(&state, &id, &user).await?;
-    Ok(Json(view(&state, row).await?))
-}
-
-/// `PATCH /orders/{id}/cart`.
-pub(crate) async fn patch_cart(
-    State(state): State<AppState>,
-    AuthUser(user): AuthUser,
-    PathId(id): PathId,
-    ApiJson(req): ApiJson<UpdateCartRequest>,
-) -> AppResult<Json<Order>> {
-    let row = change_cart(&state, &user, &id, &req).await?;
-    Ok(Json(view(&state, row).await?))
+    load_owned(state, &id, user).await
 }
 
 /// How many times a cart change retries when a concurrent edit bumped the version under it.
@@ -108,7 +80,7 @@ const CART_RETRIES: usize = 5;
 
 /// The cart rule: edits bump the version; refused while an attempt is active
 /// (`PAYMENT_IN_PROGRESS`) and once paid (`ORDER_ALREADY_PAID`).
-async fn change_cart(
+pub(crate) async fn change_cart(
     state: &AppState,
     user: &str,
     id: &str,
@@ -135,7 +107,8 @@ async fn change_cart(
             Some(a) => Some(a.as_str()),
             None => current.address.as_deref(),
         };
-        let priced = price_cart(state, &lines, coupon).await?;
+        let priced =
+            price_cart(&state.store, state.config.catalog.as_ref(), &lines, coupon).await?;
         let unchanged = priced.lines == current.items
             && priced.coupon == current.coupon
             && address == current.address.as_deref()
@@ -144,21 +117,14 @@ async fn change_cart(
             // Nothing that matters changed: keep the version, so a key bound to it stays valid.
             return Ok(current);
         }
-        let now = now_ms();
+        let now = state.clock.now_ms();
         let mut tx = state.store.begin_write().await?;
         if db::update_cart(&mut *tx, id, user, current.version, &priced, address, now).await? {
             let (from, to) = (
                 format!("unpaid v{}", current.version),
                 format!("unpaid v{}", current.version + 1),
             );
-            let entry = Entry {
-                actor: user,
-                entity: "order",
-                entity_id: id,
-                from: Some(&from),
-                to: &to,
-                reason: "cart changed",
-            };
+            let entry = Entry::new(user, "order", id, Some(&from), &to, "cart changed");
             audit::record(&mut *tx, &entry, now).await?;
             tx.commit().await?;
             return load_owned(state, id, user).await;

@@ -13,107 +13,70 @@
 //! A provider that cannot be reached leaves the refund processing: 409 `IN_PROGRESS` with
 //! `Retry-After`, and the retry calls again with the same key.
 
-use crate::auth::AuthUser;
 use crate::error::{AppError, AppResult};
-use crate::extract::{IdemKeyHeader, PathId};
-use crate::metrics::{self, RefundResult};
-use crate::provider_client::RefundOutcome;
+use crate::metrics;
+use crate::provider::RefundOutcome;
+use crate::reply::Reply;
+use crate::state::AppState;
 use crate::store::audit::{self, Entry};
 use crate::store::refunds::{self as db, NewRefund, RefundRow};
-use crate::{now_ms, AppState};
-use axum::extract::State;
-use axum::http::{header, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
-use payonce_protocol::headers::{IDEMPOTENT_REPLAYED, KEY_RETENTION};
 use payonce_protocol::{AttemptStatus, ErrorCode, IdempotencyKey, Payment, RefundResponse};
-use sha2::{Digest, Sha256};
+use payonce_rules::keyed::{self, NextAction, Stored, REFUND};
+use payonce_rules::Answer;
 
-/// The provider refund key for `(user, refund key)`: stable across retries and processes,
-/// scoped by user, and never equal to a charge's provider key (another prefix and domain).
-pub(crate) fn provider_refund_key(user: &str, key: &IdempotencyKey) -> String {
-    let mut h = Sha256::new();
-    h.update(b"payonce.provider-refund-key.v1\0");
-    h.update(user.as_bytes());
-    h.update(b"\0");
-    h.update(key.as_str().as_bytes());
-    format!("rk_{}", &hex::encode(h.finalize())[..40])
-}
-
-/// The handler.
-pub(crate) async fn handler(
-    State(state): State<AppState>,
-    AuthUser(user): AuthUser,
-    PathId(payment_id): PathId,
-    IdemKeyHeader(key): IdemKeyHeader,
-) -> Response {
-    let retention = state.config.key_retention.as_secs();
-    let result = async {
-        let (payment, attempt_id) = db::owned_payment(state.store.pool(), &user, &payment_id)
-            .await?
-            .ok_or_else(|| AppError::code(ErrorCode::PaymentNotFound))?;
-        let key = key?;
-        // In its own task, like pay: a hang-up must not abort a half-stored refund.
-        let task =
-            tokio::spawn(async move { run(&state, &user, &key, payment, &attempt_id).await });
-        task.await
-            .map_err(|e| AppError::internal(format!("refund task failed: {e}")))?
-    }
-    .await;
-    let mut res = match result {
-        Ok((status, body, replayed)) => {
-            let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            let mut res = (code, body).into_response();
-            res.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
-            if replayed {
-                res.headers_mut()
-                    .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
-            }
-            res
-        }
-        Err(e) => e.into_response(),
-    };
-    res.headers_mut()
-        .insert(KEY_RETENTION, HeaderValue::from(retention));
-    res
-}
-
-/// `(status, body, replayed)`.
-type Answer = (u16, String, bool);
-
-async fn run(
+/// Refunds `payment` (the caller's) under the caller's refund `key`, by the rule every keyed
+/// operation shares (`crates/rules/src/keyed.rs`): the refund's fingerprint is the caller and
+/// the payment, so the key on another payment is a 422; a final key replays; a processing one
+/// (refunds take no lease) calls the provider again with the same refund key.
+pub(crate) async fn run(
     state: &AppState,
     user: &str,
     key: &IdempotencyKey,
     payment: Payment,
     attempt_id: &str,
-) -> AppResult<Answer> {
+) -> AppResult<Reply> {
     let pool = state.store.pool();
+    let fp = REFUND.fingerprint(&[user, &payment.id]);
     // Each turn ends or observes someone else's progress (a row appeared or was settled).
     for _ in 0..100 {
-        match db::find(pool, user, key.as_str()).await? {
-            Some(row) if row.payment_id != payment.id => {
+        let row = db::find(pool, user, key.as_str()).await?;
+        let answer = row.as_ref().and_then(RefundRow::answer);
+        let stored_fp = row
+            .as_ref()
+            .map(|r| REFUND.fingerprint(&[user, &r.payment_id]));
+        let stored = row
+            .as_ref()
+            .zip(stored_fp.as_deref())
+            .map(|(_, fingerprint)| match &answer {
+                Some(answer) => Stored::Final {
+                    fingerprint,
+                    status: AttemptStatus::Refunded,
+                    answer,
+                },
+                None => Stored::Processing {
+                    fingerprint,
+                    locked_until: None,
+                },
+            });
+        match keyed::decide(
+            stored,
+            Some(&fp),
+            user,
+            &payment.id,
+            state.clock.now_ms(),
+            false,
+        ) {
+            NextAction::Mismatch(_) => {
                 return Err(AppError::detail(
                     ErrorCode::KeyReusedWithDifferentDetails,
                     "this refund key was used for another payment",
                 ));
             }
-            Some(RefundRow {
-                response_status: Some(status),
-                response_body: Some(body),
-                ..
-            }) => {
-                metrics::refund(RefundResult::Replayed);
-                return Ok((u16::try_from(status).unwrap_or(500), body, true));
+            NextAction::Replay(answer) => {
+                metrics::refund(metrics::RefundResult::Replayed);
+                return Ok(Reply::replay(answer));
             }
-            Some(row) => {
-                if let Some(answer) = drive(state, &row, &payment, attempt_id).await? {
-                    return Ok(answer);
-                }
-            }
-            None => {
+            NextAction::StartProcessing => {
                 if payment.status != AttemptStatus::Succeeded {
                     return Err(not_allowed("the payment is not in a refundable state"));
                 }
@@ -122,8 +85,8 @@ async fn run(
                     user,
                     key: key.as_str(),
                     payment_id: &payment.id,
-                    provider_refund_key: &provider_refund_key(user, key),
-                    now: now_ms(),
+                    provider_refund_key: &REFUND.provider_key(user, key),
+                    now: state.clock.now_ms(),
                 };
                 if !db::insert_processing(pool, &new).await?
                     && db::find(pool, user, key.as_str()).await?.is_none()
@@ -134,13 +97,19 @@ async fn run(
                     ));
                 }
             }
+            _ => {
+                let Some(row) = &row else { continue };
+                if let Some(answer) = drive(state, row, &payment, attempt_id).await? {
+                    return Ok(answer);
+                }
+            }
         }
     }
     Err(AppError::internal("refund decision did not converge"))
 }
 
 fn not_allowed(detail: &str) -> AppError {
-    metrics::refund(RefundResult::NotAllowed);
+    metrics::refund(metrics::RefundResult::NotAllowed);
     AppError::detail(ErrorCode::RefundNotAllowed, detail)
 }
 
@@ -151,7 +120,7 @@ async fn drive(
     row: &RefundRow,
     payment: &Payment,
     attempt_id: &str,
-) -> AppResult<Option<Answer>> {
+) -> AppResult<Option<Reply>> {
     let refund = match state
         .provider
         .refund(&payment.charge_id, &row.provider_refund_key)
@@ -164,7 +133,7 @@ async fn drive(
         }
         RefundOutcome::Unknown(why) => {
             tracing::warn!(refund = %row.id, %why, "refund outcome unknown; stays processing");
-            metrics::refund(RefundResult::InProgress);
+            metrics::refund(metrics::RefundResult::InProgress);
             return Err(AppError::with(ErrorCode::InProgress, |p| {
                 p.detail = Some("the refund is in progress; retry with the same key".into());
                 p.retry_after = Some(state.config.retry_after_secs);
@@ -179,8 +148,8 @@ async fn drive(
         refund_id: refund.id.clone(),
     })
     .map_err(|e| AppError::internal(e.to_string()))?;
-    let now = now_ms();
-    let expires = now + i64::try_from(state.config.key_retention.as_millis()).unwrap_or(0);
+    let now = state.clock.now_ms();
+    let expires = state.policy.expires_at(now);
     let mut tx = state.store.begin_write().await?;
     if !db::finish(&mut *tx, &row.id, &refund.id, 200, &body, now, expires).await? {
         tx.rollback().await?;
@@ -195,17 +164,10 @@ async fn drive(
         ("payment", payment.id.as_str(), "succeeded"),
         ("order", payment.order_id.as_str(), "paid"),
     ] {
-        let entry = Entry {
-            actor: "system",
-            entity,
-            entity_id: id,
-            from: Some(from),
-            to: "refunded",
-            reason: &reason,
-        };
+        let entry = Entry::new("system", entity, id, Some(from), "refunded", &reason);
         audit::record(&mut *tx, &entry, now).await?;
     }
     tx.commit().await?;
-    metrics::refund(RefundResult::Refunded);
-    Ok(Some((200, body, false)))
+    metrics::refund(metrics::RefundResult::Refunded);
+    Ok(Some(Reply::fresh(Answer { status: 200, body })))
 }

@@ -1,35 +1,14 @@
 //! Process wiring: the embedded (or standalone) mock provider, the store, the API listener,
 //! the "listening on" lines the tests and scripts parse, and graceful shutdown.
 
-use crate::config::{Cli, Command, Config, ConfigError, ServerArgs};
-use crate::store::{Store, StoreError};
-use crate::{app, AppState};
+use crate::config::{Cli, Command, Config, ServerArgs};
+use crate::http::app;
+use crate::state::{AppState, RunError};
+use crate::store::Store;
 use payonce_mock_provider::{MockProvider, ProviderConfig};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use tokio::net::TcpListener;
-
-/// Why the process could not run.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// Bad flags.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    /// The store could not start.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// A listener could not be bound or served.
-    #[error("listener {addr}: {source}")]
-    Listen {
-        /// The address.
-        addr: SocketAddr,
-        /// The error.
-        source: std::io::Error,
-    },
-    /// The provider (client or embedded server) could not start.
-    #[error("provider: {0}")]
-    Provider(String),
-}
 
 /// Runs what the command line asks for until SIGINT/SIGTERM.
 pub async fn run(cli: Cli) -> Result<(), RunError> {

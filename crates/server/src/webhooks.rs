@@ -24,84 +24,47 @@
 
 use crate::error::{AppError, AppResult};
 use crate::faults::{self, failpoint};
-use crate::metrics::{self, WebhookResult};
+use crate::metrics;
 use crate::pay;
+use crate::state::AppState;
 use crate::store::attempts as db;
 use crate::store::orders::get_order;
-use crate::{now_ms, AppState};
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
-use payonce_protocol::headers::WEBHOOK_SIGNATURE;
+use crate::store::webhook_events;
 use payonce_protocol::provider::{EventType, WebhookEvent};
 use payonce_protocol::ErrorCode;
-use std::time::Duration;
 
-/// How far a signature's timestamp may be from our clock: bounds how long a captured
-/// delivery can be replayed, while allowing the provider's retries with backoff.
-const TOLERANCE: Duration = Duration::from_secs(300);
-
-fn signature_invalid(reason: &str) -> AppError {
-    AppError::with(ErrorCode::WebhookSignatureInvalid, |p| {
-        p.reason = Some(reason.to_owned())
-    })
-}
-
-/// The handler. Answers 200 for every authentic event, handled now or before, so the
-/// provider stops redelivering it.
-pub(crate) async fn handler(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> AppResult<StatusCode> {
-    let body = body.map_err(|e| match e.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => AppError::code(ErrorCode::PayloadTooLarge),
-        _ => AppError::detail(ErrorCode::InvalidRequest, "the body could not be read"),
-    })?;
-    let header = headers
-        .get(WEBHOOK_SIGNATURE)
-        .ok_or_else(|| signature_invalid("missing"))?
-        .to_str()
-        .map_err(|_| signature_invalid("malformed"))?;
-    payonce_mock_provider::verify(
-        &state.config.webhook_secret,
-        header,
-        &body,
-        now_ms() / 1000,
-        TOLERANCE,
-    )
-    .map_err(|e| {
-        metrics::webhook_event(WebhookResult::BadSignature);
-        signature_invalid(e.reason())
-    })?;
-    let event: WebhookEvent = serde_json::from_slice(&body).map_err(|e| {
-        AppError::detail(
-            ErrorCode::InvalidRequest,
-            format!("not a webhook event: {e}"),
-        )
-    })?;
+/// Records an authentic event, applies it unless it was handled before, and marks it
+/// handled (see the module docs).
+pub(crate) async fn receive(state: AppState, event: WebhookEvent) -> AppResult<()> {
     let kind = match event.event_type {
         EventType::ChargeSucceeded => "charge.succeeded",
         EventType::ChargeDeclined => "charge.declined",
         EventType::ChargeRefunded => "charge.refunded",
     };
     let pool = state.store.pool();
-    if db::webhook_arrived(pool, &event.id, kind, &event.charge.provider_key, now_ms()).await? {
+    if webhook_events::arrived(
+        pool,
+        &event.id,
+        kind,
+        &event.charge.provider_key,
+        state.clock.now_ms(),
+    )
+    .await?
+    {
         tracing::debug!(event = %event.id, "duplicate webhook acknowledged");
-        metrics::webhook_event(WebhookResult::Duplicate);
-        return Ok(StatusCode::OK);
+        metrics::webhook_event(metrics::WebhookResult::Duplicate);
+        return Ok(());
     }
     failpoint(faults::WEBHOOK);
     // In its own task, like pay: a provider that hangs up must not abort a settle.
     let task = tokio::spawn(async move {
         handle(&state, &event).await?;
-        db::webhook_handled(state.store.pool(), &event.id, now_ms()).await?;
+        webhook_events::handled(state.store.pool(), &event.id, state.clock.now_ms()).await?;
         Ok::<_, AppError>(())
     });
     task.await
         .map_err(|e| AppError::internal(format!("webhook task failed: {e}")))??;
-    Ok(StatusCode::OK)
+    Ok(())
 }
 
 async fn handle(state: &AppState, event: &WebhookEvent) -> AppResult<()> {
@@ -114,29 +77,29 @@ async fn handle(state: &AppState, event: &WebhookEvent) -> AppResult<()> {
     else {
         // Not acknowledged: the provider redelivers (see the module docs for why).
         tracing::warn!(event = %event.id, "webhook for a provider key no attempt owns (yet)");
-        metrics::webhook_event(WebhookResult::UnknownProviderKey);
+        metrics::webhook_event(metrics::WebhookResult::UnknownProviderKey);
         return Err(AppError::detail(
             ErrorCode::PaymentNotFound,
             "no payment attempt owns this provider key (yet); deliver the event again later",
         ));
     };
-    if row.status.is_final() {
+    if row.is_final() {
         return Ok(());
     }
-    let Some(order) = get_order(state.store.pool(), &row.order_id, &row.user_id).await? else {
+    let Some(order) = get_order(state.store.pool(), row.order_id(), row.user()).await? else {
         return Err(AppError::internal(format!(
             "attempt {} has no order",
-            row.id
+            row.id()
         )));
     };
     match pay::settle_from_webhook(state, &row, &order).await? {
         Some(true) => {
-            tracing::info!(event = %event.id, attempt = %row.id, "attempt settled by webhook");
-            metrics::webhook_event(WebhookResult::Applied);
+            tracing::info!(event = %event.id, attempt = %row.id(), "attempt settled by webhook");
+            metrics::webhook_event(metrics::WebhookResult::Applied);
         }
-        Some(false) => metrics::webhook_event(WebhookResult::NoEffect),
+        Some(false) => metrics::webhook_event(metrics::WebhookResult::NoEffect),
         None => {
-            metrics::webhook_event(WebhookResult::Unconfirmed);
+            metrics::webhook_event(metrics::WebhookResult::Unconfirmed);
             return Err(AppError::with(ErrorCode::StoreUnavailable, |p| {
                 p.detail =
                     Some("the provider could not confirm this event; deliver it again".into());

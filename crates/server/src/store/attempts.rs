@@ -1,61 +1,94 @@
-//! Idempotency rows (pay attempts and cancel tombstones), stock reservations, the order
-//! lock, and payments. Every state change is one conditional statement, so the database
-//! decides races, not the application.
+//! The `attempts` table: idempotency rows (pay attempts and cancel tombstones). Every state
+//! change is one conditional statement, so the database decides races, not the application.
 
 use super::orders::decode_err;
-use payonce_protocol::{AttemptStatus, OrderLine, Payment};
-use sqlx::any::{AnyExecutor, AnyRow};
-use sqlx::Row;
+use payonce_protocol::AttemptStatus;
+use payonce_rules::plan::Finish;
+use payonce_rules::{Answer, Final, Processing, Record, Terms, Tombstone};
+use sqlx::any::AnyExecutor;
 
-/// One `(user, key)` row.
-#[derive(Debug, Clone)]
+/// One `(user, key)` row as stored; [`record`] turns it into a [`Record`] once.
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub(crate) struct AttemptRow {
-    pub id: String,
-    pub user_id: String,
-    pub order_id: String,
-    pub status: AttemptStatus,
-    pub fingerprint: Option<String>,
-    pub order_version: Option<i64>,
-    pub amount: Option<i64>,
-    pub currency: Option<String>,
-    pub payment_method_id: Option<String>,
-    pub provider_key: Option<String>,
-    pub locked_until: Option<i64>,
-    pub response_status: Option<i64>,
-    pub response_body: Option<String>,
-    /// When a finished key (or tombstone) may be deleted; `None` while processing.
-    pub expires_at: Option<i64>,
+    id: String,
+    user_id: String,
+    order_id: String,
+    status: String,
+    fingerprint: Option<String>,
+    order_version: Option<i64>,
+    amount: Option<i64>,
+    currency: Option<String>,
+    payment_method_id: Option<String>,
+    provider_key: Option<String>,
+    locked_until: Option<i64>,
+    response_status: Option<i64>,
+    response_body: Option<String>,
+    expires_at: Option<i64>,
 }
 
-/// The columns [`attempt_from_row`] reads, for queries that alias `attempts` as `a`.
+/// The columns [`AttemptRow`] reads, for queries that alias `attempts` as `a`.
 pub(crate) const ATTEMPT_COLUMNS: &str =
     "a.id, a.user_id, a.order_id, a.status, a.fingerprint, a.order_version, a.amount, a.currency,
      a.payment_method_id, a.provider_key, a.locked_until, a.response_status, a.response_body,
      a.expires_at";
 
-pub(crate) fn attempt_from_row(row: &AnyRow) -> sqlx::Result<AttemptRow> {
-    let status: String = row.try_get("status")?;
-    Ok(AttemptRow {
-        id: row.try_get("id")?,
-        user_id: row.try_get("user_id")?,
-        order_id: row.try_get("order_id")?,
-        status: AttemptStatus::parse(&status)
-            .ok_or_else(|| decode_err(format!("bad attempt status {status}")))?,
-        fingerprint: row.try_get("fingerprint")?,
-        order_version: row.try_get("order_version")?,
-        amount: row.try_get("amount")?,
-        currency: row.try_get("currency")?,
-        payment_method_id: row.try_get("payment_method_id")?,
-        provider_key: row.try_get("provider_key")?,
-        locked_until: row.try_get("locked_until")?,
-        response_status: row.try_get("response_status")?,
-        response_body: row.try_get("response_body")?,
-        expires_at: row.try_get("expires_at")?,
-    })
+/// The row as a [`Record`]. A row that fits no variant (a final attempt without its answer,
+/// a processing one without its charge details) is a decode error: refusing to guess is
+/// the safe answer, and the migrations' constraints never write one.
+pub(crate) fn record(r: AttemptRow) -> sqlx::Result<Record> {
+    let bad = |what: &str| decode_err(format!("attempt {}: {what}", r.id));
+    let status = AttemptStatus::parse(&r.status).ok_or_else(|| bad("unknown status"))?;
+    if status == AttemptStatus::Cancelled {
+        return Ok(Record::Tombstone(Tombstone {
+            expires_at: r
+                .expires_at
+                .ok_or_else(|| bad("tombstone without expiry"))?,
+            id: r.id,
+            user: r.user_id,
+            order_id: r.order_id,
+        }));
+    }
+    let terms = Terms {
+        fingerprint: r.fingerprint.clone().ok_or_else(|| bad("no fingerprint"))?,
+        order_version: r.order_version.ok_or_else(|| bad("no version"))?,
+        amount: r.amount.ok_or_else(|| bad("no amount"))?,
+        currency: r.currency.clone().ok_or_else(|| bad("no currency"))?,
+        user: r.user_id.clone(),
+        order_id: r.order_id.clone(),
+    };
+    if status == AttemptStatus::Processing {
+        return Ok(Record::Processing(Processing {
+            payment_method_id: r
+                .payment_method_id
+                .clone()
+                .ok_or_else(|| bad("no method"))?,
+            provider_key: r
+                .provider_key
+                .clone()
+                .ok_or_else(|| bad("no provider key"))?,
+            locked_until: r.locked_until,
+            id: r.id,
+            terms,
+        }));
+    }
+    let answer = match (r.response_status, r.response_body.clone()) {
+        (Some(code), Some(body)) => Answer {
+            status: u16::try_from(code).map_err(|_| bad("bad answer status"))?,
+            body,
+        },
+        _ => return Err(bad("final without its answer")),
+    };
+    Ok(Record::Final(Final {
+        expires_at: r.expires_at.ok_or_else(|| bad("final without expiry"))?,
+        id: r.id,
+        terms,
+        status,
+        answer,
+    }))
 }
 
-/// `SELECT <every column attempt_from_row reads> FROM attempts WHERE <cond>`, one column
-/// list for every lookup so a new column cannot be read by one and forgotten by another.
+/// `SELECT <every column of AttemptRow> FROM attempts WHERE <cond>`, one column list for
+/// every lookup so a new column cannot be read by one and forgotten by another.
 macro_rules! select_attempt {
     ($cond:literal) => {
         concat!(
@@ -73,78 +106,37 @@ pub(crate) async fn find<'c>(
     e: impl AnyExecutor<'c>,
     user: &str,
     key: &str,
-) -> sqlx::Result<Option<AttemptRow>> {
-    let row = sqlx::query(select_attempt!("user_id = $1 AND idem_key = $2"))
+) -> sqlx::Result<Option<Record>> {
+    let row: Option<AttemptRow> = sqlx::query_as(select_attempt!("user_id = $1 AND idem_key = $2"))
         .bind(user)
         .bind(key)
         .fetch_optional(e)
         .await?;
-    row.as_ref().map(attempt_from_row).transpose()
+    row.map(record).transpose()
 }
 
 /// The attempt that owns a provider key (provider keys are unique).
 pub(crate) async fn find_by_provider_key<'c>(
     e: impl AnyExecutor<'c>,
     provider_key: &str,
-) -> sqlx::Result<Option<AttemptRow>> {
-    let row = sqlx::query(select_attempt!("provider_key = $1"))
+) -> sqlx::Result<Option<Record>> {
+    let row: Option<AttemptRow> = sqlx::query_as(select_attempt!("provider_key = $1"))
         .bind(provider_key)
         .fetch_optional(e)
         .await?;
-    row.as_ref().map(attempt_from_row).transpose()
+    row.map(record).transpose()
 }
 
 /// An attempt by id.
 pub(crate) async fn find_by_id<'c>(
     e: impl AnyExecutor<'c>,
     id: &str,
-) -> sqlx::Result<Option<AttemptRow>> {
-    let row = sqlx::query(select_attempt!("id = $1"))
+) -> sqlx::Result<Option<Record>> {
+    let row: Option<AttemptRow> = sqlx::query_as(select_attempt!("id = $1"))
         .bind(id)
         .fetch_optional(e)
         .await?;
-    row.as_ref().map(attempt_from_row).transpose()
-}
-
-/// Records that a webhook event arrived (its id is the primary key: a duplicate insert is a
-/// no-op). Returns true when the event was already handled: a duplicate to acknowledge.
-pub(crate) async fn webhook_arrived(
-    pool: &sqlx::AnyPool,
-    event_id: &str,
-    event_type: &str,
-    provider_key: &str,
-    now: i64,
-) -> sqlx::Result<bool> {
-    sqlx::query(
-        "INSERT INTO webhook_events (id, event_type, provider_key, received_at) VALUES ($1, $2, $3, $4)
-         ON CONFLICT (id) DO NOTHING",
-    )
-    .bind(event_id)
-    .bind(event_type)
-    .bind(provider_key)
-    .bind(now)
-    .execute(pool)
-    .await?;
-    let row: Option<(Option<i64>,)> =
-        sqlx::query_as("SELECT handled_at FROM webhook_events WHERE id = $1")
-            .bind(event_id)
-            .fetch_optional(pool)
-            .await?;
-    Ok(matches!(row, Some((Some(_),))))
-}
-
-/// Marks a webhook event handled: from now on it is a duplicate.
-pub(crate) async fn webhook_handled<'c>(
-    e: impl AnyExecutor<'c>,
-    event_id: &str,
-    now: i64,
-) -> sqlx::Result<()> {
-    sqlx::query("UPDATE webhook_events SET handled_at = $1 WHERE id = $2 AND handled_at IS NULL")
-        .bind(now)
-        .bind(event_id)
-        .execute(e)
-        .await?;
-    Ok(())
+    row.map(record).transpose()
 }
 
 /// Deletes finished keys (and tombstones) past their retention. Processing rows are never
@@ -159,29 +151,15 @@ pub(crate) async fn delete_expired<'c>(e: impl AnyExecutor<'c>, now: i64) -> sql
     Ok(res.rows_affected())
 }
 
-/// A new processing attempt.
-pub(crate) struct NewAttempt<'a> {
-    pub id: &'a str,
-    pub user: &'a str,
-    pub key: &'a str,
-    pub order_id: &'a str,
-    pub fingerprint: &'a str,
-    pub order_version: i64,
-    pub amount: i64,
-    pub currency: &'a str,
-    pub payment_method_id: &'a str,
-    pub provider_key: &'a str,
-    pub locked_until: i64,
-    pub lease_token: &'a str,
-    pub now: i64,
-}
-
 /// The claim: inserts the key as processing unless any unique slot is taken, either
 /// `(user, key)` (the same key seen before) or "one processing attempt per order". Returns
 /// whether this call inserted it. Never read-then-write: the unique indexes decide.
 pub(crate) async fn insert_processing<'c>(
     e: impl AnyExecutor<'c>,
-    a: &NewAttempt<'_>,
+    a: &Processing,
+    key: &str,
+    lease_token: &str,
+    now: i64,
 ) -> sqlx::Result<bool> {
     let row: Option<(String,)> = sqlx::query_as(
         "INSERT INTO attempts (id, user_id, idem_key, order_id, status, fingerprint, order_version, amount, currency,
@@ -190,19 +168,19 @@ pub(crate) async fn insert_processing<'c>(
          ON CONFLICT DO NOTHING
          RETURNING id",
     )
-    .bind(a.id)
-    .bind(a.user)
-    .bind(a.key)
-    .bind(a.order_id)
-    .bind(a.fingerprint)
-    .bind(a.order_version)
-    .bind(a.amount)
-    .bind(a.currency)
-    .bind(a.payment_method_id)
-    .bind(a.provider_key)
+    .bind(&a.id)
+    .bind(&a.terms.user)
+    .bind(key)
+    .bind(&a.terms.order_id)
+    .bind(&a.terms.fingerprint)
+    .bind(a.terms.order_version)
+    .bind(a.terms.amount)
+    .bind(&a.terms.currency)
+    .bind(&a.payment_method_id)
+    .bind(&a.provider_key)
     .bind(a.locked_until)
-    .bind(a.lease_token)
-    .bind(a.now)
+    .bind(lease_token)
+    .bind(now)
     .fetch_optional(e)
     .await?;
     Ok(row.is_some())
@@ -211,12 +189,9 @@ pub(crate) async fn insert_processing<'c>(
 /// The cancel tombstone: takes the `(user, key)` slot as `cancelled` if it is free.
 pub(crate) async fn insert_tombstone<'c>(
     e: impl AnyExecutor<'c>,
-    id: &str,
-    user: &str,
+    t: &Tombstone,
     key: &str,
-    order_id: &str,
     now: i64,
-    expires_at: i64,
 ) -> sqlx::Result<bool> {
     let row: Option<(String,)> = sqlx::query_as(
         "INSERT INTO attempts (id, user_id, idem_key, order_id, status, created_at, updated_at, expires_at)
@@ -224,12 +199,12 @@ pub(crate) async fn insert_tombstone<'c>(
          ON CONFLICT (user_id, idem_key) DO NOTHING
          RETURNING id",
     )
-    .bind(id)
-    .bind(user)
+    .bind(&t.id)
+    .bind(&t.user)
     .bind(key)
-    .bind(order_id)
+    .bind(&t.order_id)
     .bind(now)
-    .bind(expires_at)
+    .bind(t.expires_at)
     .fetch_optional(e)
     .await?;
     Ok(row.is_some())
@@ -277,14 +252,6 @@ pub(crate) async fn release_lease<'c>(
     Ok(())
 }
 
-/// The final state of an attempt and the answer to replay for it.
-pub(crate) struct Final<'a> {
-    pub status: AttemptStatus,
-    pub response_status: u16,
-    pub response_body: &'a str,
-    pub charge_id: Option<&'a str>,
-}
-
 /// Moves a processing attempt to its final status with the answer to replay. Returns false
 /// when it was no longer processing (someone else settled it first: their answer stands).
 /// A manual-review flag is cleared: the outcome is known now (the audit trail keeps that it
@@ -292,9 +259,8 @@ pub(crate) struct Final<'a> {
 pub(crate) async fn finish<'c>(
     e: impl AnyExecutor<'c>,
     id: &str,
-    fin: &Final<'_>,
+    fin: &Finish,
     now: i64,
-    expires_at: i64,
 ) -> sqlx::Result<bool> {
     let res = sqlx::query(
         "UPDATE attempts SET status = $1, response_status = $2, response_body = $3, charge_id = $4,
@@ -303,165 +269,53 @@ pub(crate) async fn finish<'c>(
          WHERE id = $7 AND status = 'processing'",
     )
     .bind(fin.status.as_str())
-    .bind(i64::from(fin.response_status))
-    .bind(fin.response_body)
-    .bind(fin.charge_id.map(str::to_owned))
+    .bind(i64::from(fin.answer.status))
+    .bind(&fin.answer.body)
+    .bind(fin.charge_id.clone())
     .bind(now)
-    .bind(expires_at)
+    .bind(fin.expires_at)
     .bind(id)
     .execute(e)
     .await?;
     Ok(res.rows_affected() == 1)
 }
 
-/// Locks the order for `attempt`: only at the expected version, unpaid, and with no other
-/// active attempt. One statement, so two claims for one order cannot both pass.
-pub(crate) async fn lock_order<'c>(
+/// Flags a processing attempt for manual review, once. True when this call flagged it.
+pub(crate) async fn flag_review<'c>(
     e: impl AnyExecutor<'c>,
-    order_id: &str,
-    user: &str,
-    version: i64,
-    attempt: &str,
+    attempt_id: &str,
     now: i64,
 ) -> sqlx::Result<bool> {
     let res = sqlx::query(
-        "UPDATE orders SET active_attempt = $1, updated_at = $2
-         WHERE id = $3 AND user_id = $4 AND version = $5 AND status = 'unpaid' AND active_attempt IS NULL",
+        "UPDATE attempts SET needs_review_at = $1
+         WHERE id = $2 AND status = 'processing' AND needs_review_at IS NULL",
     )
-    .bind(attempt)
     .bind(now)
-    .bind(order_id)
-    .bind(user)
-    .bind(version)
+    .bind(attempt_id)
     .execute(e)
     .await?;
     Ok(res.rows_affected() == 1)
 }
 
-/// Marks the order paid by `attempt` and clears the lock.
-pub(crate) async fn mark_paid<'c>(
+/// Processing attempts created before `before` whose lease has expired: the
+/// reconciliation job's work list. Oldest first.
+pub(crate) async fn stuck_since<'c>(
     e: impl AnyExecutor<'c>,
-    order_id: &str,
-    attempt: &str,
-    payment_id: &str,
+    before: i64,
     now: i64,
-) -> sqlx::Result<bool> {
-    let res = sqlx::query(
-        "UPDATE orders SET status = 'paid', active_attempt = NULL, payment_id = $1, updated_at = $2
-         WHERE id = $3 AND active_attempt = $4 AND status = 'unpaid'",
-    )
-    .bind(payment_id)
-    .bind(now)
-    .bind(order_id)
-    .bind(attempt)
-    .execute(e)
-    .await?;
-    Ok(res.rows_affected() == 1)
-}
-
-/// Clears the lock held by `attempt` (the attempt ended without a charge).
-pub(crate) async fn unlock_order<'c>(
-    e: impl AnyExecutor<'c>,
-    order_id: &str,
-    attempt: &str,
-    now: i64,
-) -> sqlx::Result<bool> {
-    let res = sqlx::query("UPDATE orders SET active_attempt = NULL, updated_at = $1 WHERE id = $2 AND active_attempt = $3")
+    limit: i64,
+) -> sqlx::Result<Vec<Record>> {
+    let sql = format!(
+        "SELECT {ATTEMPT_COLUMNS} FROM attempts a
+         WHERE a.status = 'processing' AND a.created_at <= $1 AND a.needs_review_at IS NULL
+           AND (a.locked_until IS NULL OR a.locked_until <= $2)
+         ORDER BY a.created_at LIMIT $3"
+    );
+    let rows: Vec<AttemptRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(before)
         .bind(now)
-        .bind(order_id)
-        .bind(attempt)
-        .execute(e)
+        .bind(limit)
+        .fetch_all(e)
         .await?;
-    Ok(res.rows_affected() == 1)
-}
-
-/// Reserves `qty` units of `sku` if that many are left.
-pub(crate) async fn reserve_stock<'c>(
-    e: impl AnyExecutor<'c>,
-    line: &OrderLine,
-) -> sqlx::Result<bool> {
-    let res = sqlx::query("UPDATE catalog SET stock = stock - $1 WHERE sku = $2 AND stock >= $1")
-        .bind(i64::from(line.quantity))
-        .bind(line.sku.as_str())
-        .execute(e)
-        .await?;
-    Ok(res.rows_affected() == 1)
-}
-
-/// Gives reserved units back (the attempt ended without a charge).
-pub(crate) async fn release_stock<'c>(
-    e: impl AnyExecutor<'c>,
-    line: &OrderLine,
-) -> sqlx::Result<()> {
-    sqlx::query("UPDATE catalog SET stock = stock + $1 WHERE sku = $2")
-        .bind(i64::from(line.quantity))
-        .bind(line.sku.as_str())
-        .execute(e)
-        .await?;
-    Ok(())
-}
-
-/// Records a payment.
-pub(crate) async fn insert_payment<'c>(
-    e: impl AnyExecutor<'c>,
-    p: &Payment,
-    attempt: &str,
-    now: i64,
-) -> sqlx::Result<()> {
-    sqlx::query(
-        "INSERT INTO payments (id, order_id, attempt_id, amount, currency, payment_method_id, charge_id, status, created_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-    )
-    .bind(p.id.as_str())
-    .bind(p.order_id.as_str())
-    .bind(attempt)
-    .bind(p.amount)
-    .bind(p.currency.as_str())
-    .bind(p.payment_method_id.as_str())
-    .bind(p.charge_id.as_str())
-    .bind(p.status.as_str())
-    .bind(now)
-    .execute(e)
-    .await?;
-    Ok(())
-}
-
-/// A payment by id.
-pub(crate) async fn get_payment<'c>(
-    e: impl AnyExecutor<'c>,
-    id: &str,
-) -> sqlx::Result<Option<Payment>> {
-    let row: Option<(String, String, i64, String, String, String, String)> = sqlx::query_as(
-        "SELECT id, order_id, amount, currency, payment_method_id, charge_id, status FROM payments WHERE id = $1",
-    )
-    .bind(id)
-    .fetch_optional(e)
-    .await?;
-    row.map(
-        |(id, order_id, amount, currency, payment_method_id, charge_id, status)| {
-            Ok(Payment {
-                status: AttemptStatus::parse(&status)
-                    .ok_or_else(|| decode_err(format!("bad payment status {status}")))?,
-                id,
-                order_id,
-                amount,
-                currency,
-                payment_method_id,
-                charge_id,
-            })
-        },
-    )
-    .transpose()
-}
-
-/// The payment made by an attempt, if any.
-pub(crate) async fn payment_of_attempt<'c>(
-    e: impl AnyExecutor<'c>,
-    attempt: &str,
-) -> sqlx::Result<Option<String>> {
-    let row: Option<(String,)> = sqlx::query_as("SELECT id FROM payments WHERE attempt_id = $1")
-        .bind(attempt)
-        .fetch_optional(e)
-        .await?;
-    Ok(row.map(|r| r.0))
+    rows.into_iter().map(record).collect()
 }

@@ -3,22 +3,12 @@
 
 use sqlx::any::AnyExecutor;
 
-/// One state change.
-pub(crate) struct Entry<'a> {
-    /// The user, or `system` for changes the server makes on its own.
-    pub actor: &'a str,
-    /// `order` or `attempt`.
-    pub entity: &'static str,
-    pub entity_id: &'a str,
-    pub from: Option<&'a str>,
-    pub to: &'a str,
-    pub reason: &'a str,
-}
+pub(crate) use payonce_rules::plan::AuditEntry as Entry;
 
 /// Appends `entry`.
 pub(crate) async fn record<'c>(
     e: impl AnyExecutor<'c>,
-    entry: &Entry<'_>,
+    entry: &Entry,
     now: i64,
 ) -> sqlx::Result<()> {
     sqlx::query(
@@ -26,12 +16,12 @@ pub(crate) async fn record<'c>(
          VALUES ($1, $2, $3, $4, $5, $6, $7)",
     )
     .bind(now)
-    .bind(entry.actor)
+    .bind(&entry.actor)
     .bind(entry.entity)
-    .bind(entry.entity_id)
-    .bind(entry.from.map(str::to_owned))
-    .bind(entry.to)
-    .bind(entry.reason)
+    .bind(&entry.entity_id)
+    .bind(entry.from.clone())
+    .bind(&entry.to)
+    .bind(&entry.reason)
     .execute(e)
     .await?;
     Ok(())

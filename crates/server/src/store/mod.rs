@@ -5,20 +5,22 @@
 //! an atomic statement instead of a read-then-write, and no `SELECT … FOR UPDATE` is needed.
 //!
 //! # Layout
-//! - this file: connecting, pragmas, write transactions, migrations.
-//! - [`orders`]: catalog, coupons and orders.
-//! - [`attempts`]: the idempotency rows (attempts and tombstones), payments.
-//! - [`audit`]: the append-only audit trail.
-//! - [`queue`]: the outbox, the job queue, the dev mailbox, manual review, retention.
-//! - [`refunds`]: refund keys and their stored answers.
+//! One file per table (`attempts`, `orders`, `catalog` with the coupons, `payments`,
+//! `outbox`, `jobs`, `mailbox`, `webhook_events`, `refunds`, `audit`); this file: connecting,
+//! pragmas, write transactions, migrations, and retention across tables.
 
 pub(crate) mod attempts;
 pub(crate) mod audit;
+pub(crate) mod catalog;
+pub(crate) mod jobs;
+pub(crate) mod mailbox;
 pub(crate) mod orders;
-pub(crate) mod queue;
+pub(crate) mod outbox;
+pub(crate) mod payments;
 pub(crate) mod refunds;
+pub(crate) mod webhook_events;
 
-use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::any::{AnyConnectOptions, AnyExecutor, AnyPoolOptions};
 use sqlx::{Any, AnyPool, ConnectOptions, Connection, Transaction};
 use std::str::FromStr;
 use std::time::Duration;
@@ -193,13 +195,47 @@ impl Store {
             )
             .bind(m.version)
             .bind(m.name)
-            .bind(crate::now_ms())
+            .bind(crate::clock::Clock::now_ms(&crate::clock::SystemClock))
             .execute(&mut *tx)
             .await?;
             tracing::info!(version = m.version, name = m.name, "migration applied");
         }
         tx.commit().await
     }
+}
+
+/// Retention: audit rows, webhook events, acknowledged jobs and finished outbox rows older
+/// than `audit_before` (the dispute window), and finished refund keys past their expiry.
+/// Returns how many rows were deleted.
+pub(crate) async fn delete_old<'c>(
+    e: impl AnyExecutor<'c> + Copy,
+    audit_before: i64,
+    now: i64,
+) -> sqlx::Result<u64> {
+    let mut n = 0;
+    for (sql, at) in [
+        ("DELETE FROM audit_log WHERE at < $1", audit_before),
+        (
+            // Unhandled ones too (a key no attempt ever owned): the provider gave up long ago.
+            "DELETE FROM webhook_events WHERE received_at < $1",
+            audit_before,
+        ),
+        (
+            "DELETE FROM jobs WHERE done_at IS NOT NULL AND done_at < $1",
+            audit_before,
+        ),
+        (
+            "DELETE FROM outbox WHERE done_at IS NOT NULL AND done_at < $1",
+            audit_before,
+        ),
+        (
+            "DELETE FROM refunds WHERE status <> 'processing' AND expires_at IS NOT NULL AND expires_at < $1",
+            now,
+        ),
+    ] {
+        n += sqlx::query(sql).bind(at).execute(e).await?.rows_affected();
+    }
+    Ok(n)
 }
 
 /// Recognizes the backend and, for SQLite, creates the file's directory and asks for the

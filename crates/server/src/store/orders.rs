@@ -1,7 +1,7 @@
-//! Catalog, coupons and orders.
+//! The `orders` table: carts, versions, the order lock, paid and email flags.
 
 use crate::catalog::Priced;
-use payonce_protocol::{CartLine, CatalogItem, OrderLine, OrderStatus};
+use payonce_protocol::{CartLine, OrderLine, OrderStatus};
 use sqlx::any::{AnyExecutor, AnyRow};
 use sqlx::Row;
 
@@ -60,36 +60,6 @@ fn order_from_row(row: &AnyRow) -> sqlx::Result<OrderRow> {
 
 pub(crate) fn decode_err(msg: String) -> sqlx::Error {
     sqlx::Error::Decode(msg.into())
-}
-
-/// The whole catalog, by SKU.
-pub(crate) async fn list_catalog<'c>(e: impl AnyExecutor<'c>) -> sqlx::Result<Vec<CatalogItem>> {
-    let rows: Vec<(String, String, i64, String, i64)> =
-        sqlx::query_as("SELECT sku, name, unit_price, currency, stock FROM catalog ORDER BY sku")
-            .fetch_all(e)
-            .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(sku, name, unit_price, currency, stock)| CatalogItem {
-            sku,
-            name,
-            unit_price,
-            currency,
-            stock,
-        })
-        .collect())
-}
-
-/// A coupon's percentage, if the code exists (codes are case-sensitive).
-pub(crate) async fn coupon_percent<'c>(
-    e: impl AnyExecutor<'c>,
-    code: &str,
-) -> sqlx::Result<Option<i64>> {
-    let row: Option<(i64,)> = sqlx::query_as("SELECT percent_off FROM coupons WHERE code = $1")
-        .bind(code)
-        .fetch_optional(e)
-        .await?;
-    Ok(row.map(|r| r.0))
 }
 
 /// The caller's order. Another user's order is `None`, exactly like a missing one.
@@ -173,4 +143,92 @@ pub(crate) async fn update_cart<'c>(
 fn lines_json(lines: &[OrderLine]) -> String {
     // Vec of plain structs: serialization cannot fail.
     serde_json::to_string(lines).unwrap_or_else(|_| "[]".to_owned())
+}
+
+/// Locks the order for `attempt`: only at the expected version, unpaid, and with no other
+/// active attempt. One statement, so two claims for one order cannot both pass.
+pub(crate) async fn lock_order<'c>(
+    e: impl AnyExecutor<'c>,
+    order_id: &str,
+    user: &str,
+    version: i64,
+    attempt: &str,
+    now: i64,
+) -> sqlx::Result<bool> {
+    let res = sqlx::query(
+        "UPDATE orders SET active_attempt = $1, updated_at = $2
+         WHERE id = $3 AND user_id = $4 AND version = $5 AND status = 'unpaid' AND active_attempt IS NULL",
+    )
+    .bind(attempt)
+    .bind(now)
+    .bind(order_id)
+    .bind(user)
+    .bind(version)
+    .execute(e)
+    .await?;
+    Ok(res.rows_affected() == 1)
+}
+
+/// Marks the order paid by `attempt` and clears the lock.
+pub(crate) async fn mark_paid<'c>(
+    e: impl AnyExecutor<'c>,
+    order_id: &str,
+    attempt: &str,
+    payment_id: &str,
+    now: i64,
+) -> sqlx::Result<bool> {
+    let res = sqlx::query(
+        "UPDATE orders SET status = 'paid', active_attempt = NULL, payment_id = $1, updated_at = $2
+         WHERE id = $3 AND active_attempt = $4 AND status = 'unpaid'",
+    )
+    .bind(payment_id)
+    .bind(now)
+    .bind(order_id)
+    .bind(attempt)
+    .execute(e)
+    .await?;
+    Ok(res.rows_affected() == 1)
+}
+
+/// Clears the lock held by `attempt` (the attempt ended without a charge).
+pub(crate) async fn unlock_order<'c>(
+    e: impl AnyExecutor<'c>,
+    order_id: &str,
+    attempt: &str,
+    now: i64,
+) -> sqlx::Result<bool> {
+    let res = sqlx::query("UPDATE orders SET active_attempt = NULL, updated_at = $1 WHERE id = $2 AND active_attempt = $3")
+        .bind(now)
+        .bind(order_id)
+        .bind(attempt)
+        .execute(e)
+        .await?;
+    Ok(res.rows_affected() == 1)
+}
+
+/// Sets the order's `confirmation_email_sent` flag if it was not set. True: this caller
+/// sends the mail; false: it was sent before (a redelivery), do nothing.
+pub(crate) async fn flag_email_sent<'c>(
+    e: impl AnyExecutor<'c>,
+    order_id: &str,
+) -> sqlx::Result<bool> {
+    let res = sqlx::query(
+        "UPDATE orders SET confirmation_email_sent = 1
+         WHERE id = $1 AND status IN ('paid', 'refunded') AND confirmation_email_sent = 0",
+    )
+    .bind(order_id)
+    .execute(e)
+    .await?;
+    Ok(res.rows_affected() == 1)
+}
+
+/// The owner, amount and currency of an order (for the confirmation mail).
+pub(crate) async fn order_summary<'c>(
+    e: impl AnyExecutor<'c>,
+    order_id: &str,
+) -> sqlx::Result<Option<(String, i64, String)>> {
+    sqlx::query_as("SELECT user_id, amount, currency FROM orders WHERE id = $1")
+        .bind(order_id)
+        .fetch_optional(e)
+        .await
 }

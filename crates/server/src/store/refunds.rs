@@ -1,12 +1,12 @@
 //! Refund keys: one row per `(user, refund key)`, at most one per payment (full refunds
 //! only), each with the answer to replay once final.
 
-use super::attempts::get_payment;
+use super::payments::get_payment;
 use payonce_protocol::Payment;
 use sqlx::any::AnyExecutor;
 
 /// One refund row.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub(crate) struct RefundRow {
     pub id: String,
     pub payment_id: String,
@@ -15,33 +15,29 @@ pub(crate) struct RefundRow {
     pub response_body: Option<String>,
 }
 
-type Raw = (String, String, String, Option<i64>, Option<String>);
-
-fn from_raw(r: Raw) -> RefundRow {
-    RefundRow {
-        id: r.0,
-        payment_id: r.1,
-        provider_refund_key: r.2,
-        response_status: r.3,
-        response_body: r.4,
-    }
-}
-
 /// The caller's refund row for `key` (another user's is invisible).
 pub(crate) async fn find<'c>(
     e: impl AnyExecutor<'c>,
     user: &str,
     key: &str,
 ) -> sqlx::Result<Option<RefundRow>> {
-    let row: Option<Raw> = sqlx::query_as(
+    sqlx::query_as(
         "SELECT id, payment_id, provider_refund_key, response_status, response_body
          FROM refunds WHERE user_id = $1 AND idem_key = $2",
     )
     .bind(user)
     .bind(key)
     .fetch_optional(e)
-    .await?;
-    Ok(row.map(from_raw))
+    .await
+}
+
+impl RefundRow {
+    /// The stored answer, once final.
+    pub(crate) fn answer(&self) -> Option<payonce_rules::Answer> {
+        let status = u16::try_from(self.response_status?).ok()?;
+        let body = self.response_body.clone()?;
+        Some(payonce_rules::Answer { status, body })
+    }
 }
 
 /// A new processing refund.

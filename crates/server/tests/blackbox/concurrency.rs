@@ -11,6 +11,7 @@ on_both_backends!(
     two_keys_for_one_order_charge_once,
     many_orders_sharing_skus_pay_concurrently,
     cancel_racing_pay_never_disagrees,
+    duplicates_of_a_new_key_never_spend_new_attempt_tokens,
 );
 
 /// All answers must agree: one 200, and every other one the same bytes replayed.
@@ -72,6 +73,46 @@ async fn two_keys_for_one_order_charge_once(backend: Backend) {
         assert_eq!(loser.code(), "PAYMENT_ALREADY_ACTIVE");
         assert_eq!(app.ledger(&id).await.len(), 1);
     }
+}
+
+/// 40 simultaneous pays per order, one new key per order, 12 orders: only the request that
+/// wins each claim may take a new-attempt token. With exactly 12 tokens (and no refill worth
+/// counting), any duplicate that spent one would leave a later order refused with 429.
+async fn duplicates_of_a_new_key_never_spend_new_attempt_tokens(backend: Backend) {
+    let opts = Opts {
+        extra: ["--new-attempts-burst", "12", "--new-attempts-per-min", "1"]
+            .map(String::from)
+            .to_vec(),
+        ..Opts::default()
+    };
+    let Some(app) = TestApp::spawn_with(backend, opts).await else {
+        return;
+    };
+    let t = app.session("alice").await;
+    for n in 0..12 {
+        let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
+        let k = key();
+        let answers =
+            join_all((0..40).map(|_| app.send(app.pay_request(&t, &id, Some(&k), 1, APPROVE))))
+                .await;
+        let limited = answers.iter().filter(|r| r.status == 429).count();
+        assert_eq!(
+            limited, 0,
+            "order {n}: {limited} of 40 duplicates were rate limited"
+        );
+        assert_agree(&answers);
+        assert_eq!(app.ledger(&id).await.len(), 1, "order {n}: one charge");
+    }
+    // The bucket is spent by exactly the 12 claims: a 13th new key is refused.
+    let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
+    let r = app.pay(&t, &id, Some(&key()), 1, APPROVE).await;
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (429, "RATE_LIMITED"),
+        "{}",
+        r.text()
+    );
+    assert!(app.ledger(&id).await.is_empty());
 }
 
 /// Three API processes on one PostgreSQL database, one standalone provider shared by them.

@@ -2,6 +2,7 @@
 //! document's operations and never finds a 5xx; dev CORS; the OpenAPI document itself.
 
 use crate::common::{id_of, key, Backend, Opts, TestApp};
+use crate::on_both_backends;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::{json, Value};
@@ -69,6 +70,134 @@ async fn malformed_requests_are_4xx_problems() {
     assert!(
         app.ledger(&id).await.is_empty(),
         "no bad request charged anything"
+    );
+}
+
+on_both_backends!(a_nul_in_any_string_is_a_400_problem_never_a_500);
+
+/// PostgreSQL text cannot hold U+0000, SQLite can: a NUL must be refused at the edge with the
+/// same 400 on both, in every string that reaches the store (body members, path ids, query
+/// parameters, webhook ids), and nothing may change.
+async fn a_nul_in_any_string_is_a_400_problem_never_a_500(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let t = app.session("alice").await;
+    let order = app.create_order(&t, &[("tee-classic", 1)]).await;
+    let id = id_of(&order);
+    let pay_body = json!({ "orderVersion": 1, "paymentMethodId": "pm_card_approve" });
+    let tee = json!([{ "sku": "tee-classic", "quantity": 1 }]);
+    let event = |event_id: &str, provider_key: &str| {
+        let body = serde_json::to_vec(&json!({
+            "id": event_id, "type": "charge.succeeded", "created": 1,
+            "charge": {
+                "id": "ch_1", "providerKey": provider_key, "amount": 2500, "currency": "USD",
+                "paymentMethodId": "pm_card_approve", "orderId": id, "status": "succeeded", "createdAt": 1
+            }
+        }))
+        .unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        let sig =
+            payonce_mock_provider::sign(payonce_mock_provider::DEFAULT_WEBHOOK_SECRET, now, &body);
+        app.http
+            .post(app.url("/webhooks/provider"))
+            .header("content-type", "application/json")
+            .header("Payonce-Signature", sig)
+            .body(body)
+    };
+    let cases: Vec<(&str, reqwest::RequestBuilder)> = vec![
+        (
+            "create coupon",
+            app.http
+                .post(app.url("/orders"))
+                .bearer_auth(&t)
+                .json(&json!({ "items": tee, "coupon": "SAVE\u{0}10" })),
+        ),
+        (
+            "create address",
+            app.http
+                .post(app.url("/orders"))
+                .bearer_auth(&t)
+                .json(&json!({ "items": tee, "address": "1 Main St\u{0}" })),
+        ),
+        (
+            "cart coupon",
+            app.http
+                .patch(app.url(&format!("/orders/{id}/cart")))
+                .bearer_auth(&t)
+                .json(&json!({ "coupon": "\u{0}" })),
+        ),
+        (
+            "cart address",
+            app.http
+                .patch(app.url(&format!("/orders/{id}/cart")))
+                .bearer_auth(&t)
+                .json(&json!({ "address": "a\u{0}b" })),
+        ),
+        (
+            "get id",
+            app.http.get(app.url("/orders/ord_%00")).bearer_auth(&t),
+        ),
+        (
+            "cart id",
+            app.http
+                .patch(app.url("/orders/%00/cart"))
+                .bearer_auth(&t)
+                .json(&json!({ "coupon": "" })),
+        ),
+        (
+            "pay id",
+            app.http
+                .post(app.url("/orders/ord%00x/pay"))
+                .bearer_auth(&t)
+                .header("Idempotency-Key", key())
+                .json(&pay_body),
+        ),
+        (
+            "cancel id",
+            app.http
+                .post(app.url("/orders/%00/payment-attempts/cancel"))
+                .bearer_auth(&t)
+                .json(&json!({ "key": key() })),
+        ),
+        (
+            "refund id",
+            app.http
+                .post(app.url("/payments/pay_%00/refund"))
+                .bearer_auth(&t)
+                .header("Idempotency-Key", key()),
+        ),
+        (
+            "mailbox orderId",
+            app.http
+                .get(app.url("/dev/mailbox?orderId=ord_%00"))
+                .bearer_auth(&t),
+        ),
+        ("webhook event id", event("evt_\u{0}", "pk_1")),
+        ("webhook provider key", event("evt_nul_key", "pk_\u{0}")),
+    ];
+    for (name, req) in cases {
+        let r = app.send(req).await;
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, "INVALID_REQUEST"),
+            "{name}: {}",
+            r.text()
+        );
+        assert!(r.is_problem(), "{name}");
+    }
+    // Nothing changed, and the server still answers normally.
+    let now = app.get_order(&t, &id).await;
+    assert_eq!(now.status, 200);
+    assert_eq!(now.json(), order);
+    assert_eq!(
+        app.pay(&t, &id, Some(&key()), 1, "pm_card_approve")
+            .await
+            .status,
+        200
     );
 }
 

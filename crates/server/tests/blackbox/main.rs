@@ -11,6 +11,9 @@
 //! - `workers`: webhook chaos, refunds, reconciliation and manual review, retention.
 //! - `fast_path`: the Redis fast path (flushed, killed, unreachable), the rate limit,
 //!   `GET /metrics`.
+//! - `inproc`: in-process servers (`app(state)`, a manual clock): leases, the outbox
+//!   worker, retention, decided by moving the clock instead of sleeping.
+//! - `layout`: no file of `src/` imports one that imports it back.
 //! - `input`: malformed input of every kind, the OpenAPI fuzzer, CORS, the OpenAPI document.
 //! - `catalog`: `--catalog FILE` replaces the built-in catalog; a bad file stops the start.
 
@@ -19,7 +22,9 @@ mod common;
 mod concurrency;
 mod crash;
 mod fast_path;
+mod inproc;
 mod input;
+mod layout;
 mod rules;
 mod webhooks;
 mod workers;

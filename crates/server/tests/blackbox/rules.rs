@@ -1,9 +1,8 @@
 //! One scenario per pay rule and per cancel row; each runs on SQLite and on PostgreSQL.
 
-use crate::common::{id_of, key, Backend, Opts, Proc, TestApp};
+use crate::common::{id_of, key, Backend, Opts, TestApp};
 use crate::on_both_backends;
 use serde_json::json;
-use std::time::Duration;
 
 const APPROVE: &str = "pm_card_approve";
 const DECLINE: &str = "pm_card_decline";
@@ -26,7 +25,6 @@ on_both_backends!(
     rule4_success_pays_the_order_and_decrements_stock,
     rule4_decline_unlocks_the_order_and_keeps_stock,
     rule4_provider_timeout_or_5xx_answers_202_processing,
-    rule5_expired_lease_after_a_crash_settles_from_the_provider,
     rule5_transient_failure_is_redriven_with_the_same_provider_key,
     rule6_every_state_change_is_audited,
     cancel_unknown_key_inserts_a_tombstone,
@@ -34,8 +32,6 @@ on_both_backends!(
     cancel_final_attempts_answer_their_status,
     keys_are_scoped_per_user,
     dropped_response_is_replayed_on_retry,
-    reconciliation_job_settles_abandoned_attempts,
-    expired_keys_are_cleaned_up_but_processing_ones_never,
 );
 
 async fn auth_tokens_are_signed_and_orders_are_private(backend: Backend) {
@@ -563,80 +559,6 @@ async fn rule4_provider_timeout_or_5xx_answers_202_processing(backend: Backend) 
     }
 }
 
-async fn rule5_expired_lease_after_a_crash_settles_from_the_provider(backend: Backend) {
-    // A standalone provider, so it survives the API process being killed mid-charge.
-    let Some(db) = crate::common::TestDb::create(backend).await else {
-        return;
-    };
-    let provider = Proc::spawn(
-        &[
-            "mock-provider".into(),
-            "--addr".into(),
-            "127.0.0.1:0".into(),
-        ],
-        false,
-    );
-    let provider_url = provider.provider.clone().unwrap();
-    let opts = Opts {
-        provider_timeout_ms: 5_000,
-        lease_ms: 6_000,
-        in_progress_wait_ms: 0,
-        ..Opts::default()
-    };
-    let mut args = opts.args(&db.url);
-    args.extend(["--provider-url".into(), provider_url.clone()]);
-    let mut first = Proc::spawn(&args, true);
-    let api = first.api.clone().unwrap();
-    let http = crate::common::client();
-    let app = TestApp {
-        api,
-        provider: provider_url.clone(),
-        http: http.clone(),
-        _procs: vec![],
-        db: Some(db),
-    };
-    let t = app.session("alice").await;
-    let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
-    let k = key();
-    // The slow method is charged at once but answers after 4 s: kill the server while it
-    // waits. The attempt is left processing with a live lease.
-    let inflight = tokio::spawn(app.pay_request(&t, &id, Some(&k), 1, SLOW).send());
-    app.wait_until_active(&t, &id).await;
-    // The lease ends at most 6 s after now (it was taken before the order showed active).
-    let lease_over = tokio::time::Instant::now() + Duration::from_millis(6_100);
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    first.kill();
-    assert!(
-        inflight.await.unwrap().is_err(),
-        "the crashed server cannot answer"
-    );
-    assert_eq!(app.ledger(&id).await.len(), 1, "charged before the crash");
-
-    let second = Proc::spawn(&args, true);
-    let app = TestApp {
-        api: second.api.clone().unwrap(),
-        provider: provider_url,
-        http,
-        _procs: vec![second, provider],
-        db: app.db,
-    };
-    // The lease is still live: a retry never charges, it is told to wait.
-    let r = app.pay(&t, &id, Some(&k), 1, SLOW).await;
-    assert_eq!((r.status, r.code().as_str()), (409, "IN_PROGRESS"));
-    tokio::time::sleep_until(lease_over).await;
-    // Lease expired: the retry asks the provider about the provider key and settles.
-    let r = app.pay(&t, &id, Some(&k), 1, SLOW).await;
-    assert_eq!(r.status, 200, "{}", r.text());
-    let charges = app.ledger(&id).await;
-    assert_eq!(
-        charges.len(),
-        1,
-        "settled from the existing charge, never charged again"
-    );
-    assert_eq!(r.json()["payment"]["chargeId"], charges[0]["id"]);
-    assert_eq!(app.get_order(&t, &id).await.json()["status"], "paid");
-}
-
 async fn rule5_transient_failure_is_redriven_with_the_same_provider_key(backend: Backend) {
     let Some(app) = TestApp::spawn(backend).await else {
         return;
@@ -835,82 +757,4 @@ async fn dropped_response_is_replayed_on_retry(backend: Backend) {
     assert_eq!(r.status, 200);
     assert_eq!(r.header("idempotent-replayed").as_deref(), Some("true"));
     assert_eq!(app.ledger(&id).await.len(), 1);
-}
-
-async fn reconciliation_job_settles_abandoned_attempts(backend: Backend) {
-    let opts = Opts {
-        jobs_interval_ms: 200,
-        ..Opts::default()
-    };
-    let Some(app) = TestApp::spawn_with(backend, opts).await else {
-        return;
-    };
-    let t = app.session("alice").await;
-    // The client gives up after the 202 and never retries; the job must finish the work.
-    for method in [TIMEOUT, TRANSIENT] {
-        let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
-        assert_eq!(app.pay(&t, &id, Some(&key()), 1, method).await.status, 202);
-        let mut status = String::new();
-        for _ in 0..100 {
-            status = app.get_order(&t, &id).await.json()["status"]
-                .as_str()
-                .unwrap()
-                .to_owned();
-            if status == "paid" {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        assert_eq!(
-            status, "paid",
-            "{method}: the job settles the attempt from the provider"
-        );
-        assert_eq!(app.ledger(&id).await.len(), 1, "{method}: charged once");
-    }
-    let pool = app.db_pool().await;
-    let (n,): (i64,) = sqlx::query_as(
-        "SELECT COUNT(*) FROM audit_log WHERE actor = 'system' AND to_state = 'succeeded'",
-    )
-    .fetch_one(&pool)
-    .await
-    .unwrap();
-    assert_eq!(n, 2, "the audit trail names the job");
-}
-
-async fn expired_keys_are_cleaned_up_but_processing_ones_never(backend: Backend) {
-    let opts = Opts {
-        jobs_interval_ms: 200,
-        key_retention_secs: 1,
-        lease_ms: 60_000,
-        // Longer than the slow method's 4 s: its request stays in flight, lease live.
-        provider_timeout_ms: 5_000,
-        ..Opts::default()
-    };
-    let Some(app) = TestApp::spawn_with(backend, opts).await else {
-        return;
-    };
-    let t = app.session("alice").await;
-    let declined = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
-    let k = key();
-    assert_eq!(
-        app.pay(&t, &declined, Some(&k), 1, DECLINE).await.status,
-        402
-    );
-    app.cancel(&t, &declined, &key()).await;
-    // A processing attempt with a live lease (a slow charge in flight) must survive.
-    let busy = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
-    let inflight = tokio::spawn(app.pay_request(&t, &busy, Some(&key()), 1, SLOW).send());
-    app.wait_until_active(&t, &busy).await;
-    tokio::time::sleep(Duration::from_millis(1_800)).await;
-    let pool = app.db_pool().await;
-    let rows: Vec<(String,)> = sqlx::query_as("SELECT status FROM attempts ORDER BY status")
-        .fetch_all(&pool)
-        .await
-        .unwrap();
-    assert_eq!(
-        rows,
-        vec![("processing".to_owned(),)],
-        "finished keys and tombstones expired; processing kept"
-    );
-    inflight.await.unwrap().unwrap();
 }

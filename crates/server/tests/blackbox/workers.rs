@@ -12,7 +12,6 @@ on_both_backends!(
     a_webhook_for_an_unknown_provider_key_is_not_acknowledged,
     a_refund_retried_ten_times_or_raced_ten_times_refunds_once,
     unreachable_provider_flags_stuck_attempts_for_review_never_charges,
-    audit_rows_are_kept_for_the_dispute_window_then_deleted,
 );
 
 async fn order_status(app: &TestApp, t: &str, id: &str) -> (String, bool) {
@@ -433,33 +432,6 @@ async fn unreachable_provider_flags_stuck_attempts_for_review_never_charges(back
         order_status(&app, &t, &id).await,
         ("paid".to_owned(), false)
     );
-}
-
-async fn audit_rows_are_kept_for_the_dispute_window_then_deleted(backend: Backend) {
-    for (days, kept) in [("180", true), ("0", false)] {
-        let opts = Opts {
-            jobs_interval_ms: 100,
-            extra: vec!["--audit-retention-days".into(), days.into()],
-            ..Opts::default()
-        };
-        let Some(app) = TestApp::spawn_with(backend, opts).await else {
-            return;
-        };
-        let t = app.session("alice").await;
-        let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
-        let r = app.pay(&t, &id, Some(&key()), 1, "pm_card_decline").await;
-        assert_eq!(
-            r.header("idempotency-key-retention").as_deref(),
-            Some("86400")
-        );
-        tokio::time::sleep(Duration::from_millis(600)).await;
-        let pool = app.db_pool().await;
-        let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM audit_log")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-        assert_eq!(n > 0, kept, "retention {days} days: {n} audit rows");
-    }
 }
 
 /// `payonce-server mock-provider --state-file`: a restarted standalone provider still knows

@@ -3,8 +3,9 @@
 
 use crate::auth::AuthUser;
 use crate::error::{AppError, AppResult};
-use crate::store::queue;
-use crate::AppState;
+use crate::http::extract::Id;
+use crate::state::AppState;
+use crate::store::mailbox;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::Json;
@@ -21,7 +22,8 @@ pub(crate) async fn handler(
     }
     let Query(query) =
         query.map_err(|e| AppError::detail(ErrorCode::InvalidRequest, e.body_text()))?;
-    let mails = queue::mails(state.store.pool(), &user, &query.order_id)
+    let order_id = Id::parse(&query.order_id, "orderId")?;
+    let mails = mailbox::mails(state.store.pool(), &user, &order_id)
         .await?
         .into_iter()
         .map(|(order_id, subject, body, sent_at)| Mail {

@@ -9,22 +9,22 @@
 //!   are never kept.
 //! - An entry **expires with its key** (`expires_at`): past it the row may be deleted by the
 //!   cleanup job and the key become new again, so the entry is dropped, never served.
-//! - It is only a shortcut for [`crate::pay::replay_from_row`]: the same checks (the caller's
+//! - It is only a shortcut for `replay_of` (crates/rules/src/pay.rs): the same checks (the caller's
 //!   own key, the URL's order, the same details) run on the copy; anything else goes on to
 //!   Redis and the database as before, and the database stays the only guard of claims.
 //!
 //! Bounded by `moka` (at capacity it evicts by recency and frequency); expiry is checked on
 //! every read against the caller's `now`, so time stays an input.
 
-use crate::store::attempts::AttemptRow;
 use moka::sync::Cache;
+use payonce_rules::Record;
 use std::sync::Arc;
 
 type Key = (String, String);
 
 /// The cache; `capacity` 0 turns it off.
 pub(crate) struct ReplayCache {
-    rows: Option<Cache<Key, Arc<AttemptRow>>>,
+    rows: Option<Cache<Key, Arc<Record>>>,
 }
 
 impl ReplayCache {
@@ -35,11 +35,11 @@ impl ReplayCache {
     }
 
     /// The final row of `(user, key)` if kept and not expired at `now` (unix ms).
-    pub(crate) fn get(&self, user: &str, key: &str, now: i64) -> Option<Arc<AttemptRow>> {
+    pub(crate) fn get(&self, user: &str, key: &str, now: i64) -> Option<Arc<Record>> {
         let rows = self.rows.as_ref()?;
         let k = (user.to_owned(), key.to_owned());
         let row = rows.get(&k)?;
-        if row.expires_at.is_some_and(|t| now < t) {
+        if matches!(&*row, Record::Final(f) if now < f.expires_at) {
             return Some(row);
         }
         // Expired: its key may be deleted and used anew.
@@ -48,14 +48,11 @@ impl ReplayCache {
     }
 
     /// Keeps `row`, the final row of `(user, key)`; anything else is ignored.
-    pub(crate) fn put(&self, user: &str, key: &str, row: &AttemptRow) {
+    pub(crate) fn put(&self, user: &str, key: &str, row: &Record) {
         let Some(rows) = &self.rows else {
             return;
         };
-        if !row.status.is_final() || row.fingerprint.is_none() {
-            return;
-        }
-        if row.expires_at.is_none() || row.user_id != user {
+        if !matches!(row, Record::Final(_)) || row.user() != user {
             return;
         }
         rows.insert((user.to_owned(), key.to_owned()), Arc::new(row.clone()));
@@ -75,24 +72,30 @@ impl ReplayCache {
 mod tests {
     use super::*;
     use payonce_protocol::AttemptStatus;
+    use payonce_rules::{Answer, Final, Processing, Terms, Tombstone};
 
-    fn row(user: &str, status: AttemptStatus, expires_at: Option<i64>) -> AttemptRow {
-        AttemptRow {
-            id: "att_1".into(),
-            user_id: user.into(),
+    fn terms(user: &str) -> Terms {
+        Terms {
+            user: user.into(),
             order_id: "o1".into(),
-            status,
-            fingerprint: Some("fp".into()),
-            order_version: Some(1),
-            amount: Some(100),
-            currency: Some("USD".into()),
-            payment_method_id: Some("pm".into()),
-            provider_key: Some("pk".into()),
-            locked_until: None,
-            response_status: Some(200),
-            response_body: Some("{}".into()),
-            expires_at,
+            fingerprint: "fp".into(),
+            order_version: 1,
+            amount: 100,
+            currency: "USD".into(),
         }
+    }
+
+    fn row(user: &str, status: AttemptStatus, expires_at: i64) -> Record {
+        Record::Final(Final {
+            id: "att_1".into(),
+            terms: terms(user),
+            status,
+            answer: Answer {
+                status: 200,
+                body: "{}".into(),
+            },
+            expires_at,
+        })
     }
 
     #[test]
@@ -101,10 +104,10 @@ mod tests {
         c.put(
             "alice",
             "k1",
-            &row("alice", AttemptStatus::Succeeded, Some(1_000)),
+            &row("alice", AttemptStatus::Succeeded, 1_000),
         );
         assert_eq!(
-            c.get("alice", "k1", 999).map(|r| r.id.clone()),
+            c.get("alice", "k1", 999).map(|r| r.id().to_owned()),
             Some("att_1".into())
         );
         assert!(c.get("bob", "k1", 0).is_none(), "scoped by user");
@@ -113,25 +116,22 @@ mod tests {
             "expired with the key"
         );
         assert!(c.get("alice", "k1", 0).is_none(), "and gone");
-
-        c.put(
-            "alice",
-            "k2",
-            &row("alice", AttemptStatus::Processing, None),
-        );
-        c.put(
-            "alice",
-            "k3",
-            &row("alice", AttemptStatus::Processing, Some(1_000)),
-        );
-        let mut tomb = row("alice", AttemptStatus::Cancelled, Some(1_000));
-        tomb.fingerprint = None;
+        let processing = Record::Processing(Processing {
+            id: "att_2".into(),
+            terms: terms("alice"),
+            payment_method_id: "pm".into(),
+            provider_key: "pk".into(),
+            locked_until: None,
+        });
+        c.put("alice", "k2", &processing);
+        let tomb = Record::Tombstone(Tombstone {
+            id: "att_3".into(),
+            user: "alice".into(),
+            order_id: "o1".into(),
+            expires_at: 1_000,
+        });
         c.put("alice", "k4", &tomb);
-        c.put(
-            "alice",
-            "k5",
-            &row("bob", AttemptStatus::Succeeded, Some(1_000)),
-        );
+        c.put("alice", "k5", &row("bob", AttemptStatus::Succeeded, 1_000));
         assert_eq!(
             c.len(),
             0,
@@ -143,15 +143,11 @@ mod tests {
     fn is_bounded_and_off_at_zero() {
         let c = ReplayCache::new(2);
         for k in ["a", "b", "c", "d", "e"] {
-            c.put("u", k, &row("u", AttemptStatus::Declined, Some(i64::MAX)));
+            c.put("u", k, &row("u", AttemptStatus::Declined, i64::MAX));
         }
         assert!(c.len() <= 2, "{} entries kept", c.len());
         let off = ReplayCache::new(0);
-        off.put(
-            "u",
-            "a",
-            &row("u", AttemptStatus::Succeeded, Some(i64::MAX)),
-        );
+        off.put("u", "a", &row("u", AttemptStatus::Succeeded, i64::MAX));
         assert!(off.get("u", "a", 0).is_none());
     }
 }

@@ -10,29 +10,7 @@ use payonce_protocol::provider::{paths, Charge, ChargeRequest, ChargeStatus, Ref
 use reqwest::StatusCode;
 use std::time::Duration;
 
-/// What a charge call proved.
-#[derive(Debug)]
-pub(crate) enum ChargeOutcome {
-    /// Money moved.
-    Succeeded(Charge),
-    /// The provider declined; no money moved.
-    Declined(Charge),
-    /// The provider refused the request itself (400): nothing was charged.
-    Rejected(String),
-    /// Timeout, 5xx, network error, or an answer we cannot read: outcome unknown.
-    Unknown(String),
-}
-
-/// What a lookup by provider key proved.
-#[derive(Debug)]
-pub(crate) enum Lookup {
-    /// A charge exists for the key.
-    Found(Charge),
-    /// The provider has never seen the key: re-driving with it is safe.
-    NotFound,
-    /// The provider could not tell us.
-    Unknown(String),
-}
+pub(crate) use payonce_rules::plan::{Lookup, Outcome as ChargeOutcome};
 
 /// What a refund call proved.
 #[derive(Debug)]
@@ -82,10 +60,6 @@ impl ProviderClient {
         if status.is_success() || status == StatusCode::PAYMENT_REQUIRED {
             return match res.json::<Charge>().await {
                 Ok(c) if c.status == ChargeStatus::Declined => ChargeOutcome::Declined(c),
-                // No outcome yet: the customer must act first.
-                Ok(c) if c.status == ChargeStatus::RequiresAction => {
-                    ChargeOutcome::Unknown("the charge awaits the customer's action".to_owned())
-                }
                 Ok(c) if status.is_success() => ChargeOutcome::Succeeded(c),
                 Ok(c) => ChargeOutcome::Unknown(format!("402 with a {:?} charge", c.status)),
                 Err(e) => ChargeOutcome::Unknown(format!("unreadable charge ({status}): {e}")),

@@ -24,13 +24,14 @@
 
 use crate::error::AppResult;
 use crate::faults::{self, failpoint};
-use crate::metrics::{self, EmailResult, OutboxResult, ReconcileResult};
+use crate::metrics;
 use crate::pay;
-use crate::store::attempts::{self as db, AttemptRow};
-use crate::store::audit::{self, Entry};
-use crate::store::orders::get_order;
-use crate::store::queue::{self, Mail};
-use crate::{now_ms, AppState};
+use crate::state::AppState;
+use crate::store::attempts as db;
+use crate::store::mailbox::{self, Mail};
+use crate::store::orders::{self, get_order};
+use crate::store::{audit, jobs, outbox};
+use payonce_rules::Record;
 use std::time::Duration;
 
 /// Rows handled per step and round, so one round stays short.
@@ -47,7 +48,7 @@ pub(crate) async fn run(state: AppState, every: Duration) {
 }
 
 /// One round of every job; failures are logged and retried next round.
-pub(crate) async fn round(state: &AppState) {
+pub async fn round(state: &AppState) {
     match drain_outbox(state).await {
         Ok(0) => {}
         Ok(n) => tracing::info!(settled = n, "outbox round"),
@@ -100,11 +101,11 @@ impl Worker {
 /// The one function that settles or drives an abandoned attempt (see the module docs).
 pub(crate) async fn drive_abandoned(
     state: &AppState,
-    row: &AttemptRow,
+    row: &Record,
     worker: Worker,
 ) -> AppResult<Driven> {
-    let Some(order) = get_order(state.store.pool(), &row.order_id, &row.user_id).await? else {
-        tracing::error!(attempt = %row.id, "processing attempt without its order");
+    let Some(order) = get_order(state.store.pool(), row.order_id(), row.user()).await? else {
+        tracing::error!(attempt = %row.id(), "processing attempt without its order");
         return Ok(Driven::Skipped);
     };
     let Some(claim) = pay::take_over(state, row, &order, "system", worker.name()).await? else {
@@ -123,12 +124,13 @@ pub(crate) async fn drive_abandoned(
 /// Drives attempts whose outbox row is pending and whose lease expired.
 pub(crate) async fn drain_outbox(state: &AppState) -> AppResult<usize> {
     let mut settled = 0;
-    for row in queue::outbox_pending(state.store.pool(), now_ms(), BATCH).await? {
+    let now = state.clock.now_ms();
+    for row in outbox::outbox_pending(state.store.pool(), now, BATCH).await? {
         let driven = drive_abandoned(state, &row, Worker::Outbox).await?;
-        tracing::debug!(attempt = %row.id, ?driven, "outbox row");
+        tracing::debug!(attempt = %row.id(), ?driven, "outbox row");
         match driven {
-            Driven::Settled => metrics::outbox(OutboxResult::Drained),
-            Driven::Unknown => metrics::outbox(OutboxResult::Inconclusive),
+            Driven::Settled => metrics::outbox(metrics::OutboxResult::Drained),
+            Driven::Unknown => metrics::outbox(metrics::OutboxResult::Inconclusive),
             Driven::Skipped => {}
         }
         settled += usize::from(driven == Driven::Settled);
@@ -139,16 +141,15 @@ pub(crate) async fn drain_outbox(state: &AppState) -> AppResult<usize> {
 /// Settles attempts processing longer than the threshold; flags the ones the provider
 /// cannot tell us about.
 pub(crate) async fn reconcile_stuck(state: &AppState) -> AppResult<usize> {
-    let now = now_ms();
-    let threshold = i64::try_from(state.config.reconcile_after.as_millis()).unwrap_or(i64::MAX);
-    let before = now.saturating_sub(threshold);
+    let now = state.clock.now_ms();
+    let before = state.policy.reconcile_before(now);
     let mut settled = 0;
-    for row in queue::stuck_since(state.store.pool(), before, now, BATCH).await? {
+    for row in db::stuck_since(state.store.pool(), before, now, BATCH).await? {
         match drive_abandoned(state, &row, Worker::Reconciliation).await? {
             Driven::Settled => {
                 settled += 1;
-                metrics::reconciliation(ReconcileResult::Settled);
-                tracing::info!(attempt = %row.id, "reconciliation settled an attempt");
+                metrics::reconciliation(metrics::ReconcileResult::Settled);
+                tracing::info!(attempt = %row.id(), "reconciliation settled an attempt");
             }
             Driven::Unknown => flag_for_review(state, &row).await?,
             Driven::Skipped => {}
@@ -158,25 +159,18 @@ pub(crate) async fn reconcile_stuck(state: &AppState) -> AppResult<usize> {
 }
 
 /// Manual review: the column, an audit row and a log line (the metric hook), once.
-async fn flag_for_review(state: &AppState, row: &AttemptRow) -> AppResult<()> {
-    let now = now_ms();
+async fn flag_for_review(state: &AppState, row: &Record) -> AppResult<()> {
+    let now = state.clock.now_ms();
     let mut tx = state.store.begin_write().await?;
-    if !queue::flag_review(&mut *tx, &row.id, now).await? {
+    if !db::flag_review(&mut *tx, row.id(), now).await? {
         tx.rollback().await?;
         return Ok(());
     }
-    let entry = Entry {
-        actor: "system",
-        entity: "attempt",
-        entity_id: &row.id,
-        from: Some("processing"),
-        to: "processing (needs review)",
-        reason: "reconciliation: the provider cannot tell this attempt's outcome; flagged for manual review, never charged blindly",
-    };
+    let entry = payonce_rules::plan::review_entry(row.id());
     audit::record(&mut *tx, &entry, now).await?;
     tx.commit().await?;
-    tracing::error!(attempt = %row.id, order = %row.order_id, "attempt flagged for manual review");
-    metrics::reconciliation(ReconcileResult::ManualReview);
+    tracing::error!(attempt = %row.id(), order = %row.order_id(), "attempt flagged for manual review");
+    metrics::reconciliation(metrics::ReconcileResult::ManualReview);
     Ok(())
 }
 
@@ -184,22 +178,21 @@ async fn flag_for_review(state: &AppState, row: &AttemptRow) -> AppResult<()> {
 /// the ack comes after the send, and the flag set with the send makes a redelivery a no-op.
 pub(crate) async fn send_emails(state: &AppState) -> AppResult<usize> {
     let pool = state.store.pool();
-    let lease = i64::try_from(state.config.lease.as_millis()).unwrap_or(i64::MAX / 4);
     let mut sent = 0;
-    for (job, order_id) in queue::jobs_ready(pool, now_ms(), BATCH).await? {
-        let now = now_ms();
-        if !queue::lease_job(pool, &job, now, now + lease).await? {
+    for (job, order_id) in jobs::jobs_ready(pool, state.clock.now_ms(), BATCH).await? {
+        let now = state.clock.now_ms();
+        if !jobs::lease_job(pool, &job, now, state.policy.lease_until(now)).await? {
             continue;
         }
-        let Some((user, amount, currency)) = queue::order_summary(pool, &order_id).await? else {
-            queue::ack_job(pool, &job, now).await?;
+        let Some((user, amount, currency)) = orders::order_summary(pool, &order_id).await? else {
+            jobs::ack_job(pool, &job, now).await?;
             continue;
         };
         // The "send" is the mailbox insert, in the transaction that sets the flag: the dev
         // mailbox is our own table. A real mailer is outside the database; it would get the
         // job id as its idempotency key, and the flag would be set right after it answers.
         let mut tx = state.store.begin_write().await?;
-        if queue::flag_email_sent(&mut *tx, &order_id).await? {
+        if orders::flag_email_sent(&mut *tx, &order_id).await? {
             let subject = format!("Order {order_id}: payment received");
             let body = format!(
                 "We received your payment of {amount} (minor units) {currency} for order {order_id}. Thank you!"
@@ -210,26 +203,25 @@ pub(crate) async fn send_emails(state: &AppState) -> AppResult<usize> {
                 subject: &subject,
                 body: &body,
             };
-            queue::insert_mail(&mut *tx, &mail, now).await?;
-            metrics::email(EmailResult::Sent);
+            mailbox::insert_mail(&mut *tx, &mail, now).await?;
+            metrics::email(metrics::EmailResult::Sent);
             sent += 1;
         } else {
             tracing::info!(job = %job, order = %order_id, "confirmation already sent: redelivery is a no-op");
-            metrics::email(EmailResult::AlreadySent);
+            metrics::email(metrics::EmailResult::AlreadySent);
         }
         tx.commit().await?;
         failpoint(faults::EMAIL);
-        queue::ack_job(pool, &job, now_ms()).await?;
+        jobs::ack_job(pool, &job, state.clock.now_ms()).await?;
     }
     Ok(sent)
 }
 
 /// Retention.
-pub(crate) async fn cleanup(state: &AppState) -> AppResult<u64> {
+pub async fn cleanup(state: &AppState) -> Result<u64, crate::error::AppError> {
     let pool = state.store.pool();
-    let now = now_ms();
+    let now = state.clock.now_ms();
     let keys = db::delete_expired(pool, now).await?;
-    let window = i64::try_from(state.config.audit_retention.as_millis()).unwrap_or(i64::MAX);
-    let old = queue::delete_old(pool, now.saturating_sub(window), now).await?;
+    let old = crate::store::delete_old(pool, state.policy.audit_before(now), now).await?;
     Ok(keys + old)
 }

@@ -3,7 +3,8 @@
 //! code, never axum's plain-text default.
 
 use crate::error::AppError;
-use crate::AppState;
+use crate::state::AppState;
+use axum::body::{Body, Bytes};
 use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
@@ -22,11 +23,50 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     type Rejection = AppError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match Json::<T>::from_request(req, state).await {
-            Ok(Json(v)) => Ok(Self(v)),
-            Err(rejection) => Err(json_rejection(rejection)),
+        let (parts, body) = req.into_parts();
+        let bytes = Bytes::from_request(Request::from_parts(parts.clone(), body), state)
+            .await
+            .map_err(|e| match e.status() {
+                StatusCode::PAYLOAD_TOO_LARGE => AppError::code(ErrorCode::PayloadTooLarge),
+                _ => AppError::detail(ErrorCode::InvalidRequest, "the body could not be read"),
+            })?;
+        let req = Request::from_parts(parts, Body::from(bytes.clone()));
+        let value = match Json::<T>::from_request(req, state).await {
+            Ok(Json(v)) => v,
+            Err(rejection) => return Err(json_rejection(rejection)),
+        };
+        if holds_nul(&bytes) {
+            return Err(nul_refused());
+        }
+        Ok(Self(value))
+    }
+}
+
+/// True when a valid JSON text holds a string with U+0000 (it can only be spelled `\u0000`:
+/// a raw control byte is not valid JSON). In valid JSON a backslash only appears inside a
+/// string and always starts an escape, so skipping each escape keeps `\\u0000` (an escaped
+/// backslash, then text) from counting.
+pub(crate) fn holds_nul(json: &[u8]) -> bool {
+    let mut i = 0;
+    while i < json.len() {
+        if json[i] == b'\\' {
+            if json.get(i + 1..i + 6) == Some(b"u0000".as_slice()) {
+                return true;
+            }
+            i += 2;
+        } else {
+            i += 1;
         }
     }
+    false
+}
+
+/// PostgreSQL text cannot hold U+0000 (SQLite can): refused at the edge, the same on both.
+pub(crate) fn nul_refused() -> AppError {
+    AppError::detail(
+        ErrorCode::InvalidRequest,
+        "strings must not contain U+0000 (NUL)",
+    )
 }
 
 fn json_rejection(rejection: JsonRejection) -> AppError {
@@ -40,9 +80,41 @@ fn json_rejection(rejection: JsonRejection) -> AppError {
     }
 }
 
-/// One path parameter (an order id). Ids are opaque strings; anything that is not a
-/// plausible id can never name an order, so it is a 404 like any unknown id.
-pub(crate) struct PathId(pub String);
+/// An id from outside: a path segment, a query parameter, a webhook's event id or provider
+/// key. Ids are opaque, but none this server or the provider makes is longer than
+/// [`Id::MAX_LEN`] or holds a control character, and PostgreSQL text cannot hold U+0000, so
+/// anything else is refused (400 `INVALID_REQUEST`) before it reaches the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Id(String);
+
+impl Id {
+    /// Longest accepted id.
+    pub(crate) const MAX_LEN: usize = 255;
+
+    /// Validates `s`; `what` names it in the problem's detail.
+    pub(crate) fn parse(s: &str, what: &str) -> Result<Self, AppError> {
+        if s.is_empty() || s.len() > Self::MAX_LEN || s.chars().any(char::is_control) {
+            return Err(AppError::detail(
+                ErrorCode::InvalidRequest,
+                format!(
+                    "{what} must be 1..={} bytes without control characters",
+                    Self::MAX_LEN
+                ),
+            ));
+        }
+        Ok(Self(s.to_owned()))
+    }
+}
+
+impl std::ops::Deref for Id {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The `{id}` path parameter, validated as an [`Id`].
+pub(crate) struct PathId(pub Id);
 
 impl<S: Send + Sync> FromRequestParts<S> for PathId {
     type Rejection = AppError;
@@ -54,7 +126,7 @@ impl<S: Send + Sync> FromRequestParts<S> for PathId {
                 .map_err(|e: PathRejection| {
                     AppError::detail(ErrorCode::InvalidRequest, e.body_text())
                 })?;
-        Ok(Self(id))
+        Id::parse(&id, "the id in the path").map(Self)
     }
 }
 
@@ -167,7 +239,34 @@ mod tests {
         );
     }
 
+    #[test]
+    fn nul_is_found_only_as_an_escape() {
+        assert!(holds_nul(br#"{"a":"x\u0000"}"#));
+        assert!(
+            !holds_nul(br#"{"a":"x\\u0000"}"#),
+            "an escaped backslash, then text"
+        );
+        assert!(holds_nul(br#"{"a":"\\\u0000"}"#));
+        assert!(!holds_nul(br#"{"a":"\u0001"}"#));
+    }
+
+    #[test]
+    fn ids_refuse_control_characters_and_length() {
+        assert!(Id::parse("ord_0123", "id").is_ok());
+        for bad in ["", "a\0b", "a\nb", &"x".repeat(Id::MAX_LEN + 1)] {
+            assert!(Id::parse(bad, "id").is_err(), "{bad:?}");
+        }
+    }
+
     proptest! {
+        /// Any JSON string round-trips through serde_json: `holds_nul` finds U+0000 exactly
+        /// when the string has one.
+        #[test]
+        fn holds_nul_agrees_with_the_decoded_string(s in ".{0,40}") {
+            let json = serde_json::to_vec(&serde_json::json!({ "s": s })).unwrap();
+            prop_assert_eq!(holds_nul(&json), s.contains('\0'));
+        }
+
         /// Any header bytes: never a panic; accepted exactly when the protocol parser accepts
         /// the text, and otherwise a 400 IDEMPOTENCY_KEY_INVALID with a reason.
         #[test]

@@ -1,0 +1,26 @@
+//! The payonce server's decisions as pure code: no I/O, no async, no wall clock. The server
+//! (`crates/server`) reads rows, asks the provider and the limiter, and hands what it learnt
+//! to these functions; they answer with the next action or a plan of rows to write, which
+//! the server executes in one transaction.
+//!
+//! - [`record`]: an attempt as the store holds it, one variant per state, so a final attempt
+//!   without its stored answer cannot be represented.
+//! - [`keyed`]: the idempotency mechanism pay and refund share: an operation's fingerprint
+//!   and provider keys, and the one rule for a stored key ([`keyed::decide`]).
+//! - [`pay`]: the pay fingerprint, and rule 2 on a pay record ([`pay::decide`]).
+//! - [`plan`]: the claim, settle and tombstone plans (rows and audit entries), the
+//!   reconcile decision from what the provider says, and the cancel table.
+//! - [`policy`]: lease, retention and `Retry-After` arithmetic, and which rate-limit bucket
+//!   a request spends.
+
+#![deny(missing_docs)]
+
+pub mod keyed;
+pub mod pay;
+pub mod plan;
+pub mod policy;
+pub mod record;
+
+pub use pay::{decide, fingerprint, provider_key, provider_refund_key, NextAction, PayRequest};
+pub use policy::Policy;
+pub use record::{Answer, Final, Processing, Record, Terms, Tombstone};

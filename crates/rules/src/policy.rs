@@ -1,0 +1,93 @@
+//! Time and rate arithmetic: leases, retention, `Retry-After`, and which rate-limit bucket
+//! a pay request spends. Unix milliseconds throughout, always passed in as `now`.
+
+use std::time::Duration;
+
+/// The server's time settings, in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    /// How long a claim is leased (longer than the provider timeout).
+    pub lease_ms: i64,
+    /// How long a finished key replays before it may be deleted.
+    pub key_retention_ms: i64,
+    /// Processing attempts older than this are reconciled.
+    pub reconcile_after_ms: i64,
+    /// Audit rows and handled webhook events are kept this long (the dispute window).
+    pub audit_retention_ms: i64,
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4)
+}
+
+impl Policy {
+    /// From durations (saturating: an absurd flag cannot overflow the arithmetic).
+    pub fn new(
+        lease: Duration,
+        key_retention: Duration,
+        reconcile_after: Duration,
+        audit_retention: Duration,
+    ) -> Self {
+        Self {
+            lease_ms: ms(lease),
+            key_retention_ms: ms(key_retention),
+            reconcile_after_ms: ms(reconcile_after),
+            audit_retention_ms: ms(audit_retention),
+        }
+    }
+
+    /// When a lease taken at `now` ends.
+    pub fn lease_until(&self, now: i64) -> i64 {
+        now.saturating_add(self.lease_ms)
+    }
+
+    /// When a key finished (or cancelled) at `now` may be deleted.
+    pub fn expires_at(&self, now: i64) -> i64 {
+        now.saturating_add(self.key_retention_ms)
+    }
+
+    /// Processing attempts created at or before this are the reconciliation job's.
+    pub fn reconcile_before(&self, now: i64) -> i64 {
+        now.saturating_sub(self.reconcile_after_ms)
+    }
+
+    /// Audit rows older than this may be deleted.
+    pub fn audit_before(&self, now: i64) -> i64 {
+        now.saturating_sub(self.audit_retention_ms)
+    }
+}
+
+/// How long a copy of a key's answer may live (a cache must not outlive the key):
+/// `None` when it has expired.
+pub fn ttl_ms(expires_at: i64, now: i64) -> Option<u64> {
+    u64::try_from(expires_at.saturating_sub(now))
+        .ok()
+        .filter(|t| *t > 0)
+}
+
+/// `Retry-After` for a wait: whole seconds rounded up (a client that waits exactly that long
+/// must find a token), at least 1.
+pub fn retry_after_secs(wait: Duration) -> u64 {
+    (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)
+}
+
+/// The two per-user rate-limit buckets, because a duplicate is not a new payment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bucket {
+    /// Every pay request, replays included: generous, it only stops a runaway client.
+    Requests,
+    /// Only the request that wins the claim of a new key (inside the claim transaction,
+    /// before its commit): duplicates that lose the key's slot, replays, waits on a key in
+    /// flight and 409/422 answers never spend it.
+    NewAttempts,
+}
+
+impl Bucket {
+    /// The metric label and the name in the 429's detail.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Requests => "requests",
+            Self::NewAttempts => "new_attempts",
+        }
+    }
+}

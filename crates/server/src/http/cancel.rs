@@ -1,0 +1,31 @@
+//! `POST /orders/{id}/payment-attempts/cancel` with `{key}` in the body (never the URL, so
+//! keys stay out of access logs): the cancel table is `src/cancel.rs`.
+
+use crate::auth::AuthUser;
+use crate::cancel;
+use crate::error::{AppError, AppResult};
+use crate::http::extract::{ApiJson, PathId};
+use crate::orders::load_owned;
+use crate::state::AppState;
+use axum::extract::State;
+use axum::Json;
+use payonce_protocol::{CancelRequest, CancelResponse};
+
+/// The handler.
+pub(crate) async fn handler(
+    State(state): State<AppState>,
+    AuthUser(user): AuthUser,
+    PathId(order_id): PathId,
+    ApiJson(req): ApiJson<CancelRequest>,
+) -> AppResult<Json<CancelResponse>> {
+    let order = load_owned(&state, &order_id, &user).await?;
+    // In its own task, like pay: a hang-up must not abort a half-written tombstone decision.
+    let task =
+        tokio::spawn(
+            async move { cancel::cancel(&state, &user, &order.id, req.key.as_str()).await },
+        );
+    let answer = task
+        .await
+        .map_err(|e| AppError::internal(format!("cancel task failed: {e}")))??;
+    Ok(Json(answer))
+}

@@ -1,0 +1,61 @@
+//! Dev mode's endpoints: `POST /dev/sessions` (sign in as anyone) and `GET /dev/config`.
+//! Without `--dev` both are 403 `DEV_MODE_REQUIRED`.
+
+use crate::auth::{now_secs, sign_token, valid_user_id, SESSION_SECS};
+use crate::error::{AppError, AppResult};
+use crate::http::extract::ApiJson;
+use crate::state::AppState;
+use axum::extract::State;
+use axum::http::{header, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use payonce_protocol::headers::SESSION_COOKIE;
+use payonce_protocol::{DevSessionRequest, DevSessionResponse, ErrorCode};
+
+/// `POST /dev/sessions`: sign in as anyone. Dev mode only.
+pub(crate) async fn create_session(
+    State(state): State<AppState>,
+    ApiJson(req): ApiJson<DevSessionRequest>,
+) -> AppResult<Response> {
+    if !state.config.dev {
+        return Err(AppError::code(ErrorCode::DevModeRequired));
+    }
+    if !valid_user_id(&req.user_id) {
+        return Err(AppError::detail(
+            ErrorCode::InvalidRequest,
+            "userId must be 1..=64 characters of [A-Za-z0-9_-]",
+        ));
+    }
+    let token = sign_token(
+        &state.config.session_secret,
+        &req.user_id,
+        now_secs() + SESSION_SECS,
+    );
+    // SameSite=Lax: the demo page on another localhost port is same-site (ports do not make
+    // a site), so the cookie still travels with credentialed fetches. No `Secure`: dev runs
+    // on plain http://localhost.
+    let cookie =
+        format!("{SESSION_COOKIE}={token}; HttpOnly; Path=/; SameSite=Lax; Max-Age={SESSION_SECS}");
+    let mut res = Json(DevSessionResponse {
+        user_id: req.user_id,
+        token,
+    })
+    .into_response();
+    if let Ok(v) = HeaderValue::from_str(&cookie) {
+        res.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    Ok(res)
+}
+
+/// `GET /dev/config`: the provider URL and the accepted faults, for a demo page's dev panel.
+pub(crate) async fn config(
+    State(state): State<AppState>,
+) -> Result<Json<payonce_protocol::DevConfig>, AppError> {
+    if !state.config.dev {
+        return Err(AppError::code(ErrorCode::DevModeRequired));
+    }
+    Ok(Json(payonce_protocol::DevConfig {
+        provider_url: state.provider_url.to_string(),
+        faults: payonce_protocol::body::DevFault::ALL.to_vec(),
+    }))
+}

@@ -1,0 +1,167 @@
+//! `POST /orders/{id}/pay` over HTTP: the extractors, the replay of a finished attempt
+//! before anything else, then the rules (`src/pay.rs`) in a task of their own, and the dev
+//! faults that act on the answer.
+
+use crate::auth::AuthUser;
+use crate::error::{AppError, AppResult};
+use crate::faults::{self, failpoint};
+use crate::http::extract::{ApiJson, DevFaultHeader, IdemKeyHeader, PathId};
+use crate::metrics::{self, PayOutcome, RedisLookup, ReplaySource};
+use crate::orders::load_owned;
+use crate::pay;
+use crate::replay::{self, marker, First};
+use crate::reply::Reply;
+use crate::state::AppState;
+use crate::store::orders::OrderRow;
+use axum::extract::State;
+use axum::http::HeaderValue;
+use axum::response::{IntoResponse, Response};
+use payonce_protocol::body::DevFault;
+use payonce_protocol::headers::KEY_RETENTION;
+use payonce_protocol::IdempotencyKey;
+use payonce_protocol::{AttemptStatus, ErrorCode, PayRequest};
+use payonce_rules::Record;
+use tokio::time::Instant;
+
+/// Longest accepted payment method id.
+const MAX_METHOD_LEN: usize = 64;
+
+/// True when a payment method id is acceptable (checked before any rule looks at it).
+fn method_is_valid(method: &str) -> bool {
+    !method.is_empty()
+        && method.len() <= MAX_METHOD_LEN
+        && method
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// The handler.
+pub(crate) async fn handler(
+    State(state): State<AppState>,
+    AuthUser(user): AuthUser,
+    PathId(order_id): PathId,
+    IdemKeyHeader(key): IdemKeyHeader,
+    DevFaultHeader(fault): DevFaultHeader,
+    ApiJson(req): ApiJson<PayRequest>,
+) -> Response {
+    let retention = state.config.key_retention.as_secs();
+    let method_ok = method_is_valid(&req.payment_method_id);
+    // A retry of a finished attempt is answered from its record (memory, Redis or the key
+    // row) alone; anything else goes on to the rules in their order, starting from the
+    // record read here, so the full path does not look the key up twice.
+    let mut first = None;
+    if let (Ok(k), true) = (&key, method_ok) {
+        match replay::first(&state, &user, &order_id, k, &req).await {
+            First::Answered(answer, source) => {
+                // Through the per-request rate limit, and counted like any other answer.
+                let result = state.limits.request(&user).map(|()| answer);
+                if result.is_ok() && source == ReplaySource::Redis {
+                    metrics::redis_lookup(RedisLookup::Replay);
+                }
+                count(&result, source);
+                return respond(result, fault, retention);
+            }
+            First::Continue(record) => first = record,
+        }
+    }
+    // Rule 1: the order must be the caller's, then the key must be there and well formed.
+    let order = match load_owned(&state, &order_id, &user).await {
+        Ok(o) => o,
+        Err(e) => return e.into_response(),
+    };
+    let key = match key {
+        Ok(k) => k,
+        Err(e) => return e.into_response(),
+    };
+    if !method_ok {
+        return AppError::detail(
+            ErrorCode::InvalidRequest,
+            "paymentMethodId must be 1..=64 characters of [A-Za-z0-9_]",
+        )
+        .into_response();
+    }
+    // The work runs in its own task: if the client hangs up mid-charge, the attempt is still
+    // settled and stored, ready to replay on the retry.
+    let crash = fault == Some(DevFault::CrashAfterCharge);
+    let task = tokio::spawn(
+        faults::CRASH_AFTER_CHARGE.scope(crash, run(state, user, order, key, req, first)),
+    );
+    let result = match task.await {
+        Ok(r) => r,
+        Err(e) => Err(AppError::internal(format!("pay task failed: {e}"))),
+    };
+    respond(result, fault, retention)
+}
+
+/// One pay request after authentication and input checks: the rate limit, the rules (behind
+/// the Redis claim marker when Redis is on), and the metrics of the answer.
+async fn run(
+    state: AppState,
+    user: String,
+    order: OrderRow,
+    key: IdempotencyKey,
+    req: PayRequest,
+    first: Option<Record>,
+) -> AppResult<Reply> {
+    if let Err(limited) = state.limits.request(&user) {
+        let result = Err(limited);
+        count(&result, ReplaySource::Database);
+        return result;
+    }
+    let (result, from_redis) = match &state.redis {
+        Some(redis) => marker::pay(redis, &state, &user, &order, &key, &req, first).await,
+        None => {
+            let deadline = Instant::now() + state.config.in_progress_wait;
+            let r = pay::run(&state, &user, &order, &key, &req, deadline, first).await;
+            (r, false)
+        }
+    };
+    let source = if from_redis {
+        ReplaySource::Redis
+    } else {
+        ReplaySource::Database
+    };
+    count(&result, source);
+    result
+}
+
+/// Counts one answer: its status and outcome (`succeeded`, `processing`, or the problem
+/// code), and where a replayed answer came from.
+fn count(result: &AppResult<Reply>, source: ReplaySource) {
+    match result {
+        Ok(a) => {
+            let outcome = match a.status() {
+                200 => PayOutcome::Attempt(AttemptStatus::Succeeded),
+                202 => PayOutcome::Attempt(AttemptStatus::Processing),
+                _ => serde_json::from_str::<serde_json::Value>(&a.answer.body)
+                    .ok()
+                    .and_then(|v| v["code"].as_str().and_then(ErrorCode::parse))
+                    .map_or(PayOutcome::Unknown, PayOutcome::Problem),
+            };
+            metrics::pay_outcome(a.status(), outcome, a.replayed.then_some(source));
+        }
+        Err(e) => {
+            let p = e.to_problem();
+            metrics::pay_outcome(p.status, PayOutcome::Problem(p.code), None);
+        }
+    }
+}
+
+/// The HTTP answer for a pay result, with the dev faults that act on it.
+fn respond(result: AppResult<Reply>, fault: Option<DevFault>, retention: u64) -> Response {
+    if matches!(&result, Ok(a) if a.is_final() && !a.replayed) {
+        failpoint(faults::AFTER_SAVE);
+    }
+    if fault == Some(DevFault::DropResponse) {
+        return faults::dropped_response();
+    }
+    let mut res = match result {
+        Ok(answer) => answer.into_response(),
+        Err(e) => e.into_response(),
+    };
+    // Every answer of the rules says how long its key replays: a client may drop a key once
+    // it knows the outcome, and must keep retrying with it no longer than that.
+    res.headers_mut()
+        .insert(KEY_RETENTION, HeaderValue::from(retention));
+    res
+}

@@ -1,0 +1,44 @@
+//! `POST /payments/{id}/refund` with its own `Idempotency-Key` (the rules are `src/refunds.rs`).
+
+use crate::auth::AuthUser;
+use crate::error::AppError;
+use crate::http::extract::{IdemKeyHeader, PathId};
+use crate::refunds;
+use crate::state::AppState;
+use crate::store::refunds as db;
+use axum::extract::State;
+use axum::http::HeaderValue;
+use axum::response::{IntoResponse, Response};
+use payonce_protocol::headers::KEY_RETENTION;
+use payonce_protocol::ErrorCode;
+
+/// The handler.
+pub(crate) async fn handler(
+    State(state): State<AppState>,
+    AuthUser(user): AuthUser,
+    PathId(payment_id): PathId,
+    IdemKeyHeader(key): IdemKeyHeader,
+) -> Response {
+    let retention = state.config.key_retention.as_secs();
+    let result = async {
+        let (payment, attempt_id) = db::owned_payment(state.store.pool(), &user, &payment_id)
+            .await?
+            .ok_or_else(|| AppError::code(ErrorCode::PaymentNotFound))?;
+        let key = key?;
+        // In its own task, like pay: a hang-up must not abort a half-stored refund.
+        let task =
+            tokio::spawn(
+                async move { refunds::run(&state, &user, &key, payment, &attempt_id).await },
+            );
+        task.await
+            .map_err(|e| AppError::internal(format!("refund task failed: {e}")))?
+    }
+    .await;
+    let mut res = match result {
+        Ok(reply) => reply.into_response(),
+        Err(e) => e.into_response(),
+    };
+    res.headers_mut()
+        .insert(KEY_RETENTION, HeaderValue::from(retention));
+    res
+}

@@ -1,0 +1,65 @@
+//! `POST /webhooks/provider`: the signature, the body, the ids; then `src/webhooks.rs`.
+
+use crate::error::{AppError, AppResult};
+use crate::http::extract::Id;
+use crate::metrics;
+use crate::state::AppState;
+use crate::webhooks;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use payonce_protocol::headers::WEBHOOK_SIGNATURE;
+use payonce_protocol::provider::WebhookEvent;
+use payonce_protocol::ErrorCode;
+use std::time::Duration;
+
+/// How far a signature's timestamp may be from our clock: bounds how long a captured
+/// delivery can be replayed, while allowing the provider's retries with backoff.
+const TOLERANCE: Duration = Duration::from_secs(300);
+
+fn signature_invalid(reason: &str) -> AppError {
+    AppError::with(ErrorCode::WebhookSignatureInvalid, |p| {
+        p.reason = Some(reason.to_owned())
+    })
+}
+
+/// The handler. Answers 200 for every authentic event, handled now or before, so the
+/// provider stops redelivering it.
+pub(crate) async fn handler(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> AppResult<StatusCode> {
+    let body = body.map_err(|e| match e.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => AppError::code(ErrorCode::PayloadTooLarge),
+        _ => AppError::detail(ErrorCode::InvalidRequest, "the body could not be read"),
+    })?;
+    let header = headers
+        .get(WEBHOOK_SIGNATURE)
+        .ok_or_else(|| signature_invalid("missing"))?
+        .to_str()
+        .map_err(|_| signature_invalid("malformed"))?;
+    payonce_mock_provider::verify(
+        &state.config.webhook_secret,
+        header,
+        &body,
+        state.clock.now_ms() / 1000,
+        TOLERANCE,
+    )
+    .map_err(|e| {
+        metrics::webhook_event(metrics::WebhookResult::BadSignature);
+        signature_invalid(e.reason())
+    })?;
+    let event: WebhookEvent = serde_json::from_slice(&body).map_err(|e| {
+        AppError::detail(
+            ErrorCode::InvalidRequest,
+            format!("not a webhook event: {e}"),
+        )
+    })?;
+    // The ids are the only strings of the event that reach the store.
+    Id::parse(&event.id, "the event id")?;
+    Id::parse(&event.charge.provider_key, "the provider key")?;
+    webhooks::receive(state, event).await?;
+    Ok(StatusCode::OK)
+}

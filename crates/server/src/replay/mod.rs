@@ -1,0 +1,208 @@
+//! A finished attempt's answer, from the nearest copy that has it: this process's memory
+//! (`memory.rs`), then Redis (`--redis-url`, `redis.rs`), then the caller's key row. Every
+//! copy is a [`Record`] checked by the same rule (`replay_of`, crates/rules/src/pay.rs), so
+//! every copy answers as the database would; anything a copy cannot answer goes on to the pay
+//! rules (`src/pay.rs`).
+//!
+//! Redis only ever saves work; the database's `UNIQUE(user_id, idem_key)` stays the one
+//! guard of "charged once". A final answer is cached from the database row for the key's
+//! remaining retention (never longer: it expires with the key); processing records and
+//! tombstones are never cached; any Redis failure means "ask the database". The Redis key
+//! carries the user id (`idem:{user}:{key}`; neither may contain `:`), and the entry repeats
+//! it, so one user's lookup can never read another's answer. The claim marker that spares
+//! duplicates of a key in flight their database polls is `marker.rs`.
+
+pub(crate) mod marker;
+pub(crate) mod memory;
+pub(crate) mod redis;
+
+use self::redis::{CacheError, RedisCache};
+use crate::metrics::{RedisLookup, ReplaySource};
+use crate::pay;
+use crate::reply::Reply;
+use crate::state::AppState;
+use crate::store::attempts as db;
+use payonce_protocol::{IdempotencyKey, PayRequest};
+use payonce_rules::pay::replay_of;
+use payonce_rules::policy::ttl_ms;
+use payonce_rules::{Final, Record};
+use serde::{Deserialize, Serialize};
+
+/// What Redis holds under `idem:{user}:{key}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "camelCase")]
+pub(crate) enum Entry {
+    /// A request claimed the key in Redis and is running the database path.
+    Processing {
+        /// Unique per request: only its owner deletes it.
+        token: String,
+    },
+    /// The attempt's final record as stored in the database.
+    Final(Final),
+}
+
+/// The Redis key of `(user, key)`.
+pub(crate) fn redis_key(user: &str, key: &IdempotencyKey) -> String {
+    format!("idem:{user}:{}", key.as_str())
+}
+
+/// The metric label of a Redis step that did not happen.
+pub(crate) fn lookup_label(e: &CacheError) -> RedisLookup {
+    match e {
+        CacheError::Skipped => RedisLookup::Skipped,
+        CacheError::Failed(_) => RedisLookup::Error,
+    }
+}
+
+/// `GET` of an entry (an unreadable one is `None`: the database knows).
+pub(crate) async fn get(redis: &RedisCache, rkey: &str) -> Result<Option<Entry>, CacheError> {
+    let mut get = ::redis::cmd("GET");
+    get.arg(rkey);
+    let value = redis.query::<Option<String>>(&get).await?;
+    Ok(value.and_then(|v| serde_json::from_str(&v).ok()))
+}
+
+/// Caches a final record under `rkey` for the rest of its retention; `nx`: only where
+/// nothing is (a marker or entry written meanwhile is newer than this copy).
+pub(crate) async fn put(
+    redis: &RedisCache,
+    state: &AppState,
+    rkey: &str,
+    record: &Record,
+    nx: bool,
+) {
+    let Record::Final(f) = record else {
+        return;
+    };
+    let (Some(ttl), Ok(value)) = (
+        ttl_ms(f.expires_at, state.clock.now_ms()),
+        serde_json::to_string(&Entry::Final(f.clone())),
+    ) else {
+        return;
+    };
+    let mut set = ::redis::cmd("SET");
+    set.arg(rkey).arg(value);
+    if nx {
+        set.arg("NX");
+    }
+    set.arg("PX").arg(ttl);
+    let _ = redis.query::<Option<String>>(&set).await;
+}
+
+/// Caches the stored final record of `(user, key)`, if any; `nx` as in [`put`].
+pub(crate) async fn remember(state: &AppState, user: &str, key: &IdempotencyKey, nx: bool) {
+    let Some(redis) = &state.redis else { return };
+    if let Ok(Some(record)) = db::find(state.store.pool(), user, key.as_str()).await {
+        put(redis, state, &redis_key(user, key), &record, nx).await;
+    }
+}
+
+/// What [`first`] found.
+pub(crate) enum First {
+    /// The request retries a finished attempt: its stored answer, and where it came from
+    /// (`memory`, `redis`, `database`) for the metrics.
+    Answered(Reply, ReplaySource),
+    /// Anything else: the pay rules decide, starting from the record read here when there
+    /// was one (`None`: no record, or it could not be read; the rules look again).
+    Continue(Option<Record>),
+}
+
+/// The replay of a finished attempt, before the order is read (`replay_of` says why that is
+/// safe). A miss, a failure, a mismatch, a key in flight or a new key all continue to the
+/// pay rules, which answer exactly as they would have.
+pub(crate) async fn first(
+    state: &AppState,
+    user: &str,
+    order_id: &str,
+    key: &IdempotencyKey,
+    req: &PayRequest,
+) -> First {
+    let r = pay::request(user, order_id, req, None);
+    if let Some(record) = state.replays.get(user, key.as_str(), state.clock.now_ms()) {
+        if let Some(answer) = replay_of(&record, &r) {
+            return First::Answered(Reply::replay(answer), ReplaySource::Memory);
+        }
+    }
+    let mut refill = None;
+    if let Some(redis) = &state.redis {
+        let rkey = redis_key(user, key);
+        match get(redis, &rkey).await {
+            Ok(Some(Entry::Final(f))) => {
+                let record = Record::Final(f);
+                if let Some(answer) = replay_of(&record, &r) {
+                    state.replays.put(user, key.as_str(), &record);
+                    return First::Answered(Reply::replay(answer), ReplaySource::Redis);
+                }
+            }
+            // Flushed or expired: if the database replays it, put it back.
+            Ok(None) => refill = Some((redis, rkey)),
+            // A key in flight, or Redis unusable now: the database answers.
+            Ok(Some(Entry::Processing { .. })) | Err(_) => {}
+        }
+    }
+    let Ok(record) = db::find(state.store.pool(), user, key.as_str()).await else {
+        // The rules read again and answer the error themselves.
+        return First::Continue(None);
+    };
+    // "No record" is handed on as `None` too: read before the order, it is older than the
+    // rules' own lookup would be, and a stale "new key" would cost a claim transaction that
+    // loses the slot. The rules look again; a new key pays one more `SELECT`.
+    let Some(answer) = record.as_ref().and_then(|rec| replay_of(rec, &r)) else {
+        return First::Continue(record);
+    };
+    if let Some(rec) = &record {
+        state.replays.put(user, key.as_str(), rec);
+        if let Some((redis, rkey)) = refill {
+            put(redis, state, &rkey, rec, true).await;
+        }
+    }
+    First::Answered(Reply::replay(answer), ReplaySource::Database)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use payonce_protocol::AttemptStatus;
+    use payonce_rules::{Answer, Terms};
+
+    #[test]
+    fn entries_round_trip_with_exact_body_bytes() {
+        let f = Final {
+            id: "att".into(),
+            terms: Terms {
+                user: "alice".into(),
+                order_id: "o1".into(),
+                fingerprint: "fp".into(),
+                order_version: 1,
+                amount: 100,
+                currency: "USD".into(),
+            },
+            status: AttemptStatus::Succeeded,
+            answer: Answer {
+                status: 200,
+                body: "{\"status\":\"succeeded\",\"x\":\"\\u00e9 \\\"q\\\"\"}".into(),
+            },
+            expires_at: 5,
+        };
+        let json = serde_json::to_string(&Entry::Final(f.clone())).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(
+            (value["state"].as_str(), value["body"].as_str()),
+            (Some("final"), Some(f.answer.body.as_str()))
+        );
+        assert_eq!(
+            serde_json::from_str::<Entry>(&json).unwrap(),
+            Entry::Final(f)
+        );
+        let p = Entry::Processing { token: "t".into() };
+        let json = serde_json::to_string(&p).unwrap();
+        assert_eq!(serde_json::from_str::<Entry>(&json).unwrap(), p);
+    }
+
+    #[test]
+    fn keys_are_scoped_by_user() {
+        let k = IdempotencyKey::parse("0123456789abcdef").unwrap();
+        assert_eq!(redis_key("alice", &k), "idem:alice:0123456789abcdef");
+        assert_ne!(redis_key("alice", &k), redis_key("bob", &k));
+    }
+}

@@ -1,0 +1,101 @@
+//! The state every handler, operation and job shares.
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::{Config, ConfigError};
+use crate::store::{Store, StoreError};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// Why the process could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Bad flags.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The store could not start.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A listener could not be bound or served.
+    #[error("listener {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The provider (client or embedded server) could not start.
+    #[error("provider: {0}")]
+    Provider(String),
+}
+
+/// Shared state of the handlers.
+#[derive(Clone)]
+pub struct AppState {
+    pub(crate) store: Store,
+    pub(crate) provider: crate::provider::ProviderClient,
+    pub(crate) config: Arc<Config>,
+    /// The provider's base URL, for `GET /dev/config`.
+    pub(crate) provider_url: Arc<str>,
+    /// The Redis fast path, when `--redis-url` is set.
+    pub(crate) redis: Option<Arc<crate::replay::redis::RedisCache>>,
+    /// Per-user pay rate limits of this process.
+    pub(crate) limits: Arc<crate::limits::Limits>,
+    /// Final attempts this process has replayed, answered from memory next time.
+    pub(crate) replays: Arc<crate::replay::memory::ReplayCache>,
+    /// Where every rule reads `now` from.
+    pub(crate) clock: Arc<dyn Clock>,
+    /// Leases and retention, from the config.
+    pub(crate) policy: payonce_rules::Policy,
+}
+
+impl AppState {
+    /// State over `store`, reaching the provider at `provider_url`.
+    pub fn new(store: Store, provider_url: &str, config: Config) -> Result<Self, RunError> {
+        let provider = crate::provider::ProviderClient::new(provider_url, config.provider_timeout)
+            .map_err(|e| RunError::Provider(e.to_string()))?;
+        let redis = match &config.redis_url {
+            Some(url) => Some(Arc::new(
+                crate::replay::redis::RedisCache::new(url, config.redis_timeout)
+                    .map_err(|e| RunError::Config(ConfigError::RedisUrl(e)))?,
+            )),
+            None => None,
+        };
+        let limits = Arc::new(crate::limits::Limits::new(
+            config.pay_rate,
+            config.new_attempt_rate,
+        ));
+        let replays = Arc::new(crate::replay::memory::ReplayCache::new(
+            config.replay_cache_entries,
+        ));
+        let policy = payonce_rules::Policy::new(
+            config.lease,
+            config.key_retention,
+            config.reconcile_after,
+            config.audit_retention,
+        );
+        Ok(Self {
+            store,
+            provider,
+            config: Arc::new(config),
+            provider_url: provider_url.into(),
+            redis,
+            limits,
+            replays,
+            clock: Arc::new(SystemClock),
+            policy,
+        })
+    }
+
+    /// The same state reading `now` from `clock` (tests move a manual clock instead of
+    /// sleeping).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        let limiter_clock = crate::limits::LimiterClock::Rules(clock.clone());
+        self.limits = Arc::new(crate::limits::Limits::with_clock(
+            self.config.pay_rate,
+            self.config.new_attempt_rate,
+            &limiter_clock,
+        ));
+        self.clock = clock;
+        self
+    }
+}

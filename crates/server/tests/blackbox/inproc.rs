@@ -1,0 +1,504 @@
+//! In-process servers: `app(state)` driven with `oneshot` on a fresh database, reading a
+//! manual clock, so the rules a clock decides (leases, retention, reconciliation) are tested
+//! by moving time instead of sleeping. Process-spawning tests (`crash.rs`, the three-process
+//! ones) stay for what needs a process: crashes, failpoints, several instances.
+
+use crate::common::{id_of, key, ledger, Backend, Opts, Proc, Resp, TestDb, SECRET};
+use crate::on_both_backends;
+use axum::body::Body;
+use axum::http::Request;
+use clap::Parser;
+use payonce_server::clock::{Clock, ManualClock, SystemClock};
+use payonce_server::{app, AppState, Cli, Config, Store};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+use tower::ServiceExt;
+
+/// One in-process server.
+pub struct InProc {
+    pub state: AppState,
+    pub clock: Arc<ManualClock>,
+    router: axum::Router,
+    pub provider: String,
+    pub http: reqwest::Client,
+}
+
+/// A mock provider on its own listener in this process.
+async fn provider() -> String {
+    let p = payonce_mock_provider::MockProvider::new(Default::default()).expect("provider");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(p.serve(listener));
+    url
+}
+
+impl InProc {
+    /// A server on `db` reaching `provider`, with the test flags plus `extra`, its clock
+    /// reading the system time now.
+    pub async fn start(db: &TestDb, provider: &str, extra: &[&str]) -> InProc {
+        let mut argv = vec!["payonce-server".to_owned(), "--dev".into()];
+        argv.extend(["--session-secret".into(), SECRET.into()]);
+        argv.extend(extra.iter().map(|s| s.to_string()));
+        let cli = Cli::try_parse_from(argv).expect("flags");
+        let config = Config::from_args(&cli.server).expect("config");
+        let store = Store::connect(&db.url).await.expect("store");
+        let clock = Arc::new(ManualClock::new(SystemClock.now_ms()));
+        let state = AppState::new(store, provider, config)
+            .expect("state")
+            .with_clock(clock.clone());
+        InProc {
+            router: app(state.clone(), None),
+            state,
+            clock,
+            provider: provider.to_owned(),
+            http: crate::common::client(),
+        }
+    }
+
+    pub async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        token: &str,
+        key: Option<&str>,
+        body: Value,
+    ) -> Resp {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("authorization", format!("Bearer {token}"))
+            .header("content-type", "application/json");
+        if let Some(k) = key {
+            req = req.header("Idempotency-Key", k);
+        }
+        let req = req.body(Body::from(body.to_string())).unwrap();
+        let res = self.router.clone().oneshot(req).await.unwrap();
+        let status = res.status().as_u16();
+        let headers = res.headers().clone();
+        let body = axum::body::to_bytes(res.into_body(), usize::MAX)
+            .await
+            .unwrap()
+            .to_vec();
+        Resp {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    pub async fn session(&self, user: &str) -> String {
+        let r = self
+            .send("POST", "/dev/sessions", "", None, json!({ "userId": user }))
+            .await;
+        r.json()["token"].as_str().expect("token").to_owned()
+    }
+
+    pub async fn order(&self, token: &str) -> String {
+        let r = self
+            .send(
+                "POST",
+                "/orders",
+                token,
+                None,
+                json!({ "items": [{ "sku": "tee-classic", "quantity": 1 }] }),
+            )
+            .await;
+        assert_eq!(r.status, 201, "{}", r.text());
+        id_of(&r.json())
+    }
+
+    pub async fn pay(&self, token: &str, id: &str, k: &str, method: &str) -> Resp {
+        let body = json!({ "orderVersion": 1, "paymentMethodId": method });
+        self.send("POST", &format!("/orders/{id}/pay"), token, Some(k), body)
+            .await
+    }
+
+    pub async fn status(&self, token: &str, id: &str) -> String {
+        let r = self
+            .send("GET", &format!("/orders/{id}"), token, None, Value::Null)
+            .await;
+        r.json()["status"].as_str().unwrap().to_owned()
+    }
+
+    pub fn advance(&self, d: Duration) {
+        self.clock.advance(i64::try_from(d.as_millis()).unwrap());
+    }
+}
+
+on_both_backends!(
+    a_crashed_lease_is_taken_over_when_the_clock_passes_it,
+    the_outbox_worker_settles_abandoned_attempts_from_the_provider,
+    finished_keys_expire_with_the_clock_but_processing_ones_never,
+    audit_rows_are_kept_for_the_dispute_window_then_deleted,
+);
+
+/// Rule 5 after a crash: the killed process left the attempt processing with a live lease
+/// and a charge at the provider. A retry is told to wait while the clock is inside the
+/// lease; once the clock passes it, the retry asks the provider and settles from the charge.
+async fn a_crashed_lease_is_taken_over_when_the_clock_passes_it(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let provider = provider().await;
+    let opts = Opts {
+        provider_timeout_ms: 5_000,
+        lease_ms: 6_000,
+        in_progress_wait_ms: 0,
+        ..Opts::default()
+    };
+    let mut args = opts.args(&db.url);
+    args.extend(["--provider-url".into(), provider.clone()]);
+    let mut first = Proc::spawn(&args, true);
+    let api = first.api.clone().unwrap();
+    let http = crate::common::client();
+    let post = |path: &str, token: Option<&str>, body: Value| {
+        let mut r = http.post(format!("{api}{path}")).json(&body);
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        r
+    };
+    let t: Value = post("/dev/sessions", None, json!({ "userId": "alice" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let t = t["token"].as_str().unwrap().to_owned();
+    let o: Value = post(
+        "/orders",
+        Some(&t),
+        json!({ "items": [{ "sku": "tee-classic", "quantity": 1 }] }),
+    )
+    .send()
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let id = id_of(&o);
+    let k = key();
+    // The slow method is charged at once and answers after 4 s: kill the server meanwhile.
+    let pay = post(
+        &format!("/orders/{id}/pay"),
+        Some(&t),
+        json!({ "orderVersion": 1, "paymentMethodId": "pm_card_slow" }),
+    )
+    .header("Idempotency-Key", &k);
+    let inflight = tokio::spawn(pay.send());
+    for _ in 0..200 {
+        if !ledger(&http, &provider, &id).await.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    first.kill();
+    assert!(
+        inflight.await.unwrap().is_err(),
+        "the crashed server cannot answer"
+    );
+    assert_eq!(
+        ledger(&http, &provider, &id).await.len(),
+        1,
+        "charged before the crash"
+    );
+
+    let second = InProc::start(
+        &db,
+        &provider,
+        &[
+            "--lease-ms",
+            "6000",
+            "--provider-timeout-ms",
+            "5000",
+            "--in-progress-wait-ms",
+            "0",
+        ],
+    )
+    .await;
+    let r = second.pay(&t, &id, &k, "pm_card_slow").await;
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (409, "IN_PROGRESS"),
+        "the lease is live: never charged again"
+    );
+    second.advance(Duration::from_millis(6_001));
+    let r = second.pay(&t, &id, &k, "pm_card_slow").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let charges = ledger(&http, &provider, &id).await;
+    assert_eq!(
+        charges.len(),
+        1,
+        "settled from the existing charge, never charged again"
+    );
+    assert_eq!(r.json()["payment"]["chargeId"], charges[0]["id"]);
+    assert_eq!(second.status(&t, &id).await, "paid");
+}
+
+/// The client gives up after a 202 and never retries: the outbox worker finds the abandoned
+/// attempt once its lease is over and settles it from the provider (the timeout method's
+/// charge exists; the transient one's first call never charged, so it is re-driven with the
+/// same provider key). Once each: the audit trail names the job.
+async fn the_outbox_worker_settles_abandoned_attempts_from_the_provider(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let provider = provider().await;
+    let s = InProc::start(
+        &db,
+        &provider,
+        &["--provider-timeout-ms", "300", "--lease-ms", "2000"],
+    )
+    .await;
+    let t = s.session("alice").await;
+    for method in ["pm_card_timeout", "pm_card_transient"] {
+        let id = s.order(&t).await;
+        assert_eq!(s.pay(&t, &id, &key(), method).await.status, 202, "{method}");
+        payonce_server::run_jobs(&s.state).await;
+        assert_eq!(
+            s.status(&t, &id).await,
+            "paid",
+            "{method}: settled by the worker"
+        );
+        assert_eq!(
+            ledger(&s.http, &s.provider, &id).await.len(),
+            1,
+            "{method}: charged once"
+        );
+        payonce_server::run_jobs(&s.state).await;
+        assert_eq!(
+            ledger(&s.http, &s.provider, &id).await.len(),
+            1,
+            "{method}: still once"
+        );
+    }
+    let pool = db.pool().await;
+    let (n,): (i64,) = sqlx::query_as(
+        "SELECT COUNT(*) FROM audit_log WHERE actor = 'system' AND to_state = 'succeeded'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(n, 2, "the audit trail names the job");
+}
+
+/// Retention: finished keys and tombstones are deleted once the clock passes their expiry
+/// (and not a millisecond before); processing attempts never, however late.
+async fn finished_keys_expire_with_the_clock_but_processing_ones_never(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let provider = provider().await;
+    let s = InProc::start(
+        &db,
+        &provider,
+        &[
+            "--key-retention-secs",
+            "60",
+            "--provider-timeout-ms",
+            "300",
+            "--lease-ms",
+            "2000",
+        ],
+    )
+    .await;
+    let t = s.session("alice").await;
+    let declined = s.order(&t).await;
+    assert_eq!(
+        s.pay(&t, &declined, &key(), "pm_card_decline").await.status,
+        402
+    );
+    let cancel = json!({ "key": key() });
+    let r = s
+        .send(
+            "POST",
+            &format!("/orders/{declined}/payment-attempts/cancel"),
+            &t,
+            None,
+            cancel,
+        )
+        .await;
+    assert_eq!(r.json()["status"], "cancelled");
+    // The timeout method's attempt stays processing (the jobs never run here).
+    let busy = s.order(&t).await;
+    assert_eq!(
+        s.pay(&t, &busy, &key(), "pm_card_timeout").await.status,
+        202
+    );
+    let pool = db.pool().await;
+    let statuses = || async {
+        let rows: Vec<(String,)> = sqlx::query_as("SELECT status FROM attempts ORDER BY status")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+        rows.into_iter().map(|r| r.0).collect::<Vec<_>>()
+    };
+    s.advance(Duration::from_secs(59));
+    payonce_server::run_cleanup(&s.state).await.unwrap();
+    assert_eq!(
+        statuses().await,
+        ["cancelled", "declined", "processing"],
+        "within retention"
+    );
+    s.advance(Duration::from_secs(2));
+    payonce_server::run_cleanup(&s.state).await.unwrap();
+    assert_eq!(
+        statuses().await,
+        ["processing"],
+        "finished keys and tombstones expired"
+    );
+    s.advance(Duration::from_secs(365 * 86_400));
+    payonce_server::run_cleanup(&s.state).await.unwrap();
+    assert_eq!(
+        statuses().await,
+        ["processing"],
+        "processing attempts are never deleted"
+    );
+}
+
+/// The value of one series on this server's `GET /metrics` (0 when absent).
+async fn metric(s: &InProc, series: &str) -> f64 {
+    let r = s.send("GET", "/metrics", "", None, Value::Null).await;
+    r.text()
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .map(|v| v.parse().expect("metric value"))
+        .unwrap_or(0.0)
+}
+
+/// Only new keys spend the new-attempt bucket, per user; a refused key waits exactly
+/// `Retry-After` on the clock and then goes through once; a runaway loop of replays meets the
+/// looser per-request bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_keys_are_rate_limited_per_user_and_retries_are_not() {
+    let Some(db) = TestDb::create(Backend::Sqlite).await else {
+        return;
+    };
+    let provider = provider().await;
+    let flags = [
+        "--new-attempts-burst",
+        "2",
+        "--new-attempts-per-min",
+        "60",
+        "--pay-rate-burst",
+        "20",
+        "--pay-rate-per-min",
+        "60",
+    ];
+    let s = InProc::start(&db, &provider, &flags).await;
+    let (alice, bob) = (s.session("alice").await, s.session("bob").await);
+    let mut orders = Vec::new();
+    for _ in 0..3 {
+        orders.push(s.order(&alice).await);
+    }
+    let keys = [key(), key(), key()];
+    for i in 0..2 {
+        let r = s.pay(&alice, &orders[i], &keys[i], "pm_card_approve").await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    // The third new key within the burst is refused before anything is claimed or charged.
+    let limited = s.pay(&alice, &orders[2], &keys[2], "pm_card_approve").await;
+    assert_eq!(
+        (limited.status, limited.code().as_str()),
+        (429, "RATE_LIMITED"),
+        "{}",
+        limited.text()
+    );
+    assert!(limited.is_problem());
+    let retry_after: u64 = limited
+        .header("retry-after")
+        .expect("Retry-After")
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&retry_after), "{retry_after}");
+    assert!(ledger(&s.http, &s.provider, &orders[2]).await.is_empty());
+    // Retries of a known key are not new attempts: they replay.
+    for _ in 0..5 {
+        let r = s.pay(&alice, &orders[0], &keys[0], "pm_card_approve").await;
+        assert_eq!(
+            (r.status, r.header("idempotent-replayed").as_deref()),
+            (200, Some("true"))
+        );
+    }
+    // Another user has a bucket of their own.
+    let bobs = s.order(&bob).await;
+    assert_eq!(
+        s.pay(&bob, &bobs, &key(), "pm_card_approve").await.status,
+        200
+    );
+    // Just before Retry-After the key is still refused; at it, it goes through, once.
+    s.advance(Duration::from_millis(retry_after * 1000 - 100));
+    assert_eq!(
+        s.pay(&alice, &orders[2], &keys[2], "pm_card_approve")
+            .await
+            .status,
+        429
+    );
+    s.advance(Duration::from_millis(100));
+    let r = s.pay(&alice, &orders[2], &keys[2], "pm_card_approve").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(ledger(&s.http, &s.provider, &orders[2]).await.len(), 1);
+    // A runaway loop of replays hits the looser per-request bucket.
+    let mut refused = 0;
+    for _ in 0..30 {
+        let r = s.pay(&alice, &orders[0], &keys[0], "pm_card_approve").await;
+        if r.status == 429 {
+            assert_eq!(r.code(), "RATE_LIMITED");
+            refused += 1;
+        }
+    }
+    assert!(
+        refused > 0,
+        "30 requests at one instant exceed a burst of 20"
+    );
+    let new_attempts = metric(
+        &s,
+        r#"payonce_pay_rate_limited_total{bucket="new_attempts"}"#,
+    )
+    .await;
+    assert!(new_attempts >= 2.0, "{new_attempts}");
+    assert!(
+        metric(&s, r#"payonce_pay_rate_limited_total{bucket="requests"}"#).await
+            >= f64::from(refused)
+    );
+    assert_eq!(ledger(&s.http, &s.provider, &orders[0]).await.len(), 1);
+}
+
+/// Audit rows (and handled webhook events) are kept for `--audit-retention-days`, the dispute
+/// window, and deleted once the clock passes it; every answer announces the key retention.
+async fn audit_rows_are_kept_for_the_dispute_window_then_deleted(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let provider = provider().await;
+    let s = InProc::start(&db, &provider, &["--audit-retention-days", "180"]).await;
+    let t = s.session("alice").await;
+    let id = s.order(&t).await;
+    let r = s.pay(&t, &id, &key(), "pm_card_decline").await;
+    assert_eq!(
+        r.header("idempotency-key-retention").as_deref(),
+        Some("86400")
+    );
+    let pool = db.pool().await;
+    let audit_rows = || async {
+        let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM audit_log")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        n
+    };
+    let written = audit_rows().await;
+    assert!(written > 0);
+    s.advance(Duration::from_secs(180 * 86_400 - 1));
+    payonce_server::run_cleanup(&s.state).await.unwrap();
+    assert_eq!(
+        audit_rows().await,
+        written,
+        "kept within the dispute window"
+    );
+    s.advance(Duration::from_secs(2));
+    payonce_server::run_cleanup(&s.state).await.unwrap();
+    assert_eq!(audit_rows().await, 0, "deleted after it");
+}

@@ -1,0 +1,101 @@
+//! The server's source layout: no file of `src/` imports one that imports it back, directly
+//! or through others (the operations never call the HTTP edge, the store never calls its
+//! callers, ...).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// Module path (`http::pay`) of every file under `dir`, with its code outside comments and
+/// unit tests.
+fn modules(dir: &Path, prefix: &str, out: &mut BTreeMap<String, String>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        if path.is_dir() {
+            modules(&path, &format!("{prefix}{name}::"), out);
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let code: String = text
+            .split("#[cfg(test)]")
+            .next()
+            .unwrap()
+            .lines()
+            .map(|l| l.split("//").next().unwrap())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let module = match name.as_str() {
+            "lib" | "main" => String::new(),
+            "mod" => prefix.trim_end_matches("::").to_owned(),
+            _ => format!("{prefix}{name}"),
+        };
+        out.insert(module, code);
+    }
+}
+
+#[test]
+fn no_file_imports_one_that_imports_it_back_even_through_others() {
+    let mut files = BTreeMap::new();
+    modules(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        "",
+        &mut files,
+    );
+    let resolve = |path: &str| -> Option<String> {
+        let parts: Vec<&str> = path.split("::").collect();
+        (1..=parts.len())
+            .rev()
+            .map(|i| parts[..i].join("::"))
+            .find(|m| files.contains_key(m))
+    };
+    let mut deps: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    for (module, code) in &files {
+        let mut found = BTreeSet::new();
+        // `crate::a::b` anywhere, and the members of `use crate::{a, b::c}`.
+        for (i, _) in code.match_indices("crate::") {
+            let rest = &code[i + 7..];
+            let end = rest
+                .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+                .unwrap_or(rest.len());
+            let (path, tail) = rest.split_at(end);
+            let path = path.trim_end_matches(':');
+            if path.is_empty() && tail.starts_with('{') {
+                let group = &tail[1..tail.find('}').unwrap_or(tail.len())];
+                found.extend(
+                    group
+                        .split(',')
+                        .filter_map(|p| resolve(p.trim().split("::{").next().unwrap())),
+                );
+            } else {
+                found.extend(resolve(path));
+            }
+        }
+        found.remove(module);
+        found.remove("");
+        deps.insert(module, found);
+    }
+    // Depth-first: a file met again while still on the path closes a cycle.
+    fn visit<'a>(
+        m: &'a str,
+        deps: &'a BTreeMap<&str, BTreeSet<String>>,
+        path: &mut Vec<&'a str>,
+        done: &mut BTreeSet<&'a str>,
+    ) {
+        if let Some(i) = path.iter().position(|p| *p == m) {
+            panic!("files importing each other: {:?}", &path[i..]);
+        }
+        if !done.insert(m) {
+            return;
+        }
+        path.push(m);
+        for d in deps.get(m).into_iter().flatten() {
+            visit(d, deps, path, done);
+        }
+        path.pop();
+    }
+    let mut done = BTreeSet::new();
+    for m in deps.keys() {
+        visit(m, &deps, &mut Vec::new(), &mut done);
+    }
+    assert!(deps.len() > 20, "the walk found the source files: {deps:?}");
+}
