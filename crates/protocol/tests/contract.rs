@@ -199,7 +199,8 @@ fn requests_reject_unknown_fields_and_wrong_types() {
         pay,
         PayRequest {
             order_version: 3,
-            payment_method_id: "pm_123".into()
+            payment_method_id: "pm_123".into(),
+            extras: Default::default(),
         }
     );
 }

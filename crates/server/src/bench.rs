@@ -42,6 +42,7 @@ pub async fn raw_pay(
     let req = PayRequest {
         order_version: u64::try_from(order.version).unwrap_or(0),
         payment_method_id: payment_method_id.to_owned(),
+        extras: Default::default(),
     };
     let r = pay::request(user, &order.id, &req, Some(&order));
     let now = state.clock.now_ms();
