@@ -1058,6 +1058,7 @@ impl Model {
                                 ChargeStatus::Succeeded
                             },
                             created_at: now,
+                            next_action_url: None,
                         };
                         s.flags.charge_after_tombstone |= tombstoned;
                         s.ledger.insert(pk.clone(), charge);
@@ -1083,7 +1084,9 @@ impl Model {
                     .as_ref()
                     .is_some_and(|k| matches!(s.slots[k].record, Record::Processing(_)));
                 match srv::plan_settle(&claim, outcome, now, &policy) {
-                    srv::SettlePlan::Unknown { answer } => {
+                    // (No model charge requires action; the shell treats both alike.)
+                    srv::SettlePlan::Unknown { answer }
+                    | srv::SettlePlan::ActionRequired { answer } => {
                         if let Some(k) = &key {
                             let slot = s.slots.get_mut(k).expect("found");
                             if slot.token.as_deref() == Some(claim.lease_token.as_str()) {

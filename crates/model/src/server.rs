@@ -5,7 +5,7 @@
 use crate::Flaw;
 use payonce_protocol::provider::Charge;
 use payonce_protocol::{
-    AttemptStatus, CancelResponse, ErrorCode, IdempotencyKey, Payment, Problem,
+    AttemptStatus, CancelResponse, ErrorCode, Extras, IdempotencyKey, Payment, Problem,
 };
 use payonce_rules::pay::{Current, PayRequest};
 use payonce_rules::plan::{self, OrderTerms};
@@ -54,11 +54,14 @@ pub fn decide(
     method: &str,
     now: i64,
 ) -> NextAction {
+    // The model's checkouts carry no extras (shipping option, coupon).
+    let no_extras = Extras::default();
     let req = PayRequest {
         user,
         order_id: &order.id,
         order_version: version,
         payment_method_id: method,
+        extras: &no_extras,
         current: Some(Current {
             version: order.version,
             amount: order.amount(),
@@ -90,8 +93,9 @@ pub fn plan_claim(
         lines: &[],
     };
     let attempt_id = format!("att_{}", &key.as_str()[24..]);
+    let no_extras = Extras::default();
     plan::plan_claim(
-        user, key, terms, version, method, attempt_id, token, now, policy,
+        user, key, terms, version, method, &no_extras, attempt_id, token, now, policy,
     )
     .map(|p| p.claim)
 }
