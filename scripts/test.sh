@@ -115,8 +115,8 @@ suite cargo-test cargo test "${locked[@]}" --workspace
 # finding and replay tests, then the scenario search with its states, depth and time.
 model_check() {
   cargo build "${locked[@]}" -p payonce-server &&
-    cargo test "${locked[@]}" --release -p payonce-model &&
-    cargo run "${locked[@]}" --release -q -p payonce-model
+    cargo test "${locked[@]}" --profile model -p payonce-model &&
+    cargo run "${locked[@]}" --profile model -q -p payonce-model
 }
 suite model model_check
 printf '\n=== suite chaos\n'
