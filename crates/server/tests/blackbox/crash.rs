@@ -8,7 +8,7 @@
 //! embedded provider keeps its ledger in `--provider-state`, so it survives the crash of
 //! the process that hosts it, and resends the webhooks it could not deliver.
 
-use crate::common::{client, id_of, key, Backend, Opts, Proc, TestApp, TestDb};
+use crate::common::{client, id_of, key, spawn, Backend, Checkout, Opts, TestApp, TestDb};
 use crate::on_both_backends;
 use serde_json::Value;
 use std::path::PathBuf;
@@ -110,7 +110,7 @@ async fn scenario(backend: Backend, crash: Crash, method: &str) {
     }
 
     // --- the first process: pay, and die at the step ------------------------------------
-    let mut first = Proc::spawn(&first_args, true);
+    let mut first = spawn(&first_args, true);
     let app = TestApp {
         api: first.api.clone().unwrap(),
         provider: first.provider.clone().unwrap(),
@@ -191,7 +191,7 @@ async fn scenario(backend: Backend, crash: Crash, method: &str) {
     }
 
     // --- the second process on the same database and provider ledger ---------------------
-    let second = Proc::spawn(&args, true);
+    let second = spawn(&args, true);
     let app = TestApp {
         api: second.api.clone().unwrap(),
         provider: second.provider.clone().unwrap(),
@@ -372,7 +372,7 @@ async fn crash_after_a_decline_unlocks_without_charge_or_mail(backend: Backend) 
     let args = opts.args(&db.url);
     let mut first_args = args.clone();
     first_args.extend(["--failpoint".into(), "after-charge".into()]);
-    let mut first = Proc::spawn(&first_args, true);
+    let mut first = spawn(&first_args, true);
     let app = TestApp {
         api: first.api.clone().unwrap(),
         provider: first.provider.clone().unwrap(),
@@ -393,7 +393,7 @@ async fn crash_after_a_decline_unlocks_without_charge_or_mail(backend: Backend) 
         "crashed"
     );
 
-    let second = Proc::spawn(&args, true);
+    let second = spawn(&args, true);
     let app = TestApp {
         api: second.api.clone().unwrap(),
         provider: second.provider.clone().unwrap(),
