@@ -10,6 +10,7 @@
 
 use crate::common::{client, id_of, key, spawn, Backend, Checkout, Opts, TestApp, TestDb};
 use crate::on_both_backends;
+use payonce_testkit::eventually;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -303,20 +304,20 @@ async fn scenario(backend: Backend, crash: Crash, method: &str) {
 }
 
 async fn wait_job_done(pool: &sqlx::AnyPool, order: &str) -> (i64,) {
-    for _ in 0..100 {
-        let row: Option<(i64,)> = sqlx::query_as(
-            "SELECT deliveries FROM jobs WHERE order_id = $1 AND done_at IS NOT NULL",
-        )
-        .bind(order)
-        .fetch_optional(pool)
-        .await
-        .unwrap();
-        if let Some(r) = row {
-            return r;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the email job was never acknowledged");
+    let sql = "SELECT deliveries FROM jobs WHERE order_id = $1 AND done_at IS NOT NULL";
+    eventually(
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || async {
+            sqlx::query_as(sql)
+                .bind(order)
+                .fetch_optional(pool)
+                .await
+                .unwrap()
+        },
+    )
+    .await
+    .expect("the email job was never acknowledged")
 }
 
 /// `GET /dev/mailbox?orderId=`.
@@ -334,15 +335,21 @@ pub async fn mailbox(app: &TestApp, token: &str, order: &str) -> Vec<Value> {
 
 /// Waits until the order has `n` mails; returns them.
 pub async fn wait_for_mails(app: &TestApp, token: &str, order: &str, n: usize) -> Vec<Value> {
-    let mut mails = Vec::new();
-    for _ in 0..100 {
-        mails = mailbox(app, token, order).await;
-        if mails.len() >= n {
-            return mails;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    let enough = eventually(
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || async {
+            let mails = mailbox(app, token, order).await;
+            (mails.len() >= n).then_some(mails)
+        },
+    );
+    match enough.await {
+        Some(mails) => mails,
+        None => panic!(
+            "order {order}: expected {n} mails, got {:?}",
+            mailbox(app, token, order).await
+        ),
     }
-    panic!("order {order}: expected {n} mails, got {mails:?}");
 }
 
 /// The provider declined, then the server died before saving that: after the restart the

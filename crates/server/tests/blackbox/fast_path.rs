@@ -13,6 +13,7 @@ use crate::common::{
 };
 use crate::on_both_backends;
 use futures_util::future::join_all;
+use payonce_testkit::eventually;
 use payonce_testkit::redis::{connect, shared_db, PrivateRedis};
 use redis::aio::MultiplexedConnection;
 use serde_json::Value;
@@ -303,15 +304,15 @@ async fn assert_in_flight(app: &TestApp, token: &str, order: &str) {
 }
 
 /// Waits until Redis shows the key claimed (a processing marker): the charge is in flight.
-async fn wait_for_marker(conn: &mut MultiplexedConnection, rkey: &str) {
-    for _ in 0..500 {
-        if let Some(v) = redis_get(conn, rkey).await {
-            assert_eq!(v["state"], "processing", "{v}");
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("{rkey} was never claimed in redis");
+async fn wait_for_marker(conn: &MultiplexedConnection, rkey: &str) {
+    let marker = eventually(Duration::from_secs(5), Duration::from_millis(10), || {
+        let mut conn = conn.clone();
+        async move { redis_get(&mut conn, rkey).await }
+    });
+    let v = marker
+        .await
+        .unwrap_or_else(|| panic!("{rkey} was never claimed in redis"));
+    assert_eq!(v["state"], "processing", "{v}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -329,7 +330,7 @@ async fn redis_flushed_mid_flight_over_three_processes_charges_once() {
     let http = client();
     let answers = c
         .fifty_pays_around(&t, &order, &k, async {
-            wait_for_marker(&mut redis, &rkey).await;
+            wait_for_marker(&redis, &rkey).await;
             tokio::time::sleep(Duration::from_millis(300)).await;
             assert_in_flight(&c.apps[0], &t, &order).await;
             let _: () = redis::cmd("FLUSHDB").query_async(&mut redis).await.unwrap();
@@ -366,7 +367,7 @@ async fn redis_killed_mid_flight_over_three_processes_charges_once_then_recovers
     let Some(c) = cluster(&url).await else {
         return;
     };
-    let mut redis = connect(&url, Duration::from_secs(5))
+    let redis = connect(&url, Duration::from_secs(5))
         .await
         .expect("private redis");
     let t = c.apps[0].session("alice").await;
@@ -376,7 +377,7 @@ async fn redis_killed_mid_flight_over_three_processes_charges_once_then_recovers
     let http = client();
     let answers = c
         .fifty_pays_around(&t, &order, &k, async {
-            wait_for_marker(&mut redis, &rkey).await;
+            wait_for_marker(&redis, &rkey).await;
             tokio::time::sleep(Duration::from_millis(300)).await;
             assert_in_flight(&c.apps[0], &t, &order).await;
             private.kill();
