@@ -3,7 +3,7 @@
 //! server given `--redis-url`. Then the same-key storm over three instances.
 
 use crate::load::{self, Sample};
-use crate::proc::{Backend, Db, Proc};
+use crate::proc::{spawn, Backend, Db, Proc};
 use crate::{BenchError, Opts};
 use payonce_protocol::body::paths;
 use payonce_protocol::headers::IDEMPOTENCY_KEY;
@@ -336,7 +336,7 @@ pub(crate) async fn backend(opts: &Opts, backend: Backend) -> Result<BackendFigu
 
 async fn backend_on(opts: &Opts, backend: Backend, db: &Db) -> Result<BackendFigures, BenchError> {
     let name = backend.name();
-    let server = Proc::spawn(
+    let server = spawn(
         &opts.server_bin,
         &{
             let mut a = server_args(&db.url, &[]);
@@ -484,7 +484,7 @@ async fn memory_replays(
     if let Some(i) = args.iter().position(|a| a == "--replay-cache-entries") {
         args[i + 1] = (pairs.len() * 2).max(10_000).to_string();
     }
-    let server = Proc::spawn(
+    let server = spawn(
         &opts.server_bin,
         &args,
         db.dir.join("server-memory.log"),
@@ -519,7 +519,7 @@ async fn redis_replays(
         a.extend(EMBEDDED_PROVIDER.iter().map(|s| (*s).to_owned()));
         a
     };
-    let server = match Proc::spawn(&opts.server_bin, &args, log.clone(), true) {
+    let server = match spawn(&opts.server_bin, &args, log.clone(), true) {
         Ok(s) => s,
         Err(e) => {
             return RedisFigure::NotAvailable(format!(
@@ -596,7 +596,7 @@ pub(crate) async fn storm(opts: &Opts) -> Result<StormFigures, BenchError> {
 }
 
 async fn storm_on(opts: &Opts, db: &Db) -> Result<StormFigures, BenchError> {
-    let provider = Proc::spawn(
+    let provider = spawn(
         &opts.server_bin,
         &[
             "mock-provider".into(),
@@ -610,7 +610,7 @@ async fn storm_on(opts: &Opts, db: &Db) -> Result<StormFigures, BenchError> {
     let mut apis = Vec::new();
     for i in 0..3 {
         let args = server_args(&db.url, &["--provider-url", &provider_url]);
-        apis.push(Proc::spawn(
+        apis.push(spawn(
             &opts.server_bin,
             &args,
             db.dir.join(format!("api{i}.log")),

@@ -1,99 +1,36 @@
 //! The processes under test: the real `payonce-server` binary spawned on port 0, its
 //! databases (a temp SQLite file, or a PostgreSQL database created for the run and dropped
-//! after it).
+//! after it), through `payonce-testkit`.
 
 use crate::BenchError;
-use sqlx::Connection;
-use std::io::{BufRead, BufReader};
+use payonce_testkit::pg::{PgDb, PgError};
+pub(crate) use payonce_testkit::server::Proc;
+use payonce_testkit::server::SpawnError;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::Stdio;
 
-/// One spawned process; killed when dropped.
-pub(crate) struct Proc {
-    child: Child,
-    pub api: Option<String>,
-    pub provider: Option<String>,
-    pub log: PathBuf,
-}
-
-impl Proc {
-    /// Spawns `bin args…` with stderr (the server's logs: one access line per request, as
-    /// deployed) going to `log`, and waits for its "listening on" lines.
-    pub(crate) fn spawn(
-        bin: &Path,
-        args: &[String],
-        log: PathBuf,
-        want_api: bool,
-    ) -> Result<Proc, BenchError> {
-        let stderr = std::fs::File::create(&log)?;
-        let mut child = Command::new(bin)
-            .args(args)
-            // Flags say everything; an inherited variable must not change what is measured.
-            .env_remove("DATABASE_URL")
-            .env_remove("PAYONCE_PROVIDER_URL")
-            .env_remove("REDIS_URL")
-            .env_remove("PAYONCE_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(stderr))
-            .spawn()
-            .map_err(|e| BenchError::Spawn(bin.display().to_string(), e))?;
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| BenchError::Setup("the server's stdout was not captured".into()))?;
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            // Keeps reading after the listening lines, so the pipe never fills.
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                let _ = tx.send(line);
-            }
-        });
-        let mut proc = Proc {
-            child,
-            api: None,
-            provider: None,
-            log,
-        };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while (want_api && proc.api.is_none()) || (!want_api && proc.provider.is_none()) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let Ok(line) = rx.recv_timeout(left) else {
-                let exit = proc.child.try_wait().ok().flatten();
-                return Err(BenchError::Setup(format!(
-                    "{} did not print its listening line (exit {exit:?}); see {}",
-                    bin.display(),
-                    proc.log.display()
-                )));
-            };
-            if let Some(url) = line.strip_prefix("payonce: api listening on ") {
-                proc.api = Some(url.to_owned());
-            } else if let Some(url) = line.strip_prefix("payonce: provider listening on ") {
-                proc.provider = Some(url.to_owned());
-            }
-        }
-        Ok(proc)
-    }
-
-    /// The API URL (for a process spawned with `want_api`).
-    pub(crate) fn api(&self) -> String {
-        self.api.clone().unwrap_or_default()
-    }
-
-    /// The provider URL, if the process runs one.
-    pub(crate) fn provider(&self) -> String {
-        self.provider.clone().unwrap_or_default()
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Spawns `bin args…` with stderr (the server's logs: one access line per request, as
+/// deployed) going to `log`, and waits for its "listening on" lines.
+pub(crate) fn spawn(
+    bin: &Path,
+    args: &[String],
+    log: PathBuf,
+    want_api: bool,
+) -> Result<Proc, BenchError> {
+    let stderr = std::fs::File::create(&log)?;
+    let mut cmd = payonce_testkit::server::command(bin);
+    // Flags say everything; an inherited variable must not change what is measured.
+    cmd.args(args)
+        .env_remove("PAYONCE_LOG")
+        .stderr(Stdio::from(stderr));
+    Proc::spawn(cmd, want_api).map_err(|e| match e {
+        SpawnError::Spawn(e) => BenchError::Spawn(bin.display().to_string(), e),
+        SpawnError::Silent(exit) => BenchError::Setup(format!(
+            "{} did not print its listening line (exit {exit:?}); see {}",
+            bin.display(),
+            log.display()
+        )),
+    })
 }
 
 /// Which store a run uses.
@@ -125,7 +62,7 @@ pub(crate) struct Db {
     pub url: String,
     /// Where the run's files go (the SQLite file, the server logs).
     pub dir: PathBuf,
-    pg: Option<(String, String)>,
+    pg: Option<PgDb>,
 }
 
 impl Db {
@@ -134,48 +71,29 @@ impl Db {
         let dir =
             std::env::temp_dir().join(format!("payonce-bench-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(&dir)?;
-        match backend {
-            Backend::Sqlite => Ok(Db {
-                url: format!("sqlite://{}", dir.join("payonce.db").display()),
-                dir,
-                pg: None,
-            }),
-            Backend::Postgres => {
-                let mut conn = tokio::time::timeout(
-                    Duration::from_secs(10),
-                    sqlx::PgConnection::connect(pg_admin),
-                )
-                .await
-                .map_err(|_| {
-                    BenchError::Setup(format!("postgres at {pg_admin}: connect timed out"))
-                })??;
-                let name = format!("payonce_bench_{}", uuid::Uuid::new_v4().simple());
-                sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-                    .execute(&mut conn)
-                    .await?;
-                let _ = conn.close().await;
-                let base = pg_admin.rsplit_once('/').map_or(pg_admin, |(b, _)| b);
-                Ok(Db {
-                    url: format!("{base}/{name}"),
-                    dir,
-                    pg: Some((pg_admin.to_owned(), name)),
-                })
-            }
-        }
+        let pg = match backend {
+            Backend::Sqlite => None,
+            Backend::Postgres => Some(PgDb::create(pg_admin, "payonce_bench").await.map_err(
+                |e| match e {
+                    PgError::Unreachable { url, why } => {
+                        BenchError::Setup(format!("postgres at {url}: {why}"))
+                    }
+                    PgError::Create(e) => BenchError::Sql(e),
+                },
+            )?),
+        };
+        let url = match &pg {
+            Some(pg) => pg.url.clone(),
+            None => format!("sqlite://{}", dir.join("payonce.db").display()),
+        };
+        Ok(Db { url, dir, pg })
     }
 
     /// Removes the database (and the run's files).
     pub(crate) async fn remove(mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
-        if let Some((admin, name)) = self.pg.take() {
-            if let Ok(mut conn) = sqlx::PgConnection::connect(&admin).await {
-                let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-                    "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-                )))
-                .execute(&mut conn)
-                .await;
-                let _ = conn.close().await;
-            }
+        if let Some(pg) = self.pg.take() {
+            pg.remove().await;
         }
     }
 }

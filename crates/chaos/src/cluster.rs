@@ -9,8 +9,9 @@
 //! drops), not every request until it is back.
 
 use crate::ChaosError;
+use payonce_testkit::eventually;
+use payonce_testkit::pg::PgDb;
 use rand::{Rng, SeedableRng};
-use sqlx::Connection;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -86,6 +87,8 @@ pub(crate) struct Cluster {
     pub dir: PathBuf,
     pub db_name: String,
     db_url: String,
+    /// The run's database, dropped by `remove`.
+    pg: Mutex<Option<PgDb>>,
     /// A pool on the run's database (the audit reads it).
     pub db: sqlx::PgPool,
     pub provider_port: u16,
@@ -118,39 +121,15 @@ impl Cluster {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let dir = std::env::temp_dir().join(format!("payonce-chaos-{id}"));
         std::fs::create_dir_all(&dir)?;
-        let db_name = format!("payonce_chaos_{id}");
-        let mut admin = tokio::time::timeout(
-            Duration::from_secs(10),
-            sqlx::PgConnection::connect(&cfg.pg_admin_url),
-        )
-        .await
-        .map_err(|_| {
-            ChaosError::Setup(format!(
-                "postgres at {}: connect timed out",
-                cfg.pg_admin_url
-            ))
-        })??;
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {db_name}")))
-            .execute(&mut admin)
-            .await?;
-        let _ = admin.close().await;
-        let base = cfg
-            .pg_admin_url
-            .rsplit_once('/')
-            .map_or(cfg.pg_admin_url.as_str(), |(b, _)| b);
-        let db_url = format!("{base}/{db_name}");
+        let pg = PgDb::create(&cfg.pg_admin_url, "payonce_chaos")
+            .await
+            .map_err(|e| ChaosError::Setup(e.to_string()))?;
+        let (db_name, db_url) = (pg.name.clone(), pg.url.clone());
 
         // Redis: the run's own database index, empty at the start.
-        let redis = redis::Client::open(cfg.redis_url.as_str())?;
-        let mut conn = tokio::time::timeout(
-            Duration::from_secs(5),
-            redis.get_multiplexed_async_connection(),
-        )
-        .await
-        .map_err(|_| {
-            ChaosError::Setup(format!("redis at {}: connect timed out", cfg.redis_url))
-        })??;
-        redis::cmd("FLUSHDB").query_async::<()>(&mut conn).await?;
+        payonce_testkit::redis::flushed(&cfg.redis_url, Duration::from_secs(5))
+            .await
+            .map_err(|e| ChaosError::Setup(format!("redis at {}: {e}", cfg.redis_url)))?;
 
         let mut rng = rand::rngs::StdRng::seed_from_u64(cfg.seed ^ 0xc1u64);
         // The provider's webhook misbehaviour, from the seed: always duplicates, delays and
@@ -187,6 +166,7 @@ impl Cluster {
             dir,
             db_name,
             db_url,
+            pg: Mutex::new(Some(pg)),
             db: pool,
             provider_port,
             lb_port,
@@ -281,15 +261,11 @@ impl Cluster {
             args.push("--failpoint".into());
             args.push(fp.into());
         }
-        let child = Command::new(&self.cfg.server_bin)
+        // Flags say everything; an inherited variable must not change the run.
+        let child = Command::from(payonce_testkit::server::command(&self.cfg.server_bin))
             .args(&args)
-            // Flags say everything; an inherited variable must not change the run.
-            .env_remove("DATABASE_URL")
-            .env_remove("PAYONCE_PROVIDER_URL")
-            .env_remove("REDIS_URL")
             .env_remove("PAYONCE_FAILPOINTS")
             .env("PAYONCE_LOG", "warn")
-            .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::from(log))
             .kill_on_drop(true)
@@ -302,17 +278,19 @@ impl Cluster {
     }
 
     async fn wait_port(&self, port: u16) -> Result<(), ChaosError> {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-            if Instant::now() > deadline {
-                return Err(ChaosError::Setup(format!(
-                    "nothing listens on :{port} after 60 s; see the logs in {}",
-                    self.dir.display()
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        Ok(())
+        eventually(
+            Duration::from_secs(60),
+            Duration::from_millis(50),
+            || async { TcpStream::connect(("127.0.0.1", port)).await.ok() },
+        )
+        .await
+        .map(drop)
+        .ok_or_else(|| {
+            ChaosError::Setup(format!(
+                "nothing listens on :{port} after 60 s; see the logs in {}",
+                self.dir.display()
+            ))
+        })
     }
 
     async fn wait_healthy(&self, port: u16) -> Result<(), ChaosError> {
@@ -321,21 +299,21 @@ impl Cluster {
             "http://127.0.0.1:{port}{}",
             payonce_protocol::paths::HEALTHZ
         );
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok(r) = http.get(&url).timeout(Duration::from_secs(2)).send().await {
-                if r.status().is_success() {
-                    return Ok(());
-                }
-            }
-            if Instant::now() > deadline {
-                return Err(ChaosError::Setup(format!(
-                    "instance :{port} not healthy after 60 s; see the logs in {}",
-                    self.dir.display()
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        eventually(
+            Duration::from_secs(60),
+            Duration::from_millis(100),
+            || async {
+                let r = http.get(&url).timeout(Duration::from_secs(2)).send().await;
+                r.ok().filter(|r| r.status().is_success()).map(drop)
+            },
+        )
+        .await
+        .ok_or_else(|| {
+            ChaosError::Setup(format!(
+                "instance :{port} not healthy after 60 s; see the logs in {}",
+                self.dir.display()
+            ))
+        })
     }
 
     /// The balancer: each connection goes to the next instance that accepts it.
@@ -461,15 +439,10 @@ impl Cluster {
 
     /// Fault: empty the run's Redis database.
     pub(crate) async fn flush_redis(&self) -> Result<(), ChaosError> {
-        let client = redis::Client::open(self.cfg.redis_url.as_str())?;
-        let mut conn = tokio::time::timeout(
-            Duration::from_secs(2),
-            client.get_multiplexed_async_connection(),
-        )
-        .await
-        .map_err(|_| ChaosError::Setup("redis connect timed out".into()))??;
-        redis::cmd("FLUSHDB").query_async::<()>(&mut conn).await?;
-        Ok(())
+        payonce_testkit::redis::flushed(&self.cfg.redis_url, Duration::from_secs(2))
+            .await
+            .map(drop)
+            .map_err(|e| ChaosError::Setup(format!("redis: {e}")))
     }
 
     /// After the faults: every process restarted without failpoints, and healthy.
@@ -536,14 +509,9 @@ impl Cluster {
     /// Drops the database and the logs.
     pub(crate) async fn remove(&self) {
         self.db.close().await;
-        if let Ok(mut conn) = sqlx::PgConnection::connect(&self.cfg.pg_admin_url).await {
-            let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                self.db_name
-            )))
-            .execute(&mut conn)
-            .await;
-            let _ = conn.close().await;
+        let pg = lock(&self.pg).take();
+        if let Some(pg) = pg {
+            pg.remove().await;
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }

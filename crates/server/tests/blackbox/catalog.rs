@@ -2,7 +2,7 @@
 //! built-in demo catalog; installed once (a restart with the same file keeps the stock sold),
 //! replaced by a changed file, and a bad file stops the start with the reason.
 
-use crate::common::{client, id_of, key, Backend, Opts, Proc, TestApp, TestDb};
+use crate::common::{client, id_of, key, spawn, Backend, Checkout, Opts, TestApp, TestDb};
 use crate::on_both_backends;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -29,7 +29,7 @@ async fn start(db: &TestDb, catalog: &Path) -> TestApp {
     let mut args = Opts::default().args(&db.url);
     args.extend(["--provider-addr".into(), "127.0.0.1:0".into()]);
     args.extend(["--catalog".into(), catalog.display().to_string()]);
-    let proc = Proc::spawn(&args, true);
+    let proc = spawn(&args, true);
     TestApp {
         api: proc.api.clone().expect("api url"),
         provider: proc.provider.clone().expect("provider url"),

@@ -1,6 +1,8 @@
 //! Races: the charge-once guarantee under concurrency, in one process and across three.
 
-use crate::common::{client, id_of, key, ledger, Backend, Opts, Proc, Resp, TestApp, TestDb};
+use crate::common::{
+    client, id_of, key, ledger, spawn, Backend, Checkout, Opts, Proc, Resp, TestApp, TestDb,
+};
 use crate::on_both_backends;
 use futures_util::future::join_all;
 
@@ -121,7 +123,7 @@ async fn three_processes_on_one_postgres_charge_once() {
     let Some(db) = TestDb::create(Backend::Postgres).await else {
         return;
     };
-    let provider = Proc::spawn(
+    let provider = spawn(
         &[
             "mock-provider".into(),
             "--addr".into(),
@@ -134,9 +136,7 @@ async fn three_processes_on_one_postgres_charge_once() {
     args.extend(["--provider-url".into(), provider_url.clone()]);
     // Started together: they also race to migrate the fresh database.
     let procs: Vec<Proc> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..3)
-            .map(|_| s.spawn(|| Proc::spawn(&args, true)))
-            .collect();
+        let handles: Vec<_> = (0..3).map(|_| s.spawn(|| spawn(&args, true))).collect();
         handles
             .into_iter()
             .map(|h| h.join().expect("spawn"))

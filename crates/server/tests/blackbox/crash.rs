@@ -8,8 +8,9 @@
 //! embedded provider keeps its ledger in `--provider-state`, so it survives the crash of
 //! the process that hosts it, and resends the webhooks it could not deliver.
 
-use crate::common::{client, id_of, key, Backend, Opts, Proc, TestApp, TestDb};
+use crate::common::{client, id_of, key, spawn, Backend, Checkout, Opts, TestApp, TestDb};
 use crate::on_both_backends;
+use payonce_testkit::eventually;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -110,7 +111,7 @@ async fn scenario(backend: Backend, crash: Crash, method: &str) {
     }
 
     // --- the first process: pay, and die at the step ------------------------------------
-    let mut first = Proc::spawn(&first_args, true);
+    let mut first = spawn(&first_args, true);
     let app = TestApp {
         api: first.api.clone().unwrap(),
         provider: first.provider.clone().unwrap(),
@@ -191,7 +192,7 @@ async fn scenario(backend: Backend, crash: Crash, method: &str) {
     }
 
     // --- the second process on the same database and provider ledger ---------------------
-    let second = Proc::spawn(&args, true);
+    let second = spawn(&args, true);
     let app = TestApp {
         api: second.api.clone().unwrap(),
         provider: second.provider.clone().unwrap(),
@@ -303,20 +304,20 @@ async fn scenario(backend: Backend, crash: Crash, method: &str) {
 }
 
 async fn wait_job_done(pool: &sqlx::AnyPool, order: &str) -> (i64,) {
-    for _ in 0..100 {
-        let row: Option<(i64,)> = sqlx::query_as(
-            "SELECT deliveries FROM jobs WHERE order_id = $1 AND done_at IS NOT NULL",
-        )
-        .bind(order)
-        .fetch_optional(pool)
-        .await
-        .unwrap();
-        if let Some(r) = row {
-            return r;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the email job was never acknowledged");
+    let sql = "SELECT deliveries FROM jobs WHERE order_id = $1 AND done_at IS NOT NULL";
+    eventually(
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || async {
+            sqlx::query_as(sql)
+                .bind(order)
+                .fetch_optional(pool)
+                .await
+                .unwrap()
+        },
+    )
+    .await
+    .expect("the email job was never acknowledged")
 }
 
 /// `GET /dev/mailbox?orderId=`.
@@ -334,15 +335,21 @@ pub async fn mailbox(app: &TestApp, token: &str, order: &str) -> Vec<Value> {
 
 /// Waits until the order has `n` mails; returns them.
 pub async fn wait_for_mails(app: &TestApp, token: &str, order: &str, n: usize) -> Vec<Value> {
-    let mut mails = Vec::new();
-    for _ in 0..100 {
-        mails = mailbox(app, token, order).await;
-        if mails.len() >= n {
-            return mails;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    let enough = eventually(
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || async {
+            let mails = mailbox(app, token, order).await;
+            (mails.len() >= n).then_some(mails)
+        },
+    );
+    match enough.await {
+        Some(mails) => mails,
+        None => panic!(
+            "order {order}: expected {n} mails, got {:?}",
+            mailbox(app, token, order).await
+        ),
     }
-    panic!("order {order}: expected {n} mails, got {mails:?}");
 }
 
 /// The provider declined, then the server died before saving that: after the restart the
@@ -372,7 +379,7 @@ async fn crash_after_a_decline_unlocks_without_charge_or_mail(backend: Backend) 
     let args = opts.args(&db.url);
     let mut first_args = args.clone();
     first_args.extend(["--failpoint".into(), "after-charge".into()]);
-    let mut first = Proc::spawn(&first_args, true);
+    let mut first = spawn(&first_args, true);
     let app = TestApp {
         api: first.api.clone().unwrap(),
         provider: first.provider.clone().unwrap(),
@@ -393,7 +400,7 @@ async fn crash_after_a_decline_unlocks_without_charge_or_mail(backend: Backend) 
         "crashed"
     );
 
-    let second = Proc::spawn(&args, true);
+    let second = spawn(&args, true);
     let app = TestApp {
         api: second.api.clone().unwrap(),
         provider: second.provider.clone().unwrap(),

@@ -1,7 +1,7 @@
 //! Checkout extras (`extras` in the pay body): the names the server knows are bound into the
 //! attempt's fingerprint; any other name is refused before anything is claimed or charged.
 
-use crate::common::{id_of, key, Backend, Resp, TestApp};
+use crate::common::{id_of, key, Backend, Checkout, Resp, TestApp};
 use crate::on_both_backends;
 use serde_json::{json, Value};
 

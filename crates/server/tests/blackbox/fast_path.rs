@@ -7,12 +7,16 @@
 //! default `redis-server`). Unavailable Redis fails the test (under `CI=true` always;
 //! locally `PAYONCE_ALLOW_SKIP=1` makes it a loud skip), like PostgreSQL.
 
-use crate::common::{client, id_of, key, ledger, Backend, Opts, Proc, Resp, TestApp, TestDb};
+use crate::common::{
+    client, id_of, key, ledger, spawn, spawn_logged, Backend, Checkout, Opts, Proc, Resp, TestApp,
+    TestDb,
+};
 use crate::on_both_backends;
 use futures_util::future::join_all;
+use payonce_testkit::eventually;
+use payonce_testkit::redis::{connect, shared_db, PrivateRedis};
 use redis::aio::MultiplexedConnection;
 use serde_json::Value;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 const APPROVE: &str = "pm_card_approve";
@@ -33,50 +37,6 @@ on_both_backends!(
     memory_replays_need_no_round_trip_and_stay_checked,
 );
 
-fn redis_base() -> String {
-    std::env::var("PAYONCE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
-}
-
-/// Redis (or redis-server) is missing: a failure under CI, a loud skip only when allowed.
-fn unavailable<T>(what: &str) -> Option<T> {
-    let how = "start it with: redis-server --daemonize yes (apt-get install redis-server)";
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{what}; CI requires it: {how}");
-    }
-    eprintln!("SKIPPED: {what}; {how}");
-    if std::env::var("PAYONCE_ALLOW_SKIP").as_deref() == Ok("1") {
-        return None;
-    }
-    panic!("{what}; set PAYONCE_ALLOW_SKIP=1 to skip Redis tests: {how}");
-}
-
-async fn connect(url: &str) -> Result<MultiplexedConnection, String> {
-    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
-    let conn = tokio::time::timeout(
-        Duration::from_secs(5),
-        client.get_multiplexed_async_connection(),
-    )
-    .await
-    .map_err(|_| "connect timed out".to_owned())?
-    .map_err(|e| e.to_string())?;
-    Ok(conn)
-}
-
-/// The shared Redis at database `db`, emptied, and a connection to look inside it.
-async fn shared_redis(db: u8) -> Option<(String, MultiplexedConnection)> {
-    let url = format!("{}/{db}", redis_base());
-    match connect(&url).await {
-        Ok(mut c) => {
-            let _: () = redis::cmd("FLUSHDB")
-                .query_async(&mut c)
-                .await
-                .expect("FLUSHDB");
-            Some((url, c))
-        }
-        Err(e) => unavailable(&format!("redis unreachable at {url} ({e})")),
-    }
-}
-
 async fn redis_get(conn: &mut MultiplexedConnection, key: &str) -> Option<Value> {
     let v: Option<String> = redis::cmd("GET")
         .arg(key)
@@ -84,61 +44,6 @@ async fn redis_get(conn: &mut MultiplexedConnection, key: &str) -> Option<Value>
         .await
         .expect("GET");
     v.map(|s| serde_json::from_str(&s).expect("entry is JSON"))
-}
-
-/// A redis-server of the test's own, on a free port, without persistence: killing it is
-/// losing Redis, without touching the machine's.
-struct PrivateRedis {
-    child: Child,
-    port: u16,
-}
-
-impl PrivateRedis {
-    async fn start(port: Option<u16>) -> Option<Self> {
-        let port = port.unwrap_or_else(|| {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
-            l.local_addr().expect("addr").port()
-        });
-        let bin =
-            std::env::var("PAYONCE_TEST_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
-        let child = Command::new(&bin)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
-        let child = match child {
-            Ok(c) => c,
-            Err(e) => return unavailable(&format!("cannot run {bin} ({e})")),
-        };
-        let me = Self { child, port };
-        for _ in 0..200 {
-            if let Ok(mut c) = connect(&me.url()).await {
-                let pong: Result<String, _> = redis::cmd("PING").query_async(&mut c).await;
-                if pong.is_ok() {
-                    return Some(me);
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        panic!("private redis-server on port {port} never answered PING");
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for PrivateRedis {
-    fn drop(&mut self) {
-        self.kill();
-    }
 }
 
 /// The value of one series on `GET /metrics` (0 when absent), e.g.
@@ -236,7 +141,7 @@ async fn redis_replays_are_byte_identical_checked_and_scoped(backend: Backend) {
         Backend::Sqlite => DB_REPLAY_SQLITE,
         Backend::Postgres => DB_REPLAY_POSTGRES,
     };
-    let Some((url, mut redis)) = shared_redis(db).await else {
+    let Some((url, mut redis)) = shared_db(db).await else {
         return;
     };
     let Some(app) = TestApp::spawn_with(backend, redis_opts(&url)).await else {
@@ -317,7 +222,7 @@ struct Cluster {
 
 async fn cluster(redis_url: &str) -> Option<Cluster> {
     let db = TestDb::create(Backend::Postgres).await?;
-    let provider = Proc::spawn(
+    let provider = spawn(
         &[
             "mock-provider".into(),
             "--addr".into(),
@@ -337,9 +242,7 @@ async fn cluster(redis_url: &str) -> Option<Cluster> {
     let mut args = opts.args(&db.url);
     args.extend(["--provider-url".into(), provider_url.clone()]);
     let procs: Vec<Proc> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..3)
-            .map(|_| s.spawn(|| Proc::spawn(&args, true)))
-            .collect();
+        let handles: Vec<_> = (0..3).map(|_| s.spawn(|| spawn(&args, true))).collect();
         handles
             .into_iter()
             .map(|h| h.join().expect("spawn"))
@@ -401,20 +304,20 @@ async fn assert_in_flight(app: &TestApp, token: &str, order: &str) {
 }
 
 /// Waits until Redis shows the key claimed (a processing marker): the charge is in flight.
-async fn wait_for_marker(conn: &mut MultiplexedConnection, rkey: &str) {
-    for _ in 0..500 {
-        if let Some(v) = redis_get(conn, rkey).await {
-            assert_eq!(v["state"], "processing", "{v}");
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("{rkey} was never claimed in redis");
+async fn wait_for_marker(conn: &MultiplexedConnection, rkey: &str) {
+    let marker = eventually(Duration::from_secs(5), Duration::from_millis(10), || {
+        let mut conn = conn.clone();
+        async move { redis_get(&mut conn, rkey).await }
+    });
+    let v = marker
+        .await
+        .unwrap_or_else(|| panic!("{rkey} was never claimed in redis"));
+    assert_eq!(v["state"], "processing", "{v}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_flushed_mid_flight_over_three_processes_charges_once() {
-    let Some((url, mut redis)) = shared_redis(DB_FLUSH).await else {
+    let Some((url, mut redis)) = shared_db(DB_FLUSH).await else {
         return;
     };
     let Some(c) = cluster(&url).await else {
@@ -427,7 +330,7 @@ async fn redis_flushed_mid_flight_over_three_processes_charges_once() {
     let http = client();
     let answers = c
         .fifty_pays_around(&t, &order, &k, async {
-            wait_for_marker(&mut redis, &rkey).await;
+            wait_for_marker(&redis, &rkey).await;
             tokio::time::sleep(Duration::from_millis(300)).await;
             assert_in_flight(&c.apps[0], &t, &order).await;
             let _: () = redis::cmd("FLUSHDB").query_async(&mut redis).await.unwrap();
@@ -464,7 +367,9 @@ async fn redis_killed_mid_flight_over_three_processes_charges_once_then_recovers
     let Some(c) = cluster(&url).await else {
         return;
     };
-    let mut redis = connect(&url).await.expect("private redis");
+    let redis = connect(&url, Duration::from_secs(5))
+        .await
+        .expect("private redis");
     let t = c.apps[0].session("alice").await;
     let order = id_of(&c.apps[2].create_order(&t, &[("tee-classic", 1)]).await);
     let k = key();
@@ -472,7 +377,7 @@ async fn redis_killed_mid_flight_over_three_processes_charges_once_then_recovers
     let http = client();
     let answers = c
         .fifty_pays_around(&t, &order, &k, async {
-            wait_for_marker(&mut redis, &rkey).await;
+            wait_for_marker(&redis, &rkey).await;
             tokio::time::sleep(Duration::from_millis(300)).await;
             assert_in_flight(&c.apps[0], &t, &order).await;
             private.kill();
@@ -528,7 +433,7 @@ async fn unreachable_redis_at_start_degrades_to_the_database_and_says_so() {
     // Port 1 on loopback: nothing listens there.
     let mut args = redis_opts("redis://127.0.0.1:1/0").args(&db.url);
     args.extend(["--provider-addr".into(), "127.0.0.1:0".into()]);
-    let proc = Proc::spawn_logged(&args, true, &log);
+    let proc = spawn_logged(&args, true, &log);
     let app = TestApp {
         api: proc.api.clone().unwrap(),
         provider: proc.provider.clone().unwrap(),
@@ -633,7 +538,7 @@ async fn redis_replays_need_no_sql_and_match_after_a_flush(backend: Backend) {
         Backend::Sqlite => DB_FIRST_SQLITE,
         Backend::Postgres => DB_FIRST_POSTGRES,
     };
-    let Some((url, mut redis)) = shared_redis(db).await else {
+    let Some((url, mut redis)) = shared_db(db).await else {
         return;
     };
     let Some(app) = TestApp::spawn_with(backend, redis_opts(&url)).await else {

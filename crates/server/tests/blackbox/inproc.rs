@@ -3,7 +3,7 @@
 //! by moving time instead of sleeping. Process-spawning tests (`crash.rs`, the three-process
 //! ones) stay for what needs a process: crashes, failpoints, several instances.
 
-use crate::common::{id_of, key, ledger, Backend, Opts, Proc, Resp, TestDb, SECRET};
+use crate::common::{id_of, key, ledger, spawn, Backend, Opts, Resp, TestDb, SECRET};
 use crate::on_both_backends;
 use axum::body::Body;
 use axum::http::Request;
@@ -149,7 +149,7 @@ async fn a_crashed_lease_is_taken_over_when_the_clock_passes_it(backend: Backend
     };
     let mut args = opts.args(&db.url);
     args.extend(["--provider-url".into(), provider.clone()]);
-    let mut first = Proc::spawn(&args, true);
+    let mut first = spawn(&args, true);
     let api = first.api.clone().unwrap();
     let http = crate::common::client();
     let post = |path: &str, token: Option<&str>, body: Value| {

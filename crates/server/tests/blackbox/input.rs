@@ -1,7 +1,7 @@
 //! Bad input of every kind gets a 4xx problem; a proptest fuzzer walks the OpenAPI
 //! document's operations and never finds a 5xx; dev CORS; the OpenAPI document itself.
 
-use crate::common::{id_of, key, Backend, Opts, TestApp};
+use crate::common::{id_of, key, Backend, Checkout, Opts, TestApp};
 use crate::on_both_backends;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};

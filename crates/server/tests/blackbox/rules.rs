@@ -1,6 +1,6 @@
 //! One scenario per pay rule and per cancel row; each runs on SQLite and on PostgreSQL.
 
-use crate::common::{id_of, key, Backend, Opts, TestApp};
+use crate::common::{id_of, key, Backend, Checkout, Opts, TestApp};
 use crate::on_both_backends;
 use serde_json::json;
 

@@ -3,7 +3,7 @@
 //! processing under its key, and the same key (or the webhook, or reconciliation) settles it
 //! from the provider once the customer completed it. The ledger is checked every time.
 
-use crate::common::{id_of, key, Backend, Opts, Resp, TestApp};
+use crate::common::{id_of, key, Backend, Checkout, Opts, Resp, TestApp};
 use crate::on_both_backends;
 use serde_json::{json, Value};
 use std::time::Duration;

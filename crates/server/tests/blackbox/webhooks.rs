@@ -1,7 +1,7 @@
 //! Provider webhooks: they settle attempts without any client retry, their signatures are
 //! checked, and a signed event is still only a hint (the provider is asked).
 
-use crate::common::{id_of, key, Backend, Opts, TestApp};
+use crate::common::{id_of, key, Backend, Checkout, Opts, TestApp};
 use crate::on_both_backends;
 use serde_json::json;
 use std::time::Duration;

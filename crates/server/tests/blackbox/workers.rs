@@ -1,7 +1,7 @@
 //! What runs besides the pay request: webhooks under chaos, refunds, reconciliation with
 //! manual review, retention, and the key-retention header.
 
-use crate::common::{id_of, key, Backend, Opts, Proc, TestApp, TestDb};
+use crate::common::{id_of, key, spawn, Backend, Checkout, Opts, TestApp, TestDb};
 use crate::crash::{mailbox, wait_for_mails};
 use crate::on_both_backends;
 use serde_json::json;
@@ -343,7 +343,7 @@ async fn unreachable_provider_flags_stuck_attempts_for_review_never_charges(back
         ],
         ..Opts::default()
     };
-    let proc = Proc::spawn(&opts.args(&db.url), true);
+    let proc = spawn(&opts.args(&db.url), true);
     let app = TestApp {
         api: proc.api.clone().unwrap(),
         provider: "http://127.0.0.1:9".into(),
@@ -406,7 +406,7 @@ async fn unreachable_provider_flags_stuck_attempts_for_review_never_charges(back
     };
     let mut args = opts.args(&db.url);
     args.extend(["--provider-addr".into(), "127.0.0.1:0".into()]);
-    let proc = Proc::spawn(&args, true);
+    let proc = spawn(&args, true);
     let app = TestApp {
         api: proc.api.clone().unwrap(),
         provider: proc.provider.clone().unwrap(),
@@ -451,7 +451,7 @@ async fn standalone_provider_keeps_its_ledger_across_a_restart() {
         state.display().to_string(),
     ];
     let http = crate::common::client();
-    let mut first = Proc::spawn(&args, false);
+    let mut first = spawn(&args, false);
     let url = first.provider.clone().unwrap();
     let body = json!({ "amount": 2500, "currency": "USD", "paymentMethodId": "pm_card_approve", "orderId": "ord_restart" });
     let r = http
@@ -463,7 +463,7 @@ async fn standalone_provider_keeps_its_ledger_across_a_restart() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 201);
     first.kill();
-    let second = Proc::spawn(&args, false);
+    let second = spawn(&args, false);
     let url = second.provider.clone().unwrap();
     let r = http
         .get(format!("{url}/charges/by-key/pk_restart_test_0000000001"))

@@ -1,0 +1,74 @@
+//! The harness shared by the server's black-box tests (`crates/server/tests/blackbox`), the
+//! load benchmark (`crates/bench`) and the chaos audit (`crates/chaos`): `payonce-server`
+//! processes on port 0 ([`server`]), per-test PostgreSQL databases ([`pg`]), Redis
+//! namespaces ([`redis`]), [`eventually`] for real events, and checkout fixtures
+//! ([`checkout`]). Dev-only: nothing here ships in the server.
+
+pub mod checkout;
+pub mod pg;
+pub mod redis;
+pub mod server;
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+/// A service a test needs is missing. Under `CI=true` that is a failure; elsewhere a loud
+/// skip only when `PAYONCE_ALLOW_SKIP=1`, and a failure otherwise (a silent skip would read
+/// as a pass). `what` says what is missing, `how` how to start it, `tests` which tests the
+/// skip covers ("PostgreSQL tests").
+pub fn unavailable<T>(what: &str, how: &str, tests: &str) -> Option<T> {
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{what}; CI requires it: {how}");
+    }
+    eprintln!("SKIPPED: {what}; {how}");
+    if std::env::var("PAYONCE_ALLOW_SKIP").as_deref() == Ok("1") {
+        return None;
+    }
+    panic!("{what}; set PAYONCE_ALLOW_SKIP=1 to skip {tests}: {how}");
+}
+
+/// Polls `probe` every `poll` until it yields `Some`, for at most `timeout`; `None` when it
+/// never did. For events that really happen in another process or task (a port opens, a
+/// webhook lands), never for a rule a clock decides: those tests move a clock instead.
+pub async fn eventually<T, F, Fut>(timeout: Duration, poll: Duration, mut probe: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = probe().await {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(poll).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    #[tokio::test]
+    async fn eventually_returns_the_first_value_and_gives_up_at_the_deadline() {
+        let calls = AtomicU32::new(0);
+        let third = eventually(Duration::from_secs(5), Duration::from_millis(1), || async {
+            let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
+            (n == 3).then_some(n)
+        })
+        .await;
+        assert_eq!(third, Some(3));
+        let start = Instant::now();
+        let never: Option<()> = eventually(
+            Duration::from_millis(50),
+            Duration::from_millis(10),
+            || async { None },
+        )
+        .await;
+        assert_eq!(never, None);
+        assert!(start.elapsed() >= Duration::from_millis(50));
+    }
+}
