@@ -166,6 +166,32 @@ pub struct ServerArgs {
     /// email. For crash tests; the server refuses to start with it unless `--dev`.
     #[arg(long = "failpoint", env = "PAYONCE_FAILPOINTS", value_delimiter = ',')]
     pub failpoints: Vec<String>,
+    /// Timeouts and limits of the HTTP edge (`src/server.rs`).
+    #[command(flatten)]
+    pub edge: EdgeArgs,
+}
+
+/// Timeouts and the connection cap of the API listener: a client that is slow or silent
+/// holds a connection (a file descriptor) only this long, and never more of them than the
+/// cap, so it cannot starve `/healthz` or the pay path.
+#[derive(Debug, Clone, Args)]
+pub struct EdgeArgs {
+    /// Time a client has to send a request's whole head (request line and headers). The
+    /// same timer runs while a kept-alive connection waits for its next request, so it is
+    /// also the idle keep-alive timeout. Past it the connection is closed.
+    #[arg(long, env = "PAYONCE_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
+    pub header_timeout_ms: u64,
+    /// Longest wait for the next piece of a request body; past it the request fails with
+    /// 400 and the connection is closed.
+    #[arg(long, env = "PAYONCE_BODY_TIMEOUT_MS", default_value_t = 10_000)]
+    pub body_timeout_ms: u64,
+    /// Whole-request bound (body read and handler): answered 408 past it. Must exceed
+    /// `--provider-timeout-ms` + `--in-progress-wait-ms`, so a pay is never cut mid-call.
+    #[arg(long, env = "PAYONCE_REQUEST_TIMEOUT_MS", default_value_t = 60_000)]
+    pub request_timeout_ms: u64,
+    /// Open API connections at most; further clients wait in the listen backlog.
+    #[arg(long, env = "PAYONCE_MAX_CONNECTIONS", default_value_t = 1_024)]
+    pub max_connections: usize,
 }
 
 /// The server's runtime settings.
@@ -201,6 +227,41 @@ pub struct Config {
     pub(crate) failpoints: Vec<String>,
     /// The `--catalog` file, checked; `None`: the built-in catalog.
     pub(crate) catalog: Option<crate::catalog::CatalogSource>,
+    /// Timeouts and limits of the HTTP edge.
+    pub(crate) edge: Edge,
+}
+
+/// [`EdgeArgs`], checked.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Edge {
+    pub(crate) header_timeout: Duration,
+    pub(crate) body_timeout: Duration,
+    pub(crate) request_timeout: Duration,
+    pub(crate) max_connections: usize,
+}
+
+impl Edge {
+    fn from_args(args: &ServerArgs) -> Result<Self, ConfigError> {
+        let e = &args.edge;
+        let pay_bound = args
+            .provider_timeout_ms
+            .saturating_add(args.in_progress_wait_ms);
+        if e.request_timeout_ms <= pay_bound {
+            return Err(ConfigError::RequestTimeoutTooShort {
+                request: e.request_timeout_ms,
+                pay: pay_bound,
+            });
+        }
+        if e.header_timeout_ms == 0 || e.body_timeout_ms == 0 || e.max_connections == 0 {
+            return Err(ConfigError::ZeroEdgeLimit);
+        }
+        Ok(Self {
+            header_timeout: Duration::from_millis(e.header_timeout_ms),
+            body_timeout: Duration::from_millis(e.body_timeout_ms),
+            request_timeout: Duration::from_millis(e.request_timeout_ms),
+            max_connections: e.max_connections,
+        })
+    }
 }
 
 /// Why the flags do not make a valid configuration.
@@ -226,6 +287,17 @@ pub enum ConfigError {
     /// The `--catalog` file cannot be read, is not valid JSON, or has a bad entry.
     #[error("{0}")]
     Catalog(String),
+    /// The whole-request timeout would cut a pay while it talks to the provider.
+    #[error("--request-timeout-ms ({request} ms) must be greater than --provider-timeout-ms + --in-progress-wait-ms ({pay} ms)")]
+    RequestTimeoutTooShort {
+        /// Request timeout.
+        request: u64,
+        /// Provider timeout plus in-progress wait.
+        pay: u64,
+    },
+    /// A zero timeout or cap would refuse every client.
+    #[error("--header-timeout-ms, --body-timeout-ms and --max-connections must be > 0")]
+    ZeroEdgeLimit,
     /// A failpoint name nobody checks would make a crash test pass for the wrong reason.
     #[error("unknown failpoint {0:?} (known: {known})", known = crate::faults::ALL.join(", "))]
     UnknownFailpoint(String),
@@ -271,7 +343,9 @@ impl Config {
         if let Some(url) = &args.redis_url {
             redis::Client::open(url.as_str()).map_err(|e| ConfigError::RedisUrl(e.to_string()))?;
         }
+        let edge = Edge::from_args(args)?;
         Ok(Self {
+            edge,
             dev: args.dev,
             redis_url: args.redis_url.clone(),
             redis_timeout: Duration::from_millis(args.redis_timeout_ms.max(1)),

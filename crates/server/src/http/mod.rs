@@ -29,6 +29,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::timeout::{TimeoutBody, TimeoutLayer};
 
 /// Largest request body accepted. Every body of this API is a few hundred bytes; 16 KiB
 /// leaves room for a 20-line cart and a long address, and nothing for abuse.
@@ -79,10 +80,18 @@ pub fn app(state: AppState, static_dir: Option<PathBuf>) -> Router {
         ),
         None => router.fallback(not_found),
     };
+    let edge = state.config.edge;
     let router = router
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn(refuse_large_bodies))
+        .layer(axum::middleware::from_fn(move |req, next| {
+            body_timeout(edge.body_timeout, req, next)
+        }))
         .layer(CatchPanicLayer::custom(panic_response))
+        .layer(TimeoutLayer::with_status_code(
+            axum::http::StatusCode::REQUEST_TIMEOUT,
+            edge.request_timeout,
+        ))
         .layer(axum::middleware::from_fn(request_id))
         .with_state(state);
     if dev {
@@ -120,6 +129,17 @@ async fn request_id(req: axum::extract::Request, next: axum::middleware::Next) -
         res.headers_mut().insert(REQUEST_ID, v);
     }
     res
+}
+
+/// Bounds each wait for the next piece of the body: a client that declares a body and
+/// stops sending fails its read (400 from the extractor) instead of holding the request.
+async fn body_timeout(
+    limit: Duration,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let req = req.map(|b| axum::body::Body::new(TimeoutBody::new(limit, b)));
+    next.run(req).await
 }
 
 /// Bodies up to this size are read and discarded before a 413 is sent.

@@ -15,12 +15,14 @@
 //!   worker, retention, decided by moving the clock instead of sleeping.
 //! - `layout`: no file of `src/` imports one that imports it back.
 //! - `input`: malformed input of every kind, the OpenAPI fuzzer, CORS, the OpenAPI document.
+//! - `edge`: slow clients (silent, half-sent heads, missing bodies) against the timeouts.
 //! - `catalog`: `--catalog FILE` replaces the built-in catalog; a bad file stops the start.
 
 mod catalog;
 mod common;
 mod concurrency;
 mod crash;
+mod edge;
 mod fast_path;
 mod inproc;
 mod input;
