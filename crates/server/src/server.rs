@@ -34,6 +34,29 @@ pub async fn run(cli: Cli) -> Result<(), RunError> {
             }
             Ok(())
         }
+        Some(Command::MintJwt {
+            secret,
+            issuer,
+            audience,
+            user,
+            ttl_secs,
+        }) => {
+            if !crate::auth::valid_user_id(&user) {
+                return Err(RunError::Provider(format!("invalid user id {user:?}")));
+            }
+            let secret = secret.split(',').next().unwrap_or_default();
+            let token = crate::jwt::mint_hs256(
+                secret.as_bytes(),
+                &issuer,
+                &audience,
+                &user,
+                crate::auth::now_secs(),
+                ttl_secs,
+            )
+            .map_err(RunError::Provider)?;
+            println!("{token}");
+            Ok(())
+        }
         None => run_api(cli.server).await,
     }
 }

@@ -16,6 +16,7 @@
 //! - `layout`: no file of `src/` imports one that imports it back.
 //! - `input`: malformed input of every kind, the OpenAPI fuzzer, CORS, the OpenAPI document.
 //! - `edge`: slow clients (silent, half-sent heads, missing bodies) against the timeouts.
+//! - `jwt`: Bearer JWTs (`mint-jwt`) create and pay an order; bad ones are 401.
 //! - `catalog`: `--catalog FILE` replaces the built-in catalog; a bad file stops the start.
 
 mod catalog;
@@ -26,6 +27,7 @@ mod edge;
 mod fast_path;
 mod inproc;
 mod input;
+mod jwt;
 mod layout;
 mod rules;
 mod webhooks;
