@@ -114,6 +114,16 @@ impl FromRequestParts<AppState> for AuthUser {
         // An Authorization header wins over the cookie, and a bad one is not rescued by a
         // good cookie: the caller said who it is, and that claim failed.
         let token = match bearer(parts) {
+            // A JWT (three dot-separated parts) goes to the JWT verifier only; dev session
+            // tokens have four parts and start with `v1.`, so the two never overlap.
+            Some(Ok(t)) if t.split('.').count() == 3 => {
+                let Some(jwt) = &state.config.jwt else {
+                    return Err(unauthenticated("JWT authentication is not configured"));
+                };
+                return jwt_user(jwt, t, now_secs())
+                    .map(AuthUser)
+                    .ok_or_else(|| unauthenticated("the JWT is invalid or expired"));
+            }
             Some(Ok(t)) => t,
             Some(Err(())) => {
                 return Err(unauthenticated(
@@ -126,6 +136,11 @@ impl FromRequestParts<AppState> for AuthUser {
             .map(AuthUser)
             .ok_or_else(|| unauthenticated("the session token is invalid or expired"))
     }
+}
+
+/// The user of a valid JWT whose user claim passes the user-id rule.
+fn jwt_user(jwt: &crate::jwt::JwtVerifier, token: &str, now: u64) -> Option<String> {
+    jwt.verify(token, now).filter(|u| valid_user_id(u))
 }
 
 fn unauthenticated(detail: &str) -> AppError {
@@ -152,6 +167,33 @@ mod tests {
         let t = sign_token(SECRET, "alice", 1_000);
         let forged = t.replacen("alice", "bob", 1);
         assert_eq!(verify_token(SECRET, &forged, 1), None);
+    }
+
+    #[test]
+    fn a_jwt_user_must_pass_the_user_id_rule() {
+        let secret = "jwt-secret-0123456789abcdef0123456789";
+        let sources = crate::jwt::KeySources {
+            hs256_secrets: &[secret.to_owned()],
+            ..Default::default()
+        };
+        let v = crate::jwt::JwtVerifier::new(
+            &sources,
+            "iss",
+            "aud",
+            std::time::Duration::from_secs(600),
+            0,
+            "sub",
+        )
+        .unwrap();
+        let mint = |user: &str| {
+            crate::jwt::mint_hs256(secret.as_bytes(), "iss", "aud", user, 1_000, 60).unwrap()
+        };
+        assert_eq!(
+            jwt_user(&v, &mint("alice"), 1_000).as_deref(),
+            Some("alice")
+        );
+        assert_eq!(jwt_user(&v, &mint("alice/../bob"), 1_000), None);
+        assert_eq!(jwt_user(&v, &mint(""), 1_000), None);
     }
 
     proptest! {

@@ -44,6 +44,25 @@ pub enum Command {
         #[arg(long, default_value = "off")]
         webhook_chaos: payonce_mock_provider::WebhookChaos,
     },
+    /// Dev only: print an HS256 JWT the server accepts with the same secret, issuer and
+    /// audience (for trying the API without an identity provider).
+    MintJwt {
+        /// The shared secret (as given to `--jwt-hs256-secret`).
+        #[arg(long, env = "PAYONCE_JWT_HS256_SECRETS", hide_env_values = true)]
+        secret: String,
+        /// `iss`.
+        #[arg(long)]
+        issuer: String,
+        /// `aud`.
+        #[arg(long)]
+        audience: String,
+        /// `sub`: the user id.
+        #[arg(long)]
+        user: String,
+        /// Lifetime in seconds.
+        #[arg(long, default_value_t = 900)]
+        ttl_secs: u64,
+    },
 }
 
 /// Options of the API server.
@@ -166,6 +185,93 @@ pub struct ServerArgs {
     /// email. For crash tests; the server refuses to start with it unless `--dev`.
     #[arg(long = "failpoint", env = "PAYONCE_FAILPOINTS", value_delimiter = ',')]
     pub failpoints: Vec<String>,
+    /// Timeouts and limits of the HTTP edge (`src/server.rs`).
+    #[command(flatten)]
+    pub edge: EdgeArgs,
+    /// JWT authentication (`src/jwt.rs`).
+    #[command(flatten)]
+    pub jwt: JwtArgs,
+}
+
+/// Bearer JWTs from the identity provider. With any key set, `--jwt-issuer` and
+/// `--jwt-audience` are required. Several keys may be given at once for rotation.
+#[derive(Debug, Clone, Args)]
+pub struct JwtArgs {
+    /// HS256 shared secret, at least 32 bytes (repeatable, or a comma list).
+    #[arg(
+        long = "jwt-hs256-secret",
+        env = "PAYONCE_JWT_HS256_SECRETS",
+        hide_env_values = true,
+        value_delimiter = ','
+    )]
+    pub hs256_secrets: Vec<String>,
+    /// RS256 (RSA) or ES256 (P-256) public key, PEM file (repeatable).
+    #[arg(
+        long = "jwt-public-key",
+        env = "PAYONCE_JWT_PUBLIC_KEYS",
+        value_delimiter = ','
+    )]
+    pub public_keys: Vec<PathBuf>,
+    /// JWKS file (`{"keys": [...]}`) of RSA / P-256 keys; a token's `kid` picks its key.
+    #[arg(long = "jwt-jwks", env = "PAYONCE_JWT_JWKS")]
+    pub jwks: Option<PathBuf>,
+    /// Required `iss`.
+    #[arg(long = "jwt-issuer", env = "PAYONCE_JWT_ISSUER", default_value = "")]
+    pub issuer: String,
+    /// Required `aud` (one of the token's audiences).
+    #[arg(
+        long = "jwt-audience",
+        env = "PAYONCE_JWT_AUDIENCE",
+        default_value = ""
+    )]
+    pub audience: String,
+    /// Longest accepted lifetime: `exp` at most this far from now (and from `iat`).
+    #[arg(
+        long = "jwt-max-lifetime-secs",
+        env = "PAYONCE_JWT_MAX_LIFETIME_SECS",
+        default_value_t = 3_600
+    )]
+    pub max_lifetime_secs: u64,
+    /// Clock skew allowed on `exp` and `nbf`.
+    #[arg(long = "jwt-leeway-secs", default_value_t = 30)]
+    pub leeway_secs: u64,
+    /// The claim holding the user id (it must pass the user-id rule: 1-64 of
+    /// `[A-Za-z0-9_-]`).
+    #[arg(
+        long = "jwt-user-claim",
+        env = "PAYONCE_JWT_USER_CLAIM",
+        default_value = "sub"
+    )]
+    pub user_claim: String,
+}
+
+impl JwtArgs {
+    fn any_key(&self) -> bool {
+        !self.hs256_secrets.is_empty() || !self.public_keys.is_empty() || self.jwks.is_some()
+    }
+}
+
+/// Timeouts and the connection cap of the API listener: a client that is slow or silent
+/// holds a connection (a file descriptor) only this long, and never more of them than the
+/// cap, so it cannot starve `/healthz` or the pay path.
+#[derive(Debug, Clone, Args)]
+pub struct EdgeArgs {
+    /// Time a client has to send a request's whole head (request line and headers). The
+    /// same timer runs while a kept-alive connection waits for its next request, so it is
+    /// also the idle keep-alive timeout. Past it the connection is closed.
+    #[arg(long, env = "PAYONCE_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
+    pub header_timeout_ms: u64,
+    /// Longest wait for the next piece of a request body; past it the request fails with
+    /// 400 and the connection is closed.
+    #[arg(long, env = "PAYONCE_BODY_TIMEOUT_MS", default_value_t = 10_000)]
+    pub body_timeout_ms: u64,
+    /// Whole-request bound (body read and handler): answered 408 past it. Must exceed
+    /// `--provider-timeout-ms` + `--in-progress-wait-ms`, so a pay is never cut mid-call.
+    #[arg(long, env = "PAYONCE_REQUEST_TIMEOUT_MS", default_value_t = 60_000)]
+    pub request_timeout_ms: u64,
+    /// Open API connections at most; further clients wait in the listen backlog.
+    #[arg(long, env = "PAYONCE_MAX_CONNECTIONS", default_value_t = 1_024)]
+    pub max_connections: usize,
 }
 
 /// The server's runtime settings.
@@ -201,6 +307,43 @@ pub struct Config {
     pub(crate) failpoints: Vec<String>,
     /// The `--catalog` file, checked; `None`: the built-in catalog.
     pub(crate) catalog: Option<crate::catalog::CatalogSource>,
+    /// Timeouts and limits of the HTTP edge.
+    pub(crate) edge: Edge,
+    /// Bearer JWT verification, when keys are configured.
+    pub(crate) jwt: Option<std::sync::Arc<crate::jwt::JwtVerifier>>,
+}
+
+/// [`EdgeArgs`], checked.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Edge {
+    pub(crate) header_timeout: Duration,
+    pub(crate) body_timeout: Duration,
+    pub(crate) request_timeout: Duration,
+    pub(crate) max_connections: usize,
+}
+
+impl Edge {
+    fn from_args(args: &ServerArgs) -> Result<Self, ConfigError> {
+        let e = &args.edge;
+        let pay_bound = args
+            .provider_timeout_ms
+            .saturating_add(args.in_progress_wait_ms);
+        if e.request_timeout_ms <= pay_bound {
+            return Err(ConfigError::RequestTimeoutTooShort {
+                request: e.request_timeout_ms,
+                pay: pay_bound,
+            });
+        }
+        if e.header_timeout_ms == 0 || e.body_timeout_ms == 0 || e.max_connections == 0 {
+            return Err(ConfigError::ZeroEdgeLimit);
+        }
+        Ok(Self {
+            header_timeout: Duration::from_millis(e.header_timeout_ms),
+            body_timeout: Duration::from_millis(e.body_timeout_ms),
+            request_timeout: Duration::from_millis(e.request_timeout_ms),
+            max_connections: e.max_connections,
+        })
+    }
 }
 
 /// Why the flags do not make a valid configuration.
@@ -226,6 +369,20 @@ pub enum ConfigError {
     /// The `--catalog` file cannot be read, is not valid JSON, or has a bad entry.
     #[error("{0}")]
     Catalog(String),
+    /// The whole-request timeout would cut a pay while it talks to the provider.
+    #[error("--request-timeout-ms ({request} ms) must be greater than --provider-timeout-ms + --in-progress-wait-ms ({pay} ms)")]
+    RequestTimeoutTooShort {
+        /// Request timeout.
+        request: u64,
+        /// Provider timeout plus in-progress wait.
+        pay: u64,
+    },
+    /// A JWT key, issuer or audience is missing or unusable.
+    #[error("{0}")]
+    Jwt(String),
+    /// A zero timeout or cap would refuse every client.
+    #[error("--header-timeout-ms, --body-timeout-ms and --max-connections must be > 0")]
+    ZeroEdgeLimit,
     /// A failpoint name nobody checks would make a crash test pass for the wrong reason.
     #[error("unknown failpoint {0:?} (known: {known})", known = crate::faults::ALL.join(", "))]
     UnknownFailpoint(String),
@@ -271,7 +428,31 @@ impl Config {
         if let Some(url) = &args.redis_url {
             redis::Client::open(url.as_str()).map_err(|e| ConfigError::RedisUrl(e.to_string()))?;
         }
+        let edge = Edge::from_args(args)?;
+        let jwt = if args.jwt.any_key() {
+            let j = &args.jwt;
+            let sources = crate::jwt::KeySources {
+                hs256_secrets: &j.hs256_secrets,
+                public_keys: &j.public_keys,
+                jwks: j.jwks.as_deref(),
+            };
+            Some(std::sync::Arc::new(
+                crate::jwt::JwtVerifier::new(
+                    &sources,
+                    &j.issuer,
+                    &j.audience,
+                    Duration::from_secs(j.max_lifetime_secs),
+                    j.leeway_secs,
+                    &j.user_claim,
+                )
+                .map_err(ConfigError::Jwt)?,
+            ))
+        } else {
+            None
+        };
         Ok(Self {
+            edge,
+            jwt,
             dev: args.dev,
             redis_url: args.redis_url.clone(),
             redis_timeout: Duration::from_millis(args.redis_timeout_ms.max(1)),

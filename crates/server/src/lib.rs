@@ -31,6 +31,7 @@ mod error;
 mod faults;
 mod http;
 mod jobs;
+mod jwt;
 mod limits;
 mod metrics;
 mod openapi;

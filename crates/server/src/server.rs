@@ -34,6 +34,29 @@ pub async fn run(cli: Cli) -> Result<(), RunError> {
             }
             Ok(())
         }
+        Some(Command::MintJwt {
+            secret,
+            issuer,
+            audience,
+            user,
+            ttl_secs,
+        }) => {
+            if !crate::auth::valid_user_id(&user) {
+                return Err(RunError::Provider(format!("invalid user id {user:?}")));
+            }
+            let secret = secret.split(',').next().unwrap_or_default();
+            let token = crate::jwt::mint_hs256(
+                secret.as_bytes(),
+                &issuer,
+                &audience,
+                &user,
+                crate::auth::now_secs(),
+                ttl_secs,
+            )
+            .map_err(RunError::Provider)?;
+            println!("{token}");
+            Ok(())
+        }
         None => run_api(cli.server).await,
     }
 }
@@ -109,15 +132,62 @@ async fn run_api(args: ServerArgs) -> Result<(), RunError> {
     if let Some(every) = jobs_interval {
         tokio::spawn(crate::jobs::run(state.clone(), every));
     }
+    let edge = state.config.edge;
     let router = app(state, args.static_dir.clone());
     println!("payonce: api listening on http://{local}");
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .map_err(|source| RunError::Listen {
-            addr: local,
-            source,
-        })
+    serve(listener, router, edge).await;
+    Ok(())
+}
+
+/// The API's accept loop. Each connection holds a permit of a semaphore of
+/// `--max-connections`: at the cap the loop stops accepting (clients wait in the kernel's
+/// backlog) instead of running out of file descriptors. hyper closes a connection whose
+/// request head does not arrive within `--header-timeout-ms`, which also bounds an idle
+/// kept-alive connection (its timer starts when hyper waits for the next head).
+async fn serve(listener: TcpListener, router: axum::Router, edge: crate::config::Edge) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(edge.max_connections));
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(edge.header_timeout)
+        .keep_alive(true);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            p = permits.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break, // never closed
+            },
+            () = &mut shutdown => break,
+        };
+        let stream = tokio::select! {
+            r = listener.accept() => match r {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning; the permit is
+                    // dropped, the loop retries.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        let conn = http.serve_connection(TokioIo::new(stream), service);
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "connection ended");
+            }
+            drop(permit);
+        });
+    }
+    // Requests in flight finish (bounded by the request timeout); idle connections close.
+    let _ = tokio::time::timeout(edge.request_timeout, graceful.shutdown()).await;
 }
 
 /// `provider.json` beside a SQLite database file; `None` for PostgreSQL (several API

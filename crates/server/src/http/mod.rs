@@ -29,6 +29,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::timeout::{TimeoutBody, TimeoutLayer};
 
 /// Largest request body accepted. Every body of this API is a few hundred bytes; 16 KiB
 /// leaves room for a 20-line cart and a long address, and nothing for abuse.
@@ -73,16 +74,29 @@ pub fn app(state: AppState, static_dir: Option<PathBuf>) -> Router {
         .route(paths::DEV_MAILBOX, get(mailbox::handler))
         .method_not_allowed_fallback(method_not_allowed);
     let router = match static_dir {
-        Some(dir) => router.fallback_service(
-            tower_http::services::ServeDir::new(dir)
-                .not_found_service(axum::routing::any(not_found).with_state(state.clone())),
-        ),
+        Some(dir) => {
+            // Symlinks are judged against the folder's real path.
+            let root = std::fs::canonicalize(&dir).unwrap_or(dir);
+            let files = tower_http::services::ServeDir::new(root.clone())
+                .not_found_service(axum::routing::any(not_found).with_state(state.clone()));
+            router.fallback(move |req: axum::extract::Request| {
+                static_file(root.clone(), files.clone(), req)
+            })
+        }
         None => router.fallback(not_found),
     };
+    let edge = state.config.edge;
     let router = router
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn(refuse_large_bodies))
+        .layer(axum::middleware::from_fn(move |req, next| {
+            body_timeout(edge.body_timeout, req, next)
+        }))
         .layer(CatchPanicLayer::custom(panic_response))
+        .layer(TimeoutLayer::with_status_code(
+            axum::http::StatusCode::REQUEST_TIMEOUT,
+            edge.request_timeout,
+        ))
         .layer(axum::middleware::from_fn(request_id))
         .with_state(state);
     if dev {
@@ -122,6 +136,17 @@ async fn request_id(req: axum::extract::Request, next: axum::middleware::Next) -
     res
 }
 
+/// Bounds each wait for the next piece of the body: a client that declares a body and
+/// stops sending fails its read (400 from the extractor) instead of holding the request.
+async fn body_timeout(
+    limit: Duration,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let req = req.map(|b| axum::body::Body::new(TimeoutBody::new(limit, b)));
+    next.run(req).await
+}
+
 /// Bodies up to this size are read and discarded before a 413 is sent.
 const DRAIN_LIMIT: u64 = 1024 * 1024;
 
@@ -159,6 +184,64 @@ async fn healthz(State(state): State<AppState>) -> Response {
     } else {
         AppError::code(ErrorCode::StoreUnavailable).into_response()
     }
+}
+
+/// `--static-dir`: a path with a segment starting with `.` (`/.env`, `/.git/config`) or
+/// that resolves, through a symlink, outside the folder is 404, as a missing file is;
+/// anything else goes to the file service.
+async fn static_file(
+    root: PathBuf,
+    files: tower_http::services::ServeDir<
+        tower_http::set_status::SetStatus<axum::routing::MethodRouter>,
+    >,
+    req: axum::extract::Request,
+) -> Response {
+    use tower::ServiceExt;
+    let Some(rel) = percent_decode(req.uri().path()) else {
+        return not_found().await.into_response();
+    };
+    let hidden = rel.split(['/', '\\']).any(|seg| seg.starts_with('.'));
+    if hidden || !inside(&root, &rel).await {
+        return not_found().await.into_response();
+    }
+    match files.oneshot(req).await {
+        Ok(res) => res.into_response(),
+        Err(never) => match never {},
+    }
+}
+
+/// True unless `rel` under `root` (or its `index.html`) is a path whose real location,
+/// symlinks followed, lies outside `root`. A missing file is "inside": the file service
+/// answers its 404.
+async fn inside(root: &std::path::Path, rel: &str) -> bool {
+    let candidate = root.join(rel.trim_start_matches('/'));
+    for path in [candidate.clone(), candidate.join("index.html")] {
+        if let Ok(real) = tokio::fs::canonicalize(&path).await {
+            if !real.starts_with(root) {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// `%XX`-decodes a path the way the file service will; `None` for bad escapes or
+/// non-UTF-8.
+fn percent_decode(path: &str) -> Option<String> {
+    let bytes = path.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 async fn not_found() -> AppError {

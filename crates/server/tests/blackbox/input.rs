@@ -726,3 +726,55 @@ async fn static_dir_serves_the_page_beside_the_api() {
     drop(app);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn static_dir_hides_dotfiles_and_symlinks_out_of_the_folder() {
+    let base =
+        std::env::temp_dir().join(format!("payonce-static-{}", uuid::Uuid::new_v4().simple()));
+    let dir = base.join("site");
+    let outside = base.join("secret");
+    std::fs::create_dir_all(dir.join(".git")).unwrap();
+    std::fs::create_dir_all(dir.join("assets")).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(dir.join("index.html"), "<h1>checkout</h1>").unwrap();
+    std::fs::write(dir.join("assets/app.js"), "ok()").unwrap();
+    std::fs::write(dir.join(".env"), "DATABASE_URL=secret").unwrap();
+    std::fs::write(dir.join(".git/config"), "[core]").unwrap();
+    std::fs::write(outside.join("passwd"), "root:x:0:0").unwrap();
+    std::os::unix::fs::symlink(outside.join("passwd"), dir.join("passwd")).unwrap();
+    std::os::unix::fs::symlink(&outside, dir.join("out")).unwrap();
+    std::os::unix::fs::symlink(dir.join("assets/app.js"), dir.join("app.js")).unwrap();
+    let opts = Opts {
+        extra: vec!["--static-dir".into(), dir.display().to_string()],
+        ..Opts::default()
+    };
+    let app = TestApp::spawn_with(Backend::Sqlite, opts)
+        .await
+        .expect("app");
+    for path in [
+        "/.env",
+        "/.git/config",
+        "/%2egit/config",
+        "/assets/../.env",
+        "/passwd",
+        "/out/passwd",
+        "/out/",
+    ] {
+        let r = app.send(app.http.get(app.url(path))).await;
+        assert_eq!((r.status, r.code().as_str()), (404, "NOT_FOUND"), "{path}");
+        assert!(
+            !r.text().contains("secret") && !r.text().contains("root:"),
+            "{path}"
+        );
+    }
+    for (path, body) in [
+        ("/", "<h1>checkout</h1>"),
+        ("/assets/app.js", "ok()"),
+        ("/app.js", "ok()"),
+    ] {
+        let r = app.send(app.http.get(app.url(path))).await;
+        assert_eq!((r.status, r.text().as_str()), (200, body), "{path}");
+    }
+    drop(app);
+    let _ = std::fs::remove_dir_all(&base);
+}

@@ -18,16 +18,20 @@
 //! - `three_ds`: `pm_card_3ds`: `ACTION_REQUIRED`, the same key before and after the
 //!   customer acted, the webhook and reconciliation settling it, one charge.
 //! - `input`: malformed input of every kind, the OpenAPI fuzzer, CORS, the OpenAPI document.
+//! - `edge`: slow clients (silent, half-sent heads, missing bodies) against the timeouts.
+//! - `jwt`: Bearer JWTs (`mint-jwt`) create and pay an order; bad ones are 401.
 //! - `catalog`: `--catalog FILE` replaces the built-in catalog; a bad file stops the start.
 
 mod catalog;
 mod common;
 mod concurrency;
 mod crash;
+mod edge;
 mod extras;
 mod fast_path;
 mod inproc;
 mod input;
+mod jwt;
 mod layout;
 mod rules;
 mod three_ds;

@@ -1,0 +1,462 @@
+//! Verification of the identity provider's JWTs (`jsonwebtoken`, pure-Rust crypto).
+//!
+//! A token is accepted only when its signature verifies with one of the configured keys
+//! for the algorithm its header names (HS256 with a shared secret, RS256/ES256 with a
+//! public key), its `iss` and `aud` are the configured ones, `exp` is present, in the
+//! future and at most `max_lifetime` away (and `exp - iat` too when `iat` is given), and
+//! the configured claim holds a valid user id. `alg: none` is not an algorithm the crate
+//! parses, so such a token never reaches a key. Time is an input (`now`), never read here.
+
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use std::path::Path;
+use std::time::Duration;
+
+/// One verification key: the algorithm it is for and, from a JWKS, its `kid`.
+struct Key {
+    kid: Option<String>,
+    alg: Algorithm,
+    key: DecodingKey,
+}
+
+/// The configured issuer, audience, keys and bounds.
+pub(crate) struct JwtVerifier {
+    keys: Vec<Key>,
+    issuer: String,
+    audience: String,
+    max_lifetime: Duration,
+    leeway_secs: u64,
+    user_claim: String,
+}
+
+impl std::fmt::Debug for JwtVerifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JwtVerifier")
+            .field("keys", &self.keys.len())
+            .field("issuer", &self.issuer)
+            .field("audience", &self.audience)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Shortest HS256 secret accepted (RFC 7518 §3.2: at least the hash size).
+pub(crate) const MIN_HS256_SECRET: usize = 32;
+
+/// Where the keys come from.
+#[derive(Debug, Default)]
+pub(crate) struct KeySources<'a> {
+    pub hs256_secrets: &'a [String],
+    pub public_keys: &'a [std::path::PathBuf],
+    pub jwks: Option<&'a Path>,
+}
+
+impl JwtVerifier {
+    /// Loads and checks every key; any unreadable or unusable one is an error naming it.
+    pub(crate) fn new(
+        sources: &KeySources<'_>,
+        issuer: &str,
+        audience: &str,
+        max_lifetime: Duration,
+        leeway_secs: u64,
+        user_claim: &str,
+    ) -> Result<Self, String> {
+        let mut keys = Vec::new();
+        for (i, s) in sources.hs256_secrets.iter().enumerate() {
+            if s.len() < MIN_HS256_SECRET {
+                return Err(format!(
+                    "--jwt-hs256-secret #{}: at least {MIN_HS256_SECRET} bytes",
+                    i + 1
+                ));
+            }
+            let key = DecodingKey::from_secret(s.as_bytes());
+            keys.push(Key {
+                kid: None,
+                alg: Algorithm::HS256,
+                key,
+            });
+        }
+        for path in sources.public_keys {
+            let pem = std::fs::read(path)
+                .map_err(|e| format!("--jwt-public-key {}: {e}", path.display()))?;
+            let key = if let Ok(k) = DecodingKey::from_rsa_pem(&pem) {
+                Key {
+                    kid: None,
+                    alg: Algorithm::RS256,
+                    key: k,
+                }
+            } else if let Ok(k) = DecodingKey::from_ec_pem(&pem) {
+                Key {
+                    kid: None,
+                    alg: Algorithm::ES256,
+                    key: k,
+                }
+            } else {
+                return Err(format!(
+                    "--jwt-public-key {}: not an RSA or P-256 public key in PEM",
+                    path.display()
+                ));
+            };
+            keys.push(key);
+        }
+        if let Some(path) = sources.jwks {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("--jwt-jwks {}: {e}", path.display()))?;
+            let set: JwkSet = serde_json::from_str(&text)
+                .map_err(|e| format!("--jwt-jwks {}: {e}", path.display()))?;
+            for jwk in &set.keys {
+                let key = DecodingKey::from_jwk(jwk)
+                    .map_err(|e| format!("--jwt-jwks {}: {e}", path.display()))?;
+                let alg = match key.family() {
+                    jsonwebtoken::AlgorithmFamily::Rsa => Algorithm::RS256,
+                    jsonwebtoken::AlgorithmFamily::Ec => Algorithm::ES256,
+                    _ => {
+                        return Err(format!(
+                            "--jwt-jwks {}: only RSA and P-256 keys are accepted",
+                            path.display()
+                        ))
+                    }
+                };
+                keys.push(Key {
+                    kid: jwk.common.key_id.clone(),
+                    alg,
+                    key,
+                });
+            }
+        }
+        if keys.is_empty() {
+            return Err("JWT verification needs at least one key".into());
+        }
+        if issuer.is_empty() || audience.is_empty() {
+            return Err("--jwt-issuer and --jwt-audience are required with JWT keys".into());
+        }
+        Ok(Self {
+            keys,
+            issuer: issuer.to_owned(),
+            audience: audience.to_owned(),
+            max_lifetime,
+            leeway_secs,
+            user_claim: user_claim.to_owned(),
+        })
+    }
+
+    /// The user claim of a valid token, or `None`.
+    pub(crate) fn verify(&self, token: &str, now_secs: u64) -> Option<String> {
+        let header = jsonwebtoken::decode_header(token).ok()?;
+        let mut validation = Validation::new(header.alg);
+        validation.set_issuer(&[&self.issuer]);
+        validation.set_audience(&[&self.audience]);
+        validation.set_required_spec_claims(&["exp", "iss", "aud"]);
+        // Time is checked below against the caller's `now`.
+        validation.validate_exp = false;
+        validation.validate_nbf = false;
+        // A token naming a kid is tried with that key only; without one, with each key of
+        // its algorithm (rotation: old and new both configured).
+        let by_kid = header.kid.as_deref();
+        let claims = self
+            .keys
+            .iter()
+            .filter(|k| k.alg == header.alg)
+            .filter(|k| match (by_kid, &k.kid) {
+                (Some(want), Some(have)) => want == have,
+                _ => true,
+            })
+            .find_map(|k| {
+                jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(
+                    token,
+                    &k.key,
+                    &validation,
+                )
+                .ok()
+            })?
+            .claims;
+        let exp = claims.get("exp")?.as_u64()?;
+        if exp.saturating_add(self.leeway_secs) <= now_secs {
+            return None;
+        }
+        let max = self.max_lifetime.as_secs();
+        if exp
+            > now_secs
+                .saturating_add(max)
+                .saturating_add(self.leeway_secs)
+        {
+            return None;
+        }
+        if let Some(iat) = claims.get("iat") {
+            if exp.saturating_sub(iat.as_u64()?) > max {
+                return None;
+            }
+        }
+        if let Some(nbf) = claims.get("nbf") {
+            if nbf.as_u64()? > now_secs.saturating_add(self.leeway_secs) {
+                return None;
+            }
+        }
+        // The caller (`src/auth.rs`) applies the user-id rule.
+        claims.get(&self.user_claim)?.as_str().map(str::to_owned)
+    }
+}
+
+/// Signs an HS256 token (the dev-only `mint-jwt` subcommand and the tests).
+pub(crate) fn mint_hs256(
+    secret: &[u8],
+    issuer: &str,
+    audience: &str,
+    user: &str,
+    now_secs: u64,
+    ttl_secs: u64,
+) -> Result<String, String> {
+    let claims = serde_json::json!({
+        "iss": issuer, "aud": audience, "sub": user,
+        "iat": now_secs, "exp": now_secs + ttl_secs,
+    });
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(Algorithm::HS256),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(secret),
+    )
+    .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jsonwebtoken::{EncodingKey, Header};
+    use serde_json::json;
+    use std::path::PathBuf;
+
+    const ISS: &str = "https://id.example";
+    const AUD: &str = "payonce";
+    const NOW: u64 = 1_900_000_000;
+    const OLD: &str = "old-secret-0123456789abcdef0123456789";
+    const NEW: &str = "new-secret-0123456789abcdef0123456789";
+
+    fn claims(exp_in: i64) -> serde_json::Value {
+        json!({ "iss": ISS, "aud": AUD, "sub": "alice", "iat": NOW, "exp": NOW as i64 + exp_in })
+    }
+
+    fn hs(secret: &str, claims: &serde_json::Value) -> String {
+        jsonwebtoken::encode(
+            &Header::new(Algorithm::HS256),
+            claims,
+            &EncodingKey::from_secret(secret.as_bytes()),
+        )
+        .unwrap()
+    }
+
+    fn verifier(secrets: &[&str], keys: &[PathBuf], jwks: Option<&Path>) -> JwtVerifier {
+        let secrets: Vec<String> = secrets.iter().map(|s| (*s).to_owned()).collect();
+        let sources = KeySources {
+            hs256_secrets: &secrets,
+            public_keys: keys,
+            jwks,
+        };
+        JwtVerifier::new(&sources, ISS, AUD, Duration::from_secs(3600), 0, "sub").unwrap()
+    }
+
+    /// Keys made at test time with the openssl command line (a missing openssl fails).
+    struct Keys {
+        dir: PathBuf,
+    }
+
+    impl Keys {
+        fn new() -> Self {
+            let dir = std::env::temp_dir().join(format!("payonce-jwt-{}", uuid::Uuid::new_v4()));
+            std::fs::create_dir_all(&dir).unwrap();
+            Self { dir }
+        }
+        fn openssl(&self, args: &[&str]) -> String {
+            let out = std::process::Command::new("openssl")
+                .args(args)
+                .current_dir(&self.dir)
+                .output()
+                .expect("openssl runs");
+            assert!(out.status.success(), "openssl {args:?}: {out:?}");
+            String::from_utf8(out.stdout).unwrap()
+        }
+        /// (private PEM bytes, public PEM path)
+        fn pair(&self, name: &str, rsa: bool) -> (Vec<u8>, PathBuf) {
+            let private = format!("{name}.key");
+            let public = format!("{name}.pub");
+            let opt = if rsa {
+                ["RSA", "rsa_keygen_bits:2048"]
+            } else {
+                ["EC", "ec_paramgen_curve:P-256"]
+            };
+            self.openssl(&[
+                "genpkey",
+                "-algorithm",
+                opt[0],
+                "-pkeyopt",
+                opt[1],
+                "-out",
+                &private,
+            ]);
+            self.openssl(&["pkey", "-in", &private, "-pubout", "-out", &public]);
+            (
+                std::fs::read(self.dir.join(&private)).unwrap(),
+                self.dir.join(public),
+            )
+        }
+        fn modulus_b64(&self, name: &str) -> String {
+            let out = self.openssl(&["rsa", "-in", &format!("{name}.key"), "-noout", "-modulus"]);
+            let bytes = hex::decode(out.trim().trim_start_matches("Modulus=")).unwrap();
+            b64url(&bytes)
+        }
+    }
+
+    impl Drop for Keys {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn b64url(bytes: &[u8]) -> String {
+        const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let mut out = String::new();
+        for chunk in bytes.chunks(3) {
+            let n = chunk.iter().fold(0u32, |acc, b| (acc << 8) | u32::from(*b))
+                << (8 * (3 - chunk.len()));
+            for i in 0..=chunk.len() {
+                out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn only_a_valid_hs256_token_is_accepted() {
+        let v = verifier(&[NEW], &[], None);
+        assert_eq!(
+            v.verify(&hs(NEW, &claims(600)), NOW).as_deref(),
+            Some("alice")
+        );
+        // expired
+        assert_eq!(v.verify(&hs(NEW, &claims(-1)), NOW), None);
+        assert_eq!(v.verify(&hs(NEW, &claims(600)), NOW + 600), None);
+        // wrong issuer, wrong audience
+        let mut c = claims(600);
+        c["iss"] = json!("https://evil.example");
+        assert_eq!(v.verify(&hs(NEW, &c), NOW), None);
+        let mut c = claims(600);
+        c["aud"] = json!("someone-else");
+        assert_eq!(v.verify(&hs(NEW, &c), NOW), None);
+        // wrong key
+        assert_eq!(v.verify(&hs(OLD, &claims(600)), NOW), None);
+        // no exp at all
+        let mut c = claims(600);
+        c.as_object_mut().unwrap().remove("exp");
+        assert_eq!(v.verify(&hs(NEW, &c), NOW), None);
+        // lifetime over the bound: exp too far from now, or from iat
+        assert_eq!(v.verify(&hs(NEW, &claims(3601)), NOW), None);
+        let mut c = claims(600);
+        c["iat"] = json!(NOW - 3600);
+        assert_eq!(v.verify(&hs(NEW, &c), NOW), None);
+        // garbage
+        assert_eq!(v.verify("a.b.c", NOW), None);
+    }
+
+    #[test]
+    fn alg_none_is_refused() {
+        let v = verifier(&[NEW], &[], None);
+        let enc = |v: &serde_json::Value| b64url(v.to_string().as_bytes());
+        let header = enc(&json!({ "alg": "none", "typ": "JWT" }));
+        let body = enc(&claims(600));
+        assert_eq!(v.verify(&format!("{header}.{body}."), NOW), None);
+        // The same claims with a valid HS256 signature pass: only the alg differs.
+        assert!(v.verify(&hs(NEW, &claims(600)), NOW).is_some());
+    }
+
+    #[test]
+    fn during_a_rotation_old_and_new_keys_are_both_valid() {
+        let both = verifier(&[OLD, NEW], &[], None);
+        assert_eq!(
+            both.verify(&hs(OLD, &claims(60)), NOW).as_deref(),
+            Some("alice")
+        );
+        assert_eq!(
+            both.verify(&hs(NEW, &claims(60)), NOW).as_deref(),
+            Some("alice")
+        );
+        let other = "other-secret-0123456789abcdef01234567";
+        assert_eq!(both.verify(&hs(other, &claims(60)), NOW), None);
+        // After the rotation the old key is gone.
+        let after = verifier(&[NEW], &[], None);
+        assert_eq!(after.verify(&hs(OLD, &claims(60)), NOW), None);
+    }
+
+    #[test]
+    fn rs256_and_es256_with_pem_keys_and_a_jwks() {
+        let keys = Keys::new();
+        let (rsa_priv, rsa_pub) = keys.pair("rsa", true);
+        let (ec_priv, ec_pub) = keys.pair("ec", false);
+        let (other_priv, _) = keys.pair("other", true);
+        let rs = |pem: &[u8], kid: Option<&str>| {
+            let mut h = Header::new(Algorithm::RS256);
+            h.kid = kid.map(str::to_owned);
+            jsonwebtoken::encode(&h, &claims(600), &EncodingKey::from_rsa_pem(pem).unwrap())
+                .unwrap()
+        };
+        let es = jsonwebtoken::encode(
+            &Header::new(Algorithm::ES256),
+            &claims(600),
+            &EncodingKey::from_ec_pem(&ec_priv).unwrap(),
+        )
+        .unwrap();
+        let v = verifier(&[], &[rsa_pub.clone(), ec_pub], None);
+        assert_eq!(
+            v.verify(&rs(&rsa_priv, None), NOW).as_deref(),
+            Some("alice")
+        );
+        assert_eq!(v.verify(&es, NOW).as_deref(), Some("alice"));
+        assert_eq!(v.verify(&rs(&other_priv, None), NOW), None, "wrong RSA key");
+        // Algorithm confusion: an HS256 token keyed with the public PEM's bytes.
+        let pem = std::fs::read_to_string(&rsa_pub).unwrap();
+        assert_eq!(v.verify(&hs(&pem, &claims(600)), NOW), None);
+        // JWKS: the kid picks the key.
+        let jwks = json!({ "keys": [{
+            "kty": "RSA", "kid": "k1", "alg": "RS256", "use": "sig",
+            "n": keys.modulus_b64("rsa"), "e": "AQAB",
+        }]});
+        let path = keys.dir.join("jwks.json");
+        std::fs::write(&path, jwks.to_string()).unwrap();
+        let v = verifier(&[], &[], Some(&path));
+        assert_eq!(
+            v.verify(&rs(&rsa_priv, Some("k1")), NOW).as_deref(),
+            Some("alice")
+        );
+        assert_eq!(
+            v.verify(&rs(&rsa_priv, Some("k2")), NOW),
+            None,
+            "unknown kid"
+        );
+        assert_eq!(v.verify(&rs(&other_priv, Some("k1")), NOW), None);
+    }
+
+    #[test]
+    fn the_user_id_comes_from_the_configured_claim() {
+        let sources = KeySources {
+            hs256_secrets: &[NEW.to_owned()],
+            ..KeySources::default()
+        };
+        let v = JwtVerifier::new(&sources, ISS, AUD, Duration::from_secs(3600), 0, "uid").unwrap();
+        let mut c = claims(600);
+        c["uid"] = json!("user_42");
+        assert_eq!(v.verify(&hs(NEW, &c), NOW).as_deref(), Some("user_42"));
+        assert_eq!(v.verify(&hs(NEW, &claims(600)), NOW), None, "no uid claim");
+    }
+
+    #[test]
+    fn weak_secrets_and_missing_issuer_are_refused_at_start() {
+        let short = KeySources {
+            hs256_secrets: &["short".to_owned()],
+            ..KeySources::default()
+        };
+        assert!(JwtVerifier::new(&short, ISS, AUD, Duration::from_secs(60), 0, "sub").is_err());
+        let ok = KeySources {
+            hs256_secrets: &[NEW.to_owned()],
+            ..KeySources::default()
+        };
+        assert!(JwtVerifier::new(&ok, "", AUD, Duration::from_secs(60), 0, "sub").is_err());
+        assert!(JwtVerifier::new(&ok, ISS, "", Duration::from_secs(60), 0, "sub").is_err());
+    }
+}

@@ -1,0 +1,110 @@
+//! The HTTP edge under slow clients: hundreds of connections that never finish their
+//! headers or never send their declared body must not take `/healthz` down, and are closed
+//! once the header (or body) timeout passes.
+
+use crate::common::{client, Backend, Opts, TestApp};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const HEADER_TIMEOUT_MS: u64 = 1_500;
+const BODY_TIMEOUT_MS: u64 = 1_500;
+/// Connections of each kind: silent, headers never finished, body never sent.
+const EACH: usize = 100;
+
+async fn open(addr: &str, send: &[u8]) -> TcpStream {
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    if !send.is_empty() {
+        s.write_all(send).await.expect("write");
+    }
+    s
+}
+
+/// Reads until EOF or error, at most `within`; true when the server closed the connection.
+async fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, s.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) => continue, // an answer (e.g. the 400 of a timed-out body); then EOF
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_do_not_starve_healthz_and_are_closed_after_the_timeouts() {
+    let opts = Opts {
+        extra: vec![
+            "--header-timeout-ms".into(),
+            HEADER_TIMEOUT_MS.to_string(),
+            "--body-timeout-ms".into(),
+            BODY_TIMEOUT_MS.to_string(),
+        ],
+        ..Opts::default()
+    };
+    let app = TestApp::spawn_with(Backend::Sqlite, opts)
+        .await
+        .expect("app");
+    let addr = app.api.trim_start_matches("http://").to_owned();
+    let started = Instant::now();
+    let mut silent = Vec::new();
+    let mut half_head = Vec::new();
+    let mut no_body = Vec::new();
+    for _ in 0..EACH {
+        silent.push(open(&addr, b"").await);
+        half_head.push(open(&addr, b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ").await);
+        no_body.push(
+            open(
+                &addr,
+                b"POST /webhooks/provider HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{",
+            )
+            .await,
+        );
+    }
+    // All 300 are held; a fresh client is still answered at once.
+    for _ in 0..3 {
+        let t = Instant::now();
+        let r = tokio::time::timeout(
+            Duration::from_secs(1),
+            client().get(app.url("/healthz")).send(),
+        )
+        .await
+        .expect("/healthz answered within 1 s while 300 slow connections are held")
+        .expect("/healthz request");
+        assert_eq!(r.status(), 200);
+        assert!(t.elapsed() < Duration::from_secs(1));
+    }
+    assert!(
+        started.elapsed() < Duration::from_millis(HEADER_TIMEOUT_MS),
+        "the setup outlived the header timeout; the checks below would prove nothing"
+    );
+    // Past the timeouts (plus slack for a loaded machine) every slow connection is closed.
+    let patience = Duration::from_millis(HEADER_TIMEOUT_MS.max(BODY_TIMEOUT_MS) + 3_000);
+    for (kind, conns) in [
+        ("silent", &mut silent),
+        ("half-sent head", &mut half_head),
+        ("declared body never sent", &mut no_body),
+    ] {
+        let mut open_still = 0;
+        for s in conns.iter_mut() {
+            let left = patience.saturating_sub(started.elapsed());
+            if !closed_within(s, left.max(Duration::from_millis(10))).await {
+                open_still += 1;
+            }
+        }
+        assert_eq!(open_still, 0, "{kind}: {open_still} of {EACH} still open");
+    }
+    assert!(
+        started.elapsed() >= Duration::from_millis(HEADER_TIMEOUT_MS),
+        "closed before the timeout: something else closed them"
+    );
+    // And the server still serves.
+    let r = client()
+        .get(app.url("/healthz"))
+        .send()
+        .await
+        .expect("healthz");
+    assert_eq!(r.status(), 200);
+}
