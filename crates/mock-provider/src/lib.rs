@@ -44,7 +44,7 @@
 #![deny(missing_docs)]
 
 mod http;
-pub mod signature;
+pub use payonce_protocol::signature;
 mod store;
 mod webhooks;
 
