@@ -379,6 +379,7 @@ async fn cart_change_after_a_timeout_cancels_tombstones_and_pays_with_a_new_key(
     let late = PayRequest {
         order_version: order.version,
         payment_method_id: methods::APPROVE.into(),
+        extras: Default::default(),
     };
     let (status, text) = http(
         "POST",

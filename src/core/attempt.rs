@@ -19,7 +19,7 @@ use payonce_protocol::{CheckoutSnapshot, IdempotencyKey};
 use serde::{Deserialize, Serialize};
 
 /// Where an attempt stands, as far as this client knows. Only non-final states exist here.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AttemptState {
     /// The key is minted and stored; no request has left yet.
@@ -28,6 +28,31 @@ pub enum AttemptState {
     Sent,
     /// A request ended without a final answer (timeout, network error, 5xx, in progress).
     Unknown,
+}
+
+impl<'de> Deserialize<'de> for AttemptState {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        unit_variant(d, &[Self::Saved, Self::Sent, Self::Unknown], Self::as_str)
+    }
+}
+
+/// A unit enum read as its name, one of `all` as spelled by `name`. Hand-written instead of
+/// derived: a derive brings a variant visitor and an enum access per enum into the Wasm
+/// module, this only reads a string (docs/size.md).
+pub(crate) fn unit_variant<'de, D, T>(
+    d: D,
+    all: &[T],
+    name: fn(T) -> &'static str,
+) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Copy,
+{
+    let s = String::deserialize(d)?;
+    all.iter()
+        .copied()
+        .find(|v| name(*v) == s)
+        .ok_or_else(|| serde::de::Error::custom("unknown variant"))
 }
 
 impl AttemptState {

@@ -16,7 +16,6 @@ use gloo_timers::callback::Timeout;
 use js_sys::{Array, Function, Promise, Reflect};
 use payonce_protocol::{ErrorCode, Problem};
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
@@ -286,38 +285,29 @@ pub(crate) async fn post<T: DeserializeOwned>(
     })
 }
 
-/// An error answer body: only the members the SDK decides on (the server's [`Problem`] has
-/// more, all ignored here).
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ProblemBody {
-    /// Read as text and looked up in [`ErrorCode::ALL`]: smaller in the module than the
-    /// code list's derived `Deserialize`.
-    code: String,
-    retry_after: Option<u64>,
-    current_version: Option<u64>,
-}
-
 /// A problem body. One whose `code` is missing or unknown is no problem at all (the status
-/// alone then decides); a malformed optional member is dropped rather than losing the code.
+/// alone then decides); a malformed optional member is dropped rather than losing the code
+/// (both optional members are, as when they were one serde struct). Only the members the SDK
+/// decides on are read (the server's [`Problem`] has more, all ignored here), one by one: a
+/// derived struct for the three cost more in the module.
 fn problem(v: &JsValue) -> Option<Problem> {
-    // The fallback reads the one member directly: a second derived struct for it costs more.
-    let p = value::from_js::<ProblemBody>(v).or_else(|| {
-        value::get(v, "code").as_string().map(|code| ProblemBody {
-            code,
-            retry_after: None,
-            current_version: None,
-        })
-    })?;
-    let code = *ErrorCode::ALL.iter().find(|c| c.as_str() == p.code)?;
+    let code = value::get(v, "code").as_string()?;
+    let int = |k| value::member(v, k, value::Kind::Int(value::MAX_SAFE)).map(|n| n.as_f64());
+    let (retry_after, current_version) = match (int("retryAfter"), int("currentVersion")) {
+        (Ok(r), Ok(c)) => (r.map(|n| n as u64), c.map(|n| n as u64)),
+        _ => (None, None),
+    };
+    // Looked up in [`ErrorCode::ALL`]: smaller in the module than the list's derived
+    // `Deserialize`.
+    let code = *ErrorCode::ALL.iter().find(|c| c.as_str() == code)?;
     Some(Problem {
         type_uri: String::new(),
         title: String::new(),
         status: code.http_status(),
         detail: None,
         code,
-        retry_after: p.retry_after,
-        current_version: p.current_version,
+        retry_after,
+        current_version,
         attempt_status: None,
         reason: None,
         sku: None,

@@ -30,7 +30,7 @@ use io::{Abort, Call};
 use js_sys::{Function, Promise, Reflect};
 use payonce_protocol::body::{paths, DevFault};
 use payonce_protocol::{headers, CancelRequest, CheckoutSnapshot, IdempotencyKey, PayResponse};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::cell::RefCell;
 use std::rc::Rc;
 use store::Store;
@@ -426,36 +426,6 @@ impl Drop for PayonceClient {
     }
 }
 
-/// `ClientOptions` as read with serde (callbacks are read separately). `null` counts as absent.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Options {
-    base_url: String,
-    request_timeout_ms: Option<u32>,
-    retry: Option<RetryOptions>,
-    deadline_ms: Option<u64>,
-    long_wait_ms: Option<u64>,
-    storage: Option<StorageOption>,
-}
-
-#[derive(Deserialize, PartialEq)]
-#[serde(rename_all = "lowercase")]
-enum StorageOption {
-    Session,
-    Memory,
-}
-
-/// `ClientOptions.retry`: each member optional, the default policy fills the rest.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RetryOptions {
-    base_delay_ms: Option<u64>,
-    max_delay_ms: Option<u64>,
-    max_attempts: Option<u32>,
-    max_retry_after_ms: Option<u64>,
-    budget: Option<BudgetOptions>,
-}
-
 /// The members `ClientOptions` reads, each with what it must be: any other is refused by name.
 const OPTION_FIELDS: [(&str, Kind); 13] = [
     ("baseUrl", Kind::Text),
@@ -470,11 +440,14 @@ const OPTION_FIELDS: [(&str, Kind); 13] = [
     ("retry", Kind::Object),
     ("deadlineMs", Kind::Int(value::MAX_SAFE)),
     ("longWaitMs", Kind::Int(value::MAX_SAFE)),
-    ("storage", Kind::OneOf(&["session", "memory"])),
+    ("storage", STORAGE),
     ("onWarning", Kind::Function),
     ("onEvent", Kind::Function),
     ("debug", Kind::Flag),
 ];
+
+/// `ClientOptions.storage`.
+const STORAGE: Kind = Kind::OneOf(&["session", "memory"]);
 
 /// The members of `ClientOptions.endpoints`.
 const ENDPOINT_FIELDS: [(&str, Kind); 2] = [("pay", Kind::Function), ("cancel", Kind::Function)];
@@ -487,15 +460,6 @@ const RETRY_FIELDS: [(&str, Kind); 5] = [
     ("maxRetryAfterMs", Kind::Int(value::MAX_SAFE)),
     ("budget", Kind::Object),
 ];
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct BudgetOptions {
-    capacity: Option<u32>,
-    retry_cost: Option<u32>,
-    timeout_cost: Option<u32>,
-    success_refill: Option<u32>,
-}
 
 const BUDGET_FIELDS: [(&str, Kind); 4] = [
     ("capacity", Kind::Int(value::MAX_U32)),
@@ -512,48 +476,35 @@ const CHECKOUT_FIELDS: [(&str, Kind); 4] = [
     ("extras", Kind::Object),
 ];
 
-impl RetryOptions {
-    fn policy(self) -> RetryPolicy {
-        let d = RetryPolicy::default();
-        let b = self.budget.unwrap_or(BudgetOptions {
-            capacity: None,
-            retry_cost: None,
-            timeout_cost: None,
-            success_refill: None,
-        });
-        RetryPolicy {
-            base_delay_ms: self.base_delay_ms.unwrap_or(d.base_delay_ms),
-            max_delay_ms: self.max_delay_ms.unwrap_or(d.max_delay_ms),
-            max_attempts: self.max_attempts.unwrap_or(d.max_attempts),
-            max_retry_after_ms: self.max_retry_after_ms.unwrap_or(d.max_retry_after_ms),
-            budget: BudgetConfig {
-                capacity: b.capacity.unwrap_or(d.budget.capacity),
-                retry_cost: b.retry_cost.unwrap_or(d.budget.retry_cost),
-                timeout_cost: b.timeout_cost.unwrap_or(d.budget.timeout_cost),
-                success_refill: b.success_refill.unwrap_or(d.budget.success_refill),
-            },
-        }
-    }
-}
-
-/// `PendingAttempt`: both union members in one shape, absent members left out.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct PendingView<'a> {
-    state: &'a str,
-    order_id: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    order_version: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    payment_method_id: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    key: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    created_at: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    sends: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    extras: Option<&'a payonce_protocol::Extras>,
+/// `ClientOptions.retry` over the default policy. The options are read member by member
+/// ([`value::member`]), not with a serde derive per options struct: each derive brought its
+/// own `deserialize_struct` and field visitor (docs/size.md). `Err`: a member is not of its
+/// kind (only an inherited one can be: [`value::check`] has checked the own ones).
+fn retry_policy(retry: &JsValue) -> Result<RetryPolicy, ()> {
+    let d = RetryPolicy::default();
+    let budget = value::member(retry, "budget", Kind::Object)?;
+    let int = |o: &JsValue, k: &str, max: f64| -> Result<Option<f64>, ()> {
+        Ok(value::member(o, k, Kind::Int(max))?.as_f64())
+    };
+    let ms = |k: &str, default: u64| -> Result<u64, ()> {
+        Ok(int(retry, k, value::MAX_SAFE)?.map_or(default, |n| n as u64))
+    };
+    let tokens = |k: &str, default: u32| -> Result<u32, ()> {
+        Ok(int(&budget, k, value::MAX_U32)?.map_or(default, |n| n as u32))
+    };
+    Ok(RetryPolicy {
+        base_delay_ms: ms("baseDelayMs", d.base_delay_ms)?,
+        max_delay_ms: ms("maxDelayMs", d.max_delay_ms)?,
+        max_attempts: int(retry, "maxAttempts", value::MAX_U32)?
+            .map_or(d.max_attempts, |n| n as u32),
+        max_retry_after_ms: ms("maxRetryAfterMs", d.max_retry_after_ms)?,
+        budget: BudgetConfig {
+            capacity: tokens("capacity", d.budget.capacity)?,
+            retry_cost: tokens("retryCost", d.budget.retry_cost)?,
+            timeout_cost: tokens("timeoutCost", d.budget.timeout_cost)?,
+            success_refill: tokens("successRefill", d.budget.success_refill)?,
+        },
+    })
 }
 
 /// `{ kind: "pending", reason }`: the call stopped asking, the key is kept.
@@ -589,16 +540,27 @@ impl PayonceClient {
         if !endpoints.is_undefined() && !endpoints.is_null() {
             value::check(&endpoints, "endpoints.", &ENDPOINT_FIELDS, &[]).map_err(invalid)?;
         }
-        let o = value::from_js::<Options>(&options)
-            .ok_or_else(|| invalid("the options do not match ClientOptions".into()))?;
-        if !(o.base_url.starts_with("http://") || o.base_url.starts_with("https://")) {
+        let mismatch = |()| invalid("the options do not match ClientOptions".into());
+        let member = |k: &str, kind: Kind| value::member(&options, k, kind).map_err(mismatch);
+        let base_url = member("baseUrl", Kind::Text)?
+            .as_string()
+            .unwrap_or_default();
+        if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
             return Err(invalid(
-                ["baseUrl must be an http(s) URL, got \"", &o.base_url, "\""].concat(),
+                ["baseUrl must be an http(s) URL, got \"", &base_url, "\""].concat(),
             ));
         }
-        let policy = o
-            .retry
-            .map_or_else(RetryPolicy::default, RetryOptions::policy);
+        let policy = retry_policy(&member("retry", Kind::Object)?).map_err(mismatch)?;
+        let request_timeout_ms = member("requestTimeoutMs", Kind::Int(value::MAX_U32))?
+            .as_f64()
+            .map_or(DEFAULT_REQUEST_TIMEOUT_MS, |n| n as u32);
+        let deadline_ms = member("deadlineMs", Kind::Int(value::MAX_SAFE))?
+            .as_f64()
+            .map_or(DEFAULT_DEADLINE_MS, |n| n as u64);
+        let long_wait_ms = member("longWaitMs", Kind::Int(value::MAX_SAFE))?
+            .as_f64()
+            .map_or(DEFAULT_LONG_WAIT_MS, |n| n as u64);
+        let memory = member("storage", STORAGE)?.as_string().as_deref() == Some("memory");
         let on_warning = callback(&options, "onWarning");
         let observer = Observer {
             on_event: callback(&options, "onEvent"),
@@ -614,15 +576,12 @@ impl PayonceClient {
                 "include".into()
             },
         };
-        let (store, fell) = Store::new(o.storage != Some(StorageOption::Memory));
+        let (store, fell) = Store::new(!memory);
         let inner = Inner {
-            base_url: o.base_url.trim_end_matches('/').to_owned(),
-            request_timeout_ms: o
-                .request_timeout_ms
-                .unwrap_or(DEFAULT_REQUEST_TIMEOUT_MS)
-                .max(1),
-            deadline_ms: o.deadline_ms.unwrap_or(DEFAULT_DEADLINE_MS),
-            long_wait_ms: o.long_wait_ms.unwrap_or(DEFAULT_LONG_WAIT_MS),
+            base_url: base_url.trim_end_matches('/').to_owned(),
+            request_timeout_ms: request_timeout_ms.max(1),
+            deadline_ms,
+            long_wait_ms,
             policy,
             budget: RefCell::new(RetryBudget::new(policy.budget)),
             store,
@@ -699,31 +658,39 @@ impl PayonceClient {
     /// The unresolved attempt stored for `orderId`, if any.
     #[wasm_bindgen(js_name = pendingAttempt, unchecked_return_type = "PendingAttempt | undefined")]
     pub fn pending_attempt(&self, #[wasm_bindgen(js_name = orderId)] order_id: String) -> JsValue {
-        let entry = self.inner.store.get(&order_id);
-        let view = match &entry {
-            Entry::Missing => return JsValue::UNDEFINED,
-            Entry::Valid(a) => PendingView {
-                state: a.state.as_str(),
-                order_id: &order_id,
-                order_version: Some(a.snapshot.order_version),
-                payment_method_id: Some(&a.snapshot.payment_method_id),
-                key: Some(a.key.as_str()),
-                created_at: Some(a.created_at),
-                sends: Some(a.sends),
-                extras: Some(&a.snapshot.extras).filter(|e| !e.is_empty()),
-            },
-            Entry::Unreadable { key } => PendingView {
-                state: "unreadable",
-                order_id: &order_id,
-                order_version: None,
-                payment_method_id: None,
-                key: key.as_ref().map(|k| k.as_str()),
-                created_at: None,
-                sends: None,
-                extras: None,
-            },
-        };
-        value::to_js(&view)
+        // Built member by member, not with a serde derive: smaller in the module, and the
+        // members come in the same order with the same absences (`PendingAttempt`).
+        let number = |n: u64| JsValue::from_f64(n as f64);
+        match self.inner.store.get(&order_id) {
+            Entry::Missing => JsValue::UNDEFINED,
+            Entry::Valid(a) => {
+                let extras = Some(&a.snapshot.extras)
+                    .filter(|e| !e.is_empty())
+                    .map(value::to_js);
+                let mut members = vec![
+                    ("state", a.state.as_str().into()),
+                    ("orderId", order_id.as_str().into()),
+                    ("orderVersion", number(a.snapshot.order_version)),
+                    (
+                        "paymentMethodId",
+                        a.snapshot.payment_method_id.as_str().into(),
+                    ),
+                    ("key", a.key.as_str().into()),
+                    ("createdAt", number(a.created_at)),
+                    ("sends", a.sends.into()),
+                ];
+                members.extend(extras.map(|e| ("extras", e)));
+                value::object_owned(&members)
+            }
+            Entry::Unreadable { key } => {
+                let mut members = vec![
+                    ("state", "unreadable".into()),
+                    ("orderId", order_id.as_str().into()),
+                ];
+                members.extend(key.map(|k| ("key", k.as_str().into())));
+                value::object_owned(&members)
+            }
+        }
     }
 
     /// Forgets every stored attempt and known receipt (call on logout: keys belong to the

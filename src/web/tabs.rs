@@ -17,7 +17,6 @@ use crate::core::receipt::Receipt;
 use crate::web::value;
 use js_sys::Function;
 use payonce_protocol::CheckoutSnapshot;
-use serde::{Deserialize, Serialize};
 use std::cell::{Cell, RefCell};
 use wasm_bindgen::prelude::*;
 use web_sys::{BroadcastChannel, MessageEvent};
@@ -25,23 +24,32 @@ use web_sys::{BroadcastChannel, MessageEvent};
 const CHANNEL: &str = "payonce";
 const TAB_ID: &str = "payonce:tab";
 
-#[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Paid,
     Hello,
     Taken,
 }
 
+impl Kind {
+    const ALL: [Kind; 3] = [Self::Paid, Self::Hello, Self::Taken];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Paid => "paid",
+            Self::Hello => "hello",
+            Self::Taken => "taken",
+        }
+    }
+}
+
 /// One flat shape for every message; absent members are left out. A message that does not
-/// read (another version, another app on the channel) is ignored.
-#[derive(Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// read (another version, another app on the channel) is ignored. Read and written member by
+/// member (only the receipt through its serde derives): a derive for this envelope cost more
+/// in the module than these few lines.
 struct Message {
     t: Kind,
-    #[serde(skip_serializing_if = "Option::is_none")]
     tab: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     receipt: Option<Receipt>,
 }
 
@@ -52,6 +60,28 @@ impl Message {
             tab: Some(tab),
             receipt: None,
         }
+    }
+
+    /// `None` unless `t` is a known kind, `tab` absent or a string, `receipt` absent or a
+    /// receipt (`null` counts as absent).
+    fn from_js(v: &JsValue) -> Option<Self> {
+        let t = value::get(v, "t").as_string()?;
+        let t = Kind::ALL.into_iter().find(|k| k.as_str() == t)?;
+        let tab = value::member(v, "tab", value::Kind::Text).ok()?.as_string();
+        let receipt = value::get(v, "receipt");
+        let receipt = if receipt.is_undefined() || receipt.is_null() {
+            None
+        } else {
+            Some(value::from_js::<Receipt>(&receipt)?)
+        };
+        Some(Self { t, tab, receipt })
+    }
+
+    fn to_js(&self) -> JsValue {
+        let mut members = vec![("t", JsValue::from_str(self.t.as_str()))];
+        members.extend(self.tab.as_deref().map(|t| ("tab", t.into())));
+        members.extend(self.receipt.as_ref().map(|r| ("receipt", value::to_js(r))));
+        value::object_owned(&members)
     }
 }
 
@@ -89,7 +119,7 @@ impl Tabs {
             return;
         };
         let on_message = Closure::<dyn Fn(MessageEvent)>::new(|e: MessageEvent| {
-            if let Some(m) = value::from_js::<Message>(&e.data()) {
+            if let Some(m) = Message::from_js(&e.data()) {
                 TABS.with(|t| t.receive(m));
             }
         });
@@ -142,7 +172,7 @@ impl Tabs {
 }
 
 fn post(ch: &BroadcastChannel, m: &Message) {
-    let _ = ch.post_message(&value::to_js(m));
+    let _ = ch.post_message(&m.to_js());
 }
 
 /// This tab's id, made on first use.

@@ -1,8 +1,9 @@
 //! JavaScript values in and out through serde-wasm-bindgen (the one JS boundary): the
-//! options, checkouts, server answers, stored attempts and tab messages the SDK reads, and
-//! the outcomes and pending attempts it hands back, all with serde derives (the SDK's own in
-//! `core` and here, the wire ones in `payonce_protocol`). JSON text goes through the
-//! browser's `JSON`.
+//! checkouts, server answers, stored attempts and tab messages the SDK reads, and the
+//! outcomes and pending attempts it hands back, all with serde derives (the SDK's own in
+//! `core` and here, the wire ones in `payonce_protocol`). The client options, a dozen numbers
+//! and strings already checked by [`check`], are read member by member ([`member`]): a derive
+//! per options struct cost more in the module. JSON text goes through the browser's `JSON`.
 //!
 //! A value that does not fit is `None`: serde-wasm-bindgen's error is dropped without being
 //! formatted, and the caller turns it into its own typed error or documented fallback.
@@ -44,6 +45,28 @@ pub(crate) fn get(o: &JsValue, k: &str) -> JsValue {
         return JsValue::UNDEFINED;
     }
     Reflect::get(o, &JsValue::from_str(k)).unwrap_or(JsValue::UNDEFINED)
+}
+
+/// [`object`] of owned values.
+pub(crate) fn object_owned(members: &[(&str, JsValue)]) -> JsValue {
+    let o = Object::new();
+    for (k, v) in members {
+        let _ = Reflect::set(&o, &JsValue::from_str(k), v);
+    }
+    o.into()
+}
+
+/// `o[k]` when it is present and of `kind`; `undefined` when it is absent (`undefined` or
+/// `null`, as [`check`] counts them, or `o` is not an object); `Err` when it is neither.
+pub(crate) fn member(o: &JsValue, k: &str, kind: Kind) -> Result<JsValue, ()> {
+    let v = get(o, k);
+    if v.is_undefined() || v.is_null() {
+        Ok(JsValue::UNDEFINED)
+    } else if kind.fits(&v) {
+        Ok(v)
+    } else {
+        Err(())
+    }
 }
 
 /// A plain object with the given members (for browser dictionaries holding JS objects, such

@@ -18,6 +18,7 @@ const METHODS = [
   { id: "pm_card_slow", label: "Slow provider", hint: "approves after 4 s, longer than the client timeout" },
   { id: "pm_card_timeout", label: "Provider timeout", hint: "charged, but the provider's answer never comes in time" },
   { id: "pm_card_transient", label: "Transient error", hint: "the provider answers 503 once, then approves" },
+  { id: "pm_card_3ds", label: "3-D Secure", hint: "the bank asks you to confirm on its page first" },
 ];
 
 const TEXT = {
@@ -30,6 +31,8 @@ const TEXT = {
   changed: "The order changed — please review it and pay again.",
   cancelled: "The payment attempt was cancelled. Nothing was charged.",
   offline: "You are offline. Waiting for the network to check the payment status…",
+  actionRequired: "Confirm the payment with your bank.",
+  actionWaiting: "Waiting for your bank's confirmation…",
 };
 
 const UNAVAILABLE = "not available in this server build";
@@ -292,6 +295,9 @@ async function showOutcome(outcome) {
       setStatus(TEXT.cancelled, "warn");
       await reloadOrder();
       break;
+    case "actionRequired":
+      askForAction(outcome.next);
+      break;
     case "pending":
       log(`sdk stopped asking for now (${outcome.reason ?? "deadline"}); the key is kept`);
       setStatus(TEXT.longWait, "busy");
@@ -309,6 +315,47 @@ async function showOutcome(outcome) {
     default:
       setStatus(`Unexpected payment outcome: ${JSON.stringify(outcome)}`, "error");
   }
+}
+
+/**
+ * The customer must act at the bank (3-D Secure). `next` is the server's opaque payload; the
+ * companion server sends `{ type: "redirect", url }`. The bank's page opens in a popup; when
+ * it closes, `resume` asks again with the same key (the SDK kept it) and shows the outcome.
+ * A blocked popup falls back to the same tab with a `returnUrl`: back on this page, the
+ * stored attempt is found and resumed the same way.
+ */
+function askForAction(next) {
+  const url = next?.type === "redirect" && typeof next.url === "string" ? next.url : null;
+  if (!url) {
+    setStatus(`The payment needs an action this page does not know: ${JSON.stringify(next)}`, "error");
+    return;
+  }
+  log(`action required: ${url}`);
+  setStatus(TEXT.actionRequired, "warn");
+  showNotice("Your bank asks you to confirm this payment. Nothing is charged until you do.", [
+    ["Confirm with your bank", () => openAction(url), "confirm-bank"],
+    ["I confirmed it: check again", resumeAttempt, "check-again"],
+  ]);
+}
+
+function openAction(url) {
+  const popup = window.open(url, "payonce-bank", "popup,width=520,height=640");
+  if (!popup) {
+    const back = new URL(location.href);
+    back.searchParams.set("order", state.order.id);
+    const target = new URL(url);
+    target.searchParams.set("returnUrl", back.href);
+    log("popup blocked: opening the bank's page in this tab");
+    location.assign(target.href);
+    return;
+  }
+  setStatus(TEXT.actionWaiting, "busy");
+  const timer = setInterval(() => {
+    if (!popup.closed) return;
+    clearInterval(timer);
+    log("the bank's window closed; checking the payment with the same key");
+    resumeAttempt();
+  }, 300);
 }
 
 async function showError(err) {
@@ -543,6 +590,8 @@ async function refreshLedger() {
     const declined = charges.filter((c) => c.status === "declined").length;
     let text = `${charged} charge${charged === 1 ? "" : "s"}`;
     if (declined) text += `, ${declined} declined`;
+    const waiting = charges.filter((c) => c.status === "requires_action").length;
+    if (waiting) text += `, ${waiting} waiting for the bank`;
     if (charged === 1) text += " — charged once ✓";
     if (charged > 1) text += " — CHARGED MORE THAN ONCE";
     summary.textContent = text;

@@ -716,5 +716,6 @@ fn approve_v1() -> PayRequest {
     PayRequest {
         order_version: 1,
         payment_method_id: APPROVE.to_owned(),
+        extras: Default::default(),
     }
 }

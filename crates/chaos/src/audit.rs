@@ -651,6 +651,7 @@ mod tests {
             order_id: order.into(),
             status,
             created_at: 0,
+            next_action_url: None,
         }
     }
     fn line(sku: &str, quantity: u32) -> OrderLine {

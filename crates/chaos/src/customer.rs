@@ -1036,7 +1036,7 @@ mod tests {
         assert!(has(&|s| matches!(s.plan, Plan::StaleVersion { .. })) > 50);
         assert!(has(&|s| !s.reloads.is_empty()) > 200);
         assert!(has(&|s| s.items.iter().any(|l| l.sku == SCARCE_SKU)) > 20);
-        for m in methods::ALL {
+        for m in methods::UNATTENDED {
             assert!(has(&|s| s.method == m) > 50, "method {m} is too rare");
         }
         // Every cart is sellable: known SKUs, no duplicates, quantities of at least one.

@@ -335,6 +335,7 @@ impl Backend {
         let body = PayRequest {
             order_version: version,
             payment_method_id: method.to_owned(),
+            extras: Default::default(),
         };
         let body = serde_json::to_string(&body).unwrap_or_default();
         let path = paths::pay(&order.id);

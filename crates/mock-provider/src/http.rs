@@ -1,7 +1,7 @@
 //! The provider's HTTP API. Handlers validate input, call one store method, and map its
 //! outcome to a response; every error is an RFC 9457 problem.
 
-use crate::store::{ChargeOutcome, RefundOutcome};
+use crate::store::{ChargeOutcome, CompleteOutcome, RefundOutcome};
 use crate::MockProvider;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
@@ -13,8 +13,8 @@ use axum::Router;
 use payonce_protocol::headers::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, RETRY_AFTER};
 use payonce_protocol::problem::PROBLEM_CONTENT_TYPE;
 use payonce_protocol::provider::{
-    methods, paths, Charge, ChargeRequest, ChargeStatus, Ledger, LedgerQuery, RedeliverQuery,
-    Redelivered,
+    methods, paths, Charge, ChargeRequest, ChargeStatus, CompleteRequest, Ledger, LedgerQuery,
+    RedeliverQuery, Redelivered,
 };
 use payonce_protocol::{ErrorCode, IdempotencyKey, Problem};
 use serde::Serialize;
@@ -28,6 +28,8 @@ pub(crate) fn router(provider: MockProvider) -> Router {
         // "never charged". Raw and percent-encoded slashes both work.
         .route("/charges/by-key/{*provider_key}", get(charge_by_key))
         .route("/charges/{charge_id}/refunds", post(create_refund))
+        .route("/charges/{charge_id}/action", get(action_page))
+        .route("/charges/{charge_id}/complete", post(complete_charge))
         .route(paths::LEDGER, get(ledger))
         .route(paths::DEV_REDELIVER_WEBHOOKS, post(redeliver))
         .route(paths::DEV_RESET, post(reset))
@@ -182,7 +184,10 @@ fn validate_charge(req: &ChargeRequest) -> Result<(), ApiError> {
         return bad("orderId must be 1 to 255 bytes");
     }
     if !methods::ALL.contains(&req.payment_method_id.as_str()) {
-        return bad("unknown paymentMethodId; use one of the test methods (pm_card_approve, pm_card_decline, pm_card_slow, pm_card_timeout, pm_card_transient)");
+        return bad(&format!(
+            "unknown paymentMethodId; use one of the test methods ({})",
+            methods::ALL.join(", ")
+        ));
     }
     Ok(())
 }
@@ -190,6 +195,8 @@ fn validate_charge(req: &ChargeRequest) -> Result<(), ApiError> {
 fn charge_response(charge: &Charge, replayed: bool) -> Response {
     let status = match (charge.status, replayed) {
         (ChargeStatus::Declined, _) => StatusCode::PAYMENT_REQUIRED,
+        // Recorded, but no outcome until the customer completes `nextActionUrl`.
+        (ChargeStatus::RequiresAction, _) => StatusCode::ACCEPTED,
         (_, true) => StatusCode::OK,
         (_, false) => StatusCode::CREATED,
     };
@@ -204,9 +211,12 @@ async fn create_charge(
     let key = idempotency_key(&headers)?;
     let request: ChargeRequest = json_body(&headers, body)?;
     validate_charge(&request)?;
-    match p.inner.store.charge(key.as_str(), &request)? {
+    let base = action_base(&headers);
+    match p.inner.store.charge(key.as_str(), &request, &base)? {
         ChargeOutcome::Created { charge, event } => {
-            p.send_webhook(event).await;
+            if let Some(event) = event {
+                p.send_webhook(event).await;
+            }
             // The charge is already in the ledger: a caller that gives up before these
             // delays end has been charged without knowing it, which is the point.
             let delay = match request.payment_method_id.as_str() {
@@ -260,6 +270,9 @@ async fn create_refund(
         RefundOutcome::NotRefundable(status) => {
             let why = match status {
                 ChargeStatus::Declined => "the charge was declined; nothing to refund",
+                ChargeStatus::RequiresAction => {
+                    "the charge awaits the customer's action; nothing to refund"
+                }
                 _ => "the charge is already refunded",
             };
             Err(ApiError::new(ErrorCode::RefundNotAllowed).detail(why))
@@ -267,6 +280,191 @@ async fn create_refund(
         RefundOutcome::KeyReused => Err(ApiError::new(ErrorCode::KeyReusedWithDifferentDetails)
             .detail("this refund key was used for another charge")),
     }
+}
+
+/// The provider's origin as this caller reached it, where the action page of a new charge
+/// is served. The merchant server calls the provider at the URL the customer's browser can
+/// open too (both on this machine), like a PSP's public `next_action` URL.
+fn action_base(headers: &HeaderMap) -> String {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .filter(|h| {
+            !h.is_empty()
+                && h.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b))
+        })
+        .unwrap_or("127.0.0.1");
+    format!("http://{host}")
+}
+
+/// `GET /charges/{id}/action[?returnUrl=]`: the customer's challenge page, one button per
+/// outcome, posting the form to `POST /charges/{id}/complete`.
+async fn action_page(
+    State(p): State<MockProvider>,
+    Path(charge_id): Path<String>,
+    query: Result<Query<ActionPageQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(query) = query.map_err(bad_query)?;
+    let return_url = local_return_url(query.return_url.as_deref())?;
+    let Some(charge) = p.inner.store.charge_by_id(&charge_id) else {
+        return Err(ApiError::new(ErrorCode::PaymentNotFound).detail("no such charge"));
+    };
+    if charge.payment_method_id != methods::THREE_DS {
+        return Err(ApiError::new(ErrorCode::InvalidRequest)
+            .detail("this charge does not require any action"));
+    }
+    let action = html_escape(&paths::charge_complete(&charge.id));
+    let hidden = return_url
+        .map(|u| {
+            format!(
+                r#"<input type="hidden" name="returnUrl" value="{}">"#,
+                html_escape(u)
+            )
+        })
+        .unwrap_or_default();
+    let amount = format!(
+        "{}.{:02} {}",
+        charge.amount / 100,
+        charge.amount % 100,
+        html_escape(&charge.currency)
+    );
+    let body = if charge.status == ChargeStatus::RequiresAction {
+        format!(
+            r#"<p>Confirm the payment of <strong id="amount">{amount}</strong> for order <code>{order}</code>.</p>
+<form method="post" action="{action}">{hidden}
+<button type="submit" name="outcome" value="succeeded" id="confirm">Confirm payment</button>
+<button type="submit" name="outcome" value="declined" id="fail">Fail authentication</button>
+</form>"#,
+            order = html_escape(&charge.order_id),
+        )
+    } else {
+        format!(
+            r#"<p id="done">This payment is already {}.</p>"#,
+            status_word(charge.status)
+        )
+    };
+    Ok(html(StatusCode::OK, &body))
+}
+
+/// `POST /charges/{id}/complete`: JSON [`CompleteRequest`] (answers the charge) or the
+/// action page's form (answers a page, or `303` to its `returnUrl`). The first completion
+/// decides; a repeat answers the charge as it is with `Idempotent-Replayed: true`.
+async fn complete_charge(
+    State(p): State<MockProvider>,
+    Path(charge_id): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let is_form = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| {
+            m.trim()
+                .eq_ignore_ascii_case("application/x-www-form-urlencoded")
+        });
+    let request: CompleteRequest = if is_form {
+        let body = body.map_err(|_| {
+            ApiError::new(ErrorCode::InvalidRequest).detail("the body could not be read")
+        })?;
+        serde_urlencoded::from_bytes(&body).map_err(|e| {
+            ApiError::new(ErrorCode::InvalidRequest).detail(format!("invalid form: {e}"))
+        })?
+    } else {
+        json_body(&headers, body)?
+    };
+    let return_url = local_return_url(request.return_url.as_deref())?;
+    let (charge, replayed) = match p.inner.store.complete(&charge_id, request.outcome)? {
+        CompleteOutcome::Completed { charge, event } => {
+            p.send_webhook(event).await;
+            (charge, false)
+        }
+        CompleteOutcome::AlreadyCompleted(charge) => (charge, true),
+        CompleteOutcome::ChargeNotFound => {
+            return Err(ApiError::new(ErrorCode::PaymentNotFound).detail("no such charge"))
+        }
+        CompleteOutcome::NoActionRequired => {
+            return Err(ApiError::new(ErrorCode::InvalidRequest)
+                .detail("this charge does not require any action"))
+        }
+    };
+    if !is_form {
+        return Ok(json(StatusCode::OK, &charge, replayed));
+    }
+    if let Some(url) = return_url {
+        let mut headers = HeaderMap::new();
+        if let Ok(v) = HeaderValue::from_str(url) {
+            headers.insert(header::LOCATION, v);
+        }
+        return Ok((StatusCode::SEE_OTHER, headers).into_response());
+    }
+    // Opened as a popup by the shop's page: it closes itself; the text is for a tab.
+    let body = format!(
+        r#"<p id="done">Payment {}. You can close this window and return to the shop.</p>
+<script>window.close()</script>"#,
+        status_word(charge.status)
+    );
+    Ok(html(StatusCode::OK, &body))
+}
+
+/// `GET /charges/{id}/action` query.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ActionPageQuery {
+    #[serde(default)]
+    return_url: Option<String>,
+}
+
+/// A return URL must be on a local `http` origin (this is a dev tool: no open redirect).
+fn local_return_url(url: Option<&str>) -> Result<Option<&str>, ApiError> {
+    let Some(url) = url else { return Ok(None) };
+    let origin_ok = reqwest::Url::parse(url).is_ok_and(|u| {
+        let origin = u.origin().ascii_serialization();
+        u.scheme() == "http" && is_local_origin(origin.as_bytes())
+    });
+    if origin_ok {
+        Ok(Some(url))
+    } else {
+        Err(ApiError::new(ErrorCode::InvalidRequest)
+            .detail("returnUrl must be an http URL on localhost or 127.0.0.1"))
+    }
+}
+
+fn status_word(status: ChargeStatus) -> &'static str {
+    match status {
+        ChargeStatus::Succeeded => "confirmed",
+        ChargeStatus::Declined => "declined",
+        ChargeStatus::Refunded => "refunded",
+        ChargeStatus::RequiresAction => "waiting for confirmation",
+    }
+}
+
+fn html_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn html(status: StatusCode, body: &str) -> Response {
+    let page = format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>Mock provider: confirm payment</title></head><body><h1>Mock bank: 3-D Secure</h1>{body}</body></html>"
+    );
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        page,
+    )
+        .into_response()
 }
 
 fn bad_query(e: QueryRejection) -> ApiError {

@@ -16,7 +16,8 @@
 
 use crate::ProviderError;
 use payonce_protocol::provider::{
-    methods, Charge, ChargeRequest, ChargeStatus, EventType, Refund, WebhookEvent,
+    methods, paths, ActionOutcome, Charge, ChargeRequest, ChargeStatus, EventType, Refund,
+    WebhookEvent,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
@@ -63,9 +64,15 @@ struct StoredRefund {
 enum Change {
     /// The whole state (the first line after a compaction).
     Snapshot { state: State },
-    /// A new charge and its webhook event.
+    /// A new charge and its webhook event (none while it requires action).
     Charge {
         charge: StoredCharge,
+        event: Option<WebhookEvent>,
+    },
+    /// The customer completed a `requires_action` charge, and its webhook event.
+    Complete {
+        charge_id: String,
+        status: ChargeStatus,
         event: WebhookEvent,
     },
     /// A `pm_card_transient` key got its one 503.
@@ -83,9 +90,15 @@ enum Change {
 
 /// Outcome of `POST /charges` once the key and body are valid.
 #[derive(Debug)]
+// Returned once per request and matched at once: boxing would buy nothing.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum ChargeOutcome {
-    /// A new charge; `event` is its webhook event (already recorded).
-    Created { charge: Charge, event: WebhookEvent },
+    /// A new charge; `event` is its webhook event (already recorded; none while it
+    /// requires action).
+    Created {
+        charge: Charge,
+        event: Option<WebhookEvent>,
+    },
     /// The key was seen with the same request: the charge as it is now.
     Replayed(Charge),
     /// First request for a `pm_card_transient` key: nothing recorded, answer 503.
@@ -94,8 +107,27 @@ pub(crate) enum ChargeOutcome {
     KeyReused,
 }
 
+/// Outcome of `POST /charges/{id}/complete`.
+#[derive(Debug)]
+// Returned once per request and matched at once: boxing would buy nothing.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum CompleteOutcome {
+    /// The action ended now; `event` is the charge's outcome event (already recorded).
+    Completed {
+        charge: Charge,
+        event: WebhookEvent,
+    },
+    /// The action had already ended (the first completion wins): the charge as it is.
+    AlreadyCompleted(Charge),
+    ChargeNotFound,
+    /// The charge never required action.
+    NoActionRequired,
+}
+
 /// Outcome of `POST /charges/{id}/refunds`.
 #[derive(Debug)]
+// Returned once per request and matched at once: boxing would buy nothing.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum RefundOutcome {
     Created {
         refund: Refund,
@@ -159,6 +191,20 @@ impl Inner {
                 self.by_key.insert(charge.charge.provider_key.clone(), i);
                 self.by_id.insert(charge.charge.id.clone(), i);
                 self.state.charges.push(charge);
+                if let Some(event) = event {
+                    self.push_event(event);
+                }
+            }
+            Change::Complete {
+                charge_id,
+                status,
+                event,
+            } => {
+                if let Some(&i) = self.by_id.get(&charge_id) {
+                    let charge = &mut self.state.charges[i].charge;
+                    charge.status = status;
+                    charge.next_action_url = None;
+                }
                 self.push_event(event);
             }
             Change::TransientSeen { key } => {
@@ -253,11 +299,13 @@ impl Store {
     }
 
     /// Claims `key` for `request` atomically: of N concurrent calls with one key, exactly
-    /// one can create the charge.
+    /// one can create the charge. `action_base` is the provider's own origin as the caller
+    /// reached it (`http://host:port`): a `pm_card_3ds` charge's completion page is there.
     pub(crate) fn charge(
         &self,
         key: &str,
         request: &ChargeRequest,
+        action_base: &str,
     ) -> Result<ChargeOutcome, ProviderError> {
         let mut inner = self.lock();
         if let Some(&i) = inner.by_key.get(key) {
@@ -279,13 +327,16 @@ impl Store {
             )?;
             return Ok(ChargeOutcome::Transient);
         }
-        let status = if request.payment_method_id == methods::DECLINE {
-            ChargeStatus::Declined
-        } else {
-            ChargeStatus::Succeeded
+        let status = match request.payment_method_id.as_str() {
+            methods::DECLINE => ChargeStatus::Declined,
+            methods::THREE_DS => ChargeStatus::RequiresAction,
+            _ => ChargeStatus::Succeeded,
         };
+        let id = new_id("ch");
+        let next_action_url = (status == ChargeStatus::RequiresAction)
+            .then(|| format!("{action_base}{}", paths::charge_action(&id)));
         let charge = Charge {
-            id: new_id("ch"),
+            id,
             provider_key: key.to_owned(),
             amount: request.amount,
             currency: request.currency.clone(),
@@ -293,12 +344,15 @@ impl Store {
             order_id: request.order_id.clone(),
             status,
             created_at: now_millis(),
+            next_action_url,
         };
-        let event_type = match status {
-            ChargeStatus::Declined => EventType::ChargeDeclined,
-            _ => EventType::ChargeSucceeded,
+        // A charge that requires action has no outcome to announce yet: its event is sent
+        // when the customer completes it (`complete`).
+        let event = match status {
+            ChargeStatus::RequiresAction => None,
+            ChargeStatus::Declined => Some(new_event(EventType::ChargeDeclined, &charge)),
+            _ => Some(new_event(EventType::ChargeSucceeded, &charge)),
         };
-        let event = new_event(event_type, &charge);
         self.commit(
             &mut inner,
             Change::Charge {
@@ -310,6 +364,51 @@ impl Store {
             },
         )?;
         Ok(ChargeOutcome::Created { charge, event })
+    }
+
+    /// Ends the action of a `requires_action` charge, once: of N concurrent completions
+    /// exactly one decides the outcome and creates its event; the others see it.
+    pub(crate) fn complete(
+        &self,
+        charge_id: &str,
+        outcome: ActionOutcome,
+    ) -> Result<CompleteOutcome, ProviderError> {
+        let mut inner = self.lock();
+        let Some(&i) = inner.by_id.get(charge_id) else {
+            return Ok(CompleteOutcome::ChargeNotFound);
+        };
+        let charge = inner.state.charges[i].charge.clone();
+        if charge.payment_method_id != methods::THREE_DS {
+            return Ok(CompleteOutcome::NoActionRequired);
+        }
+        if charge.status != ChargeStatus::RequiresAction {
+            return Ok(CompleteOutcome::AlreadyCompleted(charge));
+        }
+        let (status, event_type) = match outcome {
+            ActionOutcome::Succeeded => (ChargeStatus::Succeeded, EventType::ChargeSucceeded),
+            ActionOutcome::Declined => (ChargeStatus::Declined, EventType::ChargeDeclined),
+        };
+        let charge = Charge {
+            status,
+            next_action_url: None,
+            ..charge
+        };
+        let event = new_event(event_type, &charge);
+        self.commit(
+            &mut inner,
+            Change::Complete {
+                charge_id: charge.id.clone(),
+                status,
+                event: event.clone(),
+            },
+        )?;
+        Ok(CompleteOutcome::Completed { charge, event })
+    }
+
+    pub(crate) fn charge_by_id(&self, id: &str) -> Option<Charge> {
+        let inner = self.lock();
+        let &i = inner.by_id.get(id)?;
+        Some(inner.state.charges[i].charge.clone())
     }
 
     pub(crate) fn charge_by_key(&self, key: &str) -> Option<Charge> {

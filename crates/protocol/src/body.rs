@@ -167,11 +167,12 @@ impl<'de> Deserialize<'de> for Extras {
 }
 
 impl CheckoutSnapshot {
-    /// The pay request body for this snapshot, without its extras.
+    /// The pay request body for this snapshot (the same JSON as [`Self::pay_body`]).
     pub fn pay_request(&self) -> PayRequest {
         PayRequest {
             order_version: self.order_version,
             payment_method_id: self.payment_method_id.clone(),
+            extras: self.extras.clone(),
         }
     }
 
@@ -331,6 +332,24 @@ pub struct PayRequest {
     pub order_version: u64,
     /// Payment method id.
     pub payment_method_id: String,
+    /// The checkout's extra intention fields ([`CheckoutSnapshot::extras`]). The companion
+    /// server accepts the names in [`pay_extras::KNOWN`] and binds them into the attempt's
+    /// fingerprint (the same key with other extras is 422); any other name is 400. Absent
+    /// (and left out of JSON) when empty.
+    #[serde(default, skip_serializing_if = "Extras::is_empty")]
+    pub extras: Extras,
+}
+
+/// The checkout extras the companion server knows ([`PayRequest::extras`]).
+pub mod pay_extras {
+    /// The coupon the customer typed at checkout.
+    pub const COUPON_CODE: &str = "couponCode";
+    /// The shipping option the customer chose.
+    pub const SHIPPING_OPTION_ID: &str = "shippingOptionId";
+    /// Every accepted name.
+    pub const KNOWN: [&str; 2] = [COUPON_CODE, SHIPPING_OPTION_ID];
+    /// Longest accepted value, in bytes.
+    pub const MAX_VALUE_LEN: usize = 128;
 }
 
 /// A recorded payment.

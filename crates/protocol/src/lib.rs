@@ -29,5 +29,5 @@ pub mod status;
 
 pub use body::*;
 pub use key::{IdempotencyKey, KeyError};
-pub use problem::{ErrorCode, Problem};
+pub use problem::{ActionRequiredProblem, ErrorCode, NextAction, NextActionKind, Problem};
 pub use status::{AttemptStatus, OrderStatus};

@@ -146,6 +146,58 @@ pub struct Problem {
     pub sku: Option<String>,
 }
 
+/// The `next` member of a 402 `ACTION_REQUIRED` problem as the companion server sends it:
+/// what the customer must do before the same key can finish the attempt. To the SDK it is
+/// opaque (handed to the app untouched); another backend may send another shape.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NextAction {
+    /// What kind of action.
+    #[serde(rename = "type")]
+    pub kind: NextActionKind,
+    /// Where the customer goes (for `redirect`): the provider's page, e.g. the bank's
+    /// 3-D Secure challenge. Absolute.
+    pub url: String,
+}
+
+/// [`NextAction::kind`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NextActionKind {
+    /// Open `url` (same tab, or a popup); come back and pay again with the same key.
+    Redirect,
+}
+
+/// The body of a 402 `ACTION_REQUIRED`: a [`Problem`] and its `next` member. A type of its
+/// own rather than a member of [`Problem`], so that decoding any other problem never
+/// depends on the shape of `next`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActionRequiredProblem {
+    /// The problem (code `ACTION_REQUIRED`, `attemptStatus` `processing`).
+    #[serde(flatten)]
+    pub problem: Problem,
+    /// What the customer must do.
+    pub next: NextAction,
+}
+
+impl ActionRequiredProblem {
+    /// `ACTION_REQUIRED` for an attempt that stays `processing`, sending the customer to
+    /// `url`.
+    pub fn redirect(url: impl Into<String>) -> Self {
+        let mut problem = Problem::new(ErrorCode::ActionRequired).with_detail(
+            "the customer must confirm the payment (e.g. 3-D Secure) at next.url; then pay again with the same Idempotency-Key",
+        );
+        problem.attempt_status = Some(AttemptStatus::Processing);
+        Self {
+            problem,
+            next: NextAction {
+                kind: NextActionKind::Redirect,
+                url: url.into(),
+            },
+        }
+    }
+}
+
 impl Problem {
     /// A problem for `code` with its standard title and status.
     pub fn new(code: ErrorCode) -> Self {

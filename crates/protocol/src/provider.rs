@@ -21,6 +21,16 @@ pub mod paths {
     pub fn refunds(charge_id: &str) -> String {
         format!("/charges/{charge_id}/refunds")
     }
+    /// `GET /charges/{chargeId}/action`: the page where the customer completes a charge that
+    /// requires action (the challenge of `pm_card_3ds`). [`Charge::next_action_url`] points here.
+    pub fn charge_action(charge_id: &str) -> String {
+        format!("/charges/{charge_id}/action")
+    }
+    /// `POST /charges/{chargeId}/complete` with a [`super::CompleteRequest`] (JSON, or the
+    /// action page's form): ends the action, succeeded or declined.
+    pub fn charge_complete(charge_id: &str) -> String {
+        format!("/charges/{charge_id}/complete")
+    }
     /// `POST` (dev) resend every webhook event of `?orderId=` again: deliberate duplicates.
     pub const DEV_REDELIVER_WEBHOOKS: &str = "/dev/webhooks/redeliver";
     /// `POST` (dev) forget every charge, refund and event.
@@ -39,8 +49,14 @@ pub mod methods {
     pub const TIMEOUT: &str = "pm_card_timeout";
     /// Answers 503 the first time for a provider key, then approves.
     pub const TRANSIENT_5XX: &str = "pm_card_transient";
+    /// Requires action (3-D Secure): the charge is recorded as `requires_action` with a
+    /// completion page ([`super::Charge::next_action_url`]) and ends only when the customer
+    /// completes it there (`POST /charges/{id}/complete`).
+    pub const THREE_DS: &str = "pm_card_3ds";
+    /// The methods that end without the customer (what an unattended load test can use).
+    pub const UNATTENDED: [&str; 5] = [APPROVE, DECLINE, SLOW, TIMEOUT, TRANSIENT_5XX];
     /// All test methods.
-    pub const ALL: [&str; 5] = [APPROVE, DECLINE, SLOW, TIMEOUT, TRANSIENT_5XX];
+    pub const ALL: [&str; 6] = [APPROVE, DECLINE, SLOW, TIMEOUT, TRANSIENT_5XX, THREE_DS];
 }
 
 /// Outcome of a charge at the provider.
@@ -53,6 +69,32 @@ pub enum ChargeStatus {
     Declined,
     /// Succeeded, then refunded.
     Refunded,
+    /// Waits for the customer (3-D Secure): no money moved yet. Ends `succeeded` or
+    /// `declined` when the action is completed.
+    #[serde(rename = "requires_action")]
+    RequiresAction,
+}
+
+/// How the customer ended a charge's action (`POST /charges/{id}/complete`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ActionOutcome {
+    /// The customer confirmed: the charge succeeds.
+    Succeeded,
+    /// The customer refused (or failed the challenge): the charge is declined.
+    Declined,
+}
+
+/// `POST /charges/{id}/complete` body (JSON, or the same member as a form field).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CompleteRequest {
+    /// How the action ended.
+    pub outcome: ActionOutcome,
+    /// Where the action page sends the browser afterwards (a local `http` origin only);
+    /// without it the page says the window can be closed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub return_url: Option<String>,
 }
 
 /// `POST /charges` body.
@@ -89,6 +131,10 @@ pub struct Charge {
     pub status: ChargeStatus,
     /// Unix milliseconds.
     pub created_at: i64,
+    /// While `requires_action`: the absolute URL of the page where the customer completes
+    /// the charge. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_action_url: Option<String>,
 }
 
 /// `GET /ledger` answer.

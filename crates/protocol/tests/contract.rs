@@ -199,7 +199,8 @@ fn requests_reject_unknown_fields_and_wrong_types() {
         pay,
         PayRequest {
             order_version: 3,
-            payment_method_id: "pm_123".into()
+            payment_method_id: "pm_123".into(),
+            extras: Default::default(),
         }
     );
 }
@@ -219,6 +220,7 @@ fn webhook_event_shape_is_stable() {
             order_id: "o1".into(),
             status: ChargeStatus::Succeeded,
             created_at: 2,
+            next_action_url: None,
         },
     };
     let v = serde_json::to_value(&event).unwrap();

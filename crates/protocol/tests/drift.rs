@@ -69,6 +69,10 @@ fn body_members() -> BTreeSet<&'static str> {
         members::<Mail>(),
         members::<Mailbox>(),
         members::<Problem>(),
+        members::<NextAction>(),
+        // ActionRequiredProblem flattens Problem (serde then reads it as a map, which the
+        // probe cannot list): its own member is named here.
+        vec!["next"],
     ];
     lists.into_iter().flatten().collect()
 }
@@ -195,7 +199,10 @@ fn every_body_member_is_documented_and_in_openapi() {
 #[test]
 fn the_probe_sees_renames_and_every_member() {
     // If the probe missed members, the tests above could not fail for them.
-    assert_eq!(members::<PayRequest>(), ["orderVersion", "paymentMethodId"]);
+    assert_eq!(
+        members::<PayRequest>(),
+        ["orderVersion", "paymentMethodId", "extras"]
+    );
     assert!(members::<Problem>().contains(&"type"));
     assert!(doc_names("Idempotency-Key"));
     assert!(!doc_names("NO_SUCH_CODE_ANYWHERE"));

@@ -4,7 +4,7 @@
 pub use crate::keyed::NextAction;
 use crate::keyed::{self, Stored, PAY, REFUND};
 use crate::record::{Answer, Record, Terms};
-use payonce_protocol::IdempotencyKey;
+use payonce_protocol::{Extras, IdempotencyKey};
 
 /// What the server knows about one pay request, all from its own data except the version
 /// and method the client chose.
@@ -22,20 +22,41 @@ pub struct Details<'a> {
     pub currency: &'a str,
     /// The client's payment method.
     pub payment_method_id: &'a str,
+    /// The checkout's extras (names the server knows, checked before the rules).
+    pub extras: &'a Extras,
 }
 
-/// The pay fingerprint: [`PAY`]'s over the caller, the order, its version and amount, and
-/// the method.
+/// The pay fingerprint: [`PAY`]'s over the caller, the order, its version and amount, the
+/// method and the checkout's extras. Without extras it is exactly the fingerprint of a
+/// request that never had any (keys stored before extras existed still match).
 pub fn fingerprint(d: &Details<'_>) -> String {
     let (version, amount) = (d.order_version.to_string(), d.amount.to_string());
-    PAY.fingerprint(&[
+    let mut fields = vec![
         d.user,
         d.order_id,
         &version,
         &amount,
         d.currency,
         d.payment_method_id,
-    ])
+    ];
+    let extras = canonical_extras(d.extras);
+    if !d.extras.is_empty() {
+        fields.push(&extras);
+    }
+    PAY.fingerprint(&fields)
+}
+
+/// Extras in one order-blind spelling: `name=value` lines sorted by name. Unambiguous
+/// because names are the server's known ones (no `=`) and values hold no control character
+/// (both checked before the rules).
+fn canonical_extras(extras: &Extras) -> String {
+    let mut pairs: Vec<(&str, &str)> = extras.iter().collect();
+    pairs.sort_unstable();
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The provider key of a charge.
@@ -70,6 +91,8 @@ pub struct PayRequest<'a> {
     pub order_version: u64,
     /// The client's payment method.
     pub payment_method_id: &'a str,
+    /// The checkout's extras.
+    pub extras: &'a Extras,
     /// The order, once read; `None` before (the replay of a finished attempt answered from
     /// its record alone, `crates/server/README.md`): the record's own terms then stand in.
     pub current: Option<Current<'a>>,
@@ -95,6 +118,7 @@ impl PayRequest<'_> {
             amount,
             currency,
             payment_method_id: self.payment_method_id,
+            extras: self.extras,
         }))
     }
 }

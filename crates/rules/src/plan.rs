@@ -7,7 +7,8 @@ use crate::policy::Policy;
 use crate::record::{Answer, Processing, Record, Terms};
 use payonce_protocol::provider::{Charge, ChargeStatus};
 use payonce_protocol::{
-    AttemptStatus, ErrorCode, IdempotencyKey, OrderLine, PayResponse, Payment, Problem,
+    ActionRequiredProblem, AttemptStatus, ErrorCode, Extras, IdempotencyKey, OrderLine,
+    PayResponse, Payment, Problem,
 };
 
 /// One audit row: who changed what from which state to which, and why. The state names
@@ -138,6 +139,7 @@ pub fn plan_claim(
     order: OrderTerms<'_>,
     order_version: u64,
     payment_method_id: &str,
+    extras: &Extras,
     attempt_id: String,
     lease_token: String,
     now: i64,
@@ -153,6 +155,7 @@ pub fn plan_claim(
         amount: order.amount,
         currency: order.currency,
         payment_method_id,
+        extras,
     });
     let note = format!("pay accepted for order version {}", order.version);
     let audit = vec![
@@ -224,6 +227,9 @@ pub enum Outcome {
     Rejected(String),
     /// Timeout, 5xx, network error, or an unreadable answer: outcome unknown.
     Unknown(String),
+    /// The charge waits for the customer (3-D Secure) at `next_action_url`: no outcome
+    /// yet, but a known state, so nothing to review and nothing to re-drive.
+    ActionRequired(Charge),
 }
 
 impl Outcome {
@@ -232,6 +238,7 @@ impl Outcome {
         match charge.status {
             ChargeStatus::Declined => Self::Declined(charge),
             ChargeStatus::Succeeded | ChargeStatus::Refunded => Self::Succeeded(charge),
+            ChargeStatus::RequiresAction => Self::ActionRequired(charge),
         }
     }
 }
@@ -313,6 +320,13 @@ pub enum SettlePlan {
     /// any more, so the next retry asks it at once) and answer 202 with `Retry-After`.
     Unknown {
         /// The 202 answer (never stored).
+        answer: Answer,
+    },
+    /// The customer must act first: the attempt stays processing (order locked, stock
+    /// reserved), our lease ends early as for `Unknown` (the next retry asks the provider
+    /// at once), and the answer is 402 `ACTION_REQUIRED` with the provider's page in `next`.
+    ActionRequired {
+        /// The 402 answer (never stored: it changes once the customer acted).
         answer: Answer,
     },
 }
@@ -418,7 +432,18 @@ pub fn plan_settle(
             ErrorCode::PaymentFailed,
             "the provider refused the charge",
         ),
-        Outcome::Unknown(_) => SettlePlan::Unknown {
+        Outcome::ActionRequired(Charge {
+            next_action_url: Some(url),
+            ..
+        }) => {
+            let body = serde_json::to_string(&ActionRequiredProblem::redirect(url))
+                .unwrap_or_else(|_| problem_body(&Problem::new(ErrorCode::Internal)));
+            SettlePlan::ActionRequired {
+                answer: Answer { status: 402, body },
+            }
+        }
+        // A provider that wants an action but names no page: as good as no answer.
+        Outcome::Unknown(_) | Outcome::ActionRequired(_) => SettlePlan::Unknown {
             answer: Answer {
                 status: 202,
                 body: json(&PayResponse {

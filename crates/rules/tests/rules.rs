@@ -33,8 +33,12 @@ fn details<'a>(
         amount,
         currency: "USD",
         payment_method_id: method,
+        extras: &NO_EXTRAS,
     }
 }
+
+static NO_EXTRAS: std::sync::LazyLock<payonce_protocol::Extras> =
+    std::sync::LazyLock::new(Default::default);
 
 fn terms(user: &str, version: i64, amount: i64, method: &str) -> Terms {
     Terms {
@@ -92,6 +96,7 @@ fn req<'a>(
         order_id: order,
         order_version: version,
         payment_method_id: method,
+        extras: &NO_EXTRAS,
         current: current.map(|v| Current {
             version: v,
             amount: if v == 1 { 100 } else { 150 },
@@ -270,6 +275,7 @@ fn a_claim_plan_reserves_in_sku_order_and_binds_the_request() {
         order,
         3,
         "pm",
+        &NO_EXTRAS,
         "att".into(),
         "tok".into(),
         1_000,
@@ -305,6 +311,7 @@ fn a_claim_plan_reserves_in_sku_order_and_binds_the_request() {
         order,
         2,
         "pm",
+        &NO_EXTRAS,
         "att".into(),
         "tok".into(),
         0,
@@ -337,6 +344,7 @@ fn charge(status: ChargeStatus) -> Charge {
         order_id: "o1".into(),
         status,
         created_at: 0,
+        next_action_url: None,
     }
 }
 
@@ -408,6 +416,40 @@ fn settle_plans_by_outcome() {
         10,
         &POLICY,
     ) {
+        SettlePlan::Unknown { answer } => assert_eq!(answer.status, 202),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_charge_waiting_for_the_customer_stays_open_with_its_page_in_next() {
+    let waiting = Charge {
+        next_action_url: Some("http://127.0.0.1:9/charges/ch_1/action".into()),
+        ..charge(ChargeStatus::RequiresAction)
+    };
+    let outcome = Outcome::of(waiting.clone());
+    assert_eq!(outcome, Outcome::ActionRequired(waiting.clone()));
+    assert_eq!(
+        reconcile(Lookup::Found(waiting.clone())),
+        Ok(outcome.clone())
+    );
+    match plan_settle(&claim(), outcome, "pay_1".into(), 10, &POLICY) {
+        SettlePlan::ActionRequired { answer } => {
+            assert_eq!(answer.status, 402);
+            let body: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
+            assert_eq!(body["code"], "ACTION_REQUIRED");
+            assert_eq!(body["status"], 402);
+            assert_eq!(body["attemptStatus"], "processing");
+            assert_eq!(
+                body["next"],
+                serde_json::json!({"type": "redirect", "url": "http://127.0.0.1:9/charges/ch_1/action"})
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // A provider that asks for an action without a page has told us nothing usable.
+    let nameless = charge(ChargeStatus::RequiresAction);
+    match plan_settle(&claim(), Outcome::of(nameless), "pay_1".into(), 10, &POLICY) {
         SettlePlan::Unknown { answer } => assert_eq!(answer.status, 202),
         other => panic!("{other:?}"),
     }

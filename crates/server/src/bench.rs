@@ -42,6 +42,7 @@ pub async fn raw_pay(
     let req = PayRequest {
         order_version: u64::try_from(order.version).unwrap_or(0),
         payment_method_id: payment_method_id.to_owned(),
+        extras: Default::default(),
     };
     let r = pay::request(user, &order.id, &req, Some(&order));
     let now = state.clock.now_ms();
@@ -60,6 +61,7 @@ pub async fn raw_pay(
         order_id: order.id.clone(),
         status: ChargeStatus::Succeeded,
         created_at: now,
+        next_action_url: None,
     };
     match pay::settle(state, &claim, Outcome::Succeeded(charge)).await? {
         Some(_) => Ok(()),

@@ -51,6 +51,7 @@ pub(crate) fn request<'a>(
         order_id,
         order_version: req.order_version,
         payment_method_id: &req.payment_method_id,
+        extras: &req.extras,
         current: order.map(|o| Current {
             version: o.version,
             amount: o.amount,
@@ -196,6 +197,7 @@ pub(crate) async fn claim(
         terms,
         req.order_version,
         &req.payment_method_id,
+        &req.extras,
         format!("att_{}", uuid::Uuid::new_v4().simple()),
         uuid::Uuid::new_v4().to_string(),
         now,
@@ -310,6 +312,15 @@ pub(crate) async fn settle_from_webhook(
     }
 }
 
+/// Ends `claim`'s lease early (nobody is talking to the provider about the attempt any
+/// more). False when a webhook settled the attempt meanwhile: its stored answer stands.
+async fn release_unless_settled(state: &AppState, claim: &Claim, now: i64) -> AppResult<bool> {
+    let a = &claim.attempt;
+    db::release_lease(state.store.pool(), &a.id, &claim.lease_token, now).await?;
+    let record = db::find_by_id(state.store.pool(), &a.id).await?;
+    Ok(!record.is_some_and(|r| r.is_final()))
+}
+
 /// Executes the settle plan for `outcome` (one transaction) and builds the answer. `None`:
 /// someone else settled the attempt first.
 pub(crate) async fn settle(
@@ -335,6 +346,9 @@ pub(crate) async fn settle(
         ChargeOutcome::Unknown(why) => {
             tracing::warn!(attempt = %a.id, %why, "provider outcome unknown; attempt stays processing")
         }
+        ChargeOutcome::ActionRequired(c) => {
+            tracing::info!(attempt = %a.id, charge = %c.id, "the charge waits for the customer; attempt stays processing")
+        }
         ChargeOutcome::Succeeded(_) => {}
     }
     let now = state.clock.now_ms();
@@ -342,15 +356,20 @@ pub(crate) async fn settle(
     let (finish, audit_rows) =
         match plan::plan_settle(claim, outcome, payment_id, now, &state.policy) {
             SettlePlan::Unknown { answer } => {
-                db::release_lease(state.store.pool(), &a.id, &claim.lease_token, now).await?;
-                // A webhook may have settled it while we waited: then its stored answer stands.
-                let record = db::find_by_id(state.store.pool(), &a.id).await?;
-                if record.is_some_and(|r| r.is_final()) {
+                if !release_unless_settled(state, claim, now).await? {
                     return Ok(None);
                 }
                 let mut answer = Reply::fresh(answer);
                 answer.retry_after = Some(state.config.retry_after_secs);
                 return Ok(Some(answer));
+            }
+            SettlePlan::ActionRequired { answer } => {
+                // Like Unknown: the next retry (or job, or webhook) asks the provider again,
+                // under the same provider key, and gets this answer until the customer acted.
+                if !release_unless_settled(state, claim, now).await? {
+                    return Ok(None);
+                }
+                return Ok(Some(Reply::open(answer)));
             }
             SettlePlan::Charged {
                 finish,

@@ -60,6 +60,10 @@ impl ProviderClient {
         if status.is_success() || status == StatusCode::PAYMENT_REQUIRED {
             return match res.json::<Charge>().await {
                 Ok(c) if c.status == ChargeStatus::Declined => ChargeOutcome::Declined(c),
+                // Recorded, no outcome yet: the customer must act at `nextActionUrl` first.
+                Ok(c) if c.status == ChargeStatus::RequiresAction => {
+                    ChargeOutcome::ActionRequired(c)
+                }
                 Ok(c) if status.is_success() => ChargeOutcome::Succeeded(c),
                 Ok(c) => ChargeOutcome::Unknown(format!("402 with a {:?} charge", c.status)),
                 Err(e) => ChargeOutcome::Unknown(format!("unreadable charge ({status}): {e}")),

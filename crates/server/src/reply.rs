@@ -13,6 +13,9 @@ pub(crate) struct Reply {
     pub(crate) answer: Answer,
     pub(crate) replayed: bool,
     pub(crate) retry_after: Option<u64>,
+    /// The attempt stays processing although the status is not 202 (402 `ACTION_REQUIRED`):
+    /// never final, never cached as the key's answer.
+    pub(crate) open: bool,
 }
 
 impl Reply {
@@ -22,6 +25,7 @@ impl Reply {
             answer,
             replayed: true,
             retry_after: None,
+            open: false,
         }
     }
 
@@ -30,7 +34,21 @@ impl Reply {
             answer,
             replayed: false,
             retry_after: None,
+            open: false,
         }
+    }
+
+    /// An answer about an attempt that stays processing (402 `ACTION_REQUIRED`).
+    pub(crate) fn open(answer: Answer) -> Self {
+        Self {
+            open: true,
+            ..Self::fresh(answer)
+        }
+    }
+
+    /// True when the attempt waits for the customer (402 `ACTION_REQUIRED`).
+    pub(crate) fn is_action_required(&self) -> bool {
+        self.open && self.answer.status != 202
     }
 
     /// The HTTP status.
@@ -38,9 +56,10 @@ impl Reply {
         self.answer.status
     }
 
-    /// True unless the answer is "still processing".
+    /// True unless the answer is "still processing" (202, or an open 402
+    /// `ACTION_REQUIRED`).
     pub(crate) fn is_final(&self) -> bool {
-        self.answer.status != 202
+        !self.open && self.answer.status != 202
     }
 
     pub(crate) fn into_response(self) -> Response {

@@ -20,7 +20,7 @@ use axum::response::{IntoResponse, Response};
 use payonce_protocol::body::DevFault;
 use payonce_protocol::headers::KEY_RETENTION;
 use payonce_protocol::IdempotencyKey;
-use payonce_protocol::{AttemptStatus, ErrorCode, PayRequest};
+use payonce_protocol::{pay_extras, AttemptStatus, ErrorCode, Extras, PayRequest};
 use payonce_rules::Record;
 use tokio::time::Instant;
 
@@ -36,6 +36,30 @@ fn method_is_valid(method: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
+/// Why the checkout extras are refused (400), or `None`: only names the server knows
+/// (`pay_extras::KNOWN`, bound into the fingerprint by the rules), each with a value of 1 to
+/// `MAX_VALUE_LEN` bytes without control characters (the fingerprint's spelling relies on it).
+fn extras_problem(extras: &Extras) -> Option<String> {
+    for (name, value) in extras.iter() {
+        if !pay_extras::KNOWN.contains(&name) {
+            return Some(format!(
+                "unknown checkout extra {name:?}; this server accepts {}",
+                pay_extras::KNOWN.join(", ")
+            ));
+        }
+        if value.is_empty()
+            || value.len() > pay_extras::MAX_VALUE_LEN
+            || value.chars().any(char::is_control)
+        {
+            return Some(format!(
+                "checkout extra {name:?} must be 1..={} bytes without control characters",
+                pay_extras::MAX_VALUE_LEN
+            ));
+        }
+    }
+    None
+}
+
 /// The handler.
 pub(crate) async fn handler(
     State(state): State<AppState>,
@@ -46,7 +70,8 @@ pub(crate) async fn handler(
     ApiJson(req): ApiJson<PayRequest>,
 ) -> Response {
     let retention = state.config.key_retention.as_secs();
-    let method_ok = method_is_valid(&req.payment_method_id);
+    let extras_refused = extras_problem(&req.extras);
+    let method_ok = method_is_valid(&req.payment_method_id) && extras_refused.is_none();
     // A retry of a finished attempt is answered from its record (memory, Redis or the key
     // row) alone; anything else goes on to the rules in their order, starting from the
     // record read here, so the full path does not look the key up twice.
@@ -74,6 +99,9 @@ pub(crate) async fn handler(
         Ok(k) => k,
         Err(e) => return e.into_response(),
     };
+    if let Some(why) = extras_refused {
+        return AppError::detail(ErrorCode::InvalidRequest, why).into_response();
+    }
     if !method_ok {
         return AppError::detail(
             ErrorCode::InvalidRequest,

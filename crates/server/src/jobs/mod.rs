@@ -81,6 +81,9 @@ pub(crate) enum Driven {
     Settled,
     /// The provider could not tell; the attempt stays processing.
     Unknown,
+    /// The provider's charge waits for the customer (3-D Secure): a known state, so the
+    /// attempt stays processing without a review flag.
+    AwaitingCustomer,
 }
 
 /// Which worker drives an abandoned attempt (for the audit trail and the failpoint).
@@ -117,6 +120,7 @@ pub(crate) async fn drive_abandoned(
     }
     Ok(match pay::reconcile(state, &claim).await? {
         Some(answer) if answer.is_final() => Driven::Settled,
+        Some(answer) if answer.is_action_required() => Driven::AwaitingCustomer,
         Some(_) => Driven::Unknown,
         None => Driven::Skipped,
     })
@@ -132,7 +136,7 @@ pub(crate) async fn drain_outbox(state: &AppState) -> AppResult<usize> {
         match driven {
             Driven::Settled => metrics::outbox(metrics::OutboxResult::Drained),
             Driven::Unknown => metrics::outbox(metrics::OutboxResult::Inconclusive),
-            Driven::Skipped => {}
+            Driven::AwaitingCustomer | Driven::Skipped => {}
         }
         settled += usize::from(driven == Driven::Settled);
     }
@@ -153,7 +157,7 @@ pub(crate) async fn reconcile_stuck(state: &AppState) -> AppResult<usize> {
                 tracing::info!(attempt = %row.id(), "reconciliation settled an attempt");
             }
             Driven::Unknown => flag_for_review(state, &row).await?,
-            Driven::Skipped => {}
+            Driven::AwaitingCustomer | Driven::Skipped => {}
         }
     }
     Ok(settled)

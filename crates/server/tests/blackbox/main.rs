@@ -14,6 +14,9 @@
 //! - `inproc`: in-process servers (`app(state)`, a manual clock): leases, the outbox
 //!   worker, retention, decided by moving the clock instead of sleeping.
 //! - `layout`: no file of `src/` imports one that imports it back.
+//! - `extras`: checkout extras bound into the fingerprint; unknown ones refused.
+//! - `three_ds`: `pm_card_3ds`: `ACTION_REQUIRED`, the same key before and after the
+//!   customer acted, the webhook and reconciliation settling it, one charge.
 //! - `input`: malformed input of every kind, the OpenAPI fuzzer, CORS, the OpenAPI document.
 //! - `catalog`: `--catalog FILE` replaces the built-in catalog; a bad file stops the start.
 
@@ -21,11 +24,13 @@ mod catalog;
 mod common;
 mod concurrency;
 mod crash;
+mod extras;
 mod fast_path;
 mod inproc;
 mod input;
 mod layout;
 mod rules;
 mod startup;
+mod three_ds;
 mod webhooks;
 mod workers;
