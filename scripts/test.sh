@@ -87,19 +87,19 @@ rules_pure() {
 prod_build() {
   # A production build of the server (no `dev` feature, crates/server/README.md "Dev and
   # production builds") links no mock provider and refuses --dev with one line.
-  local tree bin out rc target=${CARGO_TARGET_DIR:-target}
+  local tree dir out rc target=${CARGO_TARGET_DIR:-target}
   tree=$(cargo tree "${locked[@]}" -p payonce-server --no-default-features -e normal --prefix none) || return 1
   if grep -E '^payonce-mock-provider ' <<<"$tree"; then
     echo "prod-build: payonce-server without the dev feature depends on the mock provider" >&2
     return 1
   fi
   cargo build "${locked[@]}" -q -p payonce-server --no-default-features || return 1
-  bin=$(mktemp) && cp "$target/debug/payonce-server" "$bin" || return 1
+  dir=$(mktemp -d) && cp "$target/debug/payonce-server" "$dir/" || return 1
   # That build replaced target/debug/payonce-server, which the other suites run: a fresh dev
   # build puts the dev binary back without compiling anything.
-  cargo build "${locked[@]}" -q -p payonce-server || { rm -f "$bin"; return 1; }
-  out=$("$bin" --dev 2>&1); rc=$?
-  rm -f "$bin"
+  cargo build "${locked[@]}" -q -p payonce-server || { rm -rf "$dir"; return 1; }
+  out=$("$dir/payonce-server" --dev 2>&1); rc=$?
+  rm -rf "$dir"
   echo "prod-build: payonce-server --dev -> exit $rc: $out"
   [ "$rc" -ne 0 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q 'needs a dev build' <<<"$out"
 }
