@@ -131,6 +131,14 @@ suite clippy cargo clippy "${locked[@]}" --workspace --all-targets -- -D warning
 suite clippy-wasm cargo clippy "${locked[@]}" -p payonce --target wasm32-unknown-unknown -- -D warnings
 suite cargo-test cargo test "${locked[@]}" --workspace
 suite prod-build prod_build
+# The model check (docs/model.md), in release (about 10x faster than debug here): the flaw,
+# finding and replay tests, then the scenario search with its states, depth and time.
+model_check() {
+  cargo build "${locked[@]}" -p payonce-server &&
+    cargo test "${locked[@]}" --release -p payonce-model &&
+    cargo run "${locked[@]}" --release -q -p payonce-model
+}
+suite model model_check
 printf '\n=== suite chaos\n'
 t_chaos=$SECONDS
 chaos; rc=$?

@@ -1,0 +1,27 @@
+//! An exhaustive model check of the payonce protocol (docs/model.md). The actors of
+//! [`model`] make their decisions with the real code: the SDK's pure core through
+//! [`sdk`] and the server's rules through [`server`], the two adapters. [`check`] explores
+//! every interleaving within [`model::Bounds`] and checks the invariants in every state.
+
+#![deny(missing_docs)]
+
+pub mod check;
+pub mod model;
+pub mod sdk;
+pub mod server;
+
+/// A deliberately broken variant, injected at an adapter (never an edit to the real code),
+/// so the model's own tests show that the checker catches it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flaw {
+    /// The claim reads, then writes unconditionally (no unique slot, no conditional order lock).
+    ClaimReadThenWrite,
+    /// The SDK also drops the key when a request times out.
+    RemoveKeyOnTimeout,
+    /// A cancel of an unknown key answers `cancelled` without inserting a tombstone.
+    NoTombstone,
+    /// A take-over charges again under a fresh provider key without asking the provider.
+    BlindRecharge,
+    /// A replay answers with another attempt's stored answer.
+    ReplayOtherAnswer,
+}

@@ -1,0 +1,127 @@
+//! Each deliberately broken variant ([`Flaw`]) is caught by the checker with a
+//! counterexample, and the same bounds hold with the real code: the catch is the flaw's,
+//! not the bounds'.
+
+use payonce_model::check::{self, Search, INVARIANTS};
+use payonce_model::model::{Bounds, Model};
+use payonce_model::Flaw;
+
+fn search() -> Search {
+    Search {
+        max_depth: 40,
+        max_states: 300_000,
+        liveness_every: 0,
+        liveness_steps: 0,
+    }
+}
+
+/// Checks `bounds` with `flaw`: the named invariant breaks; without it, nothing does.
+fn caught(flaw: Flaw, bounds: Bounds, invariants: &[&str]) -> usize {
+    let bad = Model {
+        bounds,
+        flaw: Some(flaw),
+    };
+    let r = check::run(&bad, search());
+    let (name, trace) = r
+        .violation
+        .unwrap_or_else(|| panic!("{flaw:?} not caught in {} states", r.states));
+    let rendered = check::render(&bad, &trace);
+    println!(
+        "{flaw:?}: {name}, {} steps, {} states\n{rendered}",
+        trace.len(),
+        r.states
+    );
+    assert!(
+        invariants.contains(&name.as_str()),
+        "{flaw:?}: {name}\n{rendered}"
+    );
+    assert!(
+        rendered.contains(&name),
+        "the trace replays to the violation"
+    );
+    // The real code under the same bounds, every state up to two steps deeper than the
+    // counterexample: no violation, so the catch is the flaw's.
+    let good = Model { bounds, flaw: None };
+    let depth = trace.len() + 2;
+    let r = check::run(
+        &good,
+        Search {
+            max_depth: depth,
+            ..search()
+        },
+    );
+    assert!(
+        r.violation.is_none(),
+        "real code under the same bounds: {:?}",
+        r.violation
+    );
+    assert!(
+        !r.capped,
+        "the real code's check reached depth {depth} ({} states)",
+        r.states
+    );
+    trace.len()
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "searched in release by the model suite (scripts/test.sh)"
+)]
+fn claim_with_read_then_write_is_caught() {
+    let b = Bounds {
+        tabs: 2,
+        ..Bounds::NONE
+    };
+    caught(Flaw::ClaimReadThenWrite, b, &[INVARIANTS[0], INVARIANTS[6]]);
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "searched in release by the model suite (scripts/test.sh)"
+)]
+fn removing_the_key_on_a_timeout_is_caught() {
+    caught(Flaw::RemoveKeyOnTimeout, Bounds::NONE, &[INVARIANTS[4]]);
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "searched in release by the model suite (scripts/test.sh)"
+)]
+fn a_cancel_without_a_tombstone_lets_a_late_pay_charge() {
+    let b = Bounds {
+        reloads: 1,
+        cancels: 1,
+        ..Bounds::NONE
+    };
+    caught(Flaw::NoTombstone, b, &[INVARIANTS[3]]);
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "searched in release by the model suite (scripts/test.sh)"
+)]
+fn a_reconcile_that_charges_without_asking_charges_twice() {
+    let b = Bounds {
+        provider_faults: 1,
+        ticks: 1,
+        ..Bounds::NONE
+    };
+    caught(Flaw::BlindRecharge, b, &[INVARIANTS[0]]);
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "searched in release by the model suite (scripts/test.sh)"
+)]
+fn a_replay_of_another_attempts_answer_is_caught() {
+    let b = Bounds {
+        clicks: 2,
+        ..Bounds::NONE
+    };
+    caught(Flaw::ReplayOtherAnswer, b, &[INVARIANTS[5]]);
+}
