@@ -84,6 +84,25 @@ rules_pure() {
     return 1
   fi
 }
+prod_build() {
+  # A production build of the server (no `dev` feature, crates/server/README.md "Dev and
+  # production builds") links no mock provider and refuses --dev with one line.
+  local tree dir out rc target=${CARGO_TARGET_DIR:-target}
+  tree=$(cargo tree "${locked[@]}" -p payonce-server --no-default-features -e normal --prefix none) || return 1
+  if grep -E '^payonce-mock-provider ' <<<"$tree"; then
+    echo "prod-build: payonce-server without the dev feature depends on the mock provider" >&2
+    return 1
+  fi
+  cargo build "${locked[@]}" -q -p payonce-server --no-default-features || return 1
+  dir=$(mktemp -d) && cp "$target/debug/payonce-server" "$dir/" || return 1
+  # That build replaced target/debug/payonce-server, which the other suites run: a fresh dev
+  # build puts the dev binary back without compiling anything.
+  cargo build "${locked[@]}" -q -p payonce-server || { rm -rf "$dir"; return 1; }
+  out=$("$dir/payonce-server" --dev 2>&1); rc=$?
+  rm -rf "$dir"
+  echo "prod-build: payonce-server --dev -> exit $rc: $out"
+  [ "$rc" -ne 0 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q 'needs a dev build' <<<"$out"
+}
 chaos() {
   # The chaos audit at its small size (docs/chaos.md has the large run): a fixed seed, so a
   # red run names a script and fault schedule that replay. Needs PostgreSQL and Redis.
@@ -111,6 +130,7 @@ suite rules-pure rules_pure
 suite clippy cargo clippy "${locked[@]}" --workspace --all-targets -- -D warnings
 suite clippy-wasm cargo clippy "${locked[@]}" -p payonce --target wasm32-unknown-unknown -- -D warnings
 suite cargo-test cargo test "${locked[@]}" --workspace
+suite prod-build prod_build
 # The model check (docs/model.md), in release (about 10x faster than debug here): the flaw,
 # finding and replay tests, then the scenario search with its states, depth and time.
 model_check() {

@@ -31,7 +31,7 @@
 //!   replaced and reported (`onWarning("UNREADABLE_ENTRY")`).
 //! - Storage that throws moves attempts to memory (`storageMode === "memory"`, warning
 //!   `STORAGE_UNAVAILABLE`); unresolved attempts still block other details on this page.
-//! - The foundations are the design card's: wasm-bindgen, web-sys and js-sys for the browser,
+//! - The foundations: wasm-bindgen, web-sys and js-sys for the browser,
 //!   serde with serde-wasm-bindgen at the JS boundary (options, checkouts, answers, stored
 //!   attempts, outcomes; `web::value`), uuid (v4, `js`) for idempotency keys, gloo-timers for
 //!   every timer and wait. JSON text goes through the browser's `JSON` (no serde_json in the

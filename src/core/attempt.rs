@@ -10,7 +10,7 @@
 //! any state --final answer (paid, declined, failed, cancelled, order changed)--> removed
 //! ```
 //!
-//! `saved` is written to storage *before* the request is sent (seed step 2), so a crash or
+//! `saved` is written to storage *before* the request is sent, so a crash or
 //! reload at any point leaves the key behind for the next Pay to reuse. Final states are never
 //! stored: a final outcome removes the record.
 
@@ -69,7 +69,8 @@ impl AttemptState {
 /// One stored attempt: the JSON value of `payonce:attempt:<orderId>` (members in camelCase,
 /// all required; the web layer's store reads and writes it with these serde derives).
 ///
-/// Only the key and the snapshot are stored: never card data or tokens (seed checklist).
+/// Only the key and the snapshot are stored: never card data or tokens: storage is
+/// readable by any script on the origin, and a key alone cannot charge anyone.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Attempt {
@@ -150,14 +151,15 @@ impl Entry {
     }
 }
 
-/// Same intention? Same order, same version, same payment method (seed: "a key belongs to a
-/// checkout snapshot"). The order id is compared too so a record filed under the wrong order
+/// Same intention? Same order, same version, same payment method: a key belongs
+/// to one checkout snapshot, so a changed cart or method needs a new key. The order id is compared too so a record filed under the wrong order
 /// can never lend its key to another order.
 pub fn same_intention(a: &CheckoutSnapshot, b: &CheckoutSnapshot) -> bool {
     a == b
 }
 
-/// Which key a Pay click uses (seed: "When should the UI create a key?").
+/// Which key a Pay click uses: the stored one while the checkout is the same, a new one
+/// otherwise.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PayPlan {
     /// No unresolved attempt: mint a key now (the moment of commitment) and save it first.

@@ -1,5 +1,6 @@
 //! What an answer to `POST /orders/{id}/pay` (or to cancel) means for the attempt and its key
-//! (seed step 6: "only remove the key when you know the final outcome").
+//! (a key is removed only once the outcome is known to be final: a retry with it must
+//! otherwise stay possible).
 //! `docs/protocol.md` §11 is this table as the backend's contract.
 //!
 //! | answer                                        | verdict                    | key    |
@@ -22,8 +23,8 @@
 //! received, and the key is kept for `resume` or `cancel` once the backend is fixed.
 //!
 //! `ORDER_CHANGED` removes the key although nothing "finished": versions only grow, so a key
-//! bound to an old version can never be accepted again (seed: "the old key was never
-//! accepted, so remove it"). Every other refusal keeps the key, because it proves nothing
+//! bound to an old version can never be accepted again (the server never accepted it, so
+//! nothing can be charged with it). Every other refusal keeps the key, because it proves nothing
 //! about requests with this key that may still be travelling (a request that timed out may
 //! reach the server later). The app resolves such a key with `cancel`, which tombstones it.
 //! In particular `KEY_REUSED_WITH_DIFFERENT_DETAILS` keeps it: the server holds an attempt under
@@ -293,7 +294,7 @@ pub fn classify_pay_for(reply: &Reply<PayResponse>, order_id: &str) -> Verdict {
     classify_pay(reply)
 }
 
-/// What a cancel call found (seed: "Cancel endpoint"). JavaScript gets it serialized as
+/// What a cancel call found (`POST /orders/{id}/payment-attempts/cancel`, `docs/protocol.md`). JavaScript gets it serialized as
 /// `{ kind, payment? }` (the `CancelOutcome` union).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "camelCase")]

@@ -644,7 +644,7 @@ impl PayonceClient {
         }
     }
 
-    /// Cancels the unresolved attempt for `orderId` (seed: "Cancel endpoint"). The server
+    /// Cancels the unresolved attempt for `orderId` (the cancel endpoint, `docs/protocol.md`). The server
     /// tombstones a key it never saw, so a late request with it can never charge. The key is
     /// removed only when the answer is final.
     #[wasm_bindgen(unchecked_return_type = "Promise<CancelOutcome>")]

@@ -1,5 +1,5 @@
 //! Where attempts are kept: sessionStorage (survives a reload, dies with the tab, never shared
-//! with other tabs: seed step 2), or memory when storage is unavailable.
+//! with other tabs, and written before the request is sent), or memory when storage is unavailable.
 //!
 //! Entry format: key `payonce:attempt:<orderId>`, value the JSON of [`Attempt`] (its serde
 //! derives, through serde-wasm-bindgen and the browser's `JSON`):

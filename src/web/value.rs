@@ -1,4 +1,4 @@
-//! JavaScript values in and out through serde-wasm-bindgen (the design card's boundary): the
+//! JavaScript values in and out through serde-wasm-bindgen (the one JS boundary): the
 //! checkouts, server answers, stored attempts and tab messages the SDK reads, and the
 //! outcomes and pending attempts it hands back, all with serde derives (the SDK's own in
 //! `core` and here, the wire ones in `payonce_protocol`). The client options, a dozen numbers

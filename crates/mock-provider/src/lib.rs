@@ -47,7 +47,7 @@
 #![deny(missing_docs)]
 
 mod http;
-pub mod signature;
+pub use payonce_protocol::signature;
 mod store;
 mod webhooks;
 

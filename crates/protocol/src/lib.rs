@@ -21,6 +21,10 @@ pub mod headers;
 pub mod key;
 pub mod problem;
 pub mod provider;
+// The webhook signature is wire format too, but only the provider and the server need
+// HMAC: the browser SDK builds this crate without it.
+#[cfg(feature = "signature")]
+pub mod signature;
 pub mod status;
 
 pub use body::*;

@@ -72,7 +72,7 @@ pub fn retry_after_secs(wait: Duration) -> u64 {
 }
 
 /// The two per-user rate-limit buckets, because a duplicate is not a new payment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Bucket {
     /// Every pay request, replays included: generous, it only stops a runaway client.
     Requests,
@@ -90,4 +90,7 @@ impl Bucket {
             Self::NewAttempts => "new_attempts",
         }
     }
+
+    /// Both buckets.
+    pub const ALL: [Self; 2] = [Self::Requests, Self::NewAttempts];
 }

@@ -18,7 +18,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 type HmacSha256 = Hmac<Sha256>;
 
 /// How long a dev session lasts.
-pub(crate) const SESSION_SECS: u64 = 24 * 3600;
+pub const SESSION_SECS: u64 = 24 * 3600;
 
 /// The authenticated caller.
 #[derive(Debug, Clone)]
@@ -39,8 +39,9 @@ fn mac(secret: &[u8], payload: &str) -> HmacSha256 {
     m
 }
 
-/// Signs a token for `user` valid until `expires` (unix seconds).
-pub(crate) fn sign_token(secret: &[u8], user: &str, expires: u64) -> String {
+/// Signs a token for `user` valid until `expires` (unix seconds): how a sign-in service that
+/// shares `--session-secret` mints the tokens this server accepts.
+pub fn sign_token(secret: &[u8], user: &str, expires: u64) -> String {
     let payload = format!("v1.{user}.{expires}");
     let tag = mac(secret, &payload).finalize().into_bytes();
     format!("{payload}.{}", hex::encode(tag))

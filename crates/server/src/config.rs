@@ -1,68 +1,22 @@
 //! The command line (clap derive; most flags also read an environment variable) and the
 //! runtime [`Config`] built from it.
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// payonce companion server: orders, idempotent pay and cancel, and (unless
-/// `--provider-url` is given) an embedded mock payment provider on its own listener.
+/// payonce companion server: orders, idempotent pay and cancel against a payment provider
+/// (`--provider-url`; a dev build with `--dev` embeds a mock one when it is absent).
 #[derive(Debug, Parser)]
 #[command(name = "payonce-server", version)]
 pub struct Cli {
     /// Run only a part of the system.
     #[command(subcommand)]
-    pub command: Option<Command>,
+    pub command: Option<crate::dev::args::Command>,
     /// The API server's options.
     #[command(flatten)]
     pub server: ServerArgs,
-}
-
-/// Subcommands.
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Run only the mock payment provider (one provider shared by several API processes).
-    MockProvider {
-        /// Listen address (port 0 picks a free port).
-        #[arg(long, default_value = "127.0.0.1:8081")]
-        addr: SocketAddr,
-        /// Where the provider posts signed webhooks (optional), e.g.
-        /// `http://127.0.0.1:8080/webhooks/provider`.
-        #[arg(long, env = "PAYONCE_WEBHOOK_URL")]
-        webhook_url: Option<String>,
-        /// Secret the webhooks are signed with.
-        #[arg(long, env = "PAYONCE_WEBHOOK_SECRET", hide_env_values = true,
-              default_value = payonce_mock_provider::DEFAULT_WEBHOOK_SECRET)]
-        webhook_secret: String,
-        /// JSON file the ledger is written through to and loaded from, so a restarted
-        /// provider keeps its charges and resends undelivered webhooks. Default: memory only.
-        #[arg(long)]
-        state_file: Option<PathBuf>,
-        /// Webhook misbehaviour: `off`, `realistic`, or a list of `dup=P`, `delay-ms=N`,
-        /// `reorder`, `reorder-ms=N`, `early`.
-        #[arg(long, default_value = "off")]
-        webhook_chaos: payonce_mock_provider::WebhookChaos,
-    },
-    /// Dev only: print an HS256 JWT the server accepts with the same secret, issuer and
-    /// audience (for trying the API without an identity provider).
-    MintJwt {
-        /// The shared secret (as given to `--jwt-hs256-secret`).
-        #[arg(long, env = "PAYONCE_JWT_HS256_SECRETS", hide_env_values = true)]
-        secret: String,
-        /// `iss`.
-        #[arg(long)]
-        issuer: String,
-        /// `aud`.
-        #[arg(long)]
-        audience: String,
-        /// `sub`: the user id.
-        #[arg(long)]
-        user: String,
-        /// Lifetime in seconds.
-        #[arg(long, default_value_t = 900)]
-        ttl_secs: u64,
-    },
 }
 
 /// Options of the API server.
@@ -71,14 +25,7 @@ pub struct ServerArgs {
     /// API listen address (port 0 picks a free port).
     #[arg(long, env = "PAYONCE_ADDR", default_value = "127.0.0.1:8080")]
     pub addr: SocketAddr,
-    /// Listen address of the embedded mock provider.
-    #[arg(
-        long,
-        default_value = "127.0.0.1:8081",
-        conflicts_with = "provider_url"
-    )]
-    pub provider_addr: SocketAddr,
-    /// Use an already running provider instead of embedding one.
+    /// The payment provider's base URL (`http://…`). Required outside `--dev`.
     #[arg(long, env = "PAYONCE_PROVIDER_URL")]
     pub provider_url: Option<String>,
     /// `sqlite://PATH` (created if missing) or `postgres://...`.
@@ -88,9 +35,6 @@ pub struct ServerArgs {
         default_value = "sqlite://.data/payonce.db"
     )]
     pub database_url: String,
-    /// Dev mode: `POST /dev/sessions`, fault injection, permissive localhost CORS.
-    #[arg(long)]
-    pub dev: bool,
     /// Serve this directory's files for paths no API route claims (the demo page).
     #[arg(long)]
     pub static_dir: Option<PathBuf>,
@@ -119,8 +63,9 @@ pub struct ServerArgs {
     /// New payment attempts a user may start at once.
     #[arg(long, env = "PAYONCE_NEW_ATTEMPTS_BURST", default_value_t = 60)]
     pub new_attempts_burst: u32,
-    /// Secret for HMAC-signing session tokens. Several processes behind one database must
-    /// share it. Default: a random secret per process (tokens die with the process).
+    /// Secret for HMAC-signing session tokens, at least 32 bytes. Several processes behind
+    /// one database must share it. Required outside `--dev`; in dev mode the default is a
+    /// random secret per process (tokens die with the process).
     #[arg(long, env = "PAYONCE_SESSION_SECRET", hide_env_values = true)]
     pub session_secret: Option<String>,
     /// How long a claimed attempt is leased to the request that claimed it. A retry that
@@ -136,14 +81,10 @@ pub struct ServerArgs {
     /// answering 409 IN_PROGRESS (so a double click gets the same answer twice).
     #[arg(long, env = "PAYONCE_IN_PROGRESS_WAIT_MS", default_value_t = 2_000)]
     pub in_progress_wait_ms: u64,
-    /// Secret of the provider's webhook signatures (shared with the provider).
-    #[arg(long, env = "PAYONCE_WEBHOOK_SECRET", hide_env_values = true,
-          default_value = payonce_mock_provider::DEFAULT_WEBHOOK_SECRET)]
-    pub webhook_secret: String,
-    /// Do not let the embedded provider send webhooks (attempts then settle only through
-    /// retries and the reconciliation job).
-    #[arg(long)]
-    pub no_provider_webhooks: bool,
+    /// Secret of the provider's webhook signatures (shared with the provider), at least 32
+    /// bytes. Required outside `--dev`; in dev mode the mock provider's default.
+    #[arg(long, env = "PAYONCE_WEBHOOK_SECRET", hide_env_values = true)]
+    pub webhook_secret: Option<String>,
     /// How often the background job settles stuck attempts and deletes expired keys
     /// (0 disables it).
     #[arg(long, env = "PAYONCE_JOBS_INTERVAL_MS", default_value_t = 30_000)]
@@ -156,41 +97,26 @@ pub struct ServerArgs {
     pub retry_after_secs: u64,
     /// Reconciliation threshold: a processing attempt older than this whose lease has expired
     /// is settled from the provider, and flagged for manual review if the provider cannot
-    /// tell. (The outbox worker drives abandoned attempts sooner; see `src/jobs.rs`.)
+    /// tell. (The outbox worker drives abandoned attempts sooner; see `src/jobs/mod.rs`.)
     #[arg(long, env = "PAYONCE_RECONCILE_AFTER_MS", default_value_t = 120_000)]
     pub reconcile_after_ms: u64,
     /// How long audit rows (and handled webhook events) are kept: the card dispute window.
     #[arg(long, default_value_t = 180)]
     pub audit_retention_days: u64,
-    /// State file of the embedded provider (its ledger survives a restart of this process).
-    /// Default: `provider.json` beside the SQLite database; memory only with PostgreSQL.
-    #[arg(long, conflicts_with = "provider_url")]
-    pub provider_state: Option<PathBuf>,
-    /// Keep the embedded provider's ledger in memory only, even beside a SQLite database (a
-    /// restart of this process then forgets its charges). For the load benchmark: the
-    /// provider stands in for a remote service, and its whole-ledger file rewrite after
-    /// every charge is not the server's cost.
-    #[arg(long, conflicts_with_all = ["provider_url", "provider_state"])]
-    pub provider_memory_only: bool,
-    /// Webhook misbehaviour of the embedded provider (see `mock-provider --webhook-chaos`).
-    #[arg(long, default_value = "off", conflicts_with = "provider_url")]
-    pub provider_webhook_chaos: payonce_mock_provider::WebhookChaos,
     /// The catalog (SKUs, names, prices, currency, stock, coupons) as a JSON file:
     /// `{"items": [{"sku", "name", "unitPrice", "currency", "stock"}], "coupons": [{"code",
     /// "percentOff"}]}`. Default: the built-in demo catalog. A bad file stops the start.
     #[arg(long, env = "PAYONCE_CATALOG")]
     pub catalog: Option<PathBuf>,
-    /// Dev only: abort the process when it reaches this named step (repeatable, or a comma
-    /// list): after-claim, after-charge, before-settle-commit, after-save, webhook, outbox,
-    /// email. For crash tests; the server refuses to start with it unless `--dev`.
-    #[arg(long = "failpoint", env = "PAYONCE_FAILPOINTS", value_delimiter = ',')]
-    pub failpoints: Vec<String>,
     /// Timeouts and limits of the HTTP edge (`src/server.rs`).
     #[command(flatten)]
     pub edge: EdgeArgs,
     /// JWT authentication (`src/jwt.rs`).
     #[command(flatten)]
     pub jwt: JwtArgs,
+    /// The dev build's flags (`--dev`, the embedded provider's, `--failpoint`).
+    #[command(flatten)]
+    pub dev: crate::dev::args::DevArgs,
 }
 
 /// Bearer JWTs from the identity provider. With any key set, `--jwt-issuer` and
@@ -358,14 +284,18 @@ pub enum ConfigError {
         timeout: u64,
     },
     /// An empty or too short secret would make tokens forgeable.
-    #[error("the session secret must be at least 16 bytes")]
+    #[error("--session-secret must be at least {MIN_DEV_SECRET} bytes")]
     WeakSecret,
+    /// A production start with unsafe or missing settings: one line per problem, all of
+    /// them at once, so an operator fixes the deployment in one go.
+    #[error("{}", .0.join("\n"))]
+    Unsafe(Vec<String>),
+    /// The dev flags (`src/dev/args.rs`; a production build refuses them all).
+    #[error(transparent)]
+    Dev(#[from] crate::dev::args::DevFlagError),
     /// `--redis-url` does not parse (unreachable is fine: that only degrades).
     #[error("invalid --redis-url: {0}")]
     RedisUrl(String),
-    /// Failpoints abort the process: never outside dev mode.
-    #[error("--failpoint / PAYONCE_FAILPOINTS require --dev")]
-    FailpointsNeedDev,
     /// The `--catalog` file cannot be read, is not valid JSON, or has a bad entry.
     #[error("{0}")]
     Catalog(String),
@@ -383,37 +313,123 @@ pub enum ConfigError {
     /// A zero timeout or cap would refuse every client.
     #[error("--header-timeout-ms, --body-timeout-ms and --max-connections must be > 0")]
     ZeroEdgeLimit,
-    /// A failpoint name nobody checks would make a crash test pass for the wrong reason.
-    #[error("unknown failpoint {0:?} (known: {known})", known = crate::faults::ALL.join(", "))]
-    UnknownFailpoint(String),
+}
+
+/// Shortest session and webhook secret outside `--dev`: 256 bits, the HMAC-SHA256 key size.
+pub const MIN_SECRET: usize = 32;
+/// Shortest explicit session secret in dev mode.
+const MIN_DEV_SECRET: usize = 16;
+
+/// Every problem of a start outside `--dev`, one line each (empty: safe to start). The
+/// embedded mock provider runs only in dev, so a provider must be named; both secrets must
+/// be explicit and long enough that nobody can guess or brute-force them.
+fn production_problems(args: &ServerArgs) -> Vec<String> {
+    let mut problems = Vec::new();
+    if args.provider_url.is_none() {
+        problems.push(
+            "--provider-url (PAYONCE_PROVIDER_URL) is required without --dev: the mock provider \
+             runs only in a dev build, with --dev or as `mock-provider`"
+                .to_owned(),
+        );
+    }
+    for (flag, env, value) in [
+        (
+            "--webhook-secret",
+            "PAYONCE_WEBHOOK_SECRET",
+            &args.webhook_secret,
+        ),
+        (
+            "--session-secret",
+            "PAYONCE_SESSION_SECRET",
+            &args.session_secret,
+        ),
+    ] {
+        match value.as_deref().map(str::len) {
+            None | Some(0) => problems.push(format!(
+                "{flag} ({env}) is required without --dev (at least {MIN_SECRET} bytes)"
+            )),
+            Some(n) if n < MIN_SECRET => problems.push(format!(
+                "{flag} ({env}) is {n} bytes; at least {MIN_SECRET} are required without --dev"
+            )),
+            Some(_) => {}
+        }
+    }
+    problems
+}
+
+/// Every URL whose scheme this build cannot use, one line each, checked at start so a bad
+/// deployment fails here rather than on its first request. This build speaks plain HTTP to
+/// the provider and has no TLS for PostgreSQL or Redis.
+fn scheme_problems(args: &ServerArgs) -> Vec<String> {
+    let mut problems = Vec::new();
+    if let Some(url) = &args.provider_url {
+        if !url.starts_with("http://") {
+            problems.push(format!(
+                "--provider-url {url:?}: only http:// is supported (this build has no TLS client)"
+            ));
+        }
+    }
+    let db = args.database_url.as_str();
+    let db_ok = db.starts_with("sqlite:")
+        || db.starts_with("postgres://")
+        || db.starts_with("postgresql://");
+    if !db_ok {
+        problems.push(format!(
+            "--database-url {:?}: use sqlite://PATH or postgres://…",
+            scheme_of(db)
+        ));
+    } else if !db.starts_with("sqlite:") {
+        let needs_tls = [
+            "sslmode=require",
+            "sslmode=verify-ca",
+            "sslmode=verify-full",
+        ];
+        if needs_tls.iter().any(|m| db.contains(m)) {
+            problems.push(
+                "--database-url: this build has no TLS for PostgreSQL (sslmode=require, verify-ca \
+                 and verify-full cannot connect)"
+                    .to_owned(),
+            );
+        }
+    }
+    if let Some(url) = &args.redis_url {
+        let ok = ["redis://", "redis+unix://", "unix://"]
+            .iter()
+            .any(|p| url.starts_with(p));
+        if !ok {
+            problems.push(format!(
+                "--redis-url scheme {:?}: use redis://HOST:PORT/DB (this build has no TLS for Redis)",
+                scheme_of(url)
+            ));
+        }
+    }
+    problems
+}
+
+/// The scheme of a URL (never its credentials) for an error line.
+fn scheme_of(url: &str) -> &str {
+    url.split_once("://").map_or("(none)", |(s, _)| s)
 }
 
 impl Config {
     /// Validates the flags.
     pub fn from_args(args: &ServerArgs) -> Result<Self, ConfigError> {
+        let dev = crate::dev::args::settings(&args.dev)?;
+        let mut problems = scheme_problems(args);
+        if !dev.dev {
+            problems.extend(production_problems(args));
+        }
+        if !problems.is_empty() {
+            return Err(ConfigError::Unsafe(problems));
+        }
         if args.lease_ms <= args.provider_timeout_ms {
             return Err(ConfigError::LeaseTooShort {
                 lease: args.lease_ms,
                 timeout: args.provider_timeout_ms,
             });
         }
-        let failpoints: Vec<String> = args
-            .failpoints
-            .iter()
-            .map(|f| f.trim().to_owned())
-            .filter(|f| !f.is_empty())
-            .collect();
-        if let Some(bad) = failpoints
-            .iter()
-            .find(|f| !crate::faults::ALL.contains(&f.as_str()))
-        {
-            return Err(ConfigError::UnknownFailpoint(bad.clone()));
-        }
-        if !failpoints.is_empty() && !args.dev {
-            return Err(ConfigError::FailpointsNeedDev);
-        }
         let session_secret = match &args.session_secret {
-            Some(s) if s.len() < 16 => return Err(ConfigError::WeakSecret),
+            Some(s) if s.len() < MIN_DEV_SECRET => return Err(ConfigError::WeakSecret),
             Some(s) => s.as_bytes().to_vec(),
             None => {
                 let mut v = uuid::Uuid::new_v4().as_bytes().to_vec();
@@ -421,6 +437,13 @@ impl Config {
                 v
             }
         };
+        // Outside dev `production_problems` has made sure it is set; in dev the mock
+        // provider's own default pairs with the embedded provider.
+        let webhook_secret = args
+            .webhook_secret
+            .clone()
+            .or(dev.default_webhook_secret.map(str::to_owned))
+            .unwrap_or_default();
         let catalog = match &args.catalog {
             Some(path) => Some(crate::catalog::load_file(path).map_err(ConfigError::Catalog)?),
             None => None,
@@ -453,7 +476,7 @@ impl Config {
         Ok(Self {
             edge,
             jwt,
-            dev: args.dev,
+            dev: dev.dev,
             redis_url: args.redis_url.clone(),
             redis_timeout: Duration::from_millis(args.redis_timeout_ms.max(1)),
             replay_cache_entries: args.replay_cache_entries,
@@ -468,12 +491,12 @@ impl Config {
             retry_after_secs: args.retry_after_secs,
             session_secret,
             key_retention: Duration::from_secs(args.key_retention_secs),
-            webhook_secret: args.webhook_secret.clone(),
+            webhook_secret,
             jobs_interval: (args.jobs_interval_ms > 0)
                 .then(|| Duration::from_millis(args.jobs_interval_ms)),
             reconcile_after: Duration::from_millis(args.reconcile_after_ms),
             audit_retention: Duration::from_secs(args.audit_retention_days.saturating_mul(86_400)),
-            failpoints,
+            failpoints: dev.failpoints,
             catalog,
         })
     }
@@ -483,19 +506,40 @@ impl Config {
 mod tests {
     use super::*;
 
+    /// The flags a start outside `--dev` must have.
+    const PROD: &[&str] = &[
+        "--provider-url",
+        "http://127.0.0.1:1",
+        "--webhook-secret",
+        "whsec_0123456789abcdef0123456789abcdef",
+        "--session-secret",
+        "0123456789abcdef0123456789abcdef",
+    ];
+
     fn args(extra: &[&str]) -> ServerArgs {
         let argv = std::iter::once("payonce-server").chain(extra.iter().copied());
         Cli::try_parse_from(argv).expect("flags parse").server
     }
 
+    fn prod(extra: &[&str]) -> ServerArgs {
+        args(&[PROD, extra].concat())
+    }
+
+    fn problems(a: &ServerArgs) -> Vec<String> {
+        match Config::from_args(a) {
+            Err(ConfigError::Unsafe(p)) => p,
+            other => panic!("expected the start to be refused, got {other:?}"),
+        }
+    }
+
     #[test]
     fn a_lease_must_outlast_the_provider_timeout() {
-        let a = args(&["--lease-ms", "3000", "--provider-timeout-ms", "3000"]);
+        let a = prod(&["--lease-ms", "3000", "--provider-timeout-ms", "3000"]);
         assert!(matches!(
             Config::from_args(&a),
             Err(ConfigError::LeaseTooShort { .. })
         ));
-        assert!(Config::from_args(&args(&[
+        assert!(Config::from_args(&prod(&[
             "--lease-ms",
             "3001",
             "--provider-timeout-ms",
@@ -505,49 +549,69 @@ mod tests {
     }
 
     #[test]
-    fn a_short_session_secret_is_refused() {
-        assert!(matches!(
-            Config::from_args(&args(&["--session-secret", "short"])),
-            Err(ConfigError::WeakSecret)
-        ));
+    fn a_start_without_dev_names_every_missing_flag_at_once() {
+        let p = problems(&args(&[]));
+        assert_eq!(p.len(), 3, "{p:?}");
+        for flag in ["--provider-url", "--webhook-secret", "--session-secret"] {
+            assert_eq!(
+                p.iter().filter(|l| l.starts_with(flag)).count(),
+                1,
+                "{flag}: {p:?}"
+            );
+        }
+        assert!(Config::from_args(&prod(&[])).is_ok());
     }
 
     #[test]
-    fn failpoints_need_dev_mode_and_known_names() {
-        assert!(matches!(
-            Config::from_args(&args(&["--failpoint", "after-claim"])),
-            Err(ConfigError::FailpointsNeedDev)
-        ));
-        assert!(matches!(
-            Config::from_args(&args(&["--dev", "--failpoint", "after-lunch"])),
-            Err(ConfigError::UnknownFailpoint(_))
-        ));
-        let c = Config::from_args(&args(&["--dev", "--failpoint", "after-claim,email"])).unwrap();
-        assert_eq!(c.failpoints, ["after-claim", "email"]);
-    }
-
-    #[test]
-    fn provider_addr_and_provider_url_conflict() {
-        let argv = [
-            "payonce-server",
-            "--provider-addr",
-            "127.0.0.1:1",
+    fn short_or_empty_secrets_are_refused_without_dev() {
+        let short = "x".repeat(MIN_SECRET - 1);
+        let p = problems(&args(&[
             "--provider-url",
-            "http://x",
-        ];
-        assert!(Cli::try_parse_from(argv).is_err());
-        assert!(Cli::try_parse_from(["payonce-server", "--provider-url", "http://x"]).is_ok());
+            "http://127.0.0.1:1",
+            "--webhook-secret",
+            "",
+            "--session-secret",
+            &short,
+        ]));
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert!(
+            p[0].starts_with("--webhook-secret") && p[0].contains("required"),
+            "{p:?}"
+        );
+        assert!(
+            p[1].starts_with("--session-secret") && p[1].contains("31 bytes"),
+            "{p:?}"
+        );
     }
 
     #[test]
-    fn a_memory_only_provider_has_no_state_file_to_name() {
-        assert!(args(&["--provider-memory-only"]).provider_memory_only);
-        let argv = [
-            "payonce-server",
-            "--provider-memory-only",
-            "--provider-state",
-            "/tmp/p.json",
-        ];
-        assert!(Cli::try_parse_from(argv).is_err());
+    fn unusable_url_schemes_are_refused_at_start() {
+        let p = problems(&args(&[
+            "--provider-url",
+            "https://psp.example",
+            "--database-url",
+            "mysql://db/x",
+            "--redis-url",
+            "rediss://cache:6380/0",
+            "--webhook-secret",
+            "whsec_0123456789abcdef0123456789abcdef",
+            "--session-secret",
+            "0123456789abcdef0123456789abcdef",
+        ]));
+        assert_eq!(p.len(), 3, "{p:?}");
+        assert!(p[0].starts_with("--provider-url"), "{p:?}");
+        assert!(
+            p[1].starts_with("--database-url") && p[1].contains("mysql"),
+            "{p:?}"
+        );
+        assert!(
+            p[2].starts_with("--redis-url") && p[2].contains("rediss"),
+            "{p:?}"
+        );
+        let tls = problems(&prod(&[
+            "--database-url",
+            "postgres://h/db?sslmode=require",
+        ]));
+        assert!(tls[0].contains("sslmode"), "{tls:?}");
     }
 }

@@ -197,6 +197,8 @@ impl JwtVerifier {
 }
 
 /// Signs an HS256 token (the dev-only `mint-jwt` subcommand and the tests).
+// Only the dev build's `mint-jwt` and the tests mint tokens.
+#[cfg_attr(not(any(feature = "dev", test)), allow(dead_code))]
 pub(crate) fn mint_hs256(
     secret: &[u8],
     issuer: &str,

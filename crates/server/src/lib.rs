@@ -12,12 +12,19 @@
 //! - `jobs/`: the outbox worker, reconciliation (with manual review), confirmation emails,
 //!   cleanup and retention.
 //! - `provider`: the provider over HTTP, each answer sorted by what it proves.
-//! - `auth`, `catalog`, `limits`, `metrics`, `faults`, `error`, [`clock`], [`config`].
-//! - `state` ([`AppState`]), `server` ([`run`]): wiring, listeners, graceful shutdown.
-//! - `bench` (hidden): the raw-store pay path the load benchmark measures against.
+//! - `auth`, `catalog`, `limits`, `metrics`, `faults` (the failpoint names), `error`,
+//!   [`clock`], [`config`].
+//! - `dev/` (the `dev` feature): `--dev`, the embedded mock provider, dev sessions, the
+//!   dev mailbox, dev faults and failpoints; `dev_off.rs` stands in for it without the feature.
+//! - `state` ([`AppState`]), `server` ([`run`]), `listen`: wiring, listeners, graceful shutdown.
+//! - `bench` (hidden, `dev` feature): the raw-store pay path the load benchmark measures against.
 
 #![deny(missing_docs)]
 
+// The bench hooks and everything dev mode adds exist only in a dev build; `src/dev_off.rs`
+// gives a production build the same names with none of the machinery (server README, "Dev
+// and production builds").
+#[cfg(feature = "dev")]
 #[doc(hidden)]
 pub mod bench;
 pub mod clock;
@@ -27,12 +34,18 @@ pub mod store;
 mod auth;
 mod cancel;
 mod catalog;
+#[cfg(feature = "dev")]
+mod dev;
+#[cfg(not(feature = "dev"))]
+#[path = "dev_off.rs"]
+mod dev;
 mod error;
 mod faults;
 mod http;
 mod jobs;
 mod jwt;
 mod limits;
+mod listen;
 mod metrics;
 mod openapi;
 mod orders;
@@ -45,7 +58,9 @@ mod server;
 mod state;
 mod webhooks;
 
-pub use config::{Cli, Command, Config, ServerArgs};
+pub use auth::{sign_token, SESSION_SECS};
+pub use config::{Cli, Config, ServerArgs};
+pub use dev::{Command, DevArgs};
 pub use http::{app, MAX_BODY_BYTES, ROUTES};
 #[doc(hidden)]
 pub use jobs::{cleanup as run_cleanup, round as run_jobs};

@@ -98,7 +98,7 @@ impl<C: Clock + Clone> Buckets<C> {
                 p.retry_after = Some(secs.max(1));
                 p.detail = Some(format!(
                     "too many pay requests ({}) for this user; retry with the same key later",
-                    self.bucket.as_str()
+                    self.bucket.label()
                 ));
             })
         })

@@ -19,7 +19,10 @@ async fn main() -> ExitCode {
     match payonce_server::run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("payonce-server: {e}");
+            // One line per problem (an unsafe configuration names each of them).
+            for line in e.to_string().lines() {
+                eprintln!("payonce-server: {line}");
+            }
             ExitCode::FAILURE
         }
     }

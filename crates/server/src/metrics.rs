@@ -46,8 +46,6 @@ macro_rules! label_values {
 label_values! {
     /// Where a replayed pay answer was read.
     ReplaySource { Memory => "memory", Redis => "redis", Database => "database" }
-    /// Which pay rate-limit bucket refused a request (src/limits.rs).
-    Bucket { Requests => "requests", NewAttempts => "new_attempts" }
     /// One step of the Redis fast path.
     RedisLookup {
         Claimed => "claimed", Replay => "replay", Mismatch => "mismatch",
@@ -106,7 +104,19 @@ struct SourceLabel {
 }
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct BucketLabel {
-    bucket: Bucket,
+    bucket: BucketValue,
+}
+
+pub(crate) use payonce_rules::policy::Bucket;
+
+/// Which pay rate-limit bucket refused a request, spelled by the rules (`Bucket::label`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct BucketValue(Bucket);
+
+impl EncodeLabelValue for BucketValue {
+    fn encode(&self, e: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        e.write_str(self.0.label())
+    }
 }
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct AgeLabel {
@@ -222,7 +232,8 @@ static COUNTERS: LazyLock<Counters> = LazyLock::new(|| {
     for &source in ReplaySource::ALL {
         let _ = c.pay_replays.get_or_create(&SourceLabel { source });
     }
-    for &bucket in Bucket::ALL {
+    for bucket in Bucket::ALL {
+        let bucket = BucketValue(bucket);
         let _ = c.pay_rate_limited.get_or_create(&BucketLabel { bucket });
     }
     zeros(&c.redis_lookups, RedisLookup::ALL);
@@ -267,7 +278,9 @@ pub(crate) fn pay_outcome(status: u16, outcome: PayOutcome, replayed_from: Optio
 pub(crate) fn rate_limited(bucket: Bucket) {
     COUNTERS
         .pay_rate_limited
-        .get_or_create(&BucketLabel { bucket })
+        .get_or_create(&BucketLabel {
+            bucket: BucketValue(bucket),
+        })
         .inc();
 }
 

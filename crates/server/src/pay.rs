@@ -19,8 +19,9 @@
 //! ([`payonce_rules::pay::replay_of`]: one `SELECT`, or none when Redis or memory holds the
 //! answer), but only when rule 1 and rule 2 could give no other answer.
 
+use crate::dev::failpoint;
 use crate::error::{AppError, AppResult};
-use crate::faults::{self, failpoint};
+use crate::faults;
 use crate::provider::ChargeOutcome;
 use crate::reply::Reply;
 use crate::state::AppState;
@@ -264,9 +265,7 @@ async fn drive(state: &AppState, claim: &Claim) -> AppResult<Option<Reply>> {
         order_id: a.terms.order_id.clone(),
     };
     let outcome = state.provider.charge(&a.provider_key, &req).await;
-    if faults::crash_after_charge_requested() {
-        faults::crash("crash-after-charge (dev fault header)");
-    }
+    crate::dev::after_charge();
     failpoint(faults::AFTER_CHARGE);
     settle(state, claim, outcome).await
 }

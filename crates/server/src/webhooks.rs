@@ -22,8 +22,9 @@
 //! cannot confirm the event right now (503). An event that crashed mid-handling stays
 //! unhandled and is applied when the provider delivers it again.
 
+use crate::dev::failpoint;
 use crate::error::{AppError, AppResult};
-use crate::faults::{self, failpoint};
+use crate::faults;
 use crate::metrics;
 use crate::pay;
 use crate::state::AppState;

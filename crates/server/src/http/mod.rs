@@ -3,9 +3,7 @@
 
 mod cancel;
 mod catalog;
-mod dev;
 pub(crate) mod extract;
-mod mailbox;
 mod metrics;
 mod orders;
 mod pay;
@@ -58,8 +56,6 @@ pub const ROUTES: &[(&str, &str)] = &[
 pub fn app(state: AppState, static_dir: Option<PathBuf>) -> Router {
     let dev = state.config.dev;
     let router = Router::new()
-        .route(paths::DEV_SESSIONS, post(dev::create_session))
-        .route(paths::DEV_CONFIG, get(dev::config))
         .route(paths::CATALOG, get(catalog::list))
         .route(paths::ORDERS, post(orders::create))
         .route(&paths::order("{id}"), get(orders::get))
@@ -71,7 +67,7 @@ pub fn app(state: AppState, static_dir: Option<PathBuf>) -> Router {
         .route(paths::WEBHOOKS, post(webhooks::handler))
         .route(paths::METRICS, get(metrics::serve))
         .route(&paths::refund("{id}"), post(refund::handler))
-        .route(paths::DEV_MAILBOX, get(mailbox::handler))
+        .merge(crate::dev::routes())
         .method_not_allowed_fallback(method_not_allowed);
     let router = match static_dir {
         Some(dir) => {

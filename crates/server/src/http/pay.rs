@@ -3,8 +3,9 @@
 //! faults that act on the answer.
 
 use crate::auth::AuthUser;
+use crate::dev::failpoint;
 use crate::error::{AppError, AppResult};
-use crate::faults::{self, failpoint};
+use crate::faults;
 use crate::http::extract::{ApiJson, DevFaultHeader, IdemKeyHeader, PathId};
 use crate::metrics::{self, PayOutcome, RedisLookup, ReplaySource};
 use crate::orders::load_owned;
@@ -110,10 +111,10 @@ pub(crate) async fn handler(
     }
     // The work runs in its own task: if the client hangs up mid-charge, the attempt is still
     // settled and stored, ready to replay on the retry.
-    let crash = fault == Some(DevFault::CrashAfterCharge);
-    let task = tokio::spawn(
-        faults::CRASH_AFTER_CHARGE.scope(crash, run(state, user, order, key, req, first)),
-    );
+    let task = tokio::spawn(crate::dev::with_fault(
+        fault,
+        run(state, user, order, key, req, first),
+    ));
     let result = match task.await {
         Ok(r) => r,
         Err(e) => Err(AppError::internal(format!("pay task failed: {e}"))),
@@ -180,8 +181,8 @@ fn respond(result: AppResult<Reply>, fault: Option<DevFault>, retention: u64) ->
     if matches!(&result, Ok(a) if a.is_final() && !a.replayed) {
         failpoint(faults::AFTER_SAVE);
     }
-    if fault == Some(DevFault::DropResponse) {
-        return faults::dropped_response();
+    if let Some(dropped) = crate::dev::dropped_response(fault) {
+        return dropped;
     }
     let mut res = match result {
         Ok(answer) => answer.into_response(),

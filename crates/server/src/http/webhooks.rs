@@ -40,7 +40,7 @@ pub(crate) async fn handler(
         .ok_or_else(|| signature_invalid("missing"))?
         .to_str()
         .map_err(|_| signature_invalid("malformed"))?;
-    payonce_mock_provider::verify(
+    payonce_protocol::signature::verify(
         &state.config.webhook_secret,
         header,
         &body,

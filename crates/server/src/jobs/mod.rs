@@ -22,8 +22,9 @@
 //! charge that the customer committed to, the order is still locked for it, and the same
 //! provider key makes the re-drive safe even if an earlier call lands late.
 
+use crate::dev::failpoint;
 use crate::error::AppResult;
-use crate::faults::{self, failpoint};
+use crate::faults;
 use crate::metrics;
 use crate::pay;
 use crate::state::AppState;

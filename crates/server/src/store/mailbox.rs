@@ -1,4 +1,5 @@
-//! The dev mailbox: the confirmation mails dev mode "sends".
+//! The `mailbox` table: the confirmation mails the email job "sends" (there is no real
+//! mailer; a dev build reads them back at `GET /dev/mailbox`, `src/dev/mailbox.rs`).
 
 use sqlx::any::AnyExecutor;
 
@@ -29,20 +30,4 @@ pub(crate) async fn insert_mail<'c>(
     .execute(e)
     .await?;
     Ok(())
-}
-
-/// A user's mails about one order, oldest first: `(order_id, subject, body, sent_at)`.
-pub(crate) async fn mails<'c>(
-    e: impl AnyExecutor<'c>,
-    user_id: &str,
-    order_id: &str,
-) -> sqlx::Result<Vec<(String, String, String, i64)>> {
-    sqlx::query_as(
-        "SELECT order_id, subject, body, sent_at FROM mailbox
-         WHERE user_id = $1 AND order_id = $2 ORDER BY sent_at, id",
-    )
-    .bind(user_id)
-    .bind(order_id)
-    .fetch_all(e)
-    .await
 }

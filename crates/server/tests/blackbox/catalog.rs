@@ -164,6 +164,7 @@ fn a_bad_catalog_file_stops_the_start_with_the_reason() {
         let db = dir.join(format!("bad{i}.db"));
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_payonce-server"))
             .args([
+                "--dev",
                 "--addr",
                 "127.0.0.1:0",
                 "--provider-addr",
@@ -188,7 +189,7 @@ fn a_bad_catalog_file_stops_the_start_with_the_reason() {
         );
     }
     let missing = std::process::Command::new(env!("CARGO_BIN_EXE_payonce-server"))
-        .args(["--catalog", "/nonexistent/payonce-catalog.json"])
+        .args(["--dev", "--catalog", "/nonexistent/payonce-catalog.json"])
         .output()
         .expect("run payonce-server");
     assert!(!missing.status.success());

@@ -10,9 +10,25 @@ use sqlx::AnyPool;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
+/// The webhook secret of servers started without `--dev` (and of their provider).
+pub const WEBHOOK_SECRET: &str = "whsec_payonce_test_0123456789abcdef0123";
+
+/// A standalone `mock-provider` on a free port, signing with [`WEBHOOK_SECRET`].
+pub fn mock_provider_args() -> Vec<String> {
+    [
+        "mock-provider",
+        "--addr",
+        "127.0.0.1:0",
+        "--webhook-secret",
+        WEBHOOK_SECRET,
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
 /// The session secret every test process shares (several processes must verify each
 /// other's tokens).
-pub const SECRET: &str = "payonce-test-secret-0123456789";
+pub const SECRET: &str = "payonce-test-secret-0123456789abcdef";
 
 /// Which store a test runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,15 +221,30 @@ impl TestApp {
     pub async fn spawn_with(backend: Backend, opts: Opts) -> Option<TestApp> {
         let db = TestDb::create(backend).await?;
         let mut args = opts.args(&db.url);
-        args.extend(["--provider-addr".into(), "127.0.0.1:0".into()]);
+        let mut procs = Vec::new();
+        if opts.dev {
+            args.extend(["--provider-addr".into(), "127.0.0.1:0".into()]);
+        } else {
+            // Outside dev mode the server embeds no provider and needs its secrets named.
+            let provider = spawn(&mock_provider_args(), false);
+            let url = provider.provider.clone().expect("provider url");
+            args.extend(["--provider-url".into(), url, "--webhook-secret".into()]);
+            args.push(WEBHOOK_SECRET.into());
+            procs.push(provider);
+        }
         let proc = spawn(&args, true);
         let api = proc.api.clone().expect("api url");
-        let provider = proc.provider.clone().expect("provider url");
+        let provider = match procs.first() {
+            Some(p) => p.provider.clone(),
+            None => proc.provider.clone(),
+        }
+        .expect("provider url");
+        procs.push(proc);
         Some(TestApp {
             api,
             provider,
             http: client(),
-            _procs: vec![proc],
+            _procs: procs,
             db: Some(db),
         })
     }

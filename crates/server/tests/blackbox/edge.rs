@@ -2,7 +2,7 @@
 //! headers or never send their declared body must not take `/healthz` down, and are closed
 //! once the header (or body) timeout passes.
 
-use crate::common::{client, Backend, Opts, TestApp};
+use crate::common::{client, Backend, Checkout, Opts, TestApp};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

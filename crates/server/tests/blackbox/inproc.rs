@@ -131,7 +131,71 @@ on_both_backends!(
     the_outbox_worker_settles_abandoned_attempts_from_the_provider,
     finished_keys_expire_with_the_clock_but_processing_ones_never,
     audit_rows_are_kept_for_the_dispute_window_then_deleted,
+    an_attempt_the_provider_cannot_settle_is_flagged_for_review_once,
 );
+
+/// Reconciliation with a provider that is not there: once the clock passes the reconcile
+/// window the attempt is flagged for manual review, and however many later rounds (and
+/// windows) pass, it is flagged once, audited once, never charged, its order still locked.
+async fn an_attempt_the_provider_cannot_settle_is_flagged_for_review_once(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let s = InProc::start(
+        &db,
+        "http://127.0.0.1:9",
+        &[
+            "--provider-timeout-ms",
+            "300",
+            "--reconcile-after-ms",
+            "60000",
+        ],
+    )
+    .await;
+    let t = s.session("alice").await;
+    let id = s.order(&t).await;
+    assert_eq!(s.pay(&t, &id, &key(), "pm_card_approve").await.status, 202);
+    let pool = db.pool().await;
+    let count = |sql: &'static str| {
+        let (pool, id) = (pool.clone(), id.clone());
+        async move {
+            let (n,): (i64,) = sqlx::query_as(sql).bind(id).fetch_one(&pool).await.unwrap();
+            n
+        }
+    };
+    let flagged =
+        "SELECT COUNT(*) FROM attempts WHERE order_id = $1 AND needs_review_at IS NOT NULL";
+    let audited = "SELECT COUNT(*) FROM audit_log a JOIN attempts t ON t.id = a.entity_id
+                   WHERE t.order_id = $1 AND a.to_state = 'processing (needs review)'";
+    payonce_server::run_jobs(&s.state).await;
+    assert_eq!(
+        count(flagged).await,
+        0,
+        "inside the reconcile window: not yet"
+    );
+    s.advance(Duration::from_millis(60_001));
+    payonce_server::run_jobs(&s.state).await;
+    assert_eq!(
+        count(flagged).await,
+        1,
+        "past the window: flagged for review"
+    );
+    for _ in 0..5 {
+        s.advance(Duration::from_secs(61));
+        payonce_server::run_jobs(&s.state).await;
+    }
+    assert_eq!(count(flagged).await, 1, "still flagged");
+    assert_eq!(
+        count(audited).await,
+        1,
+        "one audit row, however many rounds"
+    );
+    assert_eq!(
+        s.status(&t, &id).await,
+        "unpaid",
+        "nothing decided without the provider"
+    );
+}
 
 /// Rule 5 after a crash: the killed process left the attempt processing with a live lease
 /// and a charge at the provider. A retry is told to wait while the clock is inside the

@@ -2,7 +2,7 @@
 //! secret, issuer and audience) creates and pays an order end to end; a token signed with
 //! another secret, or for another audience, is 401.
 
-use crate::common::{id_of, key, Backend, Opts, TestApp};
+use crate::common::{id_of, key, Backend, Checkout, Opts, TestApp};
 
 const SECRET: &str = "jwt-test-secret-0123456789abcdef0123";
 const ISS: &str = "https://id.test";

@@ -3,7 +3,7 @@
 //!
 //! # Layout
 //! - `common`: the harness ([`common::TestApp`], fresh databases, process spawning).
-//! - `rules`: every pay rule of issue #3 and every cancel row, on both backends.
+//! - `rules`: every pay rule (`docs/protocol.md`) and every cancel row, on both backends.
 //! - `concurrency`: 50 concurrent pays, two keys racing, three processes on one PostgreSQL.
 //! - `webhooks`: signed provider events settle attempts; forged ones cannot.
 //! - `crash`: the server aborted at every failpoint, restarted, audited (charged once, paid
@@ -34,6 +34,7 @@ mod input;
 mod jwt;
 mod layout;
 mod rules;
+mod startup;
 mod three_ds;
 mod webhooks;
 mod workers;

@@ -371,7 +371,8 @@ async fn unreachable_provider_flags_stuck_attempts_for_review_never_charges(back
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(flagged, 1, "flagged for manual review");
-    tokio::time::sleep(Duration::from_millis(500)).await; // more rounds: flagged once
+    // That later rounds flag it no second time is a rule of the clock, tested by moving one
+    // (`inproc.rs`, `an_attempt_the_provider_cannot_settle_is_flagged_for_review_once`).
     let audits = count(
         &pool,
         "SELECT COUNT(*) FROM audit_log a JOIN attempts t ON t.id = a.entity_id

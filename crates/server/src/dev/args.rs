@@ -1,0 +1,148 @@
+//! The dev build's flags and subcommand, and what they come to. A leaf: the rest of the
+//! crate (the command line in `src/config.rs`) reads it, it reads nothing of the crate but
+//! the failpoint names.
+
+use crate::faults::{
+    AFTER_CHARGE, AFTER_CLAIM, AFTER_SAVE, BEFORE_SETTLE_COMMIT, EMAIL, OUTBOX, WEBHOOK,
+};
+use clap::{Args, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Every failpoint name, for validating the flag.
+const ALL: &[&str] = &[
+    AFTER_CLAIM,
+    AFTER_CHARGE,
+    BEFORE_SETTLE_COMMIT,
+    AFTER_SAVE,
+    WEBHOOK,
+    OUTBOX,
+    EMAIL,
+];
+
+/// Why the dev flags are refused.
+#[derive(Debug, thiserror::Error)]
+pub enum DevFlagError {
+    /// Failpoints abort the process: never outside dev mode.
+    #[error("--failpoint / PAYONCE_FAILPOINTS require --dev")]
+    FailpointsNeedDev,
+    /// A failpoint name nobody checks would make a crash test pass for the wrong reason.
+    #[error("unknown failpoint {0:?} (known: {known})", known = ALL.join(", "))]
+    UnknownFailpoint(String),
+}
+
+/// The dev build's own flags (flattened into `ServerArgs`).
+#[derive(Debug, Clone, Args)]
+pub struct DevArgs {
+    /// Dev mode: the embedded mock provider when `--provider-url` is absent,
+    /// `POST /dev/sessions`, fault injection, permissive localhost CORS, and the start-up
+    /// checks of production secrets relaxed.
+    #[arg(long)]
+    pub dev: bool,
+    /// Listen address of the embedded mock provider.
+    #[arg(
+        long,
+        default_value = "127.0.0.1:8081",
+        conflicts_with = "provider_url"
+    )]
+    pub provider_addr: SocketAddr,
+    /// Do not let the embedded provider send webhooks (attempts then settle only through
+    /// retries and the reconciliation job).
+    #[arg(long)]
+    pub no_provider_webhooks: bool,
+    /// State file of the embedded provider (its ledger survives a restart of this process).
+    /// Default: `provider.json` beside the SQLite database; memory only with PostgreSQL.
+    #[arg(long, conflicts_with = "provider_url")]
+    pub provider_state: Option<PathBuf>,
+    /// Keep the embedded provider's ledger in memory only, even beside a SQLite database (a
+    /// restart of this process then forgets its charges). For the load benchmark: the
+    /// provider stands in for a remote service, and its whole-ledger file rewrite after
+    /// every charge is not the server's cost.
+    #[arg(long, conflicts_with_all = ["provider_url", "provider_state"])]
+    pub provider_memory_only: bool,
+    /// Webhook misbehaviour of the embedded provider (see `mock-provider --webhook-chaos`).
+    #[arg(long, default_value = "off", conflicts_with = "provider_url")]
+    pub provider_webhook_chaos: payonce_mock_provider::WebhookChaos,
+    /// Dev only: abort the process when it reaches this named step (repeatable, or a comma
+    /// list): after-claim, after-charge, before-settle-commit, after-save, webhook, outbox,
+    /// email. For crash tests; the server refuses to start with it unless `--dev`.
+    #[arg(long = "failpoint", env = "PAYONCE_FAILPOINTS", value_delimiter = ',')]
+    pub failpoints: Vec<String>,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run only the mock payment provider (one provider shared by several API processes).
+    MockProvider {
+        /// Listen address (port 0 picks a free port).
+        #[arg(long, default_value = "127.0.0.1:8081")]
+        addr: SocketAddr,
+        /// Where the provider posts signed webhooks (optional), e.g.
+        /// `http://127.0.0.1:8080/webhooks/provider`.
+        #[arg(long, env = "PAYONCE_WEBHOOK_URL")]
+        webhook_url: Option<String>,
+        /// Secret the webhooks are signed with.
+        #[arg(long, env = "PAYONCE_WEBHOOK_SECRET", hide_env_values = true,
+              default_value = payonce_mock_provider::DEFAULT_WEBHOOK_SECRET)]
+        webhook_secret: String,
+        /// JSON file the ledger is written through to and loaded from, so a restarted
+        /// provider keeps its charges and resends undelivered webhooks. Default: memory only.
+        #[arg(long)]
+        state_file: Option<PathBuf>,
+        /// Webhook misbehaviour: `off`, `realistic`, or a list of `dup=P`, `delay-ms=N`,
+        /// `reorder`, `reorder-ms=N`, `early`.
+        #[arg(long, default_value = "off")]
+        webhook_chaos: payonce_mock_provider::WebhookChaos,
+    },
+    /// Print an HS256 JWT the server accepts with the same secret, issuer and audience (for
+    /// trying the API without an identity provider).
+    MintJwt {
+        /// The shared secret (as given to `--jwt-hs256-secret`).
+        #[arg(long, env = "PAYONCE_JWT_HS256_SECRETS", hide_env_values = true)]
+        secret: String,
+        /// `iss`.
+        #[arg(long)]
+        issuer: String,
+        /// `aud`.
+        #[arg(long)]
+        audience: String,
+        /// `sub`: the user id.
+        #[arg(long)]
+        user: String,
+        /// Lifetime in seconds.
+        #[arg(long, default_value_t = 900)]
+        ttl_secs: u64,
+    },
+}
+
+/// What the dev flags come to: dev mode on or off, and the armed failpoints.
+pub(crate) struct DevSettings {
+    pub dev: bool,
+    pub failpoints: Vec<String>,
+    /// The webhook secret when none was given: the mock provider's own default, dev only.
+    pub default_webhook_secret: Option<&'static str>,
+}
+
+/// Validates the dev flags.
+pub(crate) fn settings(args: &DevArgs) -> Result<DevSettings, DevFlagError> {
+    let failpoints: Vec<String> = args
+        .failpoints
+        .iter()
+        .map(|f| f.trim().to_owned())
+        .filter(|f| !f.is_empty())
+        .collect();
+    if let Some(bad) = failpoints.iter().find(|f| !ALL.contains(&f.as_str())) {
+        return Err(DevFlagError::UnknownFailpoint(bad.clone()));
+    }
+    if !failpoints.is_empty() && !args.dev {
+        return Err(DevFlagError::FailpointsNeedDev);
+    }
+    Ok(DevSettings {
+        dev: args.dev,
+        failpoints,
+        default_webhook_secret: args
+            .dev
+            .then_some(payonce_mock_provider::DEFAULT_WEBHOOK_SECRET),
+    })
+}
