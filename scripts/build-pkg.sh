@@ -5,7 +5,7 @@
 # Why `--target web`: its glue loads the module with `new URL('payonce_bg.wasm', import.meta.url)`,
 # which Vite (and any ESM server) handles with no plugin; `bundler` needs a wasm plugin in Vite.
 # Why wasm-opt is run here and not by wasm-pack: Debian's wasm-opt 108 silently breaks the module
-# (TOOLCHAIN.md pitfall 1). wasm-pack takes whatever wasm-opt is first on PATH; calling npm's
+# (docs/toolchain.md, rule 3). wasm-pack takes whatever wasm-opt is first on PATH; calling npm's
 # binaryen by absolute path means a stray system wasm-opt can never be picked up.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -2,7 +2,7 @@
 // would, checks that `version()` answers the Cargo version, and pays through the API against
 // canned answers (see PAGE). It exists because a broken
 // wasm-opt can produce a module that builds fine and only fails when the browser instantiates it
-// (TOOLCHAIN.md pitfall 1); the dev-profile browser tests never run wasm-opt, so only this sees it.
+// (docs/toolchain.md, rule 3); the dev-profile browser tests never run wasm-opt, so only this sees it.
 //
 // usage: node tools/smoke.mjs PKG_DIR EXPECTED_VERSION
 // Any page error, console error or failed request fails the test.
