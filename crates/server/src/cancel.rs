@@ -29,16 +29,20 @@ pub(crate) async fn cancel(
     let now = state.clock.now_ms();
     let id = format!("att_{}", uuid::Uuid::new_v4().simple());
     let (tombstone, entry) = plan::plan_tombstone(user, order_id, id, now, &state.policy);
-    let mut tx = state.store.begin_write().await?;
-    if db::insert_tombstone(&mut *tx, &tombstone, key, now).await? {
-        audit::record(&mut *tx, &entry, now).await?;
-        tx.commit().await?;
+    let k = key.to_owned();
+    let inserted = state.store.write(async move |tx| {
+        let inserted = db::insert_tombstone(&mut *tx, &tombstone, &k, now).await?;
+        if inserted {
+            audit::record(&mut *tx, &entry, now).await?;
+        }
+        Ok::<_, sqlx::Error>(inserted)
+    });
+    if inserted.await? {
         return Ok(CancelResponse {
             status: AttemptStatus::Cancelled,
             payment: None,
         });
     }
-    tx.rollback().await?;
     // The slot is taken; it cannot be freed, so reading it now is safe.
     let record = db::find(state.store.pool(), user, key)
         .await?

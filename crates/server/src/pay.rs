@@ -150,13 +150,20 @@ pub(crate) async fn take_over(
     let token = uuid::Uuid::new_v4().to_string();
     let now = state.clock.now_ms();
     let until = state.policy.lease_until(now);
-    if !db::take_expired_lease(state.store.pool(), record.id(), now, until, &token).await? {
+    let (id, lease) = (record.id().to_owned(), token.clone());
+    let entry = plan::take_over_entry(actor, record.id(), who);
+    let taken = state.store.write(async move |tx| {
+        let taken = db::take_expired_lease(&mut *tx, &id, now, until, &lease).await?;
+        if taken {
+            audit::record(&mut *tx, &entry, now).await?;
+        }
+        Ok::<_, sqlx::Error>(taken)
+    });
+    if !taken.await? {
         return Ok(None);
     }
     let claim = Claim::of(record, &order.items, actor, token)
         .ok_or_else(|| AppError::internal("took the lease of an attempt that is not processing"))?;
-    let entry = plan::take_over_entry(actor, record.id(), who);
-    audit::record(state.store.pool(), &entry, now).await?;
     Ok(Some(claim))
 }
 
@@ -203,55 +210,52 @@ pub(crate) async fn claim(
         now,
         &state.policy,
     )?;
-    let attempt = &plan.claim.attempt;
-    let mut tx = state.store.begin_write().await?;
-    let conflict = |current: Option<OrderRow>| {
-        AppError::from(plan::order_conflict(
-            current.map(|o| o.version),
-            order.version,
-        ))
-    };
-    let token = &plan.claim.lease_token;
-    if !db::insert_processing(&mut *tx, attempt, key.as_str(), token, now).await? {
-        // Which unique slot was taken? Our (user, key): decide again with the record.
-        // Otherwise it is "one processing attempt per order": the order is busy.
-        let ours = db::find(&mut *tx, user, key.as_str()).await?.is_some();
-        let current = get_order(&mut *tx, &order.id, user).await?;
-        tx.rollback().await?;
-        return if ours {
-            Ok(None)
-        } else {
-            Err(conflict(current))
-        };
-    }
-    if !orders::lock_order(&mut *tx, &order.id, user, order.version, &attempt.id, now).await? {
-        let current = get_order(&mut *tx, &order.id, user).await?;
-        tx.rollback().await?;
-        return Err(conflict(current));
-    }
-    for line in &plan.stock {
-        if !catalog::reserve_stock(&mut *tx, line).await? {
-            tx.rollback().await?;
-            return Err(AppError::with(ErrorCode::OutOfStock, |p| {
-                p.sku = Some(line.sku.clone())
-            }));
-        }
-    }
-    for entry in &plan.audit {
-        audit::record(&mut *tx, entry, now).await?;
-    }
-    // The outbox row: "charge this provider key", committed with the claim. This request
-    // executes it inline right after the commit; if the process dies first, the outbox
-    // worker finds it (src/jobs.rs). The provider is never called inside a transaction.
-    outbox::insert_outbox(&mut *tx, &attempt.id, &attempt.provider_key, now).await?;
-    if spend {
-        if let Err(limited) = state.limits.new_attempt(user) {
-            tx.rollback().await?;
-            return Err(limited);
-        }
-    }
-    tx.commit().await?;
-    Ok(Some(plan.claim))
+    let (user, key, order) = (user.to_owned(), key.as_str().to_owned(), order.clone());
+    let limits = spend.then(|| state.limits.clone());
+    state
+        .store
+        .write(async move |tx| {
+            let attempt = &plan.claim.attempt;
+            let conflict = |current: Option<OrderRow>| {
+                AppError::from(plan::order_conflict(
+                    current.map(|o| o.version),
+                    order.version,
+                ))
+            };
+            let token = &plan.claim.lease_token;
+            if !db::insert_processing(&mut *tx, attempt, &key, token, now).await? {
+                // Which unique slot was taken? Our (user, key): decide again with the record.
+                // Otherwise it is "one processing attempt per order": the order is busy.
+                if db::find(&mut *tx, &user, &key).await?.is_some() {
+                    return Ok(None);
+                }
+                return Err(conflict(get_order(&mut *tx, &order.id, &user).await?));
+            }
+            if !orders::lock_order(&mut *tx, &order.id, &user, order.version, &attempt.id, now)
+                .await?
+            {
+                return Err(conflict(get_order(&mut *tx, &order.id, &user).await?));
+            }
+            for line in &plan.stock {
+                if !catalog::reserve_stock(&mut *tx, line).await? {
+                    return Err(AppError::with(ErrorCode::OutOfStock, |p| {
+                        p.sku = Some(line.sku.clone())
+                    }));
+                }
+            }
+            for entry in &plan.audit {
+                audit::record(&mut *tx, entry, now).await?;
+            }
+            // The outbox row: "charge this provider key", committed with the claim. This request
+            // executes it inline right after the commit; if the process dies first, the outbox
+            // worker finds it (src/jobs.rs). The provider is never called inside a transaction.
+            outbox::insert_outbox(&mut *tx, &attempt.id, &attempt.provider_key, now).await?;
+            if let Some(limits) = limits {
+                limits.new_attempt(&user)?; // refused: rolled back
+            }
+            Ok(Some(plan.claim))
+        })
+        .await
 }
 
 /// Rule 4: charge with the saved provider key (no transaction open), then settle.
@@ -316,7 +320,11 @@ pub(crate) async fn settle_from_webhook(
 /// more). False when a webhook settled the attempt meanwhile: its stored answer stands.
 async fn release_unless_settled(state: &AppState, claim: &Claim, now: i64) -> AppResult<bool> {
     let a = &claim.attempt;
-    db::release_lease(state.store.pool(), &a.id, &claim.lease_token, now).await?;
+    let (id, token) = (a.id.clone(), claim.lease_token.clone());
+    let release = state
+        .store
+        .write(async move |tx| db::release_lease(tx, &id, &token, now).await);
+    release.await?;
     let record = db::find_by_id(state.store.pool(), &a.id).await?;
     Ok(!record.is_some_and(|r| r.is_final()))
 }
@@ -353,7 +361,7 @@ pub(crate) async fn settle(
     }
     let now = state.clock.now_ms();
     let payment_id = format!("pay_{}", uuid::Uuid::new_v4().simple());
-    let (finish, audit_rows) =
+    let (finish, audit_rows, payment, release) =
         match plan::plan_settle(claim, outcome, payment_id, now, &state.policy) {
             SettlePlan::Unknown { answer } => {
                 if !release_unless_settled(state, claim, now).await? {
@@ -375,53 +383,49 @@ pub(crate) async fn settle(
                 finish,
                 payment,
                 audit,
-            } => {
-                let mut tx = state.store.begin_write().await?;
-                if !db::finish(&mut *tx, &a.id, &finish, now).await? {
-                    tx.rollback().await?;
-                    return Ok(None);
-                }
-                payments::insert_payment(&mut *tx, &payment, &a.id, now).await?;
-                if !orders::mark_paid(&mut *tx, &a.terms.order_id, &a.id, &payment.id, now).await? {
+            } => (finish, audit, Some(payment), vec![]),
+            SettlePlan::Uncharged {
+                finish,
+                release,
+                audit,
+            } => (finish, audit, None, release),
+        };
+    let a = a.clone();
+    state
+        .store
+        .write(async move |tx| {
+            if !db::finish(&mut *tx, &a.id, &finish, now).await? {
+                return Ok(None);
+            }
+            let order = &a.terms.order_id;
+            if let Some(payment) = &payment {
+                payments::insert_payment(&mut *tx, payment, &a.id, now).await?;
+                if !orders::mark_paid(&mut *tx, order, &a.id, &payment.id, now).await? {
                     // The order lock belongs to this attempt until it settles; losing it is a
                     // bug. Roll back so the attempt stays processing and is settled again.
-                    tx.rollback().await?;
                     return Err(AppError::internal(format!(
-                        "order {} is not locked by attempt {}",
-                        a.terms.order_id, a.id
+                        "order {order} is not locked by attempt {}",
+                        a.id
                     )));
                 }
                 // The confirmation email is a job committed with the success: exactly one per
                 // paid order, delivered at least once, made idempotent by
                 // `confirmation_email_sent`.
-                jobs::enqueue_email(&mut *tx, &a.terms.order_id, now).await?;
-                ((finish, tx), audit)
+                jobs::enqueue_email(&mut *tx, order, now).await?;
+            } else {
+                orders::unlock_order(&mut *tx, order, &a.id, now).await?;
             }
-            SettlePlan::Uncharged {
-                finish,
-                release,
-                audit,
-            } => {
-                let mut tx = state.store.begin_write().await?;
-                if !db::finish(&mut *tx, &a.id, &finish, now).await? {
-                    tx.rollback().await?;
-                    return Ok(None);
-                }
-                orders::unlock_order(&mut *tx, &a.terms.order_id, &a.id, now).await?;
-                for line in &release {
-                    catalog::release_stock(&mut *tx, line).await?;
-                }
-                ((finish, tx), audit)
+            for line in &release {
+                catalog::release_stock(&mut *tx, line).await?;
             }
-        };
-    let (finish, mut tx) = finish;
-    for entry in &audit_rows {
-        audit::record(&mut *tx, entry, now).await?;
-    }
-    outbox::outbox_done(&mut *tx, &a.id, now).await?;
-    if finish.status == AttemptStatus::Succeeded {
-        failpoint(faults::BEFORE_SETTLE_COMMIT);
-    }
-    tx.commit().await?;
-    Ok(Some(Reply::fresh(finish.answer)))
+            for entry in &audit_rows {
+                audit::record(&mut *tx, entry, now).await?;
+            }
+            outbox::outbox_done(&mut *tx, &a.id, now).await?;
+            if finish.status == AttemptStatus::Succeeded {
+                failpoint(faults::BEFORE_SETTLE_COMMIT);
+            }
+            Ok(Some(Reply::fresh(finish.answer)))
+        })
+        .await
 }

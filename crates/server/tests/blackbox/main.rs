@@ -21,6 +21,8 @@
 //! - `edge`: slow clients (silent, half-sent heads, missing bodies) against the timeouts.
 //! - `jwt`: Bearer JWTs (`mint-jwt`) create and pay an order; bad ones are 401.
 //! - `catalog`: `--catalog FILE` replaces the built-in catalog; a bad file stops the start.
+//! - `kill_batch`: SIGKILL while 16 clients' pays are committed together; nothing answered
+//!   is lost, no order is claimed or charged twice.
 
 mod catalog;
 mod common;
@@ -32,6 +34,7 @@ mod fast_path;
 mod inproc;
 mod input;
 mod jwt;
+mod kill_batch;
 mod layout;
 mod rules;
 mod startup;
