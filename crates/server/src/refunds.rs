@@ -164,24 +164,14 @@ async fn drive(
         ("order", payment.order_id.as_str(), "paid"),
     ]
     .map(|(entity, id, from)| Entry::new("system", entity, id, Some(from), "refunded", &reason));
-    let (refund_row, attempt, payment, answer) = (
+    let (rid, attempt, payment, answer) = (
         row.id.clone(),
         attempt_id.to_owned(),
         payment.clone(),
         body.clone(),
     );
     let finish = state.store.write(async move |tx| {
-        if !db::finish(
-            &mut *tx,
-            &refund_row,
-            &refund.id,
-            200,
-            &answer,
-            now,
-            expires,
-        )
-        .await?
-        {
+        if !db::finish(&mut *tx, &rid, &refund.id, 200, &answer, now, expires).await? {
             return Ok(false);
         }
         db::mark_refunded(tx, &payment.id, &payment.order_id, &attempt, now).await?;
