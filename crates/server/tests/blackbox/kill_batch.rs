@@ -47,7 +47,7 @@ async fn kill_during_a_batch_loses_no_committed_claim(backend: Backend) {
         ],
         ..Opts::default()
     };
-    let mut first = spawn(&opts.args(&db.url), true);
+    let first = spawn(&opts.args(&db.url), true);
     let app = Arc::new(TestApp {
         api: first.api(),
         provider: first.provider(),
@@ -70,12 +70,18 @@ async fn kill_during_a_batch_loses_no_committed_claim(backend: Backend) {
     }
 
     // Pays: per order, its key twice at once and a second key racing it. The kill comes
-    // once a third of the orders have an answer, with the other clients' pays in flight.
+    // the moment a client holds the answer that makes a third of the orders paid, with the
+    // other clients' pays in flight: an answer given before its batch's commit would be
+    // lost with it.
     let answered = Arc::new(AtomicUsize::new(0));
+    let paid = Arc::new(AtomicUsize::new(0));
+    let first = Arc::new(std::sync::Mutex::new(first));
+    let third = work.len() / 3;
     let mut clients = Vec::new();
     for c in 0..CLIENTS {
         let mine: Vec<_> = work.iter().filter(|w| w.0 == c).cloned().collect();
-        let (app, answered) = (app.clone(), answered.clone());
+        let (app, answered, paid, first) =
+            (app.clone(), answered.clone(), paid.clone(), first.clone());
         clients.push(tokio::spawn(async move {
             let mut acked = Vec::new(); // (order, key, charge id) of every 200
             for (_, t, id, k1, k2) in mine {
@@ -95,6 +101,9 @@ async fn kill_during_a_batch_loses_no_committed_claim(backend: Backend) {
                     if status == 200 {
                         let charge = body["payment"]["chargeId"].as_str().unwrap().to_owned();
                         acked.push((id.clone(), k, charge));
+                        if paid.fetch_add(1, Ordering::SeqCst) + 1 == third {
+                            first.lock().unwrap().kill(); // SIGKILL
+                        }
                     } else {
                         assert!([409, 503].contains(&status), "{status} {body}");
                     }
@@ -107,12 +116,6 @@ async fn kill_during_a_batch_loses_no_committed_claim(backend: Backend) {
             acked
         }));
     }
-    let third = work.len() / 3;
-    let ready = eventually(Duration::from_secs(60), Duration::from_millis(5), || {
-        std::future::ready((answered.load(Ordering::SeqCst) >= third).then_some(()))
-    });
-    ready.await.expect("a third of the orders answered");
-    first.kill(); // SIGKILL
     let mut acked = Vec::new();
     for c in clients {
         acked.extend(c.await.unwrap());
