@@ -18,6 +18,7 @@ use crate::store::audit;
 use crate::store::payments::{get_payment, payment_of_attempt};
 use payonce_protocol::{AttemptStatus, CancelResponse};
 use payonce_rules::plan;
+use payonce_rules::policy::Bucket;
 
 /// The cancel table for the caller's `key` on `order_id` (already checked to be theirs).
 pub(crate) async fn cancel(
@@ -31,6 +32,8 @@ pub(crate) async fn cancel(
     let (tombstone, entry) = plan::plan_tombstone(user, order_id, id, now, &state.policy);
     let mut tx = state.store.begin_write().await?;
     if db::insert_tombstone(&mut *tx, &tombstone, key, now).await? {
+        // Only a cancel that writes a tombstone spends a token (dropping `tx` undoes it).
+        state.limits.check(Bucket::Tombstones, user)?;
         audit::record(&mut *tx, &entry, now).await?;
         tx.commit().await?;
         return Ok(CancelResponse {
