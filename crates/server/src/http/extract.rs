@@ -4,7 +4,7 @@
 
 use crate::error::AppError;
 use crate::state::AppState;
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
@@ -24,16 +24,14 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         let (parts, body) = req.into_parts();
-        let bytes = Bytes::from_request(Request::from_parts(parts.clone(), body), state)
+        // `refuse_oversized` read it already (held in memory, so this cannot fail).
+        let bytes = axum::body::to_bytes(body, usize::MAX)
             .await
-            .map_err(|_| {
-                AppError::detail(ErrorCode::InvalidRequest, "the body could not be read")
-            })?;
+            .unwrap_or_default();
         let req = Request::from_parts(parts, Body::from(bytes.clone()));
-        let value = match Json::<T>::from_request(req, state).await {
-            Ok(Json(v)) => v,
-            Err(rejection) => return Err(json_rejection(rejection)),
-        };
+        let Json(value) = Json::<T>::from_request(req, state)
+            .await
+            .map_err(json_rejection)?;
         if holds_nul(&bytes) {
             return Err(nul_refused());
         }

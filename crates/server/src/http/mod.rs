@@ -94,10 +94,7 @@ pub fn app(state: AppState, static_dir: Option<PathBuf>) -> Router {
         }))
         .layer(CatchPanicLayer::custom(panic_response))
         .layer(axum::middleware::from_fn(move |req, next| {
-            request_timeout(edge.request_timeout, req, next)
-        }))
-        .layer(axum::middleware::from_fn(move |req, next| {
-            key_retention(retention, req, next)
+            bound_and_announce((edge.request_timeout, retention), req, next)
         }))
         .layer(axum::middleware::from_fn(request_id))
         .with_state(state);
@@ -138,24 +135,13 @@ async fn request_id(req: axum::extract::Request, next: axum::middleware::Next) -
     res
 }
 
-/// Whole-request bound: past it the answer is 408 `REQUEST_TIMEOUT` (a pay's own task goes
-/// on and settles; the client retries with its key).
-async fn request_timeout(
-    limit: Duration,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    match tokio::time::timeout(limit, next.run(req)).await {
-        Ok(res) => res,
-        Err(_) => AppError::code(ErrorCode::RequestTimeout).into_response(),
-    }
-}
-
-/// Every answer of a keyed route (pay, refund), early refusals included (400, 401, 404, 413,
+/// Bounds the whole request: past the limit the answer is 408 `REQUEST_TIMEOUT` (a pay's
+/// own task goes on and settles; the client retries with its key). And every answer of a
+/// keyed route (pay, refund), refusals before any rule ran included (400, 401, 404, 413,
 /// 429), says how long its key replays: a client may drop a key once it knows the outcome,
-/// and must keep retrying with it no longer than that. Routing has run, so the route is known.
-async fn key_retention(
-    secs: u64,
+/// and must keep retrying with it no longer than that. Routing has run: the route is known.
+async fn bound_and_announce(
+    (limit, retention): (Duration, u64),
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
@@ -163,10 +149,12 @@ async fn key_retention(
         .extensions()
         .get::<axum::extract::MatchedPath>()
         .is_some_and(|p| [paths::pay("{id}"), paths::refund("{id}")].contains(&p.as_str().into()));
-    let mut res = next.run(req).await;
+    let mut res = tokio::time::timeout(limit, next.run(req))
+        .await
+        .unwrap_or_else(|_| AppError::code(ErrorCode::RequestTimeout).into_response());
     if keyed {
         res.headers_mut()
-            .insert(KEY_RETENTION, HeaderValue::from(secs));
+            .insert(KEY_RETENTION, HeaderValue::from(retention));
     }
     res
 }
