@@ -1,6 +1,7 @@
-//! Time and rate arithmetic: leases, retention, `Retry-After`, and which rate-limit bucket
-//! a pay request spends. Unix milliseconds throughout, always passed in as `now`.
+//! Time and rate arithmetic: leases, retention, `Retry-After`, and the rate-limit buckets.
+//! Unix milliseconds throughout, always passed in as `now`.
 
+use crate::record::Record;
 use std::time::Duration;
 
 /// The server's time settings, in milliseconds.
@@ -57,6 +58,22 @@ impl Policy {
     }
 }
 
+/// Retention: may `record` be deleted at `now`? `payable_at`: the version its order can
+/// still be paid at (`None`: paid, refunded or gone). Processing: never. Final: once
+/// expired (the order then refuses or freshly decides its key). A tombstone: once expired
+/// and the order is not payable at its version, so a pay delayed past retention meets the
+/// tombstone or the order, never a charge. The store's delete statement
+/// (`crates/server/src/store/attempts.rs`) is this rule in SQL.
+pub fn deletable(record: &Record, now: i64, payable_at: Option<i64>) -> bool {
+    match record {
+        Record::Processing(_) => false,
+        Record::Final(f) => f.expires_at < now,
+        Record::Tombstone(t) => {
+            t.expires_at < now && payable_at.is_none_or(|v| t.order_version.unwrap_or(v) != v)
+        }
+    }
+}
+
 /// How long a copy of a key's answer may live (a cache must not outlive the key):
 /// `None` when it has expired.
 pub fn ttl_ms(expires_at: i64, now: i64) -> Option<u64> {
@@ -71,7 +88,7 @@ pub fn retry_after_secs(wait: Duration) -> u64 {
     (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)
 }
 
-/// The two per-user rate-limit buckets, because a duplicate is not a new payment.
+/// The per-user rate-limit buckets. Pay has two, because a duplicate is not a new payment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Bucket {
     /// Every pay request, replays included: generous, it only stops a runaway client.
@@ -80,6 +97,14 @@ pub enum Bucket {
     /// before its commit): duplicates that lose the key's slot, replays, waits on a key in
     /// flight and 409/422 answers never spend it.
     NewAttempts,
+    /// Order creation.
+    Orders,
+    /// Only a cancel that writes a tombstone (before its commit); one that finds the attempt
+    /// writes nothing and spends nothing.
+    Tombstones,
+    /// Codes that are not a coupon. While it is empty every code is refused, valid ones too:
+    /// a 429 for misses next to a price for hits would still tell codes apart.
+    CouponMisses,
 }
 
 impl Bucket {
@@ -88,9 +113,12 @@ impl Bucket {
         match self {
             Self::Requests => "requests",
             Self::NewAttempts => "new_attempts",
+            Self::Orders => "orders",
+            Self::Tombstones => "tombstones",
+            Self::CouponMisses => "coupon_misses",
         }
     }
 
-    /// Both buckets.
+    /// The pay buckets (`payonce_pay_rate_limited` counts their refusals).
     pub const ALL: [Self; 2] = [Self::Requests, Self::NewAttempts];
 }
