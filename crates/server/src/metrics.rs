@@ -6,13 +6,12 @@
 //! once, here. The one gauge that needs the database is cached for [`GAUGE_MAX_AGE_MS`] of
 //! the state's clock, so scrapes cost the store at most one query per that period.
 
-use crate::error::AppError;
-use crate::state::AppState;
-use axum::extract::State;
+use crate::replay::redis::RedisCache;
+use crate::store::Store;
 use axum::http::{header, HeaderMap};
-use axum::response::{IntoResponse, Response};
 use payonce_protocol::{AttemptStatus, ErrorCode};
-use prometheus_client::encoding::prometheus_text::{encode, CONTENT_TYPE};
+use prometheus_client::encoding::prometheus_text::encode;
+pub(crate) use prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -254,8 +253,8 @@ pub(crate) type GaugeCache = tokio::sync::Mutex<Option<(i64, [i64; 4])>>;
 
 /// Attempts in `processing` created at least each of [`STUCK_AGES`] ago (the same for every
 /// process on the database), from the cache while it is young enough.
-async fn stuck_attempts(state: &AppState, now: i64) -> Option<[i64; 4]> {
-    let mut cache = state.gauges.lock().await;
+async fn stuck_attempts(store: &Store, cache: &GaugeCache, now: i64) -> Option<[i64; 4]> {
+    let mut cache = cache.lock().await;
     if let Some((at, figures)) = *cache {
         if now - at < GAUGE_MAX_AGE_MS {
             return Some(figures);
@@ -266,7 +265,7 @@ async fn stuck_attempts(state: &AppState, now: i64) -> Option<[i64; 4]> {
         let q = "SELECT COUNT(*) FROM attempts WHERE status = 'processing' AND created_at <= $1";
         match sqlx::query_scalar(q)
             .bind(now - age * 1000)
-            .fetch_one(state.store.pool())
+            .fetch_one(store.pool())
             .await
         {
             Ok(count) => *n = count,
@@ -282,7 +281,7 @@ async fn stuck_attempts(state: &AppState, now: i64) -> Option<[i64; 4]> {
 
 /// True when `headers` carry `Authorization: Bearer <token>`. Both sides are hashed first so
 /// the comparison takes the same time whatever the length or the first wrong byte.
-fn authorized(headers: &HeaderMap, token: &str) -> bool {
+pub(crate) fn authorized(headers: &HeaderMap, token: &str) -> bool {
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -292,36 +291,31 @@ fn authorized(headers: &HeaderMap, token: &str) -> bool {
     bool::from(given.as_slice().ct_eq(want.as_slice()))
 }
 
-/// `GET /metrics`: every counter and the gauges; behind `--metrics-token` when it is set.
-pub(crate) async fn serve(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    if let Some(token) = &state.config.metrics_token {
-        if !authorized(&headers, token) {
-            let detail = "/metrics needs Authorization: Bearer <--metrics-token>";
-            return AppError::detail(ErrorCode::Unauthenticated, detail).into_response();
-        }
-    }
+/// The exposition text: every counter, and the gauges (served by `src/http/metrics.rs`).
+pub(crate) async fn text(
+    store: &Store,
+    cache: &GaugeCache,
+    redis: Option<&RedisCache>,
+    now: i64,
+) -> String {
     let mut gauges = Registry::default();
     let processing: Family<Labels, Gauge> = reg(
         &mut gauges,
         "payonce_attempts_processing",
         "Attempts still processing whose creation is older than older_than_seconds (0: all)",
     );
-    if let Some(figures) = stuck_attempts(&state, state.clock.now_ms()).await {
+    if let Some(figures) = stuck_attempts(store, cache, now).await {
         for (age, n) in STUCK_AGES.into_iter().zip(figures) {
             processing
                 .get_or_create(&vec![("older_than_seconds", age.to_string())])
                 .set(n);
         }
     }
-    if let Some(redis) = &state.redis {
+    if let Some(redis) = redis {
         let up: Gauge = reg(&mut gauges, "payonce_redis_up", "1 when the Redis fast path is configured and usable, 0 when degraded to the database, absent without --redis-url");
         up.set(i64::from(redis.is_up()));
     }
-    (
-        [(header::CONTENT_TYPE, CONTENT_TYPE)],
-        render(&[&METRICS.registry, &gauges]),
-    )
-        .into_response()
+    render(&[&METRICS.registry, &gauges])
 }
 
 fn render(registries: &[&Registry]) -> String {

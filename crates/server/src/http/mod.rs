@@ -4,6 +4,7 @@
 mod cancel;
 mod catalog;
 pub(crate) mod extract;
+mod metrics;
 mod orders;
 mod pay;
 mod refund;
@@ -64,7 +65,7 @@ pub fn app(state: AppState, static_dir: Option<PathBuf>) -> Router {
         .route(paths::HEALTHZ, get(healthz))
         .route(paths::OPENAPI, get(crate::openapi::serve))
         .route(paths::WEBHOOKS, post(webhooks::handler))
-        .route(paths::METRICS, get(crate::metrics::serve))
+        .route(paths::METRICS, get(metrics::serve))
         .route(&paths::refund("{id}"), post(refund::handler))
         .merge(crate::dev::routes())
         .method_not_allowed_fallback(method_not_allowed);

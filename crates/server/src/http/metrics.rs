@@ -1,0 +1,23 @@
+//! `GET /metrics` (the counters and gauges are `src/metrics.rs`), behind `--metrics-token`
+//! when it is set.
+
+use crate::error::AppError;
+use crate::metrics;
+use crate::state::AppState;
+use axum::extract::State;
+use axum::http::{header, HeaderMap};
+use axum::response::{IntoResponse, Response};
+use payonce_protocol::ErrorCode;
+
+/// `GET /metrics`.
+pub(crate) async fn serve(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if let Some(token) = &state.config.metrics_token {
+        if !metrics::authorized(&headers, token) {
+            let detail = "/metrics needs Authorization: Bearer <--metrics-token>";
+            return AppError::detail(ErrorCode::Unauthenticated, detail).into_response();
+        }
+    }
+    let now = state.clock.now_ms();
+    let text = metrics::text(&state.store, &state.gauges, state.redis.as_deref(), now).await;
+    ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response()
+}
