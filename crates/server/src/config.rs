@@ -119,6 +119,10 @@ pub struct ServerArgs {
     /// "percentOff"}]}`. Default: the built-in demo catalog. A bad file stops the start.
     #[arg(long, env = "PAYONCE_CATALOG")]
     pub catalog: Option<PathBuf>,
+    /// Bearer token `GET /metrics` requires (`Authorization: Bearer <token>`). Unset: the
+    /// endpoint is open; keep it off the public path then (docs/deploy.md).
+    #[arg(long, env = "PAYONCE_METRICS_TOKEN", hide_env_values = true)]
+    pub metrics_token: Option<String>,
     /// Timeouts and limits of the HTTP edge (`src/server.rs`).
     #[command(flatten)]
     pub edge: EdgeArgs,
@@ -247,6 +251,8 @@ pub struct Config {
     pub(crate) edge: Edge,
     /// Bearer JWT verification, when keys are configured.
     pub(crate) jwt: Option<std::sync::Arc<crate::jwt::JwtVerifier>>,
+    /// What `GET /metrics` requires, if anything (never empty).
+    pub(crate) metrics_token: Option<String>,
 }
 
 /// [`EdgeArgs`], checked.
@@ -517,6 +523,7 @@ impl Config {
             audit_retention: Duration::from_secs(args.audit_retention_days.saturating_mul(86_400)),
             failpoints: dev.failpoints,
             catalog,
+            metrics_token: args.metrics_token.clone().filter(|t| !t.is_empty()),
         })
     }
 }

@@ -22,6 +22,11 @@ async fn run_api(args: ServerArgs) -> Result<(), RunError> {
     if args.session_secret.is_none() {
         tracing::warn!("no --session-secret: tokens are signed with a random per-process secret");
     }
+    if config.metrics_token.is_none() && !config.dev {
+        tracing::warn!(
+            "no --metrics-token: /metrics is open; keep it off the public path (docs/deploy.md)"
+        );
+    }
     // The API listener is bound first so the embedded provider can be told where to send
     // its webhooks (port 0 allowed); it serves once the store is ready.
     let (listener, local) = bind(args.addr).await?;

@@ -46,6 +46,8 @@ pub struct AppState {
     pub(crate) clock: Arc<dyn Clock>,
     /// Leases and retention, from the config.
     pub(crate) policy: payonce_rules::Policy,
+    /// The database figures of `GET /metrics`, read at most once per their max age.
+    pub(crate) gauges: Arc<crate::metrics::GaugeCache>,
 }
 
 impl AppState {
@@ -80,6 +82,7 @@ impl AppState {
             replays,
             clock: Arc::new(SystemClock),
             policy,
+            gauges: Arc::default(),
         })
     }
 

@@ -449,6 +449,48 @@ async fn metric(s: &InProc, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// With `--metrics-token`, `/metrics` answers only that bearer token (401 problem otherwise),
+/// and the stuck-attempts gauge is read from the store at most once per its max age on the
+/// clock (10 s, `GAUGE_MAX_AGE_MS` in src/metrics.rs): a new stuck attempt shows only once
+/// the cached figure is that old, however often it is scraped meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_need_their_token_and_read_the_store_once_per_max_age() {
+    let Some(db) = TestDb::create(Backend::Sqlite).await else {
+        return;
+    };
+    let token = "metrics-scrape-token-0123456789";
+    let flags = ["--metrics-token", token, "--provider-timeout-ms", "200"];
+    let s = InProc::start(&db, &provider().await, &flags).await;
+    for wrong in ["", "metrics-scrape-token-012345678", SECRET] {
+        let r = s.send("GET", "/metrics", wrong, None, Value::Null).await;
+        assert_eq!(r.status, 401, "token {wrong:?}: {}", r.text());
+        assert_eq!(r.json()["code"], "UNAUTHENTICATED");
+    }
+    let stuck = r#"payonce_attempts_processing{older_than_seconds="0"}"#;
+    let gauge = || async {
+        let r = s.send("GET", "/metrics", token, None, Value::Null).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.text()
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(stuck)?
+                    .strip_prefix(' ')?
+                    .parse::<f64>()
+                    .ok()
+            })
+            .expect("the gauge is there")
+    };
+    assert_eq!(gauge().await, 0.0);
+    let t = s.session("alice").await;
+    let order = s.order(&t).await;
+    let r = s.pay(&t, &order, &key(), "pm_card_timeout").await;
+    assert_eq!(r.status, 202, "the provider never answers: {}", r.text());
+    s.clock.advance(9_999);
+    assert_eq!(gauge().await, 0.0, "the figure read 9.999 s ago is served");
+    s.clock.advance(1);
+    assert_eq!(gauge().await, 1.0, "10 s old: read again");
+}
+
 /// Only new keys spend the new-attempt bucket, per user; a refused key waits exactly
 /// `Retry-After` on the clock and then goes through once; a runaway loop of replays meets the
 /// looser per-request bucket.
