@@ -372,32 +372,27 @@ fn production_problems(args: &ServerArgs) -> Vec<String> {
 /// Every URL whose scheme this build cannot use, one line each, checked at start so a bad
 /// deployment fails here rather than on its first request.
 fn scheme_problems(args: &ServerArgs) -> Vec<String> {
-    let urls = [
-        (
+    let check = |flag: &str, url: Option<&str>, schemes: &[&str], usage: &str| {
+        let url = url.filter(|u| !schemes.iter().any(|s| u.starts_with(s)))?;
+        Some(format!("{flag} scheme {:?}: use {usage}", scheme_of(url)))
+    };
+    let (db, redis) = (Some(args.database_url.as_str()), args.redis_url.as_deref());
+    let pg = ["sqlite:", "postgres://", "postgresql://"];
+    let rediss = ["redis://", "rediss://", "redis+unix://", "unix://"];
+    let https = ["https://", "http://"];
+    [
+        check(
             "--provider-url",
             args.provider_url.as_deref(),
-            &["https://", "http://"][..],
-            "https://… or http://…",
+            &https,
+            "https://…",
         ),
-        (
-            "--database-url",
-            Some(args.database_url.as_str()),
-            &["sqlite:", "postgres://", "postgresql://"],
-            "sqlite://PATH or postgres://…",
-        ),
-        (
-            "--redis-url",
-            args.redis_url.as_deref(),
-            &["redis://", "rediss://", "redis+unix://", "unix://"],
-            "redis://HOST:PORT/DB or rediss://…",
-        ),
-    ];
-    urls.into_iter()
-        .filter_map(|(flag, url, schemes, usage)| {
-            let url = url.filter(|u| !schemes.iter().any(|s| u.starts_with(s)))?;
-            Some(format!("{flag} scheme {:?}: use {usage}", scheme_of(url)))
-        })
-        .collect()
+        check("--database-url", db, &pg, "sqlite://PATH or postgres://…"),
+        check("--redis-url", redis, &rediss, "redis://… or rediss://…"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 /// `--database-url`, with `--tls-ca-file` as its `sslrootcert` when it is PostgreSQL and
@@ -466,9 +461,6 @@ impl Config {
             Some(path) => Some(crate::catalog::load_file(path).map_err(ConfigError::Catalog)?),
             None => None,
         };
-        if let Some(url) = &args.redis_url {
-            redis::Client::open(url.as_str()).map_err(|e| ConfigError::RedisUrl(e.to_string()))?;
-        }
         let tls_ca = args.tls_ca_file.as_deref().map(read_ca).transpose()?;
         let edge = Edge::from_args(args)?;
         let jwt = if args.jwt.any_key() {
