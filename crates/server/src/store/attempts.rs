@@ -43,6 +43,7 @@ pub(crate) fn record(r: AttemptRow) -> sqlx::Result<Record> {
             expires_at: r
                 .expires_at
                 .ok_or_else(|| bad("tombstone without expiry"))?,
+            order_version: r.order_version,
             id: r.id,
             user: r.user_id,
             order_id: r.order_id,
@@ -139,11 +140,15 @@ pub(crate) async fn find_by_id<'c>(
     row.map(record).transpose()
 }
 
-/// Deletes finished keys (and tombstones) past their retention. Processing rows are never
-/// deleted: their outcome is still unknown.
+/// Deletes what retention may (`payonce_rules::policy::deletable`): finished keys past
+/// their retention, and tombstones past theirs whose order is no longer payable at their
+/// version (a NULL version stands for every version). Processing rows are never deleted:
+/// their outcome is still unknown.
 pub(crate) async fn delete_expired<'c>(e: impl AnyExecutor<'c>, now: i64) -> sqlx::Result<u64> {
     let res = sqlx::query(
-        "DELETE FROM attempts WHERE status <> 'processing' AND expires_at IS NOT NULL AND expires_at < $1",
+        "DELETE FROM attempts WHERE status <> 'processing' AND expires_at IS NOT NULL AND expires_at < $1
+           AND NOT (status = 'cancelled' AND EXISTS (SELECT 1 FROM orders o WHERE o.id = attempts.order_id
+                AND o.status = 'unpaid' AND o.version = COALESCE(attempts.order_version, o.version)))",
     )
     .bind(now)
     .execute(e)
@@ -194,8 +199,8 @@ pub(crate) async fn insert_tombstone<'c>(
     now: i64,
 ) -> sqlx::Result<bool> {
     let row: Option<(String,)> = sqlx::query_as(
-        "INSERT INTO attempts (id, user_id, idem_key, order_id, status, created_at, updated_at, expires_at)
-         VALUES ($1, $2, $3, $4, 'cancelled', $5, $5, $6)
+        "INSERT INTO attempts (id, user_id, idem_key, order_id, status, order_version, created_at, updated_at, expires_at)
+         VALUES ($1, $2, $3, $4, 'cancelled', $5, $6, $6, $7)
          ON CONFLICT (user_id, idem_key) DO NOTHING
          RETURNING id",
     )
@@ -203,6 +208,7 @@ pub(crate) async fn insert_tombstone<'c>(
     .bind(&t.user)
     .bind(key)
     .bind(&t.order_id)
+    .bind(t.order_version)
     .bind(now)
     .bind(t.expires_at)
     .fetch_optional(e)
