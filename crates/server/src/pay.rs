@@ -32,6 +32,7 @@ use payonce_protocol::provider::ChargeRequest;
 use payonce_protocol::{AttemptStatus, ErrorCode, IdempotencyKey, PayRequest};
 use payonce_rules::pay::Current;
 use payonce_rules::plan::{self, Claim, OrderTerms, SettlePlan};
+use payonce_rules::policy::Bucket;
 use payonce_rules::{NextAction, Record};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -245,7 +246,7 @@ pub(crate) async fn claim(
     // worker finds it (src/jobs.rs). The provider is never called inside a transaction.
     outbox::insert_outbox(&mut *tx, &attempt.id, &attempt.provider_key, now).await?;
     if spend {
-        if let Err(limited) = state.limits.new_attempt(user) {
+        if let Err(limited) = state.limits.check(Bucket::NewAttempts, user) {
             tx.rollback().await?;
             return Err(limited);
         }
