@@ -50,7 +50,7 @@ pub(crate) fn redis_key(user: &str, key: &IdempotencyKey) -> String {
 pub(crate) fn lookup_label(e: &CacheError) -> RedisLookup {
     match e {
         CacheError::Skipped => RedisLookup::Skipped,
-        CacheError::Failed(_) => RedisLookup::Error,
+        CacheError::Failed(_) | CacheError::Tls(_) => RedisLookup::Error,
     }
 }
 
