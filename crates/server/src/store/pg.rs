@@ -36,7 +36,8 @@ impl Sql {
     }
 
     /// One stock step per line, in the plan's (SKU) order: each runs after the one before,
-    /// so every transaction locks catalog rows in one order and two never deadlock.
+    /// so every transaction locks catalog rows in one order and two never deadlock. (A row
+    /// is updated once per statement: an order's SKUs are distinct, src/catalog.rs.)
     /// `sign`: `-` reserves (only if that many are left), `+` gives back. Returns the last.
     fn stock(&mut self, lines: &[OrderLine], sign: char, mut after: String) -> String {
         for (i, l) in lines.iter().enumerate() {
