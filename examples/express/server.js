@@ -27,13 +27,15 @@ db.exec(`
 CREATE TABLE IF NOT EXISTS orders (
   id TEXT PRIMARY KEY, user_id TEXT NOT NULL, version INTEGER NOT NULL, items TEXT NOT NULL,
   address TEXT, amount INTEGER NOT NULL, currency TEXT NOT NULL,
-  status TEXT NOT NULL CHECK (status IN ('unpaid', 'paid')), active_attempt TEXT);
+  status TEXT NOT NULL CHECK (status IN ('unpaid', 'paid')), active_attempt TEXT,
+  payment TEXT);                          -- the succeeded payment, once paid
 CREATE TABLE IF NOT EXISTS attempts (
   user_id TEXT NOT NULL, idem_key TEXT NOT NULL, order_id TEXT NOT NULL,
   fingerprint TEXT,                       -- NULL for a tombstone
   status TEXT NOT NULL, provider_key TEXT NOT NULL,
   response_status INTEGER, response_body TEXT, payment TEXT,
   created_at INTEGER NOT NULL, expires_at INTEGER,
+  order_version INTEGER,                  -- a tombstone's order version (§8)
   PRIMARY KEY (user_id, idem_key));       -- the claim: one row per (user, key)
 CREATE TABLE IF NOT EXISTS charges (      -- the mock provider's ledger
   id TEXT PRIMARY KEY, provider_key TEXT NOT NULL UNIQUE, order_id TEXT NOT NULL,
@@ -95,7 +97,7 @@ app.post("/orders", auth, (req, res) => {
   const amount = price(req.body?.items);
   if (amount === null) return problem(res, 400, "INVALID_REQUEST", { detail: "items: 1..20 lines of known SKUs" });
   const id = `ord_${crypto.randomUUID().replace(/-/g, "")}`;
-  db.prepare("INSERT INTO orders VALUES (?, ?, 1, ?, ?, ?, 'USD', 'unpaid', NULL)")
+  db.prepare("INSERT INTO orders VALUES (?, ?, 1, ?, ?, ?, 'USD', 'unpaid', NULL, NULL)")
     .run(id, req.user, JSON.stringify(req.body.items), req.body.address ?? null, amount);
   res.status(201).json(view(db.prepare("SELECT * FROM orders WHERE id = ?").get(id)));
 });
@@ -138,8 +140,10 @@ function answerKnown(res, row, orderId, fp) {
 // taken first, so a request that loses it to another process goes back to rule 2; a refusal
 // throws, which rolls the slot back (a refused key is not stored).
 class Refusal extends Error {}
+const providerKeyOf = (user, key) =>
+  `pk_${crypto.createHash("sha256").update(`${user}\0${key}`).digest("hex").slice(0, 40)}`;
 const claim = db.transaction((user, key, order, version, fp) => {
-  const providerKey = `pk_${crypto.createHash("sha256").update(`${user}\0${key}`).digest("hex").slice(0, 40)}`;
+  const providerKey = providerKeyOf(user, key);
   const ins = db.prepare(`INSERT INTO attempts (user_id, idem_key, order_id, fingerprint, status, provider_key, created_at)
     VALUES (?, ?, ?, ?, 'processing', ?, ?) ON CONFLICT DO NOTHING`).run(user, key, order.id, fp, providerKey, Date.now());
   if (!ins.changes) return { lost: true };
@@ -177,8 +181,8 @@ const settle = db.transaction((user, key, orderId, ch, method) => {
     expires_at = ? WHERE user_id = ? AND idem_key = ? AND status = 'processing'`)
     .run(ch.status, status, body, payment && JSON.stringify(payment), Date.now() + RETENTION_SECS * 1000, user, key);
   if (done.changes) {
-    db.prepare(`UPDATE orders SET active_attempt = NULL, status = CASE WHEN ? THEN 'paid' ELSE status END
-      WHERE id = ?`).run(payment ? 1 : 0, orderId);
+    db.prepare(`UPDATE orders SET active_attempt = NULL, status = CASE WHEN ? THEN 'paid' ELSE status END,
+      payment = COALESCE(?, payment) WHERE id = ?`).run(payment ? 1 : 0, payment && JSON.stringify(payment), orderId);
   }
   return findAttempt.get(user, key);
 });
@@ -215,9 +219,16 @@ app.post("/orders/:id/payment-attempts/cancel", auth, (req, res) => {
   if (!order) return;
   const k = typeof req.body?.key === "string" ? parseKey(req.body.key) : { invalid: true };
   if (!k.key) return problem(res, 400, "INVALID_REQUEST", { detail: "key: an idempotency key" });
+  if (order.status === "paid" && !findAttempt.get(req.user, k.key)) {
+    // §9: an unknown key on a paid order may be one whose record passed retention: did it pay?
+    const ch = db.prepare("SELECT id FROM charges WHERE provider_key = ? AND status = 'succeeded'")
+      .get(providerKeyOf(req.user, k.key));
+    const payment = JSON.parse(order.payment);
+    if (ch && payment.chargeId === ch.id) return res.json({ status: "succeeded", payment });
+  }
   const tomb = db.prepare(`INSERT INTO attempts (user_id, idem_key, order_id, status, provider_key, created_at,
-    expires_at) VALUES (?, ?, ?, 'cancelled', '', ?, ?) ON CONFLICT DO NOTHING`)
-    .run(req.user, k.key, order.id, Date.now(), Date.now() + RETENTION_SECS * 1000);
+    expires_at, order_version) VALUES (?, ?, ?, 'cancelled', '', ?, ?, ?) ON CONFLICT DO NOTHING`)
+    .run(req.user, k.key, order.id, Date.now(), Date.now() + RETENTION_SECS * 1000, order.version);
   if (tomb.changes) return res.json({ status: "cancelled" });
   const row = findAttempt.get(req.user, k.key);
   if (row.order_id !== order.id) return problem(res, 422, "KEY_REUSED_WITH_DIFFERENT_DETAILS", { attemptStatus: row.status });
@@ -239,7 +250,10 @@ function jobs() {
     const ch = db.prepare("SELECT * FROM charges WHERE provider_key = ?").get(a.provider_key);
     settle.immediate(a.user_id, a.idem_key, a.order_id, ch ?? { status: "failed" }, "");
   }
-  db.prepare("DELETE FROM attempts WHERE status <> 'processing' AND expires_at < ?").run(Date.now());
+  // §8: a tombstone stays while its order can still be paid at the version the cancel saw.
+  db.prepare(`DELETE FROM attempts WHERE status <> 'processing' AND expires_at < ? AND (status <> 'cancelled'
+    OR NOT EXISTS (SELECT 1 FROM orders o WHERE o.id = order_id AND o.status = 'unpaid'
+      AND o.version = attempts.order_version))`).run(Date.now());
 }
 setInterval(jobs, 30_000).unref();
 

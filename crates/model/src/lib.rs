@@ -24,4 +24,10 @@ pub enum Flaw {
     BlindRecharge,
     /// A replay answers with another attempt's stored answer.
     ReplayOtherAnswer,
+    /// Retention deletes a tombstone at its expiry even while its order is still payable
+    /// at its version (the cleanup before docs/model.md's retention finding was fixed).
+    TombstoneExpires,
+    /// A cancel of a key the store no longer holds answers `cancelled` without asking the
+    /// provider whether the key charged (the cancel before the same fix).
+    BlindCancel,
 }

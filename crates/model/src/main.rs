@@ -42,20 +42,21 @@ pub fn scenarios() -> Vec<(&'static str, Bounds)> {
             },
         ),
         (
-            "a duplicated tab (copied sessionStorage), a crash, the clock, the job",
+            "a duplicated tab (copied sessionStorage) keeping a key past retention, a cancel, a crash, the job",
             Bounds {
                 duplicate_tab: 1,
                 crashes: 1,
-                ticks: 1,
+                ticks: 3,
                 jobs: 1,
+                cancels: 1,
                 ..n
             },
         ),
         (
-            "leases expire, keys within retention, two clicks, the job",
+            "leases expire, keys past retention, two clicks, a cancel, the job",
             Bounds {
                 clicks: 2,
-                ticks: 2,
+                ticks: 3,
                 jobs: 1,
                 cancels: 1,
                 ..n

@@ -77,7 +77,7 @@ impl Bounds {
         max_sends: 2,
         crashes: 1,
         dups: 1,
-        ticks: 2,
+        ticks: 3,
         cart_changes: 1,
         cancels: 1,
         reloads: 1,
@@ -533,7 +533,10 @@ impl Model {
                 }
             }
         }
-        if s.slots.values().any(|sl| expired(&sl.record, s.now)) {
+        if s.slots
+            .values()
+            .any(|sl| srv::deletable(self.flaw, &sl.record, s.now, &s.order))
+        {
             out.push(Action::Expire);
         }
         if s.left.ticks > 0 || !faults {
@@ -665,8 +668,9 @@ impl Model {
                 s.inst[*inst as usize] = Inst::Busy(Origin::Job(key.clone()), Step::TakeOver);
             }
             Action::Expire => {
-                let now = s.now;
-                s.slots.retain(|_, sl| !expired(&sl.record, now));
+                let (now, order) = (s.now, s.order.clone());
+                s.slots
+                    .retain(|_, sl| !srv::deletable(self.flaw, &sl.record, now, &order));
             }
             Action::Tick => {
                 s.left.ticks = s.left.ticks.saturating_sub(1);
@@ -825,9 +829,39 @@ impl Model {
     fn cancel(&self, s: &mut State, key: &str) -> (u16, String) {
         let policy = srv::policy(TICK_MS);
         match s.slots.get(key) {
+            // The tombstone insert and the order read are one transaction: on a paid order
+            // it is rolled back, the provider decides, and a tombstone follows if the key
+            // never charged (the model takes the three steps as one: the paid order refuses
+            // the key's claims in between).
+            None if s.order.paid && srv::cancel_asks_provider(self.flaw) => {
+                let k = IdempotencyKey::parse(key).expect("model keys are valid");
+                let lookup = match s.ledger.get(&srv::provider_key(USER, &k)) {
+                    Some(c) => Lookup::Found(c.clone()),
+                    None => Lookup::NotFound,
+                };
+                let payment = s
+                    .ledger
+                    .values()
+                    .find(|c| c.order_id == s.order.id && c.status == ChargeStatus::Succeeded)
+                    .map(srv::payment_of);
+                let r = srv::cancel_forgotten(lookup, payment);
+                if r.status == AttemptStatus::Cancelled && srv::cancel_inserts_tombstone(self.flaw)
+                {
+                    let t = srv::plan_tombstone(USER, &s.order, key, s.now, &policy);
+                    let record = Record::Tombstone(t);
+                    s.slots.insert(
+                        key.to_owned(),
+                        Slot {
+                            record,
+                            token: None,
+                        },
+                    );
+                }
+                (200, srv::cancel_body(r.status, r.payment))
+            }
             None => {
                 if srv::cancel_inserts_tombstone(self.flaw) {
-                    let t = srv::plan_tombstone(USER, ORDER, key, s.now, &policy);
+                    let t = srv::plan_tombstone(USER, &s.order, key, s.now, &policy);
                     s.slots.insert(
                         key.to_owned(),
                         Slot {
@@ -1192,14 +1226,6 @@ fn done_webhook(s: &mut State, origin: &Origin) {
 /// A pay request decides again; a job or webhook is done.
 fn again(origin: &Origin) -> Option<Step> {
     matches!(origin, Origin::Pay { .. }).then_some(Step::Decide)
-}
-
-fn expired(r: &Record, now: i64) -> bool {
-    match r {
-        Record::Final(f) => f.expires_at < now,
-        Record::Tombstone(t) => t.expires_at < now,
-        Record::Processing(_) => false,
-    }
 }
 
 fn slot_of_pk<'a>(s: &'a State, pk: &str) -> Option<&'a Slot> {

@@ -133,15 +133,31 @@ pub fn plan_settle(claim: &Claim, outcome: Outcome, now: i64, policy: &Policy) -
     plan::plan_settle(claim, outcome, payment_id, now, policy)
 }
 
-/// The tombstone a cancel of an unknown key inserts.
+/// The tombstone a cancel of an unknown key on the unpaid `order` inserts.
 pub fn plan_tombstone(
     user: &str,
-    order_id: &str,
+    order: &OrderRow,
     key: &str,
     now: i64,
     policy: &Policy,
 ) -> Tombstone {
-    plan::plan_tombstone(user, order_id, format!("att_{}", &key[24..]), now, policy).0
+    let id = format!("att_{}", &key[24..]);
+    plan::plan_tombstone(user, &order.id, order.version, id, now, policy).0
+}
+
+/// A cancel of a key the store does not hold on a paid order: what the provider's answer
+/// about its provider key means, with the order's payment.
+pub fn cancel_forgotten(lookup: Lookup, payment: Option<Payment>) -> CancelResponse {
+    plan::cancel_forgotten(lookup, payment)
+}
+
+/// Retention: may the record be deleted now, given the order as it stands;
+/// [`Flaw::TombstoneExpires`] deletes a tombstone at its expiry whatever the order.
+pub fn deletable(flaw: Option<Flaw>, record: &Record, now: i64, order: &OrderRow) -> bool {
+    match (flaw, record) {
+        (Some(Flaw::TombstoneExpires), Record::Tombstone(t)) => t.expires_at < now,
+        _ => payonce_rules::policy::deletable(record, now, (!order.paid).then_some(order.version)),
+    }
 }
 
 /// The cancel table for a taken slot; `Err`: the 422 problem.
@@ -177,6 +193,20 @@ pub fn cancel_body(status: AttemptStatus, payment: Option<Payment>) -> String {
     serde_json::to_string(&CancelResponse { status, payment }).unwrap_or_default()
 }
 
+/// The payment row of a paid order, as the settle of `charge` wrote it (the model keeps
+/// no payments table: the order's succeeded charge stands for it).
+pub fn payment_of(charge: &Charge) -> Payment {
+    Payment {
+        id: format!("pay_{}", &charge.id[3..]),
+        order_id: charge.order_id.clone(),
+        amount: charge.amount,
+        currency: charge.currency.clone(),
+        payment_method_id: charge.payment_method_id.clone(),
+        charge_id: charge.id.clone(),
+        status: AttemptStatus::Succeeded,
+    }
+}
+
 /// The provider key of a charge.
 pub fn provider_key(user: &str, key: &IdempotencyKey) -> String {
     payonce_rules::provider_key(user, key)
@@ -195,6 +225,12 @@ pub fn claim_is_atomic(flaw: Option<Flaw>) -> bool {
 /// `cancelled`.
 pub fn cancel_inserts_tombstone(flaw: Option<Flaw>) -> bool {
     flaw != Some(Flaw::NoTombstone)
+}
+
+/// A cancel of a key the store does not hold on a paid order asks the provider
+/// ([`cancel_forgotten`]); [`Flaw::BlindCancel`] tombstones it and answers `cancelled`.
+pub fn cancel_asks_provider(flaw: Option<Flaw>) -> bool {
+    flaw != Some(Flaw::BlindCancel)
 }
 
 /// A take-over asks the provider by key before anything else (rule 5);

@@ -7,8 +7,8 @@ use crate::policy::Policy;
 use crate::record::{Answer, Processing, Record, Terms};
 use payonce_protocol::provider::{Charge, ChargeStatus};
 use payonce_protocol::{
-    ActionRequiredProblem, AttemptStatus, ErrorCode, Extras, IdempotencyKey, OrderLine,
-    PayResponse, Payment, Problem,
+    ActionRequiredProblem, AttemptStatus, CancelResponse, ErrorCode, Extras, IdempotencyKey,
+    OrderLine, PayResponse, Payment, Problem,
 };
 
 /// One audit row: who changed what from which state to which, and why. The state names
@@ -489,10 +489,12 @@ pub fn review_entry(attempt_id: &str) -> AuditEntry {
         "reconciliation: the provider cannot tell this attempt's outcome; flagged for manual review, never charged blindly")
 }
 
-/// The tombstone a cancel of an unknown key inserts, and its audit row.
+/// The tombstone a cancel of an unknown key inserts, bound to the order's version as the
+/// cancel read it, and its audit row.
 pub fn plan_tombstone(
     user: &str,
     order_id: &str,
+    order_version: i64,
     id: String,
     now: i64,
     policy: &Policy,
@@ -509,6 +511,7 @@ pub fn plan_tombstone(
         id,
         user: user.to_owned(),
         order_id: order_id.to_owned(),
+        order_version: Some(order_version),
         expires_at: policy.expires_at(now),
     };
     (t, audit)
@@ -532,4 +535,25 @@ pub fn cancel_answer(
         status,
         matches!(status, AttemptStatus::Succeeded | AttemptStatus::Refunded),
     ))
+}
+
+/// A cancel of a key the store does not hold, on a paid (or refunded) order: its record may
+/// be past retention, so the provider's word on its provider key decides. A succeeded
+/// charge: the key paid (with the order's payment if it is that charge's). No charge or a
+/// declined one: `cancelled`, true as the paid order refuses every claim. Cannot tell:
+/// `processing`, the client keeps its key. (On an unpaid order an unknown key never
+/// charged: a succeeded charge marks its order paid with its final record.)
+pub fn cancel_forgotten(lookup: Lookup, payment: Option<Payment>) -> CancelResponse {
+    let (status, payment) = match lookup {
+        Lookup::Found(c) if matches!(Outcome::of(c.clone()), Outcome::Succeeded(_)) => {
+            let payment = payment.filter(|p| p.charge_id == c.id);
+            let status = payment
+                .as_ref()
+                .map_or(AttemptStatus::Succeeded, |p| p.status);
+            (status, payment)
+        }
+        Lookup::Found(_) | Lookup::NotFound => (AttemptStatus::Cancelled, None),
+        Lookup::Unknown(_) => (AttemptStatus::Processing, None),
+    };
+    CancelResponse { status, payment }
 }

@@ -1,6 +1,7 @@
 //! Time and rate arithmetic: leases, retention, `Retry-After`, and which rate-limit bucket
 //! a pay request spends. Unix milliseconds throughout, always passed in as `now`.
 
+use crate::record::Record;
 use std::time::Duration;
 
 /// The server's time settings, in milliseconds.
@@ -54,6 +55,22 @@ impl Policy {
     /// Audit rows older than this may be deleted.
     pub fn audit_before(&self, now: i64) -> i64 {
         now.saturating_sub(self.audit_retention_ms)
+    }
+}
+
+/// Retention: may `record` be deleted at `now`? `payable_at`: the version its order can
+/// still be paid at (`None`: paid, refunded or gone). Processing: never. Final: once
+/// expired (the order then refuses or freshly decides its key). A tombstone: once expired
+/// and the order is not payable at its version, so a pay delayed past retention meets the
+/// tombstone or the order, never a charge. The store's delete statement
+/// (`crates/server/src/store/attempts.rs`) is this rule in SQL.
+pub fn deletable(record: &Record, now: i64, payable_at: Option<i64>) -> bool {
+    match record {
+        Record::Processing(_) => false,
+        Record::Final(f) => f.expires_at < now,
+        Record::Tombstone(t) => {
+            t.expires_at < now && payable_at.is_none_or(|v| t.order_version.unwrap_or(v) != v)
+        }
     }
 }
 

@@ -81,7 +81,11 @@ pub struct Tombstone {
     pub user: String,
     /// The order it was cancelled for.
     pub order_id: String,
-    /// Unix ms after which it may be deleted.
+    /// The order's version when cancelled: a late pay can only charge at this version
+    /// (`None`: written before tombstones kept it; it then stands for every version).
+    pub order_version: Option<i64>,
+    /// Unix ms after which it may be deleted, once its order is no longer payable at
+    /// its version ([`crate::policy::deletable`]).
     pub expires_at: i64,
 }
 

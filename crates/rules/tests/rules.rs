@@ -1,13 +1,13 @@
 //! The rules, table-driven and by property, natively (no server, no database).
 
 use payonce_protocol::provider::{Charge, ChargeStatus};
-use payonce_protocol::{AttemptStatus, ErrorCode, IdempotencyKey, OrderLine};
+use payonce_protocol::{AttemptStatus, ErrorCode, IdempotencyKey, OrderLine, Payment};
 use payonce_rules::pay::{replay_of, Current, Details};
 use payonce_rules::plan::{
-    cancel_answer, order_conflict, plan_claim, plan_settle, reconcile, webhook, Lookup, OrderTerms,
-    Outcome, Redrive, SettlePlan,
+    cancel_answer, cancel_forgotten, order_conflict, plan_claim, plan_settle, reconcile, webhook,
+    Lookup, OrderTerms, Outcome, Redrive, SettlePlan,
 };
-use payonce_rules::policy::{retry_after_secs, ttl_ms, Bucket};
+use payonce_rules::policy::{deletable, retry_after_secs, ttl_ms, Bucket};
 use payonce_rules::*;
 use proptest::prelude::*;
 use std::time::Duration;
@@ -79,6 +79,7 @@ fn tombstone() -> Record {
         id: "att".into(),
         user: "alice".into(),
         order_id: "o1".into(),
+        order_version: Some(1),
         expires_at: 1_000,
     })
 }
@@ -512,6 +513,82 @@ fn cancel_table() {
             Some(AttemptStatus::Succeeded)
         )
     );
+}
+
+/// A cancel of a forgotten key on a paid order: the provider's word decides.
+#[test]
+fn cancel_of_a_forgotten_key() {
+    let payment = Payment {
+        id: "pay_1".into(),
+        order_id: "o1".into(),
+        amount: 100,
+        currency: "USD".into(),
+        payment_method_id: "pm".into(),
+        charge_id: "ch_1".into(),
+        status: AttemptStatus::Refunded,
+    };
+    let paid = cancel_forgotten(
+        Lookup::Found(charge(ChargeStatus::Succeeded)),
+        Some(payment.clone()),
+    );
+    assert_eq!(
+        (paid.status, paid.payment),
+        (AttemptStatus::Refunded, Some(payment.clone())),
+        "the key paid the order: its payment, as it stands"
+    );
+    let other = Payment {
+        charge_id: "ch_other".into(),
+        ..payment.clone()
+    };
+    let r = cancel_forgotten(Lookup::Found(charge(ChargeStatus::Succeeded)), Some(other));
+    assert_eq!(
+        (r.status, r.payment),
+        (AttemptStatus::Succeeded, None),
+        "charged, but not the order's payment: never cancelled"
+    );
+    for lookup in [
+        Lookup::NotFound,
+        Lookup::Found(charge(ChargeStatus::Declined)),
+    ] {
+        let r = cancel_forgotten(lookup, Some(payment.clone()));
+        assert_eq!((r.status, r.payment), (AttemptStatus::Cancelled, None));
+    }
+    let r = cancel_forgotten(Lookup::Unknown("down".into()), Some(payment));
+    assert_eq!(
+        r.status,
+        AttemptStatus::Processing,
+        "cannot tell: keep the key"
+    );
+}
+
+/// Retention: finals at expiry, tombstones once expired and their order no longer payable
+/// at their version, processing never.
+#[test]
+fn what_retention_deletes() {
+    let (before, after) = (1_000, 1_001);
+    let fin = final_(AttemptStatus::Succeeded);
+    assert!(!deletable(&fin, before, None) && deletable(&fin, after, Some(1)));
+    assert!(!deletable(&processing(None), i64::MAX, None));
+    let t = tombstone();
+    assert!(
+        !deletable(&t, after, Some(1)),
+        "payable at its version: kept"
+    );
+    assert!(!deletable(&t, before, None), "within retention: kept");
+    assert!(deletable(&t, after, Some(2)), "the order changed");
+    assert!(deletable(&t, after, None), "paid, refunded or gone");
+    let Record::Tombstone(old) = t else {
+        unreachable!()
+    };
+    let legacy = Record::Tombstone(Tombstone {
+        order_version: None,
+        ..old
+    });
+    assert!(
+        !deletable(&legacy, after, Some(7)),
+        "no version: every version"
+    );
+    assert!(deletable(&legacy, after, None));
 }
 
 #[test]

@@ -1,55 +1,78 @@
 //! `POST /orders/{id}/payment-attempts/cancel` with `{key}` in the body (never the URL, so
-//! keys stay out of access logs).
-//!
-//! | the caller's key is | we do | answer |
-//! |---|---|---|
-//! | unknown | insert a `cancelled` tombstone in the same `(user, key)` slot | `cancelled` |
-//! | processing | nothing: a charge may be under way | `processing` |
-//! | declined / failed / cancelled | nothing | the same status |
-//! | succeeded | nothing (undoing it is a refund) | `succeeded` + payment |
+//! keys stay out of access logs): the cancel table of docs/protocol.md, section 9.
 //!
 //! The tombstone and a late pay race for one unique slot: whichever inserts first wins, so a
-//! pay that arrives after the cancel can never charge.
+//! pay that arrives after the cancel can never charge. The order is read after the insert,
+//! in its transaction: a charge under the key that settled before it shows as a paid order,
+//! and then the provider decides ([`plan::cancel_forgotten`]).
 
 use crate::error::{AppError, AppResult};
 use crate::state::AppState;
 use crate::store::attempts as db;
 use crate::store::audit;
+use crate::store::orders::{get_order, OrderRow};
 use crate::store::payments::{get_payment, payment_of_attempt};
-use payonce_protocol::{AttemptStatus, CancelResponse};
-use payonce_rules::plan;
+use payonce_protocol::{AttemptStatus, CancelResponse, IdempotencyKey, OrderStatus, Payment};
+use payonce_rules::{plan, provider_key};
 
-/// The cancel table for the caller's `key` on `order_id` (already checked to be theirs).
+/// The cancel table for the caller's `key` on `order` (already checked to be theirs).
 pub(crate) async fn cancel(
     state: &AppState,
     user: &str,
-    order_id: &str,
-    key: &str,
+    order: &OrderRow,
+    key: &IdempotencyKey,
 ) -> AppResult<CancelResponse> {
     let now = state.clock.now_ms();
     let id = format!("att_{}", uuid::Uuid::new_v4().simple());
-    let (tombstone, entry) = plan::plan_tombstone(user, order_id, id, now, &state.policy);
+    let (tombstone, entry) =
+        plan::plan_tombstone(user, &order.id, order.version, id, now, &state.policy);
     let mut tx = state.store.begin_write().await?;
-    if db::insert_tombstone(&mut *tx, &tombstone, key, now).await? {
-        audit::record(&mut *tx, &entry, now).await?;
-        tx.commit().await?;
-        return Ok(CancelResponse {
+    if db::insert_tombstone(&mut *tx, &tombstone, key.as_str(), now).await? {
+        let current = get_order(&mut *tx, &order.id, user).await?;
+        let mut answer = CancelResponse {
             status: AttemptStatus::Cancelled,
             payment: None,
-        });
+        };
+        if current
+            .as_ref()
+            .is_some_and(|o| o.status != OrderStatus::Unpaid)
+        {
+            tx.rollback().await?;
+            let payment = payment(state, current.and_then(|o| o.payment_id)).await?;
+            let lookup = state.provider.charge_by_key(&provider_key(user, key)).await;
+            answer = plan::cancel_forgotten(lookup, payment);
+            if answer.status != AttemptStatus::Cancelled {
+                return Ok(answer);
+            }
+            // Never charged, and the paid order refuses it: the tombstone makes a late
+            // pay's answer ATTEMPT_CANCELLED, as for any cancelled key.
+            tx = state.store.begin_write().await?;
+            if !db::insert_tombstone(&mut *tx, &tombstone, key.as_str(), now).await? {
+                tx.rollback().await?;
+                return Ok(answer);
+            }
+        }
+        audit::record(&mut *tx, &entry, now).await?;
+        tx.commit().await?;
+        return Ok(answer);
     }
     tx.rollback().await?;
     // The slot is taken; it cannot be freed, so reading it now is safe.
-    let record = db::find(state.store.pool(), user, key)
+    let record = db::find(state.store.pool(), user, key.as_str())
         .await?
         .ok_or_else(|| AppError::internal("attempt vanished after a unique conflict"))?;
-    let (status, with_payment) = plan::cancel_answer(&record, order_id)?;
-    let payment = match with_payment {
-        true => match payment_of_attempt(state.store.pool(), record.id()).await? {
-            Some(pid) => get_payment(state.store.pool(), &pid).await?,
-            None => None,
-        },
+    let (status, with_payment) = plan::cancel_answer(&record, &order.id)?;
+    let id = match with_payment {
+        true => payment_of_attempt(state.store.pool(), record.id()).await?,
         false => None,
     };
+    let payment = payment(state, id).await?;
     Ok(CancelResponse { status, payment })
+}
+
+async fn payment(state: &AppState, id: Option<String>) -> AppResult<Option<Payment>> {
+    Ok(match id {
+        Some(id) => get_payment(state.store.pool(), &id).await?,
+        None => None,
+    })
 }

@@ -128,6 +128,7 @@ mod tests {
             id: "att_3".into(),
             user: "alice".into(),
             order_id: "o1".into(),
+            order_version: Some(1),
             expires_at: 1_000,
         });
         c.put("alice", "k4", &tomb);

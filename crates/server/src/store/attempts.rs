@@ -43,6 +43,7 @@ pub(crate) fn record(r: AttemptRow) -> sqlx::Result<Record> {
             expires_at: r
                 .expires_at
                 .ok_or_else(|| bad("tombstone without expiry"))?,
+            order_version: r.order_version,
             id: r.id,
             user: r.user_id,
             order_id: r.order_id,
@@ -139,10 +140,14 @@ pub(crate) async fn find_by_id<'c>(
     row.map(record).transpose()
 }
 
-/// Which `attempts` rows retention may delete at `$1` (now): finished keys and tombstones
-/// past their retention. Processing rows never: their outcome is still unknown. The one
-/// place this condition is written.
-const EXPIRED: &str = "status <> 'processing' AND expires_at IS NOT NULL AND expires_at < $1";
+/// Which `attempts` rows retention may delete at `$1` (now), as
+/// `payonce_rules::policy::deletable` says: finished keys past their retention, and
+/// tombstones past theirs whose order is no longer payable at their version (a NULL version
+/// stands for every version). Processing rows never: their outcome is still unknown. The
+/// one place this condition is written.
+const EXPIRED: &str = "status <> 'processing' AND expires_at IS NOT NULL AND expires_at < $1
+    AND NOT (status = 'cancelled' AND EXISTS (SELECT 1 FROM orders o WHERE o.id = attempts.order_id
+        AND o.status = 'unpaid' AND o.version = COALESCE(attempts.order_version, o.version)))";
 
 /// Deletes at most `limit` expired keys (see [`EXPIRED`]): one short statement, so a large
 /// backlog is deleted in batches that each hold their locks only briefly.
@@ -205,8 +210,8 @@ pub(crate) async fn insert_tombstone<'c>(
     now: i64,
 ) -> sqlx::Result<bool> {
     let row: Option<(String,)> = sqlx::query_as(
-        "INSERT INTO attempts (id, user_id, idem_key, order_id, status, created_at, updated_at, expires_at)
-         VALUES ($1, $2, $3, $4, 'cancelled', $5, $5, $6)
+        "INSERT INTO attempts (id, user_id, idem_key, order_id, status, order_version, created_at, updated_at, expires_at)
+         VALUES ($1, $2, $3, $4, 'cancelled', $5, $6, $6, $7)
          ON CONFLICT (user_id, idem_key) DO NOTHING
          RETURNING id",
     )
@@ -214,6 +219,7 @@ pub(crate) async fn insert_tombstone<'c>(
     .bind(&t.user)
     .bind(key)
     .bind(&t.order_id)
+    .bind(t.order_version)
     .bind(now)
     .bind(t.expires_at)
     .fetch_optional(e)

@@ -25,7 +25,7 @@ pub struct InProc {
 }
 
 /// A mock provider on its own listener in this process.
-async fn provider() -> String {
+pub async fn provider() -> String {
     let p = payonce_mock_provider::MockProvider::new(Default::default()).expect("provider");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -374,17 +374,17 @@ async fn finished_keys_expire_with_the_clock_but_processing_ones_never(backend: 
         s.pay(&t, &declined, &key(), "pm_card_decline").await.status,
         402
     );
-    let cancel = json!({ "key": key() });
-    let r = s
-        .send(
-            "POST",
-            &format!("/orders/{declined}/payment-attempts/cancel"),
-            &t,
-            None,
-            cancel,
-        )
-        .await;
-    assert_eq!(r.json()["status"], "cancelled");
+    let paid = s.order(&t).await;
+    assert_eq!(
+        s.pay(&t, &paid, &key(), "pm_card_approve").await.status,
+        200
+    );
+    for id in [&declined, &paid] {
+        let cancel = json!({ "key": key() });
+        let path = format!("/orders/{id}/payment-attempts/cancel");
+        let r = s.send("POST", &path, &t, None, cancel).await;
+        assert_eq!(r.json()["status"], "cancelled");
+    }
     // The timeout method's attempt stays processing (the jobs never run here).
     let busy = s.order(&t).await;
     assert_eq!(
@@ -403,15 +403,32 @@ async fn finished_keys_expire_with_the_clock_but_processing_ones_never(backend: 
     payonce_server::run_cleanup(&s.state).await.unwrap();
     assert_eq!(
         statuses().await,
-        ["cancelled", "declined", "processing"],
+        [
+            "cancelled",
+            "cancelled",
+            "declined",
+            "processing",
+            "succeeded"
+        ],
         "within retention"
     );
     s.advance(Duration::from_secs(2));
     payonce_server::run_cleanup(&s.state).await.unwrap();
     assert_eq!(
         statuses().await,
+        ["cancelled", "processing"],
+        "finished keys expired, and the paid order's tombstone; the payable one's stays"
+    );
+    let cart = json!({ "items": [{ "sku": "tee-classic", "quantity": 2 }] });
+    let r = s
+        .send("PATCH", &format!("/orders/{declined}/cart"), &t, None, cart)
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    payonce_server::run_cleanup(&s.state).await.unwrap();
+    assert_eq!(
+        statuses().await,
         ["processing"],
-        "finished keys and tombstones expired"
+        "its order changed: no pay can meet the tombstone any more"
     );
     s.advance(Duration::from_secs(365 * 86_400));
     payonce_server::run_cleanup(&s.state).await.unwrap();

@@ -14,6 +14,8 @@
 //! - `inproc`: in-process servers (`app(state)`, a manual clock): leases, the outbox
 //!   worker, retention, decided by moving the clock instead of sleeping.
 //! - `layout`: no file of `src/` imports one that imports it back.
+//! - `retention`: past key retention a cancel still holds and a charged key is answered
+//!   with its payment (docs/model.md, "Findings").
 //! - `extras`: checkout extras bound into the fingerprint; unknown ones refused.
 //! - `three_ds`: `pm_card_3ds`: `ACTION_REQUIRED`, the same key before and after the
 //!   customer acted, the webhook and reconciliation settling it, one charge.
@@ -33,6 +35,7 @@ mod inproc;
 mod input;
 mod jwt;
 mod layout;
+mod retention;
 mod rules;
 mod startup;
 mod three_ds;

@@ -1,0 +1,86 @@
+//! Past key retention, over HTTP on an in-process server with a manual clock: the two
+//! traces of docs/model.md's retention finding. A cancelled key stays cancelled while its
+//! order could still be paid with it; a charged key is answered with its charge.
+
+use crate::common::{key, ledger, Backend, TestDb};
+use crate::inproc::{provider, InProc};
+use crate::on_both_backends;
+use serde_json::json;
+use std::time::Duration;
+
+on_both_backends!(
+    a_pay_arriving_after_retention_still_meets_its_cancel,
+    a_cancel_after_retention_of_a_charged_key_answers_with_the_payment,
+);
+
+const RETENTION: &[&str] = &[
+    "--key-retention-secs",
+    "60",
+    "--provider-timeout-ms",
+    "2000",
+];
+
+/// The customer cancels a key whose pay is still in the network; key retention passes and
+/// cleanup runs; the delayed pay arrives. It meets the tombstone: nothing is charged.
+async fn a_pay_arriving_after_retention_still_meets_its_cancel(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let s = InProc::start(&db, &provider().await, RETENTION).await;
+    let t = s.session("alice").await;
+    let id = s.order(&t).await;
+    let k = key();
+    let path = format!("/orders/{id}/payment-attempts/cancel");
+    let r = s.send("POST", &path, &t, None, json!({ "key": k })).await;
+    assert_eq!(r.json()["status"], "cancelled");
+    s.advance(Duration::from_secs(61));
+    payonce_server::run_cleanup(&s.state).await.unwrap();
+    let r = s.pay(&t, &id, &k, "pm_card_approve").await;
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert_eq!(r.json()["code"], "ATTEMPT_CANCELLED");
+    assert!(
+        ledger(&s.http, &s.provider, &id).await.is_empty(),
+        "no charge"
+    );
+    assert_eq!(s.status(&t, &id).await, "unpaid");
+}
+
+/// A tab kept a charged key (a duplicated tab's copied storage); retention passes and the
+/// key's record is cleaned up; the tab cancels, then resends its pay. The cancel answers
+/// with the payment, the pay is refused by the paid order: one charge, never "cancelled".
+async fn a_cancel_after_retention_of_a_charged_key_answers_with_the_payment(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let s = InProc::start(&db, &provider().await, RETENTION).await;
+    let t = s.session("alice").await;
+    let id = s.order(&t).await;
+    let k = key();
+    let paid = s.pay(&t, &id, &k, "pm_card_approve").await;
+    assert_eq!(paid.status, 200, "{}", paid.text());
+    s.advance(Duration::from_secs(61));
+    payonce_server::run_cleanup(&s.state).await.unwrap();
+    let (rows,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM attempts WHERE order_id = $1")
+        .bind(&id)
+        .fetch_one(&db.pool().await)
+        .await
+        .unwrap();
+    assert_eq!(rows, 0, "the key's record is past retention and deleted");
+    let path = format!("/orders/{id}/payment-attempts/cancel");
+    let r = s.send("POST", &path, &t, None, json!({ "key": k })).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["status"], "succeeded");
+    assert_eq!(r.json()["payment"], paid.json()["payment"]);
+    let again = s.pay(&t, &id, &k, "pm_card_approve").await;
+    assert_eq!(again.json()["code"], "PAYMENT_ALREADY_ACTIVE");
+    assert_eq!(
+        ledger(&s.http, &s.provider, &id).await.len(),
+        1,
+        "one charge"
+    );
+    // A key that never charged this paid order is cancelled, not given the payment.
+    let r = s
+        .send("POST", &path, &t, None, json!({ "key": key() }))
+        .await;
+    assert_eq!(r.json()["status"], "cancelled");
+}
