@@ -103,6 +103,10 @@ struct Args {
     /// Run only these parts (for profiling one of them): sqlite, postgres, growth, storm.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Also give `--redis-url` to the new-key pay and storm servers (the Redis path on
+    /// pays, not only on replays).
+    #[arg(long)]
+    redis_pays: bool,
 }
 
 /// Resolved options the phases use.
@@ -117,6 +121,7 @@ pub(crate) struct Opts {
     pub server_bin: PathBuf,
     pub pg_url: String,
     pub redis_url: String,
+    pub redis_pays: bool,
 }
 
 /// The targets this benchmark reports against (goals, not assertions).
@@ -178,6 +183,7 @@ async fn run(args: Args) -> Result<(), BenchError> {
         server_bin,
         pg_url: args.pg_url.clone(),
         redis_url: args.redis_url.clone(),
+        redis_pays: args.redis_pays,
     };
     let out = match (&args.out, args.no_write, quick) {
         (_, true, _) => None,
@@ -566,9 +572,9 @@ fn render(
         let _ = writeln!(s, "\nSame key, {} concurrent requests × {} rounds (a new order and customer each), round-robin over 3 API processes on one PostgreSQL database, one standalone mock provider, shared `--session-secret`; each request on its own new connection (connect time included):\n", st.requests_per_round, st.rounds);
         let _ = writeln!(
             s,
-            "| charges per order (must be 1) | answers | 200 bodies identical | p50 | p99 | max |"
+            "| charges per order (must be 1) | answers | 200 bodies identical | p50 | p99 | max | database transactions per round |"
         );
-        let _ = writeln!(s, "|---|---|---|---:|---:|---:|");
+        let _ = writeln!(s, "|---|---|---|---:|---:|---:|---:|");
         let statuses = st
             .statuses
             .iter()
@@ -583,7 +589,7 @@ fn render(
             .join(", ");
         let _ = writeln!(
             s,
-            "| {} | {statuses} | {} | {:.0} ms | {:.0} ms | {:.0} ms |",
+            "| {} | {statuses} | {} | {:.0} ms | {:.0} ms | {:.0} ms | {} |",
             st.charges
                 .iter()
                 .map(ToString::to_string)
@@ -592,7 +598,9 @@ fn render(
             if st.answers_agree { "yes" } else { "NO" },
             st.latency.ms(0.5),
             st.latency.ms(0.99),
-            st.latency.max_ms()
+            st.latency.max_ms(),
+            st.transactions
+                .map_or("—".into(), |t| (t / st.rounds as i64).to_string())
         );
     } else {
         let _ = writeln!(s, "\nSame-key storm: not run.");

@@ -63,6 +63,10 @@ pub(crate) struct StormFigures {
     /// True when every 200 body of a round is the same bytes.
     pub answers_agree: bool,
     pub latency: Sample,
+    /// Commits and rollbacks of the storm's database over all rounds (with each round's
+    /// session and order), read after the API processes exited (a backend reports its
+    /// statistics when it ends).
+    pub transactions: Option<i64>,
 }
 
 /// The embedded mock provider, with its ledger in memory on both backends. By default it
@@ -99,6 +103,28 @@ pub(crate) fn server_args(db_url: &str, extra: &[&str]) -> Vec<String> {
     .collect();
     a.extend(extra.iter().map(|s| (*s).to_owned()));
     a
+}
+
+/// `--redis-url` for the pay servers under `--redis-pays`.
+fn redis_pays(opts: &Opts) -> Vec<&str> {
+    if opts.redis_pays {
+        vec!["--redis-url", &opts.redis_url]
+    } else {
+        Vec::new()
+    }
+}
+
+/// Commits and rollbacks so far in the database of `db_url`.
+async fn transactions(db_url: &str) -> Option<i64> {
+    let pool = sqlx::PgPool::connect(db_url).await.ok()?;
+    let n = sqlx::query_scalar(
+        "SELECT (xact_commit + xact_rollback)::int8 FROM pg_stat_database WHERE datname = current_database()",
+    )
+    .fetch_one(&pool)
+    .await
+    .ok();
+    pool.close().await;
+    n
 }
 
 pub(crate) fn client() -> Result<reqwest::Client, BenchError> {
@@ -337,7 +363,7 @@ async fn backend_on(opts: &Opts, backend: Backend, db: &Db) -> Result<BackendFig
     let server = spawn(
         &opts.server_bin,
         &{
-            let mut a = server_args(&db.url, &[]);
+            let mut a = server_args(&db.url, &redis_pays(opts));
             a.extend(EMBEDDED_PROVIDER.iter().map(|s| (*s).to_owned()));
             a
         },
@@ -563,7 +589,9 @@ async fn storm_on(opts: &Opts, db: &Db) -> Result<StormFigures, BenchError> {
     let provider_url = provider.provider();
     let mut apis = Vec::new();
     for i in 0..3 {
-        let args = server_args(&db.url, &["--provider-url", &provider_url]);
+        let mut extra = vec!["--provider-url", &provider_url];
+        extra.extend(redis_pays(opts));
+        let args = server_args(&db.url, &extra);
         apis.push(spawn(
             &opts.server_bin,
             &args,
@@ -583,7 +611,9 @@ async fn storm_on(opts: &Opts, db: &Db) -> Result<StormFigures, BenchError> {
         statuses: Vec::new(),
         answers_agree: true,
         latency: Sample::default(),
+        transactions: None,
     };
+    let before = transactions(&db.url).await;
     let mut latencies = Vec::new();
     let mut errors = 0;
     let mut statuses = std::collections::BTreeMap::<u16, usize>::new();
@@ -661,6 +691,12 @@ async fn storm_on(opts: &Opts, db: &Db) -> Result<StormFigures, BenchError> {
     figures.latency = Sample::from_latencies(latencies, errors, Duration::ZERO);
     drop(apis);
     drop(provider);
+    // The exited backends' statistics reach pg_stat_database within a moment.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    figures.transactions = match (before, transactions(&db.url).await) {
+        (Some(b), Some(a)) => Some(a - b),
+        _ => None,
+    };
     Ok(figures)
 }
 

@@ -49,6 +49,10 @@ const SERVER_FLAGS: &[&str] = &[
     "0",
     "--new-attempts-per-min",
     "0",
+    "--orders-per-min",
+    "0",
+    "--tombstones-per-min",
+    "0",
 ];
 
 /// One supervised process.

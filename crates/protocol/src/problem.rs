@@ -73,6 +73,9 @@ codes! {
     NotFound = ("NOT_FOUND", 404, "Not found"),
     /// The route exists but not with this method.
     MethodNotAllowed = ("METHOD_NOT_ALLOWED", 405, "Method not allowed"),
+    /// The request did not finish within the server's request timeout: its outcome is
+    /// unknown (a pay goes on in the background), retry with the same key.
+    RequestTimeout = ("REQUEST_TIMEOUT", 408, "The request took too long"),
     /// The key is still being processed by another request: retry after `Retry-After`.
     InProgress = ("IN_PROGRESS", 409, "A request with this key is in progress"),
     /// The key was cancelled (tombstone): this attempt can never charge.
@@ -91,12 +94,16 @@ codes! {
     RefundNotAllowed = ("REFUND_NOT_ALLOWED", 409, "The payment cannot be refunded"),
     /// The body is larger than the server accepts.
     PayloadTooLarge = ("PAYLOAD_TOO_LARGE", 413, "The request body is too large"),
+    /// The request URI (path and query) is longer than the server accepts.
+    UriTooLong = ("URI_TOO_LONG", 414, "The request URI is too long"),
     /// The body is not `application/json`.
     UnsupportedMediaType = ("UNSUPPORTED_MEDIA_TYPE", 415, "Content-Type must be application/json"),
     /// The key was used before with different details (order, version, amount, method).
     KeyReusedWithDifferentDetails = ("KEY_REUSED_WITH_DIFFERENT_DETAILS", 422, "The idempotency key was used with different details"),
     /// Too many requests: retry after `Retry-After`.
     RateLimited = ("RATE_LIMITED", 429, "Too many requests"),
+    /// The request's headers are larger, or more, than the server accepts.
+    HeadersTooLarge = ("HEADERS_TOO_LARGE", 431, "The request headers are too large"),
     /// An unexpected server error. The detail is logged, never sent.
     Internal = ("INTERNAL", 500, "Internal server error"),
     /// The store is unreachable: the outcome of this request is unknown, retry with the same key.

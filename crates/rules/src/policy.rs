@@ -1,5 +1,5 @@
-//! Time and rate arithmetic: leases, retention, `Retry-After`, and which rate-limit bucket
-//! a pay request spends. Unix milliseconds throughout, always passed in as `now`.
+//! Time and rate arithmetic: leases, retention, `Retry-After`, and the rate-limit buckets.
+//! Unix milliseconds throughout, always passed in as `now`.
 
 use crate::record::Record;
 use std::time::Duration;
@@ -88,7 +88,7 @@ pub fn retry_after_secs(wait: Duration) -> u64 {
     (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)
 }
 
-/// The two per-user rate-limit buckets, because a duplicate is not a new payment.
+/// The per-user rate-limit buckets. Pay has two, because a duplicate is not a new payment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Bucket {
     /// Every pay request, replays included: generous, it only stops a runaway client.
@@ -97,6 +97,14 @@ pub enum Bucket {
     /// before its commit): duplicates that lose the key's slot, replays, waits on a key in
     /// flight and 409/422 answers never spend it.
     NewAttempts,
+    /// Order creation.
+    Orders,
+    /// Only a cancel that writes a tombstone (before its commit); one that finds the attempt
+    /// writes nothing and spends nothing.
+    Tombstones,
+    /// Codes that are not a coupon. While it is empty every code is refused, valid ones too:
+    /// a 429 for misses next to a price for hits would still tell codes apart.
+    CouponMisses,
 }
 
 impl Bucket {
@@ -105,9 +113,12 @@ impl Bucket {
         match self {
             Self::Requests => "requests",
             Self::NewAttempts => "new_attempts",
+            Self::Orders => "orders",
+            Self::Tombstones => "tombstones",
+            Self::CouponMisses => "coupon_misses",
         }
     }
 
-    /// Both buckets.
+    /// The pay buckets (`payonce_pay_rate_limited` counts their refusals).
     pub const ALL: [Self; 2] = [Self::Requests, Self::NewAttempts];
 }

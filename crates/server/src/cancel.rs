@@ -13,6 +13,7 @@ use crate::store::audit;
 use crate::store::orders::{get_order, OrderRow};
 use crate::store::payments::{get_payment, payment_of_attempt};
 use payonce_protocol::{AttemptStatus, CancelResponse, IdempotencyKey, OrderStatus, Payment};
+use payonce_rules::policy::Bucket;
 use payonce_rules::{plan, provider_key};
 
 /// The cancel table for the caller's `key` on `order` (already checked to be theirs).
@@ -28,6 +29,8 @@ pub(crate) async fn cancel(
         plan::plan_tombstone(user, &order.id, order.version, id, now, &state.policy);
     let mut tx = state.store.begin_write().await?;
     if db::insert_tombstone(&mut *tx, &tombstone, key.as_str(), now).await? {
+        // Only a cancel that writes a tombstone spends a token (dropping `tx` undoes it).
+        state.limits.check(Bucket::Tombstones, user)?;
         let current = get_order(&mut *tx, &order.id, user).await?;
         let mut answer = CancelResponse {
             status: AttemptStatus::Cancelled,

@@ -12,6 +12,7 @@
 //! catalog and the coupons, stock included.
 
 use crate::error::{AppError, AppResult};
+use crate::limits::Limits;
 use crate::store::catalog as db;
 use crate::store::Backend;
 use crate::store::Store;
@@ -114,10 +115,12 @@ pub(crate) fn price(
     })
 }
 
-/// Loads what pricing needs and prices. `coupon` is the code as the client sent it.
+/// Loads what pricing needs and prices. `coupon` is the code as the client sent it; with
+/// `guard`, the code is `user`'s guess and guessing is rate limited (`Limits::coupon`).
 pub(crate) async fn price_cart(
     store: &Store,
     source: Option<&CatalogSource>,
+    guard: Option<(&Limits, &str)>,
     lines: &[CartLine],
     coupon: Option<&str>,
 ) -> AppResult<Priced> {
@@ -126,10 +129,11 @@ pub(crate) async fn price_cart(
     let coupon = match coupon {
         None => None,
         Some(code) => {
-            let pct = db::coupon_percent(store.pool(), code)
-                .await?
-                .ok_or(PricingError::UnknownCoupon)?;
-            Some((code.to_owned(), pct))
+            let pct = db::coupon_percent(store.pool(), code).await?;
+            if let Some((limits, user)) = guard {
+                limits.coupon(user, pct.is_some())?;
+            }
+            Some((code.to_owned(), pct.ok_or(PricingError::UnknownCoupon)?))
         }
     };
     let priced = price(lines, &catalog, coupon)?;

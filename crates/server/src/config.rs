@@ -63,6 +63,17 @@ pub struct ServerArgs {
     /// New payment attempts a user may start at once.
     #[arg(long, env = "PAYONCE_NEW_ATTEMPTS_BURST", default_value_t = 60)]
     pub new_attempts_burst: u32,
+    /// Orders a user may create per minute, and at once (0: no limit).
+    #[arg(long, env = "PAYONCE_ORDERS_PER_MIN", default_value_t = 120)]
+    pub orders_per_min: u32,
+    /// Cancels that write a tombstone (the key was never used) a user may send per minute,
+    /// and at once (0: no limit). A cancel that finds the key's attempt never counts.
+    #[arg(long, env = "PAYONCE_TOMBSTONES_PER_MIN", default_value_t = 120)]
+    pub tombstones_per_min: u32,
+    /// Unknown coupon codes a user may send per minute, and at once (0: no limit); past it
+    /// every coupon code of the user, valid ones too, is 429 until a token is back.
+    #[arg(long, env = "PAYONCE_COUPON_MISSES_PER_MIN", default_value_t = 5)]
+    pub coupon_misses_per_min: u32,
     /// Secret for HMAC-signing session tokens, at least 32 bytes. Several processes behind
     /// one database must share it. Required outside `--dev`; in dev mode the default is a
     /// random secret per process (tokens die with the process).
@@ -108,6 +119,10 @@ pub struct ServerArgs {
     /// "percentOff"}]}`. Default: the built-in demo catalog. A bad file stops the start.
     #[arg(long, env = "PAYONCE_CATALOG")]
     pub catalog: Option<PathBuf>,
+    /// Bearer token `GET /metrics` requires (`Authorization: Bearer <token>`). Unset: the
+    /// endpoint is open; keep it off the public path then (docs/deploy.md).
+    #[arg(long, env = "PAYONCE_METRICS_TOKEN", hide_env_values = true)]
+    pub metrics_token: Option<String>,
     /// Timeouts and limits of the HTTP edge (`src/server.rs`).
     #[command(flatten)]
     pub edge: EdgeArgs,
@@ -223,8 +238,7 @@ pub struct Config {
     /// Capacity of the in-memory replay cache (0: off).
     pub(crate) replay_cache_entries: usize,
     /// Per-user buckets: any pay request, and new attempts.
-    pub(crate) pay_rate: Option<crate::limits::Rate>,
-    pub(crate) new_attempt_rate: Option<crate::limits::Rate>,
+    pub(crate) rates: Vec<(payonce_rules::policy::Bucket, Option<governor::Quota>)>,
     /// Processing attempts older than this are reconciled (and flagged if still unknown).
     pub(crate) reconcile_after: Duration,
     /// Audit rows older than this are deleted.
@@ -237,6 +251,8 @@ pub struct Config {
     pub(crate) edge: Edge,
     /// Bearer JWT verification, when keys are configured.
     pub(crate) jwt: Option<std::sync::Arc<crate::jwt::JwtVerifier>>,
+    /// What `GET /metrics` requires, if anything (never empty).
+    pub(crate) metrics_token: Option<String>,
 }
 
 /// [`EdgeArgs`], checked.
@@ -480,11 +496,20 @@ impl Config {
             redis_url: args.redis_url.clone(),
             redis_timeout: Duration::from_millis(args.redis_timeout_ms.max(1)),
             replay_cache_entries: args.replay_cache_entries,
-            pay_rate: crate::limits::Rate::new(args.pay_rate_burst, args.pay_rate_per_min),
-            new_attempt_rate: crate::limits::Rate::new(
-                args.new_attempts_burst,
-                args.new_attempts_per_min,
-            ),
+            rates: {
+                use payonce_rules::policy::Bucket::*;
+                let (q, a) = (crate::limits::quota, args);
+                vec![
+                    (Requests, q(a.pay_rate_burst, a.pay_rate_per_min)),
+                    (NewAttempts, q(a.new_attempts_burst, a.new_attempts_per_min)),
+                    (Orders, q(a.orders_per_min, a.orders_per_min)),
+                    (Tombstones, q(a.tombstones_per_min, a.tombstones_per_min)),
+                    (
+                        CouponMisses,
+                        q(a.coupon_misses_per_min, a.coupon_misses_per_min),
+                    ),
+                ]
+            },
             lease: Duration::from_millis(args.lease_ms),
             provider_timeout: Duration::from_millis(args.provider_timeout_ms),
             in_progress_wait: Duration::from_millis(args.in_progress_wait_ms),
@@ -498,6 +523,7 @@ impl Config {
             audit_retention: Duration::from_secs(args.audit_retention_days.saturating_mul(86_400)),
             failpoints: dev.failpoints,
             catalog,
+            metrics_token: args.metrics_token.clone().filter(|t| !t.is_empty()),
         })
     }
 }

@@ -8,7 +8,7 @@
 //! parses, so such a token never reaches a key. Time is an input (`now`), never read here.
 
 use jsonwebtoken::jwk::JwkSet;
-use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use jsonwebtoken::{Algorithm, AlgorithmFamily, DecodingKey, Validation};
 use std::path::Path;
 use std::time::Duration;
 
@@ -31,11 +31,13 @@ pub(crate) struct JwtVerifier {
 
 impl std::fmt::Debug for JwtVerifier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JwtVerifier")
-            .field("keys", &self.keys.len())
-            .field("issuer", &self.issuer)
-            .field("audience", &self.audience)
-            .finish_non_exhaustive()
+        write!(
+            f,
+            "JwtVerifier({} keys, iss {:?}, aud {:?})",
+            self.keys.len(),
+            self.issuer,
+            self.audience
+        )
     }
 }
 
@@ -48,6 +50,16 @@ pub(crate) struct KeySources<'a> {
     pub hs256_secrets: &'a [String],
     pub public_keys: &'a [std::path::PathBuf],
     pub jwks: Option<&'a Path>,
+}
+
+/// The RS256 or ES256 key of a PEM file or JWK (only RSA and P-256 keys are accepted).
+fn asymmetric(key: DecodingKey, kid: Option<String>) -> Option<Key> {
+    let alg = match key.family() {
+        AlgorithmFamily::Rsa => Algorithm::RS256,
+        AlgorithmFamily::Ec => Algorithm::ES256,
+        _ => return None,
+    };
+    Some(Key { kid, alg, key })
 }
 
 impl JwtVerifier {
@@ -76,51 +88,20 @@ impl JwtVerifier {
             });
         }
         for path in sources.public_keys {
-            let pem = std::fs::read(path)
-                .map_err(|e| format!("--jwt-public-key {}: {e}", path.display()))?;
-            let key = if let Ok(k) = DecodingKey::from_rsa_pem(&pem) {
-                Key {
-                    kid: None,
-                    alg: Algorithm::RS256,
-                    key: k,
-                }
-            } else if let Ok(k) = DecodingKey::from_ec_pem(&pem) {
-                Key {
-                    kid: None,
-                    alg: Algorithm::ES256,
-                    key: k,
-                }
-            } else {
-                return Err(format!(
-                    "--jwt-public-key {}: not an RSA or P-256 public key in PEM",
-                    path.display()
-                ));
-            };
-            keys.push(key);
+            let at = format!("--jwt-public-key {}", path.display());
+            let pem = std::fs::read(path).map_err(|e| format!("{at}: {e}"))?;
+            let key = DecodingKey::from_rsa_pem(&pem).or_else(|_| DecodingKey::from_ec_pem(&pem));
+            let key = key.ok().and_then(|k| asymmetric(k, None));
+            keys.push(key.ok_or(format!("{at}: not an RSA or P-256 public key in PEM"))?);
         }
         if let Some(path) = sources.jwks {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("--jwt-jwks {}: {e}", path.display()))?;
-            let set: JwkSet = serde_json::from_str(&text)
-                .map_err(|e| format!("--jwt-jwks {}: {e}", path.display()))?;
+            let at = format!("--jwt-jwks {}", path.display());
+            let text = std::fs::read_to_string(path).map_err(|e| format!("{at}: {e}"))?;
+            let set: JwkSet = serde_json::from_str(&text).map_err(|e| format!("{at}: {e}"))?;
             for jwk in &set.keys {
-                let key = DecodingKey::from_jwk(jwk)
-                    .map_err(|e| format!("--jwt-jwks {}: {e}", path.display()))?;
-                let alg = match key.family() {
-                    jsonwebtoken::AlgorithmFamily::Rsa => Algorithm::RS256,
-                    jsonwebtoken::AlgorithmFamily::Ec => Algorithm::ES256,
-                    _ => {
-                        return Err(format!(
-                            "--jwt-jwks {}: only RSA and P-256 keys are accepted",
-                            path.display()
-                        ))
-                    }
-                };
-                keys.push(Key {
-                    kid: jwk.common.key_id.clone(),
-                    alg,
-                    key,
-                });
+                let key = DecodingKey::from_jwk(jwk).map_err(|e| format!("{at}: {e}"))?;
+                let key = asymmetric(key, jwk.common.key_id.clone());
+                keys.push(key.ok_or(format!("{at}: only RSA and P-256 keys are accepted"))?);
             }
         }
         if keys.is_empty() {
@@ -147,37 +128,21 @@ impl JwtVerifier {
         validation.set_audience(&[&self.audience]);
         validation.set_required_spec_claims(&["exp", "iss", "aud"]);
         // Time is checked below against the caller's `now`.
-        validation.validate_exp = false;
-        validation.validate_nbf = false;
+        (validation.validate_exp, validation.validate_nbf) = (false, false);
         // A token naming a kid is tried with that key only; without one, with each key of
         // its algorithm (rotation: old and new both configured).
-        let by_kid = header.kid.as_deref();
+        type Claims = serde_json::Map<String, serde_json::Value>;
         let claims = self
             .keys
             .iter()
             .filter(|k| k.alg == header.alg)
-            .filter(|k| match (by_kid, &k.kid) {
-                (Some(want), Some(have)) => want == have,
-                _ => true,
-            })
-            .find_map(|k| {
-                jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(
-                    token,
-                    &k.key,
-                    &validation,
-                )
-                .ok()
-            })?
+            .filter(|k| header.kid.is_none() || k.kid.is_none() || header.kid == k.kid)
+            .find_map(|k| jsonwebtoken::decode::<Claims>(token, &k.key, &validation).ok())?
             .claims;
+        let (leeway, max) = (self.leeway_secs, self.max_lifetime.as_secs());
         let exp = claims.get("exp")?.as_u64()?;
-        if exp.saturating_add(self.leeway_secs) <= now_secs {
-            return None;
-        }
-        let max = self.max_lifetime.as_secs();
-        if exp
-            > now_secs
-                .saturating_add(max)
-                .saturating_add(self.leeway_secs)
+        if exp.saturating_add(leeway) <= now_secs
+            || exp > now_secs.saturating_add(max).saturating_add(leeway)
         {
             return None;
         }
@@ -187,7 +152,7 @@ impl JwtVerifier {
             }
         }
         if let Some(nbf) = claims.get("nbf") {
-            if nbf.as_u64()? > now_secs.saturating_add(self.leeway_secs) {
+            if nbf.as_u64()? > now_secs.saturating_add(leeway) {
                 return None;
             }
         }
@@ -196,8 +161,7 @@ impl JwtVerifier {
     }
 }
 
-/// Signs an HS256 token (the dev-only `mint-jwt` subcommand and the tests).
-// Only the dev build's `mint-jwt` and the tests mint tokens.
+/// Signs an HS256 token (the dev build's `mint-jwt` and the tests).
 #[cfg_attr(not(any(feature = "dev", test)), allow(dead_code))]
 pub(crate) fn mint_hs256(
     secret: &[u8],
@@ -211,12 +175,9 @@ pub(crate) fn mint_hs256(
         "iss": issuer, "aud": audience, "sub": user,
         "iat": now_secs, "exp": now_secs + ttl_secs,
     });
-    jsonwebtoken::encode(
-        &jsonwebtoken::Header::new(Algorithm::HS256),
-        &claims,
-        &jsonwebtoken::EncodingKey::from_secret(secret),
-    )
-    .map_err(|e| e.to_string())
+    let key = jsonwebtoken::EncodingKey::from_secret(secret);
+    jsonwebtoken::encode(&jsonwebtoken::Header::new(Algorithm::HS256), &claims, &key)
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -1,22 +1,26 @@
-//! Prometheus metrics at `GET /metrics`, in the Prometheus text format (version 0.0.4),
-//! through `prometheus-client`.
+//! `GET /metrics`: Prometheus text (version 0.0.4) through `prometheus-client`.
 //!
 //! Counters are process-global so a background job can count without threading a handle
-//! through; each process exposes its own (Prometheus sums across instances). Every label
-//! value is an enum, so a typo is a compile error and a family's label values are listed
-//! once, here. The gauges are computed at scrape time.
+//! through; each process exposes its own (Prometheus sums across instances). Callers pass
+//! label values as enums, so a typo is a compile error and a family's values are listed
+//! once, here. The one gauge that needs the database is cached for [`GAUGE_MAX_AGE_MS`] of
+//! the state's clock, so scrapes cost the store at most one query per that period.
 
 use crate::replay::redis::RedisCache;
 use crate::store::Store;
+use axum::http::{header, HeaderMap};
 use payonce_protocol::{AttemptStatus, ErrorCode};
-use prometheus_client::encoding::LabelValueEncoder;
-use prometheus_client::encoding::{prometheus_text, EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::encoding::prometheus_text::encode;
+pub(crate) use prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use std::fmt::Write as _;
+use sha2::{Digest, Sha256};
 use std::sync::LazyLock;
+use subtle::ConstantTimeEq;
+
+pub(crate) use payonce_rules::policy::Bucket;
 
 /// Label value enums spell their wire text once, in `as_str`.
 macro_rules! label_values {
@@ -26,18 +30,11 @@ macro_rules! label_values {
         pub(crate) enum $name { $($variant),+ }
 
         impl $name {
-            /// Every value: each series is created at zero, so it is scraped before its
-            /// first increment.
-            const ALL: &'static [Self] = &[$(Self::$variant),+];
+            /// Every value: each series exists at zero before its first increment.
+            const NAMES: &'static [&'static str] = &[$($text),+];
 
             pub(crate) fn as_str(self) -> &'static str {
                 match self { $(Self::$variant => $text),+ }
-            }
-        }
-
-        impl EncodeLabelValue for $name {
-            fn encode(&self, e: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
-                e.write_str(self.as_str())
             }
         }
     )+};
@@ -78,197 +75,131 @@ pub(crate) enum PayOutcome {
     Unknown,
 }
 
-impl EncodeLabelValue for PayOutcome {
-    fn encode(&self, e: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
-        e.write_str(match self {
+impl PayOutcome {
+    fn as_str(self) -> &'static str {
+        match self {
             Self::Attempt(s) => s.as_str(),
             Self::Problem(c) => c.as_str(),
             Self::Unknown => "unknown",
-        })
+        }
     }
 }
 
-// Label sets: fields in alphabetical order, which is the order they are rendered in.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct PayLabels {
-    outcome: PayOutcome,
-    status: u16,
-}
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct CodeLabel {
-    code: PayOutcome,
-}
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct SourceLabel {
-    source: ReplaySource,
-}
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct BucketLabel {
-    bucket: BucketValue,
-}
+/// Label sets in render order (alphabetical).
+type Labels = Vec<(&'static str, String)>;
+type Counters = Family<Labels, Counter>;
 
-pub(crate) use payonce_rules::policy::Bucket;
-
-/// Which pay rate-limit bucket refused a request, spelled by the rules (`Bucket::label`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct BucketValue(Bucket);
-
-impl EncodeLabelValue for BucketValue {
-    fn encode(&self, e: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
-        e.write_str(self.0.label())
-    }
-}
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct AgeLabel {
-    older_than_seconds: i64,
-}
-
-/// A family labelled `result`.
-type Results<R> = Family<[(&'static str, R); 1], Counter>;
-
-struct Counters {
-    registry: Registry,
-    pay_requests: Family<PayLabels, Counter>,
-    pay_replays: Family<SourceLabel, Counter>,
-    pay_conflicts: Family<CodeLabel, Counter>,
+struct Metrics {
+    pay_requests: Counters,
+    pay_replays: Counters,
+    pay_conflicts: Counters,
     pay_key_mismatches: Counter,
-    pay_rate_limited: Family<BucketLabel, Counter>,
-    redis_lookups: Results<RedisLookup>,
-    webhook_events: Results<WebhookResult>,
-    reconciliation: Results<ReconcileResult>,
-    emails: Results<EmailResult>,
-    refunds: Results<RefundResult>,
-    outbox: Results<OutboxResult>,
+    pay_rate_limited: Counters,
+    redis_lookups: Counters,
+    webhook_events: Counters,
+    reconciliation: Counters,
+    emails: Counters,
+    refunds: Counters,
+    outbox: Counters,
+    registry: Registry,
 }
 
-static COUNTERS: LazyLock<Counters> = LazyLock::new(|| {
-    let c = Counters {
-        registry: Registry::default(),
-        pay_requests: Family::default(),
-        pay_replays: Family::default(),
-        pay_conflicts: Family::default(),
-        pay_key_mismatches: Counter::default(),
-        pay_rate_limited: Family::default(),
-        redis_lookups: Family::default(),
-        webhook_events: Family::default(),
-        reconciliation: Family::default(),
-        emails: Family::default(),
-        refunds: Family::default(),
-        outbox: Family::default(),
-    };
-    // The registry holds clones (families and counters share their values through an Arc).
+/// Registers a new metric under `name` (the registry keeps a clone sharing its values).
+/// Help texts have no final period: the encoder adds one.
+fn reg<M: prometheus_client::registry::Metric + Clone + Default>(
+    r: &mut Registry,
+    name: &str,
+    help: &str,
+) -> M {
+    let m = M::default();
+    r.register(name, help, m.clone());
+    m
+}
+
+fn inc_by(family: &Counters, labels: &[(&'static str, &str)], by: u64) {
+    let labels = labels.iter().map(|&(k, v)| (k, v.to_owned())).collect();
+    family.get_or_create(&labels).inc_by(by);
+}
+
+fn inc(family: &Counters, labels: &[(&'static str, &str)]) {
+    inc_by(family, labels, 1);
+}
+
+/// Every series the labels allow, at zero.
+fn zeros(family: &Counters, label: &'static str, values: &[&str]) {
+    for v in values {
+        inc_by(family, &[(label, v)], 0);
+    }
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     let mut r = Registry::default();
-    // Help texts without a final period: the encoder adds one.
-    r.register(
-        "payonce_pay_requests",
-        "Pay requests by HTTP status and outcome (attempt status or problem code)",
-        c.pay_requests.clone(),
-    );
-    r.register(
-        "payonce_pay_replays",
-        "Pay answers replayed from a stored result, by where it was read (memory, redis or database)",
-        c.pay_replays.clone(),
-    );
-    r.register(
-        "payonce_pay_conflicts",
-        "Pay requests answered 409, by problem code",
-        c.pay_conflicts.clone(),
-    );
-    r.register(
-        "payonce_pay_key_mismatches",
-        "Pay requests answered 422 KEY_REUSED_WITH_DIFFERENT_DETAILS",
-        c.pay_key_mismatches.clone(),
-    );
-    r.register(
-        "payonce_pay_rate_limited",
-        "Pay requests answered 429 RATE_LIMITED, by bucket",
-        c.pay_rate_limited.clone(),
-    );
-    r.register(
-        "payonce_redis_lookups",
-        "Redis fast path steps by result (claimed, replay, mismatch, processing, miss, skipped, error)",
-        c.redis_lookups.clone(),
-    );
-    r.register(
-        "payonce_webhook_events",
-        "Provider webhook deliveries by result (e.g. applied, duplicate, bad_signature)",
-        c.webhook_events.clone(),
-    );
-    r.register(
-        "payonce_reconciliation",
-        "Reconciliation job results per attempt (settled, manual_review)",
-        c.reconciliation.clone(),
-    );
-    r.register(
-        "payonce_emails",
-        "Confirmation email job runs by result (sent, already_sent)",
-        c.emails.clone(),
-    );
-    r.register(
-        "payonce_refunds",
-        "Refund requests by result (e.g. refunded, replayed, not_allowed)",
-        c.refunds.clone(),
-    );
-    r.register(
-        "payonce_outbox",
-        "Outbox rows by result (executed_inline, drained, inconclusive)",
-        c.outbox.clone(),
-    );
-    // Every series the labels allow, at zero (the status × outcome product only where an
-    // answer of that status can have that outcome).
-    for &outcome in &[AttemptStatus::Succeeded, AttemptStatus::Processing] {
-        let status = if outcome == AttemptStatus::Succeeded {
-            200
-        } else {
-            202
-        };
-        let outcome = PayOutcome::Attempt(outcome);
-        let _ = c.pay_requests.get_or_create(&PayLabels { outcome, status });
+    let m = Metrics {
+        pay_requests: reg(&mut r, "payonce_pay_requests", "Pay requests by HTTP status and outcome (attempt status or problem code)"),
+        pay_replays: reg(&mut r, "payonce_pay_replays", "Pay answers replayed from a stored result, by where it was read (memory, redis or database)"),
+        pay_conflicts: reg(&mut r, "payonce_pay_conflicts", "Pay requests answered 409, by problem code"),
+        pay_key_mismatches: reg(&mut r, "payonce_pay_key_mismatches", "Pay requests answered 422 KEY_REUSED_WITH_DIFFERENT_DETAILS"),
+        pay_rate_limited: reg(&mut r, "payonce_pay_rate_limited", "Pay requests answered 429 RATE_LIMITED, by bucket"),
+        redis_lookups: reg(&mut r, "payonce_redis_lookups", "Redis fast path steps by result (claimed, replay, mismatch, processing, miss, skipped, error)"),
+        webhook_events: reg(&mut r, "payonce_webhook_events", "Provider webhook deliveries by result (e.g. applied, duplicate, bad_signature)"),
+        reconciliation: reg(&mut r, "payonce_reconciliation", "Reconciliation job results per attempt (settled, manual_review)"),
+        emails: reg(&mut r, "payonce_emails", "Confirmation email job runs by result (sent, already_sent)"),
+        refunds: reg(&mut r, "payonce_refunds", "Refund requests by result (e.g. refunded, replayed, not_allowed)"),
+        outbox: reg(&mut r, "payonce_outbox", "Outbox rows by result (executed_inline, drained, inconclusive)"),
+        registry: r,
+    };
+    // The status × outcome product only where an answer of that status has that outcome.
+    for (status, s) in [
+        ("200", AttemptStatus::Succeeded),
+        ("202", AttemptStatus::Processing),
+    ] {
+        inc_by(
+            &m.pay_requests,
+            &[("outcome", s.as_str()), ("status", status)],
+            0,
+        );
     }
-    for &code in ErrorCode::ALL.iter().filter(|c| c.http_status() == 409) {
-        let code = PayOutcome::Problem(code);
-        let _ = c.pay_conflicts.get_or_create(&CodeLabel { code });
+    let conflicts = ErrorCode::ALL.iter().filter(|c| c.http_status() == 409);
+    zeros(
+        &m.pay_conflicts,
+        "code",
+        &conflicts.map(|c| c.as_str()).collect::<Vec<_>>(),
+    );
+    zeros(&m.pay_replays, "source", ReplaySource::NAMES);
+    zeros(
+        &m.pay_rate_limited,
+        "bucket",
+        &Bucket::ALL.map(Bucket::label),
+    );
+    for (family, values) in [
+        (&m.redis_lookups, RedisLookup::NAMES),
+        (&m.webhook_events, WebhookResult::NAMES),
+        (&m.reconciliation, ReconcileResult::NAMES),
+        (&m.emails, EmailResult::NAMES),
+        (&m.refunds, RefundResult::NAMES),
+        (&m.outbox, OutboxResult::NAMES),
+    ] {
+        zeros(family, "result", values);
     }
-    for &source in ReplaySource::ALL {
-        let _ = c.pay_replays.get_or_create(&SourceLabel { source });
-    }
-    for bucket in Bucket::ALL {
-        let bucket = BucketValue(bucket);
-        let _ = c.pay_rate_limited.get_or_create(&BucketLabel { bucket });
-    }
-    zeros(&c.redis_lookups, RedisLookup::ALL);
-    zeros(&c.webhook_events, WebhookResult::ALL);
-    zeros(&c.reconciliation, ReconcileResult::ALL);
-    zeros(&c.emails, EmailResult::ALL);
-    zeros(&c.refunds, RefundResult::ALL);
-    zeros(&c.outbox, OutboxResult::ALL);
-    Counters { registry: r, ..c }
+    m
 });
-
-fn zeros<R: EncodeLabelValue + Copy + std::hash::Hash + Eq>(family: &Results<R>, all: &[R]) {
-    for &result in all {
-        let _ = family.get_or_create(&[("result", result)]);
-    }
-}
 
 /// One pay answer: its HTTP status and outcome; `replayed_from` where the stored answer
 /// came from when it is a replay.
 pub(crate) fn pay_outcome(status: u16, outcome: PayOutcome, replayed_from: Option<ReplaySource>) {
-    let c = &*COUNTERS;
-    c.pay_requests
-        .get_or_create(&PayLabels { outcome, status })
-        .inc();
+    let m = &*METRICS;
+    let (outcome, status_text) = (outcome.as_str(), status.to_string());
+    inc(
+        &m.pay_requests,
+        &[("outcome", outcome), ("status", &status_text)],
+    );
     if let Some(source) = replayed_from {
-        c.pay_replays.get_or_create(&SourceLabel { source }).inc();
+        inc(&m.pay_replays, &[("source", source.as_str())]);
     }
     match status {
-        409 => {
-            c.pay_conflicts
-                .get_or_create(&CodeLabel { code: outcome })
-                .inc();
-        }
+        409 => inc(&m.pay_conflicts, &[("code", outcome)]),
         422 => {
-            c.pay_key_mismatches.inc();
+            m.pay_key_mismatches.inc();
         }
         _ => {}
     }
@@ -276,119 +207,125 @@ pub(crate) fn pay_outcome(status: u16, outcome: PayOutcome, replayed_from: Optio
 
 /// A pay request refused by the rate limit.
 pub(crate) fn rate_limited(bucket: Bucket) {
-    COUNTERS
-        .pay_rate_limited
-        .get_or_create(&BucketLabel {
-            bucket: BucketValue(bucket),
-        })
-        .inc();
-}
-
-fn count<R: EncodeLabelValue + Clone + std::hash::Hash + Eq>(family: &Results<R>, result: R) {
-    family.get_or_create(&[("result", result)]).inc();
+    inc(&METRICS.pay_rate_limited, &[("bucket", bucket.label())]);
 }
 
 /// One step of the Redis fast path.
 pub(crate) fn redis_lookup(result: RedisLookup) {
-    count(&COUNTERS.redis_lookups, result);
+    inc(&METRICS.redis_lookups, &[("result", result.as_str())]);
 }
 
 /// One webhook delivery handled.
 pub(crate) fn webhook_event(result: WebhookResult) {
-    count(&COUNTERS.webhook_events, result);
+    inc(&METRICS.webhook_events, &[("result", result.as_str())]);
 }
 
 /// The reconciliation job settled (or flagged) one attempt.
 pub(crate) fn reconciliation(result: ReconcileResult) {
-    count(&COUNTERS.reconciliation, result);
+    inc(&METRICS.reconciliation, &[("result", result.as_str())]);
 }
 
 /// One run of the confirmation email job.
 pub(crate) fn email(result: EmailResult) {
-    count(&COUNTERS.emails, result);
+    inc(&METRICS.emails, &[("result", result.as_str())]);
 }
 
 /// One refund request.
 pub(crate) fn refund(result: RefundResult) {
-    count(&COUNTERS.refunds, result);
+    inc(&METRICS.refunds, &[("result", result.as_str())]);
 }
 
 /// One outbox row handled.
 pub(crate) fn outbox(result: OutboxResult) {
-    count(&COUNTERS.outbox, result);
+    inc(&METRICS.outbox, &[("result", result.as_str())]);
 }
 
 /// Age thresholds (seconds) of the "attempts stuck in processing" gauge.
-const STUCK_AGES: &[i64] = &[0, 60, 300, 3600];
+const STUCK_AGES: [i64; 4] = [0, 60, 300, 3600];
 
-/// Attempts in `processing` whose creation is older than each of [`STUCK_AGES`], computed
-/// from the store at scrape time (every process sees the same database).
-async fn stuck_attempts(store: &Store, now: i64) -> Result<Vec<(i64, i64)>, sqlx::Error> {
-    let mut out = Vec::with_capacity(STUCK_AGES.len());
-    for &age in STUCK_AGES {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM attempts WHERE status = 'processing' AND created_at <= $1",
-        )
-        .bind(now - age * 1000)
-        .fetch_one(store.pool())
-        .await?;
-        out.push((age, n));
+/// How old the stuck-attempts figures may be when scraped. A scrape after that reads the
+/// store once more; scrapes in between (or at once) share the figures, so no scrape
+/// interval or number of scrapers can load the database.
+pub(crate) const GAUGE_MAX_AGE_MS: i64 = 10_000;
+
+/// The stuck-attempts figures and when (state clock, ms) they were read.
+pub(crate) type GaugeCache = tokio::sync::Mutex<Option<(i64, [i64; 4])>>;
+
+/// Attempts in `processing` created at least each of [`STUCK_AGES`] ago (the same for every
+/// process on the database), from the cache while it is young enough.
+async fn stuck_attempts(store: &Store, cache: &GaugeCache, now: i64) -> Option<[i64; 4]> {
+    let mut cache = cache.lock().await;
+    if let Some((at, figures)) = *cache {
+        if now - at < GAUGE_MAX_AGE_MS {
+            return Some(figures);
+        }
     }
-    Ok(out)
-}
-
-/// The scrape-time gauges, in a registry of their own (the Redis one exists only with
-/// `--redis-url`).
-async fn gauges(store: &Store, redis: Option<&RedisCache>, now: i64) -> Registry {
-    let mut r = Registry::default();
-    let processing = Family::<AgeLabel, Gauge>::default();
-    r.register(
-        "payonce_attempts_processing",
-        "Attempts still processing whose creation is older than older_than_seconds (0: all)",
-        processing.clone(),
-    );
-    match stuck_attempts(store, now).await {
-        Ok(rows) => {
-            for (age, n) in rows {
-                processing
-                    .get_or_create(&AgeLabel {
-                        older_than_seconds: age,
-                    })
-                    .set(n);
+    let mut figures = [0; 4];
+    for (n, age) in figures.iter_mut().zip(STUCK_AGES) {
+        let q = "SELECT COUNT(*) FROM attempts WHERE status = 'processing' AND created_at <= $1";
+        match sqlx::query_scalar(q)
+            .bind(now - age * 1000)
+            .fetch_one(store.pool())
+            .await
+        {
+            Ok(count) => *n = count,
+            Err(e) => {
+                tracing::warn!(error = %e, "metrics: cannot count processing attempts");
+                return None;
             }
         }
-        Err(e) => tracing::warn!(error = %e, "metrics: cannot count processing attempts"),
+    }
+    *cache = Some((now, figures));
+    Some(figures)
+}
+
+/// True when `headers` carry `Authorization: Bearer <token>`. Both sides are hashed first so
+/// the comparison takes the same time whatever the length or the first wrong byte.
+pub(crate) fn authorized(headers: &HeaderMap, token: &str) -> bool {
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    let (given, want) = (Sha256::digest(given.trim()), Sha256::digest(token));
+    bool::from(given.as_slice().ct_eq(want.as_slice()))
+}
+
+/// The exposition text: every counter, and the gauges (served by `src/http/metrics.rs`).
+pub(crate) async fn text(
+    store: &Store,
+    cache: &GaugeCache,
+    redis: Option<&RedisCache>,
+    now: i64,
+) -> String {
+    let mut gauges = Registry::default();
+    let processing: Family<Labels, Gauge> = reg(
+        &mut gauges,
+        "payonce_attempts_processing",
+        "Attempts still processing whose creation is older than older_than_seconds (0: all)",
+    );
+    if let Some(figures) = stuck_attempts(store, cache, now).await {
+        for (age, n) in STUCK_AGES.into_iter().zip(figures) {
+            processing
+                .get_or_create(&vec![("older_than_seconds", age.to_string())])
+                .set(n);
+        }
     }
     if let Some(redis) = redis {
-        let up = Gauge::<i64>::default();
+        let up: Gauge = reg(&mut gauges, "payonce_redis_up", "1 when the Redis fast path is configured and usable, 0 when degraded to the database, absent without --redis-url");
         up.set(i64::from(redis.is_up()));
-        r.register(
-            "payonce_redis_up",
-            "1 when the Redis fast path is configured and usable, 0 when degraded to the database, absent without --redis-url",
-            up,
-        );
     }
-    r
+    render(&[&METRICS.registry, &gauges])
 }
 
 fn render(registries: &[&Registry]) -> String {
     let mut out = String::with_capacity(4096);
     for r in registries {
         // Writing to a String cannot fail.
-        let _ = prometheus_text::encode(&mut out, r);
+        let _ = encode(&mut out, r);
     }
     out
 }
-
-/// The exposition text of every counter and the scrape-time gauges (served by
-/// `src/http/metrics.rs`).
-pub(crate) async fn text(store: &Store, redis: Option<&RedisCache>, now: i64) -> String {
-    let gauges = gauges(store, redis, now).await;
-    render(&[&COUNTERS.registry, &gauges])
-}
-
-/// The exposition format's content type.
-pub(crate) const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
 #[cfg(test)]
 mod tests {
@@ -403,7 +340,7 @@ mod tests {
             Some(ReplaySource::Redis),
         );
         rate_limited(Bucket::NewAttempts);
-        let out = render(&[&COUNTERS.registry]);
+        let out = render(&[&METRICS.registry]);
         assert!(
             out.contains("payonce_outbox_total{result=\"drained\"} "),
             "at zero: {out}"
@@ -417,12 +354,29 @@ mod tests {
         ));
         assert!(out.contains("payonce_pay_requests_total{outcome=\"IN_PROGRESS\",status=\"409\"} "));
         assert!(out.contains("payonce_pay_requests_total{outcome=\"succeeded\",status=\"200\"} "));
+        assert!(out.contains("payonce_pay_requests_total{outcome=\"processing\",status=\"202\"} "));
         assert!(out.contains("payonce_pay_conflicts_total{code=\"IN_PROGRESS\"} "));
         assert!(out.contains("payonce_pay_replays_total{source=\"redis\"} "));
         assert!(out.contains("payonce_pay_rate_limited_total{bucket=\"new_attempts\"} "));
         for line in out.lines().filter(|l| !l.starts_with('#')) {
             let (_, value) = line.rsplit_once(' ').expect("name value");
             assert!(value.parse::<u64>().is_ok(), "{line}");
+        }
+    }
+
+    #[test]
+    fn the_token_is_compared_whole() {
+        let mut h = HeaderMap::new();
+        assert!(!authorized(&h, "s3cret-token"));
+        for (value, ok) in [
+            ("Bearer s3cret-token", true),
+            ("Bearer s3cret-toke", false),
+            ("Bearer s3cret-token2", false),
+            ("s3cret-token", false),
+            ("Basic s3cret-token", false),
+        ] {
+            h.insert(header::AUTHORIZATION, value.parse().unwrap());
+            assert_eq!(authorized(&h, "s3cret-token"), ok, "{value}");
         }
     }
 }

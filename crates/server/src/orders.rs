@@ -9,6 +9,7 @@ use crate::store::audit::{self, Entry};
 use crate::store::orders::{self as db, OrderRow};
 use crate::store::payments::get_payment;
 use payonce_protocol::{CreateOrderRequest, ErrorCode, Order, OrderStatus, UpdateCartRequest};
+use payonce_rules::policy::Bucket;
 
 /// Loads the caller's order or answers 404 (also for someone else's order: its existence is
 /// not the caller's business).
@@ -57,10 +58,13 @@ pub(crate) async fn create(
     req: &CreateOrderRequest,
 ) -> AppResult<OrderRow> {
     check_address(req.address.as_deref())?;
+    state.limits.check(Bucket::Orders, user)?;
+    let catalog = state.config.catalog.as_ref();
     let coupon = req.coupon.as_deref().filter(|c| !c.is_empty());
     let priced = price_cart(
         &state.store,
-        state.config.catalog.as_ref(),
+        catalog,
+        Some((&*state.limits, user)),
         &req.items,
         coupon,
     )
@@ -87,6 +91,7 @@ pub(crate) async fn change_cart(
     req: &UpdateCartRequest,
 ) -> AppResult<OrderRow> {
     check_address(req.address.as_deref())?;
+    let catalog = state.config.catalog.as_ref();
     for _ in 0..CART_RETRIES {
         let current = load_owned(state, id, user).await?;
         if current.status != OrderStatus::Unpaid {
@@ -97,6 +102,8 @@ pub(crate) async fn change_cart(
         }
         let lines = req.items.clone().unwrap_or_else(|| current.cart_lines());
         // An empty string removes the coupon / address; an absent member keeps it.
+        // The order's own coupon is no guess; a sent one is (`Limits::coupon`).
+        let guard = req.coupon.is_some().then_some((&*state.limits, user));
         let coupon = match &req.coupon {
             Some(c) if c.is_empty() => None,
             Some(c) => Some(c.as_str()),
@@ -107,8 +114,7 @@ pub(crate) async fn change_cart(
             Some(a) => Some(a.as_str()),
             None => current.address.as_deref(),
         };
-        let priced =
-            price_cart(&state.store, state.config.catalog.as_ref(), &lines, coupon).await?;
+        let priced = price_cart(&state.store, catalog, guard, &lines, coupon).await?;
         let unchanged = priced.lines == current.items
             && priced.coupon == current.coupon
             && address == current.address.as_deref()

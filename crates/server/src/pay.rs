@@ -33,6 +33,7 @@ use payonce_protocol::provider::ChargeRequest;
 use payonce_protocol::{AttemptStatus, ErrorCode, IdempotencyKey, PayRequest};
 use payonce_rules::pay::Current;
 use payonce_rules::plan::{self, Claim, ClaimPlan, Finish, OrderTerms, SettlePlan};
+use payonce_rules::policy::Bucket;
 use payonce_rules::{Final, NextAction, Processing, Record};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -264,7 +265,7 @@ pub(crate) async fn claim(
         }));
     }
     if spend {
-        if let Err(limited) = state.limits.new_attempt(user) {
+        if let Err(limited) = state.limits.check(Bucket::NewAttempts, user) {
             tx.rollback().await?;
             return Err(limited);
         }

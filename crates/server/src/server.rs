@@ -22,6 +22,11 @@ async fn run_api(args: ServerArgs) -> Result<(), RunError> {
     if args.session_secret.is_none() {
         tracing::warn!("no --session-secret: tokens are signed with a random per-process secret");
     }
+    if config.metrics_token.is_none() && !config.dev {
+        tracing::warn!(
+            "no --metrics-token: /metrics is open; keep it off the public path (docs/deploy.md)"
+        );
+    }
     // The API listener is bound first so the embedded provider can be told where to send
     // its webhooks (port 0 allowed); it serves once the store is ready.
     let (listener, local) = bind(args.addr).await?;
@@ -64,8 +69,12 @@ async fn serve(listener: TcpListener, router: axum::Router, edge: crate::config:
     use hyper_util::rt::{TokioIo, TokioTimer};
     let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(edge.max_connections));
     let mut http = hyper::server::conn::http1::Builder::new();
+    // hyper answers heads past its own limits itself, bare (no problem body): its header
+    // count is raised above ours so `http::refuse_oversized` answers first; its URI (64 KiB)
+    // and head (about 400 KiB) caps are already above ours.
     http.timer(TokioTimer::new())
         .header_read_timeout(edge.header_timeout)
+        .max_headers(2 * crate::http::MAX_HEADERS)
         .keep_alive(true);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let shutdown = shutdown_signal();

@@ -38,7 +38,7 @@ pub struct AppState {
     pub(crate) provider_url: Arc<str>,
     /// The Redis fast path, when `--redis-url` is set.
     pub(crate) redis: Option<Arc<crate::replay::redis::RedisCache>>,
-    /// Per-user pay rate limits of this process.
+    /// Per-user rate limits of this process.
     pub(crate) limits: Arc<crate::limits::Limits>,
     /// Final attempts this process has replayed, answered from memory next time.
     pub(crate) replays: Arc<crate::replay::memory::ReplayCache>,
@@ -46,6 +46,8 @@ pub struct AppState {
     pub(crate) clock: Arc<dyn Clock>,
     /// Leases and retention, from the config.
     pub(crate) policy: payonce_rules::Policy,
+    /// The database figures of `GET /metrics`, read at most once per their max age.
+    pub(crate) gauges: Arc<crate::metrics::GaugeCache>,
 }
 
 impl AppState {
@@ -60,10 +62,7 @@ impl AppState {
             )),
             None => None,
         };
-        let limits = Arc::new(crate::limits::Limits::new(
-            config.pay_rate,
-            config.new_attempt_rate,
-        ));
+        let limits = Arc::new(crate::limits::Limits::new(&config.rates));
         let replays = Arc::new(crate::replay::memory::ReplayCache::new(
             config.replay_cache_entries,
         ));
@@ -83,6 +82,7 @@ impl AppState {
             replays,
             clock: Arc::new(SystemClock),
             policy,
+            gauges: Arc::default(),
         })
     }
 
@@ -91,8 +91,7 @@ impl AppState {
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         let limiter_clock = crate::limits::LimiterClock::Rules(clock.clone());
         self.limits = Arc::new(crate::limits::Limits::with_clock(
-            self.config.pay_rate,
-            self.config.new_attempt_rate,
+            &self.config.rates,
             &limiter_clock,
         ));
         self.clock = clock;

@@ -4,7 +4,7 @@
 
 use crate::error::AppError;
 use crate::state::AppState;
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
@@ -16,7 +16,7 @@ use payonce_protocol::{ErrorCode, IdempotencyKey, KeyError};
 use serde::de::DeserializeOwned;
 
 /// A JSON body. Syntax errors, wrong types and unknown fields are 400 `INVALID_REQUEST`, a
-/// missing `Content-Type: application/json` is 415, a body over the limit is 413.
+/// missing `Content-Type: application/json` is 415 (the size limit is `refuse_oversized`'s).
 pub(crate) struct ApiJson<T>(pub T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
@@ -24,17 +24,14 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         let (parts, body) = req.into_parts();
-        let bytes = Bytes::from_request(Request::from_parts(parts.clone(), body), state)
+        // `refuse_oversized` read it already (held in memory, so this cannot fail).
+        let bytes = axum::body::to_bytes(body, usize::MAX)
             .await
-            .map_err(|e| match e.status() {
-                StatusCode::PAYLOAD_TOO_LARGE => AppError::code(ErrorCode::PayloadTooLarge),
-                _ => AppError::detail(ErrorCode::InvalidRequest, "the body could not be read"),
-            })?;
+            .unwrap_or_default();
         let req = Request::from_parts(parts, Body::from(bytes.clone()));
-        let value = match Json::<T>::from_request(req, state).await {
-            Ok(Json(v)) => v,
-            Err(rejection) => return Err(json_rejection(rejection)),
-        };
+        let Json(value) = Json::<T>::from_request(req, state)
+            .await
+            .map_err(json_rejection)?;
         if holds_nul(&bytes) {
             return Err(nul_refused());
         }
@@ -71,7 +68,6 @@ pub(crate) fn nul_refused() -> AppError {
 
 fn json_rejection(rejection: JsonRejection) -> AppError {
     match rejection.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => AppError::code(ErrorCode::PayloadTooLarge),
         StatusCode::UNSUPPORTED_MEDIA_TYPE => AppError::code(ErrorCode::UnsupportedMediaType),
         // serde's message names the field and the expectation ("unknown field `amount`",
         // "invalid type: string, expected u64"); it holds no server internals, and it is the

@@ -1,19 +1,23 @@
-//! `GET /metrics` (Prometheus text format; the counters and gauges are `src/metrics.rs`).
+//! `GET /metrics` (the counters and gauges are `src/metrics.rs`), behind `--metrics-token`
+//! when it is set.
 
+use crate::error::AppError;
 use crate::metrics;
 use crate::state::AppState;
 use axum::extract::State;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
+use payonce_protocol::ErrorCode;
 
 /// `GET /metrics`.
-pub(crate) async fn serve(State(state): State<AppState>) -> Response {
+pub(crate) async fn serve(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if let Some(token) = &state.config.metrics_token {
+        if !metrics::authorized(&headers, token) {
+            let detail = "/metrics needs Authorization: Bearer <--metrics-token>";
+            return AppError::detail(ErrorCode::Unauthenticated, detail).into_response();
+        }
+    }
     let now = state.clock.now_ms();
-    let out = metrics::text(&state.store, state.redis.as_deref(), now).await;
-    let mut res = (StatusCode::OK, out).into_response();
-    res.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(metrics::CONTENT_TYPE),
-    );
-    res
+    let text = metrics::text(&state.store, &state.gauges, state.redis.as_deref(), now).await;
+    ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response()
 }

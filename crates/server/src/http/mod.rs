@@ -13,7 +13,7 @@ mod webhooks;
 use crate::error::AppError;
 use crate::state::AppState;
 use crate::store::Backend;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::State;
 use axum::http::{header, HeaderName, HeaderValue, Method};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, patch, post};
@@ -27,11 +27,16 @@ use std::path::PathBuf;
 use std::time::Duration;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::cors::{AllowOrigin, CorsLayer};
-use tower_http::timeout::{TimeoutBody, TimeoutLayer};
 
 /// Largest request body accepted. Every body of this API is a few hundred bytes; 16 KiB
 /// leaves room for a 20-line cart and a long address, and nothing for abuse.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
+/// Largest request target (path and query): ids and keys are short.
+pub const MAX_URI_BYTES: usize = 8 * 1024;
+/// Most header bytes (names and values) and headers of a request: a JWT is a few KiB.
+pub const MAX_HEADER_BYTES: usize = 32 * 1024;
+/// See [`MAX_HEADER_BYTES`]; hyper's own cap is higher (`src/server.rs`).
+pub const MAX_HEADERS: usize = 100;
 
 /// Every route as `(method, path template)`. The OpenAPI document must list each one
 /// (tested), and the fuzzer walks the document.
@@ -82,17 +87,15 @@ pub fn app(state: AppState, static_dir: Option<PathBuf>) -> Router {
         None => router.fallback(not_found),
     };
     let edge = state.config.edge;
+    let retention = state.config.key_retention.as_secs();
     let router = router
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(axum::middleware::from_fn(refuse_large_bodies))
         .layer(axum::middleware::from_fn(move |req, next| {
-            body_timeout(edge.body_timeout, req, next)
+            refuse_oversized(edge.body_timeout, req, next)
         }))
         .layer(CatchPanicLayer::custom(panic_response))
-        .layer(TimeoutLayer::with_status_code(
-            axum::http::StatusCode::REQUEST_TIMEOUT,
-            edge.request_timeout,
-        ))
+        .layer(axum::middleware::from_fn(move |req, next| {
+            bound_and_announce((edge.request_timeout, retention), req, next)
+        }))
         .layer(axum::middleware::from_fn(request_id))
         .with_state(state);
     if dev {
@@ -132,42 +135,96 @@ async fn request_id(req: axum::extract::Request, next: axum::middleware::Next) -
     res
 }
 
-/// Bounds each wait for the next piece of the body: a client that declares a body and
-/// stops sending fails its read (400 from the extractor) instead of holding the request.
-async fn body_timeout(
-    limit: Duration,
+/// Bounds the whole request: past the limit the answer is 408 `REQUEST_TIMEOUT` (a pay's
+/// own task goes on and settles; the client retries with its key). And every answer of a
+/// keyed route (pay, refund), refusals before any rule ran included (400, 401, 404, 413,
+/// 429), says how long its key replays: a client may drop a key once it knows the outcome,
+/// and must keep retrying with it no longer than that. Routing has run: the route is known.
+async fn bound_and_announce(
+    (limit, retention): (Duration, u64),
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let req = req.map(|b| axum::body::Body::new(TimeoutBody::new(limit, b)));
-    next.run(req).await
+    let keyed = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .is_some_and(|p| [paths::pay("{id}"), paths::refund("{id}")].contains(&p.as_str().into()));
+    let mut res = tokio::time::timeout(limit, next.run(req))
+        .await
+        .unwrap_or_else(|_| AppError::code(ErrorCode::RequestTimeout).into_response());
+    if keyed {
+        res.headers_mut()
+            .insert(KEY_RETENTION, HeaderValue::from(retention));
+    }
+    res
 }
 
-/// Bodies up to this size are read and discarded before a 413 is sent.
-const DRAIN_LIMIT: u64 = 1024 * 1024;
+/// Bodies past [`MAX_BODY_BYTES`] are read and discarded up to this many bytes before the
+/// refusal is sent: closing a socket with unread data makes TCP reset the connection, and a
+/// client still writing would see the reset instead of the problem. Past it the read stops.
+const DRAIN_LIMIT: usize = 4 * 1024 * 1024;
 
-/// Answers 413 to a body declared larger than [`MAX_BODY_BYTES`] before any handler runs.
-/// The body is drained first (up to [`DRAIN_LIMIT`]): closing a socket with unread data
-/// makes TCP reset the connection, and the client would see a reset instead of the problem.
-/// Bodies without a declared length are capped by `DefaultBodyLimit` as they stream.
-async fn refuse_large_bodies(
+/// Refuses what hyper accepted but this API does not, as problems: a target over
+/// [`MAX_URI_BYTES`] (414), headers over [`MAX_HEADER_BYTES`] or [`MAX_HEADERS`] (431), a
+/// body over [`MAX_BODY_BYTES`], declared or streamed (413). Bodies are read here, so
+/// handlers get them whole; a client that stops sending one is refused (400) after
+/// `body_timeout`. A refusal drains the body (up to [`DRAIN_LIMIT`]) and closes the
+/// connection.
+async fn refuse_oversized(
+    body_timeout: Duration,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let declared = req
-        .headers()
+    use futures_util::StreamExt;
+    let (parts, body) = req.into_parts();
+    let (h, uri) = (&parts.headers, &parts.uri);
+    let head: usize = h.iter().map(|(n, v)| n.as_str().len() + v.len()).sum();
+    let declared = h
         .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    match declared {
-        Some(len) if len > MAX_BODY_BYTES as u64 => {
-            if len <= DRAIN_LIMIT {
-                let _ = axum::body::to_bytes(req.into_body(), DRAIN_LIMIT as usize).await;
+        .and_then(|v| v.to_str().ok()?.parse().ok());
+    let mut refused = if uri.path_and_query().map_or(0, |p| p.as_str().len()) > MAX_URI_BYTES {
+        Some(ErrorCode::UriTooLong)
+    } else if h.len() > MAX_HEADERS || head > MAX_HEADER_BYTES {
+        Some(ErrorCode::HeadersTooLarge)
+    } else {
+        declared
+            .filter(|&n: &usize| n > MAX_BODY_BYTES)
+            .map(|_| ErrorCode::PayloadTooLarge)
+    };
+    let mut body = body.into_data_stream();
+    // A client waiting for `100-continue` has sent no body: nothing to drain.
+    let waits = h.contains_key(header::EXPECT) && refused.is_some();
+    let (mut kept, mut drained) = (Vec::new(), if waits { DRAIN_LIMIT + 1 } else { 0 });
+    while drained <= DRAIN_LIMIT {
+        let chunk = match tokio::time::timeout(body_timeout, body.next()).await {
+            Ok(Some(chunk)) => chunk.map_err(drop),
+            Ok(None) => break,
+            Err(_) => Err(()),
+        };
+        match chunk {
+            Ok(c) if refused.is_none() && kept.len() + c.len() <= MAX_BODY_BYTES => {
+                kept.extend_from_slice(&c);
             }
-            AppError::code(ErrorCode::PayloadTooLarge).into_response()
+            Ok(c) => {
+                refused.get_or_insert(ErrorCode::PayloadTooLarge);
+                drained += c.len();
+            }
+            Err(()) if refused.is_none() => {
+                return AppError::detail(ErrorCode::InvalidRequest, "the body could not be read")
+                    .into_response()
+            }
+            Err(()) => break,
         }
-        _ => next.run(req).await,
     }
+    let Some(code) = refused else {
+        return next
+            .run(axum::extract::Request::from_parts(parts, kept.into()))
+            .await;
+    };
+    let mut res = AppError::code(code).into_response();
+    res.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    res
 }
 
 async fn healthz(State(state): State<AppState>) -> Response {
@@ -193,7 +250,9 @@ async fn static_file(
     req: axum::extract::Request,
 ) -> Response {
     use tower::ServiceExt;
-    let Some(rel) = percent_decode(req.uri().path()) else {
+    // Decoded the way the file service decodes it.
+    let decoded = percent_encoding::percent_decode_str(req.uri().path()).decode_utf8();
+    let Ok(rel) = decoded else {
         return not_found().await.into_response();
     };
     let hidden = rel.split(['/', '\\']).any(|seg| seg.starts_with('.'));
@@ -219,25 +278,6 @@ async fn inside(root: &std::path::Path, rel: &str) -> bool {
         }
     }
     true
-}
-
-/// `%XX`-decodes a path the way the file service will; `None` for bad escapes or
-/// non-UTF-8.
-fn percent_decode(path: &str) -> Option<String> {
-    let bytes = path.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 async fn not_found() -> AppError {

@@ -15,12 +15,11 @@ use crate::reply::Reply;
 use crate::state::AppState;
 use crate::store::orders::OrderRow;
 use axum::extract::State;
-use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
 use payonce_protocol::body::DevFault;
-use payonce_protocol::headers::KEY_RETENTION;
 use payonce_protocol::IdempotencyKey;
 use payonce_protocol::{pay_extras, AttemptStatus, ErrorCode, Extras, PayRequest};
+use payonce_rules::policy::Bucket;
 use payonce_rules::Record;
 use tokio::time::Instant;
 
@@ -69,7 +68,6 @@ pub(crate) async fn handler(
     DevFaultHeader(fault): DevFaultHeader,
     ApiJson(req): ApiJson<PayRequest>,
 ) -> Response {
-    let retention = state.config.key_retention.as_secs();
     let extras_refused = extras_problem(&req.extras);
     let method_ok = method_is_valid(&req.payment_method_id) && extras_refused.is_none();
     // A retry of a finished attempt is answered from its record (memory, Redis or the key
@@ -80,12 +78,12 @@ pub(crate) async fn handler(
         match replay::first(&state, &user, &order_id, k, &req).await {
             First::Answered(answer, source) => {
                 // Through the per-request rate limit, and counted like any other answer.
-                let result = state.limits.request(&user).map(|()| answer);
+                let result = state.limits.check(Bucket::Requests, &user).map(|()| answer);
                 if result.is_ok() && source == ReplaySource::Redis {
                     metrics::redis_lookup(RedisLookup::Replay);
                 }
                 count(&result, source);
-                return respond(result, fault, retention);
+                return respond(result, fault);
             }
             First::Read(r) => read = Some(r.ok_or(ErrorCode::OrderNotFound)),
             First::Continue => {}
@@ -124,7 +122,7 @@ pub(crate) async fn handler(
         Ok(r) => r,
         Err(e) => Err(AppError::internal(format!("pay task failed: {e}"))),
     };
-    respond(result, fault, retention)
+    respond(result, fault)
 }
 
 /// One pay request after authentication and input checks: the rate limit, the rules (behind
@@ -137,7 +135,7 @@ async fn run(
     req: PayRequest,
     first: Option<Option<Record>>,
 ) -> AppResult<Reply> {
-    if let Err(limited) = state.limits.request(&user) {
+    if let Err(limited) = state.limits.check(Bucket::Requests, &user) {
         let result = Err(limited);
         count(&result, ReplaySource::Database);
         return result;
@@ -182,20 +180,15 @@ fn count(result: &AppResult<Reply>, source: ReplaySource) {
 }
 
 /// The HTTP answer for a pay result, with the dev faults that act on it.
-fn respond(result: AppResult<Reply>, fault: Option<DevFault>, retention: u64) -> Response {
+fn respond(result: AppResult<Reply>, fault: Option<DevFault>) -> Response {
     if matches!(&result, Ok(a) if a.is_final() && !a.replayed) {
         failpoint(faults::AFTER_SAVE);
     }
     if let Some(dropped) = crate::dev::dropped_response(fault) {
         return dropped;
     }
-    let mut res = match result {
+    match result {
         Ok(answer) => answer.into_response(),
         Err(e) => e.into_response(),
-    };
-    // Every answer of the rules says how long its key replays: a client may drop a key once
-    // it knows the outcome, and must keep retrying with it no longer than that.
-    res.headers_mut()
-        .insert(KEY_RETENTION, HeaderValue::from(retention));
-    res
+    }
 }

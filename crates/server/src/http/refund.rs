@@ -7,9 +7,7 @@ use crate::refunds;
 use crate::state::AppState;
 use crate::store::refunds as db;
 use axum::extract::State;
-use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
-use payonce_protocol::headers::KEY_RETENTION;
 use payonce_protocol::ErrorCode;
 
 /// The handler.
@@ -19,7 +17,6 @@ pub(crate) async fn handler(
     PathId(payment_id): PathId,
     IdemKeyHeader(key): IdemKeyHeader,
 ) -> Response {
-    let retention = state.config.key_retention.as_secs();
     let result = async {
         let (payment, attempt_id) = db::owned_payment(state.store.pool(), &user, &payment_id)
             .await?
@@ -34,11 +31,8 @@ pub(crate) async fn handler(
             .map_err(|e| AppError::internal(format!("refund task failed: {e}")))?
     }
     .await;
-    let mut res = match result {
+    match result {
         Ok(reply) => reply.into_response(),
         Err(e) => e.into_response(),
-    };
-    res.headers_mut()
-        .insert(KEY_RETENTION, HeaderValue::from(retention));
-    res
+    }
 }

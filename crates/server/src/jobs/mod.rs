@@ -50,25 +50,19 @@ pub(crate) async fn run(state: AppState, every: Duration) {
 
 /// One round of every job; failures are logged and retried next round.
 pub async fn round(state: &AppState) {
-    match drain_outbox(state).await {
+    let n = |r: AppResult<usize>| r.map(|n| n as u64);
+    report("outbox", n(drain_outbox(state).await));
+    report("reconciliation", n(reconcile_stuck(state).await));
+    report("email", n(send_emails(state).await));
+    report("cleanup", cleanup(state).await);
+}
+
+/// Logs what one job's round did (settled, sent or deleted rows), quiet when nothing.
+fn report(job: &str, result: AppResult<u64>) {
+    match result {
         Ok(0) => {}
-        Ok(n) => tracing::info!(settled = n, "outbox round"),
-        Err(e) => tracing::warn!(error = %e, "outbox round failed"),
-    }
-    match reconcile_stuck(state).await {
-        Ok(0) => {}
-        Ok(n) => tracing::info!(settled = n, "reconciliation round"),
-        Err(e) => tracing::warn!(error = %e, "reconciliation round failed"),
-    }
-    match send_emails(state).await {
-        Ok(0) => {}
-        Ok(n) => tracing::info!(sent = n, "email round"),
-        Err(e) => tracing::warn!(error = %e, "email round failed"),
-    }
-    match cleanup(state).await {
-        Ok(0) => {}
-        Ok(n) => tracing::info!(deleted = n, "cleanup round"),
-        Err(e) => tracing::warn!(error = %e, "cleanup failed"),
+        Ok(n) => tracing::info!(rows = n, "{job} round"),
+        Err(e) => tracing::warn!(error = %e, "{job} round failed"),
     }
 }
 

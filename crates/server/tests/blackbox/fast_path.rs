@@ -464,7 +464,7 @@ async fn unreachable_redis_at_start_degrades_to_the_database_and_says_so() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn metrics_count_pays_replays_conflicts_mismatches_and_stuck_attempts() {
+async fn metrics_count_pays_replays_conflicts_and_mismatches() {
     let Some(app) = TestApp::spawn(Backend::Sqlite).await else {
         return;
     };
@@ -524,11 +524,7 @@ async fn metrics_count_pays_replays_conflicts_mismatches_and_stuck_attempts() {
         .await,
         1.0
     );
-    assert_eq!(
-        metric(&app, stuck).await,
-        1.0,
-        "one attempt stuck in processing"
-    );
+    // The stuck-attempts gauge is cached; inproc.rs tests it on a manual clock.
 }
 
 /// A replay is answered from Redis alone when it holds the final answer (checked for user,

@@ -449,6 +449,48 @@ async fn metric(s: &InProc, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// With `--metrics-token`, `/metrics` answers only that bearer token (401 problem otherwise),
+/// and the stuck-attempts gauge is read from the store at most once per its max age on the
+/// clock (10 s, `GAUGE_MAX_AGE_MS` in src/metrics.rs): a new stuck attempt shows only once
+/// the cached figure is that old, however often it is scraped meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_need_their_token_and_read_the_store_once_per_max_age() {
+    let Some(db) = TestDb::create(Backend::Sqlite).await else {
+        return;
+    };
+    let token = "metrics-scrape-token-0123456789";
+    let flags = ["--metrics-token", token, "--provider-timeout-ms", "200"];
+    let s = InProc::start(&db, &provider().await, &flags).await;
+    for wrong in ["", "metrics-scrape-token-012345678", SECRET] {
+        let r = s.send("GET", "/metrics", wrong, None, Value::Null).await;
+        assert_eq!(r.status, 401, "token {wrong:?}: {}", r.text());
+        assert_eq!(r.json()["code"], "UNAUTHENTICATED");
+    }
+    let stuck = r#"payonce_attempts_processing{older_than_seconds="0"}"#;
+    let gauge = || async {
+        let r = s.send("GET", "/metrics", token, None, Value::Null).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.text()
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(stuck)?
+                    .strip_prefix(' ')?
+                    .parse::<f64>()
+                    .ok()
+            })
+            .expect("the gauge is there")
+    };
+    assert_eq!(gauge().await, 0.0);
+    let t = s.session("alice").await;
+    let order = s.order(&t).await;
+    let r = s.pay(&t, &order, &key(), "pm_card_timeout").await;
+    assert_eq!(r.status, 202, "the provider never answers: {}", r.text());
+    s.clock.advance(9_999);
+    assert_eq!(gauge().await, 0.0, "the figure read 9.999 s ago is served");
+    s.clock.advance(1);
+    assert_eq!(gauge().await, 1.0, "10 s old: read again");
+}
+
 /// Only new keys spend the new-attempt bucket, per user; a refused key waits exactly
 /// `Retry-After` on the clock and then goes through once; a runaway loop of replays meets the
 /// looser per-request bucket.
@@ -582,4 +624,277 @@ async fn audit_rows_are_kept_for_the_dispute_window_then_deleted(backend: Backen
     s.advance(Duration::from_secs(2));
     payonce_server::run_cleanup(&s.state).await.unwrap();
     assert_eq!(audit_rows().await, 0, "deleted after it");
+}
+
+/// A 429 `RATE_LIMITED` problem; its `Retry-After` in seconds.
+fn limited(r: &Resp) -> u64 {
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (429, "RATE_LIMITED"),
+        "{}",
+        r.text()
+    );
+    assert!(r.is_problem());
+    r.header("retry-after")
+        .expect("Retry-After")
+        .parse()
+        .unwrap()
+}
+
+/// Order creation and cancels that write a tombstone spend per-user buckets; a cancel that
+/// finds the key's attempt spends nothing; a refused cancel leaves no tombstone, so the key
+/// can still pay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_and_tombstones_are_rate_limited_per_user() {
+    let Some(db) = TestDb::create(Backend::Sqlite).await else {
+        return;
+    };
+    let provider = provider().await;
+    let flags = ["--orders-per-min", "3", "--tombstones-per-min", "2"];
+    let s = InProc::start(&db, &provider, &flags).await;
+    let (alice, bob) = (s.session("alice").await, s.session("bob").await);
+    let orders = [
+        s.order(&alice).await,
+        s.order(&alice).await,
+        s.order(&alice).await,
+    ];
+    let items = json!({ "items": [{ "sku": "tee-classic", "quantity": 1 }] });
+    let r = s.send("POST", "/orders", &alice, None, items.clone()).await;
+    let wait = limited(&r);
+    assert!((1..=20).contains(&wait), "one order per 20 s: {wait}");
+    s.order(&bob).await; // bob's bucket is his own
+    s.advance(Duration::from_secs(wait));
+    s.order(&alice).await;
+
+    let path = format!("/orders/{}/payment-attempts/cancel", orders[0]);
+    let cancel = |k: &str| s.send("POST", &path, &alice, None, json!({ "key": k }));
+    for _ in 0..2 {
+        let r = cancel(&key()).await;
+        assert_eq!(r.json()["status"], "cancelled", "{}", r.text());
+    }
+    let k = key();
+    limited(&cancel(&k).await);
+    // No tombstone was written for the refused cancel: the key still pays, once.
+    let r = s.pay(&alice, &orders[0], &k, "pm_card_approve").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(ledger(&s.http, &s.provider, &orders[0]).await.len(), 1);
+    // A cancel that finds the attempt writes nothing and is not limited.
+    for _ in 0..5 {
+        let r = cancel(&k).await;
+        assert_eq!(r.json()["status"], "succeeded", "{}", r.text());
+    }
+    limited(&cancel(&key()).await);
+}
+
+/// Unknown coupon codes spend a per-user bucket; once it is empty every code is refused, a
+/// valid one too (else 429 against a price would still tell codes apart), until the clock
+/// brings a token back. Valid codes never spend one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coupon_guessing_is_throttled_and_valid_codes_spend_nothing() {
+    let Some(db) = TestDb::create(Backend::Sqlite).await else {
+        return;
+    };
+    let provider = provider().await;
+    let s = InProc::start(&db, &provider, &["--coupon-misses-per-min", "2"]).await;
+    let (carol, dave) = (s.session("carol").await, s.session("dave").await);
+    let id = s.order(&carol).await;
+    let path = format!("/orders/{id}/cart");
+    let coupon = |t: &str, code: &str| {
+        let (t, code) = (t.to_owned(), code.to_owned());
+        let path = path.clone();
+        let s = &s;
+        async move {
+            s.send("PATCH", &path, &t, None, json!({ "coupon": code }))
+                .await
+        }
+    };
+    for code in ["SAVE10", "HALFOFF", "SAVE10", "HALFOFF", "SAVE10"] {
+        let r = coupon(&carol, code).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    for code in ["GUESS1", "GUESS2"] {
+        let r = coupon(&carol, code).await;
+        assert_eq!((r.status, r.code().as_str()), (400, "INVALID_REQUEST"));
+    }
+    let wait = limited(&coupon(&carol, "GUESS3").await);
+    assert_eq!(wait, 30, "a token per 30 s");
+    limited(&coupon(&carol, "HALFOFF").await);
+    let r = s
+        .send("GET", &format!("/orders/{id}"), &carol, None, Value::Null)
+        .await;
+    assert_eq!(
+        r.json()["coupon"],
+        "SAVE10",
+        "the refused code changed nothing"
+    );
+    // The order's own coupon is no guess: its cart still changes.
+    let two = json!({ "items": [{ "sku": "tee-classic", "quantity": 2 }] });
+    let r = s.send("PATCH", &path, &carol, None, two).await;
+    assert_eq!(
+        (r.status, &r.json()["coupon"]),
+        (200, &json!("SAVE10")),
+        "{}",
+        r.text()
+    );
+    // Another user guesses on his own budget (his order: a 404 would spend nothing).
+    let other = s.order(&dave).await;
+    let r = s
+        .send(
+            "PATCH",
+            &format!("/orders/{other}/cart"),
+            &dave,
+            None,
+            json!({ "coupon": "GUESS1" }),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    s.advance(Duration::from_secs(wait));
+    let r = coupon(&carol, "HALFOFF").await;
+    assert_eq!((r.status, &r.json()["coupon"]), (200, &json!("HALFOFF")));
+    assert_eq!(
+        coupon(&carol, "GUESS4").await.status,
+        400,
+        "the token that came back"
+    );
+    limited(&coupon(&carol, "GUESS5").await);
+}
+
+/// Every pay and refund answer carries `Idempotency-Key-Retention`, the refusals before any
+/// rule ran too: 400 bad key, 401, 404 another user's order, 413, 429.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_pay_answer_carries_the_key_retention() {
+    let Some(db) = TestDb::create(Backend::Sqlite).await else {
+        return;
+    };
+    let provider = provider().await;
+    let flags = [
+        "--key-retention-secs",
+        "7200",
+        "--pay-rate-burst",
+        "6",
+        "--pay-rate-per-min",
+        "1",
+    ];
+    let s = InProc::start(&db, &provider, &flags).await;
+    let (alice, bob) = (s.session("alice").await, s.session("bob").await);
+    let id = s.order(&alice).await;
+    let pay = format!("/orders/{id}/pay");
+    let body = json!({ "orderVersion": 1, "paymentMethodId": "pm_card_approve" });
+    let big = json!({ "orderVersion": 1, "paymentMethodId": "x".repeat(20_000) });
+    let answers = [
+        (
+            400,
+            s.send("POST", &pay, &alice, Some("short"), body.clone())
+                .await,
+        ),
+        (
+            401,
+            s.send("POST", &pay, "nope", Some(&key()), body.clone())
+                .await,
+        ),
+        (
+            404,
+            s.send("POST", &pay, &bob, Some(&key()), body.clone()).await,
+        ),
+        (413, s.send("POST", &pay, &alice, Some(&key()), big).await),
+        (
+            404,
+            s.send(
+                "POST",
+                "/payments/pay_nope/refund",
+                &alice,
+                Some(&key()),
+                Value::Null,
+            )
+            .await,
+        ),
+    ];
+    for (status, r) in &answers {
+        assert_eq!(r.status, *status, "{}", r.text());
+        assert!(r.is_problem(), "{status}");
+        assert_eq!(
+            r.header("idempotency-key-retention").as_deref(),
+            Some("7200"),
+            "{status}"
+        );
+    }
+    let k = key();
+    let mut last = s.pay(&alice, &id, &k, "pm_card_approve").await;
+    while last.status != 429 {
+        assert_eq!(last.status, 200, "{}", last.text());
+        last = s.pay(&alice, &id, &k, "pm_card_approve").await;
+    }
+    limited(&last);
+    assert_eq!(
+        last.header("idempotency-key-retention").as_deref(),
+        Some("7200")
+    );
+    // Other routes do not announce it.
+    let r = s
+        .send("GET", &format!("/orders/{id}"), &alice, None, Value::Null)
+        .await;
+    assert_eq!(r.header("idempotency-key-retention"), None);
+}
+
+/// What the edge refuses is an RFC 9457 problem with a stable code: a target past 8 KiB
+/// (414), more than 100 headers or 32 KiB of them (431), a request past the request
+/// timeout (408: here a body that never ends, with a longer body timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edge_refusals_are_problems() {
+    let Some(db) = TestDb::create(Backend::Sqlite).await else {
+        return;
+    };
+    let provider = provider().await;
+    let flags = [
+        "--provider-timeout-ms",
+        "50",
+        "--in-progress-wait-ms",
+        "50",
+        "--request-timeout-ms",
+        "150",
+        "--body-timeout-ms",
+        "60000",
+    ];
+    let s = InProc::start(&db, &provider, &flags).await;
+    let send = |req: Request<Body>| async {
+        let res = s.router.clone().oneshot(req).await.unwrap();
+        let status = res.status().as_u16();
+        let headers = res.headers().clone();
+        let body = axum::body::to_bytes(res.into_body(), usize::MAX)
+            .await
+            .unwrap()
+            .to_vec();
+        Resp {
+            status,
+            headers,
+            body,
+        }
+    };
+    let get = |uri: String| Request::get(uri);
+    let long = format!("/catalog?q={}", "a".repeat(8 * 1024));
+    let many = (0..101).fold(get("/catalog".into()), |r, i| {
+        r.header(format!("x-h{i}"), "v")
+    });
+    let large = get("/catalog".into()).header("x-big", "v".repeat(33 * 1024));
+    let ok = (0..90).fold(get("/catalog".into()), |r, i| {
+        r.header(format!("x-h{i}"), "v")
+    });
+    let never = Body::from_stream(futures_util::stream::pending::<
+        Result<Vec<u8>, std::io::Error>,
+    >());
+    let slow = Request::post("/dev/sessions").header("content-type", "application/json");
+    for (want, code, req) in [
+        (414, "URI_TOO_LONG", get(long).body(Body::empty()).unwrap()),
+        (431, "HEADERS_TOO_LARGE", many.body(Body::empty()).unwrap()),
+        (431, "HEADERS_TOO_LARGE", large.body(Body::empty()).unwrap()),
+        (408, "REQUEST_TIMEOUT", slow.body(never).unwrap()),
+        (200, "", ok.body(Body::empty()).unwrap()),
+    ] {
+        let r = send(req).await;
+        assert_eq!(r.status, want, "{}", r.text());
+        if want != 200 {
+            assert!(r.is_problem(), "{want}");
+            assert_eq!(r.code(), code);
+        }
+    }
 }
