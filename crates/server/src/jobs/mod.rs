@@ -216,11 +216,24 @@ pub(crate) async fn send_emails(state: &AppState) -> AppResult<usize> {
     Ok(sent)
 }
 
-/// Retention.
+/// Expired keys deleted per statement: each batch is one short transaction (a few ms), so
+/// pays keep running while a large backlog is deleted.
+const CLEANUP_BATCH: i64 = 1000;
+
+/// Retention: expired keys in batches (yielding between them) until none is left, then the
+/// other tables.
 pub async fn cleanup(state: &AppState) -> Result<u64, crate::error::AppError> {
     let pool = state.store.pool();
     let now = state.clock.now_ms();
-    let keys = db::delete_expired(pool, now).await?;
+    let mut keys = 0;
+    loop {
+        let n = db::delete_expired(pool, now, CLEANUP_BATCH).await?;
+        keys += n;
+        if n < CLEANUP_BATCH.unsigned_abs() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
     let old = crate::store::delete_old(pool, state.policy.audit_before(now), now).await?;
     Ok(keys + old)
 }
