@@ -1,5 +1,4 @@
-//! The measured phases. Per backend: new-key pays over HTTP, the same statements on the raw
-//! store, replays, the no-op endpoint and `/healthz`; on PostgreSQL also replays through a
+//! The measured phases. Per backend: new-key pays over HTTP, the store's ceiling, replays, the no-op endpoint and `/healthz`; on PostgreSQL also replays through a
 //! server given `--redis-url`. Then the same-key storm over three instances.
 
 use crate::load::{self, Sample};
@@ -14,8 +13,7 @@ use serde_json::json;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Every spawned server and the raw store share it (several processes verify each other's
-/// tokens).
+/// Every spawned server shares it (several processes verify each other's tokens).
 const SECRET: &str = "payonce-bench-secret-0123456789";
 
 /// Orders are spread over these SKUs, one unit each, so claims do not all queue on one
@@ -40,7 +38,6 @@ pub(crate) enum RedisFigure {
 pub(crate) struct BackendFigures {
     pub backend: Backend,
     pub http_pays: Sample,
-    pub raw_pays: Sample,
     /// The minimal durable pay flow on the same store (src/ceiling.rs).
     pub ceiling: Sample,
     pub replays: Sample,
@@ -77,10 +74,11 @@ pub(crate) struct StormFigures {
 /// old one) after every charge when the database is SQLite, and never with PostgreSQL: work
 /// that grows with the ledger (≈ 0.7 MB and ≈ 3 ms of open/write/rename per pay at 1,000
 /// charges, see docs/benchmarks.md), done by a stand-in for a remote service, not by the
-/// server. It was most of the gap between SQLite pays over HTTP and the raw store.
-const EMBEDDED_PROVIDER: &[&str] = &["--provider-addr", "127.0.0.1:0", "--provider-memory-only"];
+/// server. It was most of the gap between SQLite pays over HTTP and the same statements in-process.
+pub(crate) const EMBEDDED_PROVIDER: &[&str] =
+    &["--provider-addr", "127.0.0.1:0", "--provider-memory-only"];
 
-fn server_args(db_url: &str, extra: &[&str]) -> Vec<String> {
+pub(crate) fn server_args(db_url: &str, extra: &[&str]) -> Vec<String> {
     let mut a: Vec<String> = [
         "--dev",
         "--addr",
@@ -90,7 +88,7 @@ fn server_args(db_url: &str, extra: &[&str]) -> Vec<String> {
         "--session-secret",
         SECRET,
         // The pay path alone: webhooks would add a second settle attempt per charge, and
-        // the background job a periodic scan; neither is in the raw-store baseline.
+        // the background job a periodic scan; neither is in the ceiling.
         "--no-provider-webhooks",
         // Replays read from the database (and Redis) where measured as such; the in-memory
         // replay cache (on by default in the server) is measured by its own server, see
@@ -129,13 +127,13 @@ async fn transactions(db_url: &str) -> Option<i64> {
     n
 }
 
-fn client() -> Result<reqwest::Client, BenchError> {
+pub(crate) fn client() -> Result<reqwest::Client, BenchError> {
     Ok(reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .build()?)
 }
 
-async fn top_up_stock(db_url: &str) -> Result<(), BenchError> {
+pub(crate) async fn top_up_stock(db_url: &str) -> Result<(), BenchError> {
     sqlx::any::install_default_drivers();
     let pool = sqlx::any::AnyPoolOptions::new()
         .max_connections(1)
@@ -166,7 +164,7 @@ fn user_name(j: usize) -> String {
 }
 
 /// Dev sessions (not timed) for users `0..n`; their tokens, by user.
-async fn sessions(
+pub(crate) async fn sessions(
     clients: &[reqwest::Client],
     api: &str,
     n: usize,
@@ -198,7 +196,7 @@ async fn sessions(
 }
 
 /// Creates `n` orders over HTTP (not timed); order `j` belongs to user `j % tokens.len()`.
-async fn create_orders(
+pub(crate) async fn create_orders(
     clients: &[reqwest::Client],
     api: &str,
     tokens: &Arc<Vec<String>>,
@@ -251,7 +249,7 @@ async fn create_orders(
 }
 
 /// One pay request; `replay` says whether the answer must be a replay.
-async fn pay(
+pub(crate) async fn pay(
     http: &reqwest::Client,
     url: String,
     token: &str,
@@ -307,7 +305,7 @@ async fn ledger(
 }
 
 /// Opens each client's keep-alive connection before a timed phase.
-async fn warm(clients: &[reqwest::Client], api: &str) -> Result<(), BenchError> {
+pub(crate) async fn warm(clients: &[reqwest::Client], api: &str) -> Result<(), BenchError> {
     for c in clients {
         get_ok(c, format!("{api}{}", paths::HEALTHZ))
             .await
@@ -317,7 +315,7 @@ async fn warm(clients: &[reqwest::Client], api: &str) -> Result<(), BenchError> 
 }
 
 /// Replays of `pairs` (order, user, key), for the measured time.
-async fn replay_phase(
+pub(crate) async fn replay_phase(
     opts: &Opts,
     clients: &Arc<Vec<reqwest::Client>>,
     api: &str,
@@ -375,8 +373,7 @@ async fn backend_on(opts: &Opts, backend: Backend, db: &Db) -> Result<BackendFig
     let (api, provider) = (server.api(), server.provider());
     top_up_stock(&db.url).await?;
 
-    // Setup, not timed: a session per client, 2 × pays orders (half for the raw store,
-    // half over HTTP), a fresh key for each HTTP pay.
+    // Setup, not timed: a session and an order per pay, a fresh key for each.
     let clients: Vec<reqwest::Client> = (0..opts.clients)
         .map(|_| client())
         .collect::<Result<_, _>>()?;
@@ -384,54 +381,12 @@ async fn backend_on(opts: &Opts, backend: Backend, db: &Db) -> Result<BackendFig
     let t = Instant::now();
     // One customer per order, as in a shop: the server's per-user rate limits are for one
     // client's runaway loop, and a benchmark user paying thousands of orders would be one.
-    let tokens = Arc::new(sessions(&clients, &api, 2 * n).await?);
-    let orders = create_orders(&clients, &api, &tokens, 2 * n).await?;
+    let tokens = Arc::new(sessions(&clients, &api, n).await?);
+    let orders = create_orders(&clients, &api, &tokens, n).await?;
     eprintln!(
-        "  {name}: {} orders created in {:.1} s (setup, not timed)",
-        2 * n,
+        "  {name}: {n} orders created in {:.1} s (setup, not timed)",
         t.elapsed().as_secs_f64()
     );
-    let users: Vec<String> = (0..2 * n).map(user_name).collect();
-
-    // The raw store: the same statements in this process, no HTTP and no provider.
-    let raw_pays = {
-        let store = payonce_server::Store::connect(&db.url).await?;
-        let cli = <payonce_server::Cli as clap::Parser>::try_parse_from([
-            "payonce-server",
-            "--dev",
-            "--session-secret",
-            SECRET,
-        ])?;
-        let config = payonce_server::Config::from_args(&cli.server)?;
-        // The provider URL is never called on this path.
-        let state = Arc::new(payonce_server::AppState::new(
-            store.clone(),
-            "http://127.0.0.1:9",
-            config,
-        )?);
-        let (orders, users) = (Arc::new(orders[..n].to_vec()), Arc::new(users.clone()));
-        let s = load::by_count(opts.clients, n, move |_, i| {
-            let (state, orders, users) = (state.clone(), orders.clone(), users.clone());
-            async move {
-                let key = uuid::Uuid::new_v4().to_string();
-                payonce_server::bench::raw_pay(
-                    &state,
-                    &users[i % users.len()],
-                    &orders[i],
-                    &key,
-                    APPROVE,
-                )
-                .await
-                .map_err(|e| e.to_string())
-            }
-        })
-        .await;
-        // The pool closes when its last clone (here and in the state) is dropped.
-        drop(store);
-        s
-    };
-    report_errors(name, "raw store pays", &raw_pays);
-
     // The store's own ceiling: on SQLite a file of its own, on PostgreSQL the run's database.
     let ceiling_url = match backend {
         Backend::Sqlite => format!("sqlite://{}?mode=rwc", db.dir.join("ceiling.db").display()),
@@ -444,7 +399,7 @@ async fn backend_on(opts: &Opts, backend: Backend, db: &Db) -> Result<BackendFig
     warm(&clients, &api).await?;
     let clients = Arc::new(clients);
     let pairs: Arc<Vec<(String, usize, String)>> = Arc::new(
-        (n..2 * n)
+        (0..n)
             .map(|j| (orders[j].clone(), j, uuid::Uuid::new_v4().to_string()))
             .collect(),
     );
@@ -483,7 +438,6 @@ async fn backend_on(opts: &Opts, backend: Backend, db: &Db) -> Result<BackendFig
     Ok(BackendFigures {
         backend,
         http_pays,
-        raw_pays,
         ceiling,
         replays,
         noop,
@@ -602,7 +556,7 @@ async fn replay_sources(http: &reqwest::Client, api: &str) -> Option<(u64, u64)>
     }
 }
 
-fn report_errors(backend: &str, phase: &str, s: &Sample) {
+pub(crate) fn report_errors(backend: &str, phase: &str, s: &Sample) {
     if s.errors > 0 {
         eprintln!(
             "  WARNING {backend} {phase}: {} errors (first: {})",

@@ -25,10 +25,12 @@ pub struct ServerArgs {
     /// API listen address (port 0 picks a free port).
     #[arg(long, env = "PAYONCE_ADDR", default_value = "127.0.0.1:8080")]
     pub addr: SocketAddr,
-    /// The payment provider's base URL (`http://…`). Required outside `--dev`.
+    /// The payment provider's base URL (`https://…`, or `http://…` on a private network).
+    /// Required outside `--dev`.
     #[arg(long, env = "PAYONCE_PROVIDER_URL")]
     pub provider_url: Option<String>,
-    /// `sqlite://PATH` (created if missing) or `postgres://...`.
+    /// `sqlite://PATH` (created if missing) or `postgres://...` (TLS with
+    /// `?sslmode=require|verify-ca|verify-full`, CA with `&sslrootcert=PATH`).
     #[arg(
         long,
         env = "DATABASE_URL",
@@ -38,11 +40,16 @@ pub struct ServerArgs {
     /// Serve this directory's files for paths no API route claims (the demo page).
     #[arg(long)]
     pub static_dir: Option<PathBuf>,
-    /// Redis fast path (`redis://HOST:PORT/DB`): keys are claimed with `SET NX` before the
+    /// Redis fast path (`redis://HOST:PORT/DB`, `rediss://` for TLS): keys are claimed with `SET NX` before the
     /// database claim and final answers cached for replays. The database stays the guard;
     /// an unreachable Redis only degrades to the database path.
     #[arg(long, env = "REDIS_URL")]
     pub redis_url: Option<String>,
+    /// PEM file of CA certificates (a private CA) to trust for TLS to PostgreSQL (as its
+    /// `sslrootcert` unless the URL names one), the provider (both beside the system's
+    /// roots) and Redis (instead of the system's roots).
+    #[arg(long, env = "PAYONCE_TLS_CA_FILE")]
+    pub tls_ca_file: Option<PathBuf>,
     /// Timeout of one Redis connect or command; past it the request uses the database.
     #[arg(long, env = "PAYONCE_REDIS_TIMEOUT_MS", default_value_t = 150)]
     pub redis_timeout_ms: u64,
@@ -235,6 +242,8 @@ pub struct Config {
     pub(crate) redis_url: Option<String>,
     /// Bound of one Redis connect or command.
     pub(crate) redis_timeout: Duration,
+    /// The `--tls-ca-file` certificates (PEM), checked.
+    pub(crate) tls_ca: Option<Vec<u8>>,
     /// Capacity of the in-memory replay cache (0: off).
     pub(crate) replay_cache_entries: usize,
     /// Per-user buckets: any pay request, and new attempts.
@@ -312,6 +321,9 @@ pub enum ConfigError {
     /// `--redis-url` does not parse (unreachable is fine: that only degrades).
     #[error("invalid --redis-url: {0}")]
     RedisUrl(String),
+    /// The `--tls-ca-file` cannot be read or holds no PEM certificate.
+    #[error("--tls-ca-file {0}")]
+    TlsCa(String),
     /// The `--catalog` file cannot be read, is not valid JSON, or has a bad entry.
     #[error("{0}")]
     Catalog(String),
@@ -374,52 +386,53 @@ fn production_problems(args: &ServerArgs) -> Vec<String> {
 }
 
 /// Every URL whose scheme this build cannot use, one line each, checked at start so a bad
-/// deployment fails here rather than on its first request. This build speaks plain HTTP to
-/// the provider and has no TLS for PostgreSQL or Redis.
+/// deployment fails here rather than on its first request.
 fn scheme_problems(args: &ServerArgs) -> Vec<String> {
-    let mut problems = Vec::new();
-    if let Some(url) = &args.provider_url {
-        if !url.starts_with("http://") {
-            problems.push(format!(
-                "--provider-url {url:?}: only http:// is supported (this build has no TLS client)"
-            ));
+    let check = |flag: &str, url: Option<&str>, schemes: &[&str], usage: &str| {
+        let url = url.filter(|u| !schemes.iter().any(|s| u.starts_with(s)))?;
+        Some(format!("{flag} scheme {:?}: use {usage}", scheme_of(url)))
+    };
+    let (db, redis) = (Some(args.database_url.as_str()), args.redis_url.as_deref());
+    let pg = ["sqlite:", "postgres://", "postgresql://"];
+    let rediss = ["redis://", "rediss://", "redis+unix://", "unix://"];
+    let https = ["https://", "http://"];
+    [
+        check(
+            "--provider-url",
+            args.provider_url.as_deref(),
+            &https,
+            "https://…",
+        ),
+        check("--database-url", db, &pg, "sqlite://PATH or postgres://…"),
+        check("--redis-url", redis, &rediss, "redis://… or rediss://…"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// `--database-url`, with `--tls-ca-file` as its `sslrootcert` when it is PostgreSQL and
+/// names none.
+pub(crate) fn database_url(args: &ServerArgs) -> String {
+    let db = &args.database_url;
+    match (&args.tls_ca_file, reqwest::Url::parse(db)) {
+        (Some(ca), Ok(mut url)) if db.starts_with("postgres") && !db.contains("sslrootcert=") => {
+            url.query_pairs_mut()
+                .append_pair("sslrootcert", &ca.display().to_string());
+            url.into()
         }
+        _ => db.clone(),
     }
-    let db = args.database_url.as_str();
-    let db_ok = db.starts_with("sqlite:")
-        || db.starts_with("postgres://")
-        || db.starts_with("postgresql://");
-    if !db_ok {
-        problems.push(format!(
-            "--database-url {:?}: use sqlite://PATH or postgres://…",
-            scheme_of(db)
-        ));
-    } else if !db.starts_with("sqlite:") {
-        let needs_tls = [
-            "sslmode=require",
-            "sslmode=verify-ca",
-            "sslmode=verify-full",
-        ];
-        if needs_tls.iter().any(|m| db.contains(m)) {
-            problems.push(
-                "--database-url: this build has no TLS for PostgreSQL (sslmode=require, verify-ca \
-                 and verify-full cannot connect)"
-                    .to_owned(),
-            );
-        }
+}
+
+/// The `--tls-ca-file` contents, if it holds at least one PEM certificate.
+fn read_ca(path: &std::path::Path) -> Result<Vec<u8>, ConfigError> {
+    let bad = |why: String| ConfigError::TlsCa(format!("{}: {why}", path.display()));
+    let pem = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
+    match reqwest::Certificate::from_pem_bundle(&pem) {
+        Ok(certs) if !certs.is_empty() => Ok(pem),
+        _ => Err(bad("holds no PEM certificate".into())),
     }
-    if let Some(url) = &args.redis_url {
-        let ok = ["redis://", "redis+unix://", "unix://"]
-            .iter()
-            .any(|p| url.starts_with(p));
-        if !ok {
-            problems.push(format!(
-                "--redis-url scheme {:?}: use redis://HOST:PORT/DB (this build has no TLS for Redis)",
-                scheme_of(url)
-            ));
-        }
-    }
-    problems
 }
 
 /// The scheme of a URL (never its credentials) for an error line.
@@ -464,9 +477,7 @@ impl Config {
             Some(path) => Some(crate::catalog::load_file(path).map_err(ConfigError::Catalog)?),
             None => None,
         };
-        if let Some(url) = &args.redis_url {
-            redis::Client::open(url.as_str()).map_err(|e| ConfigError::RedisUrl(e.to_string()))?;
-        }
+        let tls_ca = args.tls_ca_file.as_deref().map(read_ca).transpose()?;
         let edge = Edge::from_args(args)?;
         let jwt = if args.jwt.any_key() {
             let j = &args.jwt;
@@ -495,6 +506,7 @@ impl Config {
             dev: dev.dev,
             redis_url: args.redis_url.clone(),
             redis_timeout: Duration::from_millis(args.redis_timeout_ms.max(1)),
+            tls_ca,
             replay_cache_entries: args.replay_cache_entries,
             rates: {
                 use payonce_rules::policy::Bucket::*;
@@ -614,30 +626,60 @@ mod tests {
     fn unusable_url_schemes_are_refused_at_start() {
         let p = problems(&args(&[
             "--provider-url",
-            "https://psp.example",
+            "ftp://psp.example",
             "--database-url",
             "mysql://db/x",
             "--redis-url",
-            "rediss://cache:6380/0",
+            "memcached://cache:11211",
             "--webhook-secret",
             "whsec_0123456789abcdef0123456789abcdef",
             "--session-secret",
             "0123456789abcdef0123456789abcdef",
         ]));
         assert_eq!(p.len(), 3, "{p:?}");
-        assert!(p[0].starts_with("--provider-url"), "{p:?}");
-        assert!(
-            p[1].starts_with("--database-url") && p[1].contains("mysql"),
-            "{p:?}"
-        );
-        assert!(
-            p[2].starts_with("--redis-url") && p[2].contains("rediss"),
-            "{p:?}"
-        );
-        let tls = problems(&prod(&[
+        for (line, (flag, scheme)) in p.iter().zip([
+            ("--provider-url", "ftp"),
+            ("--database-url", "mysql"),
+            ("--redis-url", "memcached"),
+        ]) {
+            assert!(line.starts_with(flag) && line.contains(scheme), "{p:?}");
+        }
+    }
+
+    #[test]
+    fn tls_urls_are_accepted_and_the_ca_file_becomes_the_sslrootcert() {
+        let dir = std::env::temp_dir().join(format!("payonce-ca-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca = dir.join("ca.pem");
+        std::fs::write(&ca, "not a certificate").unwrap();
+        let tls = [
+            "--provider-url",
+            "https://psp.example",
             "--database-url",
-            "postgres://h/db?sslmode=require",
-        ]));
-        assert!(tls[0].contains("sslmode"), "{tls:?}");
+            "postgres://h/db?sslmode=verify-full",
+            "--redis-url",
+            "rediss://cache:6380/0",
+            "--tls-ca-file",
+            ca.to_str().unwrap(),
+        ];
+        let a = args(&[&tls[..], &PROD[2..]].concat());
+        assert!(scheme_problems(&a).is_empty());
+        let url = reqwest::Url::parse(&database_url(&a)).unwrap();
+        let query: Vec<(String, String)> = url
+            .query_pairs()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        let want = [
+            ("sslmode", "verify-full".into()),
+            ("sslrootcert", ca.display().to_string()),
+        ];
+        assert_eq!(query, want.map(|(k, v)| (k.to_owned(), v)));
+        // A URL's own sslrootcert wins; a file without a certificate stops the start.
+        let own = prod(&["--database-url", "postgres://h/db?sslrootcert=/x.pem"]);
+        assert_eq!(database_url(&own), "postgres://h/db?sslrootcert=/x.pem");
+        assert!(
+            matches!(Config::from_args(&a), Err(ConfigError::TlsCa(m)) if m.contains("no PEM"))
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

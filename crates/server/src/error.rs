@@ -10,6 +10,29 @@ use payonce_protocol::headers::RETRY_AFTER;
 use payonce_protocol::problem::PROBLEM_CONTENT_TYPE;
 use payonce_protocol::{AttemptStatus, ErrorCode, Problem};
 
+/// What rustls said, when `e` comes from a failed TLS handshake (reported as an
+/// `InvalidData` I/O error): a certificate or protocol mismatch that no retry fixes.
+pub(crate) fn tls_failure(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+    let mut cause = Some(e);
+    while let Some(err) = cause {
+        // An I/O error's `source` skips the error it wraps, and the redis crate keeps its
+        // cause behind an `Arc`: both are looked into.
+        cause = match (
+            err.downcast_ref::<std::io::Error>(),
+            err.downcast_ref::<Shared>(),
+        ) {
+            (Some(io), _) if io.kind() == std::io::ErrorKind::InvalidData => {
+                return Some(io.to_string())
+            }
+            (Some(io), _) => io.get_ref().map(|inner| inner as _),
+            (None, Some(shared)) => Some(&**shared as _),
+            (None, None) => err.source(),
+        };
+    }
+    None
+}
+
 /// The crate's result alias.
 pub(crate) type AppResult<T> = Result<T, AppError>;
 

@@ -17,16 +17,9 @@
 //! - `dev/` (the `dev` feature): `--dev`, the embedded mock provider, dev sessions, the
 //!   dev mailbox, dev faults and failpoints; `dev_off.rs` stands in for it without the feature.
 //! - `state` ([`AppState`]), `server` ([`run`]), `listen`: wiring, listeners, graceful shutdown.
-//! - `bench` (hidden, `dev` feature): the raw-store pay path the load benchmark measures against.
 
 #![deny(missing_docs)]
 
-// The bench hooks and everything dev mode adds exist only in a dev build; `src/dev_off.rs`
-// gives a production build the same names with none of the machinery (server README, "Dev
-// and production builds").
-#[cfg(feature = "dev")]
-#[doc(hidden)]
-pub mod bench;
 pub mod clock;
 pub mod config;
 pub mod store;
@@ -34,6 +27,9 @@ pub mod store;
 mod auth;
 mod cancel;
 mod catalog;
+// Everything dev mode adds exists only in a dev build; `src/dev_off.rs` gives a production
+// build the same names with none of the machinery (server README, "Dev and production
+// builds").
 #[cfg(feature = "dev")]
 mod dev;
 #[cfg(not(feature = "dev"))]

@@ -27,13 +27,15 @@ use crate::reply::Reply;
 use crate::state::AppState;
 use crate::store::attempts as db;
 use crate::store::orders::{self, get_order, OrderRow};
-use crate::store::{audit, catalog, jobs, outbox, payments};
+use crate::store::pg::{self, Claimed, Settle};
+use crate::store::{audit, catalog, jobs, outbox, payments, Backend};
 use payonce_protocol::provider::ChargeRequest;
 use payonce_protocol::{AttemptStatus, ErrorCode, IdempotencyKey, PayRequest};
 use payonce_rules::pay::Current;
-use payonce_rules::plan::{self, Claim, OrderTerms, SettlePlan};
+use payonce_rules::plan::{self, Claim, ClaimPlan, Finish, OrderTerms, SettlePlan};
 use payonce_rules::policy::Bucket;
-use payonce_rules::{NextAction, Record};
+use payonce_rules::{Final, NextAction, Processing, Record};
+use sqlx::AnyConnection;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -63,11 +65,12 @@ pub(crate) fn request<'a>(
 
 /// Rules 2 to 5 for one request. A key in flight is waited on until `deadline`.
 ///
-/// `first`: the caller's record as read just before the order, used for the first decision
-/// instead of a second lookup; `None` to look it up here. A record read a moment earlier is
-/// as good as a fresh one: final records and tombstones never change (until deleted at the
-/// end of retention), and every decision taken on a processing record is a conditional write
-/// (take-over) or a wait, which looks again when the row moved meanwhile.
+/// `first`: the caller's record as read with the order (`Some(None)`: no record), used for
+/// the first decision instead of a second lookup; `None` to look it up here. A record read a
+/// moment earlier is as good as a fresh one: final records and tombstones never change (until
+/// deleted at the end of retention), a missing one is claimed under the unique index (a lost
+/// slot decides again), and every decision taken on a processing record is a conditional
+/// write (take-over) or a wait, which looks again when the row moved meanwhile.
 pub(crate) async fn run(
     state: &AppState,
     user: &str,
@@ -75,7 +78,7 @@ pub(crate) async fn run(
     key: &IdempotencyKey,
     req: &PayRequest,
     deadline: Instant,
-    mut first: Option<Record>,
+    mut first: Option<Option<Record>>,
 ) -> AppResult<Reply> {
     // Set once this request claimed the key: a stored answer it then finds (a webhook settled
     // the attempt while this request waited on the provider) is this request's own outcome,
@@ -85,7 +88,7 @@ pub(crate) async fn run(
     // was taken, an attempt settled); the bound only guards against a livelock bug.
     for _ in 0..10_000 {
         let record = match first.take() {
-            Some(r) => Some(r),
+            Some(r) => r,
             None => db::find(state.store.pool(), user, key.as_str()).await?,
         };
         let r = request(user, &order.id, req, Some(order));
@@ -98,7 +101,7 @@ pub(crate) async fn run(
                     // The claim's outbox row, executed inline by this request.
                     crate::metrics::outbox(crate::metrics::OutboxResult::ExecutedInline);
                     if let Some(answer) = drive(state, &claim).await? {
-                        return Ok(answer);
+                        return Ok(keep(state, user, key, answer));
                     }
                 }
                 None => continue,
@@ -131,12 +134,23 @@ pub(crate) async fn run(
                     continue; // another retry took it; look again
                 };
                 if let Some(answer) = reconcile(state, &claim).await? {
-                    return Ok(answer);
+                    return Ok(keep(state, user, key, answer));
                 }
             }
         }
     }
     Err(in_progress(state))
+}
+
+/// The final row this request just stored enters the replay cache (src/replay/memory.rs),
+/// so even the first retry of the key needs no round trip.
+fn keep(state: &AppState, user: &str, key: &IdempotencyKey, answer: Reply) -> Reply {
+    if let Some(f) = &answer.stored {
+        state
+            .replays
+            .put(user, key.as_str(), &Record::Final(f.clone()));
+    }
+    answer
 }
 
 /// Takes over the expired lease of a processing attempt (exactly one contender wins) and
@@ -212,51 +226,80 @@ pub(crate) async fn claim(
         &state.policy,
     )?;
     let (user, key, order) = (user.to_owned(), key.as_str().to_owned(), order.clone());
-    let limits = spend.then(|| state.limits.clone());
-    state
-        .store
-        .write(async move |tx| {
-            let attempt = &plan.claim.attempt;
-            let conflict = |current: Option<OrderRow>| {
-                AppError::from(plan::order_conflict(
-                    current.map(|o| o.version),
-                    order.version,
-                ))
-            };
-            let token = &plan.claim.lease_token;
-            if !db::insert_processing(&mut *tx, attempt, &key, token, now).await? {
-                // Which unique slot was taken? Our (user, key): decide again with the record.
-                // Otherwise it is "one processing attempt per order": the order is busy.
-                if db::find(&mut *tx, &user, &key).await?.is_some() {
-                    return Ok(None);
-                }
-                return Err(conflict(get_order(&mut *tx, &order.id, &user).await?));
+    let (limits, backend) = (spend.then(|| state.limits.clone()), state.store.backend());
+    let claim = state.store.write(async move |tx| {
+        let attempt = &plan.claim.attempt;
+        let conflict = |current: Option<OrderRow>| {
+            AppError::from(plan::order_conflict(
+                current.map(|o| o.version),
+                order.version,
+            ))
+        };
+        let (token, stock) = (&plan.claim.lease_token, &plan.stock);
+        let done = match backend {
+            Backend::Postgres => {
+                pg::claim(&mut *tx, attempt, &key, token, stock, &plan.audit, now).await?
             }
-            if !orders::lock_order(&mut *tx, &order.id, &user, order.version, &attempt.id, now)
-                .await?
-            {
-                return Err(conflict(get_order(&mut *tx, &order.id, &user).await?));
+            Backend::Sqlite => claim_steps(tx, &plan, &key, now).await?,
+        };
+        if !done.inserted {
+            // Which unique slot was taken? Our (user, key): decide again with the record.
+            // Otherwise it is "one processing attempt per order": the order is busy.
+            if db::find(&mut *tx, &user, &key).await?.is_some() {
+                return Ok(None);
             }
-            for line in &plan.stock {
-                if !catalog::reserve_stock(&mut *tx, line).await? {
-                    return Err(AppError::with(ErrorCode::OutOfStock, |p| {
-                        p.sku = Some(line.sku.clone())
-                    }));
-                }
-            }
-            for entry in &plan.audit {
-                audit::record(&mut *tx, entry, now).await?;
-            }
-            // The outbox row: "charge this provider key", committed with the claim. This request
-            // executes it inline right after the commit; if the process dies first, the outbox
-            // worker finds it (src/jobs.rs). The provider is never called inside a transaction.
-            outbox::insert_outbox(&mut *tx, &attempt.id, &attempt.provider_key, now).await?;
-            if let Some(limits) = limits {
-                limits.check(Bucket::NewAttempts, &user)?; // refused: rolled back
-            }
-            Ok(Some(plan.claim))
-        })
-        .await
+            return Err(conflict(get_order(&mut *tx, &order.id, &user).await?));
+        }
+        if !done.locked {
+            return Err(conflict(get_order(&mut *tx, &order.id, &user).await?));
+        }
+        if let Some(line) = stock.get(done.reserved) {
+            return Err(AppError::with(ErrorCode::OutOfStock, |p| {
+                p.sku = Some(line.sku.clone())
+            }));
+        }
+        if let Some(limits) = limits {
+            limits.check(Bucket::NewAttempts, &user)?; // refused: rolled back
+        }
+        Ok(Some(plan.claim))
+    });
+    claim.await
+}
+
+/// The claim's statements one at a time (SQLite), up to the first that does not pass. The
+/// outbox row says "charge this provider key", committed with the claim: this request
+/// executes it inline right after the commit; if the process dies first, the outbox worker
+/// finds it (src/jobs/mod.rs). The provider is never called inside a transaction.
+async fn claim_steps(
+    tx: &mut AnyConnection,
+    plan: &ClaimPlan,
+    key: &str,
+    now: i64,
+) -> AppResult<Claimed> {
+    let a = &plan.claim.attempt;
+    let t = &a.terms;
+    let token = &plan.claim.lease_token;
+    let mut done = Claimed {
+        inserted: db::insert_processing(&mut *tx, a, key, token, now).await?,
+        locked: false,
+        reserved: 0,
+    };
+    done.locked = done.inserted
+        && orders::lock_order(&mut *tx, &t.order_id, &t.user, t.order_version, &a.id, now).await?;
+    if !done.locked {
+        return Ok(done);
+    }
+    for line in &plan.stock {
+        if !catalog::reserve_stock(&mut *tx, line).await? {
+            return Ok(done);
+        }
+        done.reserved += 1;
+    }
+    for entry in &plan.audit {
+        audit::record(&mut *tx, entry, now).await?;
+    }
+    outbox::insert_outbox(&mut *tx, &a.id, &a.provider_key, now).await?;
+    Ok(done)
 }
 
 /// Rule 4: charge with the saved provider key (no transaction open), then settle.
@@ -362,7 +405,7 @@ pub(crate) async fn settle(
     }
     let now = state.clock.now_ms();
     let payment_id = format!("pay_{}", uuid::Uuid::new_v4().simple());
-    let (finish, audit_rows, payment, release) =
+    let (finish, then, audit_rows) =
         match plan::plan_settle(claim, outcome, payment_id, now, &state.policy) {
             SettlePlan::Unknown { answer } => {
                 if !release_unless_settled(state, claim, now).await? {
@@ -384,22 +427,57 @@ pub(crate) async fn settle(
                 finish,
                 payment,
                 audit,
-            } => (finish, audit, Some(payment), vec![]),
+            } => (finish, Settle::Charged(payment), audit),
             SettlePlan::Uncharged {
                 finish,
                 release,
                 audit,
-            } => (finish, audit, None, release),
+            } => (finish, Settle::Uncharged(release), audit),
         };
-    let a = a.clone();
-    state
-        .store
-        .write(async move |tx| {
-            if !db::finish(&mut *tx, &a.id, &finish, now).await? {
-                return Ok(None);
-            }
-            let order = &a.terms.order_id;
-            if let Some(payment) = &payment {
+    if finish.status == AttemptStatus::Succeeded {
+        failpoint(faults::BEFORE_SETTLE_COMMIT);
+    }
+    let settled = match state.store.backend() {
+        Backend::Postgres => {
+            pg::settle(state.store.pool(), a, &finish, &then, &audit_rows, now).await?
+        }
+        Backend::Sqlite => settle_steps(state, a, &finish, &then, &audit_rows, now).await?,
+    };
+    if !settled {
+        return Ok(None);
+    }
+    let stored = Final {
+        id: a.id.clone(),
+        terms: a.terms.clone(),
+        status: finish.status,
+        answer: finish.answer.clone(),
+        expires_at: finish.expires_at,
+    };
+    Ok(Some(Reply {
+        stored: Some(stored),
+        ..Reply::fresh(finish.answer)
+    }))
+}
+
+/// The settle's statements in one transaction (SQLite). False: someone else settled the
+/// attempt first.
+async fn settle_steps(
+    state: &AppState,
+    a: &Processing,
+    finish: &Finish,
+    then: &Settle,
+    audit_rows: &[audit::Entry],
+    now: i64,
+) -> AppResult<bool> {
+    let (a, finish, then, audit_rows) =
+        (a.clone(), finish.clone(), then.clone(), audit_rows.to_vec());
+    let settle = state.store.write(async move |tx| {
+        let order = &a.terms.order_id;
+        if !db::finish(&mut *tx, &a.id, &finish, now).await? {
+            return Ok(false);
+        }
+        match &then {
+            Settle::Charged(payment) => {
                 payments::insert_payment(&mut *tx, payment, &a.id, now).await?;
                 if !orders::mark_paid(&mut *tx, order, &a.id, &payment.id, now).await? {
                     // The order lock belongs to this attempt until it settles; losing it is a
@@ -413,20 +491,19 @@ pub(crate) async fn settle(
                 // paid order, delivered at least once, made idempotent by
                 // `confirmation_email_sent`.
                 jobs::enqueue_email(&mut *tx, order, now).await?;
-            } else {
+            }
+            Settle::Uncharged(release) => {
                 orders::unlock_order(&mut *tx, order, &a.id, now).await?;
+                for line in release {
+                    catalog::release_stock(&mut *tx, line).await?;
+                }
             }
-            for line in &release {
-                catalog::release_stock(&mut *tx, line).await?;
-            }
-            for entry in &audit_rows {
-                audit::record(&mut *tx, entry, now).await?;
-            }
-            outbox::outbox_done(&mut *tx, &a.id, now).await?;
-            if finish.status == AttemptStatus::Succeeded {
-                failpoint(faults::BEFORE_SETTLE_COMMIT);
-            }
-            Ok(Some(Reply::fresh(finish.answer)))
-        })
-        .await
+        }
+        for entry in &audit_rows {
+            audit::record(&mut *tx, entry, now).await?;
+        }
+        outbox::outbox_done(&mut *tx, &a.id, now).await?;
+        Ok(true)
+    });
+    settle.await
 }

@@ -1,4 +1,4 @@
-//! The payment provider, reached only over HTTP with a timeout.
+//! The payment provider, reached only over HTTP(S) with a timeout.
 //!
 //! Every answer is sorted into what it proves. Only a clear answer settles an attempt: a
 //! charge (succeeded or declined), or a 400 that says the provider refused the request
@@ -31,15 +31,36 @@ pub(crate) struct ProviderClient {
 }
 
 impl ProviderClient {
-    pub(crate) fn new(base: &str, timeout: Duration) -> Result<Self, reqwest::Error> {
-        let http = reqwest::Client::builder()
+    /// A client of `base`, trusting the `ca` certificates (PEM) beside the system's roots.
+    pub(crate) fn new(
+        base: &str,
+        timeout: Duration,
+        ca: Option<&[u8]>,
+    ) -> Result<Self, reqwest::Error> {
+        let mut http = reqwest::Client::builder()
             .timeout(timeout)
-            .connect_timeout(timeout)
-            .build()?;
+            .connect_timeout(timeout);
+        if let Some(pem) = ca {
+            http = http.tls_certs_merge(reqwest::Certificate::from_pem_bundle(pem)?);
+        }
         Ok(Self {
-            http,
+            http: http.build()?,
             base: base.trim_end_matches('/').to_owned(),
         })
+    }
+
+    /// One request at start, for the handshake: any HTTP answer will do; a provider that
+    /// is down only warns (pays answer 202 until it is back), a failed TLS handshake is
+    /// the error.
+    pub(crate) async fn probe(&self) -> Result<(), String> {
+        let Err(e) = self.http.get(&self.base).send().await else {
+            return Ok(());
+        };
+        if let Some(why) = crate::error::tls_failure(&e) {
+            return Err(why);
+        }
+        tracing::warn!(error = %e, "provider unreachable at start");
+        Ok(())
     }
 
     /// `POST /charges` with the saved provider key.

@@ -5,7 +5,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use payonce_protocol::headers::{IDEMPOTENT_REPLAYED, RETRY_AFTER};
 use payonce_protocol::problem::PROBLEM_CONTENT_TYPE;
-use payonce_rules::Answer;
+use payonce_rules::{Answer, Final};
 
 /// An answer of a keyed operation (pay, refund) that is not an error: what was (or will be)
 /// stored, plus headers. Fresh and replayed answers leave through the same [`Reply::into_response`].
@@ -16,6 +16,8 @@ pub(crate) struct Reply {
     /// The attempt stays processing although the status is not 202 (402 `ACTION_REQUIRED`):
     /// never final, never cached as the key's answer.
     pub(crate) open: bool,
+    /// The final row this answer was just stored in (a fresh settle), for the replay cache.
+    pub(crate) stored: Option<Final>,
 }
 
 impl Reply {
@@ -26,6 +28,7 @@ impl Reply {
             replayed: true,
             retry_after: None,
             open: false,
+            stored: None,
         }
     }
 
@@ -35,6 +38,7 @@ impl Reply {
             replayed: false,
             retry_after: None,
             open: false,
+            stored: None,
         }
     }
 

@@ -43,12 +43,18 @@ async fn run_api(args: ServerArgs) -> Result<(), RunError> {
         // `Config::from_args` refuses a start without `--provider-url` outside dev mode.
         None => args.provider_url.clone().unwrap_or_default(),
     };
-    let store = Store::connect(&args.database_url).await?;
+    let store = Store::connect(&crate::config::database_url(&args)).await?;
     let jobs_interval = config.jobs_interval;
     let state = AppState::new(store, &provider_url, config)?;
     tracing::info!(provider = %state.provider_url, "payment provider");
+    let handshake = |flag| move |detail| RunError::Handshake { flag, detail };
+    state
+        .provider
+        .probe()
+        .await
+        .map_err(handshake("--provider-url"))?;
     if let Some(redis) = &state.redis {
-        redis.announce().await;
+        redis.announce().await.map_err(handshake("--redis-url"))?;
     }
     if let Some(every) = jobs_interval {
         tokio::spawn(crate::jobs::run(state.clone(), every));

@@ -13,7 +13,7 @@ pub enum RunError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     /// The store could not start.
-    #[error(transparent)]
+    #[error("--database-url: {0}")]
     Store(#[from] StoreError),
     /// A listener could not be bound or served.
     #[error("listener {addr}: {source}")]
@@ -26,6 +26,15 @@ pub enum RunError {
     /// The provider (client or embedded server) could not start.
     #[error("provider: {0}")]
     Provider(String),
+    /// A dependency's TLS handshake failed at start (wrong CA, a plain-text server): no
+    /// retry fixes that, so the start stops instead of failing requests later.
+    #[error("{flag}: TLS handshake failed: {detail}")]
+    Handshake {
+        /// The flag naming the dependency.
+        flag: &'static str,
+        /// What the TLS client said.
+        detail: String,
+    },
 }
 
 /// Shared state of the handlers.
@@ -53,11 +62,13 @@ pub struct AppState {
 impl AppState {
     /// State over `store`, reaching the provider at `provider_url`.
     pub fn new(store: Store, provider_url: &str, config: Config) -> Result<Self, RunError> {
-        let provider = crate::provider::ProviderClient::new(provider_url, config.provider_timeout)
-            .map_err(|e| RunError::Provider(e.to_string()))?;
+        let ca = config.tls_ca.as_deref();
+        let provider =
+            crate::provider::ProviderClient::new(provider_url, config.provider_timeout, ca)
+                .map_err(|e| RunError::Provider(e.to_string()))?;
         let redis = match &config.redis_url {
             Some(url) => Some(Arc::new(
-                crate::replay::redis::RedisCache::new(url, config.redis_timeout)
+                crate::replay::redis::RedisCache::new(url, config.redis_timeout, ca)
                     .map_err(|e| RunError::Config(ConfigError::RedisUrl(e)))?,
             )),
             None => None,

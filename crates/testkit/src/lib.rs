@@ -1,13 +1,14 @@
 //! The harness shared by the server's black-box tests (`crates/server/tests/blackbox`), the
 //! load benchmark (`crates/bench`) and the chaos audit (`crates/chaos`): `payonce-server`
 //! processes on port 0 ([`server`]), per-test PostgreSQL databases ([`pg`]), Redis
-//! namespaces ([`redis`]), [`eventually`] for real events, and checkout fixtures
+//! namespaces ([`redis`]), local TLS services ([`tls`]), [`eventually`] for real events, and checkout fixtures
 //! ([`checkout`]). Dev-only: nothing here ships in the server.
 
 pub mod checkout;
 pub mod pg;
 pub mod redis;
 pub mod server;
+pub mod tls;
 
 use std::future::Future;
 use std::time::{Duration, Instant};

@@ -16,7 +16,26 @@ pub fn test_base_url() -> String {
 
 /// A connection to `url`, given up after `within`.
 pub async fn connect(url: &str, within: Duration) -> Result<MultiplexedConnection, String> {
-    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    connect_with(url, None, within).await
+}
+
+/// Like [`connect`], trusting only `ca` (PEM) for a `rediss://` URL when it is given.
+async fn connect_with(
+    url: &str,
+    ca: Option<Vec<u8>>,
+    within: Duration,
+) -> Result<MultiplexedConnection, String> {
+    let client = match ca {
+        Some(root_cert) => {
+            let certs = redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(root_cert),
+            };
+            redis::Client::build_with_tls(url, certs)
+        }
+        None => redis::Client::open(url),
+    }
+    .map_err(|e| e.to_string())?;
     tokio::time::timeout(within, client.get_multiplexed_async_connection())
         .await
         .map_err(|_| "connect timed out".to_owned())?
@@ -53,49 +72,93 @@ fn missing<T>(what: &str) -> Option<T> {
 pub struct PrivateRedis {
     child: Child,
     pub port: u16,
+    /// The CA (PEM) of a TLS-only server.
+    ca: Option<Vec<u8>>,
 }
 
 impl PrivateRedis {
     /// Starts one on `port` (a free one when `None`); `PAYONCE_TEST_REDIS_SERVER` names the
     /// binary. `None` when it cannot run and skipping is allowed.
     pub async fn start(port: Option<u16>) -> Option<Self> {
-        let port = port.unwrap_or_else(|| {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
-            l.local_addr().expect("addr").port()
-        });
+        let port = port.unwrap_or_else(crate::tls::free_port);
+        let args = ["--port".to_owned(), port.to_string()];
+        let me = Self::spawn(&args, port, None)?;
+        me.wait_up(format!("redis://127.0.0.1:{port}/0"), None)
+            .await;
+        Some(me)
+    }
+
+    /// Starts one that listens on a TLS port only (`--port 0`), with the `certs` server
+    /// certificate; [`PrivateRedis::url`] is then `rediss://`.
+    pub async fn start_tls(certs: &crate::tls::Certs) -> Option<Self> {
+        let port = crate::tls::free_port();
+        let path = |p: &std::path::Path| p.display().to_string();
+        let args = [
+            "--port".to_owned(),
+            "0".to_owned(),
+            "--tls-port".to_owned(),
+            port.to_string(),
+            "--tls-cert-file".to_owned(),
+            path(&certs.cert),
+            "--tls-key-file".to_owned(),
+            path(&certs.key),
+            "--tls-ca-cert-file".to_owned(),
+            path(&certs.ca),
+            "--tls-auth-clients".to_owned(),
+            "no".to_owned(),
+        ];
+        let me = Self::spawn(&args, port, Some(std::fs::read(&certs.ca).expect("CA")))?;
+        me.wait_up(me.url(), me.ca.clone()).await;
+        Some(me)
+    }
+
+    fn spawn(args: &[String], port: u16, ca: Option<Vec<u8>>) -> Option<Self> {
         let bin =
             std::env::var("PAYONCE_TEST_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
         let child = Command::new(&bin)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(args)
+            .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn();
-        let child = match child {
-            Ok(c) => c,
-            Err(e) => return missing(&format!("cannot run {bin} ({e})")),
-        };
-        let me = Self { child, port };
-        let url = me.url();
+        match child {
+            Ok(child) => Some(Self { child, port, ca }),
+            Err(e) => missing(&format!("cannot run {bin} ({e})")),
+        }
+    }
+
+    async fn wait_up(&self, url: String, ca: Option<Vec<u8>>) {
         let up = crate::eventually(
             Duration::from_secs(5),
             Duration::from_millis(25),
             || async {
-                let mut c = connect(&url, Duration::from_secs(5)).await.ok()?;
+                let mut c = connect_with(&url, ca.clone(), Duration::from_secs(5))
+                    .await
+                    .ok()?;
                 redis::cmd("PING").query_async::<String>(&mut c).await.ok()
             },
         )
         .await;
         assert!(
             up.is_some(),
-            "private redis-server on port {port} never answered PING"
+            "private redis-server on port {} never answered PING (TLS: {})",
+            self.port,
+            self.ca.is_some()
         );
-        Some(me)
+    }
+
+    /// A connection to this server (trusting its CA when it speaks TLS).
+    pub async fn connection(&self) -> MultiplexedConnection {
+        connect_with(&self.url(), self.ca.clone(), Duration::from_secs(5))
+            .await
+            .expect("connect to the private redis-server")
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
+        let scheme = if self.ca.is_some() { "rediss" } else { "redis" };
+        format!("{scheme}://127.0.0.1:{}/0", self.port)
     }
 
     pub fn kill(&mut self) {

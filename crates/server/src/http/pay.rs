@@ -73,7 +73,7 @@ pub(crate) async fn handler(
     // A retry of a finished attempt is answered from its record (memory, Redis or the key
     // row) alone; anything else goes on to the rules in their order, starting from the
     // record read here, so the full path does not look the key up twice.
-    let mut first = None;
+    let mut read = None;
     if let (Ok(k), true) = (&key, method_ok) {
         match replay::first(&state, &user, &order_id, k, &req).await {
             First::Answered(answer, source) => {
@@ -85,13 +85,18 @@ pub(crate) async fn handler(
                 count(&result, source);
                 return respond(result, fault);
             }
-            First::Continue(record) => first = record,
+            First::Read(r) => read = Some(r.ok_or(ErrorCode::OrderNotFound)),
+            First::Continue => {}
         }
     }
     // Rule 1: the order must be the caller's, then the key must be there and well formed.
-    let order = match load_owned(&state, &order_id, &user).await {
-        Ok(o) => o,
-        Err(e) => return e.into_response(),
+    let (order, first) = match read {
+        Some(Ok((order, record))) => (order, Some(record)),
+        Some(Err(code)) => return AppError::code(code).into_response(),
+        None => match load_owned(&state, &order_id, &user).await {
+            Ok(o) => (o, None),
+            Err(e) => return e.into_response(),
+        },
     };
     let key = match key {
         Ok(k) => k,
@@ -128,7 +133,7 @@ async fn run(
     order: OrderRow,
     key: IdempotencyKey,
     req: PayRequest,
-    first: Option<Record>,
+    first: Option<Option<Record>>,
 ) -> AppResult<Reply> {
     if let Err(limited) = state.limits.check(Bucket::Requests, &user) {
         let result = Err(limited);

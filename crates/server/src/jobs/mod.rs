@@ -239,13 +239,29 @@ async fn ack(state: &AppState, job: &str) -> AppResult<()> {
     Ok(ack.await?)
 }
 
-/// Retention.
+/// Expired keys deleted per statement: each batch is one short transaction (a few ms), so
+/// pays keep running while a large backlog is deleted.
+const CLEANUP_BATCH: i64 = 1000;
+
+/// Retention: expired keys in batches (yielding between them) until none is left, then the
+/// other tables.
 pub async fn cleanup(state: &AppState) -> Result<u64, crate::error::AppError> {
     let now = state.clock.now_ms();
+    let mut keys = 0;
+    loop {
+        let delete = state
+            .store
+            .write(async move |tx| db::delete_expired(tx, now, CLEANUP_BATCH).await);
+        let n = delete.await?;
+        keys += n;
+        if n < CLEANUP_BATCH.unsigned_abs() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
     let audit_before = state.policy.audit_before(now);
-    let cleanup = state.store.write(async move |tx| {
-        let keys = db::delete_expired(&mut *tx, now).await?;
-        Ok::<_, sqlx::Error>(keys + crate::store::delete_old(tx, audit_before, now).await?)
-    });
-    Ok(cleanup.await?)
+    let old = state
+        .store
+        .write(async move |tx| crate::store::delete_old(tx, audit_before, now).await);
+    Ok(keys + old.await?)
 }

@@ -44,7 +44,7 @@ pub(crate) async fn pay(
     order: &OrderRow,
     key: &IdempotencyKey,
     req: &PayRequest,
-    first: Option<Record>,
+    first: Option<Option<Record>>,
 ) -> (AppResult<Reply>, bool) {
     let deadline = Instant::now() + state.config.in_progress_wait;
     let rkey = redis_key(user, key);

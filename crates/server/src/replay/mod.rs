@@ -22,6 +22,7 @@ use crate::pay;
 use crate::reply::Reply;
 use crate::state::AppState;
 use crate::store::attempts as db;
+use crate::store::orders::{get_order_and_key, OrderRow};
 use payonce_protocol::{IdempotencyKey, PayRequest};
 use payonce_rules::pay::replay_of;
 use payonce_rules::policy::ttl_ms;
@@ -50,7 +51,7 @@ pub(crate) fn redis_key(user: &str, key: &IdempotencyKey) -> String {
 pub(crate) fn lookup_label(e: &CacheError) -> RedisLookup {
     match e {
         CacheError::Skipped => RedisLookup::Skipped,
-        CacheError::Failed(_) => RedisLookup::Error,
+        CacheError::Failed(_) | CacheError::Tls(_) => RedisLookup::Error,
     }
 }
 
@@ -102,9 +103,11 @@ pub(crate) enum First {
     /// The request retries a finished attempt: its stored answer, and where it came from
     /// (`memory`, `redis`, `database`) for the metrics.
     Answered(Reply, ReplaySource),
-    /// Anything else: the pay rules decide, starting from the record read here when there
-    /// was one (`None`: no record, or it could not be read; the rules look again).
-    Continue(Option<Record>),
+    /// The order and the caller's record of the key (`None`: a new key), read together:
+    /// the pay rules start from them. `None`: the order is not the caller's (rule 1: 404).
+    Read(Option<(OrderRow, Option<Record>)>),
+    /// The read failed: the rules read again and answer the error themselves.
+    Continue,
 }
 
 /// The replay of a finished attempt, before the order is read (`replay_of` says why that is
@@ -140,21 +143,21 @@ pub(crate) async fn first(
             Ok(Some(Entry::Processing { .. })) | Err(_) => {}
         }
     }
-    let Ok(record) = db::find(state.store.pool(), user, key.as_str()).await else {
-        // The rules read again and answer the error themselves.
-        return First::Continue(None);
+    // One read for the order (rule 1) and the key row (rule 2): a replay needs only the row,
+    // a new key both, and a row read with the order is as fresh as the rules' own lookup.
+    let pool = state.store.pool();
+    let Ok(read) = get_order_and_key(pool, order_id, user, key.as_str()).await else {
+        return First::Continue;
     };
-    // "No record" is handed on as `None` too: read before the order, it is older than the
-    // rules' own lookup would be, and a stale "new key" would cost a claim transaction that
-    // loses the slot. The rules look again; a new key pays one more `SELECT`.
-    let Some(answer) = record.as_ref().and_then(|rec| replay_of(rec, &r)) else {
-        return First::Continue(record);
+    let Some(rec) = read.as_ref().and_then(|(_, rec)| rec.as_ref()) else {
+        return First::Read(read);
     };
-    if let Some(rec) = &record {
-        state.replays.put(user, key.as_str(), rec);
-        if let Some((redis, rkey)) = refill {
-            put(redis, state, &rkey, rec, true).await;
-        }
+    let Some(answer) = replay_of(rec, &r) else {
+        return First::Read(read);
+    };
+    state.replays.put(user, key.as_str(), rec);
+    if let Some((redis, rkey)) = refill {
+        put(redis, state, &rkey, rec, true).await;
     }
     First::Answered(Reply::replay(answer), ReplaySource::Database)
 }

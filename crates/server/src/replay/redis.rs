@@ -28,6 +28,9 @@ pub(crate) enum CacheError {
     /// The command failed or timed out.
     #[error("redis: {0}")]
     Failed(String),
+    /// The TLS handshake failed (wrong CA, a plain-text server).
+    #[error("redis TLS: {0}")]
+    Tls(String),
 }
 
 /// The Redis fast path's connection.
@@ -68,9 +71,20 @@ pub(crate) fn redacted(url: &str) -> String {
 
 impl RedisCache {
     /// A cache on `url` (parsed now, connected lazily). `timeout` bounds each connect and
-    /// each command.
-    pub(crate) fn new(url: &str, timeout: Duration) -> Result<Self, String> {
-        let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    /// each command. A `rediss://` URL trusts only the `ca` certificates (PEM) when given.
+    pub(crate) fn new(url: &str, timeout: Duration, ca: Option<&[u8]>) -> Result<Self, String> {
+        let client = match ca.filter(|_| url.starts_with("rediss://")) {
+            Some(pem) => {
+                let root_cert = Some(pem.to_vec());
+                let certs = redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert,
+                };
+                redis::Client::build_with_tls(url, certs)
+            }
+            None => redis::Client::open(url),
+        }
+        .map_err(|e| e.to_string())?;
         Ok(Self {
             client,
             url: redacted(url),
@@ -94,13 +108,16 @@ impl RedisCache {
     }
 
     /// Probes Redis at start and says in the log whether the fast path is on. Unreachable
-    /// is not fatal: pays then go to the database until Redis answers.
-    pub(crate) async fn announce(&self) {
+    /// is not fatal: pays then go to the database until Redis answers. A failed TLS
+    /// handshake is (a wrong CA never starts working): its error is returned.
+    pub(crate) async fn announce(&self) -> Result<(), String> {
         match self.probe().await {
             Ok(()) => tracing::info!(url = %self.url, "redis fast path on"),
+            Err(CacheError::Tls(e)) => return Err(e),
             Err(e) => tracing::warn!(url = %self.url, error = %e,
                 "redis unreachable at start: DEGRADED, pays use the database path only until it answers"),
         }
+        Ok(())
     }
 
     async fn connection(&self) -> Result<MultiplexedConnection, CacheError> {
@@ -125,7 +142,10 @@ impl RedisCache {
                 *guard = Some(c.clone());
                 Ok(c)
             }
-            Ok(Err(e)) => Err(CacheError::Failed(e.to_string())),
+            Ok(Err(e)) => Err(match crate::error::tls_failure(&e) {
+                Some(why) => CacheError::Tls(why),
+                None => CacheError::Failed(e.to_string()),
+            }),
             Err(_) => Err(CacheError::Failed("connect timed out".into())),
         }
     }
@@ -227,7 +247,7 @@ mod tests {
     #[tokio::test]
     async fn an_unreachable_redis_fails_fast_then_is_skipped() {
         // Port 1 on loopback: nothing listens, the connect is refused at once.
-        let cache = RedisCache::new("redis://127.0.0.1:1/0", Duration::from_millis(100))
+        let cache = RedisCache::new("redis://127.0.0.1:1/0", Duration::from_millis(100), None)
             .expect("url parses");
         assert!(matches!(cache.probe().await, Err(CacheError::Failed(_))));
         assert!(!cache.is_up());

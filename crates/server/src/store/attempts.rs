@@ -140,19 +140,30 @@ pub(crate) async fn find_by_id<'c>(
     row.map(record).transpose()
 }
 
-/// Deletes what retention may (`payonce_rules::policy::deletable`): finished keys past
-/// their retention, and tombstones past theirs whose order is no longer payable at their
-/// version (a NULL version stands for every version). Processing rows are never deleted:
-/// their outcome is still unknown.
-pub(crate) async fn delete_expired<'c>(e: impl AnyExecutor<'c>, now: i64) -> sqlx::Result<u64> {
-    let res = sqlx::query(
-        "DELETE FROM attempts WHERE status <> 'processing' AND expires_at IS NOT NULL AND expires_at < $1
-           AND NOT (status = 'cancelled' AND EXISTS (SELECT 1 FROM orders o WHERE o.id = attempts.order_id
-                AND o.status = 'unpaid' AND o.version = COALESCE(attempts.order_version, o.version)))",
-    )
-    .bind(now)
-    .execute(e)
-    .await?;
+/// Which `attempts` rows retention may delete at `$1` (now), as
+/// `payonce_rules::policy::deletable` says: finished keys past their retention, and
+/// tombstones past theirs whose order is no longer payable at their version (a NULL version
+/// stands for every version). Processing rows never: their outcome is still unknown. The
+/// one place this condition is written.
+const EXPIRED: &str = "status <> 'processing' AND expires_at IS NOT NULL AND expires_at < $1
+    AND NOT (status = 'cancelled' AND EXISTS (SELECT 1 FROM orders o WHERE o.id = attempts.order_id
+        AND o.status = 'unpaid' AND o.version = COALESCE(attempts.order_version, o.version)))";
+
+/// Deletes at most `limit` expired keys (see [`EXPIRED`]): one short statement, so a large
+/// backlog is deleted in batches that each hold their locks only briefly.
+pub(crate) async fn delete_expired<'c>(
+    e: impl AnyExecutor<'c>,
+    now: i64,
+    limit: i64,
+) -> sqlx::Result<u64> {
+    let sql = format!(
+        "DELETE FROM attempts WHERE id IN (SELECT id FROM attempts WHERE {EXPIRED} LIMIT $2)"
+    );
+    let res = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(now)
+        .bind(limit)
+        .execute(e)
+        .await?;
     Ok(res.rows_affected())
 }
 

@@ -18,6 +18,7 @@ pub(crate) mod mailbox;
 pub(crate) mod orders;
 pub(crate) mod outbox;
 pub(crate) mod payments;
+pub(crate) mod pg;
 pub(crate) mod refunds;
 mod sqlite_writer;
 pub(crate) mod webhook_events;
@@ -94,6 +95,11 @@ const MIGRATIONS: &[Migration] = &[
         version: 3,
         name: "outbox_jobs_refunds",
         sql: include_str!("../../migrations/0003_outbox_jobs_refunds.sql"),
+    },
+    Migration {
+        version: 4,
+        name: "attempts_by_time",
+        sql: include_str!("../../migrations/0004_attempts_by_time.sql"),
     },
 ];
 

@@ -1,9 +1,11 @@
 //! The `orders` table: carts, versions, the order lock, paid and email flags.
 
+use super::attempts::{record, AttemptRow, ATTEMPT_COLUMNS};
 use crate::catalog::Priced;
 use payonce_protocol::{CartLine, OrderLine, OrderStatus};
+use payonce_rules::Record;
 use sqlx::any::{AnyExecutor, AnyRow};
-use sqlx::Row;
+use sqlx::{FromRow, Row};
 
 /// An order as stored.
 #[derive(Debug, Clone)]
@@ -35,26 +37,30 @@ impl OrderRow {
     }
 }
 
-const ORDER_COLUMNS: &str =
-    "id, status, version, items, coupon, address, subtotal, discount, amount, currency, active_attempt, payment_id";
+/// The columns [`order_from_row`] reads, for queries that alias `orders` as `o`, named
+/// apart from the `attempts` columns that [`get_order_and_key`] reads beside them.
+const ORDER_COLUMNS: &str = "o.id AS o_id, o.status AS o_status, o.version AS o_version,
+    o.items AS o_items, o.coupon AS o_coupon, o.address AS o_address, o.subtotal AS o_subtotal,
+    o.discount AS o_discount, o.amount AS o_amount, o.currency AS o_currency,
+    o.active_attempt AS o_active_attempt, o.payment_id AS o_payment_id";
 
 fn order_from_row(row: &AnyRow) -> sqlx::Result<OrderRow> {
-    let status: String = row.try_get("status")?;
-    let items: String = row.try_get("items")?;
+    let status: String = row.try_get("o_status")?;
+    let items: String = row.try_get("o_items")?;
     Ok(OrderRow {
-        id: row.try_get("id")?,
+        id: row.try_get("o_id")?,
         status: OrderStatus::parse(&status)
             .ok_or_else(|| decode_err(format!("bad order status {status}")))?,
-        version: row.try_get("version")?,
+        version: row.try_get("o_version")?,
         items: serde_json::from_str(&items).map_err(|e| decode_err(e.to_string()))?,
-        coupon: row.try_get("coupon")?,
-        address: row.try_get("address")?,
-        subtotal: row.try_get("subtotal")?,
-        discount: row.try_get("discount")?,
-        amount: row.try_get("amount")?,
-        currency: row.try_get("currency")?,
-        active_attempt: row.try_get("active_attempt")?,
-        payment_id: row.try_get("payment_id")?,
+        coupon: row.try_get("o_coupon")?,
+        address: row.try_get("o_address")?,
+        subtotal: row.try_get("o_subtotal")?,
+        discount: row.try_get("o_discount")?,
+        amount: row.try_get("o_amount")?,
+        currency: row.try_get("o_currency")?,
+        active_attempt: row.try_get("o_active_attempt")?,
+        payment_id: row.try_get("o_payment_id")?,
     })
 }
 
@@ -69,7 +75,7 @@ pub(crate) async fn get_order<'c>(
     user: &str,
 ) -> sqlx::Result<Option<OrderRow>> {
     let sql = sqlx::AssertSqlSafe(format!(
-        "SELECT {ORDER_COLUMNS} FROM orders WHERE id = $1 AND user_id = $2"
+        "SELECT {ORDER_COLUMNS} FROM orders o WHERE o.id = $1 AND o.user_id = $2"
     ));
     let row = sqlx::query(sql)
         .bind(id)
@@ -77,6 +83,33 @@ pub(crate) async fn get_order<'c>(
         .fetch_optional(e)
         .await?;
     row.as_ref().map(order_from_row).transpose()
+}
+
+/// The caller's order and, in the same read, the caller's record of `key`; `None` when the
+/// order is not the caller's. One round trip where the order read and the key lookup were two.
+pub(crate) async fn get_order_and_key<'c>(
+    e: impl AnyExecutor<'c>,
+    id: &str,
+    user: &str,
+    key: &str,
+) -> sqlx::Result<Option<(OrderRow, Option<Record>)>> {
+    let sql = sqlx::AssertSqlSafe(format!(
+        "SELECT {ORDER_COLUMNS}, {ATTEMPT_COLUMNS} FROM orders o
+         LEFT JOIN attempts a ON a.user_id = o.user_id AND a.idem_key = $3
+         WHERE o.id = $1 AND o.user_id = $2"
+    ));
+    let row = sqlx::query(sql)
+        .bind(id)
+        .bind(user)
+        .bind(key)
+        .fetch_optional(e)
+        .await?;
+    let Some(row) = row else { return Ok(None) };
+    let record = match row.try_get::<Option<String>, _>("id")? {
+        Some(_) => Some(record(AttemptRow::from_row(&row)?)?),
+        None => None,
+    };
+    Ok(Some((order_from_row(&row)?, record)))
 }
 
 /// Inserts a new unpaid order at version 1.

@@ -22,6 +22,8 @@
 //! - `input`: malformed input of every kind, the OpenAPI fuzzer, CORS, the OpenAPI document.
 //! - `edge`: slow clients (silent, half-sent heads, missing bodies) against the timeouts.
 //! - `jwt`: Bearer JWTs (`mint-jwt`) create and pay an order; bad ones are 401.
+//! - `tls`: TLS PostgreSQL, `rediss://` and an `https://` provider on local services the
+//!   test makes; a wrong CA or a plain-text server is refused at start.
 //! - `catalog`: `--catalog FILE` replaces the built-in catalog; a bad file stops the start.
 //! - `kill_batch`: SIGKILL while 16 clients' pays are committed together; nothing answered
 //!   is lost, no order is claimed or charged twice.
@@ -42,5 +44,6 @@ mod retention;
 mod rules;
 mod startup;
 mod three_ds;
+mod tls;
 mod webhooks;
 mod workers;

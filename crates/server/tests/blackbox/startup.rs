@@ -42,11 +42,11 @@ fn a_start_without_dev_and_its_flags_names_each_missing_one() {
     // A short secret and unusable URL schemes are refused at start too, all in one go.
     let (_, err) = run_refused(&[
         "--provider-url",
-        "https://psp.example",
+        "ftp://psp.example",
         "--database-url",
         "mysql://db/x",
         "--redis-url",
-        "rediss://cache:6380/0",
+        "memcached://cache:11211",
         "--webhook-secret",
         "short",
         "--session-secret",
