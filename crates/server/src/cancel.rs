@@ -27,39 +27,59 @@ pub(crate) async fn cancel(
     let id = format!("att_{}", uuid::Uuid::new_v4().simple());
     let (tombstone, entry) =
         plan::plan_tombstone(user, &order.id, order.version, id, now, &state.policy);
-    let mut tx = state.store.begin_write().await?;
-    if db::insert_tombstone(&mut *tx, &tombstone, key.as_str(), now).await? {
-        // Only a cancel that writes a tombstone spends a token (dropping `tx` undoes it).
-        state.limits.check(Bucket::Tombstones, user)?;
-        let current = get_order(&mut *tx, &order.id, user).await?;
-        let mut answer = CancelResponse {
-            status: AttemptStatus::Cancelled,
-            payment: None,
-        };
+    let (limits, owner, order_id, k) = (
+        state.limits.clone(),
+        user.to_owned(),
+        order.id.clone(),
+        key.as_str().to_owned(),
+    );
+    let (t, e) = (tombstone.clone(), entry.clone());
+    let first = state.store.write(async move |tx| {
+        if !db::insert_tombstone(&mut *tx, &t, &k, now).await? {
+            return Ok(false);
+        }
+        // Only a cancel that writes a tombstone spends a token (an error undoes the write).
+        limits
+            .check(Bucket::Tombstones, &owner)
+            .map_err(Undo::Failed)?;
+        let current = get_order(&mut *tx, &order_id, &owner).await?;
         if current
             .as_ref()
             .is_some_and(|o| o.status != OrderStatus::Unpaid)
         {
-            tx.rollback().await?;
+            return Err(Undo::Paid(current));
+        }
+        audit::record(&mut *tx, &e, now).await?;
+        Ok(true)
+    });
+    let cancelled = CancelResponse {
+        status: AttemptStatus::Cancelled,
+        payment: None,
+    };
+    match first.await {
+        Ok(true) => return Ok(cancelled),
+        Ok(false) => {}
+        Err(Undo::Failed(e)) => return Err(e),
+        Err(Undo::Paid(current)) => {
             let payment = payment(state, current.and_then(|o| o.payment_id)).await?;
             let lookup = state.provider.charge_by_key(&provider_key(user, key)).await;
-            answer = plan::cancel_forgotten(lookup, payment);
+            let answer = plan::cancel_forgotten(lookup, payment);
             if answer.status != AttemptStatus::Cancelled {
                 return Ok(answer);
             }
             // Never charged, and the paid order refuses it: the tombstone makes a late
             // pay's answer ATTEMPT_CANCELLED, as for any cancelled key.
-            tx = state.store.begin_write().await?;
-            if !db::insert_tombstone(&mut *tx, &tombstone, key.as_str(), now).await? {
-                tx.rollback().await?;
-                return Ok(answer);
-            }
+            let k = key.as_str().to_owned();
+            let second = state.store.write(async move |tx| {
+                if db::insert_tombstone(&mut *tx, &tombstone, &k, now).await? {
+                    audit::record(&mut *tx, &entry, now).await?;
+                }
+                Ok::<_, sqlx::Error>(())
+            });
+            second.await?;
+            return Ok(answer);
         }
-        audit::record(&mut *tx, &entry, now).await?;
-        tx.commit().await?;
-        return Ok(answer);
     }
-    tx.rollback().await?;
     // The slot is taken; it cannot be freed, so reading it now is safe.
     let record = db::find(state.store.pool(), user, key.as_str())
         .await?
@@ -71,6 +91,18 @@ pub(crate) async fn cancel(
     };
     let payment = payment(state, id).await?;
     Ok(CancelResponse { status, payment })
+}
+
+/// Why the first write was undone: the order is no longer payable, or an error.
+enum Undo {
+    Paid(Option<OrderRow>),
+    Failed(AppError),
+}
+
+impl From<sqlx::Error> for Undo {
+    fn from(e: sqlx::Error) -> Self {
+        Self::Failed(e.into())
+    }
 }
 
 async fn payment(state: &AppState, id: Option<String>) -> AppResult<Option<Payment>> {

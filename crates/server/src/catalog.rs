@@ -279,53 +279,56 @@ pub(crate) async fn ensure_installed(
 const PG_CATALOG_LOCK: i64 = 0x0070_6179_6f63_6174;
 
 async fn install(store: &Store, src: &CatalogSource) -> Result<(), sqlx::Error> {
-    let mut tx = store.begin_write().await?;
-    if store.backend() == Backend::Postgres {
-        // Instances starting together would race on CREATE TABLE and on the replace.
-        sqlx::query("SELECT 1 FROM pg_advisory_xact_lock($1)")
-            .bind(PG_CATALOG_LOCK)
-            .execute(&mut *tx)
-            .await?;
-    }
-    sqlx::query(
-        "CREATE TABLE IF NOT EXISTS catalog_source (digest TEXT PRIMARY KEY, installed_at BIGINT NOT NULL)",
-    )
-    .execute(&mut *tx)
-    .await?;
-    let fresh = sqlx::query(
-        "INSERT INTO catalog_source (digest, installed_at) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-    )
-    .bind(&src.digest)
-    .bind(crate::clock::Clock::now_ms(&crate::clock::SystemClock))
-    .execute(&mut *tx)
-    .await?
-    .rows_affected()
-        == 1;
-    if fresh {
-        sqlx::query("DELETE FROM catalog").execute(&mut *tx).await?;
-        for it in &src.file.items {
-            sqlx::query(
-                "INSERT INTO catalog (sku, name, unit_price, currency, stock) VALUES ($1, $2, $3, $4, $5)",
-            )
-            .bind(&it.sku)
-            .bind(&it.name)
-            .bind(it.unit_price)
-            .bind(&it.currency)
-            .bind(it.stock)
-            .execute(&mut *tx)
-            .await?;
-        }
-        sqlx::query("DELETE FROM coupons").execute(&mut *tx).await?;
-        for c in &src.file.coupons {
-            sqlx::query("INSERT INTO coupons (code, percent_off) VALUES ($1, $2)")
-                .bind(&c.code)
-                .bind(c.percent_off)
+    let (backend, file, digest) = (store.backend(), src.file.clone(), src.digest.clone());
+    store.write(async move |tx| {
+        if backend == Backend::Postgres {
+            // Instances starting together would race on CREATE TABLE and on the replace.
+            sqlx::query("SELECT 1 FROM pg_advisory_xact_lock($1)")
+                .bind(PG_CATALOG_LOCK)
                 .execute(&mut *tx)
                 .await?;
         }
-        tracing::info!(digest = %src.digest, items = src.file.items.len(), "catalog file installed");
-    }
-    tx.commit().await
+        sqlx::query(
+            "CREATE TABLE IF NOT EXISTS catalog_source (digest TEXT PRIMARY KEY, installed_at BIGINT NOT NULL)",
+        )
+        .execute(&mut *tx)
+        .await?;
+        let fresh = sqlx::query(
+            "INSERT INTO catalog_source (digest, installed_at) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+        )
+        .bind(&digest)
+        .bind(crate::clock::Clock::now_ms(&crate::clock::SystemClock))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if fresh {
+            sqlx::query("DELETE FROM catalog").execute(&mut *tx).await?;
+            for it in &file.items {
+                sqlx::query(
+                    "INSERT INTO catalog (sku, name, unit_price, currency, stock) VALUES ($1, $2, $3, $4, $5)",
+                )
+                .bind(&it.sku)
+                .bind(&it.name)
+                .bind(it.unit_price)
+                .bind(&it.currency)
+                .bind(it.stock)
+                .execute(&mut *tx)
+                .await?;
+            }
+            sqlx::query("DELETE FROM coupons").execute(&mut *tx).await?;
+            for c in &file.coupons {
+                sqlx::query("INSERT INTO coupons (code, percent_off) VALUES ($1, $2)")
+                    .bind(&c.code)
+                    .bind(c.percent_off)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tracing::info!(%digest, items = file.items.len(), "catalog file installed");
+        }
+        Ok(())
+    })
+    .await
 }
 
 #[cfg(test)]

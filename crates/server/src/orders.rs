@@ -71,11 +71,13 @@ pub(crate) async fn create(
     .await?;
     let id = format!("ord_{}", uuid::Uuid::new_v4().simple());
     let now = state.clock.now_ms();
-    let mut tx = state.store.begin_write().await?;
-    db::insert_order(&mut *tx, &id, user, &priced, req.address.as_deref(), now).await?;
     let entry = Entry::new(user, "order", &id, None, "unpaid v1", "order created");
-    audit::record(&mut *tx, &entry, now).await?;
-    tx.commit().await?;
+    let (order, owner, address) = (id.clone(), user.to_owned(), req.address.clone());
+    let insert = state.store.write(async move |tx| {
+        db::insert_order(&mut *tx, &order, &owner, &priced, address.as_deref(), now).await?;
+        audit::record(&mut *tx, &entry, now).await
+    });
+    insert.await?;
     load_owned(state, &id, user).await
 }
 
@@ -124,19 +126,26 @@ pub(crate) async fn change_cart(
             return Ok(current);
         }
         let now = state.clock.now_ms();
-        let mut tx = state.store.begin_write().await?;
-        if db::update_cart(&mut *tx, id, user, current.version, &priced, address, now).await? {
-            let (from, to) = (
-                format!("unpaid v{}", current.version),
-                format!("unpaid v{}", current.version + 1),
-            );
-            let entry = Entry::new(user, "order", id, Some(&from), &to, "cart changed");
-            audit::record(&mut *tx, &entry, now).await?;
-            tx.commit().await?;
+        let (from, to) = (
+            format!("unpaid v{}", current.version),
+            format!("unpaid v{}", current.version + 1),
+        );
+        let entry = Entry::new(user, "order", id, Some(&from), &to, "cart changed");
+        let (order, owner, version) = (id.to_owned(), user.to_owned(), current.version);
+        let address = address.map(str::to_owned);
+        let update = state.store.write(async move |tx| {
+            let a = address.as_deref();
+            let updated =
+                db::update_cart(&mut *tx, &order, &owner, version, &priced, a, now).await?;
+            if updated {
+                audit::record(&mut *tx, &entry, now).await?;
+            }
+            Ok::<_, sqlx::Error>(updated)
+        });
+        if update.await? {
             return load_owned(state, id, user).await;
         }
         // The order moved under us (paid, locked, or edited elsewhere): re-read and decide again.
-        tx.rollback().await?;
     }
     Err(AppError::detail(
         ErrorCode::OrderChanged,

@@ -28,13 +28,14 @@ use crate::state::AppState;
 use crate::store::attempts as db;
 use crate::store::orders::{self, get_order, OrderRow};
 use crate::store::pg::{self, Claimed, Settle};
-use crate::store::{audit, catalog, jobs, outbox, payments, Backend, Tx};
+use crate::store::{audit, catalog, jobs, outbox, payments, Backend};
 use payonce_protocol::provider::ChargeRequest;
 use payonce_protocol::{AttemptStatus, ErrorCode, IdempotencyKey, PayRequest};
 use payonce_rules::pay::Current;
 use payonce_rules::plan::{self, Claim, ClaimPlan, Finish, OrderTerms, SettlePlan};
 use payonce_rules::policy::Bucket;
 use payonce_rules::{Final, NextAction, Processing, Record};
+use sqlx::AnyConnection;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -164,13 +165,20 @@ pub(crate) async fn take_over(
     let token = uuid::Uuid::new_v4().to_string();
     let now = state.clock.now_ms();
     let until = state.policy.lease_until(now);
-    if !db::take_expired_lease(state.store.pool(), record.id(), now, until, &token).await? {
+    let (id, lease) = (record.id().to_owned(), token.clone());
+    let entry = plan::take_over_entry(actor, record.id(), who);
+    let taken = state.store.write(async move |tx| {
+        let taken = db::take_expired_lease(&mut *tx, &id, now, until, &lease).await?;
+        if taken {
+            audit::record(&mut *tx, &entry, now).await?;
+        }
+        Ok::<_, sqlx::Error>(taken)
+    });
+    if !taken.await? {
         return Ok(None);
     }
     let claim = Claim::of(record, &order.items, actor, token)
         .ok_or_else(|| AppError::internal("took the lease of an attempt that is not processing"))?;
-    let entry = plan::take_over_entry(actor, record.id(), who);
-    audit::record(state.store.pool(), &entry, now).await?;
     Ok(Some(claim))
 }
 
@@ -217,91 +225,80 @@ pub(crate) async fn claim(
         now,
         &state.policy,
     )?;
-    let attempt = &plan.claim.attempt;
-    let mut tx = state.store.begin_write().await?;
-    let conflict = |current: Option<OrderRow>| {
-        AppError::from(plan::order_conflict(
-            current.map(|o| o.version),
-            order.version,
-        ))
-    };
-    let (token, stock) = (&plan.claim.lease_token, &plan.stock);
-    let done = match state.store.backend() {
-        Backend::Postgres => {
-            pg::claim(
-                &mut *tx,
-                attempt,
-                key.as_str(),
-                token,
-                stock,
-                &plan.audit,
-                now,
-            )
-            .await?
-        }
-        Backend::Sqlite => claim_steps(&mut tx, &plan, key.as_str(), now).await?,
-    };
-    if !done.inserted {
-        // Which unique slot was taken? Our (user, key): decide again with the record.
-        // Otherwise it is "one processing attempt per order": the order is busy.
-        let ours = db::find(&mut *tx, user, key.as_str()).await?.is_some();
-        let current = get_order(&mut *tx, &order.id, user).await?;
-        tx.rollback().await?;
-        return if ours {
-            Ok(None)
-        } else {
-            Err(conflict(current))
+    let (user, key, order) = (user.to_owned(), key.as_str().to_owned(), order.clone());
+    let (limits, backend) = (spend.then(|| state.limits.clone()), state.store.backend());
+    let claim = state.store.write(async move |tx| {
+        let attempt = &plan.claim.attempt;
+        let conflict = |current: Option<OrderRow>| {
+            AppError::from(plan::order_conflict(
+                current.map(|o| o.version),
+                order.version,
+            ))
         };
-    }
-    if !done.locked {
-        let current = get_order(&mut *tx, &order.id, user).await?;
-        tx.rollback().await?;
-        return Err(conflict(current));
-    }
-    if let Some(line) = stock.get(done.reserved) {
-        tx.rollback().await?;
-        return Err(AppError::with(ErrorCode::OutOfStock, |p| {
-            p.sku = Some(line.sku.clone())
-        }));
-    }
-    if spend {
-        if let Err(limited) = state.limits.check(Bucket::NewAttempts, user) {
-            tx.rollback().await?;
-            return Err(limited);
+        let (token, stock) = (&plan.claim.lease_token, &plan.stock);
+        let done = match backend {
+            Backend::Postgres => {
+                pg::claim(&mut *tx, attempt, &key, token, stock, &plan.audit, now).await?
+            }
+            Backend::Sqlite => claim_steps(tx, &plan, &key, now).await?,
+        };
+        if !done.inserted {
+            // Which unique slot was taken? Our (user, key): decide again with the record.
+            // Otherwise it is "one processing attempt per order": the order is busy.
+            if db::find(&mut *tx, &user, &key).await?.is_some() {
+                return Ok(None);
+            }
+            return Err(conflict(get_order(&mut *tx, &order.id, &user).await?));
         }
-    }
-    tx.commit().await?;
-    Ok(Some(plan.claim))
+        if !done.locked {
+            return Err(conflict(get_order(&mut *tx, &order.id, &user).await?));
+        }
+        if let Some(line) = stock.get(done.reserved) {
+            return Err(AppError::with(ErrorCode::OutOfStock, |p| {
+                p.sku = Some(line.sku.clone())
+            }));
+        }
+        if let Some(limits) = limits {
+            limits.check(Bucket::NewAttempts, &user)?; // refused: rolled back
+        }
+        Ok(Some(plan.claim))
+    });
+    claim.await
 }
 
 /// The claim's statements one at a time (SQLite), up to the first that does not pass. The
 /// outbox row says "charge this provider key", committed with the claim: this request
 /// executes it inline right after the commit; if the process dies first, the outbox worker
 /// finds it (src/jobs/mod.rs). The provider is never called inside a transaction.
-async fn claim_steps(tx: &mut Tx, plan: &ClaimPlan, key: &str, now: i64) -> AppResult<Claimed> {
+async fn claim_steps(
+    tx: &mut AnyConnection,
+    plan: &ClaimPlan,
+    key: &str,
+    now: i64,
+) -> AppResult<Claimed> {
     let a = &plan.claim.attempt;
     let t = &a.terms;
     let token = &plan.claim.lease_token;
     let mut done = Claimed {
-        inserted: db::insert_processing(&mut **tx, a, key, token, now).await?,
+        inserted: db::insert_processing(&mut *tx, a, key, token, now).await?,
         locked: false,
         reserved: 0,
     };
     done.locked = done.inserted
-        && orders::lock_order(&mut **tx, &t.order_id, &t.user, t.order_version, &a.id, now).await?;
+        && orders::lock_order(&mut *tx, &t.order_id, &t.user, t.order_version, &a.id, now).await?;
     if !done.locked {
         return Ok(done);
     }
     for line in &plan.stock {
-        if !catalog::reserve_stock(&mut **tx, line).await? {
+        if !catalog::reserve_stock(&mut *tx, line).await? {
             return Ok(done);
         }
         done.reserved += 1;
     }
     for entry in &plan.audit {
-        audit::record(&mut **tx, entry, now).await?;
+        audit::record(&mut *tx, entry, now).await?;
     }
-    outbox::insert_outbox(&mut **tx, &a.id, &a.provider_key, now).await?;
+    outbox::insert_outbox(&mut *tx, &a.id, &a.provider_key, now).await?;
     Ok(done)
 }
 
@@ -367,7 +364,11 @@ pub(crate) async fn settle_from_webhook(
 /// more). False when a webhook settled the attempt meanwhile: its stored answer stands.
 async fn release_unless_settled(state: &AppState, claim: &Claim, now: i64) -> AppResult<bool> {
     let a = &claim.attempt;
-    db::release_lease(state.store.pool(), &a.id, &claim.lease_token, now).await?;
+    let (id, token) = (a.id.clone(), claim.lease_token.clone());
+    let release = state
+        .store
+        .write(async move |tx| db::release_lease(tx, &id, &token, now).await);
+    release.await?;
     let record = db::find_by_id(state.store.pool(), &a.id).await?;
     Ok(!record.is_some_and(|r| r.is_final()))
 }
@@ -468,40 +469,41 @@ async fn settle_steps(
     audit_rows: &[audit::Entry],
     now: i64,
 ) -> AppResult<bool> {
-    let order = &a.terms.order_id;
-    let mut tx = state.store.begin_write().await?;
-    if !db::finish(&mut *tx, &a.id, finish, now).await? {
-        tx.rollback().await?;
-        return Ok(false);
-    }
-    match then {
-        Settle::Charged(payment) => {
-            payments::insert_payment(&mut *tx, payment, &a.id, now).await?;
-            if !orders::mark_paid(&mut *tx, order, &a.id, &payment.id, now).await? {
-                // The order lock belongs to this attempt until it settles; losing it is a
-                // bug. Roll back so the attempt stays processing and is settled again.
-                tx.rollback().await?;
-                return Err(AppError::internal(format!(
-                    "order {order} is not locked by attempt {}",
-                    a.id
-                )));
-            }
-            // The confirmation email is a job committed with the success: exactly one per
-            // paid order, delivered at least once, made idempotent by
-            // `confirmation_email_sent`.
-            jobs::enqueue_email(&mut *tx, order, now).await?;
+    let (a, finish, then, audit_rows) =
+        (a.clone(), finish.clone(), then.clone(), audit_rows.to_vec());
+    let settle = state.store.write(async move |tx| {
+        let order = &a.terms.order_id;
+        if !db::finish(&mut *tx, &a.id, &finish, now).await? {
+            return Ok(false);
         }
-        Settle::Uncharged(release) => {
-            orders::unlock_order(&mut *tx, order, &a.id, now).await?;
-            for line in release {
-                catalog::release_stock(&mut *tx, line).await?;
+        match &then {
+            Settle::Charged(payment) => {
+                payments::insert_payment(&mut *tx, payment, &a.id, now).await?;
+                if !orders::mark_paid(&mut *tx, order, &a.id, &payment.id, now).await? {
+                    // The order lock belongs to this attempt until it settles; losing it is a
+                    // bug. Roll back so the attempt stays processing and is settled again.
+                    return Err(AppError::internal(format!(
+                        "order {order} is not locked by attempt {}",
+                        a.id
+                    )));
+                }
+                // The confirmation email is a job committed with the success: exactly one per
+                // paid order, delivered at least once, made idempotent by
+                // `confirmation_email_sent`.
+                jobs::enqueue_email(&mut *tx, order, now).await?;
+            }
+            Settle::Uncharged(release) => {
+                orders::unlock_order(&mut *tx, order, &a.id, now).await?;
+                for line in release {
+                    catalog::release_stock(&mut *tx, line).await?;
+                }
             }
         }
-    }
-    for entry in audit_rows {
-        audit::record(&mut *tx, entry, now).await?;
-    }
-    outbox::outbox_done(&mut *tx, &a.id, now).await?;
-    tx.commit().await?;
-    Ok(true)
+        for entry in &audit_rows {
+            audit::record(&mut *tx, entry, now).await?;
+        }
+        outbox::outbox_done(&mut *tx, &a.id, now).await?;
+        Ok(true)
+    });
+    settle.await
 }

@@ -80,17 +80,22 @@ pub(crate) async fn run(
                 if payment.status != AttemptStatus::Succeeded {
                     return Err(not_allowed("the payment is not in a refundable state"));
                 }
-                let new = NewRefund {
-                    id: &format!("rfd_{}", uuid::Uuid::new_v4().simple()),
-                    user,
-                    key: key.as_str(),
-                    payment_id: &payment.id,
-                    provider_refund_key: &REFUND.provider_key(user, key),
-                    now: state.clock.now_ms(),
-                };
-                if !db::insert_processing(pool, &new).await?
-                    && db::find(pool, user, key.as_str()).await?.is_none()
-                {
+                let id = format!("rfd_{}", uuid::Uuid::new_v4().simple());
+                let (owner, k, pid) =
+                    (user.to_owned(), key.as_str().to_owned(), payment.id.clone());
+                let (provider_key, now) = (REFUND.provider_key(user, key), state.clock.now_ms());
+                let insert = state.store.write(async move |tx| {
+                    let new = NewRefund {
+                        id: &id,
+                        user: &owner,
+                        key: &k,
+                        payment_id: &pid,
+                        provider_refund_key: &provider_key,
+                        now,
+                    };
+                    db::insert_processing(tx, &new).await
+                });
+                if !insert.await? && db::find(pool, user, key.as_str()).await?.is_none() {
                     // Not our key's slot: the payment's one refund belongs to another key.
                     return Err(not_allowed(
                         "this payment is already refunded or being refunded",
@@ -150,24 +155,34 @@ async fn drive(
     .map_err(|e| AppError::internal(e.to_string()))?;
     let now = state.clock.now_ms();
     let expires = state.policy.expires_at(now);
-    let mut tx = state.store.begin_write().await?;
-    if !db::finish(&mut *tx, &row.id, &refund.id, 200, &body, now, expires).await? {
-        tx.rollback().await?;
-        return Ok(None);
-    }
-    db::mark_refunded(&mut tx, &payment.id, &payment.order_id, attempt_id, now).await?;
     let reason = format!(
         "provider refund {} of charge {}",
         refund.id, payment.charge_id
     );
-    for (entity, id, from) in [
+    let entries = [
         ("payment", payment.id.as_str(), "succeeded"),
         ("order", payment.order_id.as_str(), "paid"),
-    ] {
-        let entry = Entry::new("system", entity, id, Some(from), "refunded", &reason);
-        audit::record(&mut *tx, &entry, now).await?;
+    ]
+    .map(|(entity, id, from)| Entry::new("system", entity, id, Some(from), "refunded", &reason));
+    let (rid, attempt, payment, answer) = (
+        row.id.clone(),
+        attempt_id.to_owned(),
+        payment.clone(),
+        body.clone(),
+    );
+    let finish = state.store.write(async move |tx| {
+        if !db::finish(&mut *tx, &rid, &refund.id, 200, &answer, now, expires).await? {
+            return Ok(false);
+        }
+        db::mark_refunded(tx, &payment.id, &payment.order_id, &attempt, now).await?;
+        for entry in &entries {
+            audit::record(&mut *tx, entry, now).await?;
+        }
+        Ok::<_, sqlx::Error>(true)
+    });
+    if !finish.await? {
+        return Ok(None);
     }
-    tx.commit().await?;
     metrics::refund(metrics::RefundResult::Refunded);
     Ok(Some(Reply::fresh(Answer { status: 200, body })))
 }

@@ -42,16 +42,15 @@ pub(crate) async fn receive(state: AppState, event: WebhookEvent) -> AppResult<(
         EventType::ChargeDeclined => "charge.declined",
         EventType::ChargeRefunded => "charge.refunded",
     };
-    let pool = state.store.pool();
-    if webhook_events::arrived(
-        pool,
-        &event.id,
-        kind,
-        &event.charge.provider_key,
+    let (id, key, now) = (
+        event.id.clone(),
+        event.charge.provider_key.clone(),
         state.clock.now_ms(),
-    )
-    .await?
-    {
+    );
+    let arrived = state
+        .store
+        .write(async move |tx| webhook_events::arrived(tx, &id, kind, &key, now).await);
+    if arrived.await? {
         tracing::debug!(event = %event.id, "duplicate webhook acknowledged");
         metrics::webhook_event(metrics::WebhookResult::Duplicate);
         return Ok(());
@@ -60,7 +59,11 @@ pub(crate) async fn receive(state: AppState, event: WebhookEvent) -> AppResult<(
     // In its own task, like pay: a provider that hangs up must not abort a settle.
     let task = tokio::spawn(async move {
         handle(&state, &event).await?;
-        webhook_events::handled(state.store.pool(), &event.id, state.clock.now_ms()).await?;
+        let (id, now) = (event.id.clone(), state.clock.now_ms());
+        let handled = state
+            .store
+            .write(async move |tx| webhook_events::handled(tx, &id, now).await);
+        handled.await?;
         Ok::<_, AppError>(())
     });
     task.await

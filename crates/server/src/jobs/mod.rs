@@ -160,14 +160,20 @@ pub(crate) async fn reconcile_stuck(state: &AppState) -> AppResult<usize> {
 /// Manual review: the column, an audit row and a log line (the metric hook), once.
 async fn flag_for_review(state: &AppState, row: &Record) -> AppResult<()> {
     let now = state.clock.now_ms();
-    let mut tx = state.store.begin_write().await?;
-    if !db::flag_review(&mut *tx, row.id(), now).await? {
-        tx.rollback().await?;
+    let (id, entry) = (
+        row.id().to_owned(),
+        payonce_rules::plan::review_entry(row.id()),
+    );
+    let flag = state.store.write(async move |tx| {
+        let flagged = db::flag_review(&mut *tx, &id, now).await?;
+        if flagged {
+            audit::record(&mut *tx, &entry, now).await?;
+        }
+        Ok::<_, sqlx::Error>(flagged)
+    });
+    if !flag.await? {
         return Ok(());
     }
-    let entry = payonce_rules::plan::review_entry(row.id());
-    audit::record(&mut *tx, &entry, now).await?;
-    tx.commit().await?;
     tracing::error!(attempt = %row.id(), order = %row.order_id(), "attempt flagged for manual review");
     metrics::reconciliation(metrics::ReconcileResult::ManualReview);
     Ok(())
@@ -180,40 +186,57 @@ pub(crate) async fn send_emails(state: &AppState) -> AppResult<usize> {
     let mut sent = 0;
     for (job, order_id) in jobs::jobs_ready(pool, state.clock.now_ms(), BATCH).await? {
         let now = state.clock.now_ms();
-        if !jobs::lease_job(pool, &job, now, state.policy.lease_until(now)).await? {
+        let (id, until) = (job.clone(), state.policy.lease_until(now));
+        let lease = state
+            .store
+            .write(async move |tx| jobs::lease_job(tx, &id, now, until).await);
+        if !lease.await? {
             continue;
         }
         let Some((user, amount, currency)) = orders::order_summary(pool, &order_id).await? else {
-            jobs::ack_job(pool, &job, now).await?;
+            ack(state, &job).await?;
             continue;
         };
         // The "send" is the mailbox insert, in the transaction that sets the flag: the dev
         // mailbox is our own table. A real mailer is outside the database; it would get the
         // job id as its idempotency key, and the flag would be set right after it answers.
-        let mut tx = state.store.begin_write().await?;
-        if orders::flag_email_sent(&mut *tx, &order_id).await? {
-            let subject = format!("Order {order_id}: payment received");
+        let order = order_id.clone();
+        let send = state.store.write(async move |tx| {
+            if !orders::flag_email_sent(&mut *tx, &order).await? {
+                return Ok::<_, sqlx::Error>(false);
+            }
+            let subject = format!("Order {order}: payment received");
             let body = format!(
-                "We received your payment of {amount} (minor units) {currency} for order {order_id}. Thank you!"
+                "We received your payment of {amount} (minor units) {currency} for order {order}. Thank you!"
             );
             let mail = Mail {
-                order_id: &order_id,
+                order_id: &order,
                 user_id: &user,
                 subject: &subject,
                 body: &body,
             };
-            mailbox::insert_mail(&mut *tx, &mail, now).await?;
+            mailbox::insert_mail(tx, &mail, now).await?;
+            Ok(true)
+        });
+        if send.await? {
             metrics::email(metrics::EmailResult::Sent);
             sent += 1;
         } else {
             tracing::info!(job = %job, order = %order_id, "confirmation already sent: redelivery is a no-op");
             metrics::email(metrics::EmailResult::AlreadySent);
         }
-        tx.commit().await?;
         failpoint(faults::EMAIL);
-        jobs::ack_job(pool, &job, state.clock.now_ms()).await?;
+        ack(state, &job).await?;
     }
     Ok(sent)
+}
+
+async fn ack(state: &AppState, job: &str) -> AppResult<()> {
+    let (id, now) = (job.to_owned(), state.clock.now_ms());
+    let ack = state
+        .store
+        .write(async move |tx| jobs::ack_job(tx, &id, now).await);
+    Ok(ack.await?)
 }
 
 /// Expired keys deleted per statement: each batch is one short transaction (a few ms), so
@@ -223,17 +246,22 @@ const CLEANUP_BATCH: i64 = 1000;
 /// Retention: expired keys in batches (yielding between them) until none is left, then the
 /// other tables.
 pub async fn cleanup(state: &AppState) -> Result<u64, crate::error::AppError> {
-    let pool = state.store.pool();
     let now = state.clock.now_ms();
     let mut keys = 0;
     loop {
-        let n = db::delete_expired(pool, now, CLEANUP_BATCH).await?;
+        let delete = state
+            .store
+            .write(async move |tx| db::delete_expired(tx, now, CLEANUP_BATCH).await);
+        let n = delete.await?;
         keys += n;
         if n < CLEANUP_BATCH.unsigned_abs() {
             break;
         }
         tokio::task::yield_now().await;
     }
-    let old = crate::store::delete_old(pool, state.policy.audit_before(now), now).await?;
-    Ok(keys + old)
+    let audit_before = state.policy.audit_before(now);
+    let old = state
+        .store
+        .write(async move |tx| crate::store::delete_old(tx, audit_before, now).await);
+    Ok(keys + old.await?)
 }

@@ -6,8 +6,9 @@
 //!
 //! # Layout
 //! One file per table (`attempts`, `orders`, `catalog` with the coupons, `payments`,
-//! `outbox`, `jobs`, `mailbox`, `webhook_events`, `refunds`, `audit`); this file: connecting,
-//! pragmas, write transactions, migrations, and retention across tables.
+//! `outbox`, `jobs`, `mailbox`, `webhook_events`, `refunds`, `audit`); `sqlite_writer`:
+//! SQLite's one writer; this file: connecting, pragmas, write transactions, migrations, and
+//! retention across tables.
 
 pub(crate) mod attempts;
 pub(crate) mod audit;
@@ -19,10 +20,11 @@ pub(crate) mod outbox;
 pub(crate) mod payments;
 pub(crate) mod pg;
 pub(crate) mod refunds;
+mod sqlite_writer;
 pub(crate) mod webhook_events;
 
-use sqlx::any::{AnyConnectOptions, AnyExecutor, AnyPoolOptions};
-use sqlx::{Any, AnyPool, ConnectOptions, Connection, Transaction};
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::{AnyConnection, AnyPool, ConnectOptions};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -49,14 +51,12 @@ impl Backend {
     }
 }
 
-/// A write transaction.
-pub(crate) type Tx = Transaction<'static, Any>;
-
-/// The store: a pool and what it talks to.
+/// The store: a pool for reads and what it talks to; on SQLite, the one writer.
 #[derive(Clone)]
 pub struct Store {
     pool: AnyPool,
     backend: Backend,
+    writer: Option<sqlite_writer::Writer>,
 }
 
 /// Why the store could not start.
@@ -113,15 +113,20 @@ impl Store {
         sqlx::any::install_default_drivers();
         let (backend, url) = normalize_url(url)?;
         let options = AnyConnectOptions::from_str(&url)?;
+        let mut writer = None;
         if backend == Backend::Sqlite {
-            // WAL lets readers run beside the one writer. It is a property of the file and
-            // needs an exclusive lock that busy_timeout cannot wait for, so it is set once,
-            // here, before the pool opens more connections.
+            // WAL lets the pool's readers run beside the writer. It is a property of the file
+            // and needs an exclusive lock that busy_timeout cannot wait for, so it is set on
+            // the writer's connection before the pool opens more. The busy timeout only
+            // waits for another process on the file (this one's writes all queue in the
+            // writer).
             let mut conn = options.connect().await?;
-            sqlx::raw_sql("PRAGMA journal_mode = WAL")
-                .execute(&mut conn)
-                .await?;
-            conn.close().await?;
+            sqlx::raw_sql(
+                "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA busy_timeout = 15000",
+            )
+            .execute(&mut conn)
+            .await?;
+            writer = Some(sqlite_writer::Writer::start(conn).map_err(sqlx::Error::Io)?);
         }
         let pool = AnyPoolOptions::new()
             .max_connections(if backend == Backend::Sqlite { 8 } else { 16 })
@@ -129,8 +134,9 @@ impl Store {
             .after_connect(move |conn, _meta| {
                 Box::pin(async move {
                     if backend == Backend::Sqlite {
-                        // Writers queue on the file lock instead of failing with SQLITE_BUSY.
-                        sqlx::raw_sql("PRAGMA busy_timeout = 15000")
+                        // Reads only: a write here would wait on the writer's lock in
+                        // SQLite's sleeping busy handler; every write goes to the writer.
+                        sqlx::raw_sql("PRAGMA busy_timeout = 15000; PRAGMA query_only = ON")
                             .execute(&mut *conn)
                             .await?;
                     }
@@ -139,7 +145,11 @@ impl Store {
             })
             .connect_with(options)
             .await?;
-        let store = Self { pool, backend };
+        let store = Self {
+            pool,
+            backend,
+            writer,
+        };
         store.migrate().await?;
         Ok(store)
     }
@@ -153,15 +163,24 @@ impl Store {
         &self.pool
     }
 
-    /// Starts a write transaction. On SQLite it is `BEGIN IMMEDIATE`: it takes the write
-    /// lock up front, so two transactions can never both read and then deadlock upgrading to
-    /// write (which SQLite answers with SQLITE_BUSY without waiting). PostgreSQL's row
-    /// locks and unique indexes serialize the conflicting statements themselves.
-    pub(crate) async fn begin_write(&self) -> sqlx::Result<Tx> {
-        match self.backend {
-            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await,
-            Backend::Postgres => self.pool.begin().await,
+    /// Runs `f` as one write transaction: committed when it returns `Ok`, rolled back when
+    /// it returns `Err`, and answered only after the commit. On SQLite through the one writer
+    /// (`sqlite_writer.rs`: batched with concurrent writes, each in its own savepoint); on
+    /// PostgreSQL in a transaction of the pool, whose row locks and unique indexes serialize
+    /// the conflicting statements themselves.
+    pub(crate) async fn write<T, E, F>(&self, f: F) -> Result<T, E>
+    where
+        F: AsyncFnOnce(&mut AnyConnection) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: From<sqlx::Error> + Send + 'static,
+    {
+        if let Some(writer) = &self.writer {
+            return writer.write(f).await;
         }
+        let mut tx = self.pool.begin().await?;
+        let value = f(&mut *tx).await?; // an error drops `tx`: rolled back
+        tx.commit().await?;
+        Ok(value)
     }
 
     /// True when the store answers.
@@ -170,51 +189,54 @@ impl Store {
     }
 
     async fn migrate(&self) -> sqlx::Result<()> {
-        let mut tx = self.begin_write().await?;
-        if self.backend == Backend::Postgres {
-            sqlx::query("SELECT 1 FROM pg_advisory_xact_lock($1)")
-                .bind(PG_MIGRATION_LOCK)
+        let backend = self.backend;
+        self.write(async move |tx| {
+                if backend == Backend::Postgres {
+                    sqlx::query("SELECT 1 FROM pg_advisory_xact_lock($1)")
+                        .bind(PG_MIGRATION_LOCK)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                sqlx::raw_sql(
+                    "CREATE TABLE IF NOT EXISTS payonce_migrations (
+                        version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)",
+                )
                 .execute(&mut *tx)
                 .await?;
-        }
-        sqlx::raw_sql(
-            "CREATE TABLE IF NOT EXISTS payonce_migrations (
-                version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)",
-        )
-        .execute(&mut *tx)
-        .await?;
-        for m in MIGRATIONS {
-            let done: Option<(i64,)> =
-                sqlx::query_as("SELECT version FROM payonce_migrations WHERE version = $1")
+                for m in MIGRATIONS {
+                    let done: Option<(i64,)> =
+                        sqlx::query_as("SELECT version FROM payonce_migrations WHERE version = $1")
+                            .bind(m.version)
+                            .fetch_optional(&mut *tx)
+                            .await?;
+                    if done.is_some() {
+                        continue;
+                    }
+                    let sql = backend.dialect(m.sql);
+                    sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                        .execute(&mut *tx)
+                        .await?;
+                    sqlx::query(
+                        "INSERT INTO payonce_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
+                    )
                     .bind(m.version)
-                    .fetch_optional(&mut *tx)
+                    .bind(m.name)
+                    .bind(crate::clock::Clock::now_ms(&crate::clock::SystemClock))
+                    .execute(&mut *tx)
                     .await?;
-            if done.is_some() {
-                continue;
-            }
-            let sql = self.backend.dialect(m.sql);
-            sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query(
-                "INSERT INTO payonce_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
-            )
-            .bind(m.version)
-            .bind(m.name)
-            .bind(crate::clock::Clock::now_ms(&crate::clock::SystemClock))
-            .execute(&mut *tx)
-            .await?;
-            tracing::info!(version = m.version, name = m.name, "migration applied");
-        }
-        tx.commit().await
+                    tracing::info!(version = m.version, name = m.name, "migration applied");
+                }
+                Ok(())
+            })
+        .await
     }
 }
 
 /// Retention: audit rows, webhook events, acknowledged jobs and finished outbox rows older
 /// than `audit_before` (the dispute window), and finished refund keys past their expiry.
 /// Returns how many rows were deleted.
-pub(crate) async fn delete_old<'c>(
-    e: impl AnyExecutor<'c> + Copy,
+pub(crate) async fn delete_old(
+    tx: &mut AnyConnection,
     audit_before: i64,
     now: i64,
 ) -> sqlx::Result<u64> {
@@ -239,7 +261,7 @@ pub(crate) async fn delete_old<'c>(
             now,
         ),
     ] {
-        n += sqlx::query(sql).bind(at).execute(e).await?.rows_affected();
+        n += sqlx::query(sql).bind(at).execute(&mut *tx).await?.rows_affected();
     }
     Ok(n)
 }

@@ -154,6 +154,7 @@ pub(crate) async fn claim<'c>(
 }
 
 /// How a settle ends besides finishing the attempt and closing its outbox row.
+#[derive(Clone)]
 pub(crate) enum Settle {
     /// Insert the payment, mark the order paid, enqueue the confirmation email.
     Charged(Payment),

@@ -120,7 +120,7 @@ pub(crate) async fn owned_payment<'c>(
 
 /// Marks the payment, its order and its attempt refunded.
 pub(crate) async fn mark_refunded(
-    tx: &mut super::Tx,
+    tx: &mut sqlx::AnyConnection,
     payment_id: &str,
     order_id: &str,
     attempt_id: &str,
@@ -128,19 +128,19 @@ pub(crate) async fn mark_refunded(
 ) -> sqlx::Result<()> {
     sqlx::query("UPDATE payments SET status = 'refunded' WHERE id = $1")
         .bind(payment_id)
-        .execute(&mut **tx)
+        .execute(&mut *tx)
         .await?;
     sqlx::query(
         "UPDATE orders SET status = 'refunded', updated_at = $1 WHERE id = $2 AND status = 'paid'",
     )
     .bind(now)
     .bind(order_id)
-    .execute(&mut **tx)
+    .execute(&mut *tx)
     .await?;
     sqlx::query("UPDATE attempts SET status = 'refunded', updated_at = $1 WHERE id = $2 AND status = 'succeeded'")
         .bind(now)
         .bind(attempt_id)
-        .execute(&mut **tx)
+        .execute(&mut *tx)
         .await?;
     Ok(())
 }

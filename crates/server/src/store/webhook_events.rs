@@ -5,7 +5,7 @@ use sqlx::any::AnyExecutor;
 /// Records that a webhook event arrived (its id is the primary key: a duplicate insert is a
 /// no-op). Returns true when the event was already handled: a duplicate to acknowledge.
 pub(crate) async fn arrived(
-    pool: &sqlx::AnyPool,
+    tx: &mut sqlx::AnyConnection,
     event_id: &str,
     event_type: &str,
     provider_key: &str,
@@ -19,12 +19,12 @@ pub(crate) async fn arrived(
     .bind(event_type)
     .bind(provider_key)
     .bind(now)
-    .execute(pool)
+    .execute(&mut *tx)
     .await?;
     let row: Option<(Option<i64>,)> =
         sqlx::query_as("SELECT handled_at FROM webhook_events WHERE id = $1")
             .bind(event_id)
-            .fetch_optional(pool)
+            .fetch_optional(tx)
             .await?;
     Ok(matches!(row, Some((Some(_),))))
 }

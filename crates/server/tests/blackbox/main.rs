@@ -25,6 +25,8 @@
 //! - `tls`: TLS PostgreSQL, `rediss://` and an `https://` provider on local services the
 //!   test makes; a wrong CA or a plain-text server is refused at start.
 //! - `catalog`: `--catalog FILE` replaces the built-in catalog; a bad file stops the start.
+//! - `kill_batch`: SIGKILL while 16 clients' pays are committed together; nothing answered
+//!   is lost, no order is claimed or charged twice.
 
 mod catalog;
 mod common;
@@ -36,6 +38,7 @@ mod fast_path;
 mod inproc;
 mod input;
 mod jwt;
+mod kill_batch;
 mod layout;
 mod retention;
 mod rules;
