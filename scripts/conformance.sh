@@ -4,8 +4,10 @@
 #   1. examples/express (Node + better-sqlite3), the reference backend in another stack;
 #   2. the companion server on SQLite (one process, embedded provider);
 #   3. the companion server on PostgreSQL: three processes on one fresh database, one
-#      standalone mock provider, requests rotating over the three (races cross processes).
-# Usage: scripts/conformance.sh [express|sqlite|postgres]...   (default: all three)
+#      standalone mock provider, requests rotating over the three (races cross processes);
+#   4. the production build (no `dev` feature, no --dev) on SQLite, with the flags
+#      docs/deploy.md requires, users authenticated by HS256 JWTs, a standalone mock provider.
+# Usage: scripts/conformance.sh [express|sqlite|postgres|production]...   (default: all four)
 #
 # The companion server runs with --no-provider-webhooks: its mock provider records a slow
 # charge at once and would settle it by webhook at once, so nothing would stay processing
@@ -17,7 +19,7 @@ cd "$root"
 export PATH="$HOME/.cargo/bin:$PATH"
 ci() { [ "${CI:-}" = true ]; }
 locked=(); ci && locked=(--locked)
-targets=("$@"); [ ${#targets[@]} -eq 0 ] && targets=(express sqlite postgres)
+targets=("$@"); [ ${#targets[@]} -eq 0 ] && targets=(express sqlite postgres production)
 pg_admin=${PAYONCE_TEST_PG_URL:-postgres://root@127.0.0.1:5432/test}
 bin=${CARGO_TARGET_DIR:-$root/target}/debug
 run_dir=$(mktemp -d "${TMPDIR:-/tmp}/payonce-conformance.XXXXXX")
@@ -151,12 +153,39 @@ postgres() {
   kit "companion server, PostgreSQL, 3 instances" "$run_dir/postgres.toml"
 }
 
+production() {
+  local secret iss=https://id.conformance.test aud=payonce-conformance provider ta tb
+  secret="conformance-jwt-secret-$RANDOM$RANDOM-0123456789abcdef"
+  start provider "payonce: provider listening on" \
+    "$bin/payonce-server" mock-provider --addr 127.0.0.1:0 || return 1
+  provider=$url
+  ta=$("$bin/payonce-server" mint-jwt --secret "$secret" --issuer $iss --audience $aud \
+    --user "conformance-a-$RANDOM" --ttl-secs 600) || return 1
+  tb=$("$bin/payonce-server" mint-jwt --secret "$secret" --issuer $iss --audience $aud \
+    --user "conformance-b-$RANDOM" --ttl-secs 600) || return 1
+  start production "payonce: api listening on" "$run_dir/payonce-server-prod" \
+    --addr 127.0.0.1:0 --provider-url "$provider" --database-url "sqlite://$run_dir/prod.db" \
+    --webhook-secret "conformance-webhook-secret-0123456789abcdef" \
+    --session-secret "conformance-session-secret-0123456789abcdef" \
+    --jwt-hs256-secret "$secret" --jwt-issuer $iss --jwt-audience $aud || return 1
+  companion_config "$run_dir/production.toml" "$url" "[]" "$provider"
+  # Static bearer tokens instead of the dev login, which this build does not have.
+  sed -i "s|^login = .*conformance-a.*|value = \"Bearer $ta\"|; s|^login = .*conformance-b.*|value = \"Bearer $tb\"|" \
+    "$run_dir/production.toml"
+  kit "companion server, production build (no dev feature), SQLite, JWT users" \
+    "$run_dir/production.toml"
+}
+
+# The production binary first (the `dev` feature off), kept aside; then the dev build that
+# every target runs and that puts target/debug/payonce-server back to the dev binary.
+cargo build "${locked[@]}" -q -p payonce-server --no-default-features || exit 1
+cp "$bin/payonce-server" "$run_dir/payonce-server-prod" || exit 1
 cargo build "${locked[@]}" -q -p payonce-server -p payonce-conformance || exit 1
 status=0
 for t in "${targets[@]}"; do
   case $t in
-    express | sqlite | postgres) "$t" || status=1 ;;
-    *) echo "conformance: unknown target $t (express, sqlite, postgres)" >&2; status=1 ;;
+    express | sqlite | postgres | production) "$t" || status=1 ;;
+    *) echo "conformance: unknown target $t (express, sqlite, postgres, production)" >&2; status=1 ;;
   esac
 done
 exit $status
