@@ -4,7 +4,7 @@
 use crate::common::{id_of, key, Backend, Checkout, Opts, TestApp};
 use crate::on_both_backends;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
@@ -602,9 +602,12 @@ fn fuzzing_every_documented_operation_finds_no_5xx() {
         (t, o)
     });
     let statuses = std::sync::Mutex::new(std::collections::BTreeMap::<u16, usize>::new());
+    // A fixed seed: the same 1,500 cases on every run, so a failure (or a generator that
+    // stops reaching the rules) reproduces instead of flaking.
     let mut runner = TestRunner::new(Config {
         cases: 1500,
         failure_persistence: None,
+        rng_seed: RngSeed::Fixed(0x7061_796f_6e63_6531),
         ..Config::default()
     });
     let result = runner.run(&case(ops.clone()), |c| {
