@@ -38,10 +38,6 @@ pub(crate) async fn cancel(
         if !db::insert_tombstone(&mut *tx, &t, &k, now).await? {
             return Ok(false);
         }
-        // Only a cancel that writes a tombstone spends a token (an error undoes the write).
-        limits
-            .check(Bucket::Tombstones, &owner)
-            .map_err(Undo::Failed)?;
         let current = get_order(&mut *tx, &order_id, &owner).await?;
         if current
             .as_ref()
@@ -49,6 +45,10 @@ pub(crate) async fn cancel(
         {
             return Err(Undo::Paid(current));
         }
+        // Only a cancel that keeps a tombstone spends a token (an error undoes the write).
+        limits
+            .check(Bucket::Tombstones, &owner)
+            .map_err(Undo::Failed)?;
         audit::record(&mut *tx, &e, now).await?;
         Ok(true)
     });
@@ -69,12 +69,17 @@ pub(crate) async fn cancel(
             }
             // Never charged, and the paid order refuses it: the tombstone makes a late
             // pay's answer ATTEMPT_CANCELLED, as for any cancelled key.
-            let k = key.as_str().to_owned();
+            let (limits, owner, k) = (
+                state.limits.clone(),
+                user.to_owned(),
+                key.as_str().to_owned(),
+            );
             let second = state.store.write(async move |tx| {
                 if db::insert_tombstone(&mut *tx, &tombstone, &k, now).await? {
+                    limits.check(Bucket::Tombstones, &owner)?;
                     audit::record(&mut *tx, &entry, now).await?;
                 }
-                Ok::<_, sqlx::Error>(())
+                Ok::<_, AppError>(())
             });
             second.await?;
             return Ok(answer);
