@@ -24,14 +24,11 @@
 
 use crate::dev::failpoint;
 use crate::error::AppResult;
-use crate::faults;
-use crate::metrics;
-use crate::pay;
 use crate::state::AppState;
-use crate::store::attempts as db;
 use crate::store::mailbox::{self, Mail};
 use crate::store::orders::{self, get_order};
-use crate::store::{audit, jobs, outbox};
+use crate::store::{attempts as db, audit, jobs, outbox};
+use crate::{faults, metrics, pay};
 use payonce_rules::Record;
 use std::time::Duration;
 
@@ -246,12 +243,12 @@ const CLEANUP_BATCH: i64 = 1000;
 /// Retention: expired keys in batches (yielding between them) until none is left, then the
 /// other tables.
 pub async fn cleanup(state: &AppState) -> Result<u64, crate::error::AppError> {
-    let now = state.clock.now_ms();
+    let (now, backend) = (state.clock.now_ms(), state.store.backend());
     let mut keys = 0;
     loop {
         let delete = state
             .store
-            .write(async move |tx| db::delete_expired(tx, now, CLEANUP_BATCH).await);
+            .write(async move |tx| db::delete_expired(tx, backend, now, CLEANUP_BATCH).await);
         let n = delete.await?;
         keys += n;
         if n < CLEANUP_BATCH.unsigned_abs() {

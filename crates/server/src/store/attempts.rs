@@ -149,15 +149,21 @@ const EXPIRED: &str = "status <> 'processing' AND expires_at IS NOT NULL AND exp
     AND NOT (status = 'cancelled' AND EXISTS (SELECT 1 FROM orders o WHERE o.id = attempts.order_id
         AND o.status = 'unpaid' AND o.version = COALESCE(attempts.order_version, o.version)))";
 
-/// Deletes at most `limit` expired keys (see [`EXPIRED`]): one short statement, so a large
-/// backlog is deleted in batches that each hold their locks only briefly.
+/// Deletes at most `limit` expired keys ([`EXPIRED`]) by `ctid`/`rowid`: no lookup by key, and
+/// no generic plan turns a batch into a scan of the table (docs/benchmarks.md, "Cleanup").
 pub(crate) async fn delete_expired<'c>(
     e: impl AnyExecutor<'c>,
+    backend: super::Backend,
     now: i64,
     limit: i64,
 ) -> sqlx::Result<u64> {
+    let row = if backend == super::Backend::Postgres {
+        "ctid"
+    } else {
+        "rowid"
+    };
     let sql = format!(
-        "DELETE FROM attempts WHERE id IN (SELECT id FROM attempts WHERE {EXPIRED} LIMIT $2)"
+        "DELETE FROM attempts WHERE {row} IN (SELECT {row} FROM attempts WHERE {EXPIRED} LIMIT $2)"
     );
     let res = sqlx::query(sqlx::AssertSqlSafe(sql))
         .bind(now)

@@ -11,6 +11,7 @@ use std::time::Duration;
 on_both_backends!(
     a_pay_arriving_after_retention_still_meets_its_cancel,
     a_cancel_after_retention_of_a_charged_key_answers_with_the_payment,
+    a_backlog_of_expired_keys_is_deleted_in_batches_sparing_live_rows,
 );
 
 const RETENTION: &[&str] = &[
@@ -87,4 +88,43 @@ async fn a_cancel_after_retention_of_a_charged_key_answers_with_the_payment(back
         .await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["status"], "cancelled");
+}
+
+/// A backlog larger than one cleanup batch (2,500 expired final keys, written straight into
+/// the table) is gone after one cleanup, while a processing attempt with an old expiry and
+/// a tombstone whose order is still payable stay: every batch applies the same rule.
+async fn a_backlog_of_expired_keys_is_deleted_in_batches_sparing_live_rows(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let s = InProc::start(&db, &provider().await, RETENTION).await;
+    let t = s.session("alice").await;
+    let id = s.order(&t).await;
+    let path = format!("/orders/{id}/payment-attempts/cancel");
+    let r = s
+        .send("POST", &path, &t, None, json!({ "key": key() }))
+        .await;
+    assert_eq!(r.json()["status"], "cancelled");
+    let pool = db.pool().await;
+    sqlx::query(
+        "WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 2501)
+         INSERT INTO attempts (id, user_id, idem_key, order_id, status, fingerprint,
+           order_version, amount, currency, payment_method_id, provider_key, response_status,
+           response_body, created_at, updated_at, expires_at)
+         SELECT 'att_old_' || n, 'old-user', 'old-key-' || n, 'ord_old_' || n,
+           CASE WHEN n = 2501 THEN 'processing' ELSE 'succeeded' END, 'fp', 1, 2500, 'USD',
+           'pm_card_approve', 'pk_old_' || n, 200, '{}', 1, 1, 1
+         FROM g",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    s.advance(Duration::from_secs(61));
+    payonce_server::run_cleanup(&s.state).await.unwrap();
+    let rows: Vec<(String,)> = sqlx::query_as("SELECT status FROM attempts ORDER BY status")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    let statuses: Vec<_> = rows.into_iter().map(|r| r.0).collect();
+    assert_eq!(statuses, ["cancelled", "processing"]);
 }
