@@ -9,7 +9,7 @@
 //! so an answered write is durable; a failed commit fails every request of its batch.
 
 use futures_util::FutureExt;
-use sqlx::AnyConnection;
+use sqlx::{AnyConnection, AssertSqlSafe};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
@@ -90,18 +90,24 @@ async fn run(mut conn: AnyConnection, mut rx: mpsc::Receiver<Job>) {
     }
 }
 
-/// One transaction over `units`, each in its own savepoint.
+/// One transaction over `units`, each in its own savepoint; a unit's end shares one call
+/// (a round trip to sqlx's SQLite thread) with the next one's start, or with `COMMIT`.
 async fn batch(conn: &mut AnyConnection, units: Vec<Unit>) -> sqlx::Result<()> {
-    sqlx::raw_sql("BEGIN IMMEDIATE").execute(&mut *conn).await?;
+    let mut end = "BEGIN IMMEDIATE";
     for unit in units {
-        sqlx::raw_sql("SAVEPOINT unit").execute(&mut *conn).await?;
+        let sql = format!("{end}; SAVEPOINT unit");
+        sqlx::raw_sql(AssertSqlSafe(sql))
+            .execute(&mut *conn)
+            .await?;
         let keep = AssertUnwindSafe(unit(&mut *conn)).catch_unwind().await;
-        let end = match keep {
+        end = match keep {
             Ok(true) => "RELEASE unit",
             _ => "ROLLBACK TO unit; RELEASE unit",
         };
-        sqlx::raw_sql(end).execute(&mut *conn).await?;
     }
-    sqlx::raw_sql("COMMIT").execute(&mut *conn).await?;
+    let sql = format!("{end}; COMMIT");
+    sqlx::raw_sql(AssertSqlSafe(sql))
+        .execute(&mut *conn)
+        .await?;
     Ok(())
 }
