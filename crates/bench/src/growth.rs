@@ -58,14 +58,16 @@ async fn growth_on(opts: &Opts, db: &Db, sizes: &[usize]) -> Result<Growth, Benc
     let clients: Vec<reqwest::Client> = (0..opts.clients)
         .map(|_| client())
         .collect::<Result<_, _>>()?;
-    // One batch of orders per size, and one for the pays during cleanup.
-    let per = opts.growth_pays;
-    let n = per * (sizes.len() + 1);
+    // One batch of orders per size and one for the pays during cleanup; then two pays per
+    // client for each server's warm-up: a fresh server's first pays open its database
+    // connections and prepare their statements (docs/benchmarks.md, "Cleanup").
+    let (per, warm_up) = (opts.growth_pays, 2 * opts.clients);
+    let n = per * (sizes.len() + 1) + 2 * warm_up;
     let tokens = Arc::new(sessions(&clients, &api, n).await?);
     let orders = create_orders(&clients, &api, &tokens, n).await?;
-    let pairs = |b: usize| -> Pairs {
+    let pairs = |from: usize, len: usize| -> Pairs {
         Arc::new(
-            (b * per..(b + 1) * per)
+            (from..from + len)
                 .map(|j| (orders[j].clone(), j, uuid::Uuid::new_v4().to_string()))
                 .collect(),
         )
@@ -79,6 +81,15 @@ async fn growth_on(opts: &Opts, db: &Db, sizes: &[usize]) -> Result<Growth, Benc
         sizes: Vec::new(),
         cleanup: None,
     };
+    let warm_pays = pays(
+        opts,
+        &clients,
+        &api,
+        &tokens,
+        &pairs(n - 2 * warm_up, warm_up),
+    )
+    .await;
+    report_errors("growth", "warm-up pays", &warm_pays);
     let mut stored = 0;
     for (b, &size) in sizes.iter().enumerate() {
         let t = Instant::now();
@@ -88,7 +99,7 @@ async fn growth_on(opts: &Opts, db: &Db, sizes: &[usize]) -> Result<Growth, Benc
             "  growth: {size} stored attempts ({:.1} s to fill)",
             t.elapsed().as_secs_f64()
         );
-        let p = pairs(b);
+        let p = pairs(b * per, per);
         warm(&clients, &api).await?;
         let pays = pays(opts, &clients, &api, &tokens, &p).await;
         report_errors("growth", "pays", &pays);
@@ -112,8 +123,10 @@ async fn growth_on(opts: &Opts, db: &Db, sizes: &[usize]) -> Result<Growth, Benc
     let api = server.api();
     let started = Instant::now();
     warm(&clients, &api).await?;
+    let warm_pays = pays(opts, &clients, &api, &tokens, &pairs(n - warm_up, warm_up)).await;
+    report_errors("growth", "warm-up pays", &warm_pays);
     let before = filled(&pool).await?;
-    let p = pairs(sizes.len());
+    let p = pairs(sizes.len() * per, per);
     let during = pays(opts, &clients, &api, &tokens, &p).await;
     report_errors("growth", "pays during cleanup", &during);
     let after = filled(&pool).await?;
