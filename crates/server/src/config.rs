@@ -135,68 +135,10 @@ pub struct ServerArgs {
     pub edge: EdgeArgs,
     /// JWT authentication (`src/jwt.rs`).
     #[command(flatten)]
-    pub jwt: JwtArgs,
+    pub jwt: crate::jwt::JwtArgs,
     /// The dev build's flags (`--dev`, the embedded provider's, `--failpoint`).
     #[command(flatten)]
     pub dev: crate::dev::args::DevArgs,
-}
-
-/// Bearer JWTs from the identity provider. With any key set, `--jwt-issuer` and
-/// `--jwt-audience` are required. Several keys may be given at once for rotation.
-#[derive(Debug, Clone, Args)]
-pub struct JwtArgs {
-    /// HS256 shared secret, at least 32 bytes (repeatable, or a comma list).
-    #[arg(
-        long = "jwt-hs256-secret",
-        env = "PAYONCE_JWT_HS256_SECRETS",
-        hide_env_values = true,
-        value_delimiter = ','
-    )]
-    pub hs256_secrets: Vec<String>,
-    /// RS256 (RSA) or ES256 (P-256) public key, PEM file (repeatable).
-    #[arg(
-        long = "jwt-public-key",
-        env = "PAYONCE_JWT_PUBLIC_KEYS",
-        value_delimiter = ','
-    )]
-    pub public_keys: Vec<PathBuf>,
-    /// JWKS file (`{"keys": [...]}`) of RSA / P-256 keys; a token's `kid` picks its key.
-    #[arg(long = "jwt-jwks", env = "PAYONCE_JWT_JWKS")]
-    pub jwks: Option<PathBuf>,
-    /// Required `iss`.
-    #[arg(long = "jwt-issuer", env = "PAYONCE_JWT_ISSUER", default_value = "")]
-    pub issuer: String,
-    /// Required `aud` (one of the token's audiences).
-    #[arg(
-        long = "jwt-audience",
-        env = "PAYONCE_JWT_AUDIENCE",
-        default_value = ""
-    )]
-    pub audience: String,
-    /// Longest accepted lifetime: `exp` at most this far from now (and from `iat`).
-    #[arg(
-        long = "jwt-max-lifetime-secs",
-        env = "PAYONCE_JWT_MAX_LIFETIME_SECS",
-        default_value_t = 3_600
-    )]
-    pub max_lifetime_secs: u64,
-    /// Clock skew allowed on `exp` and `nbf`.
-    #[arg(long = "jwt-leeway-secs", default_value_t = 30)]
-    pub leeway_secs: u64,
-    /// The claim holding the user id (it must pass the user-id rule: 1-64 of
-    /// `[A-Za-z0-9_-]`).
-    #[arg(
-        long = "jwt-user-claim",
-        env = "PAYONCE_JWT_USER_CLAIM",
-        default_value = "sub"
-    )]
-    pub user_claim: String,
-}
-
-impl JwtArgs {
-    fn any_key(&self) -> bool {
-        !self.hs256_secrets.is_empty() || !self.public_keys.is_empty() || self.jwks.is_some()
-    }
 }
 
 /// Timeouts and the connection cap of the API listener: a client that is slow or silent
@@ -479,30 +421,10 @@ impl Config {
         };
         let tls_ca = args.tls_ca_file.as_deref().map(read_ca).transpose()?;
         let edge = Edge::from_args(args)?;
-        let jwt = if args.jwt.any_key() {
-            let j = &args.jwt;
-            let sources = crate::jwt::KeySources {
-                hs256_secrets: &j.hs256_secrets,
-                public_keys: &j.public_keys,
-                jwks: j.jwks.as_deref(),
-            };
-            Some(std::sync::Arc::new(
-                crate::jwt::JwtVerifier::new(
-                    &sources,
-                    &j.issuer,
-                    &j.audience,
-                    Duration::from_secs(j.max_lifetime_secs),
-                    j.leeway_secs,
-                    &j.user_claim,
-                )
-                .map_err(ConfigError::Jwt)?,
-            ))
-        } else {
-            None
-        };
+        let jwt = crate::jwt::JwtVerifier::new(&args.jwt).map_err(ConfigError::Jwt)?;
         Ok(Self {
             edge,
-            jwt,
+            jwt: jwt.map(std::sync::Arc::new),
             dev: dev.dev,
             redis_url: args.redis_url.clone(),
             redis_timeout: Duration::from_millis(args.redis_timeout_ms.max(1)),
