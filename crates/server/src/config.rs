@@ -168,7 +168,8 @@ pub struct EdgeArgs {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub(crate) dev: bool,
-    pub(crate) lease: Duration,
+    /// Leases and retention, from the flags.
+    pub(crate) policy: payonce_rules::Policy,
     pub(crate) provider_timeout: Duration,
     pub(crate) in_progress_wait: Duration,
     pub(crate) retry_after_secs: u64,
@@ -176,29 +177,19 @@ pub struct Config {
     /// How long a finished key is kept (and so replays): announced in
     /// `Idempotency-Key-Retention`.
     pub(crate) key_retention: Duration,
-    /// Secret of the provider's webhook signatures.
     pub(crate) webhook_secret: String,
     /// Period of the background jobs; `None`: off.
     pub(crate) jobs_interval: Option<Duration>,
     /// The Redis fast path, if configured (URL already validated).
     pub(crate) redis_url: Option<String>,
-    /// Bound of one Redis connect or command.
     pub(crate) redis_timeout: Duration,
     /// The `--tls-ca-file` certificates (PEM), checked.
     pub(crate) tls_ca: Option<Vec<u8>>,
-    /// Capacity of the in-memory replay cache (0: off).
     pub(crate) replay_cache_entries: usize,
-    /// Per-user buckets: any pay request, and new attempts.
     pub(crate) rates: Vec<(payonce_rules::policy::Bucket, Option<governor::Quota>)>,
-    /// Processing attempts older than this are reconciled (and flagged if still unknown).
-    pub(crate) reconcile_after: Duration,
-    /// Audit rows older than this are deleted.
-    pub(crate) audit_retention: Duration,
-    /// Armed failpoints (dev only).
     pub(crate) failpoints: Vec<String>,
     /// The `--catalog` file, checked; `None`: the built-in catalog.
     pub(crate) catalog: Option<crate::catalog::CatalogSource>,
-    /// Timeouts and limits of the HTTP edge.
     pub(crate) edge: Edge,
     /// Bearer JWT verification, when keys are configured.
     pub(crate) jwt: Option<std::sync::Arc<crate::jwt::JwtVerifier>>,
@@ -402,11 +393,9 @@ impl Config {
         let session_secret = match &args.session_secret {
             Some(s) if s.len() < MIN_DEV_SECRET => return Err(ConfigError::WeakSecret),
             Some(s) => s.as_bytes().to_vec(),
-            None => {
-                let mut v = uuid::Uuid::new_v4().as_bytes().to_vec();
-                v.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
-                v
-            }
+            None => [uuid::Uuid::new_v4(), uuid::Uuid::new_v4()]
+                .map(uuid::Uuid::into_bytes)
+                .concat(),
         };
         // Outside dev `production_problems` has made sure it is set; in dev the mock
         // provider's own default pairs with the embedded provider.
@@ -444,7 +433,12 @@ impl Config {
                     ),
                 ]
             },
-            lease: Duration::from_millis(args.lease_ms),
+            policy: payonce_rules::Policy::new(
+                Duration::from_millis(args.lease_ms),
+                Duration::from_secs(args.key_retention_secs),
+                Duration::from_millis(args.reconcile_after_ms),
+                Duration::from_secs(args.audit_retention_days.saturating_mul(86_400)),
+            ),
             provider_timeout: Duration::from_millis(args.provider_timeout_ms),
             in_progress_wait: Duration::from_millis(args.in_progress_wait_ms),
             retry_after_secs: args.retry_after_secs,
@@ -453,8 +447,6 @@ impl Config {
             webhook_secret,
             jobs_interval: (args.jobs_interval_ms > 0)
                 .then(|| Duration::from_millis(args.jobs_interval_ms)),
-            reconcile_after: Duration::from_millis(args.reconcile_after_ms),
-            audit_retention: Duration::from_secs(args.audit_retention_days.saturating_mul(86_400)),
             failpoints: dev.failpoints,
             catalog,
             metrics_token: args.metrics_token.clone().filter(|t| !t.is_empty()),
