@@ -137,18 +137,8 @@ pub(crate) async fn embedded_provider(
 /// `provider.json` beside a SQLite database file; `None` for PostgreSQL (several API
 /// processes then share a standalone provider, which has its own `--state-file`).
 fn default_provider_state(database_url: &str) -> Option<PathBuf> {
-    let rest = database_url
-        .strip_prefix("sqlite://")
-        .or_else(|| database_url.strip_prefix("sqlite:"))?;
-    let path = rest.split('?').next().unwrap_or(rest);
-    if path.is_empty() || path == ":memory:" {
-        return None;
-    }
-    let dir = std::path::Path::new(path)
-        .parent()
-        .map(PathBuf::from)
-        .unwrap_or_default();
-    Some(dir.join("provider.json"))
+    let file = std::path::Path::new(crate::store::sqlite_path(database_url)?);
+    Some(file.with_file_name("provider.json"))
 }
 
 /// The dev routes; each answers 403 `DEV_MODE_REQUIRED` unless the server runs with
