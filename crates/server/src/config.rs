@@ -6,6 +6,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use crate::jwt::JwtArgs;
+
 /// payonce companion server: orders, idempotent pay and cancel against a payment provider
 /// (`--provider-url`; a dev build with `--dev` embeds a mock one when it is absent).
 #[derive(Debug, Parser)]
@@ -135,7 +137,7 @@ pub struct ServerArgs {
     pub edge: EdgeArgs,
     /// JWT authentication (`src/jwt.rs`).
     #[command(flatten)]
-    pub jwt: crate::jwt::JwtArgs,
+    pub jwt: JwtArgs,
     /// The dev build's flags (`--dev`, the embedded provider's, `--failpoint`).
     #[command(flatten)]
     pub dev: crate::dev::args::DevArgs,
