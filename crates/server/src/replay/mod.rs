@@ -121,10 +121,8 @@ pub(crate) async fn first(
     req: &PayRequest,
 ) -> First {
     let r = pay::request(user, order_id, req, None);
-    if let Some(record) = state.replays.get(user, key.as_str(), state.clock.now_ms()) {
-        if let Some(answer) = replay_of(&record, &r) {
-            return First::Answered(Reply::replay(answer), ReplaySource::Memory);
-        }
+    if let Some(answer) = state.replays.replay(key.as_str(), state.clock.now_ms(), &r) {
+        return First::Answered(Reply::replay(answer), ReplaySource::Memory);
     }
     let mut refill = None;
     if let Some(redis) = &state.redis {
