@@ -17,7 +17,7 @@
 
 use super::redis::RedisCache;
 use super::{get, lookup_label, redis_key, remember, Entry};
-use crate::error::{AppError, AppResult};
+use crate::error::AppResult;
 use crate::metrics::{self, RedisLookup, ReplaySource};
 use crate::pay;
 use crate::reply::Reply;
@@ -48,17 +48,10 @@ pub(crate) async fn pay(
 ) -> (AppResult<Reply>, ReplaySource) {
     let deadline = Instant::now() + state.config.in_progress_wait;
     let rkey = redis_key(user, key);
-    let marker = match serde_json::to_string(&Entry::Processing {
-        token: uuid::Uuid::new_v4().to_string(),
-    }) {
-        Ok(m) => m,
-        Err(e) => {
-            return (
-                Err(AppError::internal(e.to_string())),
-                ReplaySource::Database,
-            )
-        }
-    };
+    let token = uuid::Uuid::new_v4().to_string();
+    // One string member: serialization cannot fail (an unreadable marker would only send
+    // the others to the database).
+    let marker = serde_json::to_string(&Entry::Processing { token }).unwrap_or_default();
     let lease = u64::try_from(state.policy.lease_ms).unwrap_or(1).max(1);
     let mut set = ::redis::cmd("SET");
     set.arg(&rkey)
