@@ -170,19 +170,17 @@ mod tests {
     #[test]
     fn a_jwt_user_must_pass_the_user_id_rule() {
         let secret = "jwt-secret-0123456789abcdef0123456789";
-        let sources = crate::jwt::KeySources {
-            hs256_secrets: &[secret.to_owned()],
-            ..Default::default()
+        let flags = crate::jwt::JwtArgs {
+            hs256_secrets: vec![secret.to_owned()],
+            public_keys: Vec::new(),
+            jwks: None,
+            issuer: "iss".into(),
+            audience: "aud".into(),
+            max_lifetime_secs: 600,
+            leeway_secs: 0,
+            user_claim: "sub".into(),
         };
-        let v = crate::jwt::JwtVerifier::new(
-            &sources,
-            "iss",
-            "aud",
-            std::time::Duration::from_secs(600),
-            0,
-            "sub",
-        )
-        .unwrap();
+        let v = crate::jwt::JwtVerifier::new(&flags).unwrap().unwrap();
         let mint = |user: &str| {
             crate::jwt::mint_hs256(secret.as_bytes(), "iss", "aud", user, 1_000, 60).unwrap()
         };

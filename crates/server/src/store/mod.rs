@@ -266,27 +266,30 @@ pub(crate) async fn delete_old(
     Ok(n)
 }
 
+/// The file of a `sqlite:` URL; `None` for any other URL, and for an in-memory database
+/// (one per pool connection: keys would be forgotten).
+pub(crate) fn sqlite_path(url: &str) -> Option<&str> {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))?;
+    let path = rest.split('?').next().unwrap_or(rest);
+    (!path.is_empty() && path != ":memory:").then_some(path)
+}
+
 /// Recognizes the backend and, for SQLite, creates the file's directory and asks for the
 /// file to be created (`mode=rwc`).
 fn normalize_url(url: &str) -> Result<(Backend, String), StoreError> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         return Ok((Backend::Postgres, url.to_owned()));
     }
-    let rest = url
-        .strip_prefix("sqlite://")
-        .or_else(|| url.strip_prefix("sqlite:"))
-        .ok_or(StoreError::UnsupportedUrl)?;
-    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
-    if path.is_empty() || path == ":memory:" {
-        // An in-memory database would be one per pool connection: keys would be forgotten.
-        return Err(StoreError::UnsupportedUrl);
-    }
+    let path = sqlite_path(url).ok_or(StoreError::UnsupportedUrl)?;
     if let Some(dir) = std::path::Path::new(path)
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
     {
         std::fs::create_dir_all(dir)?;
     }
+    let query = url.split_once('?').map_or("", |(_, q)| q);
     let query = if query.contains("mode=") {
         query.to_owned()
     } else if query.is_empty() {

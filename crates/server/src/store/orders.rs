@@ -126,23 +126,13 @@ pub(crate) async fn insert_order<'c>(
     address: Option<&str>,
     now: i64,
 ) -> sqlx::Result<()> {
-    sqlx::query(
-        "INSERT INTO orders (id, user_id, status, version, items, coupon, address, subtotal, discount, amount,
-                             currency, active_attempt, payment_id, created_at, updated_at)
-         VALUES ($1, $2, 'unpaid', 1, $3, $4, $5, $6, $7, $8, $9, NULL, NULL, $10, $10)",
-    )
-    .bind(id)
-    .bind(user)
-    .bind(lines_json(&priced.lines))
-    .bind(priced.coupon.clone())
-    .bind(address.map(str::to_owned))
-    .bind(priced.subtotal)
-    .bind(priced.discount)
-    .bind(priced.amount)
-    .bind(priced.currency.clone())
-    .bind(now)
-    .execute(e)
-    .await?;
+    let q = sqlx::query(
+        "INSERT INTO orders (items, coupon, address, subtotal, discount, amount, currency, id, user_id,
+                             status, version, active_attempt, payment_id, created_at, updated_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'unpaid', 1, NULL, NULL, $10, $10)",
+    );
+    let q = bind_cart(q, priced, address).bind(id).bind(user).bind(now);
+    q.execute(e).await?;
     Ok(())
 }
 
@@ -157,30 +147,29 @@ pub(crate) async fn update_cart<'c>(
     address: Option<&str>,
     now: i64,
 ) -> sqlx::Result<bool> {
-    let res = sqlx::query(
+    let q = sqlx::query(
         "UPDATE orders SET items = $1, coupon = $2, address = $3, subtotal = $4, discount = $5, amount = $6,
                 currency = $7, version = version + 1, updated_at = $8
          WHERE id = $9 AND user_id = $10 AND version = $11 AND status = 'unpaid' AND active_attempt IS NULL",
-    )
-    .bind(lines_json(&priced.lines))
-    .bind(priced.coupon.clone())
-    .bind(address.map(str::to_owned))
-    .bind(priced.subtotal)
-    .bind(priced.discount)
-    .bind(priced.amount)
-    .bind(priced.currency.clone())
-    .bind(now)
-    .bind(id)
-    .bind(user)
-    .bind(version)
-    .execute(e)
-    .await?;
-    Ok(res.rows_affected() == 1)
+    );
+    let q = bind_cart(q, priced, address).bind(now).bind(id).bind(user);
+    Ok(q.bind(version).execute(e).await?.rows_affected() == 1)
 }
 
-fn lines_json(lines: &[OrderLine]) -> String {
+type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>;
+
+/// Binds `$1..=$7`: a priced cart's `items, coupon, address, subtotal, discount, amount,
+/// currency`.
+fn bind_cart<'q>(q: AnyQuery<'q>, priced: &Priced, address: Option<&str>) -> AnyQuery<'q> {
     // Vec of plain structs: serialization cannot fail.
-    serde_json::to_string(lines).unwrap_or_else(|_| "[]".to_owned())
+    let items = serde_json::to_string(&priced.lines).unwrap_or_else(|_| "[]".to_owned());
+    q.bind(items)
+        .bind(priced.coupon.as_deref())
+        .bind(address)
+        .bind(priced.subtotal)
+        .bind(priced.discount)
+        .bind(priced.amount)
+        .bind(priced.currency.as_str())
 }
 
 /// Locks the order for `attempt`: only at the expected version, unpaid, and with no other
