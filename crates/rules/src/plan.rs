@@ -52,17 +52,6 @@ impl AuditEntry {
 
 use AuditEntry as Entry;
 
-fn entry(
-    actor: &str,
-    entity: &'static str,
-    id: &str,
-    from: Option<&str>,
-    to: &str,
-    reason: &str,
-) -> Entry {
-    Entry::new(actor, entity, id, from, to, reason)
-}
-
 /// Order states in the audit trail.
 const UNPAID: &str = "unpaid";
 const UNPAID_ACTIVE: &str = "unpaid (payment active)";
@@ -159,8 +148,8 @@ pub fn plan_claim(
     });
     let note = format!("pay accepted for order version {}", order.version);
     let audit = vec![
-        entry(user, "attempt", &attempt_id, None, "processing", &note),
-        entry(
+        Entry::new(user, "attempt", &attempt_id, None, "processing", &note),
+        Entry::new(
             user,
             "order",
             order.id,
@@ -341,6 +330,14 @@ pub fn plan_settle(
 ) -> SettlePlan {
     let a = &claim.attempt;
     let expires_at = policy.expires_at(now);
+    // The attempt leaves processing; the order moves `from` → `to`.
+    let audit = |status: &str, why: &str, [from, to, order_why]: [&str; 3]| {
+        let (actor, order) = (&claim.actor, &a.terms.order_id);
+        vec![
+            Entry::new(actor, "attempt", &a.id, Some("processing"), status, why),
+            Entry::new(actor, "order", order, Some(from), to, order_why),
+        ]
+    };
     let uncharged = |status: AttemptStatus, code: ErrorCode, detail: &str| {
         let mut problem = Problem::new(code).with_detail(detail);
         problem.attempt_status = Some(status);
@@ -357,24 +354,15 @@ pub fn plan_settle(
                 expires_at,
             },
             release,
-            audit: vec![
-                entry(
-                    &claim.actor,
-                    "attempt",
-                    &a.id,
-                    Some("processing"),
-                    status.as_str(),
-                    detail,
-                ),
-                entry(
-                    &claim.actor,
-                    "order",
-                    &a.terms.order_id,
-                    Some(UNPAID_ACTIVE),
+            audit: audit(
+                status.as_str(),
+                detail,
+                [
+                    UNPAID_ACTIVE,
                     UNPAID,
                     "attempt ended without a charge; cart unlocked; stock released",
-                ),
-            ],
+                ],
+            ),
         }
     };
     match outcome {
@@ -402,24 +390,7 @@ pub fn plan_settle(
                     expires_at,
                 },
                 payment,
-                audit: vec![
-                    entry(
-                        &claim.actor,
-                        "attempt",
-                        &a.id,
-                        Some("processing"),
-                        "succeeded",
-                        &reason,
-                    ),
-                    entry(
-                        &claim.actor,
-                        "order",
-                        &a.terms.order_id,
-                        Some(UNPAID),
-                        "paid",
-                        &reason,
-                    ),
-                ],
+                audit: audit("succeeded", &reason, [UNPAID, "paid", &reason]),
             }
         }
         Outcome::Declined(_) => uncharged(
@@ -473,7 +444,7 @@ fn json<T: serde::Serialize>(v: &T) -> String {
 /// took the expired lease and asks the provider.
 pub fn take_over_entry(actor: &str, attempt_id: &str, who: &str) -> AuditEntry {
     let reason = format!("lease expired; {who} asks the provider about the provider key");
-    entry(
+    Entry::new(
         actor,
         "attempt",
         attempt_id,
@@ -485,7 +456,7 @@ pub fn take_over_entry(actor: &str, attempt_id: &str, who: &str) -> AuditEntry {
 
 /// The audit row of a manual-review flag.
 pub fn review_entry(attempt_id: &str) -> AuditEntry {
-    entry("system", "attempt", attempt_id, Some("processing"), "processing (needs review)",
+    Entry::new("system", "attempt", attempt_id, Some("processing"), "processing (needs review)",
         "reconciliation: the provider cannot tell this attempt's outcome; flagged for manual review, never charged blindly")
 }
 
@@ -499,7 +470,7 @@ pub fn plan_tombstone(
     now: i64,
     policy: &Policy,
 ) -> (crate::Tombstone, AuditEntry) {
-    let audit = entry(
+    let audit = Entry::new(
         user,
         "attempt",
         &id,

@@ -27,36 +27,38 @@ pub(crate) async fn cancel(
     let id = format!("att_{}", uuid::Uuid::new_v4().simple());
     let (tombstone, entry) =
         plan::plan_tombstone(user, &order.id, order.version, id, now, &state.policy);
-    let (limits, owner, order_id, k) = (
-        state.limits.clone(),
-        user.to_owned(),
-        order.id.clone(),
-        key.as_str().to_owned(),
-    );
-    let (t, e) = (tombstone.clone(), entry.clone());
-    let first = state.store.write(async move |tx| {
-        if !db::insert_tombstone(&mut *tx, &t, &k, now).await? {
-            return Ok(false);
-        }
-        let current = get_order(&mut *tx, &order_id, &owner).await?;
-        if current
-            .as_ref()
-            .is_some_and(|o| o.status != OrderStatus::Unpaid)
-        {
-            return Err(Undo::Paid(current));
-        }
-        // Only a cancel that keeps a tombstone spends a token (an error undoes the write).
-        limits
-            .check(Bucket::Tombstones, &owner)
-            .map_err(Undo::Failed)?;
-        audit::record(&mut *tx, &e, now).await?;
-        Ok(true)
-    });
+    // Inserts the tombstone (`Ok(false)`: the key's slot is taken). The first write undoes
+    // it when the order read in its transaction is no longer payable.
+    let insert = |unless_paid: bool| {
+        let (limits, owner, order_id) = (state.limits.clone(), user.to_owned(), order.id.clone());
+        let (t, e, k) = (tombstone.clone(), entry.clone(), key.as_str().to_owned());
+        state.store.write(async move |tx| {
+            if !db::insert_tombstone(&mut *tx, &t, &k, now).await? {
+                return Ok(false);
+            }
+            let current = match unless_paid {
+                true => get_order(&mut *tx, &order_id, &owner).await?,
+                false => None,
+            };
+            if current
+                .as_ref()
+                .is_some_and(|o| o.status != OrderStatus::Unpaid)
+            {
+                return Err(Undo::Paid(current));
+            }
+            // Only a cancel that keeps a tombstone spends a token (an error undoes the write).
+            limits
+                .check(Bucket::Tombstones, &owner)
+                .map_err(Undo::Failed)?;
+            audit::record(&mut *tx, &e, now).await?;
+            Ok(true)
+        })
+    };
     let cancelled = CancelResponse {
         status: AttemptStatus::Cancelled,
         payment: None,
     };
-    match first.await {
+    match insert(true).await {
         Ok(true) => return Ok(cancelled),
         Ok(false) => {}
         Err(Undo::Failed(e)) => return Err(e),
@@ -69,19 +71,9 @@ pub(crate) async fn cancel(
             }
             // Never charged, and the paid order refuses it: the tombstone makes a late
             // pay's answer ATTEMPT_CANCELLED, as for any cancelled key.
-            let (limits, owner, k) = (
-                state.limits.clone(),
-                user.to_owned(),
-                key.as_str().to_owned(),
-            );
-            let second = state.store.write(async move |tx| {
-                if db::insert_tombstone(&mut *tx, &tombstone, &k, now).await? {
-                    limits.check(Bucket::Tombstones, &owner)?;
-                    audit::record(&mut *tx, &entry, now).await?;
-                }
-                Ok::<_, AppError>(())
-            });
-            second.await?;
+            if let Err(Undo::Failed(e)) = insert(false).await {
+                return Err(e);
+            }
             return Ok(answer);
         }
     }

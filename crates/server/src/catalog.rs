@@ -205,61 +205,57 @@ fn check_file(f: &CatalogFile) -> Result<(), String> {
     }
     let mut skus = HashSet::new();
     for (i, it) in f.items.iter().enumerate() {
-        let at = format!("items[{i}]");
-        if !valid_sku(&it.sku) {
-            return Err(format!(
-                "{at}.sku {:?}: 1..=64 characters of A-Z a-z 0-9 - _",
-                it.sku
-            ));
-        }
-        if !skus.insert(it.sku.as_str()) {
-            return Err(format!("{at}.sku {:?} appears twice", it.sku));
-        }
-        if it.name.trim().is_empty() || it.name.chars().count() > 200 {
-            return Err(format!("{at}.name: 1..=200 characters"));
-        }
-        if it.unit_price <= 0 {
-            return Err(format!("{at}.unitPrice must be > 0 (minor units)"));
-        }
-        if it.currency.len() != 3 || !it.currency.bytes().all(|b| b.is_ascii_uppercase()) {
-            return Err(format!(
-                "{at}.currency {:?}: three capital letters (ISO 4217)",
+        let problem = if !valid_sku(&it.sku) {
+            format!("sku {:?}: 1..=64 characters of A-Z a-z 0-9 - _", it.sku)
+        } else if !skus.insert(it.sku.as_str()) {
+            format!("sku {:?} appears twice", it.sku)
+        } else if it.name.trim().is_empty() || it.name.chars().count() > 200 {
+            "name: 1..=200 characters".into()
+        } else if it.unit_price <= 0 {
+            "unitPrice must be > 0 (minor units)".into()
+        } else if it.currency.len() != 3 || !it.currency.bytes().all(|b| b.is_ascii_uppercase()) {
+            format!(
+                "currency {:?}: three capital letters (ISO 4217)",
                 it.currency
-            ));
-        }
-        if it.stock < 0 {
-            return Err(format!("{at}.stock must be >= 0"));
-        }
+            )
+        } else if it.stock < 0 {
+            "stock must be >= 0".into()
+        } else {
+            continue;
+        };
+        return Err(format!("items[{i}].{problem}"));
     }
     let mut codes = HashSet::new();
     for (i, c) in f.coupons.iter().enumerate() {
-        let at = format!("coupons[{i}]");
-        if c.code.is_empty() || c.code.len() > 64 || c.code.chars().any(char::is_whitespace) {
-            return Err(format!("{at}.code: 1..=64 characters, no spaces"));
-        }
-        if !codes.insert(c.code.as_str()) {
-            return Err(format!("{at}.code {:?} appears twice", c.code));
-        }
-        if !(1..=100).contains(&c.percent_off) {
-            return Err(format!("{at}.percentOff must be 1..=100"));
-        }
+        let problem =
+            if c.code.is_empty() || c.code.len() > 64 || c.code.chars().any(char::is_whitespace) {
+                "code: 1..=64 characters, no spaces".into()
+            } else if !codes.insert(c.code.as_str()) {
+                format!("code {:?} appears twice", c.code)
+            } else if !(1..=100).contains(&c.percent_off) {
+                "percentOff must be 1..=100".into()
+            } else {
+                continue;
+            };
+        return Err(format!("coupons[{i}].{problem}"));
     }
     Ok(())
 }
 
 /// Reads and checks `--catalog`. The error says which file and what is wrong with it.
 pub(crate) fn load_file(path: &Path) -> Result<CatalogSource, String> {
-    let shown = path.display();
-    let text = std::fs::read_to_string(path).map_err(|e| format!("--catalog {shown}: {e}"))?;
-    let file: CatalogFile =
-        serde_json::from_str(&text).map_err(|e| format!("--catalog {shown}: {e}"))?;
-    check_file(&file).map_err(|e| format!("--catalog {shown}: {e}"))?;
-    let canonical = serde_json::to_vec(&file).map_err(|e| format!("--catalog {shown}: {e}"))?;
-    Ok(CatalogSource {
-        file: Arc::new(file),
-        digest: hex::encode(Sha256::digest(&canonical)),
-        installed: Arc::default(),
-    })
+    let read = || {
+        let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+        let file: CatalogFile = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+        check_file(&file)?;
+        let canonical = serde_json::to_vec(&file).map_err(|e| e.to_string())?;
+        Ok(CatalogSource {
+            file: Arc::new(file),
+            digest: hex::encode(Sha256::digest(&canonical)),
+            installed: Arc::default(),
+        })
+    };
+    read().map_err(|e: String| format!("--catalog {}: {e}", path.display()))
 }
 
 /// Installs the `--catalog` file, once per process, before the catalog is first read.

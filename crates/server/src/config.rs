@@ -6,6 +6,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use crate::jwt::JwtArgs;
+
 /// payonce companion server: orders, idempotent pay and cancel against a payment provider
 /// (`--provider-url`; a dev build with `--dev` embeds a mock one when it is absent).
 #[derive(Debug, Parser)]
@@ -141,64 +143,6 @@ pub struct ServerArgs {
     pub dev: crate::dev::args::DevArgs,
 }
 
-/// Bearer JWTs from the identity provider. With any key set, `--jwt-issuer` and
-/// `--jwt-audience` are required. Several keys may be given at once for rotation.
-#[derive(Debug, Clone, Args)]
-pub struct JwtArgs {
-    /// HS256 shared secret, at least 32 bytes (repeatable, or a comma list).
-    #[arg(
-        long = "jwt-hs256-secret",
-        env = "PAYONCE_JWT_HS256_SECRETS",
-        hide_env_values = true,
-        value_delimiter = ','
-    )]
-    pub hs256_secrets: Vec<String>,
-    /// RS256 (RSA) or ES256 (P-256) public key, PEM file (repeatable).
-    #[arg(
-        long = "jwt-public-key",
-        env = "PAYONCE_JWT_PUBLIC_KEYS",
-        value_delimiter = ','
-    )]
-    pub public_keys: Vec<PathBuf>,
-    /// JWKS file (`{"keys": [...]}`) of RSA / P-256 keys; a token's `kid` picks its key.
-    #[arg(long = "jwt-jwks", env = "PAYONCE_JWT_JWKS")]
-    pub jwks: Option<PathBuf>,
-    /// Required `iss`.
-    #[arg(long = "jwt-issuer", env = "PAYONCE_JWT_ISSUER", default_value = "")]
-    pub issuer: String,
-    /// Required `aud` (one of the token's audiences).
-    #[arg(
-        long = "jwt-audience",
-        env = "PAYONCE_JWT_AUDIENCE",
-        default_value = ""
-    )]
-    pub audience: String,
-    /// Longest accepted lifetime: `exp` at most this far from now (and from `iat`).
-    #[arg(
-        long = "jwt-max-lifetime-secs",
-        env = "PAYONCE_JWT_MAX_LIFETIME_SECS",
-        default_value_t = 3_600
-    )]
-    pub max_lifetime_secs: u64,
-    /// Clock skew allowed on `exp` and `nbf`.
-    #[arg(long = "jwt-leeway-secs", default_value_t = 30)]
-    pub leeway_secs: u64,
-    /// The claim holding the user id (it must pass the user-id rule: 1-64 of
-    /// `[A-Za-z0-9_-]`).
-    #[arg(
-        long = "jwt-user-claim",
-        env = "PAYONCE_JWT_USER_CLAIM",
-        default_value = "sub"
-    )]
-    pub user_claim: String,
-}
-
-impl JwtArgs {
-    fn any_key(&self) -> bool {
-        !self.hs256_secrets.is_empty() || !self.public_keys.is_empty() || self.jwks.is_some()
-    }
-}
-
 /// Timeouts and the connection cap of the API listener: a client that is slow or silent
 /// holds a connection (a file descriptor) only this long, and never more of them than the
 /// cap, so it cannot starve `/healthz` or the pay path.
@@ -226,7 +170,8 @@ pub struct EdgeArgs {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub(crate) dev: bool,
-    pub(crate) lease: Duration,
+    /// Leases and retention, from the flags.
+    pub(crate) policy: payonce_rules::Policy,
     pub(crate) provider_timeout: Duration,
     pub(crate) in_progress_wait: Duration,
     pub(crate) retry_after_secs: u64,
@@ -234,29 +179,19 @@ pub struct Config {
     /// How long a finished key is kept (and so replays): announced in
     /// `Idempotency-Key-Retention`.
     pub(crate) key_retention: Duration,
-    /// Secret of the provider's webhook signatures.
     pub(crate) webhook_secret: String,
     /// Period of the background jobs; `None`: off.
     pub(crate) jobs_interval: Option<Duration>,
     /// The Redis fast path, if configured (URL already validated).
     pub(crate) redis_url: Option<String>,
-    /// Bound of one Redis connect or command.
     pub(crate) redis_timeout: Duration,
     /// The `--tls-ca-file` certificates (PEM), checked.
     pub(crate) tls_ca: Option<Vec<u8>>,
-    /// Capacity of the in-memory replay cache (0: off).
     pub(crate) replay_cache_entries: usize,
-    /// Per-user buckets: any pay request, and new attempts.
     pub(crate) rates: Vec<(payonce_rules::policy::Bucket, Option<governor::Quota>)>,
-    /// Processing attempts older than this are reconciled (and flagged if still unknown).
-    pub(crate) reconcile_after: Duration,
-    /// Audit rows older than this are deleted.
-    pub(crate) audit_retention: Duration,
-    /// Armed failpoints (dev only).
     pub(crate) failpoints: Vec<String>,
     /// The `--catalog` file, checked; `None`: the built-in catalog.
     pub(crate) catalog: Option<crate::catalog::CatalogSource>,
-    /// Timeouts and limits of the HTTP edge.
     pub(crate) edge: Edge,
     /// Bearer JWT verification, when keys are configured.
     pub(crate) jwt: Option<std::sync::Arc<crate::jwt::JwtVerifier>>,
@@ -460,11 +395,9 @@ impl Config {
         let session_secret = match &args.session_secret {
             Some(s) if s.len() < MIN_DEV_SECRET => return Err(ConfigError::WeakSecret),
             Some(s) => s.as_bytes().to_vec(),
-            None => {
-                let mut v = uuid::Uuid::new_v4().as_bytes().to_vec();
-                v.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
-                v
-            }
+            None => [uuid::Uuid::new_v4(), uuid::Uuid::new_v4()]
+                .map(uuid::Uuid::into_bytes)
+                .concat(),
         };
         // Outside dev `production_problems` has made sure it is set; in dev the mock
         // provider's own default pairs with the embedded provider.
@@ -479,30 +412,10 @@ impl Config {
         };
         let tls_ca = args.tls_ca_file.as_deref().map(read_ca).transpose()?;
         let edge = Edge::from_args(args)?;
-        let jwt = if args.jwt.any_key() {
-            let j = &args.jwt;
-            let sources = crate::jwt::KeySources {
-                hs256_secrets: &j.hs256_secrets,
-                public_keys: &j.public_keys,
-                jwks: j.jwks.as_deref(),
-            };
-            Some(std::sync::Arc::new(
-                crate::jwt::JwtVerifier::new(
-                    &sources,
-                    &j.issuer,
-                    &j.audience,
-                    Duration::from_secs(j.max_lifetime_secs),
-                    j.leeway_secs,
-                    &j.user_claim,
-                )
-                .map_err(ConfigError::Jwt)?,
-            ))
-        } else {
-            None
-        };
+        let jwt = crate::jwt::JwtVerifier::new(&args.jwt).map_err(ConfigError::Jwt)?;
         Ok(Self {
             edge,
-            jwt,
+            jwt: jwt.map(std::sync::Arc::new),
             dev: dev.dev,
             redis_url: args.redis_url.clone(),
             redis_timeout: Duration::from_millis(args.redis_timeout_ms.max(1)),
@@ -522,7 +435,12 @@ impl Config {
                     ),
                 ]
             },
-            lease: Duration::from_millis(args.lease_ms),
+            policy: payonce_rules::Policy::new(
+                Duration::from_millis(args.lease_ms),
+                Duration::from_secs(args.key_retention_secs),
+                Duration::from_millis(args.reconcile_after_ms),
+                Duration::from_secs(args.audit_retention_days.saturating_mul(86_400)),
+            ),
             provider_timeout: Duration::from_millis(args.provider_timeout_ms),
             in_progress_wait: Duration::from_millis(args.in_progress_wait_ms),
             retry_after_secs: args.retry_after_secs,
@@ -531,8 +449,6 @@ impl Config {
             webhook_secret,
             jobs_interval: (args.jobs_interval_ms > 0)
                 .then(|| Duration::from_millis(args.jobs_interval_ms)),
-            reconcile_after: Duration::from_millis(args.reconcile_after_ms),
-            audit_retention: Duration::from_secs(args.audit_retention_days.saturating_mul(86_400)),
             failpoints: dev.failpoints,
             catalog,
             metrics_token: args.metrics_token.clone().filter(|t| !t.is_empty()),

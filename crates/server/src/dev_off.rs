@@ -3,7 +3,7 @@
 //! each; the dev routes answer 403 `DEV_MODE_REQUIRED` as they do in a dev build without
 //! `--dev`; every fault hook is a no-op.
 
-use crate::config::ConfigError;
+use crate::config::{ConfigError, ServerArgs};
 use crate::error::AppError;
 use crate::state::{AppState, RunError};
 use args::DevFlagError;
@@ -86,14 +86,12 @@ pub(crate) async fn run_command(_: Command) -> Result<(), RunError> {
     )))
 }
 
-pub(crate) async fn embedded_provider(
-    _: &DevArgs,
-    _: Option<&str>,
-    _: &str,
+pub(crate) async fn provider_url(
+    args: &ServerArgs,
     _: &str,
     _: SocketAddr,
-) -> Result<Option<String>, RunError> {
-    Ok(None)
+) -> Result<String, RunError> {
+    Ok(args.provider_url.clone().unwrap_or_default())
 }
 
 pub(crate) fn routes() -> Router<AppState> {

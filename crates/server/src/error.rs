@@ -4,11 +4,12 @@
 //! failures (store, bugs) are logged with their detail and answered with an opaque body:
 //! the client learns the code, never our internals.
 
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use payonce_protocol::headers::RETRY_AFTER;
 use payonce_protocol::problem::PROBLEM_CONTENT_TYPE;
 use payonce_protocol::{AttemptStatus, ErrorCode, Problem};
+use payonce_rules::plan::problem_body;
 
 /// What rustls said, when `e` comes from a failed TLS handshake (reported as an
 /// `InvalidData` I/O error): a certificate or protocol mismatch that no retry fixes.
@@ -113,26 +114,9 @@ fn unstorable_text(e: &sqlx::Error) -> bool {
 /// a `Retry-After` header mirroring `retryAfter`.
 pub(crate) fn problem_response(problem: &Problem) -> Response {
     let status = StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let body = problem_body(problem);
-    let mut res = (status, body).into_response();
-    let headers = res.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(PROBLEM_CONTENT_TYPE),
-    );
-    if let Some(secs) = problem.retry_after {
-        headers.insert(RETRY_AFTER, HeaderValue::from(secs));
-    }
-    res
-}
-
-/// The exact bytes of a problem body. Stored results are built with this too, so a replay
-/// and the first answer cannot differ.
-pub(crate) fn problem_body(problem: &Problem) -> String {
-    // Serializing a struct of strings and integers cannot fail; fall back to a fixed body
-    // rather than panicking if it ever did.
-    serde_json::to_string(problem)
-        .unwrap_or_else(|_| r#"{"type":"/problems/internal","title":"Internal server error","status":500,"code":"INTERNAL"}"#.to_owned())
+    let content_type = [(header::CONTENT_TYPE, PROBLEM_CONTENT_TYPE)];
+    let retry_after = problem.retry_after.map(|secs| [(RETRY_AFTER, secs)]);
+    (status, content_type, retry_after, problem_body(problem)).into_response()
 }
 
 impl IntoResponse for AppError {

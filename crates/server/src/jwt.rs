@@ -7,10 +7,62 @@
 //! the configured claim holds a valid user id. `alg: none` is not an algorithm the crate
 //! parses, so such a token never reaches a key. Time is an input (`now`), never read here.
 
+use clap::Args;
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, AlgorithmFamily, DecodingKey, Validation};
-use std::path::Path;
-use std::time::Duration;
+use std::path::PathBuf;
+
+/// Bearer JWTs from the identity provider. With any key set, `--jwt-issuer` and
+/// `--jwt-audience` are required. Several keys may be given at once for rotation.
+#[derive(Debug, Clone, Args)]
+pub struct JwtArgs {
+    /// HS256 shared secret, at least 32 bytes (repeatable, or a comma list).
+    #[arg(
+        long = "jwt-hs256-secret",
+        env = "PAYONCE_JWT_HS256_SECRETS",
+        hide_env_values = true,
+        value_delimiter = ','
+    )]
+    pub hs256_secrets: Vec<String>,
+    /// RS256 (RSA) or ES256 (P-256) public key, PEM file (repeatable).
+    #[arg(
+        long = "jwt-public-key",
+        env = "PAYONCE_JWT_PUBLIC_KEYS",
+        value_delimiter = ','
+    )]
+    pub public_keys: Vec<PathBuf>,
+    /// JWKS file (`{"keys": [...]}`) of RSA / P-256 keys; a token's `kid` picks its key.
+    #[arg(long = "jwt-jwks", env = "PAYONCE_JWT_JWKS")]
+    pub jwks: Option<PathBuf>,
+    /// Required `iss`.
+    #[arg(long = "jwt-issuer", env = "PAYONCE_JWT_ISSUER", default_value = "")]
+    pub issuer: String,
+    /// Required `aud` (one of the token's audiences).
+    #[arg(
+        long = "jwt-audience",
+        env = "PAYONCE_JWT_AUDIENCE",
+        default_value = ""
+    )]
+    pub audience: String,
+    /// Longest accepted lifetime: `exp` at most this far from now (and from `iat`).
+    #[arg(
+        long = "jwt-max-lifetime-secs",
+        env = "PAYONCE_JWT_MAX_LIFETIME_SECS",
+        default_value_t = 3_600
+    )]
+    pub max_lifetime_secs: u64,
+    /// Clock skew allowed on `exp` and `nbf`.
+    #[arg(long = "jwt-leeway-secs", default_value_t = 30)]
+    pub leeway_secs: u64,
+    /// The claim holding the user id (it must pass the user-id rule: 1-64 of
+    /// `[A-Za-z0-9_-]`).
+    #[arg(
+        long = "jwt-user-claim",
+        env = "PAYONCE_JWT_USER_CLAIM",
+        default_value = "sub"
+    )]
+    pub user_claim: String,
+}
 
 /// One verification key: the algorithm it is for and, from a JWKS, its `kid`.
 struct Key {
@@ -24,7 +76,7 @@ pub(crate) struct JwtVerifier {
     keys: Vec<Key>,
     issuer: String,
     audience: String,
-    max_lifetime: Duration,
+    max_lifetime_secs: u64,
     leeway_secs: u64,
     user_claim: String,
 }
@@ -44,14 +96,6 @@ impl std::fmt::Debug for JwtVerifier {
 /// Shortest HS256 secret accepted (RFC 7518 §3.2: at least the hash size).
 pub(crate) const MIN_HS256_SECRET: usize = 32;
 
-/// Where the keys come from.
-#[derive(Debug, Default)]
-pub(crate) struct KeySources<'a> {
-    pub hs256_secrets: &'a [String],
-    pub public_keys: &'a [std::path::PathBuf],
-    pub jwks: Option<&'a Path>,
-}
-
 /// The RS256 or ES256 key of a PEM file or JWK (only RSA and P-256 keys are accepted).
 fn asymmetric(key: DecodingKey, kid: Option<String>) -> Option<Key> {
     let alg = match key.family() {
@@ -63,17 +107,14 @@ fn asymmetric(key: DecodingKey, kid: Option<String>) -> Option<Key> {
 }
 
 impl JwtVerifier {
-    /// Loads and checks every key; any unreadable or unusable one is an error naming it.
-    pub(crate) fn new(
-        sources: &KeySources<'_>,
-        issuer: &str,
-        audience: &str,
-        max_lifetime: Duration,
-        leeway_secs: u64,
-        user_claim: &str,
-    ) -> Result<Self, String> {
+    /// Loads and checks every key of the flags; any unreadable or unusable one is an error
+    /// naming it. `None`: no key is configured, JWTs are off.
+    pub(crate) fn new(args: &JwtArgs) -> Result<Option<Self>, String> {
+        if args.hs256_secrets.is_empty() && args.public_keys.is_empty() && args.jwks.is_none() {
+            return Ok(None);
+        }
         let mut keys = Vec::new();
-        for (i, s) in sources.hs256_secrets.iter().enumerate() {
+        for (i, s) in args.hs256_secrets.iter().enumerate() {
             if s.len() < MIN_HS256_SECRET {
                 return Err(format!(
                     "--jwt-hs256-secret #{}: at least {MIN_HS256_SECRET} bytes",
@@ -87,14 +128,14 @@ impl JwtVerifier {
                 key,
             });
         }
-        for path in sources.public_keys {
+        for path in &args.public_keys {
             let at = format!("--jwt-public-key {}", path.display());
             let pem = std::fs::read(path).map_err(|e| format!("{at}: {e}"))?;
             let key = DecodingKey::from_rsa_pem(&pem).or_else(|_| DecodingKey::from_ec_pem(&pem));
             let key = key.ok().and_then(|k| asymmetric(k, None));
             keys.push(key.ok_or(format!("{at}: not an RSA or P-256 public key in PEM"))?);
         }
-        if let Some(path) = sources.jwks {
+        if let Some(path) = &args.jwks {
             let at = format!("--jwt-jwks {}", path.display());
             let text = std::fs::read_to_string(path).map_err(|e| format!("{at}: {e}"))?;
             let set: JwkSet = serde_json::from_str(&text).map_err(|e| format!("{at}: {e}"))?;
@@ -107,17 +148,17 @@ impl JwtVerifier {
         if keys.is_empty() {
             return Err("JWT verification needs at least one key".into());
         }
-        if issuer.is_empty() || audience.is_empty() {
+        if args.issuer.is_empty() || args.audience.is_empty() {
             return Err("--jwt-issuer and --jwt-audience are required with JWT keys".into());
         }
-        Ok(Self {
+        Ok(Some(Self {
             keys,
-            issuer: issuer.to_owned(),
-            audience: audience.to_owned(),
-            max_lifetime,
-            leeway_secs,
-            user_claim: user_claim.to_owned(),
-        })
+            issuer: args.issuer.clone(),
+            audience: args.audience.clone(),
+            max_lifetime_secs: args.max_lifetime_secs,
+            leeway_secs: args.leeway_secs,
+            user_claim: args.user_claim.clone(),
+        }))
     }
 
     /// The user claim of a valid token, or `None`.
@@ -139,7 +180,7 @@ impl JwtVerifier {
             .filter(|k| header.kid.is_none() || k.kid.is_none() || header.kid == k.kid)
             .find_map(|k| jsonwebtoken::decode::<Claims>(token, &k.key, &validation).ok())?
             .claims;
-        let (leeway, max) = (self.leeway_secs, self.max_lifetime.as_secs());
+        let (leeway, max) = (self.leeway_secs, self.max_lifetime_secs);
         let exp = claims.get("exp")?.as_u64()?;
         if exp.saturating_add(leeway) <= now_secs
             || exp > now_secs.saturating_add(max).saturating_add(leeway)
@@ -185,7 +226,7 @@ mod tests {
     use super::*;
     use jsonwebtoken::{EncodingKey, Header};
     use serde_json::json;
-    use std::path::PathBuf;
+    use std::path::Path;
 
     const ISS: &str = "https://id.example";
     const AUD: &str = "payonce";
@@ -206,14 +247,24 @@ mod tests {
         .unwrap()
     }
 
+    /// The flags with these keys, issuer [`ISS`], audience [`AUD`], no leeway.
+    fn flags(secrets: &[&str], keys: &[PathBuf], jwks: Option<&Path>) -> JwtArgs {
+        JwtArgs {
+            hs256_secrets: secrets.iter().map(|s| (*s).to_owned()).collect(),
+            public_keys: keys.to_vec(),
+            jwks: jwks.map(Path::to_path_buf),
+            issuer: ISS.into(),
+            audience: AUD.into(),
+            max_lifetime_secs: 3600,
+            leeway_secs: 0,
+            user_claim: "sub".into(),
+        }
+    }
+
     fn verifier(secrets: &[&str], keys: &[PathBuf], jwks: Option<&Path>) -> JwtVerifier {
-        let secrets: Vec<String> = secrets.iter().map(|s| (*s).to_owned()).collect();
-        let sources = KeySources {
-            hs256_secrets: &secrets,
-            public_keys: keys,
-            jwks,
-        };
-        JwtVerifier::new(&sources, ISS, AUD, Duration::from_secs(3600), 0, "sub").unwrap()
+        JwtVerifier::new(&flags(secrets, keys, jwks))
+            .unwrap()
+            .unwrap()
     }
 
     /// Keys made at test time with the openssl command line (a missing openssl fails).
@@ -397,11 +448,11 @@ mod tests {
 
     #[test]
     fn the_user_id_comes_from_the_configured_claim() {
-        let sources = KeySources {
-            hs256_secrets: &[NEW.to_owned()],
-            ..KeySources::default()
+        let v = JwtArgs {
+            user_claim: "uid".into(),
+            ..flags(&[NEW], &[], None)
         };
-        let v = JwtVerifier::new(&sources, ISS, AUD, Duration::from_secs(3600), 0, "uid").unwrap();
+        let v = JwtVerifier::new(&v).unwrap().unwrap();
         let mut c = claims(600);
         c["uid"] = json!("user_42");
         assert_eq!(v.verify(&hs(NEW, &c), NOW).as_deref(), Some("user_42"));
@@ -410,16 +461,21 @@ mod tests {
 
     #[test]
     fn weak_secrets_and_missing_issuer_are_refused_at_start() {
-        let short = KeySources {
-            hs256_secrets: &["short".to_owned()],
-            ..KeySources::default()
-        };
-        assert!(JwtVerifier::new(&short, ISS, AUD, Duration::from_secs(60), 0, "sub").is_err());
-        let ok = KeySources {
-            hs256_secrets: &[NEW.to_owned()],
-            ..KeySources::default()
-        };
-        assert!(JwtVerifier::new(&ok, "", AUD, Duration::from_secs(60), 0, "sub").is_err());
-        assert!(JwtVerifier::new(&ok, ISS, "", Duration::from_secs(60), 0, "sub").is_err());
+        assert!(JwtVerifier::new(&flags(&["short"], &[], None)).is_err());
+        let ok = flags(&[NEW], &[], None);
+        for bad in [
+            JwtArgs {
+                issuer: String::new(),
+                ..ok.clone()
+            },
+            JwtArgs {
+                audience: String::new(),
+                ..ok.clone()
+            },
+        ] {
+            assert!(JwtVerifier::new(&bad).is_err());
+        }
+        assert!(JwtVerifier::new(&ok).unwrap().is_some());
+        assert!(JwtVerifier::new(&flags(&[], &[], None)).unwrap().is_none());
     }
 }

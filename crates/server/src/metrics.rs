@@ -22,9 +22,12 @@ use subtle::ConstantTimeEq;
 
 pub(crate) use payonce_rules::policy::Bucket;
 
-/// Label value enums spell their wire text once, in `as_str`.
+/// Label value enums spell their wire text once, in `as_str`; `=> count(family)` also
+/// makes `count`, which counts one value in the `result` label of `family`.
 macro_rules! label_values {
-    ($( $(#[$doc:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? } )+) => {$(
+    ($( $(#[$doc:meta])* $name:ident $(=> $count:ident($family:ident))? {
+        $($variant:ident => $text:literal),+ $(,)?
+    } )+) => {$(
         $(#[$doc])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         pub(crate) enum $name { $($variant),+ }
@@ -37,6 +40,12 @@ macro_rules! label_values {
                 match self { $(Self::$variant => $text),+ }
             }
         }
+
+        $(
+            pub(crate) fn $count(result: $name) {
+                inc(&METRICS.$family, &[("result", result.as_str())]);
+            }
+        )?
     )+};
 }
 
@@ -44,27 +53,31 @@ label_values! {
     /// Where a replayed pay answer was read.
     ReplaySource { Memory => "memory", Redis => "redis", Database => "database" }
     /// One step of the Redis fast path.
-    RedisLookup {
+    RedisLookup => redis_lookup(redis_lookups) {
         Claimed => "claimed", Replay => "replay", Mismatch => "mismatch",
         Processing => "processing", Miss => "miss", Skipped => "skipped", Error => "error",
     }
-    /// One provider webhook delivery.
-    WebhookResult {
+    /// One provider webhook delivery handled.
+    WebhookResult => webhook_event(webhook_events) {
         Applied => "applied", Duplicate => "duplicate", BadSignature => "bad_signature",
         UnknownProviderKey => "unknown_provider_key", NoEffect => "no_effect",
         Unconfirmed => "unconfirmed",
     }
-    /// One attempt handled by the reconciliation job.
-    ReconcileResult { Settled => "settled", ManualReview => "manual_review" }
+    /// One attempt settled (or flagged) by the reconciliation job.
+    ReconcileResult => reconciliation(reconciliation) {
+        Settled => "settled", ManualReview => "manual_review",
+    }
     /// One run of the confirmation email job.
-    EmailResult { Sent => "sent", AlreadySent => "already_sent" }
+    EmailResult => email(emails) { Sent => "sent", AlreadySent => "already_sent" }
     /// One refund request.
-    RefundResult {
+    RefundResult => refund(refunds) {
         Refunded => "refunded", Replayed => "replayed", NotAllowed => "not_allowed",
         InProgress => "in_progress",
     }
-    /// One outbox row.
-    OutboxResult { ExecutedInline => "executed_inline", Drained => "drained", Inconclusive => "inconclusive" }
+    /// One outbox row handled.
+    OutboxResult => outbox(outbox) {
+        ExecutedInline => "executed_inline", Drained => "drained", Inconclusive => "inconclusive",
+    }
 }
 
 /// What a pay answer said: an attempt status, a problem code, or a body that names neither.
@@ -208,36 +221,6 @@ pub(crate) fn pay_outcome(status: u16, outcome: PayOutcome, replayed_from: Optio
 /// A pay request refused by the rate limit.
 pub(crate) fn rate_limited(bucket: Bucket) {
     inc(&METRICS.pay_rate_limited, &[("bucket", bucket.label())]);
-}
-
-/// One step of the Redis fast path.
-pub(crate) fn redis_lookup(result: RedisLookup) {
-    inc(&METRICS.redis_lookups, &[("result", result.as_str())]);
-}
-
-/// One webhook delivery handled.
-pub(crate) fn webhook_event(result: WebhookResult) {
-    inc(&METRICS.webhook_events, &[("result", result.as_str())]);
-}
-
-/// The reconciliation job settled (or flagged) one attempt.
-pub(crate) fn reconciliation(result: ReconcileResult) {
-    inc(&METRICS.reconciliation, &[("result", result.as_str())]);
-}
-
-/// One run of the confirmation email job.
-pub(crate) fn email(result: EmailResult) {
-    inc(&METRICS.emails, &[("result", result.as_str())]);
-}
-
-/// One refund request.
-pub(crate) fn refund(result: RefundResult) {
-    inc(&METRICS.refunds, &[("result", result.as_str())]);
-}
-
-/// One outbox row handled.
-pub(crate) fn outbox(result: OutboxResult) {
-    inc(&METRICS.outbox, &[("result", result.as_str())]);
 }
 
 /// Age thresholds (seconds) of the "attempts stuck in processing" gauge.

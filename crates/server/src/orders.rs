@@ -81,6 +81,14 @@ pub(crate) async fn create(
     load_owned(state, &id, user).await
 }
 
+/// An optional member after a cart edit: an empty string removes it, an absent one keeps it.
+fn edited<'a>(sent: &'a Option<String>, current: &'a Option<String>) -> Option<&'a str> {
+    match sent {
+        Some(s) => Some(s.as_str()).filter(|s| !s.is_empty()),
+        None => current.as_deref(),
+    }
+}
+
 /// How many times a cart change retries when a concurrent edit bumped the version under it.
 const CART_RETRIES: usize = 5;
 
@@ -103,19 +111,10 @@ pub(crate) async fn change_cart(
             return Err(AppError::code(ErrorCode::PaymentInProgress));
         }
         let lines = req.items.clone().unwrap_or_else(|| current.cart_lines());
-        // An empty string removes the coupon / address; an absent member keeps it.
         // The order's own coupon is no guess; a sent one is (`Limits::coupon`).
         let guard = req.coupon.is_some().then_some((&*state.limits, user));
-        let coupon = match &req.coupon {
-            Some(c) if c.is_empty() => None,
-            Some(c) => Some(c.as_str()),
-            None => current.coupon.as_deref(),
-        };
-        let address = match &req.address {
-            Some(a) if a.is_empty() => None,
-            Some(a) => Some(a.as_str()),
-            None => current.address.as_deref(),
-        };
+        let coupon = edited(&req.coupon, &current.coupon);
+        let address = edited(&req.address, &current.address);
         let priced = price_cart(&state.store, catalog, guard, &lines, coupon).await?;
         let unchanged = priced.lines == current.items
             && priced.coupon == current.coupon

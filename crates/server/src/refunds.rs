@@ -44,20 +44,17 @@ pub(crate) async fn run(
         let stored_fp = row
             .as_ref()
             .map(|r| REFUND.fingerprint(&[user, &r.payment_id]));
-        let stored = row
-            .as_ref()
-            .zip(stored_fp.as_deref())
-            .map(|(_, fingerprint)| match &answer {
-                Some(answer) => Stored::Final {
-                    fingerprint,
-                    status: AttemptStatus::Refunded,
-                    answer,
-                },
-                None => Stored::Processing {
-                    fingerprint,
-                    locked_until: None,
-                },
-            });
+        let stored = stored_fp.as_deref().map(|fingerprint| match &answer {
+            Some(answer) => Stored::Final {
+                fingerprint,
+                status: AttemptStatus::Refunded,
+                answer,
+            },
+            None => Stored::Processing {
+                fingerprint,
+                locked_until: None,
+            },
+        });
         match keyed::decide(
             stored,
             Some(&fp),
@@ -80,21 +77,17 @@ pub(crate) async fn run(
                 if payment.status != AttemptStatus::Succeeded {
                     return Err(not_allowed("the payment is not in a refundable state"));
                 }
-                let id = format!("rfd_{}", uuid::Uuid::new_v4().simple());
-                let (owner, k, pid) =
-                    (user.to_owned(), key.as_str().to_owned(), payment.id.clone());
-                let (provider_key, now) = (REFUND.provider_key(user, key), state.clock.now_ms());
-                let insert = state.store.write(async move |tx| {
-                    let new = NewRefund {
-                        id: &id,
-                        user: &owner,
-                        key: &k,
-                        payment_id: &pid,
-                        provider_refund_key: &provider_key,
-                        now,
-                    };
-                    db::insert_processing(tx, &new).await
-                });
+                let new = NewRefund {
+                    id: format!("rfd_{}", uuid::Uuid::new_v4().simple()),
+                    user: user.to_owned(),
+                    key: key.as_str().to_owned(),
+                    payment_id: payment.id.clone(),
+                    provider_refund_key: REFUND.provider_key(user, key),
+                    now: state.clock.now_ms(),
+                };
+                let insert = state
+                    .store
+                    .write(async move |tx| db::insert_processing(tx, &new).await);
                 if !insert.await? && db::find(pool, user, key.as_str()).await?.is_none() {
                     // Not our key's slot: the payment's one refund belongs to another key.
                     return Err(not_allowed(

@@ -30,19 +30,7 @@ async fn run_api(args: ServerArgs) -> Result<(), RunError> {
     // The API listener is bound first so the embedded provider can be told where to send
     // its webhooks (port 0 allowed); it serves once the store is ready.
     let (listener, local) = bind(args.addr).await?;
-    let provider_url = match crate::dev::embedded_provider(
-        &args.dev,
-        args.provider_url.as_deref(),
-        &args.database_url,
-        &config.webhook_secret,
-        local,
-    )
-    .await?
-    {
-        Some(url) => url,
-        // `Config::from_args` refuses a start without `--provider-url` outside dev mode.
-        None => args.provider_url.clone().unwrap_or_default(),
-    };
+    let provider_url = crate::dev::provider_url(&args, &config.webhook_secret, local).await?;
     let store = Store::connect(&crate::config::database_url(&args)).await?;
     let jobs_interval = config.jobs_interval;
     let state = AppState::new(store, &provider_url, config)?;

@@ -66,33 +66,22 @@ impl AppState {
         let provider =
             crate::provider::ProviderClient::new(provider_url, config.provider_timeout, ca)
                 .map_err(|e| RunError::Provider(e.to_string()))?;
-        let redis = match &config.redis_url {
-            Some(url) => Some(Arc::new(
-                crate::replay::redis::RedisCache::new(url, config.redis_timeout, ca)
-                    .map_err(|e| RunError::Config(ConfigError::RedisUrl(e)))?,
-            )),
-            None => None,
-        };
-        let limits = Arc::new(crate::limits::Limits::new(&config.rates));
-        let replays = Arc::new(crate::replay::memory::ReplayCache::new(
-            config.replay_cache_entries,
-        ));
-        let policy = payonce_rules::Policy::new(
-            config.lease,
-            config.key_retention,
-            config.reconcile_after,
-            config.audit_retention,
-        );
+        let redis = config.redis_url.as_deref().map(|url| {
+            crate::replay::redis::RedisCache::new(url, config.redis_timeout, ca).map(Arc::new)
+        });
+        let redis = redis.transpose().map_err(ConfigError::RedisUrl)?;
         Ok(Self {
             store,
             provider,
-            config: Arc::new(config),
             provider_url: provider_url.into(),
             redis,
-            limits,
-            replays,
+            limits: Arc::new(crate::limits::Limits::new(&config.rates)),
+            replays: Arc::new(crate::replay::memory::ReplayCache::new(
+                config.replay_cache_entries,
+            )),
             clock: Arc::new(SystemClock),
-            policy,
+            policy: config.policy,
+            config: Arc::new(config),
             gauges: Arc::default(),
         })
     }

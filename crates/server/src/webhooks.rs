@@ -9,18 +9,12 @@
 //!    from what the provider itself answers for the key ([`pay::settle_from_webhook`]);
 //! 4. marks the event handled, and only then answers 2xx.
 //!
-//! Duplicates, delays and reordering cannot double-apply: settling is a conditional update
-//! on a processing row, so the second application matches nothing.
-//!
-//! **An event for a provider key no attempt owns is answered 404 and not marked handled**,
-//! so the provider redelivers it with backoff. We chose that over parking the event: our
-//! claim commits the attempt (with its provider key) *before* the provider is ever called,
-//! so a charge we made always has its attempt by the time the provider can report it; an
-//! unknown key is either a commit not visible yet (another process, a lagging replica) or
-//! not ours, and in both cases the provider's own at-least-once retry is the durable
-//! queue; a parking table would be a second one to drain. The same holds when the provider
-//! cannot confirm the event right now (503). An event that crashed mid-handling stays
-//! unhandled and is applied when the provider delivers it again.
+//! Settling is a conditional update on a processing row, so a duplicate, delayed or
+//! reordered event matches nothing. An event for a provider key no attempt owns (404), one
+//! the provider cannot confirm now (503) and one whose handling crashed stay unhandled, and
+//! the provider's at-least-once redelivery is their queue: our claim commits the attempt
+//! before the provider is called, so an unknown key is a commit not yet visible or not
+//! ours (crates/server/README.md, "Webhooks").
 
 use crate::dev::failpoint;
 use crate::error::{AppError, AppResult};

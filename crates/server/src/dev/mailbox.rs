@@ -9,7 +9,6 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::Json;
 use payonce_protocol::{ErrorCode, Mail, Mailbox, MailboxQuery};
-use sqlx::any::AnyExecutor;
 
 /// The handler.
 pub(crate) async fn handler(
@@ -23,8 +22,16 @@ pub(crate) async fn handler(
     let Query(query) =
         query.map_err(|e| AppError::detail(ErrorCode::InvalidRequest, e.body_text()))?;
     let order_id = Id::parse(&query.order_id, "orderId")?;
-    let mails = mails(state.store.pool(), &user, &order_id)
-        .await?
+    // Oldest first.
+    let rows: Vec<(String, String, String, i64)> = sqlx::query_as(
+        "SELECT order_id, subject, body, sent_at FROM mailbox
+         WHERE user_id = $1 AND order_id = $2 ORDER BY sent_at, id",
+    )
+    .bind(&user)
+    .bind(&*order_id)
+    .fetch_all(state.store.pool())
+    .await?;
+    let mails = rows
         .into_iter()
         .map(|(order_id, subject, body, sent_at)| Mail {
             order_id,
@@ -34,20 +41,4 @@ pub(crate) async fn handler(
         })
         .collect();
     Ok(Json(Mailbox { mails }))
-}
-
-/// A user's mails about one order, oldest first: `(order_id, subject, body, sent_at)`.
-async fn mails<'c>(
-    e: impl AnyExecutor<'c>,
-    user_id: &str,
-    order_id: &str,
-) -> sqlx::Result<Vec<(String, String, String, i64)>> {
-    sqlx::query_as(
-        "SELECT order_id, subject, body, sent_at FROM mailbox
-         WHERE user_id = $1 AND order_id = $2 ORDER BY sent_at, id",
-    )
-    .bind(user_id)
-    .bind(order_id)
-    .fetch_all(e)
-    .await
 }

@@ -11,6 +11,7 @@ mod sessions;
 pub use args::{Command, DevArgs};
 pub(crate) use faults::{after_charge, dropped_response, failpoint, with_fault};
 
+use crate::config::ServerArgs;
 use crate::state::{AppState, RunError};
 use axum::routing::{get, post};
 use axum::Router;
@@ -26,14 +27,23 @@ pub(crate) fn arm(failpoints: &[String]) {
 
 /// Runs a subcommand until SIGINT/SIGTERM.
 pub(crate) async fn run_command(command: Command) -> Result<(), RunError> {
-    let (addr, webhook_url, webhook_secret, state_file, webhook_chaos) = match command {
+    let (addr, config) = match command {
         Command::MockProvider {
             addr,
             webhook_url,
             webhook_secret,
             state_file,
             webhook_chaos,
-        } => (addr, webhook_url, webhook_secret, state_file, webhook_chaos),
+        } => {
+            let config = ProviderConfig {
+                webhook_url,
+                webhook_secret,
+                webhook_chaos,
+                state_file,
+                ..ProviderConfig::default()
+            };
+            (addr, config)
+        }
         Command::MintJwt {
             secret,
             issuer,
@@ -41,13 +51,6 @@ pub(crate) async fn run_command(command: Command) -> Result<(), RunError> {
             user,
             ttl_secs,
         } => return mint_jwt(&secret, &issuer, &audience, &user, ttl_secs),
-    };
-    let config = ProviderConfig {
-        webhook_url,
-        webhook_secret,
-        webhook_chaos,
-        state_file,
-        ..ProviderConfig::default()
     };
     let (handle, _) = start_provider(addr, config).await?;
     tokio::select! {
@@ -98,18 +101,17 @@ async fn start_provider(
     Ok((handle, local))
 }
 
-/// With `--dev` and no `--provider-url`: starts the embedded provider, posting webhooks to
-/// the API at `api`, and returns its URL. `None` otherwise (the config check has made sure a
-/// server outside dev names its provider).
-pub(crate) async fn embedded_provider(
-    d: &DevArgs,
-    provider_url: Option<&str>,
-    database_url: &str,
+/// The provider's URL: `--provider-url`, or with `--dev` and none, the embedded provider's,
+/// started here and posting webhooks to the API at `api` (outside dev the config check has
+/// made sure the flag is set).
+pub(crate) async fn provider_url(
+    args: &ServerArgs,
     webhook_secret: &str,
     api: SocketAddr,
-) -> Result<Option<String>, RunError> {
-    if provider_url.is_some() || !d.dev {
-        return Ok(None);
+) -> Result<String, RunError> {
+    let d = &args.dev;
+    if args.provider_url.is_some() || !d.dev {
+        return Ok(args.provider_url.clone().unwrap_or_default());
     }
     let webhook_url = (!d.no_provider_webhooks).then(|| format!("http://{api}{}", paths::WEBHOOKS));
     // The embedded provider keeps its ledger in a file by default, so a crash of this
@@ -120,7 +122,7 @@ pub(crate) async fn embedded_provider(
     } else {
         d.provider_state
             .clone()
-            .or_else(|| default_provider_state(database_url))
+            .or_else(|| default_provider_state(&args.database_url))
     };
     let config = ProviderConfig {
         webhook_url,
@@ -131,24 +133,14 @@ pub(crate) async fn embedded_provider(
     };
     let (handle, provider) = start_provider(d.provider_addr, config).await?;
     drop(handle); // runs for the life of the process
-    Ok(Some(format!("http://{provider}")))
+    Ok(format!("http://{provider}"))
 }
 
 /// `provider.json` beside a SQLite database file; `None` for PostgreSQL (several API
 /// processes then share a standalone provider, which has its own `--state-file`).
 fn default_provider_state(database_url: &str) -> Option<PathBuf> {
-    let rest = database_url
-        .strip_prefix("sqlite://")
-        .or_else(|| database_url.strip_prefix("sqlite:"))?;
-    let path = rest.split('?').next().unwrap_or(rest);
-    if path.is_empty() || path == ":memory:" {
-        return None;
-    }
-    let dir = std::path::Path::new(path)
-        .parent()
-        .map(PathBuf::from)
-        .unwrap_or_default();
-    Some(dir.join("provider.json"))
+    let file = std::path::Path::new(crate::store::sqlite_path(database_url)?);
+    Some(file.with_file_name("provider.json"))
 }
 
 /// The dev routes; each answers 403 `DEV_MODE_REQUIRED` unless the server runs with

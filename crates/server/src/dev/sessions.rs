@@ -6,8 +6,8 @@ use crate::error::{AppError, AppResult};
 use crate::http::extract::ApiJson;
 use crate::state::AppState;
 use axum::extract::State;
-use axum::http::{header, HeaderValue};
-use axum::response::{IntoResponse, Response};
+use axum::http::header;
+use axum::response::IntoResponse;
 use axum::Json;
 use payonce_protocol::headers::SESSION_COOKIE;
 use payonce_protocol::{DevSessionRequest, DevSessionResponse, ErrorCode};
@@ -16,7 +16,7 @@ use payonce_protocol::{DevSessionRequest, DevSessionResponse, ErrorCode};
 pub(crate) async fn create_session(
     State(state): State<AppState>,
     ApiJson(req): ApiJson<DevSessionRequest>,
-) -> AppResult<Response> {
+) -> AppResult<impl IntoResponse> {
     if !state.config.dev {
         return Err(AppError::code(ErrorCode::DevModeRequired));
     }
@@ -36,15 +36,11 @@ pub(crate) async fn create_session(
     // on plain http://localhost.
     let cookie =
         format!("{SESSION_COOKIE}={token}; HttpOnly; Path=/; SameSite=Lax; Max-Age={SESSION_SECS}");
-    let mut res = Json(DevSessionResponse {
+    let body = Json(DevSessionResponse {
         user_id: req.user_id,
         token,
-    })
-    .into_response();
-    if let Ok(v) = HeaderValue::from_str(&cookie) {
-        res.headers_mut().insert(header::SET_COOKIE, v);
-    }
-    Ok(res)
+    });
+    Ok(([(header::SET_COOKIE, cookie)], body))
 }
 
 /// `GET /dev/config`: the provider URL and the accepted faults, for a demo page's dev panel.

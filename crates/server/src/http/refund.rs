@@ -4,6 +4,7 @@ use crate::auth::AuthUser;
 use crate::error::AppError;
 use crate::http::extract::{IdemKeyHeader, PathId};
 use crate::refunds;
+use crate::reply::Reply;
 use crate::state::AppState;
 use crate::store::refunds as db;
 use axum::extract::State;
@@ -31,8 +32,5 @@ pub(crate) async fn handler(
             .map_err(|e| AppError::internal(format!("refund task failed: {e}")))?
     }
     .await;
-    match result {
-        Ok(reply) => reply.into_response(),
-        Err(e) => e.into_response(),
-    }
+    result.map_or_else(IntoResponse::into_response, Reply::into_response)
 }

@@ -24,7 +24,7 @@ mod sqlite_writer;
 pub(crate) mod webhook_events;
 
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
-use sqlx::{AnyConnection, AnyPool, ConnectOptions};
+use sqlx::{AnyConnection, AnyPool, ConnectOptions, Connection};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -108,6 +108,9 @@ const MIGRATIONS: &[Migration] = &[
     },
 ];
 
+/// A pool connection idle longer than this is pinged before it is used.
+const IDLE_PING: Duration = Duration::from_secs(5);
+
 /// An arbitrary constant naming the migration lock among PostgreSQL advisory locks, so that
 /// several processes starting together migrate one at a time.
 const PG_MIGRATION_LOCK: i64 = 0x7061_796f_6e63_6521; // "payonce!"
@@ -136,6 +139,14 @@ impl Store {
         let pool = AnyPoolOptions::new()
             .max_connections(if backend == Backend::Sqlite { 8 } else { 16 })
             .acquire_timeout(Duration::from_secs(10))
+            // sqlx pings every connection it takes back (a round trip each); pinging it again
+            // when it is handed out doubles that on every statement of a pay. Only one idle
+            // long enough to have been dropped by the server is pinged (a dead one is
+            // replaced, as with the default test).
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move { Ok(meta.idle_for < IDLE_PING || conn.ping().await.is_ok()) })
+            })
             .after_connect(move |conn, _meta| {
                 Box::pin(async move {
                     if backend == Backend::Sqlite {
@@ -271,27 +282,30 @@ pub(crate) async fn delete_old(
     Ok(n)
 }
 
+/// The file of a `sqlite:` URL; `None` for any other URL, and for an in-memory database
+/// (one per pool connection: keys would be forgotten).
+pub(crate) fn sqlite_path(url: &str) -> Option<&str> {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))?;
+    let path = rest.split('?').next().unwrap_or(rest);
+    (!path.is_empty() && path != ":memory:").then_some(path)
+}
+
 /// Recognizes the backend and, for SQLite, creates the file's directory and asks for the
 /// file to be created (`mode=rwc`).
 fn normalize_url(url: &str) -> Result<(Backend, String), StoreError> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         return Ok((Backend::Postgres, url.to_owned()));
     }
-    let rest = url
-        .strip_prefix("sqlite://")
-        .or_else(|| url.strip_prefix("sqlite:"))
-        .ok_or(StoreError::UnsupportedUrl)?;
-    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
-    if path.is_empty() || path == ":memory:" {
-        // An in-memory database would be one per pool connection: keys would be forgotten.
-        return Err(StoreError::UnsupportedUrl);
-    }
+    let path = sqlite_path(url).ok_or(StoreError::UnsupportedUrl)?;
     if let Some(dir) = std::path::Path::new(path)
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
     {
         std::fs::create_dir_all(dir)?;
     }
+    let query = url.split_once('?').map_or("", |(_, q)| q);
     let query = if query.contains("mode=") {
         query.to_owned()
     } else if query.is_empty() {

@@ -87,16 +87,19 @@ pub(crate) async fn get_order<'c>(
 
 /// The caller's order and, in the same read, the caller's record of `key`; `None` when the
 /// order is not the caller's. One round trip where the order read and the key lookup were two.
+/// The order is left out (`None`) when the record is final: a replay needs only the row, and
+/// its columns are most of what such a read decodes.
 pub(crate) async fn get_order_and_key<'c>(
     e: impl AnyExecutor<'c>,
     id: &str,
     user: &str,
     key: &str,
-) -> sqlx::Result<Option<(OrderRow, Option<Record>)>> {
+) -> sqlx::Result<Option<(Option<OrderRow>, Option<Record>)>> {
     let sql = sqlx::AssertSqlSafe(format!(
-        "SELECT {ORDER_COLUMNS}, {ATTEMPT_COLUMNS} FROM orders o
-         LEFT JOIN attempts a ON a.user_id = o.user_id AND a.idem_key = $3
-         WHERE o.id = $1 AND o.user_id = $2"
+        "SELECT {ORDER_COLUMNS}, {ATTEMPT_COLUMNS} FROM orders k
+         LEFT JOIN attempts a ON a.user_id = k.user_id AND a.idem_key = $3
+         LEFT JOIN orders o ON o.id = k.id AND (a.id IS NULL OR a.status IN ('processing', 'cancelled'))
+         WHERE k.id = $1 AND k.user_id = $2"
     ));
     let row = sqlx::query(sql)
         .bind(id)
@@ -105,11 +108,13 @@ pub(crate) async fn get_order_and_key<'c>(
         .fetch_optional(e)
         .await?;
     let Some(row) = row else { return Ok(None) };
-    let record = match row.try_get::<Option<String>, _>("id")? {
-        Some(_) => Some(record(AttemptRow::from_row(&row)?)?),
-        None => None,
+    let present = |column| {
+        row.try_get::<Option<String>, _>(column)
+            .map(|v| v.is_some())
     };
-    Ok(Some((order_from_row(&row)?, record)))
+    let record = present("id")?.then(|| AttemptRow::from_row(&row).and_then(record));
+    let order = present("o_id")?.then(|| order_from_row(&row));
+    Ok(Some((order.transpose()?, record.transpose()?)))
 }
 
 /// Inserts a new unpaid order at version 1.
@@ -121,23 +126,13 @@ pub(crate) async fn insert_order<'c>(
     address: Option<&str>,
     now: i64,
 ) -> sqlx::Result<()> {
-    sqlx::query(
-        "INSERT INTO orders (id, user_id, status, version, items, coupon, address, subtotal, discount, amount,
-                             currency, active_attempt, payment_id, created_at, updated_at)
-         VALUES ($1, $2, 'unpaid', 1, $3, $4, $5, $6, $7, $8, $9, NULL, NULL, $10, $10)",
-    )
-    .bind(id)
-    .bind(user)
-    .bind(lines_json(&priced.lines))
-    .bind(priced.coupon.clone())
-    .bind(address.map(str::to_owned))
-    .bind(priced.subtotal)
-    .bind(priced.discount)
-    .bind(priced.amount)
-    .bind(priced.currency.clone())
-    .bind(now)
-    .execute(e)
-    .await?;
+    let q = sqlx::query(
+        "INSERT INTO orders (items, coupon, address, subtotal, discount, amount, currency, id, user_id,
+                             status, version, active_attempt, payment_id, created_at, updated_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'unpaid', 1, NULL, NULL, $10, $10)",
+    );
+    let q = bind_cart(q, priced, address).bind(id).bind(user).bind(now);
+    q.execute(e).await?;
     Ok(())
 }
 
@@ -152,30 +147,29 @@ pub(crate) async fn update_cart<'c>(
     address: Option<&str>,
     now: i64,
 ) -> sqlx::Result<bool> {
-    let res = sqlx::query(
+    let q = sqlx::query(
         "UPDATE orders SET items = $1, coupon = $2, address = $3, subtotal = $4, discount = $5, amount = $6,
                 currency = $7, version = version + 1, updated_at = $8
          WHERE id = $9 AND user_id = $10 AND version = $11 AND status = 'unpaid' AND active_attempt IS NULL",
-    )
-    .bind(lines_json(&priced.lines))
-    .bind(priced.coupon.clone())
-    .bind(address.map(str::to_owned))
-    .bind(priced.subtotal)
-    .bind(priced.discount)
-    .bind(priced.amount)
-    .bind(priced.currency.clone())
-    .bind(now)
-    .bind(id)
-    .bind(user)
-    .bind(version)
-    .execute(e)
-    .await?;
-    Ok(res.rows_affected() == 1)
+    );
+    let q = bind_cart(q, priced, address).bind(now).bind(id).bind(user);
+    Ok(q.bind(version).execute(e).await?.rows_affected() == 1)
 }
 
-fn lines_json(lines: &[OrderLine]) -> String {
+type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>;
+
+/// Binds `$1..=$7`: a priced cart's `items, coupon, address, subtotal, discount, amount,
+/// currency`.
+fn bind_cart<'q>(q: AnyQuery<'q>, priced: &Priced, address: Option<&str>) -> AnyQuery<'q> {
     // Vec of plain structs: serialization cannot fail.
-    serde_json::to_string(lines).unwrap_or_else(|_| "[]".to_owned())
+    let items = serde_json::to_string(&priced.lines).unwrap_or_else(|_| "[]".to_owned());
+    q.bind(items)
+        .bind(priced.coupon.as_deref())
+        .bind(address)
+        .bind(priced.subtotal)
+        .bind(priced.discount)
+        .bind(priced.amount)
+        .bind(priced.currency.as_str())
 }
 
 /// Locks the order for `attempt`: only at the expected version, unpaid, and with no other

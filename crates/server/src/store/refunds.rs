@@ -41,12 +41,12 @@ impl RefundRow {
 }
 
 /// A new processing refund.
-pub(crate) struct NewRefund<'a> {
-    pub id: &'a str,
-    pub user: &'a str,
-    pub key: &'a str,
-    pub payment_id: &'a str,
-    pub provider_refund_key: &'a str,
+pub(crate) struct NewRefund {
+    pub id: String,
+    pub user: String,
+    pub key: String,
+    pub payment_id: String,
+    pub provider_refund_key: String,
     pub now: i64,
 }
 
@@ -54,18 +54,18 @@ pub(crate) struct NewRefund<'a> {
 /// taken. True when this call inserted it.
 pub(crate) async fn insert_processing<'c>(
     e: impl AnyExecutor<'c>,
-    r: &NewRefund<'_>,
+    r: &NewRefund,
 ) -> sqlx::Result<bool> {
     let row: Option<(String,)> = sqlx::query_as(
         "INSERT INTO refunds (id, user_id, idem_key, payment_id, provider_refund_key, status, created_at, updated_at)
          VALUES ($1, $2, $3, $4, $5, 'processing', $6, $6)
          ON CONFLICT DO NOTHING RETURNING id",
     )
-    .bind(r.id)
-    .bind(r.user)
-    .bind(r.key)
-    .bind(r.payment_id)
-    .bind(r.provider_refund_key)
+    .bind(&r.id)
+    .bind(&r.user)
+    .bind(&r.key)
+    .bind(&r.payment_id)
+    .bind(&r.provider_refund_key)
     .bind(r.now)
     .fetch_optional(e)
     .await?;
