@@ -101,6 +101,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "attempts_by_time",
         sql: include_str!("../../migrations/0004_attempts_by_time.sql"),
     },
+    Migration {
+        version: 5,
+        name: "catalog_source",
+        sql: include_str!("../../migrations/0005_catalog_source.sql"),
+    },
 ];
 
 /// An arbitrary constant naming the migration lock among PostgreSQL advisory locks, so that
