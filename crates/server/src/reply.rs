@@ -2,7 +2,7 @@
 //! content type its status implies, `Idempotent-Replayed: true` on a replay.
 
 use axum::http::{header, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use payonce_protocol::headers::{IDEMPOTENT_REPLAYED, RETRY_AFTER};
 use payonce_protocol::problem::PROBLEM_CONTENT_TYPE;
 use payonce_rules::{Answer, Final};
@@ -24,11 +24,8 @@ impl Reply {
     /// A stored final answer, replayed.
     pub(crate) fn replay(answer: Answer) -> Self {
         Self {
-            answer,
             replayed: true,
-            retry_after: None,
-            open: false,
-            stored: None,
+            ..Self::fresh(answer)
         }
     }
 
@@ -74,7 +71,8 @@ impl Reply {
         } else {
             "application/json"
         };
-        let mut res = (status, self.answer.body).into_response();
+        let mut res = Response::new(self.answer.body.into());
+        *res.status_mut() = status;
         let h = res.headers_mut();
         h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
         if self.replayed {

@@ -8,7 +8,7 @@ use axum::body::Body;
 use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
-use axum::http::StatusCode;
+use axum::http::{header::CONTENT_TYPE, StatusCode};
 use axum::Json;
 use payonce_protocol::body::DevFault;
 use payonce_protocol::headers::{DEV_FAULT, IDEMPOTENCY_KEY};
@@ -28,10 +28,21 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
         let bytes = axum::body::to_bytes(body, usize::MAX)
             .await
             .unwrap_or_default();
-        let req = Request::from_parts(parts, Body::from(bytes.clone()));
-        let Json(value) = Json::<T>::from_request(req, state)
-            .await
-            .map_err(json_rejection)?;
+        // The usual content type parses here (`Json` only for the message of a refusal); any
+        // other goes through `Json`'s own check.
+        let json = if parts
+            .headers
+            .get(CONTENT_TYPE)
+            .is_some_and(|v| v == "application/json")
+        {
+            serde_json::from_slice(&bytes)
+                .map(Json)
+                .or_else(|_| Json::<T>::from_bytes(&bytes))
+        } else {
+            let req = Request::from_parts(parts, Body::from(bytes.clone()));
+            Json::<T>::from_request(req, state).await
+        };
+        let Json(value) = json.map_err(json_rejection)?;
         if holds_nul(&bytes) {
             return Err(nul_refused());
         }

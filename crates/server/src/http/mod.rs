@@ -24,6 +24,7 @@ use payonce_protocol::headers::{
 };
 use payonce_protocol::ErrorCode;
 use std::path::PathBuf;
+use std::sync::LazyLock;
 use std::time::Duration;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::cors::{AllowOrigin, CorsLayer};
@@ -87,14 +88,14 @@ pub fn app(state: AppState, static_dir: Option<PathBuf>) -> Router {
         None => router.fallback(not_found),
     };
     let edge = state.config.edge;
-    let retention = state.config.key_retention.as_secs();
+    let retention = HeaderValue::from(state.config.key_retention.as_secs());
     let router = router
         .layer(axum::middleware::from_fn(move |req, next| {
             refuse_oversized(edge.body_timeout, req, next)
         }))
         .layer(CatchPanicLayer::custom(panic_response))
         .layer(axum::middleware::from_fn(move |req, next| {
-            bound_and_announce((edge.request_timeout, retention), req, next)
+            bound_and_announce((edge.request_timeout, retention.clone()), req, next)
         }))
         .layer(axum::middleware::from_fn(request_id))
         .with_state(state);
@@ -141,20 +142,21 @@ async fn request_id(req: axum::extract::Request, next: axum::middleware::Next) -
 /// 429), says how long its key replays: a client may drop a key once it knows the outcome,
 /// and must keep retrying with it no longer than that. Routing has run: the route is known.
 async fn bound_and_announce(
-    (limit, retention): (Duration, u64),
+    (limit, retention): (Duration, HeaderValue),
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
+    static KEYED: LazyLock<[String; 2]> =
+        LazyLock::new(|| [paths::pay("{id}"), paths::refund("{id}")]);
     let keyed = req
         .extensions()
         .get::<axum::extract::MatchedPath>()
-        .is_some_and(|p| [paths::pay("{id}"), paths::refund("{id}")].contains(&p.as_str().into()));
+        .is_some_and(|p| KEYED.iter().any(|k| k == p.as_str()));
     let mut res = tokio::time::timeout(limit, next.run(req))
         .await
         .unwrap_or_else(|_| AppError::code(ErrorCode::RequestTimeout).into_response());
     if keyed {
-        res.headers_mut()
-            .insert(KEY_RETENTION, HeaderValue::from(retention));
+        res.headers_mut().insert(KEY_RETENTION, retention);
     }
     res
 }

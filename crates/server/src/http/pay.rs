@@ -68,13 +68,15 @@ pub(crate) async fn handler(
     DevFaultHeader(fault): DevFaultHeader,
     ApiJson(req): ApiJson<PayRequest>,
 ) -> Response {
-    let extras_refused = extras_problem(&req.extras);
-    let method_ok = method_is_valid(&req.payment_method_id) && extras_refused.is_none();
+    let refused = extras_problem(&req.extras).or_else(|| {
+        (!method_is_valid(&req.payment_method_id))
+            .then(|| "paymentMethodId must be 1..=64 characters of [A-Za-z0-9_]".to_owned())
+    });
     // A retry of a finished attempt is answered from its record (memory, Redis or the key
     // row) alone; anything else goes on to the rules in their order, starting from the
     // record read here, so the full path does not look the key up twice.
     let mut read = None;
-    if let (Ok(k), true) = (&key, method_ok) {
+    if let (Ok(k), None) = (&key, &refused) {
         match replay::first(&state, &user, &order_id, k, &req).await {
             First::Answered(answer, source) => {
                 // Through the per-request rate limit, and counted like any other answer.
@@ -102,15 +104,8 @@ pub(crate) async fn handler(
         Ok(k) => k,
         Err(e) => return e.into_response(),
     };
-    if let Some(why) = extras_refused {
+    if let Some(why) = refused {
         return AppError::detail(ErrorCode::InvalidRequest, why).into_response();
-    }
-    if !method_ok {
-        return AppError::detail(
-            ErrorCode::InvalidRequest,
-            "paymentMethodId must be 1..=64 characters of [A-Za-z0-9_]",
-        )
-        .into_response();
     }
     // The work runs in its own task: if the client hangs up mid-charge, the attempt is still
     // settled and stored, ready to replay on the retry.
@@ -140,18 +135,13 @@ async fn run(
         count(&result, ReplaySource::Database);
         return result;
     }
-    let (result, from_redis) = match &state.redis {
+    let (result, source) = match &state.redis {
         Some(redis) => marker::pay(redis, &state, &user, &order, &key, &req, first).await,
         None => {
             let deadline = Instant::now() + state.config.in_progress_wait;
             let r = pay::run(&state, &user, &order, &key, &req, deadline, first).await;
-            (r, false)
+            (r, ReplaySource::Database)
         }
-    };
-    let source = if from_redis {
-        ReplaySource::Redis
-    } else {
-        ReplaySource::Database
     };
     count(&result, source);
     result

@@ -17,8 +17,8 @@
 
 use super::redis::RedisCache;
 use super::{get, lookup_label, redis_key, remember, Entry};
-use crate::error::{AppError, AppResult};
-use crate::metrics::{self, RedisLookup};
+use crate::error::AppResult;
+use crate::metrics::{self, RedisLookup, ReplaySource};
 use crate::pay;
 use crate::reply::Reply;
 use crate::state::AppState;
@@ -36,7 +36,7 @@ const POLL: Duration = Duration::from_millis(25);
 const RELEASE_SCRIPT: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
 
-/// The pay rules behind the marker. Returns the answer and whether it came from Redis.
+/// The pay rules behind the marker. Returns the answer and where a replay came from.
 pub(crate) async fn pay(
     redis: &RedisCache,
     state: &AppState,
@@ -45,15 +45,13 @@ pub(crate) async fn pay(
     key: &IdempotencyKey,
     req: &PayRequest,
     first: Option<Option<Record>>,
-) -> (AppResult<Reply>, bool) {
+) -> (AppResult<Reply>, ReplaySource) {
     let deadline = Instant::now() + state.config.in_progress_wait;
     let rkey = redis_key(user, key);
-    let marker = match serde_json::to_string(&Entry::Processing {
-        token: uuid::Uuid::new_v4().to_string(),
-    }) {
-        Ok(m) => m,
-        Err(e) => return (Err(AppError::internal(e.to_string())), false),
-    };
+    let token = uuid::Uuid::new_v4().to_string();
+    // One string member: serialization cannot fail (an unreadable marker would only send
+    // the others to the database).
+    let marker = serde_json::to_string(&Entry::Processing { token }).unwrap_or_default();
     let lease = u64::try_from(state.policy.lease_ms).unwrap_or(1).max(1);
     let mut set = ::redis::cmd("SET");
     set.arg(&rkey)
@@ -66,10 +64,8 @@ pub(crate) async fn pay(
         Ok(v) => v,
         Err(e) => {
             metrics::redis_lookup(lookup_label(&e));
-            return (
-                pay::run(state, user, order, key, req, deadline, first).await,
-                false,
-            );
+            let r = pay::run(state, user, order, key, req, deadline, first).await;
+            return (r, ReplaySource::Database);
         }
     };
     if existing.is_none() {
@@ -84,7 +80,7 @@ pub(crate) async fn pay(
                 let _ = redis.query::<i64>(&eval).await;
             }
         }
-        return (r, false);
+        return (r, ReplaySource::Database);
     }
     // Someone else's entry: a final answer, or a marker to wait on.
     let mut entry = existing.and_then(|v| serde_json::from_str::<Entry>(&v).ok());
@@ -94,7 +90,7 @@ pub(crate) async fn pay(
                 let r = pay::request(user, &order.id, req, Some(order));
                 if let Some(answer) = replay_of(&Record::Final(f), &r) {
                     metrics::redis_lookup(RedisLookup::Replay);
-                    return (Ok(Reply::replay(answer)), true);
+                    return (Ok(Reply::replay(answer)), ReplaySource::Redis);
                 }
                 // Different details (or not this user's): never replay; the rules answer
                 // (422 with the attempt's current status).
@@ -137,5 +133,5 @@ pub(crate) async fn pay(
     {
         remember(state, user, key, false).await;
     }
-    (r, false)
+    (r, ReplaySource::Database)
 }

@@ -15,16 +15,23 @@
 //!
 //! Bounded by `moka` (at capacity it evicts by recency and frequency); expiry is checked on
 //! every read against the caller's `now`, so time stays an input.
+//! An entry also keeps the method and extras of the first request it replayed to: with the
+//! row's terms they are all of a request's fingerprint, so the same order, version, method
+//! and extras replay without hashing again; anything else is checked by `replay_of` in full.
 
 use moka::sync::Cache;
-use payonce_rules::Record;
-use std::sync::Arc;
+use payonce_protocol::Extras;
+use payonce_rules::pay::{replay_of, PayRequest};
+use payonce_rules::{Answer, Record};
+use std::sync::{Arc, OnceLock};
 
 type Key = (String, String);
+/// A kept final row, and the method and extras of a request it replayed to.
+pub(crate) type Kept = (Record, OnceLock<(String, Extras)>);
 
 /// The cache; `capacity` 0 turns it off.
 pub(crate) struct ReplayCache {
-    rows: Option<Cache<Key, Arc<Record>>>,
+    rows: Option<Cache<Key, Arc<Kept>>>,
 }
 
 impl ReplayCache {
@@ -35,11 +42,11 @@ impl ReplayCache {
     }
 
     /// The final row of `(user, key)` if kept and not expired at `now` (unix ms).
-    pub(crate) fn get(&self, user: &str, key: &str, now: i64) -> Option<Arc<Record>> {
+    pub(crate) fn get(&self, user: &str, key: &str, now: i64) -> Option<Arc<Kept>> {
         let rows = self.rows.as_ref()?;
         let k = (user.to_owned(), key.to_owned());
         let row = rows.get(&k)?;
-        if matches!(&*row, Record::Final(f) if now < f.expires_at) {
+        if matches!(&row.0, Record::Final(f) if now < f.expires_at) {
             return Some(row);
         }
         // Expired: its key may be deleted and used anew.
@@ -55,7 +62,27 @@ impl ReplayCache {
         if !matches!(row, Record::Final(_)) || row.user() != user {
             return;
         }
-        rows.insert((user.to_owned(), key.to_owned()), Arc::new(row.clone()));
+        let kept = (row.clone(), OnceLock::new());
+        rows.insert((user.to_owned(), key.to_owned()), Arc::new(kept));
+    }
+
+    /// The stored answer when the kept row of `(req.user, key)` replays to `req` (made
+    /// without the order), as `replay_of` decides.
+    pub(crate) fn replay(&self, key: &str, now: i64, req: &PayRequest<'_>) -> Option<Answer> {
+        let kept = self.get(req.user, key, now)?;
+        let (Record::Final(f), seen) = &*kept else {
+            return None;
+        };
+        let details = (req.payment_method_id, req.extras);
+        if seen.get().is_some_and(|(m, e)| (m.as_str(), e) == details)
+            && (req.current, req.order_id) == (None, f.terms.order_id.as_str())
+            && i64::try_from(req.order_version) == Ok(f.terms.order_version)
+        {
+            return Some(f.answer.clone());
+        }
+        let answer = replay_of(&kept.0, req)?;
+        let _ = seen.set((details.0.to_owned(), details.1.clone()));
+        Some(answer)
     }
 
     /// Entries kept (for tests), after moka's pending evictions ran.
@@ -107,7 +134,7 @@ mod tests {
             &row("alice", AttemptStatus::Succeeded, 1_000),
         );
         assert_eq!(
-            c.get("alice", "k1", 999).map(|r| r.id().to_owned()),
+            c.get("alice", "k1", 999).map(|r| r.0.id().to_owned()),
             Some("att_1".into())
         );
         assert!(c.get("bob", "k1", 0).is_none(), "scoped by user");
@@ -138,6 +165,50 @@ mod tests {
             0,
             "no processing row, tombstone or other user's row"
         );
+    }
+
+    #[test]
+    fn a_replay_with_other_details_than_the_one_seen_is_checked_in_full() {
+        let none = Extras::default();
+        let mut coupon = Extras::default();
+        coupon.set("couponCode".into(), "TEAM20".into());
+        let mut kept = row("alice", AttemptStatus::Succeeded, 1_000);
+        if let Record::Final(f) = &mut kept {
+            f.terms.fingerprint = payonce_rules::fingerprint(&payonce_rules::pay::Details {
+                user: "alice",
+                order_id: "o1",
+                order_version: 1,
+                amount: 100,
+                currency: "USD",
+                payment_method_id: "pm_a",
+                extras: &none,
+            });
+        }
+        let c = ReplayCache::new(10);
+        c.put("alice", "k", &kept);
+        let req = |order_id, order_version, payment_method_id, extras| PayRequest {
+            user: "alice",
+            order_id,
+            order_version,
+            payment_method_id,
+            extras,
+            current: None,
+        };
+        for _ in 0..2 {
+            assert!(c.replay("k", 0, &req("o1", 1, "pm_a", &none)).is_some());
+        }
+        for other in [
+            req("o2", 1, "pm_a", &none),
+            req("o1", 2, "pm_a", &none),
+            req("o1", 1, "pm_b", &none),
+            req("o1", 1, "pm_a", &coupon),
+            PayRequest {
+                user: "bob",
+                ..req("o1", 1, "pm_a", &none)
+            },
+        ] {
+            assert!(c.replay("k", 0, &other).is_none(), "{other:?}");
+        }
     }
 
     #[test]

@@ -106,7 +106,8 @@ pub(crate) enum First {
     /// The order and the caller's record of the key (`None`: a new key), read together:
     /// the pay rules start from them. `None`: the order is not the caller's (rule 1: 404).
     Read(Option<(OrderRow, Option<Record>)>),
-    /// The read failed: the rules read again and answer the error themselves.
+    /// Nothing the rules can start from (the read failed, or a final row that does not
+    /// replay, read without its order): they read again themselves.
     Continue,
 }
 
@@ -121,10 +122,8 @@ pub(crate) async fn first(
     req: &PayRequest,
 ) -> First {
     let r = pay::request(user, order_id, req, None);
-    if let Some(record) = state.replays.get(user, key.as_str(), state.clock.now_ms()) {
-        if let Some(answer) = replay_of(&record, &r) {
-            return First::Answered(Reply::replay(answer), ReplaySource::Memory);
-        }
+    if let Some(answer) = state.replays.replay(key.as_str(), state.clock.now_ms(), &r) {
+        return First::Answered(Reply::replay(answer), ReplaySource::Memory);
     }
     let mut refill = None;
     if let Some(redis) = &state.redis {
@@ -143,21 +142,25 @@ pub(crate) async fn first(
             Ok(Some(Entry::Processing { .. })) | Err(_) => {}
         }
     }
-    // One read for the order (rule 1) and the key row (rule 2): a replay needs only the row,
-    // a new key both, and a row read with the order is as fresh as the rules' own lookup.
+    // One read for the order (rule 1) and the key row (rule 2): a replay needs only the row
+    // (the order is not even read when it is final), a new key both, and a row read with the
+    // order is as fresh as the rules' own lookup.
     let pool = state.store.pool();
     let Ok(read) = get_order_and_key(pool, order_id, user, key.as_str()).await else {
         return First::Continue;
     };
-    let Some(rec) = read.as_ref().and_then(|(_, rec)| rec.as_ref()) else {
-        return First::Read(read);
+    let Some((order, rec)) = read else {
+        return First::Read(None);
     };
-    let Some(answer) = replay_of(rec, &r) else {
-        return First::Read(read);
+    if let Some(order) = order {
+        return First::Read(Some((order, rec)));
+    }
+    let Some((rec, answer)) = rec.and_then(|rec| replay_of(&rec, &r).map(|a| (rec, a))) else {
+        return First::Continue;
     };
-    state.replays.put(user, key.as_str(), rec);
+    state.replays.put(user, key.as_str(), &rec);
     if let Some((redis, rkey)) = refill {
-        put(redis, state, &rkey, rec, true).await;
+        put(redis, state, &rkey, &rec, true).await;
     }
     First::Answered(Reply::replay(answer), ReplaySource::Database)
 }

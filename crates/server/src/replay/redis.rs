@@ -49,15 +49,6 @@ pub(crate) struct RedisCache {
     up: AtomicBool,
 }
 
-impl std::fmt::Debug for RedisCache {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisCache")
-            .field("timeout", &self.timeout)
-            .field("up", &self.is_up())
-            .finish_non_exhaustive()
-    }
-}
-
 /// Redis URLs may carry a password: log only scheme, host, port and database.
 pub(crate) fn redacted(url: &str) -> String {
     match url.split_once("://") {

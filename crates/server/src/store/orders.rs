@@ -87,16 +87,19 @@ pub(crate) async fn get_order<'c>(
 
 /// The caller's order and, in the same read, the caller's record of `key`; `None` when the
 /// order is not the caller's. One round trip where the order read and the key lookup were two.
+/// The order is left out (`None`) when the record is final: a replay needs only the row, and
+/// its columns are most of what such a read decodes.
 pub(crate) async fn get_order_and_key<'c>(
     e: impl AnyExecutor<'c>,
     id: &str,
     user: &str,
     key: &str,
-) -> sqlx::Result<Option<(OrderRow, Option<Record>)>> {
+) -> sqlx::Result<Option<(Option<OrderRow>, Option<Record>)>> {
     let sql = sqlx::AssertSqlSafe(format!(
-        "SELECT {ORDER_COLUMNS}, {ATTEMPT_COLUMNS} FROM orders o
-         LEFT JOIN attempts a ON a.user_id = o.user_id AND a.idem_key = $3
-         WHERE o.id = $1 AND o.user_id = $2"
+        "SELECT {ORDER_COLUMNS}, {ATTEMPT_COLUMNS} FROM orders k
+         LEFT JOIN attempts a ON a.user_id = k.user_id AND a.idem_key = $3
+         LEFT JOIN orders o ON o.id = k.id AND (a.id IS NULL OR a.status IN ('processing', 'cancelled'))
+         WHERE k.id = $1 AND k.user_id = $2"
     ));
     let row = sqlx::query(sql)
         .bind(id)
@@ -105,11 +108,13 @@ pub(crate) async fn get_order_and_key<'c>(
         .fetch_optional(e)
         .await?;
     let Some(row) = row else { return Ok(None) };
-    let record = match row.try_get::<Option<String>, _>("id")? {
-        Some(_) => Some(record(AttemptRow::from_row(&row)?)?),
-        None => None,
+    let present = |column| {
+        row.try_get::<Option<String>, _>(column)
+            .map(|v| v.is_some())
     };
-    Ok(Some((order_from_row(&row)?, record)))
+    let record = present("id")?.then(|| AttemptRow::from_row(&row).and_then(record));
+    let order = present("o_id")?.then(|| order_from_row(&row));
+    Ok(Some((order.transpose()?, record.transpose()?)))
 }
 
 /// Inserts a new unpaid order at version 1.
