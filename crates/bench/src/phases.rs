@@ -5,7 +5,7 @@ use crate::load::{self, Sample};
 use crate::proc::{spawn, Backend, Db, Proc};
 use crate::{BenchError, Opts};
 use payonce_protocol::body::paths;
-use payonce_protocol::headers::IDEMPOTENCY_KEY;
+use payonce_protocol::headers::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
 use payonce_protocol::provider::methods::APPROVE;
 use payonce_protocol::provider::{paths as provider_paths, Ledger};
 use payonce_protocol::PayRequest;
@@ -265,7 +265,7 @@ pub(crate) async fn pay(
         .await
         .map_err(|e| e.to_string())?;
     let status = res.status().as_u16();
-    let replayed = res.headers().contains_key("idempotent-replayed");
+    let replayed = res.headers().contains_key(IDEMPOTENT_REPLAYED);
     let body = res.bytes().await.map_err(|e| e.to_string())?;
     if status != 200 || replayed != replay {
         return Err(format!(

@@ -4,7 +4,7 @@
 
 use crate::config::{Config, HttpCall, UserAuth};
 use payonce_protocol::body::paths;
-use payonce_protocol::headers::{IDEMPOTENCY_KEY, RETRY_AFTER};
+use payonce_protocol::headers::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, KEY_RETENTION, RETRY_AFTER};
 use payonce_protocol::problem::PROBLEM_CONTENT_TYPE;
 use payonce_protocol::{CancelRequest, ErrorCode, IdempotencyKey, PayRequest, Problem};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -120,7 +120,11 @@ impl Exchange {
                 let hs: Vec<String> = self
                     .headers
                     .iter()
-                    .filter(|(n, _)| INTERESTING.contains(&n.as_str()))
+                    .filter(|(n, _)| {
+                        INTERESTING
+                            .iter()
+                            .any(|h| n.as_str().eq_ignore_ascii_case(h))
+                    })
                     .map(|(n, v)| format!("{n}: {v}"))
                     .collect();
                 let hs = if hs.is_empty() {
@@ -135,11 +139,7 @@ impl Exchange {
     }
 }
 
-const INTERESTING: &[&str] = &[
-    "idempotent-replayed",
-    "retry-after",
-    "idempotency-key-retention",
-];
+const INTERESTING: &[&str] = &[IDEMPOTENT_REPLAYED, RETRY_AFTER, KEY_RETENTION];
 
 fn excerpt(bytes: &[u8], max: usize) -> String {
     let text = String::from_utf8_lossy(bytes);

@@ -26,10 +26,13 @@ pub(crate) fn router(provider: MockProvider) -> Router {
         // A wildcard, not one segment: provider keys may contain `/` (the key alphabet
         // allows it), and a lookup that wrongly answered 404 would tell reconciliation
         // "never charged". Raw and percent-encoded slashes both work.
-        .route("/charges/by-key/{*provider_key}", get(charge_by_key))
-        .route("/charges/{charge_id}/refunds", post(create_refund))
-        .route("/charges/{charge_id}/action", get(action_page))
-        .route("/charges/{charge_id}/complete", post(complete_charge))
+        .route(&paths::charge_by_key("{*provider_key}"), get(charge_by_key))
+        .route(&paths::refunds("{charge_id}"), post(create_refund))
+        .route(&paths::charge_action("{charge_id}"), get(action_page))
+        .route(
+            &paths::charge_complete("{charge_id}"),
+            post(complete_charge),
+        )
         .route(paths::LEDGER, get(ledger))
         .route(paths::DEV_REDELIVER_WEBHOOKS, post(redeliver))
         .route(paths::DEV_RESET, post(reset))

@@ -171,6 +171,24 @@ pub enum EventType {
     ChargeRefunded,
 }
 
+impl EventType {
+    /// All values, for exhaustive tests.
+    pub const ALL: [EventType; 3] = [
+        Self::ChargeSucceeded,
+        Self::ChargeDeclined,
+        Self::ChargeRefunded,
+    ];
+
+    /// The wire spelling (also what the server stores as the event's type).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ChargeSucceeded => "charge.succeeded",
+            Self::ChargeDeclined => "charge.declined",
+            Self::ChargeRefunded => "charge.refunded",
+        }
+    }
+}
+
 /// A webhook event, delivered at least once, possibly duplicated, delayed or reordered.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

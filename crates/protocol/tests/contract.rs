@@ -225,6 +225,10 @@ fn webhook_event_shape_is_stable() {
     };
     let v = serde_json::to_value(&event).unwrap();
     assert_eq!(v["type"], "charge.succeeded");
+    for t in EventType::ALL {
+        let wire = serde_json::to_string(&t).unwrap();
+        assert_eq!(wire, format!("\"{}\"", t.as_str()));
+    }
     assert_eq!(v["charge"]["providerKey"], "pk");
     assert_eq!(v["charge"]["status"], "succeeded");
     round_trip(&event);

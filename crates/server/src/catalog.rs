@@ -278,17 +278,12 @@ async fn install(store: &Store, src: &CatalogSource) -> Result<(), sqlx::Error> 
     let (backend, file, digest) = (store.backend(), src.file.clone(), src.digest.clone());
     store.write(async move |tx| {
         if backend == Backend::Postgres {
-            // Instances starting together would race on CREATE TABLE and on the replace.
+            // Instances starting together with different files would race on the replace.
             sqlx::query("SELECT 1 FROM pg_advisory_xact_lock($1)")
                 .bind(PG_CATALOG_LOCK)
                 .execute(&mut *tx)
                 .await?;
         }
-        sqlx::query(
-            "CREATE TABLE IF NOT EXISTS catalog_source (digest TEXT PRIMARY KEY, installed_at BIGINT NOT NULL)",
-        )
-        .execute(&mut *tx)
-        .await?;
         let fresh = sqlx::query(
             "INSERT INTO catalog_source (digest, installed_at) VALUES ($1, $2) ON CONFLICT DO NOTHING",
         )

@@ -406,10 +406,8 @@ impl Config {
             .clone()
             .or(dev.default_webhook_secret.map(str::to_owned))
             .unwrap_or_default();
-        let catalog = match &args.catalog {
-            Some(path) => Some(crate::catalog::load_file(path).map_err(ConfigError::Catalog)?),
-            None => None,
-        };
+        let catalog = args.catalog.as_deref().map(crate::catalog::load_file);
+        let catalog = catalog.transpose().map_err(ConfigError::Catalog)?;
         let tls_ca = args.tls_ca_file.as_deref().map(read_ca).transpose()?;
         let edge = Edge::from_args(args)?;
         let jwt = crate::jwt::JwtVerifier::new(&args.jwt).map_err(ConfigError::Jwt)?;

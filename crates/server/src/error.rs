@@ -105,7 +105,7 @@ fn store_unreachable(e: &sqlx::Error) -> bool {
 
 /// PostgreSQL refusing a string's characters (SQLSTATE 22021 `character_not_in_repertoire`,
 /// e.g. U+0000, and 22P05 `untranslatable_character`): the input's fault, never a 500. The
-/// extractors refuse NUL first (`src/extract.rs`); this is the net for any string they miss.
+/// extractors refuse NUL first (`src/http/extract.rs`); this is the net for any string they miss.
 fn unstorable_text(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(d) if matches!(d.code().as_deref(), Some("22021" | "22P05")))
 }

@@ -243,23 +243,24 @@ async fn stuck_attempts(store: &Store, cache: &GaugeCache, now: i64) -> Option<[
             return Some(figures);
         }
     }
-    let mut figures = [0; 4];
-    for (n, age) in figures.iter_mut().zip(STUCK_AGES) {
-        let q = "SELECT COUNT(*) FROM attempts WHERE status = 'processing' AND created_at <= $1";
-        match sqlx::query_scalar(q)
-            .bind(now - age * 1000)
-            .fetch_one(store.pool())
-            .await
-        {
-            Ok(count) => *n = count,
-            Err(e) => {
-                tracing::warn!(error = %e, "metrics: cannot count processing attempts");
-                return None;
-            }
+    // One statement, one snapshot: the figures cannot disagree with each other. The first
+    // age is 0, so the WHERE bound is the loosest and the partial index serves it.
+    let q = "SELECT COUNT(*), COUNT(*) FILTER (WHERE created_at <= $2),
+        COUNT(*) FILTER (WHERE created_at <= $3), COUNT(*) FILTER (WHERE created_at <= $4)
+        FROM attempts WHERE status = 'processing' AND created_at <= $1";
+    let q = STUCK_AGES
+        .iter()
+        .fold(sqlx::query_as(q), |q, age| q.bind(now - age * 1000));
+    match q.fetch_one(store.pool()).await {
+        Ok((a, b, c, d)) => {
+            *cache = Some((now, [a, b, c, d]));
+            Some([a, b, c, d])
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "metrics: cannot count processing attempts");
+            None
         }
     }
-    *cache = Some((now, figures));
-    Some(figures)
 }
 
 /// True when `headers` carry `Authorization: Bearer <token>`. Both sides are hashed first so

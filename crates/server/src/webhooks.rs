@@ -31,11 +31,7 @@ use payonce_protocol::ErrorCode;
 /// Records an authentic event, applies it unless it was handled before, and marks it
 /// handled (see the module docs).
 pub(crate) async fn receive(state: AppState, event: WebhookEvent) -> AppResult<()> {
-    let kind = match event.event_type {
-        EventType::ChargeSucceeded => "charge.succeeded",
-        EventType::ChargeDeclined => "charge.declined",
-        EventType::ChargeRefunded => "charge.refunded",
-    };
+    let kind = event.event_type.as_str();
     let (id, key, now) = (
         event.id.clone(),
         event.charge.provider_key.clone(),

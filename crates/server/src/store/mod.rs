@@ -103,8 +103,13 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 5,
+        name: "catalog_source",
+        sql: include_str!("../../migrations/0005_catalog_source.sql"),
+    },
+    Migration {
+        version: 6,
         name: "retention_by_time",
-        sql: include_str!("../../migrations/0005_retention_by_time.sql"),
+        sql: include_str!("../../migrations/0006_retention_by_time.sql"),
     },
 ];
 

@@ -132,6 +132,7 @@ on_both_backends!(
     finished_keys_expire_with_the_clock_but_processing_ones_never,
     audit_rows_are_kept_for_the_dispute_window_then_deleted,
     an_attempt_the_provider_cannot_settle_is_flagged_for_review_once,
+    metrics_need_their_token_and_read_the_store_once_per_max_age,
 );
 
 /// Reconciliation with a provider that is not there: once the clock passes the reconcile
@@ -452,10 +453,10 @@ async fn metric(s: &InProc, series: &str) -> f64 {
 /// With `--metrics-token`, `/metrics` answers only that bearer token (401 problem otherwise),
 /// and the stuck-attempts gauge is read from the store at most once per its max age on the
 /// clock (10 s, `GAUGE_MAX_AGE_MS` in src/metrics.rs): a new stuck attempt shows only once
-/// the cached figure is that old, however often it is scraped meanwhile.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn metrics_need_their_token_and_read_the_store_once_per_max_age() {
-    let Some(db) = TestDb::create(Backend::Sqlite).await else {
+/// the cached figure is that old, however often it is scraped meanwhile; each age threshold
+/// counts only the attempts at least that old.
+async fn metrics_need_their_token_and_read_the_store_once_per_max_age(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else {
         return;
     };
     let token = "metrics-scrape-token-0123456789";
@@ -466,21 +467,19 @@ async fn metrics_need_their_token_and_read_the_store_once_per_max_age() {
         assert_eq!(r.status, 401, "token {wrong:?}: {}", r.text());
         assert_eq!(r.json()["code"], "UNAUTHENTICATED");
     }
-    let stuck = r#"payonce_attempts_processing{older_than_seconds="0"}"#;
-    let gauge = || async {
+    let gauges = || async {
         let r = s.send("GET", "/metrics", token, None, Value::Null).await;
         assert_eq!(r.status, 200, "{}", r.text());
-        r.text()
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix(stuck)?
-                    .strip_prefix(' ')?
-                    .parse::<f64>()
-                    .ok()
-            })
-            .expect("the gauge is there")
+        ["0", "60", "300", "3600"].map(|age| {
+            let series = format!(r#"payonce_attempts_processing{{older_than_seconds="{age}"}} "#);
+            r.text()
+                .lines()
+                .find_map(|l| l.strip_prefix(&series)?.parse::<f64>().ok())
+                .expect("the gauge is there")
+        })
     };
-    assert_eq!(gauge().await, 0.0);
+    let gauge = || async { gauges().await[0] };
+    assert_eq!(gauges().await, [0.0; 4]);
     let t = s.session("alice").await;
     let order = s.order(&t).await;
     let r = s.pay(&t, &order, &key(), "pm_card_timeout").await;
@@ -489,6 +488,8 @@ async fn metrics_need_their_token_and_read_the_store_once_per_max_age() {
     assert_eq!(gauge().await, 0.0, "the figure read 9.999 s ago is served");
     s.clock.advance(1);
     assert_eq!(gauge().await, 1.0, "10 s old: read again");
+    s.clock.advance(50_000);
+    assert_eq!(gauges().await, [1.0, 1.0, 0.0, 0.0], "60 s old");
 }
 
 /// Only new keys spend the new-attempt bucket, per user; a refused key waits exactly
