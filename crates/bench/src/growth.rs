@@ -58,11 +58,13 @@ async fn growth_on(opts: &Opts, db: &Db, sizes: &[usize]) -> Result<Growth, Benc
     let clients: Vec<reqwest::Client> = (0..opts.clients)
         .map(|_| client())
         .collect::<Result<_, _>>()?;
-    // One batch of orders per size and one for the pays during cleanup; then two pays per
-    // client for each server's warm-up: a fresh server's first pays open its database
-    // connections and prepare their statements (docs/benchmarks.md, "Cleanup").
+    // One batch of orders per size and 25 for the pays during cleanup (so that they last
+    // about as long as the cleanup of 10⁶ keys they slow, not its first half second); then
+    // two pays per client for each server's warm-up: a fresh server's first pays open its
+    // database connections and prepare their statements (docs/benchmarks.md, "Cleanup").
     let (per, warm_up) = (opts.growth_pays, 2 * opts.clients);
-    let n = per * (sizes.len() + 1) + 2 * warm_up;
+    let during_n = 25 * per;
+    let n = per * sizes.len() + during_n + 2 * warm_up;
     let tokens = Arc::new(sessions(&clients, &api, n).await?);
     let orders = create_orders(&clients, &api, &tokens, n).await?;
     let pairs = |from: usize, len: usize| -> Pairs {
@@ -126,7 +128,7 @@ async fn growth_on(opts: &Opts, db: &Db, sizes: &[usize]) -> Result<Growth, Benc
     let warm_pays = pays(opts, &clients, &api, &tokens, &pairs(n - warm_up, warm_up)).await;
     report_errors("growth", "warm-up pays", &warm_pays);
     let before = filled(&pool).await?;
-    let p = pairs(sizes.len() * per, per);
+    let p = pairs(sizes.len() * per, during_n);
     let during = pays(opts, &clients, &api, &tokens, &p).await;
     report_errors("growth", "pays during cleanup", &during);
     let after = filled(&pool).await?;
