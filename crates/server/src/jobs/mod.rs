@@ -27,7 +27,7 @@ use crate::error::AppResult;
 use crate::state::AppState;
 use crate::store::mailbox::{self, Mail};
 use crate::store::orders::{self, get_order};
-use crate::store::{attempts as db, audit, jobs, outbox};
+use crate::store::{attempts as db, audit, delete_batch, jobs, outbox, Horizon, RETENTION};
 use crate::{faults, metrics, pay};
 use payonce_rules::Record;
 use std::time::Duration;
@@ -240,25 +240,28 @@ async fn ack(state: &AppState, job: &str) -> AppResult<()> {
 /// pays keep running while a large backlog is deleted.
 const CLEANUP_BATCH: i64 = 1000;
 
-/// Retention: expired keys in batches (yielding between them) until none is left, then the
-/// other tables.
+/// Retention ([`RETENTION`]): each table in batches (yielding between them) until nothing of
+/// it is left to delete. Returns how many rows were deleted.
 pub async fn cleanup(state: &AppState) -> Result<u64, crate::error::AppError> {
     let (now, backend) = (state.clock.now_ms(), state.store.backend());
-    let mut keys = 0;
-    loop {
-        let delete = state
-            .store
-            .write(async move |tx| db::delete_expired(tx, backend, now, CLEANUP_BATCH).await);
-        let n = delete.await?;
-        keys += n;
-        if n < CLEANUP_BATCH.unsigned_abs() {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
     let audit_before = state.policy.audit_before(now);
-    let old = state
-        .store
-        .write(async move |tx| crate::store::delete_old(tx, audit_before, now).await);
-    Ok(keys + old.await?)
+    let mut deleted = 0;
+    for &(table, cond, horizon) in RETENTION {
+        let at = match horizon {
+            Horizon::Now => now,
+            Horizon::AuditWindow => audit_before,
+        };
+        loop {
+            let batch = state.store.write(async move |tx| {
+                delete_batch(tx, backend, (table, cond), at, CLEANUP_BATCH).await
+            });
+            let n = batch.await?;
+            deleted += n;
+            if n < CLEANUP_BATCH.unsigned_abs() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+    Ok(deleted)
 }

@@ -145,33 +145,10 @@ pub(crate) async fn find_by_id<'c>(
 /// tombstones past theirs whose order is no longer payable at their version (a NULL version
 /// stands for every version). Processing rows never: their outcome is still unknown. The
 /// one place this condition is written.
-const EXPIRED: &str = "status <> 'processing' AND expires_at IS NOT NULL AND expires_at < $1
+pub(crate) const EXPIRED: &str =
+    "status <> 'processing' AND expires_at IS NOT NULL AND expires_at < $1
     AND NOT (status = 'cancelled' AND EXISTS (SELECT 1 FROM orders o WHERE o.id = attempts.order_id
         AND o.status = 'unpaid' AND o.version = COALESCE(attempts.order_version, o.version)))";
-
-/// Deletes at most `limit` expired keys ([`EXPIRED`]) by `ctid`/`rowid`: no lookup by key, and
-/// no generic plan turns a batch into a scan of the table (docs/benchmarks.md, "Cleanup").
-pub(crate) async fn delete_expired<'c>(
-    e: impl AnyExecutor<'c>,
-    backend: super::Backend,
-    now: i64,
-    limit: i64,
-) -> sqlx::Result<u64> {
-    let row = if backend == super::Backend::Postgres {
-        "ctid"
-    } else {
-        "rowid"
-    };
-    let sql = format!(
-        "DELETE FROM attempts WHERE {row} IN (SELECT {row} FROM attempts WHERE {EXPIRED} LIMIT $2)"
-    );
-    let res = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .bind(now)
-        .bind(limit)
-        .execute(e)
-        .await?;
-    Ok(res.rows_affected())
-}
 
 /// The claim: inserts the key as processing unless any unique slot is taken, either
 /// `(user, key)` (the same key seen before) or "one processing attempt per order". Returns

@@ -253,38 +253,65 @@ impl Store {
     }
 }
 
-/// Retention: audit rows, webhook events, acknowledged jobs and finished outbox rows older
-/// than `audit_before` (the dispute window), and finished refund keys past their expiry.
-/// Returns how many rows were deleted.
-pub(crate) async fn delete_old(
+/// The instant a retention condition's `$1` stands for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Horizon {
+    /// The job's now: expired keys.
+    Now,
+    /// The start of the dispute window (`Policy::audit_before`).
+    AuditWindow,
+}
+
+/// Retention, table by table, in the order the job deletes: which rows go (a condition on
+/// `$1`) and what `$1` is. The expired keys first: their condition is the rules'
+/// (`attempts::EXPIRED`).
+pub(crate) const RETENTION: &[(&str, &str, Horizon)] = &[
+    ("attempts", attempts::EXPIRED, Horizon::Now),
+    ("audit_log", "at < $1", Horizon::AuditWindow),
+    // Unhandled ones too (a key no attempt ever owned): the provider gave up long ago.
+    ("webhook_events", "received_at < $1", Horizon::AuditWindow),
+    (
+        "jobs",
+        "done_at IS NOT NULL AND done_at < $1",
+        Horizon::AuditWindow,
+    ),
+    (
+        "outbox",
+        "done_at IS NOT NULL AND done_at < $1",
+        Horizon::AuditWindow,
+    ),
+    (
+        "refunds",
+        "status <> 'processing' AND expires_at IS NOT NULL AND expires_at < $1",
+        Horizon::Now,
+    ),
+];
+
+/// Deletes at most `limit` rows of `table` where `cond` holds for `$1 = at`, by
+/// `ctid`/`rowid`: no lookup by key, and no generic plan turns a batch into a scan of the
+/// table (docs/benchmarks.md, "Cleanup"). Bounded, so a large backlog is many short
+/// transactions, not one long one.
+pub(crate) async fn delete_batch(
     tx: &mut AnyConnection,
-    audit_before: i64,
-    now: i64,
+    backend: Backend,
+    (table, cond): (&str, &str),
+    at: i64,
+    limit: i64,
 ) -> sqlx::Result<u64> {
-    let mut n = 0;
-    for (sql, at) in [
-        ("DELETE FROM audit_log WHERE at < $1", audit_before),
-        (
-            // Unhandled ones too (a key no attempt ever owned): the provider gave up long ago.
-            "DELETE FROM webhook_events WHERE received_at < $1",
-            audit_before,
-        ),
-        (
-            "DELETE FROM jobs WHERE done_at IS NOT NULL AND done_at < $1",
-            audit_before,
-        ),
-        (
-            "DELETE FROM outbox WHERE done_at IS NOT NULL AND done_at < $1",
-            audit_before,
-        ),
-        (
-            "DELETE FROM refunds WHERE status <> 'processing' AND expires_at IS NOT NULL AND expires_at < $1",
-            now,
-        ),
-    ] {
-        n += sqlx::query(sql).bind(at).execute(&mut *tx).await?.rows_affected();
-    }
-    Ok(n)
+    let row = if backend == Backend::Postgres {
+        "ctid"
+    } else {
+        "rowid"
+    };
+    let sql = format!(
+        "DELETE FROM {table} WHERE {row} IN (SELECT {row} FROM {table} WHERE {cond} LIMIT $2)"
+    );
+    let res = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(at)
+        .bind(limit)
+        .execute(&mut *tx)
+        .await?;
+    Ok(res.rows_affected())
 }
 
 /// The file of a `sqlite:` URL; `None` for any other URL, and for an in-memory database

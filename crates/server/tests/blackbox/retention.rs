@@ -90,9 +90,10 @@ async fn a_cancel_after_retention_of_a_charged_key_answers_with_the_payment(back
     assert_eq!(r.json()["status"], "cancelled");
 }
 
-/// A backlog larger than one cleanup batch (2,500 expired final keys, written straight into
-/// the table) is gone after one cleanup, while a processing attempt with an old expiry and
-/// a tombstone whose order is still payable stay: every batch applies the same rule.
+/// A backlog larger than one cleanup batch (2,500 expired final keys and 2,500 audit rows
+/// past the dispute window, written straight into the tables) is gone after one cleanup,
+/// while a processing attempt with an old expiry, a tombstone whose order is still payable
+/// and the recent audit rows stay: every batch applies the same rule.
 async fn a_backlog_of_expired_keys_is_deleted_in_batches_sparing_live_rows(backend: Backend) {
     let Some(db) = TestDb::create(backend).await else {
         return;
@@ -119,8 +120,33 @@ async fn a_backlog_of_expired_keys_is_deleted_in_batches_sparing_live_rows(backe
     .execute(&pool)
     .await
     .unwrap();
+    sqlx::query(
+        "WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 2500)
+         INSERT INTO audit_log (at, actor, entity, entity_id, from_state, to_state, reason)
+         SELECT 1, 'system', 'attempt', 'att_old_' || n, 'processing', 'succeeded', 'old'
+         FROM g",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let count = |sql: &'static str| {
+        let pool = pool.clone();
+        async move {
+            let (n,): (i64,) = sqlx::query_as(sql).fetch_one(&pool).await.unwrap();
+            n
+        }
+    };
+    let (old, recent) = (
+        "SELECT COUNT(*) FROM audit_log WHERE reason = 'old'",
+        "SELECT COUNT(*) FROM audit_log WHERE reason <> 'old'",
+    );
+    let recent_before = count(recent).await;
+    assert!(recent_before > 0, "the cancel wrote its audit row");
+    assert_eq!(count(old).await, 2500);
     s.advance(Duration::from_secs(61));
     payonce_server::run_cleanup(&s.state).await.unwrap();
+    assert_eq!(count(old).await, 0, "old audit rows deleted in batches");
+    assert_eq!(count(recent).await, recent_before, "recent audit rows kept");
     let rows: Vec<(String,)> = sqlx::query_as("SELECT status FROM attempts ORDER BY status")
         .fetch_all(&pool)
         .await
