@@ -72,7 +72,12 @@ impl InProc {
         if let Some(k) = key {
             req = req.header("Idempotency-Key", k);
         }
-        let req = req.body(Body::from(body.to_string())).unwrap();
+        self.call(req.body(Body::from(body.to_string())).unwrap())
+            .await
+    }
+
+    /// One request through the router, its whole answer read.
+    pub async fn call(&self, req: Request<Body>) -> Resp {
         let res = self.router.clone().oneshot(req).await.unwrap();
         let status = res.status().as_u16();
         let headers = res.headers().clone();
@@ -857,20 +862,7 @@ async fn edge_refusals_are_problems() {
         "60000",
     ];
     let s = InProc::start(&db, &provider, &flags).await;
-    let send = |req: Request<Body>| async {
-        let res = s.router.clone().oneshot(req).await.unwrap();
-        let status = res.status().as_u16();
-        let headers = res.headers().clone();
-        let body = axum::body::to_bytes(res.into_body(), usize::MAX)
-            .await
-            .unwrap()
-            .to_vec();
-        Resp {
-            status,
-            headers,
-            body,
-        }
-    };
+    let send = |req: Request<Body>| s.call(req);
     let get = |uri: String| Request::get(uri);
     let long = format!("/catalog?q={}", "a".repeat(8 * 1024));
     let many = (0..101).fold(get("/catalog".into()), |r, i| {
