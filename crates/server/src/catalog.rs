@@ -14,7 +14,6 @@
 use crate::error::{AppError, AppResult};
 use crate::limits::Limits;
 use crate::store::catalog as db;
-use crate::store::Backend;
 use crate::store::Store;
 use payonce_protocol::{CartLine, CatalogItem, ErrorCode, OrderLine};
 use serde::{Deserialize, Serialize};
@@ -277,13 +276,8 @@ const PG_CATALOG_LOCK: i64 = 0x0070_6179_6f63_6174;
 async fn install(store: &Store, src: &CatalogSource) -> Result<(), sqlx::Error> {
     let (backend, file, digest) = (store.backend(), src.file.clone(), src.digest.clone());
     store.write(async move |tx| {
-        if backend == Backend::Postgres {
-            // Instances starting together with different files would race on the replace.
-            sqlx::query("SELECT 1 FROM pg_advisory_xact_lock($1)")
-                .bind(PG_CATALOG_LOCK)
-                .execute(&mut *tx)
-                .await?;
-        }
+        // Instances starting together with different files would race on the replace.
+        crate::store::start_lock(tx, backend, PG_CATALOG_LOCK).await?;
         let fresh = sqlx::query(
             "INSERT INTO catalog_source (digest, installed_at) VALUES ($1, $2) ON CONFLICT DO NOTHING",
         )

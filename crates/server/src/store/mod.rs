@@ -212,12 +212,7 @@ impl Store {
     async fn migrate(&self) -> sqlx::Result<()> {
         let backend = self.backend;
         self.write(async move |tx| {
-                if backend == Backend::Postgres {
-                    sqlx::query("SELECT 1 FROM pg_advisory_xact_lock($1)")
-                        .bind(PG_MIGRATION_LOCK)
-                        .execute(&mut *tx)
-                        .await?;
-                }
+                start_lock(tx, backend, PG_MIGRATION_LOCK).await?;
                 sqlx::raw_sql(
                     "CREATE TABLE IF NOT EXISTS payonce_migrations (
                         version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)",
@@ -286,6 +281,22 @@ pub(crate) const RETENTION: &[(&str, &str, Horizon)] = &[
         Horizon::Now,
     ),
 ];
+
+/// On PostgreSQL, the transaction-scoped advisory lock `key`, so that instances starting
+/// together take turns; SQLite's one writer already serializes.
+pub(crate) async fn start_lock(
+    tx: &mut AnyConnection,
+    backend: Backend,
+    key: i64,
+) -> sqlx::Result<()> {
+    if backend == Backend::Postgres {
+        sqlx::query("SELECT 1 FROM pg_advisory_xact_lock($1)")
+            .bind(key)
+            .execute(&mut *tx)
+            .await?;
+    }
+    Ok(())
+}
 
 /// Deletes at most `limit` rows of `table` where `cond` holds for `$1 = at`, by
 /// `ctid`/`rowid`: no lookup by key, and no generic plan turns a batch into a scan of the
