@@ -6,6 +6,8 @@
 #   - chromium + chromium-driver (Debian apt; needs root)
 #   - wasm-opt (npm `binaryen`), terser, playwright-core, typescript: `npm ci --prefix tools`
 #   - www/ npm dependencies, when www/package.json exists and pkg/ is built
+#   - localstripe (PyPI, a Stripe emulator for the Stripe tests; GPL-3, a test tool we run,
+#     never ship) in .venv-localstripe/ (python3 -m venv; Debian refuses a global pip)
 # usage: scripts/bootstrap.sh [--no-browser]   (--no-browser: skip Chromium, e.g. for the demo)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -75,6 +77,22 @@ has_tools() {
 }
 install_tools() { npm ci --prefix tools --no-audit --no-fund; }
 step "npm tools (binaryen wasm-opt, terser, playwright-core, typescript)" has_tools install_tools
+
+# The Stripe suites start it per test (crates/testkit/src/localstripe.rs finds it here).
+localstripe_version=1.15.10
+has_localstripe() {
+  # Not `| grep -q`: under pipefail its early exit fails pip with SIGPIPE, and a present
+  # localstripe reads as missing.
+  [ "$(.venv-localstripe/bin/pip show localstripe 2>/dev/null | sed -n 's/^Version: //p')" = "$localstripe_version" ] \
+    && test -x .venv-localstripe/bin/localstripe
+}
+install_localstripe() {
+  command -v python3 >/dev/null || fail "python3 not found; install it (apt-get install python3 python3-venv)"
+  python3 -m venv .venv-localstripe \
+    || fail "python3 -m venv failed; install the venv module (apt-get install python3-venv)"
+  .venv-localstripe/bin/pip install --quiet --disable-pip-version-check "localstripe==$localstripe_version"
+}
+step "localstripe $localstripe_version (PyPI, .venv-localstripe)" has_localstripe install_localstripe
 
 # www/ installs the SDK from ../pkg (a `file:` dependency), so its npm install needs the built
 # package; before scripts/build-pkg.sh has run it is left for later (test.sh and demo.sh call

@@ -28,7 +28,10 @@ if [ "$cargo_version" != "$manifest_version" ]; then
 fi
 
 # --mode no-install: never let wasm-pack download a wasm-bindgen CLI (it cannot here).
-wasm-pack build --release --target web --mode no-install --no-opt --out-dir "$out" --out-name payonce
+# --profile wasm-release: the size-tuned profile of the root Cargo.toml (`--release` is the
+# server's, tuned for speed); wasm-pack passes it to cargo as `--profile` and runs
+# wasm-bindgen with its release settings (no debug glue) for a custom profile.
+wasm-pack build --profile wasm-release --target web --mode no-install --no-opt --out-dir "$out" --out-name payonce
 
 # The producers and target_features sections are read by tools (wasm-opt reads the features
 # on load, so they are stripped only from its last output); browsers ignore them: 200 B gzip.
@@ -50,6 +53,11 @@ rm "$out/payonce_bg.wasm.opt" "$out/names.json"
 # js/index.js over it (no `window` on import, a PayonceError before init(), init() in Node).
 mv "$out/payonce.js" "$out/payonce_glue.js"
 sed 's|@ts-self-types="./payonce.d.ts"|@ts-self-types="./payonce_glue.d.ts"|' "$out/payonce.d.ts" >"$out/payonce_glue.d.ts"
+# The generated classes declare `[Symbol.dispose]()`, which needs TypeScript's
+# `esnext.disposable` lib; Vite's template has `lib: ["ES2023", "DOM"]`, without it, so with
+# skipLibCheck false the package's own types would not compile. The reference brings that lib
+# along (tools/ts-check compiles them under the Vite, Next.js and `tsc --init` settings).
+sed -i '1i /// <reference lib="esnext.disposable" />' "$out/payonce_glue.d.ts"
 sed -i '1s|@ts-self-types="./payonce.d.ts"|@ts-self-types="./payonce_glue.d.ts"|' "$out/payonce_glue.js"
 cp js/index.js "$out/payonce.js"
 cp js/index.d.ts "$out/payonce.d.ts"

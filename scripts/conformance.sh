@@ -6,8 +6,14 @@
 #   3. the companion server on PostgreSQL: three processes on one fresh database, one
 #      standalone mock provider, requests rotating over the three (races cross processes);
 #   4. the production build (no `dev` feature, no --dev) on SQLite, with the flags
-#      docs/deploy.md requires, users authenticated by HS256 JWTs, a standalone mock provider.
-# Usage: scripts/conformance.sh [express|sqlite|postgres|production]...   (default: all four)
+#      docs/deploy.md requires, users authenticated by HS256 JWTs only (--no-session-tokens),
+#      a standalone mock provider on loopback (plain http:// is allowed there);
+#   5. the companion server on SQLite with --provider stripe against localstripe (the Stripe
+#      emulator bootstrap.sh installs in .venv-localstripe/), its payment methods made through
+#      localstripe's API, the ledger its own list of PaymentIntents
+#      (scripts/localstripe-ledger.py). No localstripe card stays processing, so the four
+#      pending-method rules say NOT CHECKED with that reason.
+# Usage: scripts/conformance.sh [express|sqlite|postgres|production|stripe]...   (default: all five)
 #
 # The companion server runs with --no-provider-webhooks: its mock provider records a slow
 # charge at once and would settle it by webhook at once, so nothing would stay processing
@@ -19,7 +25,7 @@ cd "$root"
 export PATH="$HOME/.cargo/bin:$PATH"
 ci() { [ "${CI:-}" = true ]; }
 locked=(); ci && locked=(--locked)
-targets=("$@"); [ ${#targets[@]} -eq 0 ] && targets=(express sqlite postgres production)
+targets=("$@"); [ ${#targets[@]} -eq 0 ] && targets=(express sqlite postgres production stripe)
 pg_admin=${PAYONCE_TEST_PG_URL:-postgres://root@127.0.0.1:5432/test}
 bin=${CARGO_TARGET_DIR:-$root/target}/debug
 run_dir=$(mktemp -d "${TMPDIR:-/tmp}/payonce-conformance.XXXXXX")
@@ -164,9 +170,8 @@ production() {
   tb=$("$bin/payonce-server" mint-jwt --secret "$secret" --issuer $iss --audience $aud \
     --user "conformance-b-$RANDOM" --ttl-secs 600) || return 1
   start production "payonce: api listening on" "$run_dir/payonce-server-prod" \
-    --addr 127.0.0.1:0 --provider-url "$provider" --database-url "sqlite://$run_dir/prod.db" \
-    --webhook-secret "conformance-webhook-secret-0123456789abcdef" \
-    --session-secret "conformance-session-secret-0123456789abcdef" \
+    --addr 127.0.0.1:0 --provider mock --provider-url "$provider" --database-url "sqlite://$run_dir/prod.db" \
+    --webhook-secret "conformance-webhook-secret-0123456789abcdef" --no-session-tokens \
     --jwt-hs256-secret "$secret" --jwt-issuer $iss --jwt-audience $aud || return 1
   companion_config "$run_dir/production.toml" "$url" "[]" "$provider"
   # Static bearer tokens instead of the dev login, which this build does not have.
@@ -174,6 +179,45 @@ production() {
     "$run_dir/production.toml"
   kit "companion server, production build (no dev feature), SQLite, JWT users" \
     "$run_dir/production.toml"
+}
+
+stripe() {
+  local ls=${PAYONCE_TEST_LOCALSTRIPE:-$root/.venv-localstripe/bin/localstripe} port base api
+  local key=sk_test_payonce_conformance whsec="whsec_conformance_$RANDOM$RANDOM" approve decline
+  if [ ! -x "$ls" ]; then
+    ci && { echo "conformance: localstripe is required (CI=true): scripts/bootstrap.sh installs it" >&2; return 1; }
+    echo "conformance: WARNING: localstripe not found at $ls; the Stripe target skipped" >&2
+    return 0
+  fi
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  "$ls" --port "$port" --from-scratch >"$run_dir/localstripe.out" 2>&1 &
+  pids+=($!)
+  base=http://127.0.0.1:$port
+  for _ in $(seq 100); do curl -sf -u "$key:" "$base/v1/payment_intents?limit=1" >/dev/null && break; sleep 0.1; done
+  # Payment methods are made at the provider (in a browser, Stripe.js does it): payonce
+  # never sees a card number.
+  pm() {
+    curl -sf -u "$key:" "$base/v1/payment_methods" -d type=card -d "card[number]=$1" \
+      -d "card[exp_month]=12" -d "card[exp_year]=2034" -d "card[cvc]=123" |
+      python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])'
+  }
+  approve=$(pm 4242424242424242) && decline=$(pm 4000000000000341) || {
+    echo "conformance: localstripe did not make payment methods; its log:" >&2
+    tail -n 20 "$run_dir/localstripe.out" >&2
+    return 1
+  }
+  start stripe "payonce: api listening on" "$bin/payonce-server" --dev --provider stripe \
+    --provider-url "$base" --stripe-secret-key "$key" --stripe-webhook-secret "$whsec" \
+    --addr 127.0.0.1:0 --database-url "sqlite://$run_dir/stripe.db" \
+    --session-secret "conformance-session-secret-$RANDOM$RANDOM" || return 1
+  api=$url
+  companion_config "$run_dir/stripe.toml" "$api" "[]" "$base"
+  # The ledger is localstripe's own list (no search by order: the script walks it); the
+  # pending method is the approving card, which settles at once (hence NOT CHECKED).
+  sed -i "s|^approve = .*|approve = \"$approve\"|; s|^decline = .*|decline = \"$decline\"|;
+    s|^pending = .*|pending = \"$approve\"|; s|^url = .*|command = \"STRIPE_SECRET_KEY=$key python3 $root/scripts/localstripe-ledger.py $base {order}\"|" \
+    "$run_dir/stripe.toml"
+  kit "companion server, SQLite, --provider stripe against localstripe" "$run_dir/stripe.toml"
 }
 
 # The production binary first (the `dev` feature off), kept aside; then the dev build that
@@ -184,8 +228,8 @@ cargo build "${locked[@]}" -q -p payonce-server -p payonce-conformance || exit 1
 status=0
 for t in "${targets[@]}"; do
   case $t in
-    express | sqlite | postgres | production) "$t" || status=1 ;;
-    *) echo "conformance: unknown target $t (express, sqlite, postgres, production)" >&2; status=1 ;;
+    express | sqlite | postgres | production | stripe) "$t" || status=1 ;;
+    *) echo "conformance: unknown target $t (express, sqlite, postgres, production, stripe)" >&2; status=1 ;;
   esac
 done
 exit $status

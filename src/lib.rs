@@ -13,18 +13,35 @@
 //!   timeouts, Web Locks, BroadcastChannel, `online` waits and abort signals.
 //!
 //! # Decisions worth knowing
-//! - A key is minted only on a Pay click with no unresolved attempt for the order, and saved in
+//! - A key is minted only on a Pay click with no unresolved attempt for the order (this tab's,
+//!   or one another tab of the browser is sending: that one is adopted, see below), and saved in
 //!   sessionStorage (`payonce:attempt:<orderId>`) before the request leaves. It is removed only
-//!   on a final answer: paid, declined/failed, cancelled, or `ORDER_CHANGED`. Every other answer,
-//!   including refusals such as `KEY_REUSED_WITH_DIFFERENT_DETAILS` or `PAYMENT_ALREADY_ACTIVE`,
-//!   `ACTION_REQUIRED` (3-D Secure: the same key finishes it) and answers that do not fit the
-//!   protocol (`PROTOCOL_MISMATCH`), keeps it; `cancel()` resolves such a key (the server
-//!   tombstones a key it never saw; a cancel answered `ORDER_NOT_FOUND` or
-//!   `KEY_REUSED_WITH_DIFFERENT_DETAILS` resolves it as `notFound`).
+//!   on a final answer. The outcomes of `pay`:
+//!
+//!   | outcome | when | key |
+//!   |---|---|---|
+//!   | `paid`, `byThisAttempt: true` | 200 `succeeded` for this key | removed |
+//!   | `paid`, `byThisAttempt: false` | 409 `ORDER_ALREADY_PAID`: another key paid the order; `payment` is its receipt | removed |
+//!   | `declined` | 402 `PAYMENT_DECLINED` / `PAYMENT_FAILED` | removed |
+//!   | `cancelled` | 409 `ATTEMPT_CANCELLED` | removed |
+//!   | `orderChanged` | 409 `ORDER_CHANGED` | removed |
+//!   | `busy` | 409 `PAYMENT_ALREADY_ACTIVE`: another attempt runs; the key is tombstoned with a cancel first | removed by the cancel |
+//!   | `actionRequired` | 402 `ACTION_REQUIRED` (3-D Secure: the same key finishes it) | kept |
+//!   | `pending` | no final answer within the call's bounds | kept |
+//!   | error `SERVER_REJECTED`, `PROTOCOL_MISMATCH`, ... | other refusals (`KEY_REUSED_WITH_DIFFERENT_DETAILS`, 401, ...), answers that do not fit the protocol | kept |
+//!
+//!   `cancel()` resolves a kept key (the server tombstones a key it never saw; a cancel
+//!   answered `ORDER_NOT_FOUND` or `KEY_REUSED_WITH_DIFFERENT_DETAILS` resolves it as
+//!   `notFound`).
 //! - One pay call sends at most `maxAttempts` requests, polls included, and waits at least the
 //!   base delay (jittered) between any two, whatever `Retry-After` says.
 //! - Receipts from other tabs are hints: used only for the same base URL and checkout, and only
 //!   after one confirming request with the receipt's key (a replay).
+//! - Tabs of one browser pay an order one at a time (a Web Lock per order). A tab that finds
+//!   another tab paying the order says so (status `waitingForOtherTab`, event `tabWait`), reads
+//!   that tab's attempt from the lock it holds while sending (`web::tabs`), and when its turn
+//!   comes adopts it (event `tabAdopt`): same key, same checkout, so its outcome is the other
+//!   tab's (a replay), or, if that tab is gone, it finishes the attempt itself.
 //! - Other details for an order with an unresolved attempt reject with `SNAPSHOT_CONFLICT`.
 //! - A stored entry that does not decode never crashes the SDK: if a key can still be read from
 //!   it, pay rejects with `UNREADABLE_ATTEMPT` until `cancel()` resolves it; if not, it is
@@ -58,3 +75,76 @@ pub fn version() -> String {
 #[cfg(all(target_arch = "wasm32", not(target_feature = "atomics")))]
 #[global_allocator]
 static ALLOC: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
+
+/// What the READMEs and the `.d.ts` text (`src/web/mod.rs`) say of the client's options holds
+/// for the code: an app built from them must reach the endpoints the SDK requests.
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod documented_options {
+    use payonce_protocol::body::paths;
+
+    const NPM_README: &str = include_str!("../npm/README.md");
+    const README: &str = include_str!("../README.md");
+    const TYPES: &str = include_str!("web/mod.rs");
+
+    #[test]
+    fn the_default_cancel_endpoint_is_written_as_the_sdk_requests_it() {
+        let id = "${encodeURIComponent(orderId)}";
+        let cancel = ["${baseUrl}", &paths::cancel(id)].concat();
+        let pay = ["${baseUrl}", &paths::pay(id)].concat();
+        for (file, text) in [("npm/README.md", NPM_README), ("src/web/mod.rs", TYPES)] {
+            assert!(
+                text.contains(&pay),
+                "{file} states the default pay URL {pay}"
+            );
+            assert!(
+                text.contains(&cancel),
+                "{file} states the default cancel URL {cancel}"
+            );
+        }
+        for (file, text) in [
+            ("npm/README.md", NPM_README),
+            ("README.md", README),
+            ("src/web/mod.rs", TYPES),
+        ] {
+            assert!(
+                !text.contains("`.../cancel`"),
+                "{file} abbreviates the cancel URL to a path the SDK does not request"
+            );
+        }
+    }
+
+    /// The option names of npm/README.md's options table (`retry.baseDelayMs` as `retry`).
+    fn table_options() -> Vec<&'static str> {
+        let table = NPM_README
+            .split("| option | default | what it does |")
+            .nth(1)
+            .expect("npm/README.md has the options table");
+        table
+            .lines()
+            .skip(2)
+            .take_while(|l| l.starts_with('|'))
+            .filter_map(|l| l.split('`').nth(1))
+            .map(|name| name.split('.').next().unwrap_or(name))
+            .collect()
+    }
+
+    #[test]
+    fn the_readme_names_as_client_options_only_what_create_takes() {
+        let at = README
+            .find("option with its default")
+            .expect("README.md lists the client options");
+        let list = &README[at..];
+        let list = &list[list.find('(').unwrap_or(0) + 1..];
+        let list = &list[..list.find([';', ')']).unwrap_or(list.len())];
+        let named: Vec<&str> = list.split('`').skip(1).step_by(2).collect();
+        assert!(named.len() >= 5, "{named:?}");
+        let table = table_options();
+        for name in named {
+            assert!(
+                table.contains(&name),
+                "README.md lists `{name}` as a client option; npm/README.md's table of what \
+                 create takes does not have it"
+            );
+        }
+    }
+}

@@ -44,12 +44,12 @@ fn calls(order: &str) -> f64 {
 }
 
 const MAX_ATTEMPTS: f64 = 3.0;
-const BASE_MS: f64 = 40.0;
+const BASE_MS: f64 = 100.0;
 
 async fn hot_loop_case(order: &str, status: u16, body: &str) {
     can(order, status, body);
     let c = PayonceClient::create(js(
-        r#"{"baseUrl":"http://canned.invalid","retry":{"baseDelayMs":40,"maxDelayMs":200,"maxAttempts":3},"deadlineMs":5000}"#,
+        r#"{"baseUrl":"http://canned.invalid","requestTimeoutMs":5000,"retry":{"baseDelayMs":100,"maxDelayMs":200,"maxAttempts":3},"deadlineMs":5000}"#,
     ))
     .expect("client");
     let t0 = js_sys::Date::now();

@@ -235,6 +235,30 @@ async fn a_lost_response_is_retried_with_the_same_key_and_charged_once() {
         "the retry got the stored answer"
     );
     assert!(n(last, "attempt") >= 2.0);
+    // A support log matches each request to the server's: one id per request, sent as
+    // X-Request-Id across origins (the dev server's CORS allows it) and answered back.
+    let ids: Vec<String> = events
+        .borrow()
+        .iter()
+        .filter(|e| s(e, "type") == "request")
+        .map(|e| s(e, "requestId"))
+        .collect();
+    assert_eq!(ids.len(), answers.len());
+    assert!(ids.iter().all(|id| id.len() == 36), "{ids:?}");
+    assert!(
+        ids.windows(2).all(|w| w[0] != w[1]),
+        "one id per request: {ids:?}"
+    );
+    assert_eq!(s(last, "requestId"), *ids.last().unwrap());
+    assert_eq!(
+        s(last, "serverRequestId"),
+        s(last, "requestId"),
+        "the server logged and answered our id"
+    );
+    assert!(
+        events.borrow().iter().all(|e| n(e, "at") > 1.6e12),
+        "`at` on every event"
+    );
 }
 
 #[wasm_bindgen_test]
@@ -337,7 +361,7 @@ async fn cart_change_after_a_timeout_cancels_tombstones_and_pays_with_a_new_key(
     let order = fresh_order("cart").await;
     // The first attempt never reaches the server (a dead address, same sessionStorage).
     let lost = PayonceClient::create(js(
-        r#"{"baseUrl":"http://127.0.0.1:1","retry":{"baseDelayMs":1,"maxDelayMs":2,"maxAttempts":1}}"#,
+        r#"{"baseUrl":"http://127.0.0.1:1","retry":{"baseDelayMs":100,"maxDelayMs":100,"maxAttempts":1}}"#,
     ))
     .unwrap();
     let out = settle(lost.pay(checkout(&order, methods::APPROVE), None))
@@ -479,7 +503,7 @@ async fn pays_with_a_bearer_token_from_headers_and_no_cookies_through_custom_end
     let (order, token) = fresh_order_and_token("bearer").await;
     let endpoints = run_js(&format!(
         "return {{ pay: (id) => '{api}/orders/' + encodeURIComponent(id) + '/pay', \
-                   cancel: (id) => '{api}/orders/' + encodeURIComponent(id) + '/cancel' }};",
+                   cancel: (id) => '{api}/orders/' + encodeURIComponent(id) + '/payment-attempts/cancel' }};",
         api = api()
     ));
     let options = |headers: Option<JsValue>| {
@@ -524,7 +548,7 @@ async fn a_cancel_the_server_answers_order_not_found_resolves_the_attempt() {
     let order = fresh_order("gone").await;
     // An unresolved attempt for the order: its request never reached the server.
     let lost = PayonceClient::create(js(
-        r#"{"baseUrl":"http://127.0.0.1:1","retry":{"baseDelayMs":1,"maxDelayMs":2,"maxAttempts":1}}"#,
+        r#"{"baseUrl":"http://127.0.0.1:1","retry":{"baseDelayMs":100,"maxDelayMs":100,"maxAttempts":1}}"#,
     ))
     .unwrap();
     let out = settle(lost.pay(checkout(&order, methods::APPROVE), None))

@@ -19,7 +19,7 @@ const DEAD_API: &str = "http://127.0.0.1:1";
 
 fn client(extra: &str) -> PayonceClient {
     let opts = js(&format!(
-        r#"{{"baseUrl":"{DEAD_API}","retry":{{"baseDelayMs":1,"maxDelayMs":5,"maxAttempts":2}},"deadlineMs":20000{extra}}}"#
+        r#"{{"baseUrl":"{DEAD_API}","retry":{{"baseDelayMs":100,"maxDelayMs":100,"maxAttempts":2}},"deadlineMs":20000{extra}}}"#
     ));
     PayonceClient::create(opts).expect("client")
 }
@@ -143,7 +143,7 @@ async fn keyless_garbage_is_reported_and_replaced() {
         .unwrap();
     let (on_warning, warnings) = recorder();
     let c = PayonceClient::create(with(
-        js(&format!(r#"{{"baseUrl":"{DEAD_API}","retry":{{"baseDelayMs":1,"maxDelayMs":5,"maxAttempts":1}}}}"#)),
+        js(&format!(r#"{{"baseUrl":"{DEAD_API}","retry":{{"baseDelayMs":100,"maxDelayMs":100,"maxAttempts":1}}}}"#)),
         "onWarning",
         &on_warning,
     ))
@@ -185,7 +185,7 @@ async fn storage_that_throws_falls_back_to_memory_and_is_reported() {
     let (on_warning, warnings) = recorder();
     let created = PayonceClient::create(with(
         js(&format!(
-            r#"{{"baseUrl":"{DEAD_API}","retry":{{"baseDelayMs":1,"maxDelayMs":5,"maxAttempts":1}}}}"#
+            r#"{{"baseUrl":"{DEAD_API}","retry":{{"baseDelayMs":100,"maxDelayMs":100,"maxAttempts":1}}}}"#
         )),
         "onWarning",
         &on_warning,

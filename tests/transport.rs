@@ -49,7 +49,7 @@ async fn every_request_goes_through_the_apps_fetch_headers_credentials_and_endpo
                   cancel: (id) => 'https://shop.example/api/checkout/' + id + '/void' };",
     );
     let opts = js(
-        r#"{"baseUrl":"https://api.example","credentials":"omit","retry":{"baseDelayMs":5,"maxDelayMs":10}}"#,
+        r#"{"baseUrl":"https://api.example","credentials":"omit","retry":{"baseDelayMs":100,"maxDelayMs":100}}"#,
     );
     let opts = with(
         with(with(opts, "fetch", &fetch), "headers", &headers),
@@ -95,7 +95,7 @@ async fn the_defaults_are_the_global_fetch_credentials_include_and_the_protocol_
     run_js("window.__savedFetch = window.fetch;");
     let _ = js_sys::Reflect::set(&js_sys::global(), &"fetch".into(), &fetch);
     let c = PayonceClient::create(js(
-        r#"{"baseUrl":"https://api.example/","headers":{"X-CSRF-Token":"abc"},"retry":{"baseDelayMs":5,"maxDelayMs":10}}"#,
+        r#"{"baseUrl":"https://api.example/","headers":{"X-CSRF-Token":"abc"},"retry":{"baseDelayMs":100,"maxDelayMs":100}}"#,
     ))
     .expect("client");
     let out = settle(c.pay(
@@ -158,7 +158,7 @@ fn answering(counter: &str, status: u16, body: Option<&str>) -> JsValue {
 
 fn client_with_fetch(fetch: &JsValue, extra: &str) -> PayonceClient {
     let o = js(&format!(
-        r#"{{"baseUrl":"https://api.example","retry":{{"baseDelayMs":5,"maxDelayMs":10,"maxAttempts":3}}{extra}}}"#
+        r#"{{"baseUrl":"https://api.example","retry":{{"baseDelayMs":100,"maxDelayMs":100,"maxAttempts":3}}{extra}}}"#
     ));
     PayonceClient::create(with(o, "fetch", fetch)).expect("client")
 }
@@ -232,12 +232,17 @@ async fn an_unknown_problem_code_reaches_the_app_with_status_detail_and_body() {
 }
 
 #[wasm_bindgen_test]
-async fn a_network_failure_on_every_try_is_reported_as_a_protocol_mismatch() {
+async fn two_network_failures_warn_network_or_cors_at_once_naming_what_to_check() {
+    // Every request fails as a CORS refusal does; the warning records how many requests had
+    // been made when it came, and its message.
     let fetch = answering("__m4", 0, None);
-    let (on_warning, warnings) = recorder();
+    let on_warning = run_js(
+        "window.__w4 = []; \
+         return (code, message) => window.__w4.push({ code, message, sent: window.__m4 });",
+    );
     let c = PayonceClient::create(with(
         with(
-            js(r#"{"baseUrl":"https://api.example","retry":{"baseDelayMs":5,"maxDelayMs":10,"maxAttempts":3}}"#),
+            js(r#"{"baseUrl":"https://api.example","retry":{"baseDelayMs":100,"maxDelayMs":100,"maxAttempts":4}}"#),
             "fetch",
             &fetch,
         ),
@@ -250,8 +255,25 @@ async fn a_network_failure_on_every_try_is_reported_as_a_protocol_mismatch() {
         (s(&out, "kind"), s(&out, "reason")),
         ("pending".into(), "attempts".into())
     );
-    assert_eq!(count("__m4"), 3.0);
-    assert_eq!(warnings.borrow().as_slice(), ["PROTOCOL_MISMATCH"]);
+    assert_eq!(count("__m4"), 4.0);
+    let warnings = js_sys::Array::from(&run_js("return window.__w4;")).to_vec();
+    assert_eq!(warnings.len(), 1, "said once");
+    assert_eq!(s(&warnings[0], "code"), "NETWORK_OR_CORS");
+    assert_eq!(
+        n(&warnings[0], "sent"),
+        2.0,
+        "at once, after the second try"
+    );
+    let message = s(&warnings[0], "message");
+    for named in [
+        "credentials",
+        "Access-Control-Allow-Origin",
+        "Access-Control-Allow-Credentials",
+        "Access-Control-Allow-Headers",
+        "X-Request-Id",
+    ] {
+        assert!(message.contains(named), "{named} in: {message}");
+    }
     assert!(stored("ord_m4").is_some());
 }
 
@@ -270,7 +292,7 @@ async fn on_event_and_debug_tell_every_request_answer_wait_and_outcome() {
     run_js("window.__savedDebug = console.debug; window.__logged = []; console.debug = (tag, e) => window.__logged.push([tag, e]);");
     let (on_status, statuses) = recorder();
     let opts = js(
-        r#"{"baseUrl":"https://api.example","debug":true,"retry":{"baseDelayMs":30,"maxDelayMs":60}}"#,
+        r#"{"baseUrl":"https://api.example","debug":true,"retry":{"baseDelayMs":100,"maxDelayMs":200}}"#,
     );
     let c = PayonceClient::create(with(with(opts, "fetch", &fetch), "onEvent", &on_event)).unwrap();
     let out = settle(c.pay(
@@ -456,4 +478,207 @@ async fn checkout_extras_are_sent_stored_and_part_of_the_intention() {
         "{}",
         s(&err, "message")
     );
+}
+
+/// A client whose `fetch` is `fetch` and whose `headers` is `headers` (either may be
+/// `undefined`), with `onEvent` collecting into `window[events]`.
+fn edge_client(fetch: &JsValue, headers: &JsValue, events: &str) -> PayonceClient {
+    let o = js(r#"{"baseUrl":"https://api.example","retry":{"baseDelayMs":100,"maxDelayMs":100}}"#);
+    let o = with(with(o, "onEvent", &collector(events)), "fetch", fetch);
+    let o = if headers.is_undefined() {
+        o
+    } else {
+        with(o, "headers", headers)
+    };
+    PayonceClient::create(o).unwrap()
+}
+
+fn events_of(name: &str) -> Vec<JsValue> {
+    js_sys::Array::from(&run_js(&format!("return window.{name};"))).to_vec()
+}
+
+#[wasm_bindgen_test]
+async fn a_failing_headers_function_ends_pay_at_once_and_nothing_leaves() {
+    let fetch = answering("__h1", 503, Some("{}"));
+    // A token refresh that fails: the app's own error, which must reach the app as `cause`.
+    let headers = run_js(
+        "window.__h1err = new Error('token refresh failed'); \
+         return async () => { throw window.__h1err; };",
+    );
+    let c = edge_client(&fetch, &headers, "__h1ev");
+    let t0 = js_sys::Date::now();
+    let err = pay_order(&c, "ord_h1").await.expect_err("rejects");
+    assert!(js_sys::Date::now() - t0 < 1_000.0, "at once, no retries");
+    assert_eq!(error_code(&err), "TRANSPORT_FAILED");
+    assert!(err.is_instance_of::<js_sys::Error>());
+    assert_eq!(
+        get(&err, "cause"),
+        run_js("return window.__h1err;"),
+        "the app's error"
+    );
+    assert_eq!(count("__h1"), 0.0, "no request left");
+    assert!(stored("ord_h1").is_none(), "as before the call: no key");
+    let events = events_of("__h1ev");
+    let types: Vec<String> = events.iter().map(|e| s(e, "type")).collect();
+    assert_eq!(
+        types,
+        ["requestFailed", "outcome"],
+        "no request or answer that never was"
+    );
+    assert_eq!(s(&events[0], "reason"), "headers");
+    assert!(s(&events[0], "error").contains("token refresh failed"));
+    assert_eq!(error_code(&get(&events[1], "error")), "TRANSPORT_FAILED");
+}
+
+#[wasm_bindgen_test]
+async fn a_failing_headers_or_fetch_leaves_a_stored_attempt_exactly_as_it_was() {
+    // A first call leaves an unresolved attempt (503 until the attempts run out).
+    let c = client_with_fetch(&answering("__h2", 503, Some("{}")), "");
+    assert_eq!(
+        s(&pay_order(&c, "ord_h2").await.unwrap(), "kind"),
+        "pending"
+    );
+    let before = session()
+        .get_item("payonce:attempt:ord_h2")
+        .unwrap()
+        .expect("stored");
+    // headers that throws at once, then a fetch of the app's that rejects with its own error.
+    let throwing = run_js("return () => { throw new Error('signed out'); };");
+    let rejecting = run_js("return async () => { throw new RangeError('no session'); };");
+    for (fetch, headers, step) in [
+        (answering("__h2b", 200, Some("{}")), throwing, "headers"),
+        (rejecting, JsValue::UNDEFINED, "fetch"),
+    ] {
+        let c = edge_client(&fetch, &headers, "__h2ev");
+        let err = pay_order(&c, "ord_h2").await.expect_err(step);
+        assert_eq!(error_code(&err), "TRANSPORT_FAILED", "{step}");
+        assert!(
+            get(&err, "cause").is_instance_of::<js_sys::Error>(),
+            "{step}"
+        );
+        let after = session().get_item("payonce:attempt:ord_h2").unwrap();
+        assert_eq!(
+            after.as_deref(),
+            Some(before.as_str()),
+            "{step}: same key, same record"
+        );
+        let failed: Vec<JsValue> = events_of("__h2ev")
+            .into_iter()
+            .filter(|e| s(e, "type") == "requestFailed")
+            .collect();
+        assert_eq!(failed.len(), 1, "{step}");
+        assert_eq!(s(&failed[0], "reason"), step);
+    }
+    assert_eq!(count("__h2b"), 0.0);
+}
+
+#[wasm_bindgen_test]
+async fn events_carry_the_time_the_request_ids_retry_after_and_why_no_answer_came() {
+    // 1: a network failure; 2: a 503 with Retry-After and the server's request id; 3: paid.
+    let fetch = run_js(
+        "window.__e5 = []; \
+         return (url, init) => { \
+           const h = new Headers(init.headers); window.__e5.push(h.get('X-Request-Id')); \
+           if (window.__e5.length === 1) return Promise.reject(new TypeError('Failed to fetch')); \
+           if (window.__e5.length === 2) return Promise.resolve(new Response('{}', \
+             { status: 503, headers: { 'Retry-After': '0', 'X-Request-Id': 'srv-2' } })); \
+           const payment = { id: 'pay_1', orderId: 'ord_e5', amount: 100, currency: 'EUR', \
+             paymentMethodId: 'pm_card_approve', chargeId: 'ch_1', status: 'succeeded' }; \
+           return Promise.resolve(new Response(JSON.stringify({ status: 'succeeded', orderId: 'ord_e5', payment }), \
+             { status: 200, headers: { 'Content-Type': 'application/json' } })); \
+         };",
+    );
+    let c = edge_client(&fetch, &JsValue::UNDEFINED, "__e5ev");
+    let t0 = js_sys::Date::now();
+    assert_eq!(s(&pay_order(&c, "ord_e5").await.unwrap(), "kind"), "paid");
+    let t1 = js_sys::Date::now();
+    let events = events_of("__e5ev");
+    let types: Vec<String> = events.iter().map(|e| s(e, "type")).collect();
+    assert_eq!(
+        types,
+        [
+            "request", "answer", "wait", "request", "answer", "wait", "request", "answer",
+            "outcome"
+        ]
+    );
+    let mut last = t0;
+    for e in &events {
+        let at = n(e, "at");
+        assert!(at >= last && at <= t1, "`at` in order, epoch ms: {at}");
+        last = at;
+    }
+    let sent: Vec<String> = events_of("__e5")
+        .iter()
+        .map(|v| v.as_string().unwrap())
+        .collect();
+    let ids: Vec<String> = [0, 3, 6]
+        .iter()
+        .map(|&i| s(&events[i], "requestId"))
+        .collect();
+    assert_eq!(ids, sent, "the X-Request-Id each request carried");
+    assert!(
+        ids[0] != ids[1] && ids[1] != ids[2] && ids[0].len() == 36,
+        "{ids:?}"
+    );
+    assert_eq!(s(&events[1], "requestId"), ids[0]);
+    assert_eq!(s(&events[1], "failure"), "network");
+    assert_eq!(s(&events[1], "error"), "TypeError: Failed to fetch");
+    assert_eq!(s(&events[4], "retryAfter"), "0");
+    assert_eq!(s(&events[4], "serverRequestId"), "srv-2");
+    let key = s(&events[0], "key");
+    for w in [&events[2], &events[5]] {
+        assert_eq!((s(w, "key"), s(w, "endpoint")), (key.clone(), "pay".into()));
+    }
+}
+
+#[wasm_bindgen_test]
+async fn a_request_our_timeout_stopped_says_so() {
+    let never = run_js("return () => new Promise(() => {});");
+    let o = js(
+        r#"{"baseUrl":"https://api.example","requestTimeoutMs":1000,"deadlineMs":1000,"retry":{"maxAttempts":1}}"#,
+    );
+    let o = with(with(o, "onEvent", &collector("__t5ev")), "fetch", &never);
+    let c = PayonceClient::create(o).unwrap();
+    assert_eq!(
+        s(&pay_order(&c, "ord_t5").await.unwrap(), "kind"),
+        "pending"
+    );
+    let answer = events_of("__t5ev")
+        .into_iter()
+        .find(|e| s(e, "type") == "answer")
+        .unwrap();
+    assert_eq!(s(&answer, "failure"), "timeout");
+    assert_eq!(get(&answer, "timedOut"), JsValue::TRUE);
+}
+
+#[wasm_bindgen_test]
+fn unsafe_timings_are_refused_naming_the_option_the_value_and_the_bound() {
+    for (bad, says) in [
+        (
+            r#"{"requestTimeoutMs":0}"#,
+            "requestTimeoutMs must be at least 1000, got 0",
+        ),
+        (
+            r#"{"retry":{"baseDelayMs":1}}"#,
+            "retry.baseDelayMs must be at least 100, got 1",
+        ),
+        (
+            r#"{"retry":{"baseDelayMs":800,"maxDelayMs":500}}"#,
+            "retry.maxDelayMs must be at least retry.baseDelayMs (800), got 500",
+        ),
+        (
+            r#"{"deadlineMs":5000}"#,
+            "deadlineMs must be at least requestTimeoutMs (15000), got 5000",
+        ),
+    ] {
+        let o = js(bad);
+        let o = with(o, "baseUrl", &"https://api.example".into());
+        let err = PayonceClient::create(o).err().expect(bad);
+        assert_eq!(error_code(&err), "INVALID_CONFIG", "{bad}");
+        assert!(
+            s(&err, "message").contains(says),
+            "{bad}: {}",
+            s(&err, "message")
+        );
+    }
 }

@@ -36,7 +36,7 @@ try {
   await init();
   const checks = {};
   const c = PayonceClient.create({ baseUrl: location.origin, storage: "memory",
-    retry: { baseDelayMs: 1, maxDelayMs: 5 }, deadlineMs: 20000 });
+    retry: { baseDelayMs: 100, maxDelayMs: 100 }, deadlineMs: 20000 });
   const co = (orderId) => ({ orderId, orderVersion: 1, paymentMethodId: "pm_card_approve" });
   const paid = await c.pay(co("ord_paid"));
   checks.paid = paid.kind === "paid" && paid.payment.id === "pay_smoke" && paid.payment.amount === 1250;

@@ -147,11 +147,13 @@ const claim = db.transaction((user, key, order, version, fp) => {
   const ins = db.prepare(`INSERT INTO attempts (user_id, idem_key, order_id, fingerprint, status, provider_key, created_at)
     VALUES (?, ?, ?, ?, 'processing', ?, ?) ON CONFLICT DO NOTHING`).run(user, key, order.id, fp, providerKey, Date.now());
   if (!ins.changes) return { lost: true };
-  const current = db.prepare("SELECT version FROM orders WHERE id = ?").get(order.id);
+  const current = db.prepare("SELECT version, status, payment FROM orders WHERE id = ?").get(order.id);
+  // A paid order is an answer, not "busy": its payment, as a replay of the paying key has it.
+  if (current.status !== "unpaid") throw new Refusal("ORDER_ALREADY_PAID", { cause: { payment: JSON.parse(current.payment) } });
   if (current.version !== version) throw new Refusal("ORDER_CHANGED", { cause: { currentVersion: current.version } });
   const locked = db.prepare(`UPDATE orders SET active_attempt = ?
     WHERE id = ? AND version = ? AND status = 'unpaid' AND active_attempt IS NULL`).run(key, order.id, version);
-  if (!locked.changes) throw new Refusal("PAYMENT_ALREADY_ACTIVE", { cause: {} });
+  if (!locked.changes) throw new Refusal("PAYMENT_ALREADY_ACTIVE", { cause: {} }); // another attempt runs
   return { providerKey };
 });
 

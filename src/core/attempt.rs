@@ -200,6 +200,26 @@ pub fn plan_pay(entry: &Entry, checkout: &CheckoutSnapshot) -> PayPlan {
     }
 }
 
+/// The attempt a pay call takes over from another tab (`other`, seen while this tab waited for
+/// the order): only where this tab would mint a key (nothing readable stored), so a tab never
+/// mints a second key for an order beside an unresolved attempt it can see, and its own stored
+/// attempt (reused, or a conflict) keeps priority. The adopted attempt keeps the other tab's
+/// key and checkout: its outcome is the order's, whatever this tab's customer chose meanwhile.
+pub fn adopt(
+    entry: &Entry,
+    other: Option<(IdempotencyKey, CheckoutSnapshot)>,
+    now_ms: u64,
+) -> Option<Attempt> {
+    match entry {
+        Entry::Missing | Entry::Unreadable { key: None } => other.map(|(key, snapshot)| Attempt {
+            // The other tab sent it (or was about to): the outcome is open.
+            state: AttemptState::Sent,
+            ..Attempt::new(key, snapshot, now_ms)
+        }),
+        Entry::Valid(_) | Entry::Unreadable { key: Some(_) } => None,
+    }
+}
+
 /// The stored record after an answer: `None` removes it (the outcome is final), `Some` is
 /// what to write back. The one place the client decides to drop a key.
 pub fn after_verdict(attempt: Attempt, verdict: &Verdict) -> Option<Attempt> {
@@ -283,6 +303,29 @@ mod tests {
                 replaces_unreadable: true
             }
         );
+    }
+
+    #[test]
+    fn another_tabs_attempt_is_adopted_only_where_a_key_would_be_minted() {
+        let theirs = (
+            key("0a7c3c1e-3a4f-4d0e-9a55-2f7f0f6f1b11"),
+            snap(3, "pm_slow"),
+        );
+        let a = adopt(&Entry::Missing, Some(theirs.clone()), 5).unwrap();
+        assert_eq!((&a.key, &a.snapshot), (&theirs.0, &theirs.1));
+        assert_eq!(a.state, AttemptState::Sent);
+        assert!(adopt(&Entry::Unreadable { key: None }, Some(theirs.clone()), 5).is_some());
+        let mine = Attempt::new(
+            key("6f13d95a-e6c1-4bf2-9459-99b502098dc1"),
+            snap(3, "pm_a"),
+            1,
+        );
+        assert_eq!(adopt(&Entry::Valid(mine), Some(theirs.clone()), 5), None);
+        let salvaged = Entry::Unreadable {
+            key: Some(key("6f13d95a-e6c1-4bf2-9459-99b502098dc1")),
+        };
+        assert_eq!(adopt(&salvaged, Some(theirs), 5), None);
+        assert_eq!(adopt(&Entry::Missing, None, 5), None);
     }
 
     #[test]

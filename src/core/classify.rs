@@ -6,15 +6,23 @@
 //! | answer                                        | verdict                    | key    |
 //! |-----------------------------------------------|----------------------------|--------|
 //! | 200 `succeeded` + payment                     | final: paid                | remove |
+//! | 409 `ORDER_ALREADY_PAID` + payment (paid by another key) | final: paid, `byThisAttempt: false` | remove |
 //! | 402 `PAYMENT_DECLINED` / `PAYMENT_FAILED`     | final: declined            | remove |
 //! | 409 `ATTEMPT_CANCELLED` (tombstone)           | final: cancelled           | remove |
 //! | 409 `ORDER_CHANGED`                           | final: orderChanged        | remove |
+//! | 409 `PAYMENT_ALREADY_ACTIVE` (another key runs) | busy: the key is tombstoned with cancel | per the cancel |
 //! | 202 `processing`, 409 `IN_PROGRESS`           | retry (server-directed)    | keep   |
 //! | 402 `ACTION_REQUIRED` (e.g. 3-D Secure)       | action required            | keep   |
 //! | 429 / 503 with `Retry-After`                  | retry (server-paced)       | keep   |
 //! | no answer, timeout, 408, 429, 5xx             | retry (unknown outcome)    | keep   |
-//! | 200 whose body does not decode, another 2xx, an answer for another order | protocol mismatch | keep |
-//! | any other answer (422, 409 `PAYMENT_ALREADY_ACTIVE`, 401, 400, ...) | rejected | keep |
+//! | 200 whose body does not decode, another 2xx, an answer for another order, `ORDER_ALREADY_PAID` without a payment | protocol mismatch | keep |
+//! | any other answer (422, 401, 400, ...) | rejected | keep |
+//!
+//! **Busy** (`PAYMENT_ALREADY_ACTIVE`): the server claimed nothing under this key, and another
+//! attempt holds the order. Sending the key again can only get the same refusal, or charge a
+//! second time once the other attempt ended, so the driver tombstones it with a cancel (a
+//! delayed copy of it then never charges) and the call resolves `{ kind: "busy" }`: the app
+//! shows "being paid elsewhere" and looks at the order again later.
 //!
 //! A **protocol mismatch** is an answer that does not fit the protocol at all: a 2xx that is
 //! not a pay answer (another backend, a proxy's page, a changed API), or a receipt for another
@@ -39,6 +47,9 @@ use serde::Serialize;
 /// A decoded HTTP answer. The web layer decodes 2xx bodies as the success type and anything
 /// else as a [`Problem`]; a body that does not decode is `None`.
 #[derive(Debug, Clone, PartialEq, Eq)]
+// One Reply lives per answer, moved once into `classify`: boxing the problem would cost the
+// wasm module an allocation path for no memory saved (the lint fires on 64-bit hosts only).
+#[allow(clippy::large_enum_variant)]
 pub enum Reply<T> {
     /// No HTTP answer at all: network error, dropped connection, or our own timeout.
     NoAnswer {
@@ -72,6 +83,9 @@ pub enum Final {
     Paid {
         /// The payment.
         payment: Payment,
+        /// False when another key paid the order (`ORDER_ALREADY_PAID`: another device, or an
+        /// attempt this client never held); true when this call's key did.
+        by_this_attempt: bool,
     },
     /// Not charged (`PAYMENT_DECLINED`, or `PAYMENT_FAILED` when the attempt ended without a
     /// charge). The next Pay mints a new key.
@@ -120,6 +134,8 @@ pub enum Mismatch {
     UndecodableSuccess,
     /// An answer (or its payment) names another order than the one paid for.
     OtherOrder,
+    /// `ORDER_ALREADY_PAID` without the order's payment.
+    NoPayment,
 }
 
 impl Mismatch {
@@ -128,6 +144,7 @@ impl Mismatch {
         match self {
             Self::UndecodableSuccess => "a success answer whose body is not a payonce answer",
             Self::OtherOrder => "an answer for another order",
+            Self::NoPayment => "ORDER_ALREADY_PAID without the order's payment",
         }
     }
 }
@@ -161,6 +178,9 @@ pub enum Verdict {
     /// the key (the same key finishes the attempt afterwards) and hand the app the problem's
     /// `next` member.
     ActionRequired,
+    /// Another attempt holds the order (`PAYMENT_ALREADY_ACTIVE`); nothing was claimed with
+    /// this key. Tombstone it with a cancel, then report `busy`.
+    Busy,
     /// The answer does not fit the protocol: keep the key, fail with what was received.
     Mismatch {
         /// HTTP status.
@@ -246,6 +266,7 @@ pub fn classify_pay(reply: &Reply<PayResponse>) -> Verdict {
                 ..
             }) => Verdict::Final(Final::Paid {
                 payment: payment.clone(),
+                by_this_attempt: true,
             }),
             Some(PayResponse {
                 status: AttemptStatus::Processing,
@@ -266,6 +287,14 @@ pub fn classify_pay(reply: &Reply<PayResponse>) -> Verdict {
         (409, Some(ErrorCode::OrderChanged)) => Verdict::Final(Final::OrderChanged {
             current_version: problem.and_then(|p| p.current_version),
         }),
+        (409, Some(ErrorCode::OrderAlreadyPaid)) => match problem.and_then(|p| p.payment.clone()) {
+            Some(payment) => Verdict::Final(Final::Paid {
+                payment,
+                by_this_attempt: false,
+            }),
+            None => mismatch(Mismatch::NoPayment),
+        },
+        (409, Some(ErrorCode::PaymentAlreadyActive)) => Verdict::Busy,
         // RFC 9110/6585 give `Retry-After` its "come back then" meaning on 503 and 429 only.
         (429 | 503, _) if wait.is_some() => retry(RetryCause::Paced),
         (408 | 429 | 500..=599, _) => retry(RetryCause::ServerTrouble),
@@ -278,12 +307,17 @@ pub fn classify_pay(reply: &Reply<PayResponse>) -> Verdict {
 pub fn classify_pay_for(reply: &Reply<PayResponse>, order_id: &str) -> Verdict {
     if let Reply::Http {
         status,
-        ok: Some(r),
+        ok,
+        problem,
         ..
     } = reply
     {
-        let other =
-            r.order_id != order_id || r.payment.as_ref().is_some_and(|p| p.order_id != order_id);
+        let other = ok.as_ref().is_some_and(|r| {
+            r.order_id != order_id || r.payment.as_ref().is_some_and(|p| p.order_id != order_id)
+        }) || problem
+            .as_ref()
+            .and_then(|p| p.payment.as_ref())
+            .is_some_and(|p| p.order_id != order_id);
         if other {
             return Verdict::Mismatch {
                 status: *status,
@@ -398,8 +432,49 @@ mod tests {
         };
         assert_eq!(
             classify_pay(&http(200, Some(ok), None)),
-            Verdict::Final(Final::Paid { payment: payment() })
+            Verdict::Final(Final::Paid {
+                payment: payment(),
+                by_this_attempt: true
+            })
         );
+    }
+
+    #[test]
+    fn order_already_paid_is_paid_by_another_key_and_already_active_is_busy() {
+        let mut p = Problem::new(ErrorCode::OrderAlreadyPaid);
+        p.payment = Some(payment());
+        let v = classify_pay_for(&http(409, None, Some(p.clone())), "ord_1");
+        assert_eq!(
+            v,
+            Verdict::Final(Final::Paid {
+                payment: payment(),
+                by_this_attempt: false
+            })
+        );
+        assert!(v.removes_key());
+        // Another order's payment is no receipt for this one; none at all is no answer.
+        assert!(matches!(
+            classify_pay_for(&http(409, None, Some(p)), "ord_2"),
+            Verdict::Mismatch {
+                why: Mismatch::OtherOrder,
+                ..
+            }
+        ));
+        let bare = Problem::new(ErrorCode::OrderAlreadyPaid);
+        assert!(matches!(
+            classify_pay(&http(409, None, Some(bare))),
+            Verdict::Mismatch {
+                why: Mismatch::NoPayment,
+                ..
+            }
+        ));
+        let busy = classify_pay(&http(
+            409,
+            None,
+            Some(Problem::new(ErrorCode::PaymentAlreadyActive)),
+        ));
+        assert_eq!(busy, Verdict::Busy);
+        assert!(!busy.removes_key(), "the cancel decides");
     }
 
     #[test]
@@ -600,7 +675,6 @@ mod tests {
     fn refusals_keep_the_key() {
         for code in [
             ErrorCode::KeyReusedWithDifferentDetails,
-            ErrorCode::PaymentAlreadyActive,
             ErrorCode::Unauthenticated,
             ErrorCode::OutOfStock,
         ] {
@@ -695,7 +769,10 @@ mod tests {
     #[test]
     fn outcome_kinds_are_the_documented_union_tags() {
         let finals = [
-            Final::Paid { payment: payment() },
+            Final::Paid {
+                payment: payment(),
+                by_this_attempt: true,
+            },
             Final::Declined {
                 code: ErrorCode::PaymentDeclined,
             },

@@ -42,6 +42,30 @@ pub enum SdkError {
     /// The page has no `window`, `fetch` or `AbortController` (not a browser window, or
     /// not one with `crypto.getRandomValues`).
     Unsupported(&'static str),
+    /// The app's `headers` or `fetch` option threw or rejected: the request never left, so
+    /// the call ends at once (retrying would only fail the same way) with the stored attempt
+    /// as it was before that request. The app's error is the `PayonceError`'s `cause`.
+    TransportFailed(TransportStep),
+}
+
+/// Which of the app's transport options failed ([`SdkError::TransportFailed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransportStep {
+    /// `ClientOptions.headers` (the function threw, rejected or gave no `HeadersInit`).
+    Headers,
+    /// `ClientOptions.fetch` threw, or rejected with something `fetch` itself never rejects
+    /// with (neither a `TypeError` nor a `DOMException`).
+    Fetch,
+}
+
+impl TransportStep {
+    /// The option's name, as the app wrote it (also the `requestFailed` event's `reason`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Headers => "headers",
+            Self::Fetch => "fetch",
+        }
+    }
 }
 
 impl std::fmt::Display for SdkError {
@@ -53,8 +77,8 @@ impl std::fmt::Display for SdkError {
 impl std::error::Error for SdkError {}
 
 /// `n` in decimal.
-fn decimal(mut n: u16) -> String {
-    let mut digits = [0u8; 5];
+pub(crate) fn decimal(mut n: u64) -> String {
+    let mut digits = [0u8; 20];
     let mut at = digits.len();
     loop {
         at -= 1;
@@ -84,7 +108,7 @@ impl SdkError {
                 .into(),
             Self::ServerRejected { status, .. } => [
                 "the server refused the payment (HTTP ",
-                &decimal(*status),
+                &decimal((*status).into()),
                 ")",
             ]
             .concat(),
@@ -92,12 +116,18 @@ impl SdkError {
                 "the answer does not fit the payonce protocol: ",
                 why.describe(),
                 " (HTTP ",
-                &decimal(*status),
+                &decimal((*status).into()),
                 "); the key is kept",
             ]
             .concat(),
             Self::Aborted => "aborted; the payment attempt and its key are kept".into(),
             Self::Unsupported(why) => ["unsupported environment: ", why].concat(),
+            Self::TransportFailed(step) => [
+                "the request was not sent: the app's ",
+                step.as_str(),
+                " option threw or rejected (see cause); the payment attempt is as it was",
+            ]
+            .concat(),
         }
     }
 
@@ -113,6 +143,7 @@ impl SdkError {
             Self::ProtocolMismatch { .. } => "PROTOCOL_MISMATCH",
             Self::Aborted => "ABORTED",
             Self::Unsupported(_) => "UNSUPPORTED",
+            Self::TransportFailed(_) => "TRANSPORT_FAILED",
         }
     }
 
@@ -161,10 +192,11 @@ pub enum Warning {
     /// This tab was duplicated and inherited another tab's attempts (same keys; the server
     /// deduplicates them and Web Locks serialise their sends).
     DuplicatedTab,
-    /// Every request of a pay call failed at the network level without an HTTP answer: a
-    /// CORS refusal (e.g. `Access-Control-Allow-Origin: *` with credentials) or an unreachable
-    /// server. The call still ends `pending`, key kept.
-    ProtocolMismatch,
+    /// The first two requests of a pay call both failed at the network level (no HTTP
+    /// answer, not our timeout): most likely a CORS refusal (e.g. `Access-Control-Allow-Origin:
+    /// *` with credentials) or a wrong or unreachable URL. Said at once, while the call goes on
+    /// retrying (it ends `pending` if nothing answers), key kept.
+    NetworkOrCors,
 }
 
 impl Warning {
@@ -174,7 +206,46 @@ impl Warning {
             Self::StorageUnavailable => "STORAGE_UNAVAILABLE",
             Self::UnreadableEntry => "UNREADABLE_ENTRY",
             Self::DuplicatedTab => "DUPLICATED_TAB",
-            Self::ProtocolMismatch => "PROTOCOL_MISMATCH",
+            Self::NetworkOrCors => "NETWORK_OR_CORS",
+        }
+    }
+
+    /// What to check, for people (`onWarning`'s second argument and the `warning` event).
+    pub fn message(self) -> String {
+        use payonce_protocol::headers::{cors, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
+        use payonce_protocol::headers::{REQUEST_ID, RETRY_AFTER};
+        match self {
+            Self::StorageUnavailable => {
+                "sessionStorage is unavailable: attempts are kept in memory for this page".into()
+            }
+            Self::UnreadableEntry => "a stored attempt could not be read and was replaced".into(),
+            Self::DuplicatedTab => {
+                "this tab was duplicated and shares another tab's attempts".into()
+            }
+            Self::NetworkOrCors => [
+                "the first two requests got no answer at the network level: the server is \
+                 unreachable or the browser refused its CORS answer. Check the URL, then the \
+                 answer to this page's origin: ",
+                cors::ALLOW_ORIGIN,
+                " must name the origin (not \"*\") while `credentials` is \"include\" (the \
+                 default) and ",
+                cors::ALLOW_CREDENTIALS,
+                " must be true, or set `credentials` to \"omit\" or \"same-origin\"; ",
+                cors::ALLOW_HEADERS,
+                " must list Content-Type, ",
+                IDEMPOTENCY_KEY,
+                ", ",
+                REQUEST_ID,
+                " and the app's headers; ",
+                cors::EXPOSE_HEADERS,
+                " should list ",
+                RETRY_AFTER,
+                ", ",
+                IDEMPOTENT_REPLAYED,
+                " and ",
+                REQUEST_ID,
+            ]
+            .concat(),
         }
     }
 }

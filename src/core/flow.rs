@@ -21,7 +21,7 @@
 
 use crate::core::attempt::{after_verdict, plan_pay, Attempt, Entry, PayPlan};
 use crate::core::classify::{classify_pay_for, Final, Reply, RetryCause, Verdict};
-use crate::core::error::{SdkError, Warning};
+use crate::core::error::{SdkError, TransportStep, Warning};
 use crate::core::retry::{Jitter, Next, PendingReason, RetryBudget, RetryPolicy, Schedule};
 use payonce_protocol::{CheckoutSnapshot, IdempotencyKey, PayResponse};
 use std::collections::VecDeque;
@@ -37,6 +37,8 @@ pub enum PayStatus {
     TakingLonger,
     /// The browser is offline; nothing is sent until it is back.
     WaitingForNetwork,
+    /// Another tab is paying this order: this call waits for it, then adopts its attempt.
+    WaitingForOtherTab,
 }
 
 impl PayStatus {
@@ -47,11 +49,13 @@ impl PayStatus {
             Self::CheckingStatus => "checkingStatus",
             Self::TakingLonger => "takingLonger",
             Self::WaitingForNetwork => "waitingForNetwork",
+            Self::WaitingForOtherTab => "waitingForOtherTab",
         }
     }
 }
 
-/// How a pay call ended. The key is kept unless the end is [`PayEnd::Final`].
+/// How a pay call ended. The key is kept unless the end is [`PayEnd::Final`] (and
+/// [`PayEnd::Busy`] hands it to a cancel).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PayEnd {
     /// A final answer: the key was removed.
@@ -59,6 +63,11 @@ pub enum PayEnd {
     /// The customer must act first (3-D Secure); the key is kept, and `pay` or `resume` with
     /// the same checkout finishes the attempt afterwards.
     ActionRequired,
+    /// Another attempt holds the order (`PAYMENT_ALREADY_ACTIVE`) and this key was refused,
+    /// kept for now: the driver tombstones it with a cancel (a delayed copy of it can then
+    /// never charge; the cancel's outcome removes it) and reports `busy`, so no later call
+    /// resends a refused key.
+    Busy,
     /// The call fails with this error; the key is kept.
     Failed(SdkError),
     /// The call stopped asking while the outcome is open; the key is kept.
@@ -140,6 +149,11 @@ pub struct PayFlow {
     schedule: Schedule,
     phase: Phase,
     sends: u32,
+    /// The attempt as it was before the last send: what storage gets back if that request
+    /// never left ([`PayFlow::on_not_sent`]).
+    before_send: Attempt,
+    /// This call minted the key (nothing was stored for the order before it).
+    minted: bool,
     /// True while every answer so far was a network failure (no HTTP answer, not our timeout).
     network_failures_only: bool,
     /// The last status handed out: `onStatus` hears a status only when it changes.
@@ -160,6 +174,7 @@ impl PayFlow {
         mint: impl FnOnce() -> Option<IdempotencyKey>,
     ) -> Result<Self, SdkError> {
         let mut out = VecDeque::new();
+        let mut minted = false;
         let attempt = match plan_pay(entry, &checkout) {
             PayPlan::Reuse(a) => a,
             PayPlan::Conflict { .. } => return Err(SdkError::SnapshotConflict),
@@ -171,6 +186,7 @@ impl PayFlow {
                     out.push_back(Effect::Warn(Warning::UnreadableEntry));
                 }
                 let key = mint().ok_or(SdkError::Unsupported("no usable random key"))?;
+                minted = true;
                 let a = Attempt::new(key, checkout, now_ms.max(0.0) as u64);
                 // Saved BEFORE the request leaves: a crash or reload from here on leaves the
                 // key behind for the next Pay.
@@ -181,11 +197,35 @@ impl PayFlow {
                 a
             }
         };
+        Ok(Self::begin(attempt, minted, out, config, now_ms))
+    }
+
+    /// Starts a pay call on another tab's attempt ([`crate::core::attempt::adopt`]): saved
+    /// first as this tab's own, so a reload here resumes it, then sent with its key.
+    pub fn start_adopted(attempt: Attempt, config: FlowConfig, now_ms: f64) -> Self {
+        let out = VecDeque::from([Effect::Save {
+            attempt: attempt.clone(),
+            new: true,
+        }]);
+        // Saved by this call: a request that never leaves takes it out again, as `start`'s
+        // minted key.
+        Self::begin(attempt, true, out, config, now_ms)
+    }
+
+    fn begin(
+        attempt: Attempt,
+        minted: bool,
+        mut out: VecDeque<Effect>,
+        config: FlowConfig,
+        now_ms: f64,
+    ) -> Self {
         out.push_back(Effect::Remind {
             after_ms: config.long_wait_ms,
             status: PayStatus::TakingLonger,
         });
-        Ok(Self {
+        Self {
+            before_send: attempt.clone(),
+            minted,
             attempt,
             schedule: Schedule::new(
                 config.policy,
@@ -198,7 +238,7 @@ impl PayFlow {
             network_failures_only: true,
             last_status: None,
             out,
-        })
+        }
     }
 
     /// The attempt as the flow knows it: the key and snapshot every request carries.
@@ -222,6 +262,7 @@ impl PayFlow {
                 max_ms: self.schedule.remaining_ms(now_ms),
             });
         } else {
+            self.before_send = self.attempt.clone();
             self.attempt = self.attempt.clone().sending();
             self.sends += 1;
             self.out.push_back(Effect::Save {
@@ -252,6 +293,11 @@ impl PayFlow {
         }
         let verdict = classify_pay_for(reply, &self.attempt.snapshot.order_id);
         self.network_failures_only &= matches!(reply, Reply::NoAnswer { timed_out: false });
+        // The same network failure on the first two tries: most likely a CORS refusal or a
+        // wrong URL, not a passing outage. Said now, not when the call gives up (seconds later).
+        if self.network_failures_only && self.sends == 2 {
+            self.out.push_back(Effect::Warn(Warning::NetworkOrCors));
+        }
         match after_verdict(self.attempt.clone(), &verdict) {
             None => self.out.push_back(Effect::Remove(self.attempt.key.clone())),
             Some(a) => {
@@ -278,16 +324,13 @@ impl PayFlow {
                 budget.refill();
                 PayEnd::ActionRequired
             }
+            Verdict::Busy => {
+                budget.refill();
+                PayEnd::Busy
+            }
             Verdict::Retry { cause, .. } => {
                 match self.schedule.after(&verdict, now_ms, budget, jitter) {
-                    Next::GiveUp(reason) => {
-                        // The same network failure on every try, more than once: most likely
-                        // a CORS refusal or a wrong URL, not a passing outage.
-                        if self.network_failures_only && self.sends > 1 {
-                            self.out.push_back(Effect::Warn(Warning::ProtocolMismatch));
-                        }
-                        PayEnd::Pending(reason)
-                    }
+                    Next::GiveUp(reason) => PayEnd::Pending(reason),
                     Next::Wait { ms } => {
                         self.status(if cause == RetryCause::InProgress {
                             PayStatus::Processing
@@ -301,6 +344,28 @@ impl PayFlow {
             }
         };
         self.finish(end);
+    }
+
+    /// The last [`Effect::Send`] never left: the app's `headers` or `fetch` threw or rejected.
+    /// Retrying would fail the same way, so the call ends at once with
+    /// [`SdkError::TransportFailed`], and storage gets the attempt back as it was before that
+    /// send: removed if this call minted the key and nothing ever left with it, else as it was.
+    pub fn on_not_sent(&mut self, step: TransportStep) {
+        if self.phase == Phase::Over {
+            return;
+        }
+        self.sends = self.sends.saturating_sub(1);
+        self.attempt = self.before_send.clone();
+        self.out
+            .push_back(if self.minted && self.attempt.sends == 0 {
+                Effect::Remove(self.attempt.key.clone())
+            } else {
+                Effect::Save {
+                    attempt: self.attempt.clone(),
+                    new: false,
+                }
+            });
+        self.finish(PayEnd::Failed(SdkError::TransportFailed(step)));
     }
 
     /// The last [`Effect::Wait`] is over: the next request may leave.
@@ -443,5 +508,141 @@ mod tests {
             panic!("no key is minted for a conflict")
         });
         assert_eq!(r.err(), Some(SdkError::SnapshotConflict));
+    }
+
+    #[test]
+    fn a_request_that_never_left_ends_the_call_and_removes_the_key_this_call_minted() {
+        let mut f = PayFlow::start(&Entry::Missing, snap(), config(), 0.0, || Some(key())).unwrap();
+        assert!(matches!(
+            drain(&mut f, 0.0).last(),
+            Some(Effect::Send { attempt: 1 })
+        ));
+        f.on_not_sent(TransportStep::Headers);
+        assert_eq!(
+            drain(&mut f, 1.0),
+            [
+                Effect::Remove(key()),
+                Effect::Done(PayEnd::Failed(SdkError::TransportFailed(
+                    TransportStep::Headers
+                )))
+            ],
+            "nothing left with the key: as before the call, nothing stored, no retry"
+        );
+        assert_eq!(f.poll(2.0, true), None, "over");
+    }
+
+    #[test]
+    fn a_request_that_never_left_puts_a_stored_attempt_back_as_it_was() {
+        let mut stored = Attempt::new(key(), snap(), 1).sending();
+        stored.state = crate::core::attempt::AttemptState::Unknown;
+        let mut f = PayFlow::start(&Entry::Valid(stored.clone()), snap(), config(), 0.0, || {
+            None
+        })
+        .unwrap();
+        drain(&mut f, 0.0);
+        f.on_not_sent(TransportStep::Fetch);
+        assert_eq!(
+            drain(&mut f, 1.0),
+            [
+                Effect::Save {
+                    attempt: stored,
+                    new: false
+                },
+                Effect::Done(PayEnd::Failed(SdkError::TransportFailed(
+                    TransportStep::Fetch
+                )))
+            ]
+        );
+    }
+
+    #[test]
+    fn after_a_request_left_a_later_one_that_never_left_keeps_the_key_as_sent() {
+        let mut f = PayFlow::start(&Entry::Missing, snap(), config(), 0.0, || Some(key())).unwrap();
+        drain(&mut f, 0.0);
+        let mut budget = RetryBudget::new(BudgetConfig::default());
+        f.on_reply(
+            &Reply::NoAnswer { timed_out: true },
+            10.0,
+            &mut budget,
+            &mut || 0.5,
+        );
+        drain(&mut f, 10.0);
+        f.on_waited();
+        drain(&mut f, 600.0);
+        f.on_not_sent(TransportStep::Headers);
+        let end = drain(&mut f, 601.0);
+        assert!(
+            matches!(&end[0], Effect::Save { attempt, new: false } if attempt.sends == 1 && attempt.key == key()),
+            "the first request may have charged: its key stays: {end:?}"
+        );
+    }
+
+    #[test]
+    fn two_network_failures_in_a_row_warn_at_once_and_the_call_goes_on() {
+        let mut f = PayFlow::start(&Entry::Missing, snap(), config(), 0.0, || Some(key())).unwrap();
+        drain(&mut f, 0.0);
+        let mut budget = RetryBudget::new(BudgetConfig::default());
+        let failed = Reply::NoAnswer { timed_out: false };
+        f.on_reply(&failed, 10.0, &mut budget, &mut || 0.5);
+        let first = drain(&mut f, 10.0);
+        assert!(
+            !first.contains(&Effect::Warn(Warning::NetworkOrCors)),
+            "{first:?}"
+        );
+        f.on_waited();
+        drain(&mut f, 600.0);
+        f.on_reply(&failed, 610.0, &mut budget, &mut || 0.5);
+        let second = drain(&mut f, 610.0);
+        assert!(
+            second.contains(&Effect::Warn(Warning::NetworkOrCors)),
+            "{second:?}"
+        );
+        assert!(
+            matches!(second.last(), Some(Effect::Wait { .. })),
+            "still retrying: {second:?}"
+        );
+        f.on_waited();
+        drain(&mut f, 1_500.0);
+        f.on_reply(&failed, 1_510.0, &mut budget, &mut || 0.5);
+        let third = drain(&mut f, 1_510.0);
+        assert!(
+            !third.contains(&Effect::Warn(Warning::NetworkOrCors)),
+            "once: {third:?}"
+        );
+    }
+
+    #[test]
+    fn a_timeout_or_an_answer_among_the_first_two_tries_is_no_cors_warning() {
+        for first in [Reply::NoAnswer { timed_out: true }, unavailable()] {
+            let mut f =
+                PayFlow::start(&Entry::Missing, snap(), config(), 0.0, || Some(key())).unwrap();
+            drain(&mut f, 0.0);
+            let mut budget = RetryBudget::new(BudgetConfig::default());
+            f.on_reply(&first, 10.0, &mut budget, &mut || 0.5);
+            drain(&mut f, 10.0);
+            f.on_waited();
+            drain(&mut f, 6_000.0);
+            f.on_reply(
+                &Reply::NoAnswer { timed_out: false },
+                6_010.0,
+                &mut budget,
+                &mut || 0.5,
+            );
+            let after = drain(&mut f, 6_010.0);
+            assert!(
+                !after.contains(&Effect::Warn(Warning::NetworkOrCors)),
+                "{after:?}"
+            );
+        }
+    }
+
+    /// A 503: an HTTP answer, retried.
+    fn unavailable() -> Reply<PayResponse> {
+        Reply::Http {
+            status: 503,
+            retry_after: None,
+            ok: None,
+            problem: None,
+        }
     }
 }

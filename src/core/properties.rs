@@ -89,7 +89,8 @@ proptest! {
                 prop_assert_eq!(&kept.key, &a.key);
                 prop_assert_eq!(kept.state, AttemptState::Unknown);
             }
-            Verdict::Rejected { .. } | Verdict::Mismatch { .. } | Verdict::ActionRequired => {
+            // Busy: kept until the cancel that tombstones it says what became of it.
+            Verdict::Rejected { .. } | Verdict::Mismatch { .. } | Verdict::ActionRequired | Verdict::Busy => {
                 prop_assert_eq!(after, Some(a))
             }
         }
@@ -106,9 +107,11 @@ proptest! {
         if unknown {
             prop_assert!(matches!(v, Verdict::Retry { .. }), "{:?} -> {:?}", r, v);
         }
-        if let Verdict::Final(Final::Paid { .. }) = v {
-            let from_200 = matches!(r, Reply::Http { status: 200, .. });
-            prop_assert!(from_200, "paid without a 200");
+        if let Verdict::Final(Final::Paid { by_this_attempt, .. }) = v {
+            // Paid by this key: a 200; paid by another key: 409 ORDER_ALREADY_PAID only.
+            let status = if by_this_attempt { 200 } else { 409 };
+            let from = matches!(r, Reply::Http { status: s, .. } if s == status);
+            prop_assert!(from, "paid (byThisAttempt {}) without a {}", by_this_attempt, status);
         }
     }
 

@@ -4,6 +4,10 @@
 //! base URL, same checkout, a payment for that order) and the server confirms it: one request
 //! with the hint's key, which for a paid key is a replay of the stored answer and can never
 //! charge again. Anything else and the tab pays as if it had heard nothing.
+//!
+//! A tab paying an order also shows the others which attempt it is sending ([`Claim`]) for as
+//! long as its pay call runs: a tab that waits for the order meanwhile adopts that attempt
+//! instead of minting a second key ([`crate::core::attempt::adopt`]).
 
 use crate::core::classify::{Final, Verdict};
 use payonce_protocol::{CheckoutSnapshot, IdempotencyKey, Payment};
@@ -33,11 +37,37 @@ impl Receipt {
     }
 }
 
+/// What a tab paying an order shows the other tabs while its pay call runs: which API, key and
+/// checkout it sends (`src/web/tabs.rs` carries it in the name of a Web Lock the tab holds, so
+/// it disappears with the call or the tab).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Claim {
+    /// The API the attempt goes to (`ClientOptions.baseUrl`, normalised).
+    pub base_url: String,
+    /// The attempt's key.
+    pub key: IdempotencyKey,
+    /// What it pays for.
+    pub snapshot: CheckoutSnapshot,
+}
+
+impl Claim {
+    /// True when the claim is about `order_id` through `base_url`: another checkout of the same
+    /// order is still the same order, paid or being paid.
+    pub fn is_for(&self, base_url: &str, order_id: &str) -> bool {
+        self.base_url == base_url && self.snapshot.order_id == order_id
+    }
+}
+
 /// The payment the server's answer to the confirming request proves, if it does: only a
 /// final paid verdict (already checked to be about this order by the caller's classifier).
 pub fn confirmed(verdict: Verdict) -> Option<Payment> {
     match verdict {
-        Verdict::Final(Final::Paid { payment }) => Some(payment),
+        // Only the hint's own key proves the hint: a payment by another key is no confirmation.
+        Verdict::Final(Final::Paid {
+            payment,
+            by_this_attempt: true,
+        }) => Some(payment),
         _ => None,
     }
 }
@@ -88,7 +118,8 @@ mod tests {
         let r = receipt("b", "ord_1", "ord_1");
         assert_eq!(
             confirmed(Verdict::Final(Final::Paid {
-                payment: r.payment.clone()
+                payment: r.payment.clone(),
+                by_this_attempt: true
             })),
             Some(r.payment)
         );

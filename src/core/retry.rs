@@ -41,6 +41,83 @@ pub const DEFAULT_DEADLINE_MS: u64 = 60_000;
 /// Default time after which `onStatus` hears `takingLonger` (`longWaitMs`).
 pub const DEFAULT_LONG_WAIT_MS: u64 = 10_000;
 
+/// The least `requestTimeoutMs`: below about a second a request "times out" while the server
+/// is still charging, and every retry of the same key is then only another poll of it.
+pub const MIN_REQUEST_TIMEOUT_MS: u64 = 1_000;
+/// The least `retry.baseDelayMs`: the floor of every wait between two requests with the same
+/// key. A few milliseconds would put several same-key requests on a backend within one of its
+/// own round trips, which only a backend with an atomic claim survives.
+pub const MIN_BASE_DELAY_MS: u64 = 100;
+
+/// A client's timing options, defaults filled in, as `create` read them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timings {
+    /// `requestTimeoutMs`.
+    pub request_timeout_ms: u64,
+    /// `deadlineMs`.
+    pub deadline_ms: u64,
+    /// `retry.*`.
+    pub policy: RetryPolicy,
+}
+
+impl Timings {
+    /// The bounds, one rule in one place: every timing option with the least value it may
+    /// take, and the option that value comes from when it is another option's.
+    /// (`retry.maxRetryAfterMs` has none: a wait is never shorter than `baseDelayMs` anyway.)
+    fn bounds(&self) -> [(&'static str, u64, Option<&'static str>, u64); 4] {
+        let p = &self.policy;
+        [
+            (
+                "requestTimeoutMs",
+                self.request_timeout_ms,
+                None,
+                MIN_REQUEST_TIMEOUT_MS,
+            ),
+            (
+                "retry.baseDelayMs",
+                p.base_delay_ms,
+                None,
+                MIN_BASE_DELAY_MS,
+            ),
+            (
+                "retry.maxDelayMs",
+                p.max_delay_ms,
+                Some("retry.baseDelayMs"),
+                p.base_delay_ms,
+            ),
+            (
+                "deadlineMs",
+                self.deadline_ms,
+                Some("requestTimeoutMs"),
+                self.request_timeout_ms,
+            ),
+        ]
+    }
+
+    /// `Err` names the first option below its bound, its value and the bound, e.g.
+    /// `retry.maxDelayMs must be at least retry.baseDelayMs (500), got 200`.
+    pub fn check(&self) -> Result<(), String> {
+        use crate::core::error::decimal;
+        for (name, value, from, least) in self.bounds() {
+            if value < least {
+                let bound = match from {
+                    Some(other) => [other, " (", &decimal(least), ")"].concat(),
+                    None => decimal(least),
+                };
+                return Err([
+                    name,
+                    " must be at least ",
+                    &bound,
+                    ", got ",
+                    &decimal(value),
+                ]
+                .concat());
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A source of uniform randomness in `[0, 1)`.
 pub trait Jitter {
     /// The next value in `[0, 1)`. Values outside are clamped.
@@ -665,6 +742,76 @@ mod tests {
                     Next::GiveUp(_) => break,
                 }
             }
+        }
+    }
+
+    fn timings() -> Timings {
+        Timings {
+            request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS.into(),
+            deadline_ms: DEFAULT_DEADLINE_MS,
+            policy: RetryPolicy::default(),
+        }
+    }
+
+    #[test]
+    fn the_defaults_are_within_every_bound_and_the_bounds_themselves_are_accepted() {
+        assert_eq!(timings().check(), Ok(()));
+        let p = RetryPolicy {
+            base_delay_ms: MIN_BASE_DELAY_MS,
+            max_delay_ms: MIN_BASE_DELAY_MS,
+            max_retry_after_ms: 0,
+            ..RetryPolicy::default()
+        };
+        let least = Timings {
+            request_timeout_ms: MIN_REQUEST_TIMEOUT_MS,
+            deadline_ms: MIN_REQUEST_TIMEOUT_MS,
+            policy: p,
+        };
+        assert_eq!(least.check(), Ok(()));
+    }
+
+    #[test]
+    fn an_unsafe_timing_is_refused_naming_the_option_the_value_and_the_bound() {
+        let t = timings();
+        let p = t.policy;
+        let cases = [
+            (
+                Timings {
+                    request_timeout_ms: 0,
+                    ..t
+                },
+                "requestTimeoutMs must be at least 1000, got 0",
+            ),
+            (
+                Timings {
+                    policy: RetryPolicy {
+                        base_delay_ms: 1,
+                        ..p
+                    },
+                    ..t
+                },
+                "retry.baseDelayMs must be at least 100, got 1",
+            ),
+            (
+                Timings {
+                    policy: RetryPolicy {
+                        max_delay_ms: 200,
+                        ..p
+                    },
+                    ..t
+                },
+                "retry.maxDelayMs must be at least retry.baseDelayMs (500), got 200",
+            ),
+            (
+                Timings {
+                    deadline_ms: 5_000,
+                    ..t
+                },
+                "deadlineMs must be at least requestTimeoutMs (15000), got 5000",
+            ),
+        ];
+        for (timings, message) in cases {
+            assert_eq!(timings.check(), Err(message.to_owned()));
         }
     }
 }

@@ -2,8 +2,9 @@
 // Error`, `name`), built from Rust through the import in src/web/error.rs. Match on `code`
 // (stable), never on `message` (for people).
 export class PayonceError extends Error {
-  constructor(code, message, status, problemCode, detail, body) {
-    super(message);
+  constructor(code, message, status, problemCode, detail, body, cause) {
+    // `cause` as `Error` sets it (own, not enumerable): the app's error behind TRANSPORT_FAILED.
+    super(message, cause === undefined ? undefined : { cause });
     this.name = "PayonceError";
     this.code = code;
     if (status !== undefined) this.status = status;

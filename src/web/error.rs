@@ -28,6 +28,7 @@ extern "C" {
         problem_code: JsValue,
         detail: JsValue,
         body: JsValue,
+        cause: JsValue,
     ) -> PayonceError;
 }
 
@@ -39,6 +40,11 @@ fn text(s: Option<&str>) -> JsValue {
 /// answer caused it (`undefined` otherwise). The problem `code` and `detail` are read from the
 /// body as sent, so a code this SDK does not know still reaches the app.
 pub(crate) fn to_js(e: &SdkError, body: JsValue) -> JsValue {
+    to_js_caused(e, body, JsValue::UNDEFINED)
+}
+
+/// [`to_js`] with the error's `cause` (the app's own error, for `TRANSPORT_FAILED`).
+pub(crate) fn to_js_caused(e: &SdkError, body: JsValue, cause: JsValue) -> JsValue {
     let member = |name: &str| Some(crate::web::value::get(&body, name)).filter(|v| v.is_string());
     let problem_code = member("code").unwrap_or_else(|| text(e.problem_code_str()));
     PayonceError::new(
@@ -48,6 +54,7 @@ pub(crate) fn to_js(e: &SdkError, body: JsValue) -> JsValue {
         problem_code,
         member("detail").unwrap_or(JsValue::UNDEFINED),
         body,
+        cause,
     )
     .into()
 }

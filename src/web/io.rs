@@ -10,11 +10,11 @@
 //! any more.
 
 use crate::core::classify::Reply;
-use crate::core::error::SdkError;
+use crate::core::error::{SdkError, TransportStep};
 use crate::web::value;
 use gloo_timers::callback::Timeout;
 use js_sys::{Array, Function, Promise, Reflect};
-use payonce_protocol::{ErrorCode, Problem};
+use payonce_protocol::{ErrorCode, Payment, Problem};
 use serde::de::DeserializeOwned;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -27,6 +27,15 @@ extern "C" {
     type LockManager;
     #[wasm_bindgen(method)]
     fn request(this: &LockManager, name: &str, callback: &Function) -> Promise;
+    #[wasm_bindgen(method, js_name = request)]
+    fn request_with(
+        this: &LockManager,
+        name: &str,
+        options: &JsValue,
+        callback: &Function,
+    ) -> Promise;
+    #[wasm_bindgen(method)]
+    fn query(this: &LockManager) -> Promise;
 
     /// `Promise.race(list)`.
     #[wasm_bindgen(js_namespace = Promise, js_name = race)]
@@ -161,18 +170,50 @@ impl Drop for LockGuard {
     }
 }
 
+/// `navigator.locks`, if the browser has Web Locks.
+fn lock_manager() -> Option<LockManager> {
+    let locks = Reflect::get(&web_sys::window()?.navigator(), &"locks".into()).ok()?;
+    (!locks.is_undefined() && !locks.is_null()).then(|| locks.unchecked_into())
+}
+
+/// Whether the Web Lock `name` is free right now (`ifAvailable`, nothing queued): `Some(true)`
+/// when it was, `None` without Web Locks.
+pub(crate) async fn lock_free(name: &str) -> Option<bool> {
+    let locks = lock_manager()?;
+    // Granted at once (with the lock) or not at all (with `null`); released when the callback
+    // returns.
+    let callback = Closure::once_into_js(|lock: JsValue| !lock.is_null());
+    let options = value::object(&[("ifAvailable", &JsValue::TRUE)]);
+    let p = locks.request_with(name, &options, callback.unchecked_ref());
+    Some(JsFuture::from(p).await.ok()?.is_truthy())
+}
+
+/// The names of the Web Locks held right now by every tab of the origin (empty without Web
+/// Locks).
+pub(crate) async fn held_locks() -> Vec<String> {
+    let Some(locks) = lock_manager() else {
+        return Vec::new();
+    };
+    let Ok(snapshot) = JsFuture::from(locks.query()).await else {
+        return Vec::new();
+    };
+    let held = value::get(&snapshot, "held");
+    let held: &Array = match held.dyn_ref() {
+        Some(a) => a,
+        None => return Vec::new(),
+    };
+    held.iter()
+        .filter_map(|l| value::get(&l, "name").as_string())
+        .collect()
+}
+
 /// Takes the Web Lock `name` (exclusive, across every tab of the origin). `None` when the
 /// browser has no Web Locks: the server's key and order rules still hold, only the cross-tab
 /// queueing is lost.
 pub(crate) async fn lock(name: &str, abort: &Abort) -> Result<Option<LockGuard>, SdkError> {
-    let Some(w) = web_sys::window() else {
+    let Some(locks) = lock_manager() else {
         return Ok(None);
     };
-    let locks = Reflect::get(&w.navigator(), &"locks".into()).unwrap_or(JsValue::UNDEFINED);
-    if locks.is_undefined() || locks.is_null() {
-        return Ok(None);
-    }
-    let locks: LockManager = locks.unchecked_into();
     let (held, release) = deferred();
     let (granted, grant) = deferred();
     let callback = Closure::once_into_js(move |_lock: JsValue| -> Promise {
@@ -203,33 +244,90 @@ pub(crate) struct Transport {
     pub credentials: JsValue,
 }
 
-/// One HTTP request's parts. Every request is a JSON POST (`Content-Type` is set here).
+/// One HTTP request's parts. Every request is a JSON POST (`Content-Type` and
+/// `X-Request-Id` are set here).
 pub(crate) struct Call<'a> {
     pub url: &'a str,
     pub headers: &'a [(&'a str, &'a str)],
     pub body: &'a str,
     pub timeout_ms: u32,
     pub transport: &'a Transport,
+    /// This request's own id (one per request), sent as `X-Request-Id`.
+    pub request_id: &'a str,
+    /// Called once, when the request is handed to `fetch` (the `request` event): not when the
+    /// app's `headers` failed first, nor when its `fetch` threw at once.
+    pub leaving: &'a dyn Fn(),
+}
+
+/// A request that ends the call: the caller aborted, or the app's `headers` or `fetch`
+/// failed (the request never left; `cause` is the app's error).
+pub(crate) struct Unsent {
+    pub error: SdkError,
+    /// The app's thrown or rejected value (`undefined` for an abort).
+    pub cause: JsValue,
+}
+
+impl From<SdkError> for Unsent {
+    fn from(error: SdkError) -> Self {
+        Self {
+            error,
+            cause: JsValue::UNDEFINED,
+        }
+    }
+}
+
+impl Unsent {
+    fn app(step: TransportStep, cause: JsValue) -> Self {
+        Self {
+            error: SdkError::TransportFailed(step),
+            cause,
+        }
+    }
+
+    /// The rejection value: a `PayonceError` with the app's error as its `cause`.
+    pub(crate) fn into_js(self) -> JsValue {
+        crate::web::error::to_js_caused(&self.error, JsValue::UNDEFINED, self.cause)
+    }
+}
+
+/// What a thrown or rejected value says, for the events: `"TypeError: Failed to fetch"`, at
+/// most 200 characters.
+pub(crate) fn describe(v: &JsValue) -> String {
+    let text = match v.as_string() {
+        Some(s) => s,
+        None => v
+            .dyn_ref::<js_sys::Error>()
+            .map_or_else(|| "unknown error".into(), |e| e.to_string().into()),
+    };
+    match text.char_indices().nth(200) {
+        Some((at, _)) => text.get(..at).unwrap_or_default().to_owned(),
+        None => text,
+    }
+}
+
+/// True for what `fetch` itself rejects with when no answer came: a `TypeError` (a network
+/// failure, a CORS refusal) or an abort or timeout `DOMException`. Anything else came from the
+/// app's own `fetch`.
+fn fetch_failure(e: &JsValue) -> bool {
+    let name = value::get(e, "name").as_string();
+    e.is_instance_of::<js_sys::TypeError>()
+        || matches!(
+            name.as_deref(),
+            Some("AbortError" | "TimeoutError" | "NetworkError")
+        )
 }
 
 /// The app's headers for one request (its function called now, its promise awaited), with
-/// ours set over them: `Content-Type`, the key. `None` when the app's headers function threw,
-/// rejected or gave something that is not a `HeadersInit`: the request cannot leave.
-async fn request_headers(
-    call: &Call<'_>,
-    abort: &Abort,
-) -> Result<Option<web_sys::Headers>, SdkError> {
+/// ours set over them: `Content-Type`, the request id, the key. `Err` when the app's headers
+/// function threw, rejected or gave something that is not a `HeadersInit`: the request
+/// cannot leave.
+async fn request_headers(call: &Call<'_>, abort: &Abort) -> Result<web_sys::Headers, Unsent> {
+    let failed = |e| Unsent::app(TransportStep::Headers, e);
     let mut init = call.transport.headers.clone();
     if let Some(f) = init.dyn_ref::<Function>() {
-        let Ok(v) = f.call0(&JsValue::NULL) else {
-            return Ok(None);
-        };
-        init = v;
+        init = f.call0(&JsValue::NULL).map_err(failed)?;
         if init.is_instance_of::<Promise>() {
-            match abort.guard(init.unchecked_into()).await? {
-                Ok(v) => init = v,
-                Err(_) => return Ok(None),
-            }
+            init = abort.guard(init.unchecked_into()).await?.map_err(failed)?;
         }
     }
     let headers = if init.is_undefined() || init.is_null() {
@@ -237,15 +335,16 @@ async fn request_headers(
     } else {
         web_sys::Headers::new_with_str_sequence_sequence(&init)
     };
-    let Ok(headers) = headers else {
-        return Ok(None);
-    };
-    let json = [("Content-Type", "application/json")];
-    for (k, v) in json.iter().chain(call.headers) {
+    let headers = headers.map_err(failed)?;
+    let ours = [
+        ("Content-Type", "application/json"),
+        (payonce_protocol::headers::REQUEST_ID, call.request_id),
+    ];
+    for (k, v) in ours.iter().chain(call.headers) {
         // `set` replaces whatever the app put under the same name, in any letter case.
         let _ = headers.set(k, v);
     }
-    Ok(Some(headers))
+    Ok(headers)
 }
 
 /// The app's `fetch`, else the global one (a window, a worker, Node).
@@ -263,17 +362,30 @@ pub(crate) struct Answer<T> {
     /// The body as received (JSON-decoded, or the text when it is not JSON; `undefined`
     /// without one): what an error shows the app.
     pub body: JsValue,
+    /// What the answer's headers said, or why no answer came.
+    pub seen: Seen,
+}
+
+/// What the events report of an exchange beyond the reply.
+#[derive(Default)]
+pub(crate) struct Seen {
     /// The server said the body is a stored result replayed for a known key.
     pub replayed: bool,
+    /// The server's `X-Request-Id` (cross-origin only when the server exposes it).
+    pub request_id: Option<String>,
+    /// No HTTP answer: what `fetch` rejected with (`"TypeError: Failed to fetch"`); `None`
+    /// when our own timeout stopped it.
+    pub error: Option<String>,
 }
 
 /// POSTs JSON through the app's transport with a per-request timeout and the caller's abort,
-/// and decodes the answer: 2xx as `T`, anything else as a problem. Never fails except on abort.
+/// and decodes the answer: 2xx as `T`, anything else as a problem. Fails only on abort or when
+/// the app's `headers` or `fetch` failed ([`Unsent`]).
 pub(crate) async fn post<T: DeserializeOwned>(
     call: Call<'_>,
     abort: &Abort,
-) -> Result<Answer<T>, SdkError> {
-    let (raw, replayed) = exchange(call, abort).await?;
+) -> Result<Answer<T>, Unsent> {
+    let (raw, seen) = exchange(call, abort).await?;
     let body = match &raw {
         Reply::Http { ok: Some(b), .. } => b.clone(),
         _ => JsValue::UNDEFINED,
@@ -281,7 +393,7 @@ pub(crate) async fn post<T: DeserializeOwned>(
     Ok(Answer {
         reply: decode(raw),
         body,
-        replayed,
+        seen,
     })
 }
 
@@ -289,7 +401,7 @@ pub(crate) async fn post<T: DeserializeOwned>(
 /// alone then decides); a malformed optional member is dropped rather than losing the code
 /// (both optional members are, as when they were one serde struct). Only the members the SDK
 /// decides on are read (the server's [`Problem`] has more, all ignored here), one by one: a
-/// derived struct for the three cost more in the module.
+/// derived struct for them cost more in the module.
 fn problem(v: &JsValue) -> Option<Problem> {
     let code = value::get(v, "code").as_string()?;
     let int = |k| value::member(v, k, value::Kind::Int(value::MAX_SAFE)).map(|n| n.as_f64());
@@ -300,6 +412,10 @@ fn problem(v: &JsValue) -> Option<Problem> {
     // Looked up in [`ErrorCode::ALL`]: smaller in the module than the list's derived
     // `Deserialize`.
     let code = *ErrorCode::ALL.iter().find(|c| c.as_str() == code)?;
+    // The order's receipt on `ORDER_ALREADY_PAID` (a pay that another key paid).
+    let payment = Some(value::get(v, "payment"))
+        .filter(|p| p.is_object())
+        .and_then(|p| value::from_js::<Payment>(&p));
     Some(Problem {
         type_uri: String::new(),
         title: String::new(),
@@ -311,6 +427,7 @@ fn problem(v: &JsValue) -> Option<Problem> {
         attempt_status: None,
         reason: None,
         sku: None,
+        payment,
     })
 }
 
@@ -347,13 +464,11 @@ fn cut(mut text: String) -> String {
 
 /// The request itself, not generic over the answer type (one copy in the module). The raw
 /// JSON body, whatever the status, travels in `ok`.
-async fn exchange(call: Call<'_>, abort: &Abort) -> Result<(Reply<JsValue>, bool), SdkError> {
+async fn exchange(call: Call<'_>, abort: &Abort) -> Result<(Reply<JsValue>, Seen), Unsent> {
     let fetch = fetch_fn(call.transport).ok_or(SdkError::Unsupported("no fetch"))?;
     let controller =
         AbortController::new().map_err(|_| SdkError::Unsupported("no AbortController"))?;
-    let Some(headers) = request_headers(&call, abort).await? else {
-        return Ok((Reply::NoAnswer { timed_out: false }, false));
-    };
+    let headers = request_headers(&call, abort).await?;
     // A plain `RequestInit` dictionary: no web-sys setter bindings needed.
     let init = value::object(&[
         ("method", &"POST".into()),
@@ -375,18 +490,31 @@ async fn exchange(call: Call<'_>, abort: &Abort) -> Result<(Reply<JsValue>, bool
     let timed_out = || controller.signal().aborted();
     let answer = async {
         // A fetch that throws instead of rejecting is a request that never left.
-        let sent = match fetch.call2(&JsValue::NULL, &call.url.into(), &init) {
-            Ok(p) => Promise::resolve(&p),
-            Err(_) => return Ok(None),
-        };
-        let Ok(resp) = abort.guard(sent).await? else {
-            return Ok(None);
+        let sent = fetch
+            .call2(&JsValue::NULL, &call.url.into(), &init)
+            .map_err(|e| Unsent::app(TransportStep::Fetch, e))?;
+        (call.leaving)();
+        // Raced with our own timeout: an app's `fetch` that ignores the signal still ends.
+        let stopped = once_event(&controller.signal(), "abort");
+        let resp = match abort
+            .guard(race2(&Promise::resolve(&sent), &stopped))
+            .await?
+        {
+            Ok(_) if timed_out() => return Ok(Err(None)),
+            Ok(resp) => resp,
+            Err(_) if timed_out() => return Ok(Err(None)),
+            Err(e) if fetch_failure(&e) => return Ok(Err(Some(describe(&e)))),
+            Err(e) => return Err(Unsent::app(TransportStep::Fetch, e)),
         };
         let resp: Response = resp.unchecked_into();
         let header = |name| resp.headers().get(name).ok().flatten();
         let retry_after = header(payonce_protocol::headers::RETRY_AFTER);
-        let replayed =
-            header(payonce_protocol::headers::IDEMPOTENT_REPLAYED).as_deref() == Some("true");
+        let seen = Seen {
+            replayed: header(payonce_protocol::headers::IDEMPOTENT_REPLAYED).as_deref()
+                == Some("true"),
+            request_id: header(payonce_protocol::headers::REQUEST_ID),
+            error: None,
+        };
         // A body that is not JSON is kept as its text (it decodes to nothing; the status still
         // counts). A body our timeout cut off is no answer, as a request that never came back.
         let body = match resp.text() {
@@ -395,30 +523,33 @@ async fn exchange(call: Call<'_>, abort: &Abort) -> Result<(Reply<JsValue>, bool
                     let t = text.as_string().unwrap_or_default();
                     Some(js_sys::JSON::parse(&t).unwrap_or_else(|_| cut(t).into()))
                 }
-                Err(_) if timed_out() => return Ok(None),
+                Err(_) if timed_out() => return Ok(Err(None)),
                 Err(_) => None,
             },
             Err(_) => None,
         };
-        Ok(Some((resp.status(), retry_after, body, replayed)))
+        Ok(Ok((resp.status(), retry_after, body, seen)))
     }
     .await;
     drop(deadline);
     match answer {
-        Ok(Some((status, retry_after, body, replayed))) => Ok((
+        Ok(Ok((status, retry_after, body, seen))) => Ok((
             Reply::Http {
                 status,
                 retry_after,
                 ok: body,
                 problem: None,
             },
-            replayed,
+            seen,
         )),
-        Ok(None) => Ok((
+        Ok(Err(error)) => Ok((
             Reply::NoAnswer {
                 timed_out: timed_out(),
             },
-            false,
+            Seen {
+                error,
+                ..Seen::default()
+            },
         )),
         // The caller aborted: stop the request on the wire too.
         Err(e) => {

@@ -16,13 +16,13 @@ mod store;
 mod tabs;
 mod value;
 
-use crate::core::attempt::Entry;
+use crate::core::attempt::{self, Entry};
 use crate::core::classify::{classify_cancel, classify_pay_for, CancelOutcome, Final, Reply};
 use crate::core::error::{SdkError, Warning};
-use crate::core::flow::{Effect, FlowConfig, PayEnd, PayFlow};
-use crate::core::receipt::{self, Receipt};
+use crate::core::flow::{Effect, FlowConfig, PayEnd, PayFlow, PayStatus};
+use crate::core::receipt::{self, Claim, Receipt};
 use crate::core::retry::{
-    BudgetConfig, PendingReason, RetryBudget, RetryPolicy, DEFAULT_DEADLINE_MS,
+    BudgetConfig, PendingReason, RetryBudget, RetryPolicy, Timings, DEFAULT_DEADLINE_MS,
     DEFAULT_LONG_WAIT_MS, DEFAULT_REQUEST_TIMEOUT_MS,
 };
 pub use error::PayonceError;
@@ -66,20 +66,34 @@ export interface Payment {
 }
 /**
  * The result of `pay`. `pending` and `actionRequired` keep the key (the server may still be
- * charging, or waits for the customer); every other outcome is final and removes it.
+ * charging, or waits for the customer); every other outcome is final and removes it (`busy`
+ * through a cancel that tombstones it; only a cancel without an answer keeps it).
  */
 export type PayOutcome =
-  | { kind: "paid"; payment: Payment }
+  /**
+   * Charged once. `byThisAttempt` is false when another key paid the order (the server's
+   * `ORDER_ALREADY_PAID`: another device, or an attempt this tab never held): show the
+   * receipt, nothing more was charged.
+   */
+  | { kind: "paid"; payment: Payment; byThisAttempt: boolean }
   /**
    * The customer must act first (e.g. 3-D Secure). `next` is the server's opaque payload (for
-   * example `{ type: "redirect", url }`). After the action, `pay` with the same checkout (or
+   * example `{ type: "redirect", url }`, or `{ type: "stripe", clientSecret }` for
+   * `stripe.confirmCardPayment`). After the action, `pay` with the same checkout (or
    * `resume(orderId)`) sends the same key and finishes the attempt.
    */
   | { kind: "actionRequired"; next: unknown }
   | { kind: "declined"; code: "PAYMENT_DECLINED" | "PAYMENT_FAILED" }
   | { kind: "orderChanged"; currentVersion?: number }
   | { kind: "cancelled" }
-  | { kind: "pending"; reason: "deadline" | "attempts" | "budget" };
+  | { kind: "pending"; reason: "deadline" | "attempts" | "budget" }
+  /**
+   * Another attempt for the order is running (another device: the server's
+   * `PAYMENT_ALREADY_ACTIVE`). This call's key was refused and tombstoned with a cancel, so it
+   * can never charge; nothing of it is kept. Show "being paid elsewhere" and read the order
+   * again later (a later `pay` makes a new key).
+   */
+  | { kind: "busy" };
 /**
  * The result of `cancel`. `processing` and `unknown` keep the key. `notFound`: the server does
  * not know this key for this order (the order is not this user's or is gone, or the key
@@ -94,19 +108,24 @@ export type CancelOutcome =
   | { kind: "paid"; payment?: Payment }
   | { kind: "processing" }
   | { kind: "unknown" };
-export type PayStatus = "processing" | "checkingStatus" | "takingLonger" | "waitingForNetwork";
+/**
+ * `waitingForOtherTab`: another tab of this browser is paying the same order; this call waits
+ * for it and then takes over that tab's attempt (its key and outcome) instead of making a
+ * second one.
+ */
+export type PayStatus = "processing" | "checkingStatus" | "takingLonger" | "waitingForNetwork" | "waitingForOtherTab";
 /**
  * How `pay` retries with the same key. Every member is optional; the defaults are shown.
  * Every wait is at least `baseDelayMs` and jittered, whatever the server's `Retry-After` says.
  */
 export interface RetryOptions {
   /**
-   * The least wait before any retry, in ms (default 500). The n-th backoff (0-based) is drawn
+   * The least wait before any retry, in ms (default 500, at least 100). The n-th backoff (0-based) is drawn
    * from [baseDelayMs, min(maxDelayMs, baseDelayMs * 2^(n+1))); a `Retry-After` below it is
    * raised to it.
    */
   baseDelayMs?: number;
-  /** Cap of the backoff, in ms (default 5000); after a request timeout the wait is drawn from [baseDelayMs, maxDelayMs). */
+  /** Cap of the backoff, in ms (default 5000, at least `baseDelayMs`); after a request timeout the wait is drawn from [baseDelayMs, maxDelayMs). */
   maxDelayMs?: number;
   /**
    * Most requests one `pay` call sends, every one counted: the first, retries, polls of an
@@ -114,7 +133,7 @@ export interface RetryOptions {
    * resolves `{ kind: "pending", reason: "attempts" }` and the key is kept.
    */
   maxAttempts?: number;
-  /** Cap of a server's `Retry-After`, jitter included, in ms (default 10000). */
+  /** Cap of a server's `Retry-After`, jitter included, in ms (default 10000; a wait is never shorter than `baseDelayMs` anyway). */
   maxRetryAfterMs?: number;
   /**
    * The client's retry budget, shared by its `pay` calls (defaults: capacity 500, retryCost 5,
@@ -125,15 +144,17 @@ export interface RetryOptions {
   budget?: { capacity?: number; retryCost?: number; timeoutCost?: number; successRefill?: number };
 }
 /**
- * What `onWarning` hears. `PROTOCOL_MISMATCH`: every request of a `pay` call failed at the
- * network level (a CORS refusal, e.g. `Access-Control-Allow-Origin: *` with credentials, or an
- * unreachable server); the call still resolves `pending`, key kept.
+ * What `onWarning` hears (with a message for people). `NETWORK_OR_CORS`: the first two
+ * requests of a `pay` call both failed at the network level, no HTTP answer (a CORS refusal,
+ * e.g. `Access-Control-Allow-Origin: *` with `credentials: "include"`, or an unreachable
+ * server); said at once, the message names `credentials` and the CORS headers to check. The
+ * call goes on retrying (it resolves `pending` if nothing answers), key kept.
  */
 export type PayonceWarningCode =
   | "STORAGE_UNAVAILABLE"
   | "UNREADABLE_ENTRY"
   | "DUPLICATED_TAB"
-  | "PROTOCOL_MISMATCH";
+  | "NETWORK_OR_CORS";
 export interface ClientOptions {
   /**
    * The payonce API origin, e.g. "https://api.example.com". Required: the default endpoints
@@ -142,59 +163,109 @@ export interface ClientOptions {
   baseUrl: string;
   /**
    * The `fetch` every request goes through (default: the global `fetch`), called as
-   * `fetch(url, init)`; a test double, an instrumented fetch, or Node's.
+   * `fetch(url, init)`; a test double, an instrumented fetch, or Node's. A rejection with a
+   * `TypeError` or a `DOMException` (what `fetch` itself rejects with) is a request without an
+   * answer, retried with the same key; a throw, or a rejection with anything else, is the app's
+   * own failure: `pay` ends at once with `TRANSPORT_FAILED` (its error as `cause`), the stored
+   * attempt as it was before that request.
    */
   fetch?: (url: string, init: RequestInit) => Promise<Response>;
   /**
    * Headers added to every request (default: none): an object, or a function (sync or async)
    * called before every request, e.g. a Bearer token that refreshes or a CSRF token. The SDK
-   * sets `Content-Type` and `Idempotency-Key` over them: the key is never the app's to change.
+   * sets `Content-Type`, `Idempotency-Key` and `X-Request-Id` over them: the key is never the
+   * app's to change. A function that throws or rejects (a failed token refresh) ends `pay` at
+   * once with `TRANSPORT_FAILED` (its error as `cause`); the request never leaves.
    */
   headers?: HeadersInit | (() => HeadersInit | Promise<HeadersInit>);
   /** `RequestInit.credentials` of every request (default "include": the session cookie goes along). */
   credentials?: "include" | "same-origin" | "omit";
   /**
    * The URLs of an order's pay and cancel endpoints (defaults: `${baseUrl}/orders/${encodeURIComponent(orderId)}/pay`
-   * and `.../cancel`). Each gets the order id as given; encode it yourself. The request bodies,
+   * and `${baseUrl}/orders/${encodeURIComponent(orderId)}/payment-attempts/cancel`). Each gets the order id as given; encode it yourself. The request bodies,
    * the key and how answers are read stay the SDK's.
    */
   endpoints?: { pay?: (orderId: string) => string; cancel?: (orderId: string) => string };
-  /** Per-request timeout, in ms (default 15000). A timed-out request is retried with the same key. */
+  /** Per-request timeout, in ms (default 15000, at least 1000). A timed-out request is retried with the same key. */
   requestTimeoutMs?: number;
   /** Backoff, attempts and budget (see `RetryOptions` for every default). */
   retry?: RetryOptions;
-  /** Total time one `pay` keeps asking before it returns `pending` (reason "deadline"), in ms (default 60000). */
+  /** Total time one `pay` keeps asking before it returns `pending` (reason "deadline"), in ms (default 60000, at least `requestTimeoutMs`). */
   deadlineMs?: number;
   /** When `onStatus` hears "takingLonger", in ms after `pay` started (default 10000). */
   longWaitMs?: number;
   /** Where attempts are kept (default "session": sessionStorage, falling back to memory if it throws). */
   storage?: "session" | "memory";
-  /** Hears what does not fail a call (default: none). */
-  onWarning?: (code: PayonceWarningCode) => void;
+  /** Hears what does not fail a call, with a message for people (default: none). */
+  onWarning?: (code: PayonceWarningCode, message: string) => void;
   /** Hears every request, answer, wait and outcome (default: none). See `PayonceEvent`. */
   onEvent?: (event: PayonceEvent) => void;
   /** Logs the same events with `console.debug("[payonce]", event)` (default false). */
   debug?: boolean;
 }
-/** What `onEvent` hears (and `debug: true` logs with `console.debug`). */
-export type PayonceEvent =
-  | { type: "request"; endpoint: "pay" | "cancel"; orderId: string; key: string; attempt: number; url: string }
+/**
+ * What `onEvent` hears (and `debug: true` logs with `console.debug`). Every event has `at`
+ * (epoch ms). A request's events carry its `requestId`, the `X-Request-Id` the SDK sent (one
+ * per request), to match with the server's logs.
+ */
+export type PayonceEvent = { at: number } & (
+  /** The request was handed to `fetch`. */
+  | { type: "request"; endpoint: "pay" | "cancel"; orderId: string; key: string; attempt: number; requestId: string; url: string }
   | {
       type: "answer";
       endpoint: "pay" | "cancel";
       orderId: string;
       key: string;
       attempt: number;
-      /** Absent when no HTTP answer came (`timedOut` says whether our timeout fired). */
+      requestId: string;
+      /** Absent when no HTTP answer came (`failure` says why). */
       status?: number;
+      /** The `Retry-After` received, as sent (cross-origin only when the server exposes it). */
+      retryAfter?: string;
+      /** The server's `X-Request-Id` (cross-origin only when the server exposes it). */
+      serverRequestId?: string;
+      /** No HTTP answer: whether our timeout fired. */
       timedOut?: boolean;
+      /** No HTTP answer: our timeout, or a network failure (a CORS refusal looks the same). */
+      failure?: "timeout" | "network";
+      /** A network failure: what `fetch` rejected with, e.g. "TypeError: Failed to fetch". */
+      error?: string;
       /** The server replayed a stored answer for this key (`Idempotent-Replayed: true`). */
       replayed: boolean;
       problemCode?: string;
       elapsedMs: number;
     }
-  | { type: "wait"; orderId: string; ms: number; why: "inProgress" | "noAnswer" | "timedOut" | "serverTrouble" | "paced" | "offline" }
-  | { type: "outcome"; orderId: string; key?: string; outcome?: PayOutcome; error?: PayonceError };
+  /**
+   * The request ends the call without an answer: the app's `headers` or `fetch` threw or
+   * rejected (it never left: no `request` event for a failed `headers`), or the caller aborted.
+   */
+  | {
+      type: "requestFailed";
+      endpoint: "pay" | "cancel";
+      orderId: string;
+      key: string;
+      attempt: number;
+      requestId: string;
+      reason: "headers" | "fetch" | "aborted" | "unsupported";
+      /** The app's error, as text. */
+      error?: string;
+    }
+  | {
+      type: "wait";
+      endpoint: "pay";
+      orderId: string;
+      key: string;
+      ms: number;
+      why: "inProgress" | "noAnswer" | "timedOut" | "serverTrouble" | "paced" | "offline";
+    }
+  /** What `onWarning` hears, as an event. */
+  | { type: "warning"; code: PayonceWarningCode; message: string }
+  | { type: "outcome"; orderId: string; key?: string; outcome?: PayOutcome; error?: PayonceError }
+  /** Another tab is paying this order: this call waits for it. */
+  | { type: "tabWait"; orderId: string }
+  /** This call takes over the other tab's attempt for the order: its key, its checkout, its outcome. */
+  | { type: "tabAdopt"; orderId: string; key: string }
+);
 export interface PayOptions {
   /** Aborts waits and requests at once; the attempt and its key are kept. */
   signal?: AbortSignal;
@@ -232,6 +303,8 @@ export class PayonceError extends Error {
   readonly detail?: string;
   /** The raw (JSON-decoded) answer body, when a server answer caused the error. */
   readonly body?: unknown;
+  /** `TRANSPORT_FAILED`: what the app's `headers` or `fetch` threw or rejected with. */
+  readonly cause?: unknown;
   toJSON(): { name: "PayonceError"; code: PayonceErrorCode; message: string; status?: number; problemCode?: string; detail?: string };
 }
 export type PayonceErrorCode =
@@ -245,6 +318,8 @@ export type PayonceErrorCode =
   | "PROTOCOL_MISMATCH"
   | "ABORTED"
   | "UNSUPPORTED"
+  /** The app's `headers` or `fetch` threw or rejected: the request never left; `cause` is the app's error, the stored attempt is as it was. */
+  | "TRANSPORT_FAILED"
   | "NOT_INITIALIZED";
 "#;
 
@@ -260,14 +335,26 @@ struct Observer {
     debug: bool,
 }
 
+/// Which request an event is about.
+struct Req<'a> {
+    endpoint: &'a str,
+    order_id: &'a str,
+    key: &'a str,
+    /// How many requests the call has sent, this one included.
+    attempt: u32,
+    /// The request's own id, sent as `X-Request-Id`.
+    id: &'a str,
+}
+
 impl Observer {
-    /// Hands the event `build` makes to `onEvent` and (with `debug`) to `console.debug`; builds
-    /// nothing when nobody listens.
+    /// Hands the event `build` makes, stamped with `at` (epoch ms), to `onEvent` and (with
+    /// `debug`) to `console.debug`; builds nothing when nobody listens.
     fn emit(&self, build: impl FnOnce() -> JsValue) {
         if self.on_event.is_none() && !self.debug {
             return;
         }
         let event = build();
+        let _ = Reflect::set(&event, &"at".into(), &js_sys::Date::now().into());
         if let Some(f) = &self.on_event {
             let _ = f.call1(&JsValue::NULL, &event);
         }
@@ -276,85 +363,137 @@ impl Observer {
         }
     }
 
-    /// `{ type: "request", endpoint, orderId, key, attempt, url }`.
-    fn request(&self, endpoint: &str, order_id: &str, key: &str, attempt: u32, url: &str) {
+    /// `{ type, orderId, ...members }`: every event but the request-bound ones goes through
+    /// here (new event types too).
+    fn event(&self, kind: &str, order_id: &str, members: &[(&str, &JsValue)]) {
         self.emit(|| {
-            value::object(&[
-                ("type", &"request".into()),
-                ("endpoint", &endpoint.into()),
-                ("orderId", &order_id.into()),
-                ("key", &key.into()),
-                ("attempt", &attempt.into()),
-                ("url", &url.into()),
-            ])
+            let o = value::object(&[("type", &kind.into()), ("orderId", &order_id.into())]);
+            for (k, v) in members {
+                let _ = Reflect::set(&o, &JsValue::from_str(k), v);
+            }
+            o
         });
     }
 
-    /// `{ type: "wait", orderId, ms, why }`.
-    fn wait(&self, order_id: &str, ms: u64, why: &str) {
-        self.emit(|| {
-            value::object(&[
-                ("type", &"wait".into()),
-                ("orderId", &order_id.into()),
+    /// `{ type, endpoint, orderId, key, attempt, requestId, ...members }`.
+    fn about(&self, kind: &str, r: &Req, members: &[(&str, &JsValue)]) {
+        let mut all: Vec<(&str, &JsValue)> = Vec::with_capacity(members.len() + 4);
+        let (endpoint, key, attempt, id) = (
+            r.endpoint.into(),
+            r.key.into(),
+            r.attempt.into(),
+            r.id.into(),
+        );
+        all.extend([
+            ("endpoint", &endpoint),
+            ("key", &key),
+            ("attempt", &attempt),
+            ("requestId", &id),
+        ]);
+        all.extend_from_slice(members);
+        self.event(kind, r.order_id, &all);
+    }
+
+    /// `{ type: "request", ..., url }`: the request was handed to `fetch`.
+    fn request(&self, r: &Req, url: &str) {
+        self.about("request", r, &[("url", &url.into())]);
+    }
+
+    /// `{ type: "requestFailed", ..., reason, error? }`: the request got no answer and the call
+    /// ends: the app's `headers` or `fetch` failed (it never left), or the caller aborted.
+    fn request_failed(&self, r: &Req, unsent: &io::Unsent) {
+        let reason = match unsent.error {
+            SdkError::TransportFailed(step) => step.as_str(),
+            SdkError::Aborted => "aborted",
+            _ => "unsupported",
+        };
+        let error = Some(&unsent.cause)
+            .filter(|c| !c.is_undefined())
+            .map_or(JsValue::UNDEFINED, |c| io::describe(c).into());
+        self.about(
+            "requestFailed",
+            r,
+            &[("reason", &reason.into()), ("error", &error)],
+        );
+    }
+
+    /// `{ type: "wait", orderId, endpoint, key, ms, why }`.
+    fn wait(&self, order_id: &str, key: &str, ms: u64, why: &str) {
+        self.event(
+            "wait",
+            order_id,
+            &[
+                ("endpoint", &"pay".into()),
+                ("key", &key.into()),
                 ("ms", &(ms as f64).into()),
                 ("why", &why.into()),
+            ],
+        );
+    }
+
+    /// `{ type: "tabWait" | "tabAdopt", orderId, key? }`: waiting for another tab's pay call
+    /// of the order; taking over its attempt (`key`).
+    fn tab(&self, kind: &str, order_id: &str, key: Option<&str>) {
+        self.emit(|| {
+            value::object(&[
+                ("type", &kind.into()),
+                ("orderId", &order_id.into()),
+                ("key", &key.map_or(JsValue::UNDEFINED, JsValue::from)),
             ])
         });
     }
 
     /// `{ type: "outcome", orderId, key?, outcome | error }`.
     fn outcome(&self, order_id: &str, key: Option<&str>, result: &Result<JsValue, JsValue>) {
-        self.emit(|| {
-            let (name, v) = match result {
-                Ok(v) => ("outcome", v),
-                Err(e) => ("error", e),
-            };
-            value::object(&[
-                ("type", &"outcome".into()),
-                ("orderId", &order_id.into()),
-                ("key", &key.map_or(JsValue::UNDEFINED, JsValue::from)),
-                (name, v),
-            ])
-        });
+        let (name, v) = match result {
+            Ok(v) => ("outcome", v),
+            Err(e) => ("error", e),
+        };
+        let key = key.map_or(JsValue::UNDEFINED, JsValue::from);
+        self.event("outcome", order_id, &[("key", &key), (name, v)]);
     }
 
-    /// `{ type: "answer", endpoint, orderId, key, attempt, status?, timedOut?, replayed,
-    /// problemCode?, elapsedMs }`.
-    fn answer<T>(
-        &self,
-        endpoint: &str,
-        order_id: &str,
-        key: &str,
-        attempt: u32,
-        answer: &io::Answer<T>,
-        elapsed_ms: f64,
-    ) {
-        self.emit(|| {
-            let (status, timed_out) = match &answer.reply {
-                Reply::Http { status, .. } => (JsValue::from(*status), JsValue::UNDEFINED),
-                Reply::NoAnswer { timed_out } => (JsValue::UNDEFINED, JsValue::from(*timed_out)),
-            };
-            let code = value::get(&answer.body, "code");
-            value::object(&[
-                ("type", &"answer".into()),
-                ("endpoint", &endpoint.into()),
-                ("orderId", &order_id.into()),
-                ("key", &key.into()),
-                ("attempt", &attempt.into()),
+    /// `{ type: "answer", ..., status?, retryAfter?, serverRequestId?, timedOut?, failure?,
+    /// error?, replayed, problemCode?, elapsedMs }`.
+    fn answer<T>(&self, r: &Req, answer: &io::Answer<T>, elapsed_ms: f64) {
+        let text = |v: Option<&str>| v.map_or(JsValue::UNDEFINED, JsValue::from);
+        let none = JsValue::UNDEFINED;
+        let (status, retry_after, timed_out, failure) = match &answer.reply {
+            Reply::Http {
+                status,
+                retry_after,
+                ..
+            } => (
+                JsValue::from(*status),
+                text(retry_after.as_deref()),
+                none.clone(),
+                none.clone(),
+            ),
+            Reply::NoAnswer { timed_out } => (
+                none.clone(),
+                none.clone(),
+                JsValue::from(*timed_out),
+                (if *timed_out { "timeout" } else { "network" }).into(),
+            ),
+        };
+        let code = value::get(&answer.body, "code");
+        let code = if code.is_string() { code } else { none };
+        let seen = &answer.seen;
+        self.about(
+            "answer",
+            r,
+            &[
                 ("status", &status),
+                ("retryAfter", &retry_after),
+                ("serverRequestId", &text(seen.request_id.as_deref())),
                 ("timedOut", &timed_out),
-                ("replayed", &answer.replayed.into()),
-                (
-                    "problemCode",
-                    &if code.is_string() {
-                        code
-                    } else {
-                        JsValue::UNDEFINED
-                    },
-                ),
+                ("failure", &failure),
+                ("error", &text(seen.error.as_deref())),
+                ("replayed", &seen.replayed.into()),
+                ("problemCode", &code),
                 ("elapsedMs", &elapsed_ms.into()),
-            ])
-        });
+            ],
+        );
     }
 }
 
@@ -396,10 +535,19 @@ impl Inner {
             })
     }
 
+    /// `onWarning(code, message)`, and the `{ type: "warning", code, message }` event.
     fn warn(&self, w: Warning) {
+        let (code, message) = (w.code().into(), w.message().into());
         if let Some(f) = &self.on_warning {
-            let _ = f.call1(&JsValue::NULL, &w.code().into());
+            let _ = f.call2(&JsValue::NULL, &code, &message);
         }
+        self.observer.emit(|| {
+            value::object(&[
+                ("type", &"warning".into()),
+                ("code", &code),
+                ("message", &message),
+            ])
+        });
     }
     fn note(&self, fell: store::FellBack) {
         if fell.0 {
@@ -560,6 +708,12 @@ impl PayonceClient {
         let long_wait_ms = member("longWaitMs", Kind::Int(value::MAX_SAFE))?
             .as_f64()
             .map_or(DEFAULT_LONG_WAIT_MS, |n| n as u64);
+        let timings = Timings {
+            request_timeout_ms: request_timeout_ms.into(),
+            deadline_ms,
+            policy,
+        };
+        timings.check().map_err(invalid)?;
         let memory = member("storage", STORAGE)?.as_string().as_deref() == Some("memory");
         let on_warning = callback(&options, "onWarning");
         let observer = Observer {
@@ -579,7 +733,7 @@ impl PayonceClient {
         let (store, fell) = Store::new(!memory);
         let inner = Inner {
             base_url: base_url.trim_end_matches('/').to_owned(),
-            request_timeout_ms: request_timeout_ms.max(1),
+            request_timeout_ms,
             deadline_ms,
             long_wait_ms,
             policy,
@@ -839,11 +993,12 @@ fn pending(reason: PendingReason) -> JsValue {
 async fn pay(inner: &Inner, checkout: CheckoutSnapshot, call: PayCall) -> Result<JsValue, JsValue> {
     let order_id = checkout.order_id.clone();
     // One payment per order at a time across every tab: a second tab waits here, then finds
-    // the first one's receipt or its stored attempt.
-    let _lock = io::lock(&["payonce:", &order_id].concat(), &call.abort).await?;
+    // the first one's receipt, its stored attempt, or the attempt the first tab was sending.
+    let (_lock, seen) = order_lock(inner, &order_id, &call).await?;
     let pay_url = inner.url(inner.pay_endpoint.as_ref(), paths::pay, &order_id)?;
     if let Some(r) = tabs::receipt(&inner.base_url, &checkout) {
-        if let Some(paid) = confirm_receipt(inner, &r, &pay_url, &call.abort).await? {
+        let confirmed = confirm_receipt(inner, &r, &pay_url, &call.abort).await;
+        if let Some(paid) = confirmed.map_err(io::Unsent::into_js)? {
             return Ok(paid);
         }
     }
@@ -852,16 +1007,32 @@ async fn pay(inner: &Inner, checkout: CheckoutSnapshot, call: PayCall) -> Result
         deadline_ms: inner.deadline_ms,
         long_wait_ms: inner.long_wait_ms,
     };
-    let mut flow = PayFlow::start(
-        &inner.store.get(&order_id),
-        checkout,
-        config,
-        js_sys::Date::now(),
-        || IdempotencyKey::parse(&io::random_uuid()).ok(),
-    )?;
+    let entry = inner.store.get(&order_id);
+    let seen = seen.map(|c| (c.key, c.snapshot));
+    let mut flow = match attempt::adopt(&entry, seen, js_sys::Date::now() as u64) {
+        Some(theirs) => {
+            inner
+                .observer
+                .tab("tabAdopt", &order_id, Some(theirs.key.as_str()));
+            PayFlow::start_adopted(theirs, config, js_sys::Date::now())
+        }
+        None => PayFlow::start(&entry, checkout, config, js_sys::Date::now(), || {
+            IdempotencyKey::parse(&io::random_uuid()).ok()
+        })?,
+    };
+    // Shown to the other tabs while this call sends the attempt (src/web/tabs.rs); released
+    // before the order's lock (locals drop in reverse order).
+    let claim = Claim {
+        base_url: inner.base_url.clone(),
+        key: flow.attempt().key.clone(),
+        snapshot: flow.attempt().snapshot.clone(),
+    };
+    let _claim = io::lock(&tabs::claim_lock(&claim), &call.abort).await?;
     let body = value::to_json(&flow.attempt().snapshot.pay_body());
     let mut reminder = None;
     let mut last_body = JsValue::UNDEFINED;
+    // The app's error when its `headers` or `fetch` failed: the rejection's `cause`.
+    let mut cause = JsValue::UNDEFINED;
     loop {
         let Some(effect) = flow.poll(js_sys::Date::now(), !io::offline()) else {
             // Never: the flow always asks for something until it is done.
@@ -882,11 +1053,16 @@ async fn pay(inner: &Inner, checkout: CheckoutSnapshot, call: PayCall) -> Result
                 });
             }
             Effect::Send { attempt } => {
-                let key_str = flow.attempt().key.as_str();
-                inner
-                    .observer
-                    .request("pay", &order_id, key_str, attempt, &pay_url);
-                let key = (headers::IDEMPOTENCY_KEY, key_str);
+                let key_str = flow.attempt().key.as_str().to_owned();
+                let request_id = io::random_uuid();
+                let req = Req {
+                    endpoint: "pay",
+                    order_id: &order_id,
+                    key: &key_str,
+                    attempt,
+                    id: &request_id,
+                };
+                let key = (headers::IDEMPOTENCY_KEY, key_str.as_str());
                 let fault = call.dev_fault.filter(|_| attempt == 1);
                 let with_fault;
                 let hdrs: &[(&str, &str)] = match fault {
@@ -897,22 +1073,34 @@ async fn pay(inner: &Inner, checkout: CheckoutSnapshot, call: PayCall) -> Result
                     None => std::slice::from_ref(&key),
                 };
                 let sent_at = js_sys::Date::now();
-                let answer = io::post(
+                let posted = io::post(
                     Call {
                         url: &pay_url,
                         headers: hdrs,
                         body: &body,
                         timeout_ms: inner.request_timeout_ms,
                         transport: &inner.transport,
+                        request_id: &request_id,
+                        leaving: &|| inner.observer.request(&req, &pay_url),
                     },
                     &call.abort,
                 )
-                .await?;
+                .await;
+                let answer = match posted {
+                    Ok(answer) => answer,
+                    Err(unsent) => {
+                        inner.observer.request_failed(&req, &unsent);
+                        let SdkError::TransportFailed(step) = unsent.error else {
+                            return Err(unsent.into_js());
+                        };
+                        // The flow puts the attempt back and ends the call (`Done` below).
+                        (cause, last_body) = (unsent.cause, JsValue::UNDEFINED);
+                        flow.on_not_sent(step);
+                        continue;
+                    }
+                };
                 let now = js_sys::Date::now();
-                let key = flow.attempt().key.as_str();
-                inner
-                    .observer
-                    .answer("pay", &order_id, key, attempt, &answer, now - sent_at);
+                inner.observer.answer(&req, &answer, now - sent_at);
                 let mut budget = inner.budget.borrow_mut();
                 flow.on_reply(
                     &answer.reply,
@@ -923,13 +1111,15 @@ async fn pay(inner: &Inner, checkout: CheckoutSnapshot, call: PayCall) -> Result
                 last_body = answer.body;
             }
             Effect::Wait { ms, why } => {
-                inner.observer.wait(&order_id, ms, why.as_str());
+                let key = flow.attempt().key.as_str();
+                inner.observer.wait(&order_id, key, ms, why.as_str());
                 let (slept, _timer) = io::sleep(ms);
                 let _ = call.abort.guard(slept).await?;
                 flow.on_waited();
             }
             Effect::WaitOnline { max_ms } => {
-                inner.observer.wait(&order_id, max_ms, "offline");
+                let key = flow.attempt().key.as_str();
+                inner.observer.wait(&order_id, key, max_ms, "offline");
                 let back = io::wait_online(max_ms, &call.abort).await?;
                 flow.on_network(back);
             }
@@ -937,7 +1127,7 @@ async fn pay(inner: &Inner, checkout: CheckoutSnapshot, call: PayCall) -> Result
                 drop(reminder);
                 let result = match end {
                     PayEnd::Final(f) => {
-                        if let Final::Paid { payment } = &f {
+                        if let Final::Paid { payment, .. } = &f {
                             tabs::announce_paid(Receipt {
                                 base_url: inner.base_url.clone(),
                                 key: flow.attempt().key.clone(),
@@ -947,7 +1137,16 @@ async fn pay(inner: &Inner, checkout: CheckoutSnapshot, call: PayCall) -> Result
                         }
                         Ok(outcome_js(&f))
                     }
-                    PayEnd::Failed(e) => Err(error::to_js(&e, last_body)),
+                    // Tombstone the refused key (src/core/flow.rs): only a charge of an
+                    // earlier copy of it (the cancel finds it paid) makes this call paid.
+                    PayEnd::Busy => Ok(match cancel(inner, &order_id).await {
+                        CancelOutcome::Paid { payment: Some(p) } => outcome_js(&Final::Paid {
+                            payment: p,
+                            by_this_attempt: true,
+                        }),
+                        _ => value::object(&[("kind", &"busy".into())]),
+                    }),
+                    PayEnd::Failed(e) => Err(error::to_js_caused(&e, last_body, cause)),
                     PayEnd::Pending(reason) => Ok(pending(reason)),
                     // The problem's `next` member, passed through untouched.
                     PayEnd::ActionRequired => Ok(value::object(&[
@@ -964,6 +1163,37 @@ async fn pay(inner: &Inner, checkout: CheckoutSnapshot, call: PayCall) -> Result
     }
 }
 
+/// How often, and how many times, a tab waiting for another tab's pay call looks for that call's
+/// claim (a bound: after 10 s it just waits for its turn, and pays as if it had seen nothing).
+const CLAIM_POLL_MS: u64 = 50;
+const CLAIM_POLLS: u32 = 200;
+
+/// Takes the order's Web Lock. When another tab holds it, says so (status `waitingForOtherTab`,
+/// event `tabWait`) and looks at the held locks until it sees that tab's claim or the lock is
+/// free, then queues for it. The claim seen is the attempt this call adopts (`None`: none seen).
+async fn order_lock(
+    inner: &Inner,
+    order_id: &str,
+    call: &PayCall,
+) -> Result<(Option<io::LockGuard>, Option<Claim>), SdkError> {
+    let name = ["payonce:", order_id].concat();
+    let mut seen = None;
+    if io::lock_free(&name).await == Some(false) {
+        call.status(PayStatus::WaitingForOtherTab.as_str());
+        inner.observer.tab("tabWait", order_id, None);
+        for _ in 0..CLAIM_POLLS {
+            let held = io::held_locks().await;
+            seen = tabs::claim_in(&held, &inner.base_url, order_id);
+            if seen.is_some() || !held.contains(&name) {
+                break;
+            }
+            let (slept, _timer) = io::sleep(CLAIM_POLL_MS);
+            let _ = call.abort.guard(slept).await?;
+        }
+    }
+    Ok((io::lock(&name, &call.abort).await?, seen))
+}
+
 /// Asks the server about another tab's receipt: one pay request with the receipt's key and
 /// checkout. For a key that paid this is a replay of the stored answer (it cannot charge
 /// again); only a paid answer for this order makes the outcome `paid`. `None`: the hint does
@@ -973,10 +1203,17 @@ async fn confirm_receipt(
     r: &Receipt,
     url: &str,
     abort: &Abort,
-) -> Result<Option<JsValue>, SdkError> {
+) -> Result<Option<JsValue>, io::Unsent> {
     let order_id = &r.snapshot.order_id;
     let key = r.key.as_str();
-    inner.observer.request("pay", order_id, key, 1, url);
+    let request_id = io::random_uuid();
+    let req = Req {
+        endpoint: "pay",
+        order_id,
+        key,
+        attempt: 1,
+        id: &request_id,
+    };
     let sent_at = js_sys::Date::now();
     let body = value::to_json(&r.snapshot.pay_body());
     let answer = io::post::<PayResponse>(
@@ -986,20 +1223,22 @@ async fn confirm_receipt(
             body: &body,
             timeout_ms: inner.request_timeout_ms,
             transport: &inner.transport,
+            request_id: &request_id,
+            leaving: &|| inner.observer.request(&req, url),
         },
         abort,
     )
-    .await?;
-    inner.observer.answer(
-        "pay",
-        order_id,
-        key,
-        1,
-        &answer,
-        js_sys::Date::now() - sent_at,
-    );
-    let paid = receipt::confirmed(classify_pay_for(&answer.reply, order_id))
-        .map(|payment| outcome_js(&Final::Paid { payment }));
+    .await
+    .inspect_err(|unsent| inner.observer.request_failed(&req, unsent))?;
+    inner
+        .observer
+        .answer(&req, &answer, js_sys::Date::now() - sent_at);
+    let paid = receipt::confirmed(classify_pay_for(&answer.reply, order_id)).map(|payment| {
+        outcome_js(&Final::Paid {
+            payment,
+            by_this_attempt: true,
+        })
+    });
     if let Some(v) = &paid {
         inner.observer.outcome(order_id, Some(key), &Ok(v.clone()));
     }
@@ -1026,9 +1265,14 @@ async fn cancel(inner: &Inner, order_id: &str) -> CancelOutcome {
     };
     let body = value::to_json(&CancelRequest { key: key.clone() });
     let no_abort = Abort::new(None);
-    inner
-        .observer
-        .request("cancel", order_id, key.as_str(), 1, &url);
+    let request_id = io::random_uuid();
+    let req = Req {
+        endpoint: "cancel",
+        order_id,
+        key: key.as_str(),
+        attempt: 1,
+        id: &request_id,
+    };
     let sent_at = js_sys::Date::now();
     let reply = io::post(
         Call {
@@ -1037,23 +1281,23 @@ async fn cancel(inner: &Inner, order_id: &str) -> CancelOutcome {
             body: &body,
             timeout_ms: inner.request_timeout_ms,
             transport: &inner.transport,
+            request_id: &request_id,
+            leaving: &|| inner.observer.request(&req, &url),
         },
         &no_abort,
     )
     .await;
     let outcome = match reply {
         Ok(answer) => {
-            inner.observer.answer(
-                "cancel",
-                order_id,
-                key.as_str(),
-                1,
-                &answer,
-                js_sys::Date::now() - sent_at,
-            );
+            inner
+                .observer
+                .answer(&req, &answer, js_sys::Date::now() - sent_at);
             classify_cancel(&answer.reply)
         }
-        Err(_) => CancelOutcome::Unknown,
+        Err(unsent) => {
+            inner.observer.request_failed(&req, &unsent);
+            CancelOutcome::Unknown
+        }
     };
     if outcome.removes_key() {
         inner.store.remove(order_id, Some(&key));

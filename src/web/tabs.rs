@@ -9,11 +9,18 @@
 //!   takes a new id and reports `DUPLICATED_TAB` (its inherited attempts keep their keys: the
 //!   server deduplicates them and the Web Lock serialises the two tabs' sends).
 //!
+//! And one thing tabs show each other without a message: while a pay call sends an attempt, it
+//! holds a Web Lock named `payonce-claim:` + the [`Claim`] as JSON (API, key, checkout). A tab
+//! waiting for the same order's lock reads it from `navigator.locks.query()` and adopts that
+//! attempt when its turn comes (`src/core/attempt.rs`, `adopt`). A lock, not a message: the
+//! browser answers `query()` from the same lock table that grants the order's lock, so what a
+//! tab saw there cannot arrive after its turn, and the claim vanishes with the call or the tab.
+//!
 //! Receipts live in one page-wide map, so two clients in one page (and tabs) see each other.
 //! The channel is open while at least one client lives: the last client's `free()` closes it,
 //! so nothing of the SDK keeps an event loop (a Node test runner) alive.
 
-use crate::core::receipt::Receipt;
+use crate::core::receipt::{Claim, Receipt};
 use crate::web::value;
 use js_sys::Function;
 use payonce_protocol::CheckoutSnapshot;
@@ -23,6 +30,22 @@ use web_sys::{BroadcastChannel, MessageEvent};
 
 const CHANNEL: &str = "payonce";
 const TAB_ID: &str = "payonce:tab";
+const CLAIM: &str = "payonce-claim:";
+
+/// The name of the Web Lock a pay call holds while it sends `claim`'s attempt.
+pub(crate) fn claim_lock(claim: &Claim) -> String {
+    [CLAIM, &value::to_json(claim)].concat()
+}
+
+/// The claim for `order_id` through `base_url` among the held locks `names`, if any tab
+/// (this one included) shows one.
+pub(crate) fn claim_in(names: &[String], base_url: &str, order_id: &str) -> Option<Claim> {
+    names
+        .iter()
+        .filter_map(|n| n.strip_prefix(CLAIM))
+        .filter_map(|json| value::from_js::<Claim>(&js_sys::JSON::parse(json).ok()?))
+        .find(|c| c.is_for(base_url, order_id))
+}
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {

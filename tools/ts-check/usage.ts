@@ -20,7 +20,9 @@ function unreachable(x: never): never {
 function describe(o: PayOutcome): string {
   switch (o.kind) {
     case "paid":
-      return `paid ${o.payment.amount} ${o.payment.currency} (${o.payment.id})`;
+      return `paid ${o.payment.amount} ${o.payment.currency} (${o.payment.id})${o.byThisAttempt ? "" : ", elsewhere"}`;
+    case "busy":
+      return "another attempt is paying this order";
     case "actionRequired":
       return `the customer must act: ${JSON.stringify(o.next satisfies unknown)}`;
     case "declined":
@@ -55,6 +57,31 @@ function afterCancel(c: CancelOutcome): boolean {
   }
 }
 
+/** A support log line: every event has `at`; each kind narrows to its own members. */
+function logLine(e: PayonceEvent): string {
+  const at: number = e.at;
+  switch (e.type) {
+    case "request":
+      return `${at} ${e.requestId} -> ${e.url}`;
+    case "answer":
+      return `${at} ${e.requestId} <- ${e.status ?? e.failure ?? ""} ${e.retryAfter ?? ""} ${e.serverRequestId ?? ""} ${e.error ?? ""}`;
+    case "requestFailed":
+      return `${at} ${e.requestId} not sent: ${e.reason satisfies "headers" | "fetch" | "aborted" | "unsupported"} ${e.error ?? ""}`;
+    case "wait":
+      return `${at} ${e.endpoint} ${e.key} waits ${e.ms} (${e.why})`;
+    case "warning":
+      return `${at} ${e.code}: ${e.message}`;
+    case "outcome":
+      return `${at} ${e.orderId} ${e.outcome?.kind ?? e.error?.code ?? ""}`;
+    case "tabWait":
+      return `${at} ${e.orderId} waits for another tab`;
+    case "tabAdopt":
+      return `${at} ${e.orderId} adopts ${e.key}`;
+    default:
+      return unreachable(e);
+  }
+}
+
 export async function checkout(apiUrl: string): Promise<string> {
   await init();
   const client = PayonceClient.create({
@@ -64,15 +91,16 @@ export async function checkout(apiUrl: string): Promise<string> {
     deadlineMs: 60_000,
     longWaitMs: 10_000,
     storage: "session",
-    onWarning: (code) => console.warn(code satisfies "STORAGE_UNAVAILABLE" | "UNREADABLE_ENTRY" | "DUPLICATED_TAB" | "PROTOCOL_MISMATCH"),
+    onWarning: (code, message: string) =>
+      console.warn(code satisfies "STORAGE_UNAVAILABLE" | "UNREADABLE_ENTRY" | "DUPLICATED_TAB" | "NETWORK_OR_CORS", message),
     // A Bearer-token backend on its own paths (the transport options).
     credentials: "omit",
     headers: async () => ({ Authorization: `Bearer ${await Promise.resolve("token")}` }),
     endpoints: {
       pay: (orderId) => `${apiUrl}/api/checkout/${encodeURIComponent(orderId)}/pay`,
-      cancel: (orderId) => `${apiUrl}/api/checkout/${encodeURIComponent(orderId)}/cancel`,
+      cancel: (orderId) => `${apiUrl}/api/checkout/${encodeURIComponent(orderId)}/payment-attempts/cancel`,
     },
-    onEvent: (event: PayonceEvent) => void event,
+    onEvent: (event: PayonceEvent) => console.debug(logLine(event)),
     debug: false,
   });
   const mode: "session" | "memory" = client.storageMode;
@@ -99,6 +127,7 @@ export async function checkout(apiUrl: string): Promise<string> {
     if (e instanceof PayonceError) {
       const code: PayonceErrorCode = e.code;
       if (code === "NOT_INITIALIZED") return "call init() first";
+      if (code === "TRANSPORT_FAILED") return `not sent: ${String(e.cause satisfies unknown)}`;
       const status: number | undefined = e.status;
       const problem: string | undefined = e.problemCode;
       return `${code} ${status ?? ""} ${problem ?? ""} ${e.message}`;

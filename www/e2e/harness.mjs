@@ -44,7 +44,8 @@ export function missingPrerequisite() {
 /**
  * Registers a scenario with node:test. Prerequisites are checked once: missing ones fail under
  * CI=true and skip (with the reason) elsewhere, so a developer without Chromium is told why.
- * `options` go to Env.start (e.g. a separate provider process, extra server flags).
+ * `options` go to Env.start (e.g. a separate provider process, extra server flags);
+ * `options.timeout` is the scenario's limit in ms (default 120000).
  */
 export function scenario(test, name, fn, options = {}) {
   const missing = missingPrerequisite();
@@ -52,7 +53,7 @@ export function scenario(test, name, fn, options = {}) {
     test(name, { skip: missing }, () => {});
     return;
   }
-  test(name, { timeout: 120_000 }, async (t) => {
+  test(name, { timeout: options.timeout ?? 120_000 }, async (t) => {
     if (missing) throw new Error(`CI=true and ${missing}`);
     const env = await Env.start(options);
     try {
@@ -187,6 +188,77 @@ export async function startProvider(output = []) {
   return { url: proc.urls.provider, output, stop: () => proc.stop() };
 }
 
+/** The localstripe binary: PAYONCE_TEST_LOCALSTRIPE, else the venv scripts/bootstrap.sh makes. */
+export const LOCALSTRIPE = process.env.PAYONCE_TEST_LOCALSTRIPE || join(ROOT, ".venv-localstripe", "bin", "localstripe");
+/** Any sk_test_… key works at localstripe; the Stripe.js stand-in takes any pk_test_…. */
+export const STRIPE_SECRET_KEY = "sk_test_payonce_e2e";
+const STRIPE_WEBHOOK_SECRET = "whsec_payonce_e2e_0123456789abcdef";
+
+/**
+ * localstripe (the Stripe emulator) on a free port, --from-scratch. `paymentMethod(number)`
+ * makes a card PaymentMethod through its API, as Stripe.js would in a real page: the card
+ * number goes to the provider only. `intentsOf(orderId)`: its own list, the ledger.
+ */
+export async function startLocalstripe() {
+  const { createServer } = await import("node:net");
+  const port = await new Promise((res) => {
+    const srv = createServer().listen(0, "127.0.0.1", () => {
+      const p = srv.address().port;
+      srv.close(() => res(p));
+    });
+  });
+  const child = spawn(LOCALSTRIPE, ["--port", String(port), "--from-scratch"], { stdio: "ignore", detached: true });
+  let spawnError = null;
+  child.once("error", (err) => (spawnError = err));
+  const url = `http://127.0.0.1:${port}`;
+  const auth = { Authorization: `Basic ${Buffer.from(`${STRIPE_SECRET_KEY}:`).toString("base64")}` };
+  const call = async (method, path, form) => {
+    const res = await fetch(`${url}${path}`, {
+      method,
+      headers: { ...auth, ...(form ? { "Content-Type": "application/x-www-form-urlencoded" } : {}) },
+      body: form ? new URLSearchParams(form).toString() : undefined,
+    });
+    const body = await res.json();
+    if (!res.ok) throw new Error(`localstripe ${method} ${path}: ${res.status} ${JSON.stringify(body)}`);
+    return body;
+  };
+  await until(async () => {
+    if (spawnError) throw new Error(`cannot run ${LOCALSTRIPE} (${spawnError.message}): scripts/bootstrap.sh installs it`);
+    try {
+      await call("GET", "/v1/payment_intents?limit=1");
+      return true;
+    } catch {
+      return false;
+    }
+  }, `localstripe answering on :${port} (${LOCALSTRIPE})`, 20_000);
+  return {
+    url,
+    secretKey: STRIPE_SECRET_KEY,
+    webhookSecret: STRIPE_WEBHOOK_SECRET,
+    async paymentMethod(number) {
+      const pm = await call("POST", "/v1/payment_methods", {
+        type: "card",
+        "card[number]": number,
+        "card[exp_month]": "12",
+        "card[exp_year]": "2034",
+        "card[cvc]": "123",
+      });
+      return pm.id;
+    },
+    async intentsOf(orderId) {
+      const list = await call("GET", "/v1/payment_intents?limit=100");
+      return list.data.filter((i) => i.metadata?.order_id === orderId);
+    },
+    async stop() {
+      try {
+        process.kill(-child.pid, "SIGKILL");
+      } catch {
+        // already gone
+      }
+    },
+  };
+}
+
 export async function launchBrowser() {
   return chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS });
 }
@@ -195,15 +267,27 @@ export async function launchBrowser() {
 export class Env {
   /**
    * `separateProvider`: run the provider as its own process, so the API can crash and restart
-   * while the ledger stays. `extraArgs`: more server flags.
+   * while the ledger stays. `stripe`: run the server with --provider stripe against localstripe
+   * (`env.localstripe`, `startLocalstripe`). `extraArgs`: more server flags.
    */
-  static async start({ separateProvider = false, extraArgs = [] } = {}) {
+  static async start({ separateProvider = false, stripe = false, extraArgs = [] } = {}) {
     const env = new Env();
-    env.extraArgs = extraArgs;
     env.output = [];
     env.pages = [];
     if (separateProvider) env.provider = await startProvider(env.output);
     try {
+      if (stripe) {
+        // --provider stripe against localstripe (env.localstripe): no mock provider at all.
+        env.localstripe = await startLocalstripe();
+        env.provider = { url: env.localstripe.url, stop: () => env.localstripe.stop() };
+        extraArgs = [
+          "--provider", "stripe",
+          "--stripe-secret-key", env.localstripe.secretKey,
+          "--stripe-webhook-secret", env.localstripe.webhookSecret,
+          ...extraArgs,
+        ];
+      }
+      env.extraArgs = extraArgs;
       env.server = await startServer({ providerUrl: env.provider?.url ?? null, extraArgs, output: env.output });
       env.browser = await launchBrowser();
     } catch (err) {

@@ -5,6 +5,13 @@
 //   ?order=ID         order to show (set by the page itself, so a refresh keeps the order)
 //   ?provider=URL     mock provider URL for the ledger panel (else GET /dev/config)
 //   ?longWaitMs= ?requestTimeoutMs= ?deadlineMs=   SDK timings (tests shorten them)
+//   ?stripe=URL       Stripe mode (a server run with --provider stripe): Stripe.js is loaded from
+//                     URL/js.stripe.com/v3/ (localstripe's stand-in; https://js.stripe.com/v3/
+//                     is the real one) and finishes 3-D Secure with confirmCardPayment
+//   ?stripeKey=pk_…   its publishable key (default pk_test_payonce)
+//   ?methods=pm_1:Label,pm_2:Label   the payment methods offered instead of the mock's; in
+//                     Stripe mode they were made at the provider (Stripe.js or its API), so no
+//                     card number ever reaches this page's server
 import "./style.css";
 import { createApi, catalogItems, fetchLedger, redeliverWebhooks } from "./api.js";
 import { installDevNetwork } from "./devnet.js";
@@ -12,7 +19,7 @@ import { formatMoney, shortId } from "./format.js";
 import { loadSdk, statusName, errorCode } from "./sdk.js";
 
 /** The mock provider's test payment methods (protocol::provider::methods). */
-const METHODS = [
+const MOCK_METHODS = [
   { id: "pm_card_approve", label: "Approve", hint: "approved at once" },
   { id: "pm_card_decline", label: "Decline", hint: "declined, nothing is charged" },
   { id: "pm_card_slow", label: "Slow provider", hint: "approves after 4 s, longer than the client timeout" },
@@ -33,12 +40,25 @@ const TEXT = {
   offline: "You are offline. Waiting for the network to check the payment status…",
   actionRequired: "Confirm the payment with your bank.",
   actionWaiting: "Waiting for your bank's confirmation…",
+  otherTab: "This order is being paid in another tab. Waiting for it…",
+  paidElsewhere: "This order was already paid (in another tab or device). It was charged once.",
 };
 
 const UNAVAILABLE = "not available in this server build";
 
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
+
+/** `?methods=pm_1:Label,…`, or the mock's. */
+const METHODS = params.get("methods")
+  ? params
+      .get("methods")
+      .split(",")
+      .map((m) => {
+        const [id, label = id] = m.split(":");
+        return { id, label, hint: "a payment method made at the provider" };
+      })
+  : MOCK_METHODS;
 const numParam = (k) => (params.has(k) && params.get(k) !== "" ? Number(params.get(k)) : undefined);
 
 const state = {
@@ -54,6 +74,8 @@ const state = {
   running: null,
   userAbort: false,
   longWait: false,
+  /** Stripe.js (`Stripe(key)`), in Stripe mode. */
+  stripe: null,
 };
 
 // ---------------------------------------------------------------- small view helpers
@@ -197,6 +219,8 @@ function onStatus(ev) {
     offerCancel("You may keep this page open or come back later; refreshing is safe.");
   } else if (name === "waitingForNetwork") {
     setStatus(TEXT.offline, "busy");
+  } else if (name === "waitingForOtherTab") {
+    setStatus(TEXT.otherTab, "busy");
   }
 }
 
@@ -274,8 +298,13 @@ async function showOutcome(outcome) {
   switch (outcome?.kind) {
     case "paid":
       showReceipt(outcome.payment);
-      setStatus(TEXT.paid, "ok");
+      // byThisAttempt false: another key (another device) paid it; this tab charged nothing.
+      setStatus(outcome.byThisAttempt === false ? TEXT.paidElsewhere : TEXT.paid, "ok");
       await reloadOrder();
+      break;
+    case "busy":
+      // Another attempt runs (another device); the SDK already tombstoned this tab's key.
+      await showPaidElsewhere();
       break;
     case "declined":
       setStatus(outcome.code === "PAYMENT_FAILED" ? TEXT.failed : TEXT.declined, "error");
@@ -325,6 +354,10 @@ async function showOutcome(outcome) {
  * stored attempt is found and resumed the same way.
  */
 function askForAction(next) {
+  if (next?.type === "stripe" && typeof next.clientSecret === "string") {
+    askForStripeAction(next.clientSecret);
+    return;
+  }
   const url = next?.type === "redirect" && typeof next.url === "string" ? next.url : null;
   if (!url) {
     setStatus(`The payment needs an action this page does not know: ${JSON.stringify(next)}`, "error");
@@ -336,6 +369,45 @@ function askForAction(next) {
     ["Confirm with your bank", () => openAction(url), "confirm-bank"],
     ["I confirmed it: check again", resumeAttempt, "check-again"],
   ]);
+}
+
+/**
+ * Stripe (`--provider stripe`): the server created and confirmed the PaymentIntent; Stripe.js
+ * runs its 3-D Secure step (`confirmCardPayment` with the intent's client secret, in Stripe's
+ * own frame), then the same checkout is paid again with the same key and the server reads the
+ * outcome from Stripe.
+ */
+function askForStripeAction(clientSecret) {
+  if (!state.stripe) {
+    setStatus("The payment needs Stripe.js, which this page did not load (open it with ?stripe=URL).", "error");
+    return;
+  }
+  log("action required: Stripe 3-D Secure");
+  setStatus(TEXT.actionRequired, "warn");
+  showNotice("Your bank asks you to confirm this payment. Nothing is charged until you do.", [
+    ["Confirm with your bank", () => confirmWithStripe(clientSecret), "confirm-bank"],
+    ["I confirmed it: check again", resumeAttempt, "check-again"],
+  ]);
+}
+
+async function confirmWithStripe(clientSecret) {
+  setStatus(TEXT.actionWaiting, "busy");
+  const result = await state.stripe.confirmCardPayment(clientSecret);
+  // Whatever Stripe.js says, the server asks Stripe itself: the key's outcome is the truth.
+  log(result?.error ? `Stripe.js: ${result.error.message ?? result.error.code}` : "Stripe.js: authentication done");
+  resumeAttempt();
+}
+
+/** Loads Stripe.js from `base`/js.stripe.com/v3/ and makes the client for `key`. */
+async function loadStripe(base, key) {
+  const src = `${base.replace(/\/+$/, "")}/js.stripe.com/v3/`;
+  await new Promise((resolve, reject) => {
+    const el = Object.assign(document.createElement("script"), { src, onload: resolve });
+    el.onerror = () => reject(new Error(`Stripe.js did not load from ${src}`));
+    document.head.append(el);
+  });
+  log(`Stripe.js loaded from ${src}`);
+  return window.Stripe(key);
 }
 
 function openAction(url) {
@@ -358,24 +430,24 @@ function openAction(url) {
   }, 300);
 }
 
+/** The order is paid or being paid by another attempt (`busy`): show which, from the order. */
+async function showPaidElsewhere() {
+  const order = await reloadOrder().catch(() => state.order);
+  if (order?.status === "paid") {
+    setStatus(TEXT.paidElsewhere, "ok");
+  } else {
+    setStatus("This order is already being paid in another tab or device. Wait for it to finish.", "warn");
+    showNotice("Nothing was charged by this tab.", [["Reload order", () => reloadOrder().then(afterReload), "reload-order"]]);
+  }
+}
+
 async function showError(err) {
   const code = errorCode(err);
   log(`error: ${code ?? ""} ${err?.message ?? err}`);
   hideNotice();
-  if (code === "PAYMENT_ALREADY_ACTIVE" || code === "ORDER_ALREADY_PAID") {
-    // This tab's key was refused before any charge; the SDK keeps a refused key (a request
-    // with it might still be travelling), so tombstone it: it can then never charge.
-    await state.client.cancel(state.order.id).then(
-      (r) => log(`cancel of this tab's refused attempt: ${cancelStatus(r)}`),
-      (e) => log(`cancel of this tab's refused attempt failed: ${errorCode(e)}`),
-    );
-    const order = await reloadOrder().catch(() => state.order);
-    if (order?.status === "paid") {
-      setStatus("This order was already paid (in another tab or device). It was charged once.", "ok");
-    } else {
-      setStatus("This order is already being paid in another tab or device. Wait for it to finish.", "warn");
-      showNotice("Nothing was charged by this tab.", [["Reload order", () => reloadOrder().then(afterReload), "reload-order"]]);
-    }
+  if (code === "ORDER_ALREADY_PAID") {
+    // A cart change on a paid order (pay answers it as a `paid` outcome).
+    await showPaidElsewhere();
     return;
   }
   if (code === "OUT_OF_STOCK") {
@@ -564,6 +636,10 @@ async function refreshLedger() {
   refreshMailbox();
   const summary = $("ledger-summary");
   if (!state.order) return;
+  if (state.stripe) {
+    summary.textContent = "Stripe mode: the charges are in Stripe's dashboard (localstripe: GET /v1/payment_intents).";
+    return;
+  }
   if (!state.providerUrl) {
     summary.textContent = "Provider URL unknown: open the page with ?provider=URL.";
     return;
@@ -746,8 +822,21 @@ async function main() {
   const [sdk, catalog, config] = await Promise.all([loadSdk(), state.api.catalog(), state.api.devConfig()]);
   state.catalog = catalogItems(catalog);
   state.providerUrl = params.get("provider") || config?.providerUrl || null;
+  if (params.get("stripe")) {
+    state.stripe = await loadStripe(params.get("stripe"), params.get("stripeKey") || "pk_test_payonce");
+    // The ledger panel reads the mock provider's ledger; Stripe's is its dashboard.
+    state.providerUrl = null;
+  }
 
-  const options = { baseUrl, storage: "session", onWarning: (code) => log(`sdk warning: ${code}`) };
+  const options = {
+    baseUrl,
+    storage: "session",
+    onWarning: (code) => log(`sdk warning: ${code}`),
+    // The cross-tab events: this tab waits for another tab's payment, then takes it over.
+    onEvent: (e) => {
+      if (e.type === "tabWait" || e.type === "tabAdopt") log(`sdk event: ${e.type}${e.key ? ` (key ${shortId(e.key)})` : ""}`);
+    },
+  };
   for (const k of ["requestTimeoutMs", "deadlineMs", "longWaitMs"]) {
     const v = numParam(k);
     if (v !== undefined) options[k] = v;

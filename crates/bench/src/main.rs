@@ -4,8 +4,13 @@
 //! once) and measures, on SQLite and on PostgreSQL:
 //! - new-key pays/s and p50/p99 over HTTP keep-alive, `--clients` concurrent clients, each
 //!   pay on an order created in an untimed setup phase;
-//! - the store's own ceiling (`ceiling.rs`): the minimal durable pay flow, a claim and a
-//!   settle transaction through the same driver, and new-key pays as a fraction of it;
+//! - the store's own ceilings: the minimal durable pay flow, a claim and a settle
+//!   transaction, through the same driver (`ceiling.rs`) and, on SQLite, through SQLite's C
+//!   library from 1 and from `--clients` threads (`sqlite_direct.rs`); on PostgreSQL also
+//!   the rows and indexes one pay writes as designed, in two statements
+//!   (`rules_ceiling.rs`); new-key pays as a fraction of them;
+//! - on PostgreSQL, new-key pays through a server given `--redis-url`, against those of
+//!   PostgreSQL alone in the same run;
 //! - replays/s against the same server's no-op endpoint (`GET /dev/config`: no store access)
 //!   and `GET /healthz` (one `SELECT 1`), and the ratios; on PostgreSQL also replays through
 //!   a server started with `--redis-url` when the build has a Redis fast path (these phases
@@ -30,6 +35,8 @@ mod growth;
 mod load;
 mod phases;
 mod proc;
+mod rules_ceiling;
+mod sqlite_direct;
 
 use clap::Parser;
 use phases::{BackendFigures, RedisFigure, StormFigures};
@@ -103,8 +110,8 @@ struct Args {
     /// Run only these parts (for profiling one of them): sqlite, postgres, growth, storm.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
-    /// Also give `--redis-url` to the new-key pay and storm servers (the Redis path on
-    /// pays, not only on replays).
+    /// Also give `--redis-url` to the first new-key pay server and the storm servers (then
+    /// "pays with Redis / without" compares two servers with Redis).
     #[arg(long)]
     redis_pays: bool,
 }
@@ -125,9 +132,17 @@ pub(crate) struct Opts {
 }
 
 /// The targets this benchmark reports against (goals, not assertions).
-/// New-key pays as a fraction of the store's ceiling, per backend.
-const CEILING_TARGET_SQLITE: f64 = 0.7;
-const CEILING_TARGET_POSTGRES: f64 = 0.8;
+/// SQLite new-key pays against the direct one-pay-per-transaction ceiling (one thread), and
+/// their p99 in milliseconds.
+const DIRECT_TARGET: f64 = 1.0;
+const DIRECT_P99_TARGET_MS: f64 = 20.0;
+/// PostgreSQL new-key pays against the rules ceiling, and the rules ceiling against the
+/// minimal one.
+const RULES_TARGET: f64 = 0.8;
+const RULES_MINIMAL_TARGET: f64 = 0.6;
+/// New-key pays with Redis against PostgreSQL alone, and their p99 at most this many times.
+const REDIS_PAYS_TARGET: f64 = 0.9;
+const REDIS_P99_TARGET: f64 = 1.5;
 /// Replays from memory against the same server's no-op; from the database against
 /// `/healthz` (one `SELECT 1`: one round trip is what a replay from the database must cost).
 const MEMORY_TARGET: f64 = 0.8;
@@ -375,6 +390,11 @@ fn ratio(a: f64, b: f64) -> f64 {
     }
 }
 
+/// A table cell from a figure only one backend has; `—` for the other.
+fn cell<T>(v: Option<&T>, f: impl Fn(&T) -> String) -> String {
+    v.map_or_else(|| "—".into(), f)
+}
+
 fn verdict(r: f64, target: f64) -> &'static str {
     if r >= target {
         "met"
@@ -478,20 +498,100 @@ fn render(
     row(&mut s, "  p50 / p99", &|b| lat(&b.http_pays));
     row(
         &mut s,
-        "store ceiling: claim + settle transactions only, same driver",
+        "minimal ceiling: claim + settle transactions only, same driver (sqlx)",
         &|b| rate(&b.ceiling),
     );
     row(&mut s, "  p50 / p99", &|b| lat(&b.ceiling));
+    row(&mut s, "pays / minimal ceiling, same driver", &|b| {
+        format!("{:.2}", ratio(b.http_pays.rate(), b.ceiling.rate()))
+    });
     row(
         &mut s,
-        &format!("**pays / store ceiling** (target ≥ {CEILING_TARGET_SQLITE} SQLite, ≥ {CEILING_TARGET_POSTGRES} PostgreSQL)"),
+        "direct ceiling: the same flow through SQLite's C library, 1 thread",
+        &|b| cell(b.direct.as_ref(), |d| rate(&d.0)),
+    );
+    row(&mut s, "  p50 / p99", &|b| {
+        cell(b.direct.as_ref(), |d| lat(&d.0))
+    });
+    row(
+        &mut s,
+        &format!(
+            "direct ceiling, {} threads (a connection each, SQLite's busy handler)",
+            opts.clients
+        ),
+        &|b| cell(b.direct.as_ref(), |d| rate(&d.1)),
+    );
+    row(&mut s, "  p50 / p99", &|b| {
+        cell(b.direct.as_ref(), |d| lat(&d.1))
+    });
+    row(
+        &mut s,
+        &format!("**pays / direct ceiling (1 thread)** (target ≥ {DIRECT_TARGET}, p99 ≤ {DIRECT_P99_TARGET_MS} ms)"),
         &|b| {
-            let target = match b.backend {
-                Backend::Sqlite => CEILING_TARGET_SQLITE,
-                Backend::Postgres => CEILING_TARGET_POSTGRES,
-            };
-            let r = ratio(b.http_pays.rate(), b.ceiling.rate());
-            format!("**{r:.2}** {}", verdict(r, target))
+            cell(b.direct.as_ref(), |d| {
+                let r = ratio(b.http_pays.rate(), d.0.rate());
+                let met = r >= DIRECT_TARGET && b.http_pays.ms(0.99) <= DIRECT_P99_TARGET_MS;
+                format!(
+                    "**{r:.2}** {} (/ {} threads: {:.2})",
+                    if met { "met" } else { "MISSED" },
+                    opts.clients,
+                    ratio(b.http_pays.rate(), d.1.rate()),
+                )
+            })
+        },
+    );
+    row(
+        &mut s,
+        "rules ceiling: the rows and indexes of one pay as designed, 2 statements",
+        &|b| cell(b.rules.as_ref(), rate),
+    );
+    row(&mut s, "  p50 / p99", &|b| cell(b.rules.as_ref(), lat));
+    row(
+        &mut s,
+        &format!("**pays / rules ceiling** (target ≥ {RULES_TARGET})"),
+        &|b| {
+            cell(b.rules.as_ref(), |r| {
+                let x = ratio(b.http_pays.rate(), r.rate());
+                format!("**{x:.2}** {}", verdict(x, RULES_TARGET))
+            })
+        },
+    );
+    row(
+        &mut s,
+        &format!("**rules ceiling / minimal ceiling** (target ≥ {RULES_MINIMAL_TARGET})"),
+        &|b| {
+            cell(b.rules.as_ref(), |r| {
+                let x = ratio(r.rate(), b.ceiling.rate());
+                format!("**{x:.2}** {}", verdict(x, RULES_MINIMAL_TARGET))
+            })
+        },
+    );
+    row(
+        &mut s,
+        "new-key pays over HTTP, server given `--redis-url` (orders of their own)",
+        &|b| cell(b.redis_pays.as_ref(), |r| rate(&r.0)),
+    );
+    row(&mut s, "  p50 / p99", &|b| {
+        cell(b.redis_pays.as_ref(), |r| lat(&r.0))
+    });
+    row(
+        &mut s,
+        &format!("**pays with Redis / without** (target ≥ {REDIS_PAYS_TARGET}, p99 within {REDIS_P99_TARGET} ×)"),
+        &|b| {
+            cell(b.redis_pays.as_ref(), |r| {
+                let (x, p99) = (
+                    ratio(r.0.rate(), b.http_pays.rate()),
+                    ratio(r.0.ms(0.99), b.http_pays.ms(0.99)),
+                );
+                let met = x >= REDIS_PAYS_TARGET && p99 <= REDIS_P99_TARGET;
+                format!(
+                    "**{x:.2}**, p99 × {p99:.2} {}; {} charges for {} pays, {} errors",
+                    if met { "met" } else { "MISSED" },
+                    r.1,
+                    r.0.ok,
+                    r.0.errors
+                )
+            })
         },
     );
     row(

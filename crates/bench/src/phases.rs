@@ -38,8 +38,16 @@ pub(crate) enum RedisFigure {
 pub(crate) struct BackendFigures {
     pub backend: Backend,
     pub http_pays: Sample,
-    /// The minimal durable pay flow on the same store (src/ceiling.rs).
+    /// The minimal durable pay flow on the same store through sqlx (src/ceiling.rs).
     pub ceiling: Sample,
+    /// SQLite: the same flow through SQLite's C library (src/sqlite_direct.rs), from one
+    /// thread and from `--clients` threads.
+    pub direct: Option<(Sample, Sample)>,
+    /// PostgreSQL: the rows and indexes of one pay as designed (src/rules_ceiling.rs).
+    pub rules: Option<Sample>,
+    /// PostgreSQL: new-key pays through a server given `--redis-url`, on orders of their
+    /// own, in the same run as `http_pays`; the charges in its provider's ledger.
+    pub redis_pays: Option<(Sample, usize)>,
     pub replays: Sample,
     pub noop: Sample,
     pub healthz: Sample,
@@ -389,7 +397,11 @@ async fn backend_on(opts: &Opts, backend: Backend, db: &Db) -> Result<BackendFig
     // One customer per order, as in a shop: the server's per-user rate limits are for one
     // client's runaway loop, and a benchmark user paying thousands of orders would be one.
     let tokens = Arc::new(sessions(&clients, &api, n).await?);
-    let orders = create_orders(&clients, &api, &tokens, n).await?;
+    // On PostgreSQL a second set for the pays through the Redis server (`redis_replays`),
+    // paid by the same customers (order n + j by customer j).
+    let sets = if backend == Backend::Postgres { 2 } else { 1 };
+    let all_orders = create_orders(&clients, &api, &tokens, sets * n).await?;
+    let (orders, redis_orders) = all_orders.split_at(n);
     eprintln!(
         "  {name}: {n} orders created in {:.1} s (setup, not timed)",
         t.elapsed().as_secs_f64()
@@ -401,6 +413,32 @@ async fn backend_on(opts: &Opts, backend: Backend, db: &Db) -> Result<BackendFig
     };
     let ceiling = crate::ceiling::measure(backend, &ceiling_url, opts.clients, n).await?;
     report_errors(name, "store ceiling", &ceiling);
+    let (direct, rules) = match backend {
+        Backend::Sqlite => {
+            let (one, many) = (db.dir.join("direct-1.db"), db.dir.join("direct-n.db"));
+            let threads = opts.clients;
+            let direct = tokio::task::spawn_blocking(move || {
+                Ok::<_, BenchError>((
+                    crate::sqlite_direct::measure(&one, 1, n)?,
+                    crate::sqlite_direct::measure(&many, threads, n)?,
+                ))
+            })
+            .await
+            .map_err(|e| BenchError::Setup(format!("direct SQLite: {e}")))??;
+            report_errors(name, "direct ceiling, 1 thread", &direct.0);
+            report_errors(name, "direct ceiling, threads", &direct.1);
+            (Some(direct), None)
+        }
+        Backend::Postgres => {
+            // A database of its own: the server's tables, without the server's rows.
+            let rules_db = Db::create(Backend::Postgres, &opts.pg_url).await?;
+            let rules = crate::rules_ceiling::measure(&rules_db.url, opts.clients, n).await;
+            rules_db.remove().await;
+            let rules = rules?;
+            report_errors(name, "rules ceiling", &rules);
+            (None, Some(rules))
+        }
+    };
 
     // New-key pays over HTTP.
     warm(&clients, &api).await?;
@@ -435,10 +473,11 @@ async fn backend_on(opts: &Opts, backend: Backend, db: &Db) -> Result<BackendFig
     report_errors(name, "healthz", &healthz);
     drop(server);
 
-    let redis = if backend == Backend::Postgres {
-        Some(redis_replays(opts, db, &clients, &tokens, &pairs).await)
+    let (redis, redis_pays) = if backend == Backend::Postgres {
+        let (figure, pays) = redis_replays(opts, db, &clients, &tokens, &pairs, redis_orders).await;
+        (Some(figure), pays)
     } else {
-        None
+        (None, None)
     };
     let memory = memory_replays(opts, db, &clients, &tokens, &pairs).await?;
     report_errors(name, "memory replays", &memory.0);
@@ -446,6 +485,9 @@ async fn backend_on(opts: &Opts, backend: Backend, db: &Db) -> Result<BackendFig
         backend,
         http_pays,
         ceiling,
+        direct,
+        rules,
+        redis_pays,
         replays,
         noop,
         healthz,
@@ -491,53 +533,81 @@ async fn memory_replays(
     Ok((replays, noop))
 }
 
-/// Replays through a server given `--redis-url`, on the same database and keys. The server
-/// says in its log when it only accepts the flag (the fast path is not in this build).
+/// New-key pays of `orders` (order j by customer j), then replays of `pairs`, through a
+/// server given `--redis-url`, on the same database. The server says in its log when it
+/// only accepts the flag (the fast path is not in this build).
 async fn redis_replays(
     opts: &Opts,
     db: &Db,
     clients: &Arc<Vec<reqwest::Client>>,
     tokens: &Arc<Vec<String>>,
     pairs: &Arc<Vec<(String, usize, String)>>,
-) -> RedisFigure {
+    orders: &[String],
+) -> (RedisFigure, Option<(Sample, usize)>) {
+    match redis_server(opts, db, clients, tokens, pairs, orders).await {
+        Ok(r) => r,
+        Err(why) => (RedisFigure::NotAvailable(why), None),
+    }
+}
+
+async fn redis_server(
+    opts: &Opts,
+    db: &Db,
+    clients: &Arc<Vec<reqwest::Client>>,
+    tokens: &Arc<Vec<String>>,
+    pairs: &Arc<Vec<(String, usize, String)>>,
+    orders: &[String],
+) -> Result<(RedisFigure, Option<(Sample, usize)>), String> {
     let log = db.dir.join("server-redis.log");
     let args = {
         let mut a = server_args(&db.url, &["--redis-url", &opts.redis_url]);
         a.extend(EMBEDDED_PROVIDER.iter().map(|s| (*s).to_owned()));
         a
     };
-    let server = match spawn(&opts.server_bin, &args, log.clone(), true) {
-        Ok(s) => s,
-        Err(e) => {
-            return RedisFigure::NotAvailable(format!(
-                "the server did not start with --redis-url: {e}"
-            ))
-        }
-    };
+    let server = spawn(&opts.server_bin, &args, log.clone(), true)
+        .map_err(|e| format!("the server did not start with --redis-url: {e}"))?;
     // Give the startup lines a moment to reach the log file.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     if text.contains("keeps keys in the SQL store only") {
-        return RedisFigure::NotAvailable("not available in this build".into());
+        return Err("not available in this build".into());
     }
-    let api = server.api();
-    if let Err(e) = warm(clients, &api).await {
-        return RedisFigure::NotAvailable(e.to_string());
-    }
+    let (api, provider) = (server.api(), server.provider());
+    warm(clients, &api).await.map_err(|e| e.to_string())?;
+    // New-key pays first, as the PostgreSQL-alone pays: every order once, a fresh key each.
+    let pays = {
+        let (cl, api, tokens, orders) = (
+            clients.clone(),
+            api.clone(),
+            tokens.clone(),
+            Arc::new(orders.to_vec()),
+        );
+        load::by_count(opts.clients, orders.len(), move |w, j| {
+            let (http, token, url) = (
+                cl[w].clone(),
+                tokens[j % tokens.len()].clone(),
+                format!("{api}{}", paths::pay(&orders[j])),
+            );
+            async move { pay(&http, url, &token, &uuid::Uuid::new_v4().to_string(), false).await }
+        })
+        .await
+    };
+    report_errors("PostgreSQL", "pays with Redis", &pays);
+    let charges = ledger(&clients[0], &provider, None)
+        .await
+        .map_err(|e| e.to_string())?;
     // One pass over every key first, so answers the fast path caches on first read are
     // cached before the window opens.
     for (order, user, key) in pairs.iter() {
         let url = format!("{api}{}", paths::pay(order));
-        if let Err(e) = pay(&clients[0], url, &tokens[*user], key, true).await {
-            return RedisFigure::NotAvailable(format!(
-                "replay through the Redis server failed: {e}"
-            ));
-        }
+        pay(&clients[0], url, &tokens[*user], key, true)
+            .await
+            .map_err(|e| format!("replay through the Redis server failed: {e}"))?;
     }
     let s = replay_phase(opts, clients, &api, tokens, pairs).await;
     report_errors("PostgreSQL", "Redis replays", &s);
     let sources = replay_sources(&clients[0], &api).await;
-    RedisFigure::Measured(s, sources)
+    Ok((RedisFigure::Measured(s, sources), Some((pays, charges))))
 }
 
 /// `payonce_pay_replays_total` by source (redis, database) from the server's `/metrics`;

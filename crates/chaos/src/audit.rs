@@ -104,17 +104,24 @@ impl Facts {
         http: &reqwest::Client,
         provider_url: &str,
         stock_before: Vec<(String, i64)>,
+        stripe: Option<&crate::stripe::StripeSide>,
     ) -> Result<Facts, ChaosError> {
-        let ledger: Ledger = http
-            .get(format!("{provider_url}{}", provider_paths::LEDGER))
-            .timeout(Duration::from_secs(30))
-            .send()
-            .await?
-            .error_for_status()?
-            .json()
-            .await?;
+        let charges = match stripe {
+            Some(stripe) => stripe.ledger().await?,
+            None => {
+                let ledger: Ledger = http
+                    .get(format!("{provider_url}{}", provider_paths::LEDGER))
+                    .timeout(Duration::from_secs(30))
+                    .send()
+                    .await?
+                    .error_for_status()?
+                    .json()
+                    .await?;
+                ledger.charges
+            }
+        };
         let mut f = Facts {
-            charges: ledger.charges,
+            charges,
             stock_before,
             stock_after: read_stock(db).await?,
             ..Facts::default()
@@ -652,6 +659,8 @@ mod tests {
             status,
             created_at: 0,
             next_action_url: None,
+            decline_code: None,
+            client_secret: None,
         }
     }
     fn line(sku: &str, quantity: u32) -> OrderLine {

@@ -28,6 +28,8 @@ pub(crate) struct ClusterConfig {
     pub redis_url: String,
     pub instances: usize,
     pub seed: u64,
+    /// `--provider stripe`: localstripe behind a fault proxy instead of the mock provider.
+    pub stripe: Option<Arc<crate::stripe::StripeSide>>,
 }
 
 /// Timings the instances run with: short enough that a run settles in seconds, in the same
@@ -187,8 +189,20 @@ impl Cluster {
             lb_connections: AtomicU64::new(0),
             cfg,
         };
-        cluster.spawn_into(&cluster.provider, true)?;
-        cluster.wait_port(provider_port).await?;
+        match &cluster.cfg.stripe {
+            Some(stripe) => {
+                let url = format!(
+                    "{}{}",
+                    cluster.api_url(),
+                    payonce_protocol::paths::STRIPE_WEBHOOKS
+                );
+                stripe.register_webhook(&url).await?;
+            }
+            None => {
+                cluster.spawn_into(&cluster.provider, true)?;
+                cluster.wait_port(provider_port).await?;
+            }
+        }
         for slot in &cluster.instances {
             cluster.spawn_into(slot, false)?;
             let port = lock(slot).port;
@@ -200,6 +214,13 @@ impl Cluster {
             .execute(&cluster.db)
             .await?;
         Ok(cluster)
+    }
+
+    /// The supervised processes: the instances, and the mock provider unless the run is
+    /// against localstripe (never killed: its data lives in memory; its faults are the proxy's).
+    fn slots(&self) -> impl Iterator<Item = &Mutex<Slot>> {
+        let provider = self.cfg.stripe.is_none().then_some(&self.provider);
+        self.instances.iter().chain(provider)
     }
 
     /// Starts the balancer and the supervisor (they need the `Arc`).
@@ -216,13 +237,21 @@ impl Cluster {
         self.instances.iter().map(|s| lock(s).port).collect()
     }
 
+    /// `--provider stripe`: localstripe and its proxy.
+    pub(crate) fn stripe(&self) -> Option<Arc<crate::stripe::StripeSide>> {
+        self.cfg.stripe.clone()
+    }
+
     /// The URL customers use (the balancer).
     pub(crate) fn api_url(&self) -> String {
         format!("http://127.0.0.1:{}", self.lb_port)
     }
 
     pub(crate) fn provider_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.provider_port)
+        match &self.cfg.stripe {
+            Some(stripe) => stripe.provider_url(),
+            None => format!("http://127.0.0.1:{}", self.provider_port),
+        }
     }
 
     /// Starts the process of `slot` (a failpoint set for the next start is armed).
@@ -259,6 +288,19 @@ impl Cluster {
                 "--session-secret".into(),
                 self.secret.clone(),
             ]);
+            if self.cfg.stripe.is_some() {
+                args.extend(
+                    [
+                        "--provider",
+                        "stripe",
+                        "--stripe-secret-key",
+                        crate::stripe::SECRET_KEY,
+                        "--stripe-webhook-secret",
+                        crate::stripe::WEBHOOK_SECRET,
+                    ]
+                    .map(String::from),
+                );
+            }
         }
         let fp = s.next_failpoint.take();
         if let Some(fp) = fp {
@@ -352,7 +394,7 @@ impl Cluster {
     async fn supervise(self: Arc<Self>) {
         let mut rng = rand::rngs::StdRng::seed_from_u64(self.cfg.seed ^ 0x5u64);
         while !self.stop.load(Ordering::Relaxed) {
-            for (k, slot) in self.instances.iter().chain([&self.provider]).enumerate() {
+            for (k, slot) in self.slots().enumerate() {
                 let provider = k == self.instances.len();
                 let exited = {
                     let mut s = lock(slot);
@@ -432,6 +474,11 @@ impl Cluster {
 
     /// Fault: SIGKILL the provider and keep it down for `down`.
     pub(crate) fn kill_provider(&self, down: Duration) {
+        if let Some(stripe) = &self.cfg.stripe {
+            stripe.down_for(down);
+            lock(&self.stats).provider_kills += 1;
+            return;
+        }
         let mut s = lock(&self.provider);
         if let Some(c) = s.child.as_mut() {
             let _ = c.start_kill();
@@ -451,7 +498,7 @@ impl Cluster {
 
     /// After the faults: every process restarted without failpoints, and healthy.
     pub(crate) async fn all_clean(&self) -> Result<(), ChaosError> {
-        for slot in self.instances.iter().chain([&self.provider]) {
+        for slot in self.slots() {
             let mut s = lock(slot);
             s.next_failpoint = None;
             s.held = false;
@@ -468,7 +515,7 @@ impl Cluster {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             tokio::time::sleep(Duration::from_millis(200)).await;
-            let clean = self.instances.iter().chain([&self.provider]).all(|s| {
+            let clean = self.slots().all(|s| {
                 let s = lock(s);
                 s.child.is_some() && s.armed.is_none()
             });
@@ -481,7 +528,9 @@ impl Cluster {
                 ));
             }
         }
-        self.wait_port(self.provider_port).await?;
+        if self.cfg.stripe.is_none() {
+            self.wait_port(self.provider_port).await?;
+        }
         for port in self.instance_ports() {
             self.wait_healthy(port).await?;
         }
@@ -502,7 +551,7 @@ impl Cluster {
         if let Some(h) = lock(&self.balancer).take() {
             h.abort();
         }
-        for slot in self.instances.iter().chain([&self.provider]) {
+        for slot in self.slots() {
             let child = lock(slot).child.take();
             if let Some(mut c) = child {
                 let _ = c.kill().await;

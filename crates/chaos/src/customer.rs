@@ -200,10 +200,16 @@ pub(crate) struct Ctx {
     policy: RetryPolicy,
     counters: AtomicCounters,
     t0: Instant,
+    /// `--provider stripe`: the localstripe payment methods the test methods stand for.
+    stripe: Option<Arc<crate::stripe::StripeSide>>,
 }
 
 impl Ctx {
-    pub(crate) fn new(api: String, seed: u64) -> Result<Ctx, ChaosError> {
+    pub(crate) fn new(
+        api: String,
+        seed: u64,
+        stripe: Option<Arc<crate::stripe::StripeSide>>,
+    ) -> Result<Ctx, ChaosError> {
         Ok(Ctx {
             http: reqwest::Client::builder()
                 .connect_timeout(Duration::from_secs(2))
@@ -213,7 +219,17 @@ impl Ctx {
             policy: RetryPolicy::default(),
             counters: AtomicCounters::default(),
             t0: Instant::now(),
+            stripe,
         })
+    }
+
+    /// The payment method id a checkout sends for the test method `m`: itself against the
+    /// mock provider, a localstripe card (and a fault armed at the proxy) against Stripe.
+    fn method(&self, m: &str) -> String {
+        match &self.stripe {
+            Some(stripe) => stripe.method(m),
+            None => m.to_owned(),
+        }
     }
 
     pub(crate) fn counters(&self) -> Counters {
@@ -499,6 +515,14 @@ impl Tab {
                     };
                 }
                 Effect::Done(PayEnd::Pending(reason)) => return Call::Pending(reason),
+                // The SDK tombstones the refused key with a cancel and resolves `busy`; the
+                // page then reads the order again: `after_already_active` does both.
+                Effect::Done(PayEnd::Busy) => {
+                    return Call::Rejected {
+                        status: ErrorCode::PaymentAlreadyActive.http_status(),
+                        code: Some(ErrorCode::PaymentAlreadyActive),
+                    }
+                }
                 // The shop's cards never ask for 3-D Secure; if one did, the attempt stays open.
                 Effect::Done(PayEnd::ActionRequired) => {
                     return Call::Pending(PendingReason::Attempts)
@@ -612,7 +636,7 @@ impl Tab {
             key: self.last_key.clone(),
         };
         match call {
-            Call::Final(Final::Paid { payment }) => View::Paid {
+            Call::Final(Final::Paid { payment, .. }) => View::Paid {
                 payment_id: Some(payment.id),
             },
             Call::Final(Final::Declined { code }) => not_paid(code.as_str()),
@@ -851,7 +875,7 @@ pub(crate) async fn run_intent(ctx: &Ctx, worker: usize, index: usize) -> Intent
     let snap = CheckoutSnapshot {
         order_id: order.id.clone(),
         order_version: order.version,
-        payment_method_id: script.method.to_owned(),
+        payment_method_id: ctx.method(script.method),
         extras: Default::default(),
     };
     let mut tab = Tab::new("tab1", token, &ctx.policy, script.rng_seed, hist.clone());
@@ -959,7 +983,7 @@ pub(crate) async fn run_intent(ctx: &Ctx, worker: usize, index: usize) -> Intent
             if why == ErrorCode::PaymentDeclined.as_str() && script.other_card_after_decline =>
         {
             let snap = CheckoutSnapshot {
-                payment_method_id: methods::APPROVE.to_owned(),
+                payment_method_id: ctx.method(methods::APPROVE),
                 ..snap
             };
             tab.log(ctx, "tries another card".into());

@@ -29,11 +29,14 @@
 //! - `faults.rs`: the fault schedule (pure, drawn from the seed) and its injector.
 //! - `customer.rs`: a customer's script (pure, drawn from the seed) and its driver.
 //! - `audit.rs`: the comparison (pure, unit-tested) and what it reads from the stores.
+//! - `stripe.rs`: `--provider stripe`: localstripe behind a fault proxy, its cards, its
+//!   list of intents as the ledger.
 
 mod audit;
 mod cluster;
 mod customer;
 mod faults;
+mod stripe;
 
 use clap::Parser;
 use std::path::PathBuf;
@@ -104,6 +107,21 @@ pub(crate) struct Args {
     /// Keep the PostgreSQL database and the logs after the run (printed).
     #[arg(long)]
     keep: bool,
+    /// The payment provider: `mock` (the mock provider, its webhook chaos) or `stripe`
+    /// (localstripe behind a fault proxy: `src/stripe.rs`).
+    #[arg(long, value_enum, default_value_t = ProviderArg::Mock)]
+    provider: ProviderArg,
+    /// The localstripe binary for `--provider stripe`. Default: `PAYONCE_TEST_LOCALSTRIPE`,
+    /// else `.venv-localstripe/bin/localstripe` in the repository (scripts/bootstrap.sh).
+    #[arg(long)]
+    localstripe: Option<PathBuf>,
+}
+
+/// `--provider`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ProviderArg {
+    Mock,
+    Stripe,
 }
 
 fn main() -> ExitCode {
@@ -143,9 +161,24 @@ async fn run(args: Args) -> Result<bool, ChaosError> {
             format!("every ~{} ms", args.fault_every_ms)
         }
     );
-    println!("payonce-chaos: replay with: payonce-chaos --seed {seed} --intents {} --concurrency {} --instances {} --fault-every-ms {}{}",
+    let stripe_flag = if args.provider == ProviderArg::Stripe {
+        " --provider stripe"
+    } else {
+        ""
+    };
+    println!("payonce-chaos: replay with: payonce-chaos --seed {seed} --intents {} --concurrency {} --instances {} --fault-every-ms {}{}{stripe_flag}",
         args.intents, args.concurrency, args.instances, args.fault_every_ms,
         if args.no_faults { " --no-faults" } else { "" });
+    let stripe = match args.provider {
+        ProviderArg::Mock => None,
+        ProviderArg::Stripe => {
+            let bin = args
+                .localstripe
+                .clone()
+                .unwrap_or_else(stripe::default_binary);
+            Some(Arc::new(stripe::StripeSide::start(&bin).await?))
+        }
+    };
 
     let server_bin = match &args.server_bin {
         Some(p) => p.clone(),
@@ -161,6 +194,7 @@ async fn run(args: Args) -> Result<bool, ChaosError> {
             redis_url: format!("{}/{}", args.redis_url.trim_end_matches('/'), args.redis_db),
             instances: args.instances.max(1),
             seed,
+            stripe: stripe.clone(),
         })
         .await?,
     );
@@ -215,7 +249,8 @@ async fn exercise(
     seed: u64,
     cluster: &Arc<cluster::Cluster>,
 ) -> Result<bool, ChaosError> {
-    let ctx = Arc::new(customer::Ctx::new(cluster.api_url(), seed)?);
+    let stripe = cluster.stripe();
+    let ctx = Arc::new(customer::Ctx::new(cluster.api_url(), seed, stripe.clone())?);
     let stock_before = audit::read_stock(&cluster.db).await?;
 
     // --- load under faults -------------------------------------------------------------------
@@ -309,6 +344,7 @@ async fn exercise(
         &ctx.http,
         &cluster.provider_url(),
         stock_before,
+        stripe.as_deref(),
     )
     .await?;
     let report = audit::audit(&facts, &settled);

@@ -96,6 +96,12 @@ pub const RULES: &[Rule] = &[
         title: "a paid order is never charged again (§7)",
     },
     Rule {
+        id: "order.paid-answers-paid",
+        families: ORDER,
+        title:
+            "a new key on a paid order is 409 ORDER_ALREADY_PAID with the order's payment (§7.3)",
+    },
+    Rule {
         id: "cart.locked",
         families: ORDER,
         title: "a cart edit during a payment is 409 PAYMENT_IN_PROGRESS (§2)",
@@ -543,9 +549,10 @@ async fn order_paid(b: &Backend, t: &mut Trail) -> Step {
             b.pay(User::A, &order, Some(&new_key()), order.version, method)
                 .await,
         );
+        // Which code is `order.paid-answers-paid`'s to check; here: refused, not charged.
         t.check(
-            ex.is(409, ErrorCode::PaymentAlreadyActive),
-            "a new key on a paid order must be 409 PAYMENT_ALREADY_ACTIVE",
+            ex.status == 409,
+            "a new key on a paid order must be refused with 409",
         )?;
     }
     let again = t.see(
@@ -555,6 +562,37 @@ async fn order_paid(b: &Backend, t: &mut Trail) -> Step {
     t.check(
         same_payment(&again, &first),
         "the paying key must still replay its receipt",
+    )?;
+    t.charges(b, &order.id, 1).await
+}
+
+/// A new key on a paid order is told "paid", with the receipt, not "busy": a client can then
+/// show the payment instead of waiting for an attempt that is not running.
+async fn order_paid_answer(b: &Backend, t: &mut Trail) -> Step {
+    let m = &b.config.methods;
+    let (order, _key, first) = paid_order(b, t, User::A).await?;
+    let ex = t.see(
+        b.pay(User::A, &order, Some(&new_key()), order.version, &m.approve)
+            .await,
+    );
+    t.check(
+        !ex.is(409, ErrorCode::PaymentAlreadyActive),
+        "a new key on a paid order answered 409 PAYMENT_ALREADY_ACTIVE, which now means only \
+         \"another attempt is running\": a paid order must answer 409 ORDER_ALREADY_PAID with \
+         the order's payment (docs/protocol.md §7.3)",
+    )?;
+    t.check(
+        ex.is(409, ErrorCode::OrderAlreadyPaid),
+        "a new key on a paid order must be 409 ORDER_ALREADY_PAID",
+    )?;
+    let paid = first.decode::<PayResponse>().and_then(|r| r.payment);
+    let told = ex.problem().and_then(|p| p.payment);
+    t.check(
+        told.is_some() && told == paid,
+        format!(
+            "ORDER_ALREADY_PAID must carry the order's payment as its paying key's answer did \
+             ({paid:?}); got {told:?}"
+        ),
     )?;
     t.charges(b, &order.id, 1).await
 }
@@ -766,10 +804,13 @@ async fn two_keys(b: &Backend, t: &mut Trail) -> Step {
         );
         let (p1, p2) = (t.see(p1), t.see(p2));
         let won = |ex: &Exchange| succeeded(ex).is_some() || ex.status == 202;
-        let lost = |ex: &Exchange| ex.is(409, ErrorCode::PaymentAlreadyActive);
+        // The loser meets the winner running, or (when the winner was fast) the order paid.
+        let lost = |ex: &Exchange| {
+            ex.is(409, ErrorCode::PaymentAlreadyActive) || ex.is(409, ErrorCode::OrderAlreadyPaid)
+        };
         t.check(
             (won(&p1) && lost(&p2)) || (won(&p2) && lost(&p1)),
-            "one key must win and the other get 409 PAYMENT_ALREADY_ACTIVE",
+            "one key must win and the other get 409 PAYMENT_ALREADY_ACTIVE (or ORDER_ALREADY_PAID once the winner paid)",
         )?;
         let winner = if won(&p1) { &k1 } else { &k2 };
         let end = t.see(b.settle(User::B, &order, winner, &m.approve).await);
@@ -1014,6 +1055,7 @@ fn scenarios(b: &Arc<Backend>) -> Vec<Scenario> {
         one!(b, "key.tombstone", key_tombstone),
         one!(b, "order.version", order_version),
         one!(b, "order.paid-not-recharged", order_paid),
+        one!(b, "order.paid-answers-paid", order_paid_answer),
         one!(b, "cancel.table", cancel_table),
         one!(b, "cancel.race", cancel_race),
         one!(b, "scope.per-user", scope_per_user),

@@ -39,6 +39,9 @@ enum Flaw {
     NoTombstone,
     /// Keys are looked up without the user: one global key space.
     KeysNotPerUser,
+    /// A new key on a paid order is answered `PAYMENT_ALREADY_ACTIVE`, as before
+    /// `ORDER_ALREADY_PAID` was the answer: "busy" where the order is paid.
+    PaidIsBusy,
 }
 
 const APPROVE: &str = "pm_ok";
@@ -46,6 +49,8 @@ const DECLINE: &str = "pm_no";
 const PENDING: &str = "pm_wait";
 const PENDING_FOR: Duration = Duration::from_millis(2000);
 const AMOUNT: i64 = 500;
+/// The longest a flawed claim waits in its read-then-write gap for a second claimer.
+const GAP: Duration = Duration::from_millis(200);
 
 #[derive(Clone)]
 struct Attempt {
@@ -59,7 +64,8 @@ struct Attempt {
 struct Order {
     user: String,
     version: u64,
-    paid: bool,
+    /// The order's payment once paid.
+    paid: Option<Payment>,
     active: Option<String>,
 }
 
@@ -70,12 +76,16 @@ struct Db {
     /// Charges that moved money, by order.
     ledger: Vec<String>,
     next: u64,
+    /// Claimers inside the read-then-write gap, by order.
+    in_gap: HashMap<String, usize>,
 }
 
 #[derive(Clone)]
 struct App {
     flaw: Flaw,
     db: Arc<Mutex<Db>>,
+    /// Wakes claimers waiting in the read-then-write gap when another one reaches it.
+    gap: Arc<tokio::sync::Notify>,
 }
 
 fn problem(code: ErrorCode, f: impl FnOnce(&mut Problem)) -> Response {
@@ -127,7 +137,7 @@ async fn create_order(State(app): State<App>, h: HeaderMap) -> Response {
         Order {
             user,
             version: 1,
-            paid: false,
+            paid: None,
             active: None,
         },
     );
@@ -144,7 +154,7 @@ async fn edit_cart(State(app): State<App>, h: HeaderMap, Path(id): Path<String>)
     let Some(order) = db.orders.get_mut(&id).filter(|o| o.user == user) else {
         return problem(ErrorCode::OrderNotFound, |_| {});
     };
-    if order.paid {
+    if order.paid.is_some() {
         return problem(ErrorCode::OrderAlreadyPaid, |_| {});
     }
     if order.active.is_some() {
@@ -203,6 +213,16 @@ fn decide(app: &App, row: &Attempt, order: &str, fp: &str) -> Response {
     }
 }
 
+/// A paid order refuses a new key: `ORDER_ALREADY_PAID` with its payment.
+fn paid_refusal(app: &App, order: &Order) -> Option<Response> {
+    let payment = order.paid.clone()?;
+    Some(if app.flaw == Flaw::PaidIsBusy {
+        problem(ErrorCode::PaymentAlreadyActive, |_| {})
+    } else {
+        problem(ErrorCode::OrderAlreadyPaid, |p| p.payment = Some(payment))
+    })
+}
+
 /// Rules 2 and 3: look the key up, else claim it (atomically, unless the flaw says not).
 async fn claim(app: &App, user: &str, key: &str, order_id: &str, req: &PayRequest) -> Found {
     let fp = format!(
@@ -216,11 +236,13 @@ async fn claim(app: &App, user: &str, key: &str, order_id: &str, req: &PayReques
             return Found::Answer(decide(app, row, order_id, &fp));
         }
         let order = &db.orders[order_id];
-        if order.version != req.order_version {
+        if let Some(r) = paid_refusal(app, order) {
+            Some(r)
+        } else if order.version != req.order_version {
             Some(problem(ErrorCode::OrderChanged, |p| {
                 p.current_version = Some(order.version)
             }))
-        } else if order.paid || order.active.is_some() {
+        } else if order.active.is_some() {
             Some(problem(ErrorCode::PaymentAlreadyActive, |_| {}))
         } else {
             None
@@ -230,8 +252,24 @@ async fn claim(app: &App, user: &str, key: &str, order_id: &str, req: &PayReques
         return Found::Answer(r);
     }
     if app.flaw == Flaw::ReadThenWrite {
-        // The gap between the read and the write, as a database round trip would make it.
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        // The gap between the read and the write, as a database round trip would make it,
+        // held until a second claimer of the order has read too (or GAP passed): a fixed
+        // few milliseconds let a slow machine serialise the storm and hide the flaw.
+        let woken = app.gap.notified();
+        let others = {
+            let mut db = app.lock();
+            let n = db.in_gap.entry(order_id.to_owned()).or_default();
+            *n += 1;
+            *n - 1
+        };
+        if others > 0 {
+            app.gap.notify_waiters();
+        } else {
+            let _ = tokio::time::timeout(GAP, woken).await;
+        }
+        if let Some(n) = app.lock().in_gap.get_mut(order_id) {
+            *n -= 1;
+        }
     }
     let mut db = app.lock();
     if app.flaw != Flaw::ReadThenWrite {
@@ -240,7 +278,10 @@ async fn claim(app: &App, user: &str, key: &str, order_id: &str, req: &PayReques
             return Found::Answer(decide(app, row, order_id, &fp));
         }
         let order = &db.orders[order_id];
-        if order.version != req.order_version || order.paid || order.active.is_some() {
+        if let Some(r) = paid_refusal(app, order) {
+            return Found::Answer(r);
+        }
+        if order.version != req.order_version || order.active.is_some() {
             return Found::Answer(problem(ErrorCode::PaymentAlreadyActive, |_| {}));
         }
     }
@@ -336,9 +377,12 @@ async fn pay_inner(app: &App, h: &HeaderMap, id: &str, body: &[u8]) -> Response 
         .unwrap_or_default();
         (402, p, None, AttemptStatus::Declined)
     };
+    let payment = result.as_ref().and_then(|r| r.payment.clone());
     if let Some(o) = db.orders.get_mut(id) {
         o.active = None;
-        o.paid |= approved;
+        if payment.is_some() {
+            o.paid = payment;
+        }
     }
     let slot = app.scope(&user, key.as_str());
     if let Some(a) = db.attempts.get_mut(&slot) {
@@ -429,6 +473,7 @@ async fn start(flaw: Flaw) -> String {
     let app = App {
         flaw,
         db: Arc::default(),
+        gap: Arc::default(),
     };
     let router = Router::new()
         .route(paths::ORDERS, post(create_order))
@@ -552,6 +597,17 @@ async fn no_fingerprint_check_fails_the_fingerprint_rules() {
 async fn a_rerendered_replay_fails_the_replay_rule() {
     let report = check(Flaw::RerenderedReplay).await;
     fails_only(&report, "key.final", "replay");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_for_a_paid_order_fails_the_paid_answer_rule() {
+    let report = check(Flaw::PaidIsBusy).await;
+    fails_only(&report, "order.paid-answers-paid", "order-lock");
+    let text = report.render_text();
+    assert!(
+        text.contains("which now means only \"another attempt is running\""),
+        "the failure says why:\n{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

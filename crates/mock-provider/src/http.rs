@@ -14,7 +14,7 @@ use payonce_protocol::headers::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, RETRY_AFTE
 use payonce_protocol::problem::PROBLEM_CONTENT_TYPE;
 use payonce_protocol::provider::{
     methods, paths, Charge, ChargeRequest, ChargeStatus, CompleteRequest, Ledger, LedgerQuery,
-    RedeliverQuery, Redelivered,
+    RedeliverQuery, Redelivered, RefundList,
 };
 use payonce_protocol::{ErrorCode, IdempotencyKey, Problem};
 use serde::Serialize;
@@ -27,7 +27,14 @@ pub(crate) fn router(provider: MockProvider) -> Router {
         // allows it), and a lookup that wrongly answered 404 would tell reconciliation
         // "never charged". Raw and percent-encoded slashes both work.
         .route(&paths::charge_by_key("{*provider_key}"), get(charge_by_key))
-        .route(&paths::refunds("{charge_id}"), post(create_refund))
+        .route(
+            &paths::refunds("{charge_id}"),
+            post(create_refund).get(list_refunds),
+        )
+        .route(
+            &paths::dev_dashboard_refund("{charge_id}"),
+            post(dashboard_refund),
+        )
         .route(&paths::charge_action("{charge_id}"), get(action_page))
         .route(
             &paths::charge_complete("{charge_id}"),
@@ -261,7 +268,22 @@ async fn create_refund(
 ) -> Result<Response, ApiError> {
     // A full refund: the body is not read.
     let key = idempotency_key(&headers)?;
-    match p.inner.store.refund(&charge_id, key.as_str())? {
+    let outcome = p.inner.store.refund(&charge_id, key.as_str())?;
+    refund_response(&p, outcome).await
+}
+
+/// A refund made in the dashboard, not through the API (dev only): how a merchant's staff
+/// refunds a charge by hand, which the merchant's server must learn of.
+async fn dashboard_refund(
+    State(p): State<MockProvider>,
+    Path(charge_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let outcome = p.inner.store.dashboard_refund(&charge_id)?;
+    refund_response(&p, outcome).await
+}
+
+async fn refund_response(p: &MockProvider, outcome: RefundOutcome) -> Result<Response, ApiError> {
+    match outcome {
         RefundOutcome::Created { refund, event } => {
             p.send_webhook(event).await;
             Ok(json(StatusCode::CREATED, &refund, false))
@@ -280,8 +302,20 @@ async fn create_refund(
             };
             Err(ApiError::new(ErrorCode::RefundNotAllowed).detail(why))
         }
+        RefundOutcome::Refused => Err(ApiError::new(ErrorCode::RefundNotAllowed)
+            .detail("the issuer refuses refunds to this card (pm_card_refund_refused)")),
         RefundOutcome::KeyReused => Err(ApiError::new(ErrorCode::KeyReusedWithDifferentDetails)
             .detail("this refund key was used for another charge")),
+    }
+}
+
+async fn list_refunds(
+    State(p): State<MockProvider>,
+    Path(charge_id): Path<String>,
+) -> Result<Response, ApiError> {
+    match p.inner.store.refunds_of(&charge_id) {
+        Some(refunds) => Ok(json(StatusCode::OK, &RefundList { refunds }, false)),
+        None => Err(ApiError::new(ErrorCode::PaymentNotFound).detail("no such charge")),
     }
 }
 

@@ -28,6 +28,7 @@
 //! | `pm_card_timeout` | succeeded at once | 201 after `timeout_delay` (callers time out) |
 //! | `pm_card_transient` | nothing on the first request for a key | 503, then 201 |
 //! | `pm_card_3ds` | `requires_action` (no webhook yet), then succeeded/declined on completion | 202 with `nextActionUrl` (the action page); after completion a replay answers 200 / 402 |
+//! | `pm_card_refund_refused` | succeeded | 201 at once; every refund of it is 409 `REFUND_NOT_ALLOWED` |
 //!
 //! # HTTP API
 //! | request | answers |
@@ -35,6 +36,8 @@
 //! | `POST /charges` + `Idempotency-Key` + [`ChargeRequest`](payonce_protocol::provider::ChargeRequest) | 201 / 200 replay / 402 [`Charge`](payonce_protocol::provider::Charge); 503 `STORE_UNAVAILABLE` (transient, `Retry-After: 1`); 422 `KEY_REUSED_WITH_DIFFERENT_DETAILS`; 400/415 problems |
 //! | `GET /charges/by-key/{providerKey}` | 200 `Charge`, 404 `PAYMENT_NOT_FOUND` |
 //! | `POST /charges/{id}/refunds` + `Idempotency-Key` (no body) | 201 / 200 replay `Refund`; 409 `REFUND_NOT_ALLOWED`; 404; 422 |
+//! | `GET /charges/{id}/refunds` | 200 `RefundList`: the charge's refunds, the dashboard's too; 404 |
+//! | `POST /dev/charges/{id}/refund` | 201 `Refund`: a dashboard refund (the provider's own key; `charge.refunded` sent); 409, 404 |
 //! | `GET /charges/{id}/action[?returnUrl=]` | 200 HTML: the customer's challenge page, a button per outcome (`#confirm`, `#fail`) posting its form to `complete`; 404 |
 //! | `POST /charges/{id}/complete` + [`CompleteRequest`](payonce_protocol::provider::CompleteRequest) (JSON or form) | JSON: 200 `Charge` (the first completion decides and sends the webhook; a repeat has `Idempotent-Replayed: true`); form: 303 to a local `returnUrl`, else a page that closes its popup; 400 (no action required, bad `returnUrl`), 404 |
 //! | `GET /ledger[?orderId=]` | 200 `Ledger`, oldest first |

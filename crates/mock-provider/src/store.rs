@@ -66,7 +66,7 @@ enum Change {
     Snapshot { state: State },
     /// A new charge and its webhook event (none while it requires action).
     Charge {
-        charge: StoredCharge,
+        charge: Box<StoredCharge>,
         event: Option<WebhookEvent>,
     },
     /// The customer completed a `requires_action` charge, and its webhook event.
@@ -137,6 +137,8 @@ pub(crate) enum RefundOutcome {
     ChargeNotFound,
     /// Declined, or already refunded under another key.
     NotRefundable(ChargeStatus),
+    /// A charge of `pm_card_refund_refused`: the issuer refuses every refund.
+    Refused,
     /// The refund key was used for another charge.
     KeyReused,
 }
@@ -190,7 +192,7 @@ impl Inner {
                 let i = self.state.charges.len();
                 self.by_key.insert(charge.charge.provider_key.clone(), i);
                 self.by_id.insert(charge.charge.id.clone(), i);
-                self.state.charges.push(charge);
+                self.state.charges.push(*charge);
                 if let Some(event) = event {
                     self.push_event(event);
                 }
@@ -345,6 +347,8 @@ impl Store {
             status,
             created_at: now_millis(),
             next_action_url,
+            decline_code: None,
+            client_secret: None,
         };
         // A charge that requires action has no outcome to announce yet: its event is sent
         // when the customer completes it (`complete`).
@@ -356,10 +360,10 @@ impl Store {
         self.commit(
             &mut inner,
             Change::Charge {
-                charge: StoredCharge {
+                charge: Box::new(StoredCharge {
                     charge: charge.clone(),
                     request: request.clone(),
-                },
+                }),
                 event: event.clone(),
             },
         )?;
@@ -391,6 +395,8 @@ impl Store {
         let charge = Charge {
             status,
             next_action_url: None,
+            decline_code: None,
+            client_secret: None,
             ..charge
         };
         let event = new_event(event_type, &charge);
@@ -455,6 +461,9 @@ impl Store {
         if status != ChargeStatus::Succeeded {
             return Ok(RefundOutcome::NotRefundable(status));
         }
+        if inner.state.charges[i].charge.payment_method_id == methods::REFUND_REFUSED {
+            return Ok(RefundOutcome::Refused);
+        }
         let charge = Charge {
             status: ChargeStatus::Refunded,
             ..inner.state.charges[i].charge.clone()
@@ -476,6 +485,25 @@ impl Store {
             },
         )?;
         Ok(RefundOutcome::Created { refund, event })
+    }
+
+    /// The refunds of charge `charge_id`, oldest first; `None`: no such charge.
+    pub(crate) fn refunds_of(&self, charge_id: &str) -> Option<Vec<Refund>> {
+        let inner = self.lock();
+        inner.by_id.get(charge_id)?;
+        let refunds = inner.state.refunds.iter().map(|r| &r.refund);
+        Some(
+            refunds
+                .filter(|r| r.charge_id == charge_id)
+                .cloned()
+                .collect(),
+        )
+    }
+
+    /// A refund made in the dashboard: under a key of the provider's own, never one of a
+    /// merchant's.
+    pub(crate) fn dashboard_refund(&self, charge_id: &str) -> Result<RefundOutcome, ProviderError> {
+        self.refund(charge_id, &new_id("dashboard"))
     }
 
     /// Every event of one order, oldest first.

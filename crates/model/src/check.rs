@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use std::hash::Hasher;
 
 /// The safety invariants, by name.
-pub const INVARIANTS: [&str; 7] = [
+pub const INVARIANTS: [&str; 8] = [
     "at most one successful charge per order",
     "no charge for an attempt after its tombstone",
     "told paid only if the ledger has the charge",
@@ -21,6 +21,7 @@ pub const INVARIANTS: [&str; 7] = [
     "a key leaves storage only after a final answer",
     "a replayed answer equals the stored one",
     "a settle holds its order's lock",
+    "a charge's amount and order version are those confirmed with its key",
 ];
 
 /// The liveness property (bounded form).
@@ -37,7 +38,7 @@ pub fn violations(s: &State) -> Vec<&'static str> {
     };
     let pk_of = |k: &str| {
         IdempotencyKey::parse(k)
-            .map(|k| provider_key(USER, &k))
+            .map(|k| provider_key(USER, &k, &s.order.id))
             .unwrap_or_default()
     };
     let per_order = s
@@ -81,6 +82,9 @@ pub fn violations(s: &State) -> Vec<&'static str> {
     if s.flags.lost_order_lock {
         v.push(INVARIANTS[6]);
     }
+    if s.flags.charge_other_terms {
+        v.push(INVARIANTS[7]);
+    }
     v
 }
 
@@ -100,8 +104,18 @@ pub fn fingerprint(s: &State) -> u64 {
     inst.sort();
     let _ = write!(
         w,
-        "{:?}{:?}{:?}{:?}{:?}{:?}{inst:?}{:?}{}{:?}{:?}",
-        s.now, s.tabs, s.slots, s.order, s.ledger, s.webhooks, s.net, s.minted, s.left, s.flags
+        "{:?}{:?}{:?}{:?}{:?}{:?}{inst:?}{:?}{}{:?}{:?}{:?}",
+        s.now,
+        s.tabs,
+        s.slots,
+        s.order,
+        s.ledger,
+        s.webhooks,
+        s.net,
+        s.minted,
+        s.left,
+        s.flags,
+        s.intents
     );
     w.0.finish()
 }
@@ -404,11 +418,7 @@ fn describe(s: &State, a: &Action) -> String {
         }
         Action::Step { inst, choice } => {
             let what = match &s.inst[*inst as usize] {
-                Inst::Busy(_, st) => format!("{st:?}")
-                    .split(['(', ' '])
-                    .next()
-                    .unwrap_or("")
-                    .to_owned(),
+                Inst::Busy(_, w) => w.flow.next_step().to_owned(),
                 Inst::Idle => "idle".into(),
             };
             let provider = [

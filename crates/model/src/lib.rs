@@ -10,8 +10,9 @@ pub mod model;
 pub mod sdk;
 pub mod server;
 
-/// A deliberately broken variant, injected at an adapter (never an edit to the real code),
-/// so the model's own tests show that the checker catches it.
+/// A deliberately broken variant, injected at an adapter or set on the server's machine
+/// (`payonce_rules::flow::Flaw`, which only tests set), never an edit to the real code, so
+/// the model's own tests show that the checker catches it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flaw {
     /// The claim reads, then writes unconditionally (no unique slot, no conditional order lock).
@@ -22,6 +23,12 @@ pub enum Flaw {
     NoTombstone,
     /// A take-over charges again under a fresh provider key without asking the provider.
     BlindRecharge,
+    /// The server calls the provider before its claim is committed (the machine's
+    /// sequencing only: every decision it calls is the real one).
+    ChargeBeforeClaim,
+    /// The claim plan skips its stale-version check: a confirmation of an older cart is
+    /// charged at the order's current amount.
+    StaleClaim,
     /// A replay answers with another attempt's stored answer.
     ReplayOtherAnswer,
     /// Retention deletes a tombstone at its expiry even while its order is still payable
@@ -30,4 +37,9 @@ pub enum Flaw {
     /// A cancel of a key the store no longer holds answers `cancelled` without asking the
     /// provider whether the key charged (the cancel before the same fix).
     BlindCancel,
+    /// Two phases: the created payment object is confirmed before its id is saved.
+    ConfirmUnsaved,
+    /// Two phases: a take-over creates and confirms a new object instead of looking up the
+    /// saved one.
+    Recreate,
 }

@@ -2,14 +2,19 @@
 //! store, a provider with its own idempotency and at-least-once webhooks, a background job,
 //! a clock and a lossy network. [`State`] is everything; [`Action`] is one atomic step of
 //! one actor; [`Model::next`] applies it. The decisions inside each step are the real ones
-//! (`crate::sdk`, `crate::server`); the sequencing of a server step mirrors the I/O shell in
-//! `crates/server/src/pay.rs`, `cancel.rs`, `webhooks.rs` and `jobs.rs`.
+//! (`crate::sdk`, `crate::server`). A pay, a job's abandoned attempt and a webhook are the
+//! server's own machine (`payonce_rules::flow::ServerPay`): one [`Action::Step`] performs
+//! one of its effects against the model's store and provider and feeds the result back, so
+//! the model checks the server's order of steps, not a copy of it. The cancel handler
+//! (`crates/server/src/cancel.rs`) is one transaction, modelled in [`Model::next`].
 
 use crate::sdk::{self, Attempt, Effect, Final as SdkFinal, PayEnd, PayFlow, RetryBudget};
-use crate::server::{self as srv, Answer, Claim, Lookup, NextAction, OrderRow, Outcome, Record};
+use crate::server::{
+    self as srv, Answer, Claim, Claimed, End, Lookup, OrderRow, Outcome, Record, ServerPay,
+};
 use crate::Flaw;
 use payonce_protocol::provider::{Charge, ChargeStatus};
-use payonce_protocol::{AttemptStatus, ErrorCode, IdempotencyKey, PayResponse};
+use payonce_protocol::{AttemptStatus, ErrorCode, IdempotencyKey, PayResponse, Problem};
 use std::collections::BTreeMap;
 
 /// The one customer.
@@ -50,6 +55,10 @@ pub struct Bounds {
     pub redeliveries: u8,
     /// Background job runs.
     pub jobs: u8,
+    /// The provider is two-phase and does not deduplicate (`payonce_rules::flow::Phases::Two`,
+    /// as localstripe): every create makes a new payment object, a confirm charges the one it
+    /// names, lookups read the id saved on the attempt.
+    pub two_phase: bool,
 }
 
 impl Bounds {
@@ -68,6 +77,7 @@ impl Bounds {
         provider_faults: 0,
         redeliveries: 0,
         jobs: 0,
+        two_phase: false,
     };
 
     /// The bounds of the test command's check (docs/model.md).
@@ -85,6 +95,7 @@ impl Bounds {
         provider_faults: 1,
         redeliveries: 1,
         jobs: 2,
+        two_phase: false,
     };
 }
 
@@ -187,26 +198,23 @@ pub struct Tab {
     pub told: Vec<(String, Told)>,
 }
 
-/// Where a server instance is in one request or job: the step it does next.
+/// A server instance's work: the server's own pay machine (`payonce_rules::flow`), and
+/// what the flow's last read saw of the order (used only by [`Flaw::ClaimReadThenWrite`]).
 #[derive(Debug, Clone)]
-pub enum Step {
-    /// Read the record and the order, decide (rule 2).
-    Decide,
-    /// Claim the key (rule 3); `order_free` is what the decide-time read saw of the order.
-    Claim {
-        /// The order was unlocked and unpaid at the read.
-        order_free: bool,
-        /// The order's version at the read.
-        read_version: i64,
-    },
-    /// Take an expired lease over.
-    TakeOver,
-    /// Ask the provider by key (rule 5, or a webhook's check).
-    Lookup(Claim, bool),
-    /// Call the provider's charge.
-    Drive(Claim),
-    /// Write the outcome (rule 4).
-    Settle(Claim, Outcome),
+pub struct Work {
+    /// The flow.
+    pub flow: ServerPay,
+    /// The order was unlocked and unpaid at the flow's last read of its key.
+    pub read_free: bool,
+}
+
+impl Work {
+    fn new(flow: ServerPay) -> Self {
+        Self {
+            flow,
+            read_free: false,
+        }
+    }
 }
 
 /// Who the work is for.
@@ -238,7 +246,7 @@ pub enum Inst {
     /// Waiting for work.
     Idle,
     /// Working.
-    Busy(Origin, Step),
+    Busy(Origin, Work),
 }
 
 /// One stored attempt slot.
@@ -261,6 +269,9 @@ pub struct Flags {
     pub charge_after_tombstone: bool,
     /// The settle found the order not locked by its attempt.
     pub lost_order_lock: bool,
+    /// A charge was asked for with an amount or order version other than those of the
+    /// checkout the customer confirmed with its key.
+    pub charge_other_terms: bool,
 }
 
 /// The whole system.
@@ -278,12 +289,18 @@ pub struct State {
     pub ledger: BTreeMap<String, Charge>,
     /// Webhook deliveries the provider still owes (at least once).
     pub webhooks: Vec<String>,
+    /// A two-phase provider's payment objects by id: the provider key they were created
+    /// under, and whether they were confirmed (then their charge is in `ledger` under the
+    /// object's id).
+    pub intents: BTreeMap<String, (String, bool)>,
     /// Server instances.
     pub inst: [Inst; 2],
     /// The network, as a multiset.
     pub net: Vec<Msg>,
     /// Keys minted.
     pub minted: u8,
+    /// History: the order version each key was confirmed for (the snapshot it was sent with).
+    pub confirmed: BTreeMap<String, u64>,
     /// What is left of each bound.
     pub left: Bounds,
     /// Violations.
@@ -377,12 +394,29 @@ fn tab0() -> Tab {
 
 fn told_of(end: &PayEnd) -> Option<Told> {
     match end {
-        PayEnd::Final(SdkFinal::Paid { payment }) => Some(Told::Paid(payment.charge_id.clone())),
+        PayEnd::Final(SdkFinal::Paid { payment, .. }) => {
+            Some(Told::Paid(payment.charge_id.clone()))
+        }
         PayEnd::Final(SdkFinal::Declined { .. }) => Some(Told::Declined),
         PayEnd::Final(SdkFinal::Cancelled) => Some(Told::Cancelled),
         PayEnd::Final(SdkFinal::OrderChanged { .. }) => Some(Told::OrderChanged),
         _ => None,
     }
+}
+
+/// The order's payment, as the answer of its paying key has it (`ORDER_ALREADY_PAID` carries
+/// it, `crates/server/src/pay.rs`); `None` once that key's record is past retention.
+fn paid_payment(s: &State) -> Option<payonce_protocol::Payment> {
+    s.slots.values().find_map(|sl| match &sl.record {
+        Record::Final(f)
+            if f.status == AttemptStatus::Succeeded && f.terms.order_id == s.order.id =>
+        {
+            serde_json::from_str::<PayResponse>(&f.answer.body)
+                .ok()?
+                .payment
+        }
+        _ => None,
+    })
 }
 
 impl Model {
@@ -400,9 +434,11 @@ impl Model {
             },
             ledger: BTreeMap::new(),
             webhooks: Vec::new(),
+            intents: BTreeMap::new(),
             inst: [Inst::Idle, Inst::Idle],
             net: Vec::new(),
             minted: 0,
+            confirmed: BTreeMap::new(),
             left: self.bounds,
             flags: Flags::default(),
         }
@@ -484,11 +520,11 @@ impl Model {
         }
         for inst in 0..2u8 {
             match &s.inst[inst as usize] {
-                Inst::Busy(_, step) => {
-                    let choices: &[u8] = match step {
-                        Step::Drive(_) if faults && s.left.provider_faults > 0 => &[0, 1, 2, 3],
-                        Step::Drive(_) => &[0, 1],
-                        Step::Lookup(..) if faults && s.left.provider_faults > 0 => &[0, 3],
+                Inst::Busy(_, w) => {
+                    let choices: &[u8] = match w.flow.next_step() {
+                        "Charge" if faults && s.left.provider_faults > 0 => &[0, 1, 2, 3],
+                        "Charge" => &[0, 1],
+                        "Lookup" if faults && s.left.provider_faults > 0 => &[0, 3],
                         _ => &[0],
                     };
                     for &choice in choices {
@@ -649,12 +685,12 @@ impl Model {
                 let pk = s.webhooks[*i].clone();
                 // Recorded on arrival, handled, acknowledged at the end (webhooks.rs); a
                 // crash before the end leaves it owed, so the provider delivers it again.
-                match slot_of_pk(&s, &pk)
-                    .and_then(|sl| srv::claim_of(&sl.record, "provider-webhook", "webhook".into()))
-                {
-                    Some(claim) => {
-                        s.inst[*inst as usize] =
-                            Inst::Busy(Origin::Webhook(pk), Step::Lookup(claim, true));
+                let policy = srv::policy(TICK_MS);
+                match slot_of_pk(&s, &pk) {
+                    Some(sl) => {
+                        let flow = srv::webhook(self.flaw, &sl.record, &s.order, policy)
+                            .with_phases(self.phases());
+                        s.inst[*inst as usize] = Inst::Busy(Origin::Webhook(pk), Work::new(flow));
                     }
                     None => ack(&mut s, &pk), // nothing processing for it: no effect
                 }
@@ -665,7 +701,10 @@ impl Model {
             }
             Action::Job { inst, key } => {
                 s.left.jobs = s.left.jobs.saturating_sub(1);
-                s.inst[*inst as usize] = Inst::Busy(Origin::Job(key.clone()), Step::TakeOver);
+                let record = &s.slots.get(key)?.record;
+                let flow = srv::abandoned(self.flaw, record, &s.order, srv::policy(TICK_MS))
+                    .with_phases(self.phases());
+                s.inst[*inst as usize] = Inst::Busy(Origin::Job(key.clone()), Work::new(flow));
             }
             Action::Expire => {
                 let (now, order) = (s.now, s.order.clone());
@@ -711,6 +750,8 @@ impl Model {
                         version: a.snapshot.order_version,
                     };
                     tab.awaiting = Some(attempt);
+                    let (k, v) = (a.key.as_str(), a.snapshot.order_version);
+                    s.confirmed.entry(k.to_owned()).or_insert(v);
                     push(&mut s.net, m);
                     return;
                 }
@@ -724,7 +765,9 @@ impl Model {
                     if let Some(told) = told_of(&end) {
                         tab.told.push((key, told));
                     }
-                    tab.refused = matches!(end, PayEnd::Failed(_));
+                    // Busy: the SDK tombstones the refused key with a cancel; the model lets
+                    // the customer's Cancel do it (at any later step, the SDK's among them).
+                    tab.refused = matches!(end, PayEnd::Failed(_) | PayEnd::Busy);
                     tab.flow = None;
                     tab.awaiting = None;
                     tab.waiting = false;
@@ -744,16 +787,17 @@ impl Model {
                 key,
                 version,
             } => {
-                s.inst[inst] = Inst::Busy(
-                    Origin::Pay {
-                        tab,
-                        page,
-                        seq,
-                        key,
-                        version,
-                    },
-                    Step::Decide,
-                );
+                let policy = srv::policy(TICK_MS);
+                let flow = srv::pay(self.flaw, USER, &key, version, METHOD, &s.order, policy)
+                    .with_phases(self.phases());
+                let origin = Origin::Pay {
+                    tab,
+                    page,
+                    seq,
+                    key,
+                    version,
+                };
+                s.inst[inst] = Inst::Busy(origin, Work::new(flow));
             }
             Msg::Cancel { tab, page, key } => {
                 let (status, body) = self.cancel(s, &key);
@@ -835,7 +879,7 @@ impl Model {
             // the key's claims in between).
             None if s.order.paid && srv::cancel_asks_provider(self.flaw) => {
                 let k = IdempotencyKey::parse(key).expect("model keys are valid");
-                let lookup = match s.ledger.get(&srv::provider_key(USER, &k)) {
+                let lookup = match s.ledger.get(&srv::provider_key(USER, &k, &s.order.id)) {
                     Some(c) => Lookup::Found(c.clone()),
                     None => Lookup::NotFound,
                 };
@@ -889,300 +933,281 @@ impl Model {
         }
     }
 
-    /// One step of a busy instance.
+    /// One step of a busy instance: one effect of its flow, performed against the model's
+    /// store and provider, its result fed back; the flow's end is answered at once.
     fn step(&self, s: &mut State, inst: usize, choice: u8) {
-        let Inst::Busy(origin, step) = std::mem::replace(&mut s.inst[inst], Inst::Idle) else {
+        let Inst::Busy(origin, mut w) = std::mem::replace(&mut s.inst[inst], Inst::Idle) else {
             return;
         };
-        let policy = srv::policy(TICK_MS);
         let now = s.now;
-        let next: Option<Step> = match step {
-            Step::Decide => {
-                let Origin::Pay { key, version, .. } = &origin else {
-                    unreachable!("decide is a pay step")
-                };
-                let record = s.slots.get(key).map(|sl| &sl.record);
-                match srv::decide(record, USER, &s.order, *version, METHOD, now) {
-                    NextAction::StartProcessing => Some(Step::Claim {
-                        order_free: s.order.active.is_none() && !s.order.paid,
-                        read_version: s.order.version,
-                    }),
-                    NextAction::Replay(answer) => {
-                        let others: Vec<&srv::Final> = s
-                            .slots
-                            .iter()
-                            .filter(|(k, _)| *k != key)
-                            .filter_map(|(_, sl)| match &sl.record {
-                                Record::Final(f) => Some(f),
-                                _ => None,
-                            })
-                            .collect();
-                        let sent = srv::replay_answer(self.flaw, &answer, &others).clone();
-                        self.answer(s, &origin, sent, true);
-                        None
-                    }
-                    NextAction::Mismatch(st) => {
-                        let p =
-                            srv::problem(ErrorCode::KeyReusedWithDifferentDetails, Some(st), None);
-                        self.answer(s, &origin, srv::problem_answer(&p), false);
-                        None
-                    }
-                    NextAction::Cancelled => {
-                        let p = srv::problem(
-                            ErrorCode::AttemptCancelled,
-                            Some(AttemptStatus::Cancelled),
-                            None,
-                        );
-                        self.answer(s, &origin, srv::problem_answer(&p), false);
-                        None
-                    }
-                    NextAction::Wait | NextAction::InProgress => {
-                        let p = srv::problem(
-                            ErrorCode::InProgress,
-                            Some(AttemptStatus::Processing),
-                            Some(1),
-                        );
-                        self.answer(s, &origin, srv::problem_answer(&p), false);
-                        None
-                    }
-                    NextAction::Reconcile => Some(Step::TakeOver),
-                }
+        let key = match &origin {
+            Origin::Pay { key, .. } | Origin::Job(key) => key.clone(),
+            Origin::Webhook(pk) => key_of_pk(s, pk),
+        };
+        let mut ids = srv::Ids {
+            suffix: key.get(24..).unwrap_or(""),
+            now,
+        };
+        match w.flow.poll(now, &mut ids) {
+            srv::Effect::ReadKey { .. } => {
+                let record = s.slots.get(&key).map(|sl| sl.record.clone());
+                // Only the flaw reads the order's lock state to act on it later.
+                w.read_free =
+                    !srv::claim_is_atomic(self.flaw) && s.order.active.is_none() && !s.order.paid;
+                w.flow.on_record(record, now, false);
             }
-            Step::Claim {
-                order_free,
-                read_version,
-            } => {
-                let Origin::Pay { key, version, .. } = &origin else {
-                    unreachable!("claim is a pay step")
-                };
-                let k = IdempotencyKey::parse(key).expect("model keys are valid");
-                let read = OrderRow {
-                    version: read_version,
-                    ..s.order.clone()
-                };
-                match srv::plan_claim(
-                    USER,
-                    &k,
-                    &read,
-                    *version,
-                    METHOD,
-                    format!("lease_{}_{now}", &key[24..]),
-                    now,
-                    &policy,
-                ) {
-                    Err(p) => {
-                        self.answer(s, &origin, srv::problem_answer(&p), false);
-                        None
-                    }
-                    Ok(claim) => {
-                        let (slot_free, order_ok) = if srv::claim_is_atomic(self.flaw) {
-                            let one_processing = s.slots.values().any(|sl| {
-                                matches!(&sl.record, Record::Processing(p) if p.terms.order_id == s.order.id)
-                            });
-                            (
-                                !s.slots.contains_key(key),
-                                !one_processing
-                                    && s.order.active.is_none()
-                                    && !s.order.paid
-                                    && s.order.version == read_version,
-                            )
-                        } else {
-                            (true, order_free)
-                        };
-                        if !slot_free {
-                            Some(Step::Decide) // our slot was taken: decide again
-                        } else if !order_ok {
-                            let p = srv::order_conflict(s.order.version, read_version);
-                            self.answer(s, &origin, srv::problem_answer(&p), false);
-                            None
-                        } else {
-                            s.order.active = Some(claim.attempt.id.clone());
-                            s.slots.insert(
-                                key.clone(),
-                                Slot {
-                                    record: Record::Processing(claim.attempt.clone()),
-                                    token: Some(claim.lease_token.clone()),
-                                },
-                            );
-                            Some(Step::Drive(claim))
-                        }
-                    }
-                }
+            srv::Effect::Wait => w.flow.on_waited(),
+            srv::Effect::Claim { plan, .. } => {
+                let r = self.claim(s, &key, &plan.claim, w.read_free);
+                w.flow.on_claim(r);
             }
-            Step::TakeOver => {
-                let key = match &origin {
-                    Origin::Pay { key, .. } | Origin::Job(key) => key.clone(),
-                    Origin::Webhook(_) => unreachable!("webhooks never take a lease"),
-                };
-                let token = format!("lease_{}_{now}", &key[24..]);
-                match s.slots.get_mut(&key) {
+            srv::Effect::TakeOver { take: t, .. } => {
+                let taken = match s.slots.get_mut(&key) {
                     Some(slot) => match &mut slot.record {
-                        Record::Processing(p) if p.locked_until.is_none_or(|u| u <= now) => {
-                            p.locked_until = Some(policy.lease_until(now));
-                            slot.token = Some(token.clone());
-                            let mut claim =
-                                srv::claim_of(&slot.record, USER, token).expect("processing");
-                            if srv::take_over_asks_provider(self.flaw) {
-                                Some(Step::Lookup(claim, false))
-                            } else {
-                                claim.attempt.provider_key =
-                                    srv::recharge_key(&claim.attempt.provider_key);
-                                Some(Step::Drive(claim))
-                            }
+                        Record::Processing(p)
+                            if p.id == t.attempt_id && p.locked_until.is_none_or(|u| u <= now) =>
+                        {
+                            p.locked_until = Some(t.until);
+                            slot.token = Some(t.token.clone());
+                            true
                         }
-                        _ => again(&origin),
+                        _ => false,
                     },
-                    None => again(&origin),
-                }
+                    None => false,
+                };
+                w.flow.on_taken(taken);
             }
-            Step::Lookup(claim, from_webhook) => {
+            srv::Effect::Lookup(claim) => {
                 let lookup = if choice == 3 {
                     s.left.provider_faults -= 1;
                     Lookup::Unknown("provider down".into())
+                } else if self.bounds.two_phase {
+                    lookup_saved(s, claim.attempt.provider_ref.as_deref())
                 } else {
                     match s.ledger.get(&claim.attempt.provider_key) {
                         Some(c) => Lookup::Found(c.clone()),
                         None => Lookup::NotFound,
                     }
                 };
-                if from_webhook {
-                    let Origin::Webhook(pk) = &origin else {
-                        unreachable!()
-                    };
-                    match srv::webhook(lookup) {
-                        Some(Some(outcome)) => Some(Step::Settle(claim, outcome)),
-                        Some(None) => {
-                            ack(s, &pk.clone());
-                            None
+                w.flow.on_lookup(lookup);
+            }
+            srv::Effect::Charge(claim) => {
+                let outcome = self.charge(s, &key, claim, choice);
+                w.flow.on_charge(outcome);
+            }
+            srv::Effect::Settle { claim, plan, .. } => {
+                let Some(settled) = settle(s, claim, plan) else {
+                    return; // rolled back (an internal error): stays processing
+                };
+                w.flow.on_settled(settled);
+            }
+            srv::Effect::Release { claim, .. } => {
+                let a = &claim.attempt;
+                let slot = s.slots.values_mut().find(|sl| sl.record.id() == a.id);
+                let mut processing = false;
+                if let Some(slot) = slot {
+                    if slot.token.as_deref() == Some(claim.lease_token.as_str()) {
+                        if let Record::Processing(p) = &mut slot.record {
+                            p.locked_until = None;
                         }
-                        None => None, // not acknowledged: delivered again
+                        slot.token = None;
                     }
-                } else {
-                    match srv::reconcile(lookup) {
-                        Ok(outcome) => Some(Step::Settle(claim, outcome)),
-                        Err(_redrive) => Some(Step::Drive(claim)),
+                    processing = matches!(slot.record, Record::Processing(_));
+                }
+                w.flow.on_released(!processing);
+            }
+            srv::Effect::Create(claim) => {
+                let created = create(s, claim, choice);
+                w.flow.on_created(created);
+            }
+            srv::Effect::SaveRef {
+                claim,
+                provider_ref,
+                ..
+            } => {
+                let a = &claim.attempt;
+                let slot = s.slots.values_mut().find(|sl| sl.record.id() == a.id);
+                let mut saved = false;
+                if let Some(slot) = slot {
+                    let holds = slot.token.as_deref() == Some(claim.lease_token.as_str());
+                    if let Record::Processing(p) = &mut slot.record {
+                        if holds && p.provider_ref.is_none() {
+                            p.provider_ref = Some(provider_ref.to_owned());
+                            saved = true;
+                        }
                     }
                 }
+                w.flow.on_ref_saved(saved);
             }
-            Step::Drive(claim) => {
-                let pk = claim.attempt.provider_key.clone();
-                let outcome = if choice == 3 {
-                    s.left.provider_faults -= 1;
-                    Outcome::Unknown("provider down".into())
+            srv::Effect::Confirm(claim) => {
+                let outcome = confirm(s, claim, choice);
+                w.flow.on_charge(outcome);
+            }
+            srv::Effect::Done(_) => {}
+        }
+        match w.flow.end().cloned() {
+            Some(end) => self.end(s, &origin, &key, end),
+            None => s.inst[inst] = Inst::Busy(origin, w),
+        }
+    }
+
+    /// How the model's provider starts a payment.
+    fn phases(&self) -> srv::Phases {
+        match self.bounds.two_phase {
+            true => srv::Phases::Two,
+            false => srv::Phases::One,
+        }
+    }
+
+    /// The claim transaction (one conditional write: the `(user, key)` slot, one processing
+    /// attempt per order, the order's lock at the version read); [`Flaw::ClaimReadThenWrite`]
+    /// checks with the flow's earlier read and writes unconditionally.
+    fn claim(&self, s: &mut State, key: &str, claim: &Claim, read_free: bool) -> Claimed {
+        let read_version = claim.attempt.terms.order_version;
+        let (slot_free, order_ok) = if srv::claim_is_atomic(self.flaw) {
+            let one_processing = s.slots.values().any(
+                |sl| matches!(&sl.record, Record::Processing(p) if p.terms.order_id == s.order.id),
+            );
+            (
+                !s.slots.contains_key(key),
+                !one_processing
+                    && s.order.active.is_none()
+                    && !s.order.paid
+                    && s.order.version == read_version,
+            )
+        } else {
+            (true, read_free)
+        };
+        if !slot_free {
+            return Claimed::SlotTaken;
+        }
+        if !order_ok {
+            let mut p = srv::order_conflict(s.order.version, s.order.paid, read_version);
+            if p.code == ErrorCode::OrderAlreadyPaid {
+                p.payment = paid_payment(s);
+            }
+            return Claimed::Refused(Box::new(p));
+        }
+        s.order.active = Some(claim.attempt.id.clone());
+        let slot = Slot {
+            record: Record::Processing(claim.attempt.clone()),
+            token: Some(claim.lease_token.clone()),
+        };
+        s.slots.insert(key.to_owned(), slot);
+        Claimed::Won
+    }
+
+    /// The provider's charge under the claim's provider key (its idempotency: one charge
+    /// per key). `choice`: 1 declines, 2 charges but loses the answer, 3 is down. Checks the
+    /// charge against the checkout confirmed with `key` and against its tombstone.
+    fn charge(&self, s: &mut State, key: &str, claim: &Claim, choice: u8) -> Outcome {
+        if choice == 3 {
+            s.left.provider_faults -= 1;
+            return Outcome::Unknown("provider down".into());
+        }
+        let a = &claim.attempt;
+        let pk = a.provider_key.clone();
+        if let Some(&v) = s.confirmed.get(key) {
+            let confirmed = OrderRow {
+                version: v as i64,
+                ..s.order.clone()
+            };
+            s.flags.charge_other_terms |=
+                a.terms.amount != confirmed.amount() || a.terms.order_version != confirmed.version;
+        }
+        if !s.ledger.contains_key(&pk) {
+            let tombstoned = s.slots.values().any(|sl| {
+                matches!(&sl.record, Record::Tombstone(_))
+                    && sl_key_pk(sl, &s.slots) == Some(pk.clone())
+            });
+            let charge = Charge {
+                id: format!(
+                    "ch_{}{}",
+                    &pk[3..11],
+                    if pk.ends_with("-again") { "_again" } else { "" }
+                ),
+                provider_key: pk.clone(),
+                amount: a.terms.amount,
+                currency: a.terms.currency.clone(),
+                payment_method_id: a.payment_method_id.clone(),
+                order_id: a.terms.order_id.clone(),
+                status: if choice == 1 {
+                    ChargeStatus::Declined
                 } else {
-                    if !s.ledger.contains_key(&pk) {
-                        let tombstoned = s.slots.values().any(|sl| {
-                            matches!(&sl.record, Record::Tombstone(_))
-                                && sl_key_pk(sl, &s.slots) == Some(pk.clone())
-                        });
-                        let charge = Charge {
-                            id: format!(
-                                "ch_{}{}",
-                                &pk[3..11],
-                                if pk.ends_with("-again") { "_again" } else { "" }
-                            ),
-                            provider_key: pk.clone(),
-                            amount: claim.attempt.terms.amount,
-                            currency: claim.attempt.terms.currency.clone(),
-                            payment_method_id: claim.attempt.payment_method_id.clone(),
-                            order_id: claim.attempt.terms.order_id.clone(),
-                            status: if choice == 1 {
-                                ChargeStatus::Declined
-                            } else {
-                                ChargeStatus::Succeeded
-                            },
-                            created_at: now,
-                            next_action_url: None,
-                        };
-                        s.flags.charge_after_tombstone |= tombstoned;
-                        s.ledger.insert(pk.clone(), charge);
-                        push_sorted(&mut s.webhooks, pk.clone());
-                    }
-                    if choice == 2 {
-                        s.left.provider_faults -= 1;
-                        Outcome::Unknown("timeout".into())
-                    } else {
-                        srv::outcome_of(s.ledger[&pk].clone())
-                    }
-                };
-                Some(Step::Settle(claim, outcome))
-            }
-            Step::Settle(claim, outcome) => {
-                let a = &claim.attempt;
-                let key = s
+                    ChargeStatus::Succeeded
+                },
+                created_at: s.now,
+                next_action_url: None,
+                decline_code: None,
+                client_secret: None,
+            };
+            s.flags.charge_after_tombstone |= tombstoned;
+            s.ledger.insert(pk.clone(), charge);
+            push_sorted(&mut s.webhooks, pk.clone());
+        }
+        if choice == 2 {
+            s.left.provider_faults -= 1;
+            Outcome::Unknown("timeout".into())
+        } else {
+            srv::outcome_of(s.ledger[&pk].clone())
+        }
+    }
+
+    /// A flow ended: a pay request's tab gets its answer, a webhook is acknowledged unless
+    /// the provider could not confirm it.
+    fn end(&self, s: &mut State, origin: &Origin, key: &str, end: End) {
+        let problem = |code, status, retry| srv::problem_answer(&srv::problem(code, status, retry));
+        let (answer, replayed) = match end {
+            End::Replay { answer, .. } => {
+                let others: Vec<&srv::Final> = s
                     .slots
                     .iter()
-                    .find(|(_, sl)| sl.record.id() == a.id)
-                    .map(|(k, _)| k.clone());
-                let processing = key
-                    .as_ref()
-                    .is_some_and(|k| matches!(s.slots[k].record, Record::Processing(_)));
-                match srv::plan_settle(&claim, outcome, now, &policy) {
-                    // (No model charge requires action; the shell treats both alike.)
-                    srv::SettlePlan::Unknown { answer }
-                    | srv::SettlePlan::ActionRequired { answer } => {
-                        if let Some(k) = &key {
-                            let slot = s.slots.get_mut(k).expect("found");
-                            if slot.token.as_deref() == Some(claim.lease_token.as_str()) {
-                                if let Record::Processing(p) = &mut slot.record {
-                                    p.locked_until = None;
-                                }
-                                slot.token = None;
-                            }
-                        }
-                        if processing {
-                            self.answer(s, &origin, answer, false);
-                            None
-                        } else {
-                            done_webhook(s, &origin);
-                            again(&origin) // a webhook settled it meanwhile
-                        }
-                    }
-                    plan if !processing => {
-                        let _ = plan;
-                        done_webhook(s, &origin);
-                        again(&origin) // lost the conditional finish: look again
-                    }
-                    srv::SettlePlan::Charged { finish, .. }
-                    | srv::SettlePlan::Uncharged { finish, .. } => {
-                        let charged = finish.charge_id.is_some();
-                        let k = key.expect("processing");
-                        if charged {
-                            if s.order.active.as_deref() != Some(a.id.as_str()) || s.order.paid {
-                                s.flags.lost_order_lock = true;
-                                return; // rolled back (an internal error): stays processing
-                            }
-                            s.order.paid = true;
-                            s.order.active = None;
-                        } else if s.order.active.as_deref() == Some(a.id.as_str()) {
-                            s.order.active = None;
-                        }
-                        let answer = finish.answer.clone();
-                        s.slots.insert(
-                            k,
-                            Slot {
-                                record: Record::Final(srv::Final {
-                                    id: a.id.clone(),
-                                    terms: a.terms.clone(),
-                                    status: finish.status,
-                                    answer: finish.answer,
-                                    expires_at: finish.expires_at,
-                                }),
-                                token: None,
-                            },
-                        );
-                        if let Origin::Webhook(pk) = &origin {
-                            ack(s, &pk.clone());
-                        }
-                        self.answer(s, &origin, answer, false);
-                        None
-                    }
+                    .filter(|(k, _)| *k != key)
+                    .filter_map(|(_, sl)| match &sl.record {
+                        Record::Final(f) => Some(f),
+                        _ => None,
+                    })
+                    .collect();
+                (
+                    srv::replay_answer(self.flaw, &answer, &others).clone(),
+                    true,
+                )
+            }
+            End::Settled(f) => (f.answer, false),
+            End::Unknown(a) | End::ActionRequired(a) => (a, false),
+            End::Mismatch(st) => (
+                problem(ErrorCode::KeyReusedWithDifferentDetails, Some(st), None),
+                false,
+            ),
+            End::Cancelled => (
+                problem(
+                    ErrorCode::AttemptCancelled,
+                    Some(AttemptStatus::Cancelled),
+                    None,
+                ),
+                false,
+            ),
+            End::InProgress => (
+                problem(
+                    ErrorCode::InProgress,
+                    Some(AttemptStatus::Processing),
+                    Some(1),
+                ),
+                false,
+            ),
+            End::Refused(p) => (refused(&p), false),
+            End::Unconfirmed => return, // not acknowledged: delivered again
+            End::Skipped => {
+                if let Origin::Webhook(pk) = origin {
+                    ack(s, &pk.clone());
                 }
+                return;
             }
         };
-        if let Some(step) = next {
-            s.inst[inst] = Inst::Busy(origin, step);
+        if let Origin::Webhook(pk) = origin {
+            ack(s, &pk.clone());
         }
+        self.answer(s, origin, answer, replayed);
     }
 
     /// Sends an answer to a pay request's tab; `replayed` answers are checked against the
@@ -1216,16 +1241,63 @@ impl Model {
     }
 }
 
-/// A webhook whose attempt someone else settled is handled: acknowledge it.
-fn done_webhook(s: &mut State, origin: &Origin) {
-    if let Origin::Webhook(pk) = origin {
-        ack(s, &pk.clone());
+/// The settle transaction of `plan` (rule 4): the conditional finish of a processing
+/// attempt, then the order paid (or unlocked). `Some(false)`: someone else settled first;
+/// `None`: the order's lock was lost, an internal error that rolls back.
+fn settle(s: &mut State, claim: &Claim, plan: &srv::SettlePlan) -> Option<bool> {
+    let (srv::SettlePlan::Charged { finish, .. } | srv::SettlePlan::Uncharged { finish, .. }) =
+        plan
+    else {
+        return Some(false);
+    };
+    let a = &claim.attempt;
+    let key = s
+        .slots
+        .iter()
+        .find(|(_, sl)| sl.record.id() == a.id && matches!(sl.record, Record::Processing(_)))
+        .map(|(k, _)| k.clone());
+    let Some(k) = key else {
+        return Some(false); // lost the conditional finish
+    };
+    if finish.charge_id.is_some() {
+        if s.order.active.as_deref() != Some(a.id.as_str()) || s.order.paid {
+            s.flags.lost_order_lock = true;
+            return None;
+        }
+        s.order.paid = true;
+        s.order.active = None;
+    } else if s.order.active.as_deref() == Some(a.id.as_str()) {
+        s.order.active = None;
     }
+    let record = Record::Final(srv::Final {
+        id: a.id.clone(),
+        terms: a.terms.clone(),
+        status: finish.status,
+        answer: finish.answer.clone(),
+        expires_at: finish.expires_at,
+    });
+    s.slots.insert(
+        k,
+        Slot {
+            record,
+            token: None,
+        },
+    );
+    Some(true)
 }
 
-/// A pay request decides again; a job or webhook is done.
-fn again(origin: &Origin) -> Option<Step> {
-    matches!(origin, Origin::Pay { .. }).then_some(Step::Decide)
+/// The answer of a refused claim.
+fn refused(p: &Problem) -> Answer {
+    srv::problem_answer(p)
+}
+
+/// The key whose attempt holds provider key `pk` (a webhook's flow names its ids by it).
+fn key_of_pk(s: &State, pk: &str) -> String {
+    s.slots
+        .iter()
+        .find(|(_, sl)| matches!(&sl.record, Record::Processing(p) if p.provider_key == pk))
+        .map(|(k, _)| k.clone())
+        .unwrap_or_default()
 }
 
 fn slot_of_pk<'a>(s: &'a State, pk: &str) -> Option<&'a Slot> {
@@ -1239,7 +1311,11 @@ fn sl_key_pk(sl: &Slot, slots: &BTreeMap<String, Slot>) -> Option<String> {
     let (k, _) = slots
         .iter()
         .find(|(_, x)| x.record.id() == sl.record.id())?;
-    Some(srv::provider_key(USER, &IdempotencyKey::parse(k).ok()?))
+    Some(srv::provider_key(
+        USER,
+        &IdempotencyKey::parse(k).ok()?,
+        sl.record.order_id(),
+    ))
 }
 
 fn ack(s: &mut State, pk: &str) {
@@ -1266,5 +1342,77 @@ fn remove_key(s: &mut State, t: usize, key: &IdempotencyKey) {
         if !tab.finals.iter().any(|k| k == key.as_str()) {
             s.flags.removed_without_final = true;
         }
+    }
+}
+
+/// A two-phase provider's create: a new payment object every time (no deduplication).
+/// `choice`: 2 creates it but loses the answer, 3 is down (nothing created).
+fn create(s: &mut State, claim: &Claim, choice: u8) -> srv::Created {
+    if choice == 3 {
+        s.left.provider_faults -= 1;
+        return srv::Created::Unknown("provider down".into());
+    }
+    let id = format!("pi_{}", s.intents.len());
+    s.intents
+        .insert(id.clone(), (claim.attempt.provider_key.clone(), false));
+    if choice == 2 {
+        s.left.provider_faults -= 1;
+        return srv::Created::Unknown("timeout".into());
+    }
+    srv::Created::Id(id)
+}
+
+/// A two-phase provider's confirm of the object the attempt names: charges it once (a
+/// second confirm answers its charge). `choice`: 1 declines, 2 charges but loses the
+/// answer, 3 is down.
+fn confirm(s: &mut State, claim: &Claim, choice: u8) -> Outcome {
+    if choice == 3 {
+        s.left.provider_faults -= 1;
+        return Outcome::Unknown("provider down".into());
+    }
+    let a = &claim.attempt;
+    let Some(id) = a.provider_ref.clone() else {
+        return Outcome::Rejected("no object named".into());
+    };
+    let Some((pk, confirmed)) = s.intents.get(&id).cloned() else {
+        return Outcome::Unknown("no such object".into());
+    };
+    if !confirmed {
+        s.intents.insert(id.clone(), (pk.clone(), true));
+        let charge = Charge {
+            id: id.clone(),
+            provider_key: pk,
+            amount: a.terms.amount,
+            currency: a.terms.currency.clone(),
+            payment_method_id: a.payment_method_id.clone(),
+            order_id: a.terms.order_id.clone(),
+            status: if choice == 1 {
+                ChargeStatus::Declined
+            } else {
+                ChargeStatus::Succeeded
+            },
+            created_at: s.now,
+            next_action_url: None,
+            decline_code: None,
+            client_secret: None,
+        };
+        s.ledger.insert(id.clone(), charge);
+    }
+    if choice == 2 {
+        s.left.provider_faults -= 1;
+        return Outcome::Unknown("timeout".into());
+    }
+    srv::outcome_of(s.ledger[&id].clone())
+}
+
+/// A two-phase lookup by the saved id: none saved, nothing was ever confirmed.
+fn lookup_saved(s: &State, saved: Option<&str>) -> Lookup {
+    let Some(id) = saved else {
+        return Lookup::NotFound;
+    };
+    match (s.ledger.get(id), s.intents.get(id)) {
+        (Some(c), _) => Lookup::Found(c.clone()),
+        (None, Some(_)) => Lookup::Unconfirmed,
+        (None, None) => Lookup::Unknown("no such object".into()),
     }
 }

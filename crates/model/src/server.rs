@@ -1,16 +1,19 @@
 //! The server side of the model: every call the model makes into the server's pure rules
 //! (`crates/rules`) goes through this file, so an API change there is a one-file fix here.
-//! The server-side [`Flaw`]s are injected here, never in the rules.
+//! A pay, a job and a webhook are the server's own machine ([`ServerPay`]), which the model
+//! drives against its own store and provider; the flaws of the server's sequencing are the
+//! machine's test-only [`flow::Flaw`]s, the others are injected here, never in the rules.
 
 use crate::Flaw;
 use payonce_protocol::provider::Charge;
 use payonce_protocol::{
     AttemptStatus, CancelResponse, ErrorCode, Extras, IdempotencyKey, Payment, Problem,
 };
-use payonce_rules::pay::{Current, PayRequest};
-use payonce_rules::plan::{self, OrderTerms};
+use payonce_rules::flow;
+pub use payonce_rules::flow::{Claimed, Created, Effect, End, Phases, ServerPay};
+use payonce_rules::plan;
 pub use payonce_rules::plan::{Claim, Lookup, Outcome, SettlePlan};
-pub use payonce_rules::{Answer, Final, NextAction, Policy, Record, Tombstone};
+pub use payonce_rules::{Answer, Final, Policy, Record, Tombstone};
 
 /// The order row as the model's store holds it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -45,92 +48,88 @@ pub fn policy(tick_ms: i64) -> Policy {
     }
 }
 
-/// Rule 2 on the caller's record for its key, the order as just read.
-pub fn decide(
-    record: Option<&Record>,
+/// The machine's view of the order as just read (the model's orders have no lines).
+pub fn order(row: &OrderRow) -> flow::Order {
+    flow::Order {
+        id: row.id.clone(),
+        version: row.version,
+        amount: row.amount(),
+        currency: CURRENCY.into(),
+        lines: Vec::new(),
+    }
+}
+
+/// The server's pay flow for a request of `user` with `key` for `version`, the order as
+/// read at delivery; the record is read by the flow's first step.
+pub fn pay(
+    flaw: Option<Flaw>,
     user: &str,
-    order: &OrderRow,
+    key: &str,
     version: u64,
     method: &str,
-    now: i64,
-) -> NextAction {
-    // The model's checkouts carry no extras (shipping option, coupon).
-    let no_extras = Extras::default();
-    let req = PayRequest {
-        user,
-        order_id: &order.id,
+    order: &OrderRow,
+    policy: Policy,
+) -> ServerPay {
+    let req = flow::Request {
+        user: user.to_owned(),
+        key: IdempotencyKey::parse(key).expect("model keys are valid"),
         order_version: version,
-        payment_method_id: method,
-        extras: &no_extras,
-        current: Some(Current {
-            version: order.version,
-            amount: order.amount(),
-            currency: CURRENCY,
-        }),
+        payment_method_id: method.to_owned(),
+        // The model's checkouts carry no extras (shipping option, coupon).
+        extras: Extras::default(),
     };
     // `may_wait` false: the server's in-progress wait is a loop of the same decision, and
     // the model lets the client do that loop instead (see docs/model.md).
-    payonce_rules::decide(record, &req, now, false)
+    ServerPay::pay(req, self::order(order), None, 0, false, policy).with_flaw(flow_flaw(flaw))
 }
 
-/// The claim plan (rule 3) for a new key on the order as read.
-#[allow(clippy::too_many_arguments)]
-pub fn plan_claim(
-    user: &str,
-    key: &IdempotencyKey,
+/// The jobs' flow for an abandoned attempt.
+pub fn abandoned(
+    flaw: Option<Flaw>,
+    record: &Record,
     order: &OrderRow,
-    version: u64,
-    method: &str,
-    token: String,
-    now: i64,
-    policy: &Policy,
-) -> Result<Claim, Box<Problem>> {
-    let terms = OrderTerms {
-        id: &order.id,
-        version: order.version,
-        amount: order.amount(),
-        currency: CURRENCY,
-        lines: &[],
-    };
-    let attempt_id = format!("att_{}", &key.as_str()[24..]);
-    let no_extras = Extras::default();
-    plan::plan_claim(
-        user, key, terms, version, method, &no_extras, attempt_id, token, now, policy,
-    )
-    .map(|p| p.claim)
+    policy: Policy,
+) -> ServerPay {
+    ServerPay::abandoned(record, self::order(order), "the reconciliation job", policy)
+        .with_flaw(flow_flaw(flaw))
 }
 
-/// Why a conditional claim was refused by the order: the order's version as read after the
-/// refusal, against the one the request read.
-pub fn order_conflict(current: i64, read: i64) -> Problem {
-    plan::order_conflict(Some(current), read)
+/// A webhook's flow for a processing attempt.
+pub fn webhook(flaw: Option<Flaw>, record: &Record, order: &OrderRow, policy: Policy) -> ServerPay {
+    ServerPay::webhook(record, self::order(order), "webhook".into(), policy)
+        .with_flaw(flow_flaw(flaw))
 }
 
-/// A claim on a processing record, for a take-over or a webhook.
-pub fn claim_of(record: &Record, actor: &str, token: String) -> Option<Claim> {
-    Claim::of(record, &[], actor, token)
+/// The model's ids, derived from the key (`att_…`, `pay_…` from its last characters) and
+/// the clock, so equal histories give equal states.
+pub struct Ids<'a> {
+    /// The key's last characters.
+    pub suffix: &'a str,
+    /// The clock.
+    pub now: i64,
 }
 
-/// Rule 5: what to do with what the provider says about an abandoned attempt (`Err`:
-/// charge again with the same provider key).
-pub fn reconcile(lookup: Lookup) -> Result<Outcome, plan::Redrive> {
-    plan::reconcile(lookup)
+impl flow::Ids for Ids<'_> {
+    fn attempt_id(&mut self) -> String {
+        format!("att_{}", self.suffix)
+    }
+    fn lease_token(&mut self) -> String {
+        format!("lease_{}_{}", self.suffix, self.now)
+    }
+    fn payment_id(&mut self) -> String {
+        format!("pay_{}", self.suffix)
+    }
 }
 
-/// What a webhook may apply: `None` the provider could not be asked (redeliver).
-pub fn webhook(lookup: Lookup) -> Option<Option<Outcome>> {
-    plan::webhook(lookup)
+/// Why a conditional claim was refused by the order: the order's version and whether it is
+/// paid as read after the refusal, against the version the request read.
+pub fn order_conflict(current: i64, paid: bool, read: i64) -> Problem {
+    plan::order_conflict(Some((current, paid)), read)
 }
 
 /// What a charge means for its attempt.
 pub fn outcome_of(charge: Charge) -> Outcome {
     Outcome::of(charge)
-}
-
-/// The settle plan (rule 4).
-pub fn plan_settle(claim: &Claim, outcome: Outcome, now: i64, policy: &Policy) -> SettlePlan {
-    let payment_id = format!("pay_{}", &claim.attempt.id[4..]);
-    plan::plan_settle(claim, outcome, payment_id, now, policy)
 }
 
 /// The tombstone a cancel of an unknown key on the unpaid `order` inserts.
@@ -208,8 +207,8 @@ pub fn payment_of(charge: &Charge) -> Payment {
 }
 
 /// The provider key of a charge.
-pub fn provider_key(user: &str, key: &IdempotencyKey) -> String {
-    payonce_rules::provider_key(user, key)
+pub fn provider_key(user: &str, key: &IdempotencyKey, order_id: &str) -> String {
+    payonce_rules::provider_key(user, key, order_id)
 }
 
 // --- flaws, injected at this boundary ------------------------------------------------------
@@ -233,15 +232,17 @@ pub fn cancel_asks_provider(flaw: Option<Flaw>) -> bool {
     flaw != Some(Flaw::BlindCancel)
 }
 
-/// A take-over asks the provider by key before anything else (rule 5);
-/// [`Flaw::BlindRecharge`] charges again, under a fresh provider key, without asking.
-pub fn take_over_asks_provider(flaw: Option<Flaw>) -> bool {
-    flaw != Some(Flaw::BlindRecharge)
-}
-
-/// The fresh provider key a blind re-charge uses.
-pub fn recharge_key(provider_key: &str) -> String {
-    format!("{provider_key}-again")
+/// The flaws that live in the server's sequencing are the machine's own
+/// ([`flow::Flaw`]); the others are injected at this adapter or in the model's store.
+pub fn flow_flaw(flaw: Option<Flaw>) -> Option<flow::Flaw> {
+    match flaw? {
+        Flaw::BlindRecharge => Some(flow::Flaw::BlindRecharge),
+        Flaw::ChargeBeforeClaim => Some(flow::Flaw::ChargeBeforeClaim),
+        Flaw::StaleClaim => Some(flow::Flaw::StaleClaim),
+        Flaw::ConfirmUnsaved => Some(flow::Flaw::ConfirmUnsaved),
+        Flaw::Recreate => Some(flow::Flaw::Recreate),
+        _ => None,
+    }
 }
 
 /// The answer a replay sends: the record's own; [`Flaw::ReplayOtherAnswer`] answers from

@@ -125,3 +125,84 @@ fn a_replay_of_another_attempts_answer_is_caught() {
     };
     caught(Flaw::ReplayOtherAnswer, b, &[INVARIANTS[5]]);
 }
+
+/// A flaw only in the server's order of steps (every decision it calls is the real one):
+/// calling the provider before the claim commits lets two tabs' keys both charge the order.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "searched in release by the model suite (scripts/test.sh)"
+)]
+fn a_charge_before_the_claim_commits_is_caught() {
+    let b = Bounds {
+        tabs: 2,
+        ..Bounds::NONE
+    };
+    caught(Flaw::ChargeBeforeClaim, b, &[INVARIANTS[0]]);
+}
+
+/// Without the claim plan's stale-version check, a confirmation of the old cart that
+/// arrives after a cart change is charged at the new cart's amount.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "searched in release by the model suite (scripts/test.sh)"
+)]
+fn a_claim_without_its_version_check_charges_another_cart() {
+    let b = Bounds {
+        tabs: 2,
+        cart_changes: 1,
+        ..Bounds::NONE
+    };
+    caught(Flaw::StaleClaim, b, &[INVARIANTS[7]]);
+}
+
+/// A two-phase provider that never deduplicates (localstripe's behaviour).
+fn two_phase() -> Bounds {
+    Bounds {
+        provider_faults: 1,
+        ticks: 1,
+        two_phase: true,
+        ..Bounds::NONE
+    }
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "searched in release by the model suite (scripts/test.sh)"
+)]
+fn two_phases_confirming_an_unsaved_id_charges_twice() {
+    caught(Flaw::ConfirmUnsaved, two_phase(), &[INVARIANTS[0]]);
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "searched in release by the model suite (scripts/test.sh)"
+)]
+fn two_phases_re_creating_on_take_over_charges_twice() {
+    caught(Flaw::Recreate, two_phase(), &[INVARIANTS[0]]);
+}
+
+/// The real sequencing on a provider that never deduplicates, with a crash, a lost or
+/// failed provider answer and the jobs: no invariant breaks, in every state.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "searched in release by the model suite (scripts/test.sh)"
+)]
+fn two_phases_hold_without_provider_deduplication() {
+    let good = Model {
+        bounds: Bounds {
+            crashes: 1,
+            jobs: 1,
+            ..two_phase()
+        },
+        flaw: None,
+    };
+    let r = check::run(&good, search());
+    assert!(r.violation.is_none(), "{:?}", r.violation);
+    assert!(!r.capped, "searched every state ({})", r.states);
+    println!("two phases: {} states", r.states);
+}

@@ -8,7 +8,7 @@
 //! instead of charging: one charge in its ledger, the customer paid with it.
 
 use payonce_model::check::{self, Search};
-use payonce_model::model::{Action, Bounds, Inst, Model, Step};
+use payonce_model::model::{Action, Bounds, Inst, Model};
 use payonce_model::Flaw;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
@@ -104,7 +104,7 @@ async fn the_blind_recharge_trace_against_the_real_server_charges_once() {
         let was = |x: &payonce_model::model::State| {
             x.inst
                 .iter()
-                .filter(|i| matches!(i, Inst::Busy(_, Step::TakeOver)))
+                .filter(|i| matches!(i, Inst::Busy(_, w) if w.flow.next_step() == "TakeOver"))
                 .count()
         };
         if was(&before) > was(&s) {

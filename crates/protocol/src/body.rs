@@ -24,6 +24,8 @@ pub mod paths {
     pub const OPENAPI: &str = "/openapi.json";
     /// `POST` provider webhooks.
     pub const WEBHOOKS: &str = "/webhooks/provider";
+    /// `POST` Stripe's webhooks (a server run with `--provider stripe`).
+    pub const STRIPE_WEBHOOKS: &str = "/webhooks/stripe";
     /// `GET` Prometheus metrics (text exposition format).
     pub const METRICS: &str = "/metrics";
     /// `GET` (dev mode only) the mails sent about one order: `?orderId=`, [`super::Mailbox`].
@@ -61,6 +63,7 @@ pub mod paths {
         HEALTHZ,
         OPENAPI,
         WEBHOOKS,
+        STRIPE_WEBHOOKS,
         METRICS,
         DEV_MAILBOX,
         "/orders/{id}",

@@ -14,6 +14,9 @@ pub const KEY_RETENTION: &str = "Idempotency-Key-Retention";
 pub const DEV_FAULT: &str = "Payonce-Dev-Fault";
 /// Header on provider webhooks: `t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "t.body")>`.
 pub const WEBHOOK_SIGNATURE: &str = "Payonce-Signature";
+/// Header on Stripe's webhooks: the same format as [`WEBHOOK_SIGNATURE`], with one `v1` per
+/// active signing secret (`crate::signature`).
+pub const STRIPE_SIGNATURE: &str = "Stripe-Signature";
 /// Name of the HttpOnly session cookie set by `POST /dev/sessions`.
 pub const SESSION_COOKIE: &str = "payonce_session";
 /// Response header naming the request, for matching client reports to server logs.
@@ -28,6 +31,21 @@ pub const ALL: &[&str] = &[
     KEY_RETENTION,
     DEV_FAULT,
     WEBHOOK_SIGNATURE,
+    STRIPE_SIGNATURE,
     SESSION_COOKIE,
     REQUEST_ID,
 ];
+
+/// The standard CORS answer headers a cross-origin backend sets for the SDK (named in the
+/// SDK's `NETWORK_OR_CORS` warning). Not payonce's own names, so not in [`ALL`].
+pub mod cors {
+    /// The origin allowed to read the answer (the page's origin itself when credentials go
+    /// along: `*` is refused then).
+    pub const ALLOW_ORIGIN: &str = "Access-Control-Allow-Origin";
+    /// `true`: the answer may be read although the request carried credentials.
+    pub const ALLOW_CREDENTIALS: &str = "Access-Control-Allow-Credentials";
+    /// The request headers a cross-origin request may carry (the preflight's answer).
+    pub const ALLOW_HEADERS: &str = "Access-Control-Allow-Headers";
+    /// The answer headers the page may read.
+    pub const EXPOSE_HEADERS: &str = "Access-Control-Expose-Headers";
+}

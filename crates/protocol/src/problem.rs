@@ -3,6 +3,7 @@
 //! Every error payonce returns is a [`Problem`] served as `application/problem+json`, with
 //! a `code` member from [`ErrorCode`]. Clients match on `code`, never on `title`/`detail`.
 
+use crate::body::Payment;
 use crate::status::AttemptStatus;
 use serde::{Deserialize, Serialize};
 
@@ -51,6 +52,9 @@ codes! {
     IdempotencyKeyInvalid = ("IDEMPOTENCY_KEY_INVALID", 400, "Idempotency-Key header is malformed"),
     /// The body or a parameter is malformed, has wrong types or unknown fields.
     InvalidRequest = ("INVALID_REQUEST", 400, "The request is malformed"),
+    /// The order's total (unit prices × quantities, minus the coupon) does not fit in an
+    /// amount: at most 2^53 - 1 minor units, so a JavaScript number holds it exactly.
+    AmountTooLarge = ("AMOUNT_TOO_LARGE", 400, "The order total is too large"),
     /// A webhook's signature is missing, wrong or outside the tolerance window.
     WebhookSignatureInvalid = ("WEBHOOK_SIGNATURE_INVALID", 400, "Webhook signature is invalid"),
     /// No valid session token or cookie.
@@ -82,11 +86,13 @@ codes! {
     AttemptCancelled = ("ATTEMPT_CANCELLED", 409, "This payment attempt was cancelled"),
     /// The request's `orderVersion` is not the order's current version.
     OrderChanged = ("ORDER_CHANGED", 409, "The order changed; review it and pay again"),
-    /// The order is paid or another attempt is active.
-    PaymentAlreadyActive = ("PAYMENT_ALREADY_ACTIVE", 409, "The order is paid or another payment is active"),
+    /// Another attempt of the order is active (processing, or waiting for the customer). A
+    /// paid order is `ORDER_ALREADY_PAID`.
+    PaymentAlreadyActive = ("PAYMENT_ALREADY_ACTIVE", 409, "Another payment attempt is active for this order"),
     /// The cart cannot change while a payment attempt is active.
     PaymentInProgress = ("PAYMENT_IN_PROGRESS", 409, "A payment is in progress for this order"),
-    /// The order is already paid and cannot be edited.
+    /// The order is already paid: it cannot be edited, and a new key cannot pay it (the
+    /// problem's `payment` is the order's payment).
     OrderAlreadyPaid = ("ORDER_ALREADY_PAID", 409, "The order is already paid"),
     /// Not enough stock for an item of the order.
     OutOfStock = ("OUT_OF_STOCK", 409, "An item is out of stock"),
@@ -151,6 +157,10 @@ pub struct Problem {
     /// On `OUT_OF_STOCK`: the SKU that ran out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sku: Option<String>,
+    /// On `ORDER_ALREADY_PAID` answering a pay: the order's payment, the receipt a replay of
+    /// the key that paid carries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payment: Option<Payment>,
 }
 
 /// The `next` member of a 402 `ACTION_REQUIRED` problem as the companion server sends it:
@@ -164,7 +174,13 @@ pub struct NextAction {
     pub kind: NextActionKind,
     /// Where the customer goes (for `redirect`): the provider's page, e.g. the bank's
     /// 3-D Secure challenge. Absolute.
-    pub url: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// For `stripe`: the PaymentIntent's client secret, for Stripe.js
+    /// (`stripe.confirmCardPayment(clientSecret)` or `handleNextAction`) in the customer's
+    /// browser. Meant for that browser only: never logged, never stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret: Option<String>,
 }
 
 /// [`NextAction::kind`].
@@ -173,6 +189,9 @@ pub struct NextAction {
 pub enum NextActionKind {
     /// Open `url` (same tab, or a popup); come back and pay again with the same key.
     Redirect,
+    /// Hand `clientSecret` to Stripe.js, which runs the 3-D Secure step; then pay again
+    /// with the same key.
+    Stripe,
 }
 
 /// The body of a 402 `ACTION_REQUIRED`: a [`Problem`] and its `next` member. A type of its
@@ -191,17 +210,33 @@ impl ActionRequiredProblem {
     /// `ACTION_REQUIRED` for an attempt that stays `processing`, sending the customer to
     /// `url`.
     pub fn redirect(url: impl Into<String>) -> Self {
-        let mut problem = Problem::new(ErrorCode::ActionRequired).with_detail(
+        Self::with(
             "the customer must confirm the payment (e.g. 3-D Secure) at next.url; then pay again with the same Idempotency-Key",
-        );
-        problem.attempt_status = Some(AttemptStatus::Processing);
-        Self {
-            problem,
-            next: NextAction {
+            NextAction {
                 kind: NextActionKind::Redirect,
-                url: url.into(),
+                url: Some(url.into()),
+                client_secret: None,
             },
-        }
+        )
+    }
+
+    /// `ACTION_REQUIRED` for an attempt that stays `processing`, whose Stripe PaymentIntent
+    /// Stripe.js finishes with `client_secret`.
+    pub fn stripe(client_secret: impl Into<String>) -> Self {
+        Self::with(
+            "the customer must confirm the payment (3-D Secure) with Stripe.js and next.clientSecret; then pay again with the same Idempotency-Key",
+            NextAction {
+                kind: NextActionKind::Stripe,
+                url: None,
+                client_secret: Some(client_secret.into()),
+            },
+        )
+    }
+
+    fn with(detail: &str, next: NextAction) -> Self {
+        let mut problem = Problem::new(ErrorCode::ActionRequired).with_detail(detail);
+        problem.attempt_status = Some(AttemptStatus::Processing);
+        Self { problem, next }
     }
 }
 
@@ -219,6 +254,7 @@ impl Problem {
             attempt_status: None,
             reason: None,
             sku: None,
+            payment: None,
         }
     }
 

@@ -17,9 +17,15 @@ pub mod paths {
     pub fn charge_by_key(provider_key: &str) -> String {
         format!("/charges/by-key/{provider_key}")
     }
-    /// `POST /charges/{chargeId}/refunds` (with `Idempotency-Key`).
+    /// `POST /charges/{chargeId}/refunds` (with `Idempotency-Key`); `GET` lists the charge's
+    /// refunds ([`super::RefundList`]), made through the API or the dashboard.
     pub fn refunds(charge_id: &str) -> String {
         format!("/charges/{charge_id}/refunds")
+    }
+    /// `POST` (dev) refund a succeeded charge directly, as a merchant does in a PSP's
+    /// dashboard: no idempotency key of ours, a `charge.refunded` event like any refund.
+    pub fn dev_dashboard_refund(charge_id: &str) -> String {
+        format!("/dev/charges/{charge_id}/refund")
     }
     /// `GET /charges/{chargeId}/action`: the page where the customer completes a charge that
     /// requires action (the challenge of `pm_card_3ds`). [`Charge::next_action_url`] points here.
@@ -53,10 +59,21 @@ pub mod methods {
     /// completion page ([`super::Charge::next_action_url`]) and ends only when the customer
     /// completes it there (`POST /charges/{id}/complete`).
     pub const THREE_DS: &str = "pm_card_3ds";
+    /// Approved at once; every refund of its charge is refused (409 `REFUND_NOT_ALLOWED`), as
+    /// an issuer may refuse one (a closed card account).
+    pub const REFUND_REFUSED: &str = "pm_card_refund_refused";
     /// The methods that end without the customer (what an unattended load test can use).
     pub const UNATTENDED: [&str; 5] = [APPROVE, DECLINE, SLOW, TIMEOUT, TRANSIENT_5XX];
     /// All test methods.
-    pub const ALL: [&str; 6] = [APPROVE, DECLINE, SLOW, TIMEOUT, TRANSIENT_5XX, THREE_DS];
+    pub const ALL: [&str; 7] = [
+        APPROVE,
+        DECLINE,
+        SLOW,
+        TIMEOUT,
+        TRANSIENT_5XX,
+        THREE_DS,
+        REFUND_REFUSED,
+    ];
 }
 
 /// Outcome of a charge at the provider.
@@ -135,6 +152,14 @@ pub struct Charge {
     /// the charge. Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_action_url: Option<String>,
+    /// When `declined`: the provider's reason (Stripe's `decline_code`, e.g.
+    /// `insufficient_funds`), shown as the problem's detail. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decline_code: Option<String>,
+    /// While `requires_action` at Stripe: the PaymentIntent's client secret, which the
+    /// customer's browser hands to Stripe.js. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret: Option<String>,
 }
 
 /// `GET /ledger` answer.
@@ -155,6 +180,14 @@ pub struct Refund {
     pub charge_id: String,
     /// Amount refunded.
     pub amount: i64,
+}
+
+/// `GET /charges/{chargeId}/refunds` answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RefundList {
+    /// The charge's refunds, oldest first (a full refund: at most one).
+    pub refunds: Vec<Refund>,
 }
 
 /// Webhook event types.

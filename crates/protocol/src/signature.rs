@@ -1,10 +1,17 @@
-//! Webhook signatures: `Payonce-Signature: t=<unix secs>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`.
+//! Webhook signatures in Stripe's scheme: `t=<unix secs>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`.
 //!
-//! The provider signs with [`sign`] and the merchant server checks with [`verify`]: one rule,
-//! one place, so the two sides cannot disagree. No HTTP framework in here on purpose.
+//! Two headers carry it: the mock provider's `Payonce-Signature`
+//! ([`crate::headers::WEBHOOK_SIGNATURE`]) and Stripe's own `Stripe-Signature`
+//! ([`crate::headers::STRIPE_SIGNATURE`]), which is this exact format (Stripe's webhook
+//! documentation, "Verify signatures manually"). The provider signs with [`sign`] and the
+//! merchant server checks with [`verify`]: one rule, one place, so the sides cannot disagree.
+//! [`parse`] is the header parser alone, pure and bounded, so it can be fuzzed on its own.
+//! No HTTP framework in here on purpose.
 //!
 //! Why the timestamp is inside the MAC: an attacker who captured one delivery cannot replay
 //! it later with a fresh `t`, and the tolerance window bounds how long a capture is useful.
+//! Why several `v1` values: while a secret is rolled, Stripe signs each event with every
+//! active secret, one `v1` each; a receiver holding either secret must accept it.
 
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
@@ -64,22 +71,31 @@ pub fn sign(secret: &str, timestamp: i64, body: &[u8]) -> String {
     format!("t={timestamp},{SCHEME}={}", hex::encode(tag))
 }
 
-/// Checks a `Payonce-Signature` header against the raw request `body`.
-///
-/// `now` is the receiver's clock in unix seconds; the header's `t` must be within
-/// `tolerance` of it (either side, clocks drift). Several `v1=` elements are allowed (secret
-/// rotation); one matching is enough. Unknown schemes are ignored, as Stripe does.
-/// The comparison is constant-time.
-pub fn verify(
-    secret: &str,
-    header: &str,
-    body: &[u8],
-    now: i64,
-    tolerance: Duration,
-) -> Result<(), SignatureError> {
+/// Most `key=value` elements a header may have: a `t`, one `v1` per active secret (two while
+/// a secret is rolled), maybe a `v0`. Longer is not a header a provider wrote, and the cap
+/// bounds the work one request can ask for.
+pub const MAX_ELEMENTS: usize = 16;
+
+/// A signature header, parsed: what the provider says it signed, not yet checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    /// `t`: when the provider signed, unix seconds.
+    pub timestamp: i64,
+    /// Every `v1` value that is hex, decoded (at least one). A value that is not hex cannot
+    /// match and is skipped, so one bad element does not hide a good one.
+    pub signatures: Vec<Vec<u8>>,
+}
+
+/// Parses a signature header: comma-separated `key=value` elements, exactly one `t` (an
+/// integer), at least one hex `v1`, at most [`MAX_ELEMENTS`]. Unknown schemes are ignored,
+/// as Stripe's libraries do. Never panics (property-tested).
+pub fn parse(header: &str) -> Result<Header, SignatureError> {
     let mut timestamp: Option<i64> = None;
     let mut signatures: Vec<Vec<u8>> = Vec::new();
-    for element in header.split(',') {
+    for (n, element) in header.split(',').enumerate() {
+        if n == MAX_ELEMENTS {
+            return Err(SignatureError::Malformed);
+        }
         let (key, value) = element
             .trim()
             .split_once('=')
@@ -92,8 +108,6 @@ pub fn verify(
                 timestamp = Some(value.parse().map_err(|_| SignatureError::BadTimestamp)?);
             }
             SCHEME => {
-                // A non-hex value cannot match; skip it rather than failing, so one bad
-                // element does not hide a good one.
                 if let Ok(bytes) = hex::decode(value) {
                     signatures.push(bytes);
                 }
@@ -105,6 +119,29 @@ pub fn verify(
     if signatures.is_empty() {
         return Err(SignatureError::NoSignature);
     }
+    Ok(Header {
+        timestamp,
+        signatures,
+    })
+}
+
+/// Checks a signature header (either name, see the module docs) against the raw request
+/// `body`.
+///
+/// `now` is the receiver's clock in unix seconds; the header's `t` must be within
+/// `tolerance` of it (either side, clocks drift). Several `v1=` elements are allowed (secret
+/// rotation); one matching is enough. The comparison is constant-time (`Mac::verify_slice`).
+pub fn verify(
+    secret: &str,
+    header: &str,
+    body: &[u8],
+    now: i64,
+    tolerance: Duration,
+) -> Result<(), SignatureError> {
+    let Header {
+        timestamp,
+        signatures,
+    } = parse(header)?;
     if now.abs_diff(timestamp) > tolerance.as_secs() {
         return Err(SignatureError::OutsideTolerance);
     }
@@ -208,6 +245,154 @@ mod tests {
                 Err(want),
                 "{header:?}"
             );
+        }
+    }
+
+    #[test]
+    fn parses_what_it_signs_and_caps_the_elements() {
+        let header = sign(SECRET, 42, BODY);
+        let parsed = parse(&header).unwrap();
+        assert_eq!(parsed.timestamp, 42);
+        assert_eq!(parsed.signatures.len(), 1);
+        assert_eq!(parsed.signatures[0].len(), 32);
+        let at_cap = format!("t=1{}", ",v1=00".repeat(MAX_ELEMENTS - 1));
+        assert_eq!(parse(&at_cap).unwrap().signatures.len(), MAX_ELEMENTS - 1);
+        let over = format!("{at_cap},v0=00");
+        assert_eq!(parse(&over), Err(SignatureError::Malformed));
+    }
+
+    #[test]
+    fn a_header_signed_as_stripe_and_localstripe_sign_verifies() {
+        // hmac.new(b"whsec_rotated", b'1700000000.{"id":"evt_1"}', sha256).hexdigest():
+        // what localstripe's webhooks.py computes, checked with Python's hmac module.
+        let stripe = "b512a29addee8372eec5e716e7e660fae9873e83b13c255f5b07c8ad9efca4a4";
+        let header = format!("t=1700000000,v1={stripe}");
+        assert_eq!(
+            verify("whsec_rotated", &header, BODY, 1_700_000_000, TOL),
+            Ok(())
+        );
+        // While a secret is rolled Stripe sends one v1 per secret: either secret verifies.
+        let old = sign(SECRET, 1_700_000_000, BODY);
+        let old = old.split_once(",v1=").unwrap().1;
+        let rolled = format!("t=1700000000,v1={old},v1={stripe}");
+        for secret in [SECRET, "whsec_rotated"] {
+            assert_eq!(verify(secret, &rolled, BODY, 1_700_000_000, TOL), Ok(()));
+        }
+        assert_eq!(
+            verify("whsec_other", &rolled, BODY, 1_700_000_000, TOL),
+            Err(SignatureError::Mismatch)
+        );
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Header-shaped strings: the parser's alphabet, so most cases get past the split.
+        fn headerish() -> impl Strategy<Value = String> {
+            prop::collection::vec(
+                prop_oneof![
+                    Just("t=".to_owned()),
+                    Just("v1=".to_owned()),
+                    Just("v0=".to_owned()),
+                    Just(",".to_owned()),
+                    Just(" ".to_owned()),
+                    Just("=".to_owned()),
+                    "[0-9a-fA-F]{0,70}",
+                    "-?[0-9]{1,20}",
+                ],
+                0..40,
+            )
+            .prop_map(|parts| parts.concat())
+        }
+
+        fn tag() -> impl Strategy<Value = String> {
+            prop::collection::vec(any::<u8>(), 32).prop_map(hex::encode)
+        }
+
+        proptest! {
+            #[test]
+            fn the_parser_never_panics_and_keeps_its_promises(
+                header in prop_oneof![headerish(), ".{0,300}"],
+            ) {
+                if let Ok(parsed) = parse(&header) {
+                    prop_assert!(!parsed.signatures.is_empty());
+                    prop_assert!(parsed.signatures.len() < MAX_ELEMENTS);
+                    let ts: Vec<_> = header.split(',').filter_map(|e| e.trim().strip_prefix("t=")).collect();
+                    prop_assert_eq!(ts.len(), 1, "{}", header);
+                    prop_assert_eq!(ts[0].parse::<i64>().ok(), Some(parsed.timestamp));
+                }
+                // verify is parse, then arithmetic and a MAC: it cannot panic either.
+                let _ = verify(SECRET, &header, BODY, 0, TOL);
+                let _ = verify(SECRET, &header, BODY, i64::MAX, TOL);
+            }
+
+            #[test]
+            fn every_signed_body_verifies_within_the_tolerance_only(
+                secret in ".{1,64}",
+                body in prop::collection::vec(any::<u8>(), 0..512),
+                t in -1_000_000_000i64..4_000_000_000,
+                skew in -600i64..600,
+            ) {
+                let header = sign(&secret, t, &body);
+                let got = verify(&secret, &header, &body, t + skew, TOL);
+                if skew.unsigned_abs() <= TOL.as_secs() {
+                    prop_assert_eq!(got, Ok(()));
+                } else {
+                    prop_assert_eq!(got, Err(SignatureError::OutsideTolerance));
+                }
+            }
+
+            #[test]
+            fn one_good_v1_among_others_verifies_in_any_position(
+                others in prop::collection::vec(prop_oneof![
+                    tag().prop_map(|h| format!("v1={h}")),
+                    tag().prop_map(|h| format!("v0={h}")),
+                    Just("v1=not-hex".to_owned()),
+                    Just("scheme=x".to_owned()),
+                ], 0..(MAX_ELEMENTS - 2)),
+                at in any::<prop::sample::Index>(),
+            ) {
+                let good = sign(SECRET, 7, BODY);
+                let good = good.split_once(',').unwrap().1.to_owned();
+                let mut elements = others;
+                elements.insert(at.index(elements.len() + 1), good);
+                elements.insert(0, "t=7".to_owned());
+                prop_assert_eq!(verify(SECRET, &elements.join(","), BODY, 7, TOL), Ok(()));
+            }
+
+            #[test]
+            fn a_changed_body_secret_or_timestamp_never_verifies(
+                body in prop::collection::vec(any::<u8>(), 1..256),
+                flip in any::<prop::sample::Index>(),
+                bit in 0u8..8,
+                secret in "[a-z0-9_]{1,40}",
+                forged in tag(),
+            ) {
+                let header = sign(SECRET, 1000, &body);
+                let mut changed = body.clone();
+                changed[flip.index(body.len())] ^= 1 << bit;
+                prop_assert_eq!(
+                    verify(SECRET, &header, &changed, 1000, TOL),
+                    Err(SignatureError::Mismatch)
+                );
+                if secret != SECRET {
+                    prop_assert_eq!(
+                        verify(&secret, &header, &body, 1000, TOL),
+                        Err(SignatureError::Mismatch)
+                    );
+                }
+                let resigned = header.replacen("t=1000", "t=1001", 1);
+                prop_assert_eq!(
+                    verify(SECRET, &resigned, &body, 1000, TOL),
+                    Err(SignatureError::Mismatch)
+                );
+                let guessed = format!("t=1000,v1={forged}");
+                prop_assert_eq!(
+                    verify(SECRET, &guessed, &body, 1000, TOL),
+                    Err(SignatureError::Mismatch)
+                );
+            }
         }
     }
 }

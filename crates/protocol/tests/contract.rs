@@ -221,6 +221,8 @@ fn webhook_event_shape_is_stable() {
             status: ChargeStatus::Succeeded,
             created_at: 2,
             next_action_url: None,
+            decline_code: None,
+            client_secret: None,
         },
     };
     let v = serde_json::to_value(&event).unwrap();

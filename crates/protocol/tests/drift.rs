@@ -196,6 +196,21 @@ fn every_body_member_is_documented_and_in_openapi() {
     report("body members", "openapi.json", &api);
 }
 
+/// Names found anywhere in the document are not enough for a problem's extension members
+/// (`payment` is also a `PayResponse` member): each must be a property of the Problem schema.
+#[test]
+fn every_problem_member_is_in_the_openapi_problem_schema() {
+    let spec = openapi();
+    let props = spec["components"]["schemas"]["Problem"]["properties"]
+        .as_object()
+        .expect("Problem has properties");
+    let missing: Vec<&str> = members::<Problem>()
+        .into_iter()
+        .filter(|m| !props.contains_key(*m))
+        .collect();
+    report("Problem members", "openapi.json (Problem)", &missing);
+}
+
 #[test]
 fn the_probe_sees_renames_and_every_member() {
     // If the probe missed members, the tests above could not fail for them.

@@ -14,6 +14,8 @@ pub struct Operation {
     pub endpoint: &'static str,
     /// Domain separator of its provider keys.
     key_domain: &'static [u8],
+    /// Domain separator of its unscoped keys ([`Operation::legacy_provider_key`]).
+    legacy_domain: &'static [u8],
     /// Prefix of its provider keys.
     key_prefix: &'static str,
 }
@@ -21,14 +23,16 @@ pub struct Operation {
 /// `POST /orders/{id}/pay`: a charge, provider keys `pk_…`.
 pub const PAY: Operation = Operation {
     endpoint: "POST /orders/{id}/pay",
-    key_domain: b"payonce.provider-key.v1\0",
+    key_domain: b"payonce.provider-key.v2\0",
+    legacy_domain: b"payonce.provider-key.v1\0",
     key_prefix: "pk_",
 };
 
 /// `POST /payments/{id}/refund`: a refund, provider keys `rk_…`.
 pub const REFUND: Operation = Operation {
     endpoint: "POST /payments/{id}/refund",
-    key_domain: b"payonce.provider-refund-key.v1\0",
+    key_domain: b"payonce.provider-refund-key.v2\0",
+    legacy_domain: b"payonce.provider-refund-key.v1\0",
     key_prefix: "rk_",
 };
 
@@ -44,12 +48,27 @@ impl Operation {
         hex::encode(h.finalize())
     }
 
-    /// The provider-side key of `(user, key)`: stable across retries and processes, scoped
-    /// by user (two users sending the same key never share a charge or refund), distinct per
-    /// operation.
-    pub fn provider_key(&self, user: &str, key: &IdempotencyKey) -> String {
+    /// The provider-side key of `(user, key)` for `scope` (the order a charge pays, the
+    /// payment a refund returns): stable across retries and processes, scoped by user (two
+    /// users sending the same key never share a charge or refund) and by scope (a key used
+    /// again on another order after its retention gets a charge of its own, never the old
+    /// order's), distinct per operation. Saved on the row before any provider call, so a
+    /// row keeps the key it was saved with whatever this derivation becomes.
+    pub fn provider_key(&self, user: &str, key: &IdempotencyKey, scope: &str) -> String {
         let mut h = Sha256::new();
         h.update(self.key_domain);
+        for field in [user, key.as_str(), scope] {
+            h.update((field.len() as u64).to_be_bytes());
+            h.update(field.as_bytes());
+        }
+        format!("{}{}", self.key_prefix, &hex::encode(h.finalize())[..40])
+    }
+
+    /// The key rows saved before keys were scoped, from `(user, key)` only: used only to
+    /// ask the provider about such a row's charge once the row itself is gone.
+    pub fn legacy_provider_key(&self, user: &str, key: &IdempotencyKey) -> String {
+        let mut h = Sha256::new();
+        h.update(self.legacy_domain);
         h.update(user.as_bytes());
         h.update(b"\0");
         h.update(key.as_str().as_bytes());

@@ -3,6 +3,8 @@
 //! to these functions; they answer with the next action or a plan of rows to write, which
 //! the server executes in one transaction.
 //!
+//! - [`flow`]: the pay flow itself, [`flow::ServerPay`]: the sans-IO machine the server's
+//!   request path, jobs and webhook handler and the model checker all drive.
 //! - [`record`]: an attempt as the store holds it, one variant per state, so a final attempt
 //!   without its stored answer cannot be represented.
 //! - [`keyed`]: the idempotency mechanism pay and refund share: an operation's fingerprint
@@ -15,12 +17,14 @@
 
 #![deny(missing_docs)]
 
+pub mod flow;
 pub mod keyed;
 pub mod pay;
 pub mod plan;
 pub mod policy;
 pub mod record;
 
+pub use flow::ServerPay;
 pub use pay::{decide, fingerprint, provider_key, provider_refund_key, NextAction, PayRequest};
 pub use policy::Policy;
 pub use record::{Answer, Final, Processing, Record, Terms, Tombstone};

@@ -59,14 +59,14 @@ fn canonical_extras(extras: &Extras) -> String {
         .join("\n")
 }
 
-/// The provider key of a charge.
-pub fn provider_key(user: &str, key: &IdempotencyKey) -> String {
-    PAY.provider_key(user, key)
+/// The provider key of a charge of `order_id`.
+pub fn provider_key(user: &str, key: &IdempotencyKey, order_id: &str) -> String {
+    PAY.provider_key(user, key, order_id)
 }
 
-/// The provider key of a refund.
-pub fn provider_refund_key(user: &str, key: &IdempotencyKey) -> String {
-    REFUND.provider_key(user, key)
+/// The provider key of a refund of `payment_id`.
+pub fn provider_refund_key(user: &str, key: &IdempotencyKey, payment_id: &str) -> String {
+    REFUND.provider_key(user, key, payment_id)
 }
 
 /// The order as rule 1 read it: its current version and the amount for it.

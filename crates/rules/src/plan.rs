@@ -169,7 +169,8 @@ pub fn plan_claim(
             currency: order.currency.to_owned(),
         },
         payment_method_id: payment_method_id.to_owned(),
-        provider_key: provider_key(user, key),
+        provider_key: provider_key(user, key, order.id),
+        provider_ref: None,
         locked_until: Some(policy.lease_until(now)),
     };
     let mut stock = order.lines.to_vec();
@@ -193,13 +194,15 @@ pub fn order_changed(current: i64) -> Problem {
     p
 }
 
-/// Why the order refused a claim, from its version as read after the refusal (`None`: gone):
-/// it moved to another version, or it is paid or busy. A blocker that finished between the
-/// statement and the read is still a refusal: the client retries with its key and gets a
-/// fresh decision.
-pub fn order_conflict(current_version: Option<i64>, expected_version: i64) -> Problem {
-    match current_version {
-        Some(v) if v != expected_version => order_changed(v),
+/// Why the order refused a claim, from its version and whether it is paid, as read after the
+/// refusal (`None`: gone): it is paid (`ORDER_ALREADY_PAID`, to which the caller adds the
+/// order's payment: "paid elsewhere" is an answer, not "busy"), it moved to another version,
+/// or another attempt holds it. A blocker that finished between the statement and the read is
+/// still a refusal: the client retries with its key and gets a fresh decision.
+pub fn order_conflict(current: Option<(i64, bool)>, expected_version: i64) -> Problem {
+    match current {
+        Some((_, true)) => Problem::new(ErrorCode::OrderAlreadyPaid),
+        Some((v, false)) if v != expected_version => order_changed(v),
         Some(_) => Problem::new(ErrorCode::PaymentAlreadyActive),
         None => Problem::new(ErrorCode::OrderNotFound),
     }
@@ -239,6 +242,9 @@ pub enum Lookup {
     Found(Charge),
     /// The provider has never seen the key: re-driving with it is safe.
     NotFound,
+    /// A two-phase provider holds the payment object whose id is saved on the attempt, never
+    /// confirmed: nothing was charged; confirming that saved id is safe.
+    Unconfirmed,
     /// The provider could not tell.
     Unknown(String),
 }
@@ -249,7 +255,7 @@ pub enum Lookup {
 pub fn reconcile(lookup: Lookup) -> Result<Outcome, Redrive> {
     match lookup {
         Lookup::Found(charge) => Ok(Outcome::of(charge)),
-        Lookup::NotFound => Err(Redrive),
+        Lookup::NotFound | Lookup::Unconfirmed => Err(Redrive),
         Lookup::Unknown(why) => Ok(Outcome::Unknown(why)),
     }
 }
@@ -264,7 +270,7 @@ pub struct Redrive;
 pub fn webhook(lookup: Lookup) -> Option<Option<Outcome>> {
     match lookup {
         Lookup::Found(charge) => Some(Some(Outcome::of(charge))),
-        Lookup::NotFound => Some(None),
+        Lookup::NotFound | Lookup::Unconfirmed => Some(None),
         Lookup::Unknown(_) => None,
     }
 }
@@ -318,6 +324,17 @@ pub enum SettlePlan {
         /// The 402 answer (never stored: it changes once the customer acted).
         answer: Answer,
     },
+    /// The provider reports a succeeded charge under our key for another order, amount or
+    /// currency than the attempt's: money moved, but not the money this order asked for,
+    /// so the order is not marked paid. The attempt is flagged for manual review (once,
+    /// with `audit`), stays processing with its order locked, our lease ends early, and the
+    /// answer is the 202 of `Unknown`.
+    Review {
+        /// The 202 answer (never stored).
+        answer: Answer,
+        /// The review flag's audit row.
+        audit: AuditEntry,
+    },
 }
 
 /// Plans the settle of `claim` with `outcome`. `payment_id` names the payment if one is made.
@@ -365,7 +382,19 @@ pub fn plan_settle(
             ),
         }
     };
+    let processing = || Answer {
+        status: 202,
+        body: json(&PayResponse {
+            status: AttemptStatus::Processing,
+            order_id: a.terms.order_id.clone(),
+            payment: None,
+        }),
+    };
     match outcome {
+        Outcome::Succeeded(charge) if !charges_the_terms(&charge, &a.terms) => SettlePlan::Review {
+            answer: processing(),
+            audit: mismatch_entry(&a.id, &charge),
+        },
         Outcome::Succeeded(charge) => {
             let payment = Payment {
                 id: payment_id,
@@ -393,21 +422,28 @@ pub fn plan_settle(
                 audit: audit("succeeded", &reason, [UNPAID, "paid", &reason]),
             }
         }
-        Outcome::Declined(_) => uncharged(
-            AttemptStatus::Declined,
-            ErrorCode::PaymentDeclined,
-            "the card was declined",
-        ),
+        Outcome::Declined(charge) => {
+            let detail = match &charge.decline_code {
+                Some(code) => format!("the card was declined ({code})"),
+                None => "the card was declined".to_owned(),
+            };
+            uncharged(AttemptStatus::Declined, ErrorCode::PaymentDeclined, &detail)
+        }
         Outcome::Rejected(_) => uncharged(
             AttemptStatus::Failed,
             ErrorCode::PaymentFailed,
             "the provider refused the charge",
         ),
         Outcome::ActionRequired(Charge {
-            next_action_url: Some(url),
+            next_action_url,
+            client_secret,
             ..
-        }) => {
-            let body = serde_json::to_string(&ActionRequiredProblem::redirect(url))
+        }) if next_action_url.is_some() || client_secret.is_some() => {
+            let next = match (next_action_url, client_secret) {
+                (Some(url), _) => ActionRequiredProblem::redirect(url),
+                (None, secret) => ActionRequiredProblem::stripe(secret.unwrap_or_default()),
+            };
+            let body = serde_json::to_string(&next)
                 .unwrap_or_else(|_| problem_body(&Problem::new(ErrorCode::Internal)));
             SettlePlan::ActionRequired {
                 answer: Answer { status: 402, body },
@@ -415,17 +451,36 @@ pub fn plan_settle(
         }
         // A provider that wants an action but names no page: as good as no answer.
         Outcome::Unknown(_) | Outcome::ActionRequired(_) => SettlePlan::Unknown {
-            answer: Answer {
-                status: 202,
-                body: json(&PayResponse {
-                    status: AttemptStatus::Processing,
-                    order_id: a.terms.order_id.clone(),
-                    payment: None,
-                }),
-            },
+            answer: processing(),
         },
     }
 }
+
+/// True when `charge` is the one the attempt asked for: its order, amount and currency.
+pub fn charges_the_terms(charge: &Charge, terms: &Terms) -> bool {
+    charge.order_id == terms.order_id
+        && charge.amount == terms.amount
+        && charge.currency == terms.currency
+}
+
+/// The audit row of a charge that differs from its attempt, flagged for review.
+fn mismatch_entry(attempt_id: &str, charge: &Charge) -> AuditEntry {
+    let reason = format!(
+        "provider charge {} is for order {}, {} {}, not this attempt's: flagged for manual review, order not marked paid",
+        charge.id, charge.order_id, charge.amount, charge.currency
+    );
+    Entry::new(
+        "system",
+        "attempt",
+        attempt_id,
+        Some("processing"),
+        REVIEW,
+        &reason,
+    )
+}
+
+/// The audit trail's state of an attempt flagged for review.
+const REVIEW: &str = "processing (needs review)";
 
 /// The exact bytes of a problem body. Stored answers are built with this too, so a replay
 /// and the first answer cannot differ.
@@ -456,7 +511,7 @@ pub fn take_over_entry(actor: &str, attempt_id: &str, who: &str) -> AuditEntry {
 
 /// The audit row of a manual-review flag.
 pub fn review_entry(attempt_id: &str) -> AuditEntry {
-    Entry::new("system", "attempt", attempt_id, Some("processing"), "processing (needs review)",
+    Entry::new("system", "attempt", attempt_id, Some("processing"), REVIEW,
         "reconciliation: the provider cannot tell this attempt's outcome; flagged for manual review, never charged blindly")
 }
 
@@ -523,8 +578,51 @@ pub fn cancel_forgotten(lookup: Lookup, payment: Option<Payment>) -> CancelRespo
                 .map_or(AttemptStatus::Succeeded, |p| p.status);
             (status, payment)
         }
-        Lookup::Found(_) | Lookup::NotFound => (AttemptStatus::Cancelled, None),
+        Lookup::Found(_) | Lookup::NotFound | Lookup::Unconfirmed => {
+            (AttemptStatus::Cancelled, None)
+        }
         Lookup::Unknown(_) => (AttemptStatus::Processing, None),
     };
     CancelResponse { status, payment }
+}
+
+/// The same table answered from the store when it knows the provider key that paid the
+/// order (`paid_with`): the key cancelled (`provider_key`) is that one, so it paid; or it is
+/// another, which never charged this paid order (its one charge was made under the paying
+/// key). `None` when the store cannot tell: the provider decides ([`cancel_forgotten`]),
+/// after the rate limit.
+pub fn cancel_from_store(
+    provider_key: &str,
+    paid_with: Option<&str>,
+    payment: Option<Payment>,
+) -> Option<CancelResponse> {
+    let paid_with = paid_with?;
+    let payment = payment.filter(|_| paid_with == provider_key);
+    let status = payment
+        .as_ref()
+        .map_or(AttemptStatus::Cancelled, |p| p.status);
+    Some(CancelResponse { status, payment })
+}
+
+/// What a refund the provider refused comes to, from the charge's refunds as the provider
+/// lists them (`Err`: it could not tell).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RefusedRefund {
+    /// The charge was refunded elsewhere (the dashboard, another key): record that refund.
+    RefundedElsewhere(payonce_protocol::provider::Refund),
+    /// Nothing was refunded: the refund ends `failed` and the payment's refund slot frees.
+    Failed,
+    /// The provider cannot tell: the refund stays processing; a retry asks again.
+    Unknown,
+}
+
+/// The rule for a refused refund: the provider's own list of the charge's refunds decides.
+pub fn refused_refund(
+    refunds: Result<Vec<payonce_protocol::provider::Refund>, String>,
+) -> RefusedRefund {
+    match refunds.map(|r| r.into_iter().next()) {
+        Ok(Some(refund)) => RefusedRefund::RefundedElsewhere(refund),
+        Ok(None) => RefusedRefund::Failed,
+        Err(_) => RefusedRefund::Unknown,
+    }
 }

@@ -58,6 +58,21 @@ impl Policy {
     }
 }
 
+/// The shortest and longest wait before the jobs look again at an attempt that waits for
+/// the customer (3-D Secure).
+pub const CUSTOMER_CHECK_MS: (i64, i64) = (5_000, 600_000);
+
+/// When the jobs next look at an attempt created at `created_at` that, at `now`, waits for
+/// the customer: after half its age, within [`CUSTOMER_CHECK_MS`]. A challenge the customer
+/// abandoned is looked at less and less often, so a page of them cannot fill every job
+/// round's work list while newer crashed attempts wait behind them; one completed
+/// meanwhile is settled by its webhook or the customer's own retry, never by this check.
+pub fn next_customer_check(created_at: i64, now: i64) -> i64 {
+    let (min, max) = CUSTOMER_CHECK_MS;
+    let wait = (now.saturating_sub(created_at) / 2).clamp(min, max);
+    now.saturating_add(wait)
+}
+
 /// Retention: may `record` be deleted at `now`? `payable_at`: the version its order can
 /// still be paid at (`None`: paid, refunded or gone). Processing: never. Final: once
 /// expired (the order then refuses or freshly decides its key). A tombstone: once expired

@@ -44,6 +44,10 @@ pub struct Processing {
     pub payment_method_id: String,
     /// The provider's idempotency key, saved before any call.
     pub provider_key: String,
+    /// A two-phase provider's id of the payment object created for this attempt, saved
+    /// before it is confirmed (`crate::flow::Phases::Two`); `None` before, and always for a
+    /// one-phase provider.
+    pub provider_ref: Option<String>,
     /// Unix ms the lease ends; `None` or past: nobody holds it.
     pub locked_until: Option<i64>,
 }

@@ -57,6 +57,7 @@ fn processing(locked_until: Option<i64>) -> Record {
         terms: terms("alice", 1, 100, "pm"),
         payment_method_id: "pm".into(),
         provider_key: "pk".into(),
+        provider_ref: None,
         locked_until,
     })
 }
@@ -292,7 +293,7 @@ fn a_claim_plan_reserves_in_sku_order_and_binds_the_request() {
     );
     let a = &plan.claim.attempt;
     assert_eq!(a.locked_until, Some(31_000));
-    assert_eq!(a.provider_key, provider_key("alice", &key()));
+    assert_eq!(a.provider_key, provider_key("alice", &key(), "o1"));
     assert_eq!(
         a.terms.fingerprint,
         fingerprint(&Details {
@@ -327,11 +328,18 @@ fn a_claim_plan_reserves_in_sku_order_and_binds_the_request() {
 
 #[test]
 fn order_conflicts() {
-    assert_eq!(order_conflict(Some(4), 3).current_version, Some(4));
+    assert_eq!(order_conflict(Some((4, false)), 3).current_version, Some(4));
     assert_eq!(
-        order_conflict(Some(3), 3).code,
+        order_conflict(Some((3, false)), 3).code,
         ErrorCode::PaymentAlreadyActive
     );
+    // Paid is the answer whatever the version: the client shows the receipt, it is not busy.
+    for v in [3, 4] {
+        assert_eq!(
+            order_conflict(Some((v, true)), 3).code,
+            ErrorCode::OrderAlreadyPaid
+        );
+    }
     assert_eq!(order_conflict(None, 3).code, ErrorCode::OrderNotFound);
 }
 
@@ -346,6 +354,8 @@ fn charge(status: ChargeStatus) -> Charge {
         status,
         created_at: 0,
         next_action_url: None,
+        decline_code: None,
+        client_secret: None,
     }
 }
 
@@ -426,6 +436,8 @@ fn settle_plans_by_outcome() {
 fn a_charge_waiting_for_the_customer_stays_open_with_its_page_in_next() {
     let waiting = Charge {
         next_action_url: Some("http://127.0.0.1:9/charges/ch_1/action".into()),
+        decline_code: None,
+        client_secret: None,
         ..charge(ChargeStatus::RequiresAction)
     };
     let outcome = Outcome::of(waiting.clone());
@@ -624,11 +636,17 @@ proptest! {
     }
 
     #[test]
-    fn provider_keys_are_scoped_by_user_and_domain(k in "[A-Za-z0-9-]{16,64}") {
+    fn provider_keys_are_scoped_by_user_scope_and_domain(k in "[A-Za-z0-9-]{16,64}") {
         let key = IdempotencyKey::parse(&k).unwrap();
-        prop_assert_ne!(provider_key("alice", &key), provider_key("bob", &key));
-        prop_assert_ne!(provider_key("alice", &key)[3..].to_owned(), provider_refund_key("alice", &key)[3..].to_owned());
-        prop_assert!(IdempotencyKey::parse(&provider_key("alice", &key)).is_ok());
+        let pk = |user: &str, order: &str| provider_key(user, &key, order);
+        prop_assert_ne!(pk("alice", "ord_1"), pk("bob", "ord_1"));
+        // The same key on another order after its retention: another charge.
+        prop_assert_ne!(pk("alice", "ord_1"), pk("alice", "ord_2"));
+        // Length-prefixed fields: moving bytes between user and scope changes the key.
+        prop_assert_ne!(pk("alice", "ord_1"), pk("alic", "eord_1"));
+        prop_assert_ne!(pk("alice", "ord_1")[3..].to_owned(), provider_refund_key("alice", &key, "ord_1")[3..].to_owned());
+        prop_assert_ne!(pk("alice", "ord_1"), payonce_rules::keyed::PAY.legacy_provider_key("alice", &key));
+        prop_assert!(IdempotencyKey::parse(&pk("alice", "ord_1")).is_ok());
     }
 
     /// Whatever the record and the clock: a request with the attempt's exact details never
@@ -691,13 +709,93 @@ fn the_shared_rule_serves_refunds() {
     );
     assert_ne!(PAY.fingerprint(&["alice", "pay_1"]), fp);
     assert_ne!(
-        PAY.provider_key("alice", &key())[3..],
-        REFUND.provider_key("alice", &key())[3..]
+        PAY.provider_key("alice", &key(), "pay_1")[3..],
+        REFUND.provider_key("alice", &key(), "pay_1")[3..]
     );
     // The pay fingerprint is PAY's over its six fields, byte for byte.
     let d = details("alice", "o1", 2, 100, "pm");
     assert_eq!(
         fingerprint(&d),
         PAY.fingerprint(&["alice", "o1", "2", "100", "USD", "pm"])
+    );
+}
+
+/// A succeeded charge for another order, amount or currency than the attempt's is flagged
+/// for review with the 202 of an unknown outcome; it never becomes a payment.
+#[test]
+fn a_charge_for_other_terms_is_reviewed_not_paid() {
+    let changed: [fn(&mut Charge); 3] = [
+        |c| c.order_id = "o2".into(),
+        |c| c.amount += 1,
+        |c| c.currency = "EUR".into(),
+    ];
+    for change in changed {
+        let mut c = charge(ChargeStatus::Succeeded);
+        change(&mut c);
+        match plan_settle(&claim(), Outcome::Succeeded(c), "pay_1".into(), 10, &POLICY) {
+            SettlePlan::Review { answer, audit } => {
+                assert_eq!(answer.status, 202);
+                assert_eq!(audit.to, "processing (needs review)");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+/// A paid order's forgotten key is answered from the payment's provider key when the store
+/// has it; without it the provider decides.
+#[test]
+fn cancel_of_a_forgotten_key_from_the_store() {
+    use payonce_rules::plan::cancel_from_store;
+    let payment = Payment {
+        id: "pay_1".into(),
+        order_id: "o1".into(),
+        amount: 100,
+        currency: "USD".into(),
+        payment_method_id: "pm".into(),
+        charge_id: "ch_1".into(),
+        status: AttemptStatus::Succeeded,
+    };
+    let paid = cancel_from_store("pk_a", Some("pk_a"), Some(payment.clone())).unwrap();
+    assert_eq!(
+        (paid.status, paid.payment),
+        (AttemptStatus::Succeeded, Some(payment.clone()))
+    );
+    let other = cancel_from_store("pk_b", Some("pk_a"), Some(payment.clone())).unwrap();
+    assert_eq!(
+        (other.status, other.payment),
+        (AttemptStatus::Cancelled, None)
+    );
+    assert_eq!(cancel_from_store("pk_a", None, Some(payment)), None);
+}
+
+/// A refused refund: the provider's list of the charge's refunds decides.
+#[test]
+fn a_refused_refund_by_what_the_provider_lists() {
+    use payonce_protocol::provider::Refund;
+    use payonce_rules::plan::{refused_refund, RefusedRefund};
+    let r = Refund {
+        id: "re_1".into(),
+        charge_id: "ch_1".into(),
+        amount: 100,
+    };
+    assert_eq!(
+        refused_refund(Ok(vec![r.clone()])),
+        RefusedRefund::RefundedElsewhere(r)
+    );
+    assert_eq!(refused_refund(Ok(vec![])), RefusedRefund::Failed);
+    assert_eq!(refused_refund(Err("down".into())), RefusedRefund::Unknown);
+}
+
+/// An attempt waiting for its customer is looked at after half its age, 5 s to 10 min.
+#[test]
+fn customer_checks_back_off_with_age() {
+    use payonce_rules::policy::next_customer_check;
+    assert_eq!(next_customer_check(1_000, 1_000), 6_000, "at least 5 s");
+    assert_eq!(next_customer_check(0, 60_000), 90_000, "half its age");
+    assert_eq!(
+        next_customer_check(0, 7_200_000),
+        7_800_000,
+        "at most 10 min"
     );
 }

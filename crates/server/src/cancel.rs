@@ -4,15 +4,19 @@
 //! The tombstone and a late pay race for one unique slot: whichever inserts first wins, so a
 //! pay that arrives after the cancel can never charge. The order is read after the insert,
 //! in its transaction: a charge under the key that settled before it shows as a paid order,
-//! and then the provider decides ([`plan::cancel_forgotten`]).
+//! and then the payment's provider key decides ([`plan::cancel_from_store`]); only when the
+//! store does not know it is the provider asked ([`plan::cancel_forgotten`]), and that lookup
+//! spends a tombstone token first, so a loop of fresh keys cannot spend the merchant's
+//! provider quota.
 
 use crate::error::{AppError, AppResult};
 use crate::state::AppState;
 use crate::store::attempts as db;
 use crate::store::audit;
 use crate::store::orders::{get_order, OrderRow};
-use crate::store::payments::{get_payment, payment_of_attempt};
+use crate::store::payments::{get_payment, paid_with, payment_of_attempt};
 use payonce_protocol::{AttemptStatus, CancelResponse, IdempotencyKey, OrderStatus, Payment};
+use payonce_rules::keyed::PAY;
 use payonce_rules::policy::Bucket;
 use payonce_rules::{plan, provider_key};
 
@@ -29,7 +33,8 @@ pub(crate) async fn cancel(
         plan::plan_tombstone(user, &order.id, order.version, id, now, &state.policy);
     // Inserts the tombstone (`Ok(false)`: the key's slot is taken). The first write undoes
     // it when the order read in its transaction is no longer payable.
-    let insert = |unless_paid: bool| {
+    // `spend`: take a tombstone token (false when the lookup before it took one).
+    let insert = |unless_paid: bool, spend: bool| {
         let (limits, owner, order_id) = (state.limits.clone(), user.to_owned(), order.id.clone());
         let (t, e, k) = (tombstone.clone(), entry.clone(), key.as_str().to_owned());
         state.store.write(async move |tx| {
@@ -46,10 +51,13 @@ pub(crate) async fn cancel(
             {
                 return Err(Undo::Paid(current));
             }
-            // Only a cancel that keeps a tombstone spends a token (an error undoes the write).
-            limits
-                .check(Bucket::Tombstones, &owner)
-                .map_err(Undo::Failed)?;
+            // Only a cancel that keeps a tombstone (or asks the provider) spends a token (an
+            // error undoes the write).
+            if spend {
+                limits
+                    .check(Bucket::Tombstones, &owner)
+                    .map_err(Undo::Failed)?;
+            }
             audit::record(&mut *tx, &e, now).await?;
             Ok(true)
         })
@@ -58,20 +66,36 @@ pub(crate) async fn cancel(
         status: AttemptStatus::Cancelled,
         payment: None,
     };
-    match insert(true).await {
+    match insert(true, true).await {
         Ok(true) => return Ok(cancelled),
         Ok(false) => {}
         Err(Undo::Failed(e)) => return Err(e),
         Err(Undo::Paid(current)) => {
-            let payment = payment(state, current.and_then(|o| o.payment_id)).await?;
-            let lookup = state.provider.charge_by_key(&provider_key(user, key)).await;
-            let answer = plan::cancel_forgotten(lookup, payment);
+            let id = current.and_then(|o| o.payment_id);
+            let paid = match &id {
+                Some(id) => paid_with(state.store.pool(), id).await?,
+                None => None,
+            };
+            let payment = payment(state, id).await?;
+            let pk = provider_key(user, key, &order.id);
+            let (answer, spent) =
+                match plan::cancel_from_store(&pk, paid.as_deref(), payment.clone()) {
+                    Some(answer) => (answer, false),
+                    None => {
+                        state.limits.check(Bucket::Tombstones, user)?;
+                        // A payment without its key is older than the column, and so is the
+                        // key that paid it: unscoped.
+                        let legacy = PAY.legacy_provider_key(user, key);
+                        let lookup = state.provider.lookup(&legacy, None).await;
+                        (plan::cancel_forgotten(lookup, payment), true)
+                    }
+                };
             if answer.status != AttemptStatus::Cancelled {
                 return Ok(answer);
             }
             // Never charged, and the paid order refuses it: the tombstone makes a late
             // pay's answer ATTEMPT_CANCELLED, as for any cancelled key.
-            if let Err(Undo::Failed(e)) = insert(false).await {
+            if let Err(Undo::Failed(e)) = insert(false, !spent).await {
                 return Err(e);
             }
             return Ok(answer);

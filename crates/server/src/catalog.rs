@@ -28,6 +28,12 @@ pub(crate) const MAX_LINES: usize = 20;
 pub(crate) const MAX_QUANTITY: u32 = 100;
 /// Longest address.
 pub(crate) const MAX_ADDRESS: usize = 500;
+/// Largest `unitPrice` of a `--catalog` file, in minor units (10 billion of a two-decimal
+/// currency). The largest cart, [`MAX_LINES`] × [`MAX_QUANTITY`] of it, is then 2 × 10^15,
+/// below 2^53 (so the SDK's JavaScript numbers hold every amount exactly), and its coupon
+/// product, × 100, stays far below `i64::MAX`. Prices read from the database are not
+/// bounded by this, so [`price`] checks its arithmetic anyway.
+pub(crate) const MAX_UNIT_PRICE: i64 = 1_000_000_000_000;
 
 /// A priced cart.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,16 +61,28 @@ pub(crate) enum PricingError {
     UnknownCoupon,
     #[error("all items of an order must share one currency")]
     MixedCurrency,
+    #[error("the order total does not fit in an amount (minor units, below 2^53)")]
+    TooLarge,
 }
+
+/// The largest amount an order may total: 2^53 - 1, JavaScript's largest exact integer, so
+/// every amount the server answers is one the SDK reads exactly.
+pub(crate) const MAX_AMOUNT: i64 = (1 << 53) - 1;
 
 impl From<PricingError> for AppError {
     fn from(e: PricingError) -> Self {
-        AppError::detail(ErrorCode::InvalidRequest, e.to_string())
+        let code = match e {
+            PricingError::TooLarge => ErrorCode::AmountTooLarge,
+            _ => ErrorCode::InvalidRequest,
+        };
+        AppError::detail(code, e.to_string())
     }
 }
 
 /// Prices `lines` against `catalog` with an optional coupon `(code, percentOff)`.
-/// The discount rounds down, in the customer's favour never beyond the subtotal.
+/// The discount rounds down, in the customer's favour never beyond the subtotal. Every
+/// product and sum is checked: a total past [`MAX_AMOUNT`] is [`PricingError::TooLarge`],
+/// never a wrapped (in a release build) or panicking (in a debug build) number.
 pub(crate) fn price(
     lines: &[CartLine],
     catalog: &[CatalogItem],
@@ -91,15 +109,25 @@ pub(crate) fn price(
             Some(c) if c != item.currency => return Err(PricingError::MixedCurrency),
             _ => currency = Some(&item.currency),
         }
+        let line_total = item
+            .unit_price
+            .checked_mul(i64::from(line.quantity))
+            .filter(|t| *t <= MAX_AMOUNT)
+            .ok_or(PricingError::TooLarge)?;
         priced.push(OrderLine {
             sku: item.sku.clone(),
             name: item.name.clone(),
             quantity: line.quantity,
             unit_price: item.unit_price,
-            line_total: item.unit_price * i64::from(line.quantity),
+            line_total,
         });
     }
-    let subtotal: i64 = priced.iter().map(|l| l.line_total).sum();
+    let subtotal = priced
+        .iter()
+        .try_fold(0i64, |sum, l| sum.checked_add(l.line_total))
+        .filter(|t| *t <= MAX_AMOUNT)
+        .ok_or(PricingError::TooLarge)?;
+    // subtotal <= 2^53 and pct <= 100: the product is below 2^60, no overflow.
     let (coupon, discount) = match coupon {
         Some((code, pct)) => (Some(code), (subtotal * pct.clamp(0, 100)) / 100),
         None => (None, 0),
@@ -212,6 +240,8 @@ fn check_file(f: &CatalogFile) -> Result<(), String> {
             "name: 1..=200 characters".into()
         } else if it.unit_price <= 0 {
             "unitPrice must be > 0 (minor units)".into()
+        } else if it.unit_price > MAX_UNIT_PRICE {
+            format!("unitPrice must be at most {MAX_UNIT_PRICE} (minor units)")
         } else if it.currency.len() != 3 || !it.currency.bytes().all(|b| b.is_ascii_uppercase()) {
             format!(
                 "currency {:?}: three capital letters (ISO 4217)",
@@ -270,50 +300,22 @@ pub(crate) async fn ensure_installed(
     Ok(())
 }
 
-/// Arbitrary constant naming the install's advisory lock on PostgreSQL.
-const PG_CATALOG_LOCK: i64 = 0x0070_6179_6f63_6174;
-
 async fn install(store: &Store, src: &CatalogSource) -> Result<(), sqlx::Error> {
-    let (backend, file, digest) = (store.backend(), src.file.clone(), src.digest.clone());
-    store.write(async move |tx| {
-        // Instances starting together with different files would race on the replace.
-        crate::store::start_lock(tx, backend, PG_CATALOG_LOCK).await?;
-        let fresh = sqlx::query(
-            "INSERT INTO catalog_source (digest, installed_at) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-        )
-        .bind(&digest)
-        .bind(crate::clock::Clock::now_ms(&crate::clock::SystemClock))
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-            == 1;
-        if fresh {
-            sqlx::query("DELETE FROM catalog").execute(&mut *tx).await?;
-            for it in &file.items {
-                sqlx::query(
-                    "INSERT INTO catalog (sku, name, unit_price, currency, stock) VALUES ($1, $2, $3, $4, $5)",
-                )
-                .bind(&it.sku)
-                .bind(&it.name)
-                .bind(it.unit_price)
-                .bind(&it.currency)
-                .bind(it.stock)
-                .execute(&mut *tx)
-                .await?;
-            }
-            sqlx::query("DELETE FROM coupons").execute(&mut *tx).await?;
-            for c in &file.coupons {
-                sqlx::query("INSERT INTO coupons (code, percent_off) VALUES ($1, $2)")
-                    .bind(&c.code)
-                    .bind(c.percent_off)
-                    .execute(&mut *tx)
-                    .await?;
-            }
-            tracing::info!(%digest, items = file.items.len(), "catalog file installed");
-        }
-        Ok(())
-    })
-    .await
+    let file = &src.file;
+    let items = file.items.iter().map(|it| CatalogItem {
+        sku: it.sku.clone(),
+        name: it.name.clone(),
+        unit_price: it.unit_price,
+        currency: it.currency.clone(),
+        stock: it.stock,
+    });
+    let coupons = file.coupons.iter().map(|c| (c.code.clone(), c.percent_off));
+    let now = crate::clock::Clock::now_ms(&crate::clock::SystemClock);
+    let (items, coupons) = (items.collect(), coupons.collect());
+    if db::install(store, src.digest.clone(), items, coupons, now).await? {
+        tracing::info!(digest = %src.digest, items = file.items.len(), "catalog file installed");
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -375,6 +377,38 @@ mod tests {
             price(&[line("zz", 1)], &catalog(), None),
             Err(PricingError::UnknownSku("zz".into()))
         );
+    }
+
+    #[test]
+    fn a_total_past_the_largest_amount_is_refused_not_wrapped() {
+        let mut items = catalog();
+        items[0].unit_price = i64::MAX / 50;
+        items[1].unit_price = MAX_AMOUNT / 2 + 1;
+        // One line overflows i64 itself; two lines each in range overflow the sum.
+        assert_eq!(
+            price(&[line("a", 100)], &items, None),
+            Err(PricingError::TooLarge)
+        );
+        assert_eq!(
+            price(&[line("b", 1)], &items, None).map(|p| p.amount),
+            Ok(MAX_AMOUNT / 2 + 1)
+        );
+        assert_eq!(
+            price(&[line("b", 2)], &items, None),
+            Err(PricingError::TooLarge)
+        );
+        let e = AppError::from(PricingError::TooLarge).to_problem();
+        assert_eq!((e.code, e.status), (ErrorCode::AmountTooLarge, 400));
+    }
+
+    #[test]
+    fn the_largest_cart_of_the_largest_file_price_fits() {
+        let mut items = catalog();
+        items[0].unit_price = MAX_UNIT_PRICE;
+        let p = price(&[line("a", MAX_QUANTITY)], &items, Some(("C".into(), 100))).unwrap();
+        let most = MAX_UNIT_PRICE * i64::from(MAX_QUANTITY) * MAX_LINES as i64;
+        assert!(most <= MAX_AMOUNT, "{most}");
+        assert_eq!(p.discount, p.subtotal);
     }
 
     proptest! {

@@ -1,12 +1,14 @@
 //! The command line (clap derive; most flags also read an environment variable) and the
 //! runtime [`Config`] built from it.
 
+use crate::secret::{Secret, SecretUrl};
 use clap::{Args, Parser};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 pub use crate::jwt::JwtArgs;
+pub use crate::session::SessionArgs;
 
 /// payonce companion server: orders, idempotent pay and cancel against a payment provider
 /// (`--provider-url`; a dev build with `--dev` embeds a mock one when it is absent).
@@ -27,18 +29,25 @@ pub struct ServerArgs {
     /// API listen address (port 0 picks a free port).
     #[arg(long, env = "PAYONCE_ADDR", default_value = "127.0.0.1:8080")]
     pub addr: SocketAddr,
-    /// The payment provider's base URL (`https://…`, or `http://…` on a private network).
-    /// Required outside `--dev`.
+    /// Which payment provider `--provider-url` is: `mock` (crates/mock-provider) or `stripe`
+    /// (PaymentIntents; docs/providers.md). Default `mock` with `--dev`; required without it.
+    #[arg(long, env = "PAYONCE_PROVIDER", value_enum)]
+    pub provider: Option<crate::provider::ProviderKind>,
+    /// The payment provider's base URL (`https://…`; `http://…` only to a loopback address
+    /// or with `--allow-plaintext provider`). Required outside `--dev` for `mock`; for
+    /// `stripe` it defaults to https://api.stripe.com. No credentials in it
+    /// (`--provider-api-key-file`, `--stripe-secret-key-file`).
     #[arg(long, env = "PAYONCE_PROVIDER_URL")]
-    pub provider_url: Option<String>,
+    pub provider_url: Option<SecretUrl>,
     /// `sqlite://PATH` (created if missing) or `postgres://...` (TLS with
-    /// `?sslmode=require|verify-ca|verify-full`, CA with `&sslrootcert=PATH`).
+    /// `?sslmode=verify-full`, CA with `&sslrootcert=PATH`; a weaker `sslmode` needs
+    /// `--allow-plaintext database` outside `--dev`).
     #[arg(
         long,
         env = "DATABASE_URL",
         default_value = "sqlite://.data/payonce.db"
     )]
-    pub database_url: String,
+    pub database_url: SecretUrl,
     /// Serve this directory's files for paths no API route claims (the demo page).
     #[arg(long)]
     pub static_dir: Option<PathBuf>,
@@ -46,7 +55,7 @@ pub struct ServerArgs {
     /// database claim and final answers cached for replays. The database stays the guard;
     /// an unreachable Redis only degrades to the database path.
     #[arg(long, env = "REDIS_URL")]
-    pub redis_url: Option<String>,
+    pub redis_url: Option<SecretUrl>,
     /// PEM file of CA certificates (a private CA) to trust for TLS to PostgreSQL (as its
     /// `sslrootcert` unless the URL names one), the provider (both beside the system's
     /// roots) and Redis (instead of the system's roots).
@@ -83,11 +92,9 @@ pub struct ServerArgs {
     /// every coupon code of the user, valid ones too, is 429 until a token is back.
     #[arg(long, env = "PAYONCE_COUPON_MISSES_PER_MIN", default_value_t = 5)]
     pub coupon_misses_per_min: u32,
-    /// Secret for HMAC-signing session tokens, at least 32 bytes. Several processes behind
-    /// one database must share it. Required outside `--dev`; in dev mode the default is a
-    /// random secret per process (tokens die with the process).
-    #[arg(long, env = "PAYONCE_SESSION_SECRET", hide_env_values = true)]
-    pub session_secret: Option<String>,
+    /// Session tokens (`src/session.rs`).
+    #[command(flatten)]
+    pub sessions: SessionArgs,
     /// How long a claimed attempt is leased to the request that claimed it. A retry that
     /// finds an expired lease asks the provider before anything else. Must exceed the
     /// provider timeout, or a live call could be taken over.
@@ -104,7 +111,7 @@ pub struct ServerArgs {
     /// Secret of the provider's webhook signatures (shared with the provider), at least 32
     /// bytes. Required outside `--dev`; in dev mode the mock provider's default.
     #[arg(long, env = "PAYONCE_WEBHOOK_SECRET", hide_env_values = true)]
-    pub webhook_secret: Option<String>,
+    pub webhook_secret: Option<Secret>,
     /// How often the background job settles stuck attempts and deletes expired keys
     /// (0 disables it).
     #[arg(long, env = "PAYONCE_JOBS_INTERVAL_MS", default_value_t = 30_000)]
@@ -131,13 +138,19 @@ pub struct ServerArgs {
     /// Bearer token `GET /metrics` requires (`Authorization: Bearer <token>`). Unset: the
     /// endpoint is open; keep it off the public path then (docs/deploy.md).
     #[arg(long, env = "PAYONCE_METRICS_TOKEN", hide_env_values = true)]
-    pub metrics_token: Option<String>,
+    pub metrics_token: Option<Secret>,
     /// Timeouts and limits of the HTTP edge (`src/server.rs`).
     #[command(flatten)]
     pub edge: EdgeArgs,
     /// JWT authentication (`src/jwt.rs`).
     #[command(flatten)]
     pub jwt: JwtArgs,
+    /// The provider's credentials and plain-text links.
+    #[command(flatten)]
+    pub links: LinkArgs,
+    /// Pages on other origins that may call the API (`src/http/cors.rs`).
+    #[command(flatten)]
+    pub cors: crate::http::cors::CorsArgs,
     /// The dev build's flags (`--dev`, the embedded provider's, `--failpoint`).
     #[command(flatten)]
     pub dev: crate::dev::args::DevArgs,
@@ -164,6 +177,77 @@ pub struct EdgeArgs {
     /// Open API connections at most; further clients wait in the listen backlog.
     #[arg(long, env = "PAYONCE_MAX_CONNECTIONS", default_value_t = 1_024)]
     pub max_connections: usize,
+    /// Open API connections of one client address at most (at most `--max-connections`);
+    /// a further one is closed at once. Behind a proxy every client has the proxy's address:
+    /// raise it to `--max-connections` there and cap per client at the proxy.
+    #[arg(long, env = "PAYONCE_MAX_CONNECTIONS_PER_PEER", default_value_t = 512)]
+    pub max_connections_per_peer: usize,
+    /// Time a client has to take an answer once the network stops accepting it (the
+    /// client is not reading); past it the connection is closed.
+    #[arg(long, env = "PAYONCE_WRITE_TIMEOUT_MS", default_value_t = 10_000)]
+    pub write_timeout_ms: u64,
+}
+
+/// The links to the provider, the database and Redis: the provider's credentials, and which
+/// links may run without verified TLS outside `--dev` ([`link_problems`]).
+#[derive(Debug, Clone, Args)]
+pub struct LinkArgs {
+    /// File holding the provider's API key (surrounding whitespace ignored). It is sent on
+    /// every provider request as `Authorization: Bearer <key>`.
+    #[arg(
+        long,
+        env = "PAYONCE_PROVIDER_API_KEY_FILE",
+        conflicts_with = "provider_api_key"
+    )]
+    pub provider_api_key_file: Option<PathBuf>,
+    /// The provider's API key itself, as `--provider-api-key-file` (prefer the file or the
+    /// environment: a flag's value shows in the process list).
+    #[arg(long, env = "PAYONCE_PROVIDER_API_KEY", hide_env_values = true)]
+    pub provider_api_key: Option<Secret>,
+    /// File holding Stripe's secret key (`sk_test_…`, `sk_live_…` or a restricted `rk_…`;
+    /// surrounding whitespace ignored), with `--provider stripe`. Sent as a Bearer token.
+    #[arg(
+        long,
+        env = "PAYONCE_STRIPE_SECRET_KEY_FILE",
+        conflicts_with = "stripe_secret_key"
+    )]
+    pub stripe_secret_key_file: Option<PathBuf>,
+    /// Stripe's secret key itself, as `--stripe-secret-key-file` (prefer the file or the
+    /// environment: a flag's value shows in the process list).
+    #[arg(long, env = "PAYONCE_STRIPE_SECRET_KEY", hide_env_values = true)]
+    pub stripe_secret_key: Option<Secret>,
+    /// File holding the signing secret of Stripe's webhook endpoint (`whsec_…`).
+    #[arg(
+        long,
+        env = "PAYONCE_STRIPE_WEBHOOK_SECRET_FILE",
+        conflicts_with = "stripe_webhook_secret"
+    )]
+    pub stripe_webhook_secret_file: Option<PathBuf>,
+    /// Stripe's webhook signing secret itself, as `--stripe-webhook-secret-file`.
+    #[arg(long, env = "PAYONCE_STRIPE_WEBHOOK_SECRET", hide_env_values = true)]
+    pub stripe_webhook_secret: Option<Secret>,
+    /// Outside `--dev`, let this link run without verified TLS (repeatable, or a comma
+    /// list): `provider` (`http://` to a non-loopback host), `database` (PostgreSQL
+    /// `sslmode` other than `verify-full`), `redis` (`redis://` to a non-loopback host, or
+    /// `rediss://…#insecure`).
+    #[arg(
+        long = "allow-plaintext",
+        env = "PAYONCE_ALLOW_PLAINTEXT",
+        value_delimiter = ',',
+        value_name = "LINK"
+    )]
+    pub allow_plaintext: Vec<Link>,
+}
+
+/// A link `--allow-plaintext` may name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Link {
+    /// `--provider-url`.
+    Provider,
+    /// `--database-url`.
+    Database,
+    /// `--redis-url`.
+    Redis,
 }
 
 /// The server's runtime settings.
@@ -175,28 +259,41 @@ pub struct Config {
     pub(crate) provider_timeout: Duration,
     pub(crate) in_progress_wait: Duration,
     pub(crate) retry_after_secs: u64,
-    pub(crate) session_secret: Vec<u8>,
+    /// Session tokens; `None`: `--no-session-tokens`.
+    pub(crate) sessions: Option<std::sync::Arc<crate::session::Sessions>>,
     /// How long a finished key is kept (and so replays): announced in
     /// `Idempotency-Key-Retention`.
     pub(crate) key_retention: Duration,
-    pub(crate) webhook_secret: String,
+    pub(crate) webhook_secret: Secret,
     /// Period of the background jobs; `None`: off.
     pub(crate) jobs_interval: Option<Duration>,
     /// The Redis fast path, if configured (URL already validated).
-    pub(crate) redis_url: Option<String>,
+    pub(crate) redis_url: Option<SecretUrl>,
     pub(crate) redis_timeout: Duration,
     /// The `--tls-ca-file` certificates (PEM), checked.
     pub(crate) tls_ca: Option<Vec<u8>>,
     pub(crate) replay_cache_entries: usize,
     pub(crate) rates: Vec<(payonce_rules::policy::Bucket, Option<governor::Quota>)>,
     pub(crate) failpoints: Vec<String>,
+    /// A broken variant of the pay machine (`--flaw`, dev builds with `--dev` only).
+    pub(crate) flaw: Option<payonce_rules::flow::Flaw>,
     /// The `--catalog` file, checked; `None`: the built-in catalog.
     pub(crate) catalog: Option<crate::catalog::CatalogSource>,
     pub(crate) edge: Edge,
     /// Bearer JWT verification, when keys are configured.
     pub(crate) jwt: Option<std::sync::Arc<crate::jwt::JwtVerifier>>,
     /// What `GET /metrics` requires, if anything (never empty).
-    pub(crate) metrics_token: Option<String>,
+    pub(crate) metrics_token: Option<Secret>,
+    /// The provider's API key (`--provider-api-key-file`, or Stripe's secret key), sent as
+    /// a Bearer token.
+    pub(crate) provider_api_key: Option<Secret>,
+    /// Which provider `--provider-url` is.
+    pub(crate) provider: crate::provider::ProviderKind,
+    /// Stripe's webhook signing secret (`--stripe-webhook-secret-file`).
+    #[allow(dead_code)] // read by the Stripe webhook route
+    pub(crate) stripe_webhook_secret: Option<Secret>,
+    /// The `--cors-origin` grants, checked.
+    pub(crate) cors: crate::http::cors::Cors,
 }
 
 /// [`EdgeArgs`], checked.
@@ -206,6 +303,8 @@ pub(crate) struct Edge {
     pub(crate) body_timeout: Duration,
     pub(crate) request_timeout: Duration,
     pub(crate) max_connections: usize,
+    pub(crate) max_connections_per_peer: usize,
+    pub(crate) write_timeout: Duration,
 }
 
 impl Edge {
@@ -220,7 +319,8 @@ impl Edge {
                 pay: pay_bound,
             });
         }
-        if e.header_timeout_ms == 0 || e.body_timeout_ms == 0 || e.max_connections == 0 {
+        let zero = [e.header_timeout_ms, e.body_timeout_ms, e.write_timeout_ms];
+        if zero.contains(&0) || e.max_connections == 0 || e.max_connections_per_peer == 0 {
             return Err(ConfigError::ZeroEdgeLimit);
         }
         Ok(Self {
@@ -228,6 +328,8 @@ impl Edge {
             body_timeout: Duration::from_millis(e.body_timeout_ms),
             request_timeout: Duration::from_millis(e.request_timeout_ms),
             max_connections: e.max_connections,
+            max_connections_per_peer: e.max_connections_per_peer.min(e.max_connections),
+            write_timeout: Duration::from_millis(e.write_timeout_ms),
         })
     }
 }
@@ -244,7 +346,7 @@ pub enum ConfigError {
         timeout: u64,
     },
     /// An empty or too short secret would make tokens forgeable.
-    #[error("--session-secret must be at least {MIN_DEV_SECRET} bytes")]
+    #[error("--session-secret must be at least 16 bytes")]
     WeakSecret,
     /// A production start with unsafe or missing settings: one line per problem, all of
     /// them at once, so an operator fixes the deployment in one go.
@@ -273,41 +375,60 @@ pub enum ConfigError {
     /// A JWT key, issuer or audience is missing or unusable.
     #[error("{0}")]
     Jwt(String),
+    /// The provider's API key cannot be read or is not a header value.
+    #[error("{0}")]
+    ProviderApiKey(String),
+    /// A `--cors-origin` that no browser would send.
+    #[error("{0}")]
+    Cors(String),
     /// A zero timeout or cap would refuse every client.
-    #[error("--header-timeout-ms, --body-timeout-ms and --max-connections must be > 0")]
+    #[error("--header-timeout-ms, --body-timeout-ms, --write-timeout-ms, --max-connections and --max-connections-per-peer must be > 0")]
     ZeroEdgeLimit,
 }
 
 /// Shortest session and webhook secret outside `--dev`: 256 bits, the HMAC-SHA256 key size.
 pub const MIN_SECRET: usize = 32;
-/// Shortest explicit session secret in dev mode.
-const MIN_DEV_SECRET: usize = 16;
 
 /// Every problem of a start outside `--dev`, one line each (empty: safe to start). The
-/// embedded mock provider runs only in dev, so a provider must be named; both secrets must
-/// be explicit and long enough that nobody can guess or brute-force them.
+/// embedded mock provider runs only in dev, so a provider must be named; the webhook secret
+/// must be explicit and long enough that nobody can guess or brute-force it (the session
+/// secrets: `src/session.rs`).
 fn production_problems(args: &ServerArgs) -> Vec<String> {
+    use crate::provider::ProviderKind;
     let mut problems = Vec::new();
-    if args.provider_url.is_none() {
+    if args.provider.is_none() {
+        problems.push(
+            "--provider (PAYONCE_PROVIDER) is required without --dev: mock or stripe".to_owned(),
+        );
+    }
+    if args.provider != Some(ProviderKind::Stripe) && args.provider_url.is_none() {
         problems.push(
             "--provider-url (PAYONCE_PROVIDER_URL) is required without --dev: the mock provider \
              runs only in a dev build, with --dev or as `mock-provider`"
                 .to_owned(),
         );
     }
-    for (flag, env, value) in [
-        (
-            "--webhook-secret",
-            "PAYONCE_WEBHOOK_SECRET",
-            &args.webhook_secret,
-        ),
-        (
-            "--session-secret",
-            "PAYONCE_SESSION_SECRET",
-            &args.session_secret,
-        ),
-    ] {
-        match value.as_deref().map(str::len) {
+    if args.provider == Some(ProviderKind::Stripe) {
+        let l = &args.links;
+        if l.stripe_secret_key_file.is_none() && l.stripe_secret_key.is_none() {
+            problems.push(
+                "--stripe-secret-key-file (PAYONCE_STRIPE_SECRET_KEY_FILE) or \
+                 PAYONCE_STRIPE_SECRET_KEY is required with --provider stripe"
+                    .to_owned(),
+            );
+        }
+        if l.stripe_webhook_secret_file.is_none() && l.stripe_webhook_secret.is_none() {
+            problems.push(
+                "--stripe-webhook-secret-file (PAYONCE_STRIPE_WEBHOOK_SECRET_FILE) or \
+                 PAYONCE_STRIPE_WEBHOOK_SECRET is required with --provider stripe"
+                    .to_owned(),
+            );
+        }
+    }
+    let (flag, env) = ("--webhook-secret", "PAYONCE_WEBHOOK_SECRET");
+    // The mock's events are signed with it; Stripe's with its own secret (above).
+    if args.provider != Some(ProviderKind::Stripe) {
+        match args.webhook_secret.as_deref().map(str::len) {
             None | Some(0) => problems.push(format!(
                 "{flag} ({env}) is required without --dev (at least {MIN_SECRET} bytes)"
             )),
@@ -327,7 +448,7 @@ fn scheme_problems(args: &ServerArgs) -> Vec<String> {
         let url = url.filter(|u| !schemes.iter().any(|s| u.starts_with(s)))?;
         Some(format!("{flag} scheme {:?}: use {usage}", scheme_of(url)))
     };
-    let (db, redis) = (Some(args.database_url.as_str()), args.redis_url.as_deref());
+    let (db, redis) = (Some(args.database_url.expose()), args.redis_url.as_deref());
     let pg = ["sqlite:", "postgres://", "postgresql://"];
     let rediss = ["redis://", "rediss://", "redis+unix://", "unix://"];
     let https = ["https://", "http://"];
@@ -356,8 +477,128 @@ pub(crate) fn database_url(args: &ServerArgs) -> String {
                 .append_pair("sslrootcert", &ca.display().to_string());
             url.into()
         }
-        _ => db.clone(),
+        _ => db.expose().to_owned(),
     }
+}
+
+/// Every link that would carry credentials in its URL or run without verified TLS outside
+/// `--dev` unless `--allow-plaintext` names it, one line each. A man in the middle of a
+/// plain provider link can answer "succeeded" for any charge; of a database or Redis link,
+/// read and change orders. Loopback never leaves the host, so the provider and Redis may use
+/// it in plain text; PostgreSQL's `sslmode` is judged whatever the host, since only
+/// `verify-full` checks that the server is the one named (and the default, `prefer`, falls
+/// back to plain text without a word).
+fn link_problems(args: &ServerArgs) -> Vec<String> {
+    let allowed = |link| args.links.allow_plaintext.contains(&link);
+    let mut problems = Vec::new();
+    let parsed = |url: Option<&str>| url.and_then(|u| reqwest::Url::parse(u).ok());
+    if let Some(u) = parsed(args.provider_url.as_deref()) {
+        if !u.username().is_empty() || u.password().is_some() {
+            problems.push(
+                "--provider-url (PAYONCE_PROVIDER_URL) carries credentials, refused without                  --dev (they would be logged and sent as Basic auth): give the key with                  --provider-api-key-file (PAYONCE_PROVIDER_API_KEY_FILE)"
+                    .to_owned(),
+            );
+        }
+        if u.scheme() == "http" && !loopback(&u) && !allowed(Link::Provider) {
+            problems.push(format!(
+                "--provider-url (PAYONCE_PROVIDER_URL) is plain http:// to {}: use https://,                  or say --allow-plaintext provider",
+                u.host_str().unwrap_or("?")
+            ));
+        }
+    }
+    let db = args.database_url.expose();
+    if db.starts_with("postgres") && !allowed(Link::Database) {
+        if let Some(mode) = weak_sslmode(db) {
+            problems.push(format!(
+                "--database-url (DATABASE_URL) has sslmode={mode}: only verify-full checks                  the server's certificate and name; use it, or say --allow-plaintext database"
+            ));
+        }
+    }
+    if let Some(u) = parsed(args.redis_url.as_deref()) {
+        let plain = u.scheme() == "redis" && !loopback(&u);
+        let unchecked = u.scheme() == "rediss" && u.fragment() == Some("insecure");
+        if (plain || unchecked) && !allowed(Link::Redis) {
+            let what = if plain {
+                "plain redis://"
+            } else {
+                "rediss://…#insecure (no certificate check)"
+            };
+            problems.push(format!(
+                "--redis-url (REDIS_URL) is {what} to {}: use rediss://, or say                  --allow-plaintext redis",
+                u.host_str().unwrap_or("?")
+            ));
+        }
+    }
+    problems
+}
+
+/// Whether `url` names a loopback host (`localhost`, 127.0.0.0/8, `::1`).
+fn loopback(url: &reqwest::Url) -> bool {
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The `sslmode` of a PostgreSQL URL when it is weaker than `verify-full`: the URL's, else
+/// `PGSSLMODE` (the driver reads it too), else the driver's default `prefer`. `None` also for
+/// a Unix socket (`host=/path`), which has no network to cross.
+fn weak_sslmode(db: &str) -> Option<String> {
+    let url = reqwest::Url::parse(db).ok()?;
+    let param = |name: &str| {
+        url.query_pairs()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.into_owned())
+    };
+    if param("host").is_some_and(|h| h.starts_with('/')) {
+        return None;
+    }
+    let mode = param("sslmode")
+        .or_else(|| std::env::var("PGSSLMODE").ok())
+        .unwrap_or_else(|| "prefer".to_owned());
+    (mode != "verify-full").then_some(mode)
+}
+
+/// The provider's API key of `--provider-api-key-file` or `--provider-api-key`, trimmed.
+fn provider_api_key(links: &LinkArgs) -> Result<Option<Secret>, ConfigError> {
+    let flags = [
+        "--provider-api-key-file",
+        "--provider-api-key (PAYONCE_PROVIDER_API_KEY)",
+    ];
+    let (file, value) = (&links.provider_api_key_file, &links.provider_api_key);
+    secret_of(flags, file.as_deref(), value.as_ref())
+}
+
+/// A secret of a `…-file` flag or of its value flag (`flags`: their names), trimmed; it
+/// must be a header value (printable ASCII without spaces).
+fn secret_of(
+    [file_flag, value_flag]: [&str; 2],
+    file: Option<&std::path::Path>,
+    value: Option<&Secret>,
+) -> Result<Option<Secret>, ConfigError> {
+    let bad = |why: String| Err(ConfigError::ProviderApiKey(why));
+    let (key, at) = match (file, value) {
+        (Some(path), _) => match std::fs::read_to_string(path) {
+            Ok(text) => (text, format!("{file_flag} {}", path.display())),
+            Err(e) => return bad(format!("{file_flag} {}: {e}", path.display())),
+        },
+        (None, Some(key)) => (key.expose().to_owned(), value_flag.to_owned()),
+        (None, None) => return Ok(None),
+    };
+    let key = key.trim();
+    if key.is_empty() {
+        return bad(format!("{at}: the key is empty"));
+    }
+    if !key.bytes().all(|b| b.is_ascii_graphic()) {
+        return bad(format!(
+            "{at}: the key must be printable ASCII without spaces (an HTTP header value)"
+        ));
+    }
+    Ok(Some(Secret::from(key.to_owned())))
 }
 
 /// The `--tls-ca-file` contents, if it holds at least one PEM certificate.
@@ -382,7 +623,21 @@ impl Config {
         let mut problems = scheme_problems(args);
         if !dev.dev {
             problems.extend(production_problems(args));
+            problems.extend(link_problems(args));
         }
+        let j = &args.jwt;
+        let jwt_keys = !j.hs256_secrets.is_empty() || !j.public_keys.is_empty() || j.jwks.is_some();
+        use crate::session::{SessionConfig, Sessions};
+        let sessions = Sessions::from_args(&args.sessions, dev.dev, jwt_keys, MIN_SECRET);
+        let sessions = match sessions {
+            Ok(SessionConfig::On(s)) => Some(std::sync::Arc::new(s)),
+            Ok(SessionConfig::Off) => None,
+            Ok(SessionConfig::WeakDevSecret) => return Err(ConfigError::WeakSecret),
+            Err(lines) => {
+                problems.extend(lines);
+                None
+            }
+        };
         if !problems.is_empty() {
             return Err(ConfigError::Unsafe(problems));
         }
@@ -392,26 +647,47 @@ impl Config {
                 timeout: args.provider_timeout_ms,
             });
         }
-        let session_secret = match &args.session_secret {
-            Some(s) if s.len() < MIN_DEV_SECRET => return Err(ConfigError::WeakSecret),
-            Some(s) => s.as_bytes().to_vec(),
-            None => [uuid::Uuid::new_v4(), uuid::Uuid::new_v4()]
-                .map(uuid::Uuid::into_bytes)
-                .concat(),
-        };
         // Outside dev `production_problems` has made sure it is set; in dev the mock
         // provider's own default pairs with the embedded provider.
         let webhook_secret = args
             .webhook_secret
             .clone()
-            .or(dev.default_webhook_secret.map(str::to_owned))
+            .or(dev
+                .default_webhook_secret
+                .map(|s| Secret::from(s.to_owned())))
             .unwrap_or_default();
         let catalog = args.catalog.as_deref().map(crate::catalog::load_file);
         let catalog = catalog.transpose().map_err(ConfigError::Catalog)?;
         let tls_ca = args.tls_ca_file.as_deref().map(read_ca).transpose()?;
         let edge = Edge::from_args(args)?;
         let jwt = crate::jwt::JwtVerifier::new(&args.jwt).map_err(ConfigError::Jwt)?;
+        let provider = args.provider.unwrap_or(crate::provider::ProviderKind::Mock);
+        let l = &args.links;
+        let (stripe_key, stripe_webhook_secret) = (
+            secret_of(
+                [
+                    "--stripe-secret-key-file",
+                    "PAYONCE_STRIPE_SECRET_KEY (--stripe-secret-key)",
+                ],
+                l.stripe_secret_key_file.as_deref(),
+                l.stripe_secret_key.as_ref(),
+            )?,
+            secret_of(
+                [
+                    "--stripe-webhook-secret-file",
+                    "PAYONCE_STRIPE_WEBHOOK_SECRET (--stripe-webhook-secret)",
+                ],
+                l.stripe_webhook_secret_file.as_deref(),
+                l.stripe_webhook_secret.as_ref(),
+            )?,
+        );
+        let provider_api_key = match provider {
+            crate::provider::ProviderKind::Stripe => stripe_key,
+            crate::provider::ProviderKind::Mock => provider_api_key(&args.links)?,
+        };
+        let cors = crate::http::cors::Cors::from_args(&args.cors).map_err(ConfigError::Cors)?;
         Ok(Self {
+            cors,
             edge,
             jwt: jwt.map(std::sync::Arc::new),
             dev: dev.dev,
@@ -442,15 +718,28 @@ impl Config {
             provider_timeout: Duration::from_millis(args.provider_timeout_ms),
             in_progress_wait: Duration::from_millis(args.in_progress_wait_ms),
             retry_after_secs: args.retry_after_secs,
-            session_secret,
+            sessions,
             key_retention: Duration::from_secs(args.key_retention_secs),
             webhook_secret,
             jobs_interval: (args.jobs_interval_ms > 0)
                 .then(|| Duration::from_millis(args.jobs_interval_ms)),
             failpoints: dev.failpoints,
+            flaw: dev.flaw,
             catalog,
             metrics_token: args.metrics_token.clone().filter(|t| !t.is_empty()),
+            provider_api_key,
+            provider,
+            stripe_webhook_secret,
         })
+    }
+
+    /// The provider's base URL when `--provider-url` is not given: Stripe's API origin for
+    /// `stripe`; `None` for `mock` (the dev build embeds one, `src/dev/mod.rs`).
+    pub(crate) fn default_provider_url(&self) -> Option<&'static str> {
+        match self.provider {
+            crate::provider::ProviderKind::Stripe => Some(crate::provider::STRIPE_API),
+            crate::provider::ProviderKind::Mock => None,
+        }
     }
 }
 
@@ -468,7 +757,16 @@ mod tests {
         "0123456789abcdef0123456789abcdef",
     ];
 
+    /// `extra` as the command line, naming the mock provider unless `extra` names one.
     fn args(extra: &[&str]) -> ServerArgs {
+        let mock: &[&str] = match extra.contains(&"--provider") {
+            true => &[],
+            false => &["--provider", "mock"],
+        };
+        raw_args(&[mock, extra].concat())
+    }
+
+    fn raw_args(extra: &[&str]) -> ServerArgs {
         let argv = std::iter::once("payonce-server").chain(extra.iter().copied());
         Cli::try_parse_from(argv).expect("flags parse").server
     }
@@ -482,6 +780,50 @@ mod tests {
             Err(ConfigError::Unsafe(p)) => p,
             other => panic!("expected the start to be refused, got {other:?}"),
         }
+    }
+
+    /// Outside dev an operator names the provider; Stripe needs its secret key and its
+    /// webhook secret (not the mock's `--webhook-secret`), and defaults to Stripe's origin.
+    #[test]
+    fn the_provider_is_named_outside_dev_and_stripe_needs_its_secrets() {
+        let unnamed = raw_args(PROD);
+        assert!(problems(&unnamed)
+            .iter()
+            .any(|p| p.starts_with("--provider (")));
+        let stripe = args(&["--provider", "stripe", "--session-secret", &"s".repeat(32)]);
+        let lines = problems(&stripe);
+        assert!(lines
+            .iter()
+            .any(|p| p.starts_with("--stripe-secret-key-file")));
+        assert!(lines
+            .iter()
+            .any(|p| p.starts_with("--stripe-webhook-secret-file")));
+        assert!(
+            !lines.iter().any(|p| p.contains("--provider-url")),
+            "{lines:?}"
+        );
+        assert!(
+            !lines.iter().any(|p| p.contains("--webhook-secret (")),
+            "{lines:?}"
+        );
+        let key = "sk_test_0123456789abcdefghij";
+        let full = args(&[
+            "--provider",
+            "stripe",
+            "--session-secret",
+            &"s".repeat(32),
+            "--stripe-secret-key",
+            key,
+            "--stripe-webhook-secret",
+            "whsec_0123456789abcdef0123456789abcdef",
+        ]);
+        let c = Config::from_args(&full).expect("a Stripe start");
+        assert_eq!(c.default_provider_url(), Some("https://api.stripe.com"));
+        assert_eq!(c.provider_api_key.as_deref(), Some(key));
+        assert!(
+            !format!("{c:?}{full:?}").contains(key),
+            "the key in a Debug output"
+        );
     }
 
     #[test]
@@ -557,6 +899,388 @@ mod tests {
             ("--redis-url", "memcached"),
         ]) {
             assert!(line.starts_with(flag) && line.contains(scheme), "{p:?}");
+        }
+    }
+
+    /// One problem line per plain-text link outside dev, none with `--allow-plaintext` for
+    /// it, none on loopback (but for PostgreSQL, whose `sslmode` is judged on any host).
+    #[test]
+    fn plain_text_links_are_refused_without_dev_unless_allowed() {
+        let cases: &[(&str, &str, Option<&str>)] = &[
+            // (flag, value, the line's start when refused)
+            (
+                "--provider-url",
+                "http://psp.example",
+                Some("--provider-url"),
+            ),
+            (
+                "--provider-url",
+                "http://10.0.0.7:8081",
+                Some("--provider-url"),
+            ),
+            ("--provider-url", "http://127.0.0.1:8081", None),
+            ("--provider-url", "http://localhost:8081", None),
+            ("--provider-url", "http://[::1]:8081", None),
+            ("--provider-url", "https://psp.example", None),
+            (
+                "--database-url",
+                "postgres://db/pay",
+                Some("--database-url"),
+            ),
+            (
+                "--database-url",
+                "postgres://127.0.0.1/pay",
+                Some("--database-url"),
+            ),
+            (
+                "--database-url",
+                "postgres://db/pay?sslmode=prefer",
+                Some("--database-url"),
+            ),
+            (
+                "--database-url",
+                "postgres://db/pay?sslmode=require",
+                Some("--database-url"),
+            ),
+            (
+                "--database-url",
+                "postgres://db/pay?sslmode=verify-ca",
+                Some("--database-url"),
+            ),
+            (
+                "--database-url",
+                "postgresql://db/pay?sslmode=disable",
+                Some("--database-url"),
+            ),
+            (
+                "--database-url",
+                "postgres://db/pay?sslmode=verify-full",
+                None,
+            ),
+            (
+                "--database-url",
+                "postgres:///pay?host=/var/run/postgresql",
+                None,
+            ),
+            ("--database-url", "sqlite://.data/payonce.db", None),
+            ("--redis-url", "redis://cache:6379/0", Some("--redis-url")),
+            (
+                "--redis-url",
+                "rediss://cache:6380/0#insecure",
+                Some("--redis-url"),
+            ),
+            ("--redis-url", "redis://127.0.0.1:6379/0", None),
+            ("--redis-url", "rediss://cache:6380/0", None),
+            ("--redis-url", "unix:///run/redis.sock", None),
+        ];
+        // The production flags with `flag` set to `value` (a provider on https otherwise).
+        let with = |flag: &str, value: &str, extra: &[&str]| {
+            let provider: &[&str] = match flag {
+                "--provider-url" => &[],
+                _ => &["--provider-url", "https://psp.example"],
+            };
+            args(&[&PROD[2..], provider, &[flag, value], extra].concat())
+        };
+        for (flag, value, refused) in cases {
+            let a = with(flag, value, &[]);
+            let lines = link_problems(&a);
+            match refused {
+                Some(start) => {
+                    assert_eq!(lines.len(), 1, "{flag} {value}: {lines:?}");
+                    assert!(lines[0].starts_with(start), "{lines:?}");
+                    let link = &flag[2..flag.find("-url").unwrap()];
+                    let allowed = with(flag, value, &["--allow-plaintext", link]);
+                    assert_eq!(link_problems(&allowed), Vec::<String>::new(), "{value}");
+                    assert!(matches!(
+                        Config::from_args(&a),
+                        Err(ConfigError::Unsafe(p)) if p == lines
+                    ));
+                }
+                None => assert_eq!(lines, Vec::<String>::new(), "{flag} {value}"),
+            }
+        }
+        // Several links at once, one comma list allowing them; dev mode asks nothing.
+        let all = [
+            "--provider-url",
+            "http://psp.example",
+            "--database-url",
+            "postgres://db/pay",
+            "--redis-url",
+            "redis://cache:6379/0",
+        ];
+        assert_eq!(link_problems(&args(&[&PROD[2..], &all].concat())).len(), 3);
+        let allow = ["--allow-plaintext", "provider,database,redis"];
+        let allowed = args(&[&PROD[2..], &all, &allow].concat());
+        assert!(link_problems(&allowed).is_empty());
+        assert!(Config::from_args(&args(&[&all[..], &["--dev"]].concat())).is_ok());
+    }
+
+    #[test]
+    fn credentials_in_the_provider_url_are_refused_without_dev() {
+        let a = args(
+            &[
+                &PROD[2..],
+                &["--provider-url", "https://sk_live_1:x@psp.example"],
+            ]
+            .concat(),
+        );
+        let p = problems(&a);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(p[0].starts_with("--provider-url") && p[0].contains("--provider-api-key-file"));
+        assert!(
+            !p[0].contains("sk_live_1"),
+            "the line never shows them: {p:?}"
+        );
+        let dev = args(&["--dev", "--provider-url", "https://sk_live_1:x@psp.example"]);
+        assert!(Config::from_args(&dev).is_ok());
+    }
+
+    #[test]
+    fn the_provider_api_key_comes_from_its_file_trimmed() {
+        let dir = std::env::temp_dir().join(format!("payonce-key-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("key");
+        std::fs::write(&file, "sk_test_0123\n").unwrap();
+        let path = file.to_str().unwrap();
+        let c = Config::from_args(&prod(&["--provider-api-key-file", path])).unwrap();
+        assert_eq!(c.provider_api_key.as_deref(), Some("sk_test_0123"));
+        let c = Config::from_args(&prod(&["--provider-api-key", "sk_test_4567"])).unwrap();
+        assert_eq!(c.provider_api_key.as_deref(), Some("sk_test_4567"));
+        for bad in ["  \n", "sk test"] {
+            std::fs::write(&file, bad).unwrap();
+            let e = Config::from_args(&prod(&["--provider-api-key-file", path])).unwrap_err();
+            assert!(
+                matches!(&e, ConfigError::ProviderApiKey(m) if m.contains(path)),
+                "{e}"
+            );
+        }
+        let missing = prod(&["--provider-api-key-file", "/nonexistent/payonce-key"]);
+        assert!(Config::from_args(&missing).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// `--no-session-tokens` with JWT keys needs no `--session-secret`; without it the secret
+    /// stays required, and the flag makes no sense without JWTs or beside a secret.
+    #[test]
+    fn a_jwt_only_start_turns_session_tokens_off() {
+        let jwt = [
+            "--jwt-hs256-secret",
+            "jwt-secret-0123456789abcdef0123456789",
+            "--jwt-issuer",
+            "https://id.example",
+            "--jwt-audience",
+            "payonce",
+        ];
+        let base = &PROD[..4]; // provider and webhook secret, no session secret
+        let off = args(&[base, &jwt, &["--no-session-tokens"]].concat());
+        let c = Config::from_args(&off).unwrap();
+        assert!(c.sessions.is_none() && c.jwt.is_some());
+        let p = problems(&args(&[base, &jwt].concat()));
+        assert!(
+            p.len() == 1
+                && p[0].starts_with("--session-secret")
+                && p[0].contains("--no-session-tokens"),
+            "{p:?}"
+        );
+        let p = problems(&args(&[base, &["--no-session-tokens"]].concat()));
+        assert!(
+            p.len() == 1 && p[0].starts_with("--no-session-tokens needs JWT keys"),
+            "{p:?}"
+        );
+        let p = problems(&prod(&[&jwt[..], &["--no-session-tokens"]].concat()));
+        assert!(
+            p.len() == 1 && p[0].starts_with("--session-secret"),
+            "{p:?}"
+        );
+        let p = problems(&prod(&["--session-max-lifetime-secs", "0"]));
+        assert!(
+            p.len() == 1 && p[0].starts_with("--session-max-lifetime-secs"),
+            "{p:?}"
+        );
+    }
+
+    #[test]
+    fn several_session_secrets_each_need_32_bytes() {
+        let old = "old-session-secret-0123456789abcdef";
+        let two = args(&[&PROD[..4], &["--session-secret", &format!("{old},short")]].concat());
+        let p = problems(&two);
+        assert!(
+            p.len() == 1 && p[0].starts_with("--session-secret #2"),
+            "{p:?}"
+        );
+        let ok = prod(&["--session-secret", old]);
+        assert!(Config::from_args(&ok).is_ok());
+    }
+
+    /// No secret of the flags or the config shows in their `Debug` (a `{:?}` in a log line
+    /// or a panic message).
+    #[test]
+    fn debug_output_never_shows_a_secret() {
+        let secrets = [
+            "whsec_0123456789abcdef0123456789abcdef",
+            "0123456789abcdef0123456789abcdef",
+            "metrics-token-0123456789",
+            "jwt-secret-0123456789abcdef0123456789",
+            "sk_live_provider_key_0123",
+            "dbpassword123",
+            "redispassword123",
+        ];
+        let a = args(&[
+            "--provider-url",
+            "https://psp.example",
+            "--webhook-secret",
+            secrets[0],
+            "--session-secret",
+            secrets[1],
+            "--metrics-token",
+            secrets[2],
+            "--jwt-hs256-secret",
+            secrets[3],
+            "--jwt-issuer",
+            "iss",
+            "--jwt-audience",
+            "aud",
+            "--provider-api-key",
+            secrets[4],
+            "--database-url",
+            "postgres://app:dbpassword123@db/pay?sslmode=verify-full",
+            "--redis-url",
+            "rediss://:redispassword123@cache:6380/0",
+        ]);
+        let c = Config::from_args(&a).unwrap();
+        let cli = Cli::try_parse_from(["payonce-server", "--webhook-secret", secrets[0]]).unwrap();
+        for shown in [format!("{a:?}"), format!("{c:?}"), format!("{cli:?}")] {
+            for secret in secrets {
+                assert!(!shown.contains(secret), "{secret} in {shown}");
+            }
+        }
+        assert!(
+            format!("{a:?}").contains("psp.example"),
+            "the rest still shows"
+        );
+    }
+
+    /// Every long flag of the command line, its subcommands' included, with the environment
+    /// variable it reads, if any.
+    /// (A subcommand may reuse a name, `--addr`, with another variable: each is kept.)
+    fn every_flag() -> std::collections::BTreeMap<String, Vec<Option<String>>> {
+        type Flags = std::collections::BTreeMap<String, Vec<Option<String>>>;
+        fn walk(cmd: &clap::Command, out: &mut Flags) {
+            for arg in cmd.get_arguments() {
+                if let Some(long) = arg.get_long() {
+                    let env = arg.get_env().map(|e| e.to_string_lossy().into_owned());
+                    out.entry(format!("--{long}")).or_default().push(env);
+                }
+            }
+            cmd.get_subcommands().for_each(|sub| walk(sub, out));
+        }
+        let mut out = std::collections::BTreeMap::new();
+        walk(&<Cli as clap::CommandFactory>::command(), &mut out);
+        out
+    }
+
+    /// The code spans of `doc` (the text between backticks).
+    fn code_spans(doc: &str) -> Vec<&str> {
+        doc.split('`').skip(1).step_by(2).collect()
+    }
+
+    /// What `doc` says about flags and variables that is not so, one line each: a flag or an
+    /// environment variable that does not exist, a table row `| `--flag` | `VAR` or — |`
+    /// or a "`--flag` (`VAR`)" giving another variable than the flag reads.
+    fn doc_drift(doc: &str) -> Vec<String> {
+        // Fenced blocks are shell sessions (cargo's flags among them); their server flags
+        // are the ones the text and tables also name.
+        let mut fenced = false;
+        let doc: String = doc
+            .lines()
+            .filter(|l| {
+                fenced ^= l.starts_with("```");
+                !fenced && !l.starts_with("```")
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let doc = doc.as_str();
+        // Cargo's and clap's, and the variables only the test harness reads (docs/testing.md).
+        const CARGO: &[&str] = &["--no-default-features", "--features", "--release", "--help"];
+        let not_flags = |s: &str| s == "PAYONCE_LOG" || s.starts_with("PAYONCE_TEST_");
+        let flags = every_flag();
+        let envs: std::collections::BTreeSet<&str> = flags
+            .values()
+            .flatten()
+            .flatten()
+            .map(String::as_str)
+            .collect();
+        let mut wrong = Vec::new();
+        let is_env = |s: &str| {
+            (s.starts_with("PAYONCE_") || s.ends_with("_URL"))
+                && s.bytes().all(|b| b.is_ascii_uppercase() || b == b'_')
+        };
+        for span in code_spans(doc) {
+            for word in span.split([' ', '=', ',']) {
+                let word = word.trim_end_matches([':', ')', '.', ';']);
+                let known = flags.contains_key(word) || CARGO.contains(&word);
+                if word.starts_with("--") && word.len() > 2 && !known {
+                    wrong.push(format!("no flag {word} (in `{span}`)"));
+                }
+            }
+            if is_env(span) && !not_flags(span) && !envs.contains(span) {
+                wrong.push(format!("no flag reads {span}"));
+            }
+        }
+        let said = |flag: &str, env: Option<&str>, wrong: &mut Vec<String>| {
+            if let Some(real) = flags.get(flag) {
+                if !real.iter().any(|r| r.as_deref() == env) {
+                    wrong.push(format!("{flag} reads {real:?}, the doc says {env:?}"));
+                }
+            }
+        };
+        for line in doc.lines() {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            if let [_, flag, env, ..] = cells[..] {
+                let (flag, env) = (flag.trim_matches('`'), env.trim_matches('`'));
+                if flag.starts_with("--") && (env == "—" || is_env(env)) {
+                    said(flag, (env != "—").then_some(env), &mut wrong);
+                }
+            }
+        }
+        for (i, _) in doc.match_indices("` (`") {
+            let flag = doc[..i].rsplit('`').next().unwrap_or("");
+            let env = doc[i + 4..].split('`').next().unwrap_or("");
+            if flag.starts_with("--") && !flag.contains(' ') && is_env(env) {
+                said(flag, Some(env), &mut wrong);
+            }
+        }
+        wrong
+    }
+
+    /// docs/deploy.md and the server README name only flags that exist, with the variables
+    /// they really read (like the protocol crate's `tests/drift.rs` for wire names).
+    #[test]
+    fn the_deploy_guide_and_the_readme_name_real_flags_and_variables() {
+        for (name, doc) in [
+            ("docs/deploy.md", include_str!("../../../docs/deploy.md")),
+            ("crates/server/README.md", include_str!("../README.md")),
+        ] {
+            let wrong = doc_drift(doc);
+            assert!(
+                wrong.is_empty(),
+                "{name} is wrong about the command line:\n{}",
+                wrong.join("\n")
+            );
+        }
+        // The check can fail: a flag that does not exist, a variable it does not read, a
+        // table row claiming a variable for a flag that reads none.
+        let bad = "`--provider-uri`; `--database-url` (`PAYONCE_DATABASE_URL`)\n\
+                   | `--key-retention-secs` | `PAYONCE_KEY_RETENTION_SECS` | 86400 |";
+        assert_eq!(doc_drift(bad).len(), 5, "{:?}", doc_drift(bad));
+        // Every flag a start outside --dev requires is in the guide's table.
+        let guide = include_str!("../../../docs/deploy.md");
+        for line in problems(&args(&[])) {
+            let flag = line.split(' ').next().unwrap();
+            assert!(
+                guide.contains(&format!("| `{flag}` |")),
+                "{flag} missing from deploy.md"
+            );
         }
     }
 

@@ -58,6 +58,7 @@ pub(crate) mod args {
     pub(crate) struct DevSettings {
         pub dev: bool,
         pub failpoints: Vec<String>,
+        pub flaw: Option<payonce_rules::flow::Flaw>,
         pub default_webhook_secret: Option<&'static str>,
     }
 
@@ -73,6 +74,7 @@ pub(crate) mod args {
         Ok(DevSettings {
             dev: false,
             failpoints: Vec::new(),
+            flaw: None,
             default_webhook_secret: None,
         })
     }
@@ -91,7 +93,7 @@ pub(crate) async fn provider_url(
     _: &str,
     _: SocketAddr,
 ) -> Result<String, RunError> {
-    Ok(args.provider_url.clone().unwrap_or_default())
+    Ok(args.provider_url.as_deref().unwrap_or_default().to_owned())
 }
 
 pub(crate) fn routes() -> Router<AppState> {

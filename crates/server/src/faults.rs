@@ -7,6 +7,13 @@
 pub(crate) const AFTER_CLAIM: &str = "after-claim";
 /// After the provider answered (it may have charged), before the outcome is stored.
 pub(crate) const AFTER_CHARGE: &str = "after-charge";
+/// Two phases: the provider created the payment object and named it; its id is not saved.
+pub(crate) const AFTER_CREATE: &str = "after-create";
+/// Two phases: the object's id is saved on the attempt; it is not confirmed yet.
+pub(crate) const AFTER_SAVE_REF: &str = "after-save-ref";
+/// Two phases: the provider answered the confirm (it may have charged), before the outcome
+/// is stored.
+pub(crate) const AFTER_CONFIRM: &str = "after-confirm";
 /// Inside the settle transaction, just before its commit (the commit never happens).
 pub(crate) const BEFORE_SETTLE_COMMIT: &str = "before-settle-commit";
 /// After the outcome is stored, before the client is answered.

@@ -6,11 +6,24 @@
 //! future and at most `max_lifetime` away (and `exp - iat` too when `iat` is given), and
 //! the configured claim holds a valid user id. `alg: none` is not an algorithm the crate
 //! parses, so such a token never reaches a key. Time is an input (`now`), never read here.
+//!
+//! A `kid` in a token's header only narrows the keys tried: a key with another `kid` is
+//! skipped, a key without one (an HS256 secret, a PEM file, a JWKS entry with no `kid`) is
+//! tried whatever the token names. The header is unauthenticated, so it must never widen
+//! what verifies; narrowing it further (refusing a named `kid` that no key carries) would buy
+//! nothing, since every configured key is trusted for the same issuer and audience, and would
+//! lock out identity providers that name a `kid` on HS256 tokens too.
+//!
+//! The JWKS file is read at start and again on `SIGHUP` and every `--jwt-jwks-reload-secs`
+//! ([`JwtVerifier::reload_jwks`]), so a key rotation needs no restart; a file that no longer
+//! reads or parses keeps the keys already loaded (and says so in the log).
 
+use crate::secret::Secret;
 use clap::Args;
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, AlgorithmFamily, DecodingKey, Validation};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 
 /// Bearer JWTs from the identity provider. With any key set, `--jwt-issuer` and
 /// `--jwt-audience` are required. Several keys may be given at once for rotation.
@@ -23,7 +36,7 @@ pub struct JwtArgs {
         hide_env_values = true,
         value_delimiter = ','
     )]
-    pub hs256_secrets: Vec<String>,
+    pub hs256_secrets: Vec<Secret>,
     /// RS256 (RSA) or ES256 (P-256) public key, PEM file (repeatable).
     #[arg(
         long = "jwt-public-key",
@@ -34,6 +47,13 @@ pub struct JwtArgs {
     /// JWKS file (`{"keys": [...]}`) of RSA / P-256 keys; a token's `kid` picks its key.
     #[arg(long = "jwt-jwks", env = "PAYONCE_JWT_JWKS")]
     pub jwks: Option<PathBuf>,
+    /// How often the `--jwt-jwks` file is read again (0: only at start and on `SIGHUP`).
+    #[arg(
+        long = "jwt-jwks-reload-secs",
+        env = "PAYONCE_JWT_JWKS_RELOAD_SECS",
+        default_value_t = 300
+    )]
+    pub jwks_reload_secs: u64,
     /// Required `iss`.
     #[arg(long = "jwt-issuer", env = "PAYONCE_JWT_ISSUER", default_value = "")]
     pub issuer: String,
@@ -51,8 +71,13 @@ pub struct JwtArgs {
         default_value_t = 3_600
     )]
     pub max_lifetime_secs: u64,
-    /// Clock skew allowed on `exp` and `nbf`.
-    #[arg(long = "jwt-leeway-secs", default_value_t = 30)]
+    /// Clock skew allowed on `exp` and `nbf`, at most 300 (an expired token is accepted
+    /// this long).
+    #[arg(
+        long = "jwt-leeway-secs",
+        env = "PAYONCE_JWT_LEEWAY_SECS",
+        default_value_t = 30
+    )]
     pub leeway_secs: u64,
     /// The claim holding the user id (it must pass the user-id rule: 1-64 of
     /// `[A-Za-z0-9_-]`).
@@ -73,7 +98,11 @@ struct Key {
 
 /// The configured issuer, audience, keys and bounds.
 pub(crate) struct JwtVerifier {
+    /// The HS256 secrets and PEM keys, fixed for the life of the process.
     keys: Vec<Key>,
+    /// The `--jwt-jwks` file and its keys as last read.
+    jwks: Option<(PathBuf, RwLock<Arc<Vec<Key>>>)>,
+    jwks_reload_secs: u64,
     issuer: String,
     audience: String,
     max_lifetime_secs: u64,
@@ -85,8 +114,9 @@ impl std::fmt::Debug for JwtVerifier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "JwtVerifier({} keys, iss {:?}, aud {:?})",
+            "JwtVerifier({} keys, jwks {:?}, iss {:?}, aud {:?})",
             self.keys.len(),
+            self.jwks.as_ref().map(|(p, _)| p),
             self.issuer,
             self.audience
         )
@@ -95,6 +125,24 @@ impl std::fmt::Debug for JwtVerifier {
 
 /// Shortest HS256 secret accepted (RFC 7518 §3.2: at least the hash size).
 pub(crate) const MIN_HS256_SECRET: usize = 32;
+
+/// Largest `--jwt-leeway-secs`: five minutes covers any clock that is kept in sync at all
+/// (it is Kerberos' default skew); more would keep every expired token alive that long.
+pub(crate) const MAX_LEEWAY_SECS: u64 = 300;
+
+/// The keys of a JWKS file, or why it cannot be used.
+fn read_jwks(path: &Path) -> Result<Vec<Key>, String> {
+    let at = format!("--jwt-jwks {}", path.display());
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{at}: {e}"))?;
+    let set: JwkSet = serde_json::from_str(&text).map_err(|e| format!("{at}: {e}"))?;
+    let mut keys = Vec::with_capacity(set.keys.len());
+    for jwk in &set.keys {
+        let key = DecodingKey::from_jwk(jwk).map_err(|e| format!("{at}: {e}"))?;
+        let key = asymmetric(key, jwk.common.key_id.clone());
+        keys.push(key.ok_or(format!("{at}: only RSA and P-256 keys are accepted"))?);
+    }
+    Ok(keys)
+}
 
 /// The RS256 or ES256 key of a PEM file or JWK (only RSA and P-256 keys are accepted).
 fn asymmetric(key: DecodingKey, kid: Option<String>) -> Option<Key> {
@@ -113,8 +161,15 @@ impl JwtVerifier {
         if args.hs256_secrets.is_empty() && args.public_keys.is_empty() && args.jwks.is_none() {
             return Ok(None);
         }
+        if args.leeway_secs > MAX_LEEWAY_SECS {
+            return Err(format!(
+                "--jwt-leeway-secs ({}) must be at most {MAX_LEEWAY_SECS}",
+                args.leeway_secs
+            ));
+        }
         let mut keys = Vec::new();
         for (i, s) in args.hs256_secrets.iter().enumerate() {
+            let s = s.expose();
             if s.len() < MIN_HS256_SECRET {
                 return Err(format!(
                     "--jwt-hs256-secret #{}: at least {MIN_HS256_SECRET} bytes",
@@ -135,17 +190,11 @@ impl JwtVerifier {
             let key = key.ok().and_then(|k| asymmetric(k, None));
             keys.push(key.ok_or(format!("{at}: not an RSA or P-256 public key in PEM"))?);
         }
-        if let Some(path) = &args.jwks {
-            let at = format!("--jwt-jwks {}", path.display());
-            let text = std::fs::read_to_string(path).map_err(|e| format!("{at}: {e}"))?;
-            let set: JwkSet = serde_json::from_str(&text).map_err(|e| format!("{at}: {e}"))?;
-            for jwk in &set.keys {
-                let key = DecodingKey::from_jwk(jwk).map_err(|e| format!("{at}: {e}"))?;
-                let key = asymmetric(key, jwk.common.key_id.clone());
-                keys.push(key.ok_or(format!("{at}: only RSA and P-256 keys are accepted"))?);
-            }
-        }
-        if keys.is_empty() {
+        let jwks = match &args.jwks {
+            Some(path) => Some((path.clone(), read_jwks(path)?)),
+            None => None,
+        };
+        if keys.is_empty() && jwks.as_ref().is_none_or(|(_, k)| k.is_empty()) {
             return Err("JWT verification needs at least one key".into());
         }
         if args.issuer.is_empty() || args.audience.is_empty() {
@@ -153,12 +202,39 @@ impl JwtVerifier {
         }
         Ok(Some(Self {
             keys,
+            jwks: jwks.map(|(path, keys)| (path, RwLock::new(Arc::new(keys)))),
+            jwks_reload_secs: args.jwks_reload_secs,
             issuer: args.issuer.clone(),
             audience: args.audience.clone(),
             max_lifetime_secs: args.max_lifetime_secs,
             leeway_secs: args.leeway_secs,
             user_claim: args.user_claim.clone(),
         }))
+    }
+
+    /// Reads the `--jwt-jwks` file again and, if it is usable, verifies with its keys from
+    /// now on; otherwise keeps the keys it has. `None`: no JWKS file is configured.
+    pub(crate) fn reload_jwks(&self) -> Option<Result<usize, String>> {
+        let (path, keys) = self.jwks.as_ref()?;
+        Some(read_jwks(path).map(|fresh| {
+            let n = fresh.len();
+            *keys
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(fresh);
+            n
+        }))
+    }
+
+    /// Whether a `--jwt-jwks` file is configured.
+    pub(crate) fn has_jwks(&self) -> bool {
+        self.jwks.is_some()
+    }
+
+    /// The `--jwt-jwks-reload-secs` period, when a JWKS file is configured and the period is
+    /// not 0.
+    pub(crate) fn jwks_reload_every(&self) -> Option<std::time::Duration> {
+        (self.jwks.is_some() && self.jwks_reload_secs > 0)
+            .then(|| std::time::Duration::from_secs(self.jwks_reload_secs))
     }
 
     /// The user claim of a valid token, or `None`.
@@ -170,12 +246,18 @@ impl JwtVerifier {
         validation.set_required_spec_claims(&["exp", "iss", "aud"]);
         // Time is checked below against the caller's `now`.
         (validation.validate_exp, validation.validate_nbf) = (false, false);
-        // A token naming a kid is tried with that key only; without one, with each key of
-        // its algorithm (rotation: old and new both configured).
+        // A kid narrows the keys tried, never widens them (module doc); without one, each
+        // key of the token's algorithm is tried (rotation: old and new both configured).
         type Claims = serde_json::Map<String, serde_json::Value>;
+        let jwks = self.jwks.as_ref().map(|(_, keys)| {
+            keys.read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone()
+        });
         let claims = self
             .keys
             .iter()
+            .chain(jwks.iter().flat_map(|k| k.iter()))
             .filter(|k| k.alg == header.alg)
             .filter(|k| header.kid.is_none() || k.kid.is_none() || header.kid == k.kid)
             .find_map(|k| jsonwebtoken::decode::<Claims>(token, &k.key, &validation).ok())?
@@ -250,9 +332,10 @@ mod tests {
     /// The flags with these keys, issuer [`ISS`], audience [`AUD`], no leeway.
     fn flags(secrets: &[&str], keys: &[PathBuf], jwks: Option<&Path>) -> JwtArgs {
         JwtArgs {
-            hs256_secrets: secrets.iter().map(|s| (*s).to_owned()).collect(),
+            hs256_secrets: secrets.iter().map(|s| s.parse().unwrap()).collect(),
             public_keys: keys.to_vec(),
             jwks: jwks.map(Path::to_path_buf),
+            jwks_reload_secs: 0,
             issuer: ISS.into(),
             audience: AUD.into(),
             max_lifetime_secs: 3600,
@@ -444,6 +527,76 @@ mod tests {
             "unknown kid"
         );
         assert_eq!(v.verify(&rs(&other_priv, Some("k1")), NOW), None);
+    }
+
+    /// A JWKS of RSA keys `(kid, name)` made by [`Keys::pair`].
+    fn jwks(keys: &Keys, entries: &[(&str, &str)]) -> String {
+        let keys: Vec<_> = entries
+            .iter()
+            .map(|(kid, name)| {
+                json!({ "kty": "RSA", "kid": kid, "alg": "RS256", "use": "sig",
+                        "n": keys.modulus_b64(name), "e": "AQAB" })
+            })
+            .collect();
+        json!({ "keys": keys }).to_string()
+    }
+
+    fn rs_kid(pem: &[u8], kid: &str) -> String {
+        let mut h = Header::new(Algorithm::RS256);
+        h.kid = Some(kid.to_owned());
+        jsonwebtoken::encode(&h, &claims(600), &EncodingKey::from_rsa_pem(pem).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_rotated_jwks_file_is_used_after_a_reload_and_a_broken_one_is_not() {
+        let keys = Keys::new();
+        let (old_priv, _) = keys.pair("old", true);
+        let (new_priv, _) = keys.pair("new", true);
+        let path = keys.dir.join("jwks.json");
+        std::fs::write(&path, jwks(&keys, &[("old", "old")])).unwrap();
+        let v = verifier(&[], &[], Some(&path));
+        assert!(v.verify(&rs_kid(&old_priv, "old"), NOW).is_some());
+        assert_eq!(v.verify(&rs_kid(&new_priv, "new"), NOW), None, "not yet");
+        // The identity provider rotates: the file now holds the new key only.
+        std::fs::write(&path, jwks(&keys, &[("new", "new")])).unwrap();
+        assert_eq!(v.reload_jwks(), Some(Ok(1)));
+        assert_eq!(
+            v.verify(&rs_kid(&new_priv, "new"), NOW).as_deref(),
+            Some("alice")
+        );
+        assert_eq!(v.verify(&rs_kid(&old_priv, "old"), NOW), None, "retired");
+        // A half-written file keeps the keys loaded before.
+        std::fs::write(&path, "{\"keys\": [").unwrap();
+        assert!(matches!(v.reload_jwks(), Some(Err(_))));
+        assert!(v.verify(&rs_kid(&new_priv, "new"), NOW).is_some());
+        assert_eq!(verifier(&[NEW], &[], None).reload_jwks(), None);
+    }
+
+    #[test]
+    fn a_kid_skips_keys_of_another_kid_but_not_keys_without_one() {
+        let keys = Keys::new();
+        let (a_priv, a_pub) = keys.pair("a", true);
+        let (b_priv, _) = keys.pair("b", true);
+        let path = keys.dir.join("jwks.json");
+        std::fs::write(&path, jwks(&keys, &[("b", "b")])).unwrap();
+        let v = verifier(&[], &[a_pub], Some(&path));
+        // The PEM key has no kid: whatever kid the token names, it is tried.
+        assert!(v.verify(&rs_kid(&a_priv, "anything"), NOW).is_some());
+        // The JWKS key is tried only for its own kid.
+        assert!(v.verify(&rs_kid(&b_priv, "b"), NOW).is_some());
+        assert_eq!(v.verify(&rs_kid(&b_priv, "c"), NOW), None);
+    }
+
+    #[test]
+    fn the_leeway_is_bounded_at_start() {
+        let at = |leeway_secs| JwtArgs {
+            leeway_secs,
+            ..flags(&[NEW], &[], None)
+        };
+        assert!(JwtVerifier::new(&at(MAX_LEEWAY_SECS)).is_ok());
+        let e = JwtVerifier::new(&at(MAX_LEEWAY_SECS + 1)).unwrap_err();
+        assert!(e.starts_with("--jwt-leeway-secs (301)"), "{e}");
+        assert!(JwtVerifier::new(&at(u64::MAX)).is_err());
     }
 
     #[test]

@@ -1,8 +1,17 @@
 //! Binding a listener (port 0 allowed) and waiting for SIGINT/SIGTERM: shared by the API
-//! (`src/server.rs`) and a dev build's provider listeners (`src/dev/`).
+//! (`src/server.rs`) and a dev build's provider listeners (`src/dev/`). And the API's
+//! per-connection guards: the per-address connection cap and the write deadline.
 
 use crate::state::RunError;
-use std::net::SocketAddr;
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 
 /// Binds `addr`; returns the listener and the address it got.
@@ -37,5 +46,179 @@ pub(crate) async fn shutdown_signal() {
     tokio::select! {
         () = ctrl_c => {}
         () = term => {}
+    }
+}
+
+/// `--max-connections-per-peer`: open API connections per client address. Without it one
+/// address could take every permit of `--max-connections` and stop the accept loop for
+/// everybody. The map holds only addresses with an open connection, so it has at most
+/// `--max-connections` entries.
+#[derive(Clone)]
+pub(crate) struct PeerCap {
+    cap: usize,
+    open: Arc<Mutex<HashMap<IpAddr, usize>>>,
+}
+
+impl PeerCap {
+    pub(crate) fn new(cap: usize) -> Self {
+        Self {
+            cap,
+            open: Arc::default(),
+        }
+    }
+
+    /// A slot for one more connection of `peer`, or `None` when it holds `cap` already.
+    /// An IPv4 client on a dual-stack socket counts as its IPv4 address.
+    pub(crate) fn admit(&self, peer: IpAddr) -> Option<PeerSlot> {
+        let ip = peer.to_canonical();
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = open.entry(ip).or_insert(0);
+        if *n >= self.cap {
+            return None;
+        }
+        *n += 1;
+        Some(PeerSlot {
+            peers: self.clone(),
+            ip,
+        })
+    }
+}
+
+/// One connection counted by a [`PeerCap`]; dropping it frees the slot.
+pub(crate) struct PeerSlot {
+    peers: PeerCap,
+    ip: IpAddr,
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut open = self
+            .peers
+            .open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = open.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// `--write-timeout-ms`: a connection whose answer the client does not take. hyper's header
+/// timeout runs only while it waits for a request head and the request timeout only while
+/// the handler runs, so a client that pipelines requests and never reads would otherwise
+/// hold its connection (and its permit) for ever. The clock starts when the network first
+/// refuses bytes (a write is pending: the client's window and the kernel's buffer are full)
+/// and stops when hyper flushes, which it does only once its buffer is empty, i.e. the whole
+/// answer was handed to the network. Past `limit` the write fails and hyper closes the
+/// connection. A client that trickles an answer in gets `limit` for all of it, not per byte.
+pub(crate) struct WriteDeadline<T> {
+    io: T,
+    limit: Duration,
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<T> WriteDeadline<T> {
+    pub(crate) fn new(io: T, limit: Duration) -> Self {
+        Self {
+            io,
+            limit,
+            stalled: None,
+        }
+    }
+
+    /// A pending write starts (or keeps) the clock; past the limit it is an error. The
+    /// timer is polled with the same context, so it wakes the connection when it fires.
+    fn watch<R>(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<R>>) -> Poll<io::Result<R>> {
+        if r.is_ready() {
+            return r;
+        }
+        let limit = self.limit;
+        let timer = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client took no answer within --write-timeout-ms",
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for WriteDeadline<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.watch(cx, r)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.watch(cx, r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let r = Pin::new(&mut self.io).poll_flush(cx);
+        if matches!(r, Poll::Ready(Ok(()))) {
+            self.stalled = None;
+        }
+        self.watch(cx, r)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let r = Pin::new(&mut self.io).poll_shutdown(cx);
+        self.watch(cx, r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_holds_at_most_its_cap_and_a_closed_connection_frees_its_slot() {
+        let peers = PeerCap::new(2);
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let mapped: IpAddr = "::ffff:192.0.2.1".parse().unwrap();
+        let first = peers.admit(a).expect("first");
+        let _second = peers
+            .admit(mapped)
+            .expect("second: the same address, dual-stack");
+        assert!(peers.admit(a).is_none(), "third");
+        assert!(
+            peers.admit("192.0.2.2".parse().unwrap()).is_some(),
+            "another address"
+        );
+        drop(first);
+        assert!(peers.admit(a).is_some(), "a slot freed");
+        assert!(
+            peers.open.lock().unwrap().len() <= 2,
+            "only addresses with open connections"
+        );
     }
 }

@@ -7,7 +7,6 @@
 //! the state's clock, so scrapes cost the store at most one query per that period.
 
 use crate::replay::redis::RedisCache;
-use crate::store::Store;
 use axum::http::{header, HeaderMap};
 use payonce_protocol::{AttemptStatus, ErrorCode};
 use prometheus_client::encoding::prometheus_text::encode;
@@ -235,26 +234,24 @@ pub(crate) const GAUGE_MAX_AGE_MS: i64 = 10_000;
 pub(crate) type GaugeCache = tokio::sync::Mutex<Option<(i64, [i64; 4])>>;
 
 /// Attempts in `processing` created at least each of [`STUCK_AGES`] ago (the same for every
-/// process on the database), from the cache while it is young enough.
-async fn stuck_attempts(store: &Store, cache: &GaugeCache, now: i64) -> Option<[i64; 4]> {
+/// process on the database), from the cache while it is young enough; else from `read`,
+/// which counts them created at or before each instant it is given (the store's
+/// `attempts::processing_before`).
+async fn stuck_attempts<E: std::fmt::Display>(
+    cache: &GaugeCache,
+    now: i64,
+    read: impl AsyncFnOnce([i64; 4]) -> Result<[i64; 4], E>,
+) -> Option<[i64; 4]> {
     let mut cache = cache.lock().await;
     if let Some((at, figures)) = *cache {
         if now - at < GAUGE_MAX_AGE_MS {
             return Some(figures);
         }
     }
-    // One statement, one snapshot: the figures cannot disagree with each other. The first
-    // age is 0, so the WHERE bound is the loosest and the partial index serves it.
-    let q = "SELECT COUNT(*), COUNT(*) FILTER (WHERE created_at <= $2),
-        COUNT(*) FILTER (WHERE created_at <= $3), COUNT(*) FILTER (WHERE created_at <= $4)
-        FROM attempts WHERE status = 'processing' AND created_at <= $1";
-    let q = STUCK_AGES
-        .iter()
-        .fold(sqlx::query_as(q), |q, age| q.bind(now - age * 1000));
-    match q.fetch_one(store.pool()).await {
-        Ok((a, b, c, d)) => {
-            *cache = Some((now, [a, b, c, d]));
-            Some([a, b, c, d])
+    match read(STUCK_AGES.map(|age| now - age * 1000)).await {
+        Ok(figures) => {
+            *cache = Some((now, figures));
+            Some(figures)
         }
         Err(e) => {
             tracing::warn!(error = %e, "metrics: cannot count processing attempts");
@@ -276,8 +273,8 @@ pub(crate) fn authorized(headers: &HeaderMap, token: &str) -> bool {
 }
 
 /// The exposition text: every counter, and the gauges (served by `src/http/metrics.rs`).
-pub(crate) async fn text(
-    store: &Store,
+pub(crate) async fn text<E: std::fmt::Display>(
+    read: impl AsyncFnOnce([i64; 4]) -> Result<[i64; 4], E>,
     cache: &GaugeCache,
     redis: Option<&RedisCache>,
     now: i64,
@@ -288,7 +285,7 @@ pub(crate) async fn text(
         "payonce_attempts_processing",
         "Attempts still processing whose creation is older than older_than_seconds (0: all)",
     );
-    if let Some(figures) = stuck_attempts(store, cache, now).await {
+    if let Some(figures) = stuck_attempts(cache, now, read).await {
         for (age, n) in STUCK_AGES.into_iter().zip(figures) {
             processing
                 .get_or_create(&vec![("older_than_seconds", age.to_string())])

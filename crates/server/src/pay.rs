@@ -1,18 +1,23 @@
-//! `POST /orders/{id}/pay`: the pay rules in their order (crates/server/README.md). The
-//! decisions are `payonce_rules` (rule 2 is [`payonce_rules::decide`], the claim and settle
-//! transactions are plans); this file reads, calls the provider and executes the plans.
+//! `POST /orders/{id}/pay`, the jobs' abandoned attempts and the webhook settle: the I/O
+//! shell of the pay machine [`payonce_rules::flow::ServerPay`] (crates/server/README.md).
+//! The machine decides every step, in order (rule 2, the claim, the charge, the lookup, the
+//! settle); [`interpret`] performs each effect it asks for (a read, a transaction, a provider
+//! call, a wait) and feeds the result back. The two transactions are [`exec_claim`] and
+//! [`exec_settle`]; the provider is never called inside a transaction.
 //!
 //! 1. Authenticate; the order must be the caller's (404). Then the key: missing or
 //!    malformed is a 400.
 //! 2. Look the key up in the caller's scope before anything else: different details → 422;
 //!    final → replay the stored answer byte for byte; processing → wait a little for it,
 //!    then 409 IN_PROGRESS; tombstone → 409 ATTEMPT_CANCELLED.
-//! 3. A new key is claimed in one transaction ([`claim`]): version, order lock, stock, and
-//!    the insert under the unique constraint, all conditional statements.
-//! 4. The provider is called with the saved provider key, no transaction open
-//!    ([`drive`]), and the result is settled in one transaction ([`settle`]).
+//! 3. A new key is claimed in one transaction ([`exec_claim`]): version, order lock, stock,
+//!    and the insert under the unique constraint, all conditional statements.
+//! 4. The provider is called with the saved provider key, no transaction open, and the
+//!    result is settled in one transaction ([`exec_settle`]).
 //! 5. A processing key whose lease expired is taken over and settled from what the provider
-//!    says about its provider key ([`reconcile`]); only "no such charge" re-drives it.
+//!    says about its provider key; only "no such charge" re-drives it. The jobs
+//!    ([`ServerPay::abandoned`], src/jobs/mod.rs) and webhooks ([`ServerPay::webhook`]) run
+//!    the same machine from that step.
 //! 6. Every change is written to the audit trail in the same transaction.
 //!
 //! A retry of a finished attempt is answered before rule 1 from its record alone
@@ -26,21 +31,26 @@ use crate::provider::ChargeOutcome;
 use crate::reply::Reply;
 use crate::state::AppState;
 use crate::store::attempts as db;
-use crate::store::orders::{self, get_order, OrderRow};
-use crate::store::pg::{self, Claimed, Settle};
-use crate::store::{audit, catalog, jobs, outbox, payments, Backend};
+use crate::store::orders::OrderRow;
+use crate::store::pay::ClaimOutcome;
+use crate::store::{self, audit};
 use payonce_protocol::provider::ChargeRequest;
 use payonce_protocol::{AttemptStatus, ErrorCode, IdempotencyKey, PayRequest};
+use payonce_rules::flow::{self, Claimed, Effect, End, ServerPay, TakeOver};
 use payonce_rules::pay::Current;
-use payonce_rules::plan::{self, Claim, ClaimPlan, Finish, OrderTerms, SettlePlan};
+use payonce_rules::plan::{self, Claim, ClaimPlan, SettlePlan};
 use payonce_rules::policy::Bucket;
-use payonce_rules::{Final, NextAction, Processing, Record};
-use sqlx::AnyConnection;
+use payonce_rules::{Processing, Record};
 use std::time::Duration;
 use tokio::time::Instant;
 
 /// How often a request waiting for its own key in flight looks again.
 const POLL: Duration = Duration::from_millis(25);
+
+/// Effects one flow may ask for: each turn of a request either ends or observes progress
+/// by someone else (a row appeared, a lease was taken, an attempt settled); the bound only
+/// guards against a livelock bug.
+const MAX_EFFECTS: usize = 100_000;
 
 /// The rules' view of a pay request for `order_id`; `order`: the order once read.
 pub(crate) fn request<'a>(
@@ -63,6 +73,17 @@ pub(crate) fn request<'a>(
     }
 }
 
+/// The machine's view of the order as read.
+pub(crate) fn order_of(order: &OrderRow) -> flow::Order {
+    flow::Order {
+        id: order.id.clone(),
+        version: order.version,
+        amount: order.amount,
+        currency: order.currency.clone(),
+        lines: order.items.clone(),
+    }
+}
+
 /// Rules 2 to 5 for one request. A key in flight is waited on until `deadline`.
 ///
 /// `first`: the caller's record as read with the order (`Some(None)`: no record), used for
@@ -78,108 +99,83 @@ pub(crate) async fn run(
     key: &IdempotencyKey,
     req: &PayRequest,
     deadline: Instant,
-    mut first: Option<Option<Record>>,
+    first: Option<Option<Record>>,
 ) -> AppResult<Reply> {
-    // Set once this request claimed the key: a stored answer it then finds (a webhook settled
-    // the attempt while this request waited on the provider) is this request's own outcome,
-    // not a replay, so it must not say `Idempotent-Replayed: true`.
-    let mut claimed_here = false;
-    // Each turn either ends or observes progress by someone else (a row appeared, a lease
-    // was taken, an attempt settled); the bound only guards against a livelock bug.
-    for _ in 0..10_000 {
-        let record = match first.take() {
-            Some(r) => r,
-            None => db::find(state.store.pool(), user, key.as_str()).await?,
-        };
-        let r = request(user, &order.id, req, Some(order));
-        let now = state.clock.now_ms();
-        match payonce_rules::decide(record.as_ref(), &r, now, Instant::now() < deadline) {
-            NextAction::StartProcessing => match claim(state, user, order, key, req, true).await? {
-                Some(claim) => {
-                    claimed_here = true;
-                    failpoint(faults::AFTER_CLAIM);
-                    // The claim's outbox row, executed inline by this request.
-                    crate::metrics::outbox(crate::metrics::OutboxResult::ExecutedInline);
-                    if let Some(answer) = drive(state, &claim).await? {
-                        return Ok(keep(state, user, key, answer));
-                    }
-                }
-                None => continue,
+    let request = flow::Request {
+        user: user.to_owned(),
+        key: key.clone(),
+        order_version: req.order_version,
+        payment_method_id: req.payment_method_id.clone(),
+        extras: req.extras.clone(),
+    };
+    let (now, may_wait) = (state.clock.now_ms(), Instant::now() < deadline);
+    let m = ServerPay::pay(request, order_of(order), first, now, may_wait, state.policy);
+    let end = interpret(state, m, Some(deadline), None).await?;
+    match end {
+        End::Replay { answer, replayed } => {
+            let mut a = Reply::replay(answer);
+            a.replayed = replayed;
+            Ok(a)
+        }
+        End::Settled(stored) => {
+            // The final row this request just stored enters the replay cache
+            // (src/replay/memory.rs), so even the first retry of the key needs no round trip.
+            state
+                .replays
+                .put(user, key.as_str(), &Record::Final(stored.clone()));
+            let mut a = Reply::fresh(stored.answer.clone());
+            a.settled = Some(Box::new(stored));
+            Ok(a)
+        }
+        End::Unknown(answer) => {
+            let mut answer = Reply::fresh(answer);
+            answer.retry_after = Some(state.config.retry_after_secs);
+            Ok(answer)
+        }
+        // Like Unknown: the next retry (or job, or webhook) asks the provider again, under
+        // the same provider key, and gets this answer until the customer acted.
+        End::ActionRequired(answer) => {
+            // The customer is at the challenge now: the jobs need not look for a while.
+            let attempt = db::find(state.store.pool(), user, key.as_str()).await?;
+            if let Some(Record::Processing(p)) = attempt {
+                let now = state.clock.now_ms();
+                let later = state
+                    .store
+                    .write(async move |tx| db::check_later(tx, &p.id, now).await);
+                later.await?;
+            }
+            Ok(Reply::open(answer))
+        }
+        End::Mismatch(status) => Err(AppError::with(
+            ErrorCode::KeyReusedWithDifferentDetails,
+            |p| {
+                p.attempt_status = Some(status);
+                p.detail = Some("this key was used before with different order, version, amount or payment method".into());
             },
-            NextAction::Replay(answer) => {
-                let mut a = Reply::replay(answer);
-                a.replayed = !claimed_here;
-                return Ok(a);
-            }
-            NextAction::Mismatch(status) => {
-                return Err(AppError::with(
-                    ErrorCode::KeyReusedWithDifferentDetails,
-                    |p| {
-                        p.attempt_status = Some(status);
-                        p.detail = Some("this key was used before with different order, version, amount or payment method".into());
-                    },
-                ));
-            }
-            NextAction::Cancelled => {
-                return Err(AppError::attempt(
-                    ErrorCode::AttemptCancelled,
-                    AttemptStatus::Cancelled,
-                ))
-            }
-            NextAction::Wait => tokio::time::sleep(POLL).await,
-            NextAction::InProgress => return Err(in_progress(state)),
-            NextAction::Reconcile => {
-                let Some(record) = record else { continue };
-                let Some(claim) = take_over(state, &record, order, user, "a retry").await? else {
-                    continue; // another retry took it; look again
-                };
-                if let Some(answer) = reconcile(state, &claim).await? {
-                    return Ok(keep(state, user, key, answer));
-                }
-            }
-        }
+        )),
+        End::Cancelled => Err(AppError::attempt(
+            ErrorCode::AttemptCancelled,
+            AttemptStatus::Cancelled,
+        )),
+        End::InProgress => Err(in_progress(state)),
+        End::Refused(problem) => Err(problem.into()),
+        End::Skipped | End::Unconfirmed => Err(AppError::internal("a pay ended as a job")),
     }
-    Err(in_progress(state))
 }
 
-/// The final row this request just stored enters the replay cache (src/replay/memory.rs),
-/// so even the first retry of the key needs no round trip.
-fn keep(state: &AppState, user: &str, key: &IdempotencyKey, answer: Reply) -> Reply {
-    if let Some(f) = &answer.stored {
-        state
-            .replays
-            .put(user, key.as_str(), &Record::Final(f.clone()));
-    }
-    answer
-}
-
-/// Takes over the expired lease of a processing attempt (exactly one contender wins) and
-/// records why. `actor` is the user (a retry) or `system` (the jobs).
-pub(crate) async fn take_over(
+/// The jobs' driver of an abandoned attempt (src/jobs/mod.rs): the machine from the
+/// take-over, `worker` named in the audit trail; `outbox`: the outbox worker's failpoint
+/// after the take-over.
+pub(crate) async fn abandoned(
     state: &AppState,
-    record: &Record,
+    row: &Record,
     order: &OrderRow,
-    actor: &str,
-    who: &str,
-) -> AppResult<Option<Claim>> {
-    let token = uuid::Uuid::new_v4().to_string();
-    let now = state.clock.now_ms();
-    let until = state.policy.lease_until(now);
-    let (id, lease) = (record.id().to_owned(), token.clone());
-    let entry = plan::take_over_entry(actor, record.id(), who);
-    let taken = state.store.write(async move |tx| {
-        let taken = db::take_expired_lease(&mut *tx, &id, now, until, &lease).await?;
-        if taken {
-            audit::record(&mut *tx, &entry, now).await?;
-        }
-        Ok::<_, sqlx::Error>(taken)
-    });
-    if !taken.await? {
-        return Ok(None);
-    }
-    let claim = Claim::of(record, &order.items, actor, token)
-        .ok_or_else(|| AppError::internal("took the lease of an attempt that is not processing"))?;
-    Ok(Some(claim))
+    worker: &'static str,
+    outbox: bool,
+) -> AppResult<End> {
+    let m = ServerPay::abandoned(row, order_of(order), worker, state.policy);
+    let point = outbox.then_some(faults::OUTBOX);
+    interpret(state, m, None, point).await
 }
 
 fn in_progress(state: &AppState) -> AppError {
@@ -189,145 +185,213 @@ fn in_progress(state: &AppState) -> AppError {
     })
 }
 
-/// Rule 3, in one write transaction. Every check is a conditional statement whose row
-/// count decides; the reads only choose which error to report. `None`: the key appeared
-/// meanwhile (another request claimed or cancelled it): decide again.
-///
-/// `spend`: take a new-attempt token (`src/limits.rs`) when the claim wins, after every
-/// statement passed and before the commit, so duplicates racing for one new key (which
-/// lose the `(user, key)` slot and replay) never pay for it; a refusal rolls it back. The
-/// load benchmark's raw path passes `false`: it measures the store, not the limiter.
-pub(crate) async fn claim(
+/// The server's ids: random, never reused.
+struct Fresh;
+
+impl flow::Ids for Fresh {
+    fn attempt_id(&mut self) -> String {
+        format!("att_{}", uuid::Uuid::new_v4().simple())
+    }
+    fn lease_token(&mut self) -> String {
+        uuid::Uuid::new_v4().to_string()
+    }
+    fn payment_id(&mut self) -> String {
+        format!("pay_{}", uuid::Uuid::new_v4().simple())
+    }
+}
+
+/// Performs `m`'s effects until it ends. `deadline`: how long a request may wait on a key
+/// in flight; `taken`: the failpoint right after a take-over (the outbox worker's).
+pub(crate) async fn interpret(
     state: &AppState,
-    user: &str,
-    order: &OrderRow,
-    key: &IdempotencyKey,
-    req: &PayRequest,
-    spend: bool,
-) -> AppResult<Option<Claim>> {
-    let now = state.clock.now_ms();
-    let terms = OrderTerms {
-        id: &order.id,
-        version: order.version,
-        amount: order.amount,
-        currency: &order.currency,
-        lines: &order.items,
-    };
-    let plan = plan::plan_claim(
-        user,
-        key,
-        terms,
-        req.order_version,
-        &req.payment_method_id,
-        &req.extras,
-        format!("att_{}", uuid::Uuid::new_v4().simple()),
-        uuid::Uuid::new_v4().to_string(),
-        now,
-        &state.policy,
-    )?;
-    let (user, key, order) = (user.to_owned(), key.as_str().to_owned(), order.clone());
-    let (limits, backend) = (spend.then(|| state.limits.clone()), state.store.backend());
-    let claim = state.store.write(async move |tx| {
-        let attempt = &plan.claim.attempt;
-        let conflict = |current: Option<OrderRow>| {
-            AppError::from(plan::order_conflict(
-                current.map(|o| o.version),
-                order.version,
-            ))
-        };
-        let (token, stock) = (&plan.claim.lease_token, &plan.stock);
-        let done = match backend {
-            Backend::Postgres => {
-                pg::claim(&mut *tx, attempt, &key, token, stock, &plan.audit, now).await?
+    m: ServerPay,
+    deadline: Option<Instant>,
+    taken: Option<&'static str>,
+) -> AppResult<End> {
+    let may_wait = || deadline.is_some_and(|d| Instant::now() < d);
+    let mut m = m
+        .with_phases(state.provider.phases())
+        .with_flaw(state.config.flaw);
+    for _ in 0..MAX_EFFECTS {
+        match m.poll(state.clock.now_ms(), &mut Fresh) {
+            Effect::Done(end) => return Ok(end.clone()),
+            Effect::ReadKey { user, key } => {
+                let record = db::find(state.store.pool(), user, key.as_str()).await?;
+                m.on_record(record, state.clock.now_ms(), may_wait());
             }
-            Backend::Sqlite => claim_steps(tx, &plan, &key, now).await?,
-        };
-        if !done.inserted {
-            // Which unique slot was taken? Our (user, key): decide again with the record.
-            // Otherwise it is "one processing attempt per order": the order is busy.
-            if db::find(&mut *tx, &user, &key).await?.is_some() {
-                return Ok(None);
+            Effect::Wait => {
+                tokio::time::sleep(POLL).await;
+                m.on_waited();
             }
-            return Err(conflict(get_order(&mut *tx, &order.id, &user).await?));
+            Effect::Claim { plan, key, now } => {
+                let claimed = exec_claim(state, plan, key, now, true).await?;
+                if claimed == Claimed::Won {
+                    failpoint(faults::AFTER_CLAIM);
+                    // The claim's outbox row, executed inline by this request.
+                    crate::metrics::outbox(crate::metrics::OutboxResult::ExecutedInline);
+                }
+                m.on_claim(claimed);
+            }
+            Effect::TakeOver { take, now } => {
+                let won = take_over(state, take, now).await?;
+                if let Some(point) = taken.filter(|_| won) {
+                    failpoint(point);
+                }
+                m.on_taken(won);
+            }
+            Effect::Charge(claim) => {
+                let outcome = charge(state, claim).await;
+                log_outcome(&claim.attempt, &outcome);
+                m.on_charge(outcome);
+            }
+            Effect::Create(claim) => {
+                let created = create(state, claim).await;
+                m.on_created(created);
+            }
+            Effect::SaveRef {
+                claim,
+                provider_ref,
+                now,
+            } => {
+                let saved = save_ref(state, claim, provider_ref, now).await?;
+                if saved {
+                    failpoint(faults::AFTER_SAVE_REF);
+                }
+                m.on_ref_saved(saved);
+            }
+            Effect::Confirm(claim) => {
+                let a = &claim.attempt;
+                let saved = a.provider_ref.as_deref().unwrap_or_default();
+                let outcome = state.provider.confirm(saved, &a.provider_key).await;
+                failpoint(faults::AFTER_CONFIRM);
+                log_outcome(a, &outcome);
+                m.on_charge(outcome);
+            }
+            Effect::Lookup(claim) => {
+                let a = &claim.attempt;
+                let lookup = state
+                    .provider
+                    .lookup(&a.provider_key, a.provider_ref.as_deref())
+                    .await;
+                if let Ok(outcome) = plan::reconcile(lookup.clone()) {
+                    log_outcome(&claim.attempt, &outcome);
+                }
+                m.on_lookup(lookup);
+            }
+            Effect::Settle { claim, plan, now } => {
+                let settled = match plan {
+                    SettlePlan::Review { audit, .. } => {
+                        flag_mismatch(state, claim, audit, now).await?
+                    }
+                    _ => exec_settle(state, &claim.attempt, plan, now).await?,
+                };
+                m.on_settled(settled);
+            }
+            Effect::Release { claim, now } => {
+                let open = release_unless_settled(state, claim, now).await?;
+                m.on_released(!open);
+            }
         }
-        if !done.locked {
-            return Err(conflict(get_order(&mut *tx, &order.id, &user).await?));
+    }
+    Err(in_progress(state))
+}
+
+/// Takes over the expired lease of a processing attempt (exactly one contender wins) and
+/// records why.
+async fn take_over(state: &AppState, take: &TakeOver, now: i64) -> AppResult<bool> {
+    let (id, until, lease) = (take.attempt_id.clone(), take.until, take.token.clone());
+    let entry = take.entry.clone();
+    let taken = state.store.write(async move |tx| {
+        let taken = db::take_expired_lease(&mut *tx, &id, now, until, &lease).await?;
+        if taken {
+            audit::record(&mut *tx, &entry, now).await?;
         }
-        if let Some(line) = stock.get(done.reserved) {
-            return Err(AppError::with(ErrorCode::OutOfStock, |p| {
-                p.sku = Some(line.sku.clone())
-            }));
-        }
-        if let Some(limits) = limits {
-            limits.check(Bucket::NewAttempts, &user)?; // refused: rolled back
-        }
-        Ok(Some(plan.claim))
+        Ok::<_, sqlx::Error>(taken)
     });
-    claim.await
+    Ok(taken.await?)
 }
 
-/// The claim's statements one at a time (SQLite), up to the first that does not pass. The
-/// outbox row says "charge this provider key", committed with the claim: this request
-/// executes it inline right after the commit; if the process dies first, the outbox worker
-/// finds it (src/jobs/mod.rs). The provider is never called inside a transaction.
-async fn claim_steps(
-    tx: &mut AnyConnection,
-    plan: &ClaimPlan,
-    key: &str,
-    now: i64,
-) -> AppResult<Claimed> {
-    let a = &plan.claim.attempt;
-    let t = &a.terms;
-    let token = &plan.claim.lease_token;
-    let mut done = Claimed {
-        inserted: db::insert_processing(&mut *tx, a, key, token, now).await?,
-        locked: false,
-        reserved: 0,
-    };
-    done.locked = done.inserted
-        && orders::lock_order(&mut *tx, &t.order_id, &t.user, t.order_version, &a.id, now).await?;
-    if !done.locked {
-        return Ok(done);
-    }
-    for line in &plan.stock {
-        if !catalog::reserve_stock(&mut *tx, line).await? {
-            return Ok(done);
-        }
-        done.reserved += 1;
-    }
-    for entry in &plan.audit {
-        audit::record(&mut *tx, entry, now).await?;
-    }
-    outbox::insert_outbox(&mut *tx, &a.id, &a.provider_key, now).await?;
-    Ok(done)
-}
-
-/// Rule 4: charge with the saved provider key (no transaction open), then settle.
-/// `None`: someone else settled the attempt first; the caller decides again.
-async fn drive(state: &AppState, claim: &Claim) -> AppResult<Option<Reply>> {
+/// The charge with the saved provider key, no transaction open.
+async fn charge(state: &AppState, claim: &Claim) -> ChargeOutcome {
     let a = &claim.attempt;
-    let req = ChargeRequest {
+    let outcome = state
+        .provider
+        .charge(&a.provider_key, &charge_request(a))
+        .await;
+    crate::dev::after_charge();
+    failpoint(faults::AFTER_CHARGE);
+    outcome
+}
+
+/// Two phases, first half: create the payment object under the saved provider key; nothing
+/// is charged yet.
+async fn create(state: &AppState, claim: &Claim) -> flow::Created {
+    let a = &claim.attempt;
+    let created = state
+        .provider
+        .create(&a.provider_key, &charge_request(a), &a.id)
+        .await;
+    match &created {
+        flow::Created::Id(id) => {
+            tracing::info!(attempt = %a.id, provider_ref = %id, "payment object created");
+            failpoint(faults::AFTER_CREATE);
+        }
+        flow::Created::Refused(why) => {
+            tracing::warn!(attempt = %a.id, %why, "provider refused to create the payment")
+        }
+        flow::Created::Unknown(why) => {
+            tracing::warn!(attempt = %a.id, %why, "create outcome unknown; nothing will confirm it; attempt stays processing")
+        }
+    }
+    created
+}
+
+/// Saves the created object's id on the attempt, in its own write, while the lease holds.
+async fn save_ref(
+    state: &AppState,
+    claim: &Claim,
+    provider_ref: &str,
+    now: i64,
+) -> AppResult<bool> {
+    let (id, lease) = (claim.attempt.id.clone(), claim.lease_token.clone());
+    let provider_ref = provider_ref.to_owned();
+    let save = state.store.write(async move |tx| {
+        db::save_provider_ref(&mut *tx, &id, &lease, &provider_ref, now).await
+    });
+    Ok(save.await?)
+}
+
+/// What a payment charges: the server's amount and currency, never the client's.
+fn charge_request(a: &Processing) -> ChargeRequest {
+    ChargeRequest {
         amount: a.terms.amount,
         currency: a.terms.currency.clone(),
         payment_method_id: a.payment_method_id.clone(),
         order_id: a.terms.order_id.clone(),
-    };
-    let outcome = state.provider.charge(&a.provider_key, &req).await;
-    crate::dev::after_charge();
-    failpoint(faults::AFTER_CHARGE);
-    settle(state, claim, outcome).await
+    }
 }
 
-/// Rule 5: ask the provider what happened under the provider key, settle from that, and
-/// re-drive with the same provider key only when the provider has no charge for it.
-pub(crate) async fn reconcile(state: &AppState, claim: &Claim) -> AppResult<Option<Reply>> {
-    let lookup = state
-        .provider
-        .charge_by_key(&claim.attempt.provider_key)
-        .await;
-    match plan::reconcile(lookup) {
-        Ok(outcome) => settle(state, claim, outcome).await,
-        Err(plan::Redrive) => drive(state, claim).await,
+/// What the provider said, in the log.
+fn log_outcome(a: &Processing, outcome: &ChargeOutcome) {
+    match outcome {
+        ChargeOutcome::Succeeded(c) if !plan::charges_the_terms(c, &a.terms) => {
+            // The provider charged something else under our key: the settle flags it for
+            // review (`plan::plan_settle`), and we shout.
+            tracing::error!(attempt = %a.id, charged = c.amount, expected = a.terms.amount, "charge differs from the attempt");
+        }
+        ChargeOutcome::Declined(c) => {
+            tracing::info!(attempt = %a.id, charge = %c.id, "provider declined")
+        }
+        ChargeOutcome::Rejected(why) => {
+            tracing::warn!(attempt = %a.id, %why, "provider refused the charge request")
+        }
+        ChargeOutcome::Unknown(why) => {
+            tracing::warn!(attempt = %a.id, %why, "provider outcome unknown; attempt stays processing")
+        }
+        ChargeOutcome::ActionRequired(c) => {
+            tracing::info!(attempt = %a.id, charge = %c.id, "the charge waits for the customer; attempt stays processing")
+        }
+        ChargeOutcome::Succeeded(_) => {}
     }
 }
 
@@ -346,17 +410,50 @@ pub(crate) async fn settle_from_webhook(
 ) -> AppResult<Option<bool>> {
     // A token nobody holds: this path never releases or takes a lease.
     let token = uuid::Uuid::new_v4().to_string();
-    let Some(claim) = Claim::of(record, &order.items, "provider-webhook", token) else {
-        return Ok(Some(false));
+    let m = ServerPay::webhook(record, order_of(order), token, state.policy);
+    Ok(match interpret(state, m, None, None).await? {
+        End::Unconfirmed => None,
+        End::Skipped => Some(false),
+        _ => Some(true),
+    })
+}
+
+/// Rule 3, in one write transaction. Every check is a conditional statement whose row
+/// count decides; the reads only choose which error to report. `SlotTaken`: the key
+/// appeared meanwhile (another request claimed or cancelled it): decide again.
+///
+/// `spend`: take a new-attempt token (`src/limits.rs`) when the claim wins, after every
+/// statement passed and before the commit, so duplicates racing for one new key (which
+/// lose the `(user, key)` slot and replay) never pay for it; a refusal rolls it back.
+pub(crate) async fn exec_claim(
+    state: &AppState,
+    plan: &ClaimPlan,
+    key: &IdempotencyKey,
+    now: i64,
+    spend: bool,
+) -> AppResult<Claimed> {
+    let t = &plan.claim.attempt.terms;
+    let limits = spend.then(|| state.limits.clone());
+    let spender = t.user.clone();
+    let before_commit = move || match limits {
+        Some(limits) => limits.check(Bucket::NewAttempts, &spender), // refused: rolled back
+        None => Ok(()),
     };
-    let lookup = state
-        .provider
-        .charge_by_key(&claim.attempt.provider_key)
-        .await;
-    match plan::webhook(lookup) {
-        Some(Some(outcome)) => Ok(Some(settle(state, &claim, outcome).await?.is_some())),
-        Some(None) => Ok(Some(false)),
-        None => Ok(None),
+    match store::pay::claim(&state.store, plan, key.as_str(), now, before_commit).await? {
+        ClaimOutcome::Claimed => Ok(Claimed::Won),
+        ClaimOutcome::KeyTaken => Ok(Claimed::SlotTaken),
+        ClaimOutcome::OrderConflict { current } => {
+            // A paid order answers with its payment: the receipt a replay of the key that
+            // paid carries (docs/protocol.md §7).
+            let payment = current.as_ref().and_then(|(_, paid)| paid.clone());
+            let current = current.map(|(version, paid)| (version, paid.is_some()));
+            let mut problem = plan::order_conflict(current, t.order_version);
+            problem.payment = payment;
+            Err(problem.into())
+        }
+        ClaimOutcome::OutOfStock { sku } => {
+            Err(AppError::with(ErrorCode::OutOfStock, |p| p.sku = Some(sku)))
+        }
     }
 }
 
@@ -373,137 +470,53 @@ async fn release_unless_settled(state: &AppState, claim: &Claim, now: i64) -> Ap
     Ok(!record.is_some_and(|r| r.is_final()))
 }
 
-/// Executes the settle plan for `outcome` (one transaction) and builds the answer. `None`:
-/// someone else settled the attempt first.
-pub(crate) async fn settle(
+/// A charge under the attempt's key that is not the attempt's (another order, amount or
+/// currency: [`plan::charges_the_terms`]): flagged for review once, with its audit row, and
+/// the lease ended; never marked paid. False when the attempt was settled meanwhile.
+async fn flag_mismatch(
     state: &AppState,
     claim: &Claim,
-    outcome: ChargeOutcome,
-) -> AppResult<Option<Reply>> {
-    let a = &claim.attempt;
-    match &outcome {
-        ChargeOutcome::Succeeded(c)
-            if c.amount != a.terms.amount || c.currency != a.terms.currency =>
-        {
-            // The provider charged something else under our key: record what it says it
-            // charged (the truth about money), and shout.
-            tracing::error!(attempt = %a.id, charged = c.amount, expected = a.terms.amount, "charge differs from the attempt");
+    entry: &plan::AuditEntry,
+    now: i64,
+) -> AppResult<bool> {
+    let (id, token, entry) = (
+        claim.attempt.id.clone(),
+        claim.lease_token.clone(),
+        entry.clone(),
+    );
+    let flag = state.store.write(async move |tx| {
+        db::release_lease(&mut *tx, &id, &token, now).await?;
+        let flagged = db::flag_review(&mut *tx, &id, now).await?;
+        if flagged {
+            audit::record(&mut *tx, &entry, now).await?;
         }
-        ChargeOutcome::Declined(c) => {
-            tracing::info!(attempt = %a.id, charge = %c.id, "provider declined")
-        }
-        ChargeOutcome::Rejected(why) => {
-            tracing::warn!(attempt = %a.id, %why, "provider refused the charge request")
-        }
-        ChargeOutcome::Unknown(why) => {
-            tracing::warn!(attempt = %a.id, %why, "provider outcome unknown; attempt stays processing")
-        }
-        ChargeOutcome::ActionRequired(c) => {
-            tracing::info!(attempt = %a.id, charge = %c.id, "the charge waits for the customer; attempt stays processing")
-        }
-        ChargeOutcome::Succeeded(_) => {}
+        Ok::<_, sqlx::Error>(flagged)
+    });
+    if flag.await? {
+        let a = &claim.attempt;
+        tracing::error!(attempt = %a.id, order = %a.terms.order_id, "the provider's charge differs from the attempt; flagged for manual review");
+        crate::metrics::reconciliation(crate::metrics::ReconcileResult::ManualReview);
     }
-    let now = state.clock.now_ms();
-    let payment_id = format!("pay_{}", uuid::Uuid::new_v4().simple());
-    let (finish, then, audit_rows) =
-        match plan::plan_settle(claim, outcome, payment_id, now, &state.policy) {
-            SettlePlan::Unknown { answer } => {
-                if !release_unless_settled(state, claim, now).await? {
-                    return Ok(None);
-                }
-                let mut answer = Reply::fresh(answer);
-                answer.retry_after = Some(state.config.retry_after_secs);
-                return Ok(Some(answer));
-            }
-            SettlePlan::ActionRequired { answer } => {
-                // Like Unknown: the next retry (or job, or webhook) asks the provider again,
-                // under the same provider key, and gets this answer until the customer acted.
-                if !release_unless_settled(state, claim, now).await? {
-                    return Ok(None);
-                }
-                return Ok(Some(Reply::open(answer)));
-            }
-            SettlePlan::Charged {
-                finish,
-                payment,
-                audit,
-            } => (finish, Settle::Charged(payment), audit),
-            SettlePlan::Uncharged {
-                finish,
-                release,
-                audit,
-            } => (finish, Settle::Uncharged(release), audit),
-        };
+    let record = db::find_by_id(state.store.pool(), &claim.attempt.id).await?;
+    Ok(record.is_some_and(|r| !r.is_final()))
+}
+
+/// Rule 4's transaction: executes the settle plan (`Charged` or `Uncharged`). False:
+/// someone else settled the attempt first.
+pub(crate) async fn exec_settle(
+    state: &AppState,
+    a: &Processing,
+    plan: &SettlePlan,
+    now: i64,
+) -> AppResult<bool> {
+    let finish = match plan {
+        SettlePlan::Charged { finish, .. } | SettlePlan::Uncharged { finish, .. } => finish,
+        SettlePlan::Unknown { .. }
+        | SettlePlan::ActionRequired { .. }
+        | SettlePlan::Review { .. } => return Ok(false),
+    };
     if finish.status == AttemptStatus::Succeeded {
         failpoint(faults::BEFORE_SETTLE_COMMIT);
     }
-    let settled = match state.store.backend() {
-        Backend::Postgres => {
-            pg::settle(state.store.pool(), a, &finish, &then, &audit_rows, now).await?
-        }
-        Backend::Sqlite => settle_steps(state, a, &finish, &then, &audit_rows, now).await?,
-    };
-    if !settled {
-        return Ok(None);
-    }
-    let stored = Final {
-        id: a.id.clone(),
-        terms: a.terms.clone(),
-        status: finish.status,
-        answer: finish.answer.clone(),
-        expires_at: finish.expires_at,
-    };
-    Ok(Some(Reply {
-        stored: Some(stored),
-        ..Reply::fresh(finish.answer)
-    }))
-}
-
-/// The settle's statements in one transaction (SQLite). False: someone else settled the
-/// attempt first.
-async fn settle_steps(
-    state: &AppState,
-    a: &Processing,
-    finish: &Finish,
-    then: &Settle,
-    audit_rows: &[audit::Entry],
-    now: i64,
-) -> AppResult<bool> {
-    let (a, finish, then, audit_rows) =
-        (a.clone(), finish.clone(), then.clone(), audit_rows.to_vec());
-    let settle = state.store.write(async move |tx| {
-        let order = &a.terms.order_id;
-        if !db::finish(&mut *tx, &a.id, &finish, now).await? {
-            return Ok(false);
-        }
-        match &then {
-            Settle::Charged(payment) => {
-                payments::insert_payment(&mut *tx, payment, &a.id, now).await?;
-                if !orders::mark_paid(&mut *tx, order, &a.id, &payment.id, now).await? {
-                    // The order lock belongs to this attempt until it settles; losing it is a
-                    // bug. Roll back so the attempt stays processing and is settled again.
-                    return Err(AppError::internal(format!(
-                        "order {order} is not locked by attempt {}",
-                        a.id
-                    )));
-                }
-                // The confirmation email is a job committed with the success: exactly one per
-                // paid order, delivered at least once, made idempotent by
-                // `confirmation_email_sent`.
-                jobs::enqueue_email(&mut *tx, order, now).await?;
-            }
-            Settle::Uncharged(release) => {
-                orders::unlock_order(&mut *tx, order, &a.id, now).await?;
-                for line in release {
-                    catalog::release_stock(&mut *tx, line).await?;
-                }
-            }
-        }
-        for entry in &audit_rows {
-            audit::record(&mut *tx, entry, now).await?;
-        }
-        outbox::outbox_done(&mut *tx, &a.id, now).await?;
-        Ok(true)
-    });
-    settle.await
+    Ok(store::pay::settle(&state.store, a, plan, now).await?)
 }

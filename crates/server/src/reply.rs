@@ -5,7 +5,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
 use payonce_protocol::headers::{IDEMPOTENT_REPLAYED, RETRY_AFTER};
 use payonce_protocol::problem::PROBLEM_CONTENT_TYPE;
-use payonce_rules::{Answer, Final};
+use payonce_rules::Answer;
 
 /// An answer of a keyed operation (pay, refund) that is not an error: what was (or will be)
 /// stored, plus headers. Fresh and replayed answers leave through the same [`Reply::into_response`].
@@ -16,8 +16,9 @@ pub(crate) struct Reply {
     /// The attempt stays processing although the status is not 202 (402 `ACTION_REQUIRED`):
     /// never final, never cached as the key's answer.
     pub(crate) open: bool,
-    /// The final row this answer was just stored in (a fresh settle), for the replay cache.
-    pub(crate) stored: Option<Final>,
+    /// The final row this request stored, when it settled the attempt itself (the copies of
+    /// the answer are filled from it, `src/replay/`).
+    pub(crate) settled: Option<Box<payonce_rules::Final>>,
 }
 
 impl Reply {
@@ -35,7 +36,7 @@ impl Reply {
             replayed: false,
             retry_after: None,
             open: false,
-            stored: None,
+            settled: None,
         }
     }
 
@@ -45,11 +46,6 @@ impl Reply {
             open: true,
             ..Self::fresh(answer)
         }
-    }
-
-    /// True when the attempt waits for the customer (402 `ACTION_REQUIRED`).
-    pub(crate) fn is_action_required(&self) -> bool {
-        self.open && self.answer.status != 202
     }
 
     /// The HTTP status.

@@ -3,7 +3,7 @@
 
 use crate::config::{Cli, Config, ServerArgs};
 use crate::http::app;
-use crate::listen::{bind, shutdown_signal};
+use crate::listen::{bind, shutdown_signal, PeerCap, WriteDeadline};
 use crate::state::{AppState, RunError};
 use crate::store::Store;
 use tokio::net::TcpListener;
@@ -19,7 +19,7 @@ pub async fn run(cli: Cli) -> Result<(), RunError> {
 async fn run_api(args: ServerArgs) -> Result<(), RunError> {
     let config = Config::from_args(&args)?;
     crate::dev::arm(&config.failpoints);
-    if args.session_secret.is_none() {
+    if args.sessions.secrets.is_empty() && config.sessions.is_some() {
         tracing::warn!("no --session-secret: tokens are signed with a random per-process secret");
     }
     if config.metrics_token.is_none() && !config.dev {
@@ -30,11 +30,16 @@ async fn run_api(args: ServerArgs) -> Result<(), RunError> {
     // The API listener is bound first so the embedded provider can be told where to send
     // its webhooks (port 0 allowed); it serves once the store is ready.
     let (listener, local) = bind(args.addr).await?;
-    let provider_url = crate::dev::provider_url(&args, &config.webhook_secret, local).await?;
+    let provider_url = match config.default_provider_url() {
+        Some(default) => args.provider_url.as_deref().unwrap_or(default).to_owned(),
+        None => crate::dev::provider_url(&args, &config.webhook_secret, local).await?,
+    };
     let store = Store::connect(&crate::config::database_url(&args)).await?;
     let jobs_interval = config.jobs_interval;
     let state = AppState::new(store, &provider_url, config)?;
-    tracing::info!(provider = %state.provider_url, "payment provider");
+    // Never the URL as given: in dev it may still carry credentials (`src/secret.rs`).
+    let shown = crate::secret::redact_url(&state.provider_url);
+    tracing::info!(provider = %shown, "payment provider");
     let handshake = |flag| move |detail| RunError::Handshake { flag, detail };
     state
         .provider
@@ -47,6 +52,9 @@ async fn run_api(args: ServerArgs) -> Result<(), RunError> {
     if let Some(every) = jobs_interval {
         tokio::spawn(crate::jobs::run(state.clone(), every));
     }
+    if let Some(jwt) = state.config.jwt.clone().filter(|j| j.has_jwks()) {
+        tokio::spawn(reload_jwks(jwt));
+    }
     let edge = state.config.edge;
     let router = app(state, args.static_dir.clone());
     println!("payonce: api listening on http://{local}");
@@ -54,21 +62,58 @@ async fn run_api(args: ServerArgs) -> Result<(), RunError> {
     Ok(())
 }
 
+/// Reads the `--jwt-jwks` file again on `SIGHUP` and every `--jwt-jwks-reload-secs`, so an
+/// identity provider's key rotation needs no restart (only started with a JWKS file: without
+/// one, `SIGHUP` keeps its default meaning).
+async fn reload_jwks(jwt: std::sync::Arc<crate::jwt::JwtVerifier>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hangup = signal(SignalKind::hangup()).ok();
+    let mut tick = jwt.jwks_reload_every().map(|every| {
+        let mut t = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        t
+    });
+    loop {
+        let why = tokio::select! {
+            Some(()) = async { hangup.as_mut()?.recv().await } => "SIGHUP",
+            Some(_) = async { Some(tick.as_mut()?.tick().await) } => "interval",
+            else => return,
+        };
+        match jwt.reload_jwks() {
+            Some(Ok(keys)) => tracing::info!(keys, why, "--jwt-jwks reloaded"),
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, why, "--jwt-jwks reload failed; the keys loaded before stay");
+            }
+            None => return,
+        }
+    }
+}
+
 /// The API's accept loop. Each connection holds a permit of a semaphore of
 /// `--max-connections`: at the cap the loop stops accepting (clients wait in the kernel's
-/// backlog) instead of running out of file descriptors. hyper closes a connection whose
-/// request head does not arrive within `--header-timeout-ms`, which also bounds an idle
-/// kept-alive connection (its timer starts when hyper waits for the next head).
+/// backlog) instead of running out of file descriptors. So that no client can hold permits
+/// for ever, or take them all:
+/// - hyper closes a connection whose request head does not arrive within
+///   `--header-timeout-ms`, which also bounds an idle kept-alive connection (its timer
+///   starts when hyper waits for the next head);
+/// - an answer the client does not take within `--write-timeout-ms` closes the connection
+///   (`listen::WriteDeadline`): a client that pipelines requests and never reads;
+/// - one address holds at most `--max-connections-per-peer` of them (`listen::PeerCap`);
+///   a connection past it is closed as soon as it is accepted;
+/// - hyper's buffer of a connection is [`crate::http::MAX_READ_BUFFER`], not its ~408 KiB
+///   default, so 1,024 slow heads cost 64 MiB at most.
 async fn serve(listener: TcpListener, router: axum::Router, edge: crate::config::Edge) {
     use hyper_util::rt::{TokioIo, TokioTimer};
     let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(edge.max_connections));
+    let peers = PeerCap::new(edge.max_connections_per_peer);
     let mut http = hyper::server::conn::http1::Builder::new();
     // hyper answers heads past its own limits itself, bare (no problem body): its header
-    // count is raised above ours so `http::refuse_oversized` answers first; its URI (64 KiB)
-    // and head (about 400 KiB) caps are already above ours.
+    // count is raised above ours so `http::refuse_oversized` answers first; its buffer holds
+    // a head at our caps with room to spare, and its URI cap (64 KiB) is above ours.
     http.timer(TokioTimer::new())
         .header_read_timeout(edge.header_timeout)
         .max_headers(2 * crate::http::MAX_HEADERS)
+        .max_buf_size(crate::http::MAX_READ_BUFFER)
         .keep_alive(true);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let shutdown = shutdown_signal();
@@ -81,9 +126,9 @@ async fn serve(listener: TcpListener, router: axum::Router, edge: crate::config:
             },
             () = &mut shutdown => break,
         };
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning; the permit is
                     // dropped, the loop retries.
@@ -94,15 +139,19 @@ async fn serve(listener: TcpListener, router: axum::Router, edge: crate::config:
             },
             () = &mut shutdown => break,
         };
+        let Some(slot) = peers.admit(peer.ip()) else {
+            tracing::debug!(%peer, "closed: --max-connections-per-peer reached");
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let service = hyper_util::service::TowerToHyperService::new(router.clone());
-        let conn = http.serve_connection(TokioIo::new(stream), service);
-        let conn = graceful.watch(conn);
+        let io = TokioIo::new(WriteDeadline::new(stream, edge.write_timeout));
+        let conn = graceful.watch(http.serve_connection(io, service));
         tokio::spawn(async move {
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "connection ended");
             }
-            drop(permit);
+            drop((slot, permit));
         });
     }
     // Requests in flight finish (bounded by the request timeout); idle connections close.

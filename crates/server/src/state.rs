@@ -41,7 +41,7 @@ pub enum RunError {
 #[derive(Clone)]
 pub struct AppState {
     pub(crate) store: Store,
-    pub(crate) provider: crate::provider::ProviderClient,
+    pub(crate) provider: crate::provider::Provider,
     pub(crate) config: Arc<Config>,
     /// The provider's base URL, for `GET /dev/config`.
     pub(crate) provider_url: Arc<str>,
@@ -63,9 +63,15 @@ impl AppState {
     /// State over `store`, reaching the provider at `provider_url`.
     pub fn new(store: Store, provider_url: &str, config: Config) -> Result<Self, RunError> {
         let ca = config.tls_ca.as_deref();
-        let provider =
-            crate::provider::ProviderClient::new(provider_url, config.provider_timeout, ca)
-                .map_err(|e| RunError::Provider(e.to_string()))?;
+        let key = config.provider_api_key.as_deref();
+        let provider = crate::provider::Provider::new(
+            config.provider,
+            provider_url,
+            config.provider_timeout,
+            ca,
+            key,
+        )
+        .map_err(RunError::Provider)?;
         let redis = config.redis_url.as_deref().map(|url| {
             crate::replay::redis::RedisCache::new(url, config.redis_timeout, ca).map(Arc::new)
         });

@@ -9,6 +9,9 @@
 //!    from what the provider itself answers for the key ([`pay::settle_from_webhook`]);
 //! 4. marks the event handled, and only then answers 2xx.
 //!
+//! `charge.refunded` (our refund, or one made in the provider's dashboard) marks the payment
+//! refunded once the provider's list of the charge's refunds confirms it ([`refunded`]).
+//!
 //! Settling is a conditional update on a processing row, so a duplicate, delayed or
 //! reordered event matches nothing. An event for a provider key no attempt owns (404), one
 //! the provider cannot confirm now (503) and one whose handling crashed stay unhandled, and
@@ -24,9 +27,53 @@ use crate::pay;
 use crate::state::AppState;
 use crate::store::attempts as db;
 use crate::store::orders::get_order;
+use crate::store::refunds;
 use crate::store::webhook_events;
 use payonce_protocol::provider::{EventType, WebhookEvent};
-use payonce_protocol::ErrorCode;
+use payonce_protocol::{AttemptStatus, ErrorCode};
+
+/// `charge.refunded`: the charge was refunded, by our refund call or elsewhere (the
+/// provider's dashboard). A hint like any event: only the provider's own list of the
+/// charge's refunds marks the payment, its order and its attempt refunded, once, audited.
+/// A charge no payment of ours holds is nothing to apply.
+async fn refunded(state: &AppState, event: &WebhookEvent) -> AppResult<()> {
+    let pool = state.store.pool();
+    let Some((payment, attempt)) = refunds::payment_of_charge(pool, &event.charge.id).await? else {
+        metrics::webhook_event(metrics::WebhookResult::NoEffect);
+        return Ok(());
+    };
+    if payment.status != AttemptStatus::Succeeded {
+        metrics::webhook_event(metrics::WebhookResult::NoEffect);
+        return Ok(());
+    }
+    let refund = match state.provider.refunds_of(&payment.charge_id).await {
+        Ok(list) => list.into_iter().next(),
+        Err(why) => {
+            tracing::warn!(event = %event.id, %why, "cannot confirm a refund event");
+            metrics::webhook_event(metrics::WebhookResult::Unconfirmed);
+            return Err(AppError::with(ErrorCode::StoreUnavailable, |p| {
+                p.detail =
+                    Some("the provider could not confirm this event; deliver it again".into());
+                p.retry_after = Some(1);
+            }));
+        }
+    };
+    let Some(refund) = refund else {
+        metrics::webhook_event(metrics::WebhookResult::NoEffect);
+        return Ok(());
+    };
+    let reason = format!(
+        "provider refund {} of charge {} (charge.refunded)",
+        refund.id, payment.charge_id
+    );
+    let applied = crate::refunds::mark_refunded_at_provider(state, &payment, &attempt, &reason);
+    let result = match applied.await? {
+        true => metrics::WebhookResult::Applied,
+        false => metrics::WebhookResult::NoEffect,
+    };
+    metrics::webhook_event(result);
+    Ok(())
+}
 
 /// Records an authentic event, applies it unless it was handled before, and marks it
 /// handled (see the module docs).
@@ -63,8 +110,7 @@ pub(crate) async fn receive(state: AppState, event: WebhookEvent) -> AppResult<(
 
 async fn handle(state: &AppState, event: &WebhookEvent) -> AppResult<()> {
     if event.event_type == EventType::ChargeRefunded {
-        // Refunds are started by us and settled by their own call; nothing to do here yet.
-        return Ok(());
+        return refunded(state, event).await;
     }
     let Some(row) =
         db::find_by_provider_key(state.store.pool(), &event.charge.provider_key).await?

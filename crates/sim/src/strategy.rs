@@ -282,7 +282,7 @@ fn flow_step(flow: &mut PayFlow, now_ms: u64) -> Step {
             }
             Effect::Done(PayEnd::Final(_)) => return Step::Paid,
             Effect::Done(PayEnd::Pending(reason)) => return Step::Then(Next::GiveUp(reason)),
-            Effect::Done(PayEnd::Failed(_) | PayEnd::ActionRequired) => {
+            Effect::Done(PayEnd::Failed(_) | PayEnd::ActionRequired | PayEnd::Busy) => {
                 return Step::Then(Next::GiveUp(PendingReason::Attempts))
             }
             _ => {}

@@ -1,10 +1,13 @@
 //! The harness shared by the server's black-box tests (`crates/server/tests/blackbox`), the
 //! load benchmark (`crates/bench`) and the chaos audit (`crates/chaos`): `payonce-server`
 //! processes on port 0 ([`server`]), per-test PostgreSQL databases ([`pg`]), Redis
-//! namespaces ([`redis`]), local TLS services ([`tls`]), [`eventually`] for real events, and checkout fixtures
-//! ([`checkout`]). Dev-only: nothing here ships in the server.
+//! namespaces ([`redis`]), a Stripe emulator ([`localstripe`]), local TLS services ([`tls`]),
+//! a fault proxy in front of the provider ([`fault_proxy`]), [`eventually`] for real events,
+//! and checkout fixtures ([`checkout`]). Dev-only: nothing here ships in the server.
 
 pub mod checkout;
+pub mod fault_proxy;
+pub mod localstripe;
 pub mod pg;
 pub mod redis;
 pub mod server;

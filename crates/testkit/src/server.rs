@@ -11,12 +11,24 @@ use std::time::{Duration, Instant};
 pub const LISTEN_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// `bin` with the variables that would override flags removed: flags say everything, an
-/// inherited `DATABASE_URL` must not change what is tested or measured.
+/// inherited `DATABASE_URL` must not change what is tested or measured. The provider is
+/// the mock (`PAYONCE_PROVIDER=mock`, which a start outside `--dev` needs) unless the
+/// arguments say `--provider stripe`.
 pub fn command(bin: &Path) -> Command {
     let mut cmd = Command::new(bin);
-    cmd.env_remove("DATABASE_URL")
+    cmd.env("PAYONCE_PROVIDER", "mock")
+        .env_remove("PAYONCE_STRIPE_SECRET_KEY")
+        .env_remove("PAYONCE_STRIPE_SECRET_KEY_FILE")
+        .env_remove("PAYONCE_STRIPE_WEBHOOK_SECRET")
+        .env_remove("PAYONCE_STRIPE_WEBHOOK_SECRET_FILE")
+        .env_remove("DATABASE_URL")
         .env_remove("PAYONCE_PROVIDER_URL")
         .env_remove("REDIS_URL")
+        .env_remove("PGSSLMODE")
+        .env_remove("PAYONCE_ALLOW_PLAINTEXT")
+        .env_remove("PAYONCE_PROVIDER_API_KEY")
+        .env_remove("PAYONCE_PROVIDER_API_KEY_FILE")
+        .env_remove("PAYONCE_SESSION_SECRET")
         .stdin(Stdio::null());
     cmd
 }
@@ -72,6 +84,11 @@ impl Proc {
             }
         }
         Ok(proc)
+    }
+
+    /// The process id (to send it a signal).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// The API URL ("" for a process without one).

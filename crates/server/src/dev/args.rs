@@ -1,9 +1,10 @@
 //! The dev build's flags and subcommand, and what they come to. A leaf: the rest of the
 //! crate (the command line in `src/config.rs`) reads it, it reads nothing of the crate but
-//! the failpoint names.
+//! the failpoint names and `src/secret.rs`.
 
 use crate::faults::{
-    AFTER_CHARGE, AFTER_CLAIM, AFTER_SAVE, BEFORE_SETTLE_COMMIT, EMAIL, OUTBOX, WEBHOOK,
+    AFTER_CHARGE, AFTER_CLAIM, AFTER_CONFIRM, AFTER_CREATE, AFTER_SAVE, AFTER_SAVE_REF,
+    BEFORE_SETTLE_COMMIT, EMAIL, OUTBOX, WEBHOOK,
 };
 use clap::{Args, Subcommand};
 use std::net::SocketAddr;
@@ -13,6 +14,9 @@ use std::path::PathBuf;
 const ALL: &[&str] = &[
     AFTER_CLAIM,
     AFTER_CHARGE,
+    AFTER_CREATE,
+    AFTER_SAVE_REF,
+    AFTER_CONFIRM,
     BEFORE_SETTLE_COMMIT,
     AFTER_SAVE,
     WEBHOOK,
@@ -64,10 +68,26 @@ pub struct DevArgs {
     #[arg(long, default_value = "off", conflicts_with = "provider_url")]
     pub provider_webhook_chaos: payonce_mock_provider::WebhookChaos,
     /// Dev only: abort the process when it reaches this named step (repeatable, or a comma
-    /// list): after-claim, after-charge, before-settle-commit, after-save, webhook, outbox,
-    /// email. For crash tests; the server refuses to start with it unless `--dev`.
+    /// list): after-claim, after-charge, after-create, after-save-ref, after-confirm,
+    /// before-settle-commit, after-save, webhook, outbox, email. For crash tests; the server
+    /// refuses to start with it unless `--dev`.
     #[arg(long = "failpoint", env = "PAYONCE_FAILPOINTS", value_delimiter = ',')]
     pub failpoints: Vec<String>,
+    /// Dev only, for the tests that show the Stripe suites can fail: drive the two phases
+    /// in a deliberately wrong order (`confirm-unsaved`: confirm the created object before
+    /// its id is saved; `recreate`: a take-over creates and confirms a new object instead
+    /// of looking up the saved one). Never a setting for anything else.
+    #[arg(long = "flaw", hide = true, requires = "dev")]
+    pub flaw: Option<FlawArg>,
+}
+
+/// `--flaw`: a broken variant of the two-phase sequencing (`crates/rules/src/flow.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FlawArg {
+    /// [`payonce_rules::flow::Flaw::ConfirmUnsaved`].
+    ConfirmUnsaved,
+    /// [`payonce_rules::flow::Flaw::Recreate`].
+    Recreate,
 }
 
 /// Subcommands.
@@ -85,7 +105,7 @@ pub enum Command {
         /// Secret the webhooks are signed with.
         #[arg(long, env = "PAYONCE_WEBHOOK_SECRET", hide_env_values = true,
               default_value = payonce_mock_provider::DEFAULT_WEBHOOK_SECRET)]
-        webhook_secret: String,
+        webhook_secret: crate::secret::Secret,
         /// JSON file the ledger is written through to and loaded from, so a restarted
         /// provider keeps its charges and resends undelivered webhooks. Default: memory only.
         #[arg(long)]
@@ -100,7 +120,7 @@ pub enum Command {
     MintJwt {
         /// The shared secret (as given to `--jwt-hs256-secret`).
         #[arg(long, env = "PAYONCE_JWT_HS256_SECRETS", hide_env_values = true)]
-        secret: String,
+        secret: crate::secret::Secret,
         /// `iss`.
         #[arg(long)]
         issuer: String,
@@ -120,6 +140,8 @@ pub enum Command {
 pub(crate) struct DevSettings {
     pub dev: bool,
     pub failpoints: Vec<String>,
+    /// `--flaw`, as the pay machine's flaw.
+    pub flaw: Option<payonce_rules::flow::Flaw>,
     /// The webhook secret when none was given: the mock provider's own default, dev only.
     pub default_webhook_secret: Option<&'static str>,
 }
@@ -138,9 +160,14 @@ pub(crate) fn settings(args: &DevArgs) -> Result<DevSettings, DevFlagError> {
     if !failpoints.is_empty() && !args.dev {
         return Err(DevFlagError::FailpointsNeedDev);
     }
+    use payonce_rules::flow::Flaw;
     Ok(DevSettings {
         dev: args.dev,
         failpoints,
+        flaw: args.flaw.map(|f| match f {
+            FlawArg::ConfirmUnsaved => Flaw::ConfirmUnsaved,
+            FlawArg::Recreate => Flaw::Recreate,
+        }),
         default_webhook_secret: args
             .dev
             .then_some(payonce_mock_provider::DEFAULT_WEBHOOK_SECRET),

@@ -5,10 +5,11 @@ use crate::auth::AuthUser;
 use crate::error::{AppError, AppResult};
 use crate::http::extract::Id;
 use crate::state::AppState;
+use crate::store::mailbox::mails_of;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::Json;
-use payonce_protocol::{ErrorCode, Mail, Mailbox, MailboxQuery};
+use payonce_protocol::{ErrorCode, Mailbox, MailboxQuery};
 
 /// The handler.
 pub(crate) async fn handler(
@@ -22,23 +23,6 @@ pub(crate) async fn handler(
     let Query(query) =
         query.map_err(|e| AppError::detail(ErrorCode::InvalidRequest, e.body_text()))?;
     let order_id = Id::parse(&query.order_id, "orderId")?;
-    // Oldest first.
-    let rows: Vec<(String, String, String, i64)> = sqlx::query_as(
-        "SELECT order_id, subject, body, sent_at FROM mailbox
-         WHERE user_id = $1 AND order_id = $2 ORDER BY sent_at, id",
-    )
-    .bind(&user)
-    .bind(&*order_id)
-    .fetch_all(state.store.pool())
-    .await?;
-    let mails = rows
-        .into_iter()
-        .map(|(order_id, subject, body, sent_at)| Mail {
-            order_id,
-            subject,
-            body,
-            sent_at,
-        })
-        .collect();
+    let mails = mails_of(state.store.pool(), &user, &order_id).await?;
     Ok(Json(Mailbox { mails }))
 }

@@ -37,7 +37,7 @@ pub(crate) async fn run_command(command: Command) -> Result<(), RunError> {
         } => {
             let config = ProviderConfig {
                 webhook_url,
-                webhook_secret,
+                webhook_secret: webhook_secret.expose().to_owned(),
                 webhook_chaos,
                 state_file,
                 ..ProviderConfig::default()
@@ -111,7 +111,7 @@ pub(crate) async fn provider_url(
 ) -> Result<String, RunError> {
     let d = &args.dev;
     if args.provider_url.is_some() || !d.dev {
-        return Ok(args.provider_url.clone().unwrap_or_default());
+        return Ok(args.provider_url.as_deref().unwrap_or_default().to_owned());
     }
     let webhook_url = (!d.no_provider_webhooks).then(|| format!("http://{api}{}", paths::WEBHOOKS));
     // The embedded provider keeps its ledger in a file by default, so a crash of this
@@ -168,7 +168,7 @@ mod tests {
         let c = Config::from_args(&args(&["--dev"])).unwrap();
         assert!(c.dev);
         assert_eq!(
-            c.webhook_secret,
+            c.webhook_secret.expose(),
             payonce_mock_provider::DEFAULT_WEBHOOK_SECRET
         );
         assert!(matches!(

@@ -1,7 +1,7 @@
 //! Dev mode's endpoints: `POST /dev/sessions` (sign in as anyone) and `GET /dev/config`.
 //! Without `--dev` both are 403 `DEV_MODE_REQUIRED`.
 
-use crate::auth::{now_secs, sign_token, valid_user_id, SESSION_SECS};
+use crate::auth::valid_user_id;
 use crate::error::{AppError, AppResult};
 use crate::http::extract::ApiJson;
 use crate::state::AppState;
@@ -26,16 +26,18 @@ pub(crate) async fn create_session(
             "userId must be 1..=64 characters of [A-Za-z0-9_-]",
         ));
     }
-    let token = sign_token(
-        &state.config.session_secret,
-        &req.user_id,
-        now_secs() + SESSION_SECS,
-    );
+    let Some(sessions) = &state.config.sessions else {
+        return Err(AppError::detail(
+            ErrorCode::InvalidRequest,
+            "this server runs with --no-session-tokens: there are no sessions to sign in to",
+        ));
+    };
+    let now = u64::try_from(state.clock.now_ms() / 1000).unwrap_or(0);
+    let (token, ttl) = sessions.sign(&req.user_id, now);
     // SameSite=Lax: the demo page on another localhost port is same-site (ports do not make
     // a site), so the cookie still travels with credentialed fetches. No `Secure`: dev runs
     // on plain http://localhost.
-    let cookie =
-        format!("{SESSION_COOKIE}={token}; HttpOnly; Path=/; SameSite=Lax; Max-Age={SESSION_SECS}");
+    let cookie = format!("{SESSION_COOKIE}={token}; HttpOnly; Path=/; SameSite=Lax; Max-Age={ttl}");
     let body = Json(DevSessionResponse {
         user_id: req.user_id,
         token,

@@ -14,12 +14,17 @@ use payonce_protocol::body::DevFault;
 use payonce_protocol::headers::{DEV_FAULT, IDEMPOTENCY_KEY};
 use payonce_protocol::{ErrorCode, IdempotencyKey, KeyError};
 use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
 
 /// A JSON body. Syntax errors, wrong types and unknown fields are 400 `INVALID_REQUEST`, a
 /// missing `Content-Type: application/json` is 415 (the size limit is `refuse_oversized`'s).
+/// Every body of this API is an object, and so is every structure in one: serde also reads a
+/// struct from an array of its members in order (`[1,"pm_card_approve"]` as a pay body), so
+/// that form is refused here ([`objects_only`]).
 pub(crate) struct ApiJson<T>(pub T);
 
-impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+impl<T: DeserializeOwned + Serialize, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     type Rejection = AppError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
@@ -42,12 +47,67 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
             let req = Request::from_parts(parts, Body::from(bytes.clone()));
             Json::<T>::from_request(req, state).await
         };
+        let unsupported =
+            matches!(&json, Err(r) if r.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE);
+        let sent = serde_json::from_slice::<Value>(&bytes);
+        if let (false, Ok(sent)) = (unsupported, &sent) {
+            if !sent.is_object() {
+                return Err(not_an_object("the body"));
+            }
+        }
         let Json(value) = json.map_err(json_rejection)?;
+        if let Ok(sent) = &sent {
+            objects_only(sent, &value)?;
+        }
         if holds_nul(&bytes) {
             return Err(nul_refused());
         }
         Ok(Self(value))
     }
+}
+
+/// Refuses `sent` unless each structure of `parsed` was sent as an object: `parsed`
+/// written back is an object exactly where the type is a struct (or a map), so wherever it
+/// is one and `sent` is not, serde read a struct from an array. Members the type leaves out
+/// when writing (empty options) are skipped; they were parsed, so they are of the right type.
+fn objects_only<T: Serialize>(sent: &Value, parsed: &T) -> Result<(), AppError> {
+    fn walk(sent: &Value, back: &Value, at: &mut String) -> Result<(), AppError> {
+        match (back, sent) {
+            (Value::Object(b), Value::Object(s)) => {
+                for (name, b) in b {
+                    if let Some(s) = s.get(name) {
+                        let len = at.len();
+                        at.push_str(&format!(".{name}"));
+                        walk(s, b, at)?;
+                        at.truncate(len);
+                    }
+                }
+                Ok(())
+            }
+            (Value::Object(_), _) => Err(not_an_object(&format!("`{at}`"))),
+            (Value::Array(b), Value::Array(s)) => {
+                for (i, (s, b)) in s.iter().zip(b).enumerate() {
+                    let len = at.len();
+                    at.push_str(&format!("[{i}]"));
+                    walk(s, b, at)?;
+                    at.truncate(len);
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+    let back = serde_json::to_value(parsed)
+        .map_err(|e| AppError::internal(format!("a parsed body does not serialize: {e}")))?;
+    walk(sent, &back, &mut String::from("body"))
+}
+
+/// A body, or a structure in one, that is valid JSON but not an object.
+fn not_an_object(what: &str) -> AppError {
+    AppError::detail(
+        ErrorCode::InvalidRequest,
+        format!("{what} must be a JSON object (`{{...}}`) of the members the API documents, not an array or a scalar"),
+    )
 }
 
 /// True when a valid JSON text holds a string with U+0000 (it can only be spelled `\u0000`:
@@ -255,6 +315,31 @@ mod tests {
         );
         assert!(holds_nul(br#"{"a":"\\\u0000"}"#));
         assert!(!holds_nul(br#"{"a":"\u0001"}"#));
+    }
+
+    #[test]
+    fn structures_sent_as_arrays_are_refused_at_any_depth() {
+        use payonce_protocol::body::{CreateOrderRequest, UpdateCartRequest};
+        fn refused<T: DeserializeOwned + Serialize>(text: &str) -> Option<String> {
+            let sent: Value = serde_json::from_str(text).unwrap();
+            let parsed: T = serde_json::from_value(sent.clone()).expect("serde reads it");
+            match objects_only(&sent, &parsed) {
+                Err(AppError::Client(p)) => p.detail,
+                _ => None,
+            }
+        }
+        let line = r#"{"sku":"tee-classic","quantity":2}"#;
+        let ok = format!(r#"{{"items":[{line},{line}],"coupon":null}}"#);
+        assert_eq!(refused::<CreateOrderRequest>(&ok), None);
+        let nested = format!(r#"{{"items":[{line},["tee-classic",2]]}}"#);
+        let detail = refused::<CreateOrderRequest>(&nested).expect("refused");
+        assert!(
+            detail.starts_with("`body.items[1]` must be a JSON object"),
+            "{detail}"
+        );
+        let cart = r#"{"items":[["tee-classic",1]],"address":"1 Main St"}"#;
+        assert!(refused::<UpdateCartRequest>(cart).is_some());
+        assert_eq!(refused::<UpdateCartRequest>(r#"{"items":null}"#), None);
     }
 
     #[test]

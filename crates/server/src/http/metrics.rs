@@ -4,6 +4,7 @@
 use crate::error::AppError;
 use crate::metrics;
 use crate::state::AppState;
+use crate::store::attempts::processing_before;
 use axum::extract::State;
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
@@ -18,6 +19,7 @@ pub(crate) async fn serve(State(state): State<AppState>, headers: HeaderMap) -> 
         }
     }
     let now = state.clock.now_ms();
-    let text = metrics::text(&state.store, &state.gauges, state.redis.as_deref(), now).await;
+    let read = async |before| processing_before(state.store.pool(), before).await;
+    let text = metrics::text(read, &state.gauges, state.redis.as_deref(), now).await;
     ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response()
 }

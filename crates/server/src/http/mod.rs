@@ -3,31 +3,29 @@
 
 mod cancel;
 mod catalog;
+pub(crate) mod cors;
 pub(crate) mod extract;
 mod metrics;
 mod orders;
 mod pay;
 mod refund;
+mod stripe_webhooks;
 mod webhooks;
 
 use crate::error::AppError;
 use crate::state::AppState;
-use crate::store::Backend;
 use axum::extract::State;
-use axum::http::{header, HeaderName, HeaderValue, Method};
+use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, patch, post};
 use axum::{Json, Router};
 use payonce_protocol::body::paths;
-use payonce_protocol::headers::{
-    DEV_FAULT, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, KEY_RETENTION, REQUEST_ID, RETRY_AFTER,
-};
+use payonce_protocol::headers::{KEY_RETENTION, REQUEST_ID};
 use payonce_protocol::ErrorCode;
 use std::path::PathBuf;
 use std::sync::LazyLock;
 use std::time::Duration;
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::cors::{AllowOrigin, CorsLayer};
 
 /// Largest request body accepted. Every body of this API is a few hundred bytes; 16 KiB
 /// leaves room for a 20-line cart and a long address, and nothing for abuse.
@@ -38,6 +36,10 @@ pub const MAX_URI_BYTES: usize = 8 * 1024;
 pub const MAX_HEADER_BYTES: usize = 32 * 1024;
 /// See [`MAX_HEADER_BYTES`]; hyper's own cap is higher (`src/server.rs`).
 pub const MAX_HEADERS: usize = 100;
+/// hyper's buffer per connection (`src/server.rs`): a head at our caps (target, headers and
+/// their separators, about 41 KiB) fits with room, so ours answer with a problem; a longer
+/// head is refused by hyper (a bare 431) as soon as this much of it has arrived.
+pub const MAX_READ_BUFFER: usize = 64 * 1024;
 
 /// Every route as `(method, path template)`. The OpenAPI document must list each one
 /// (tested), and the fuzzer walks the document.
@@ -53,6 +55,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/healthz"),
     ("get", "/openapi.json"),
     ("post", "/webhooks/provider"),
+    ("post", "/webhooks/stripe"),
     ("get", "/metrics"),
     ("post", "/payments/{id}/refund"),
     ("get", "/dev/mailbox"),
@@ -60,7 +63,7 @@ pub const ROUTES: &[(&str, &str)] = &[
 
 /// The API as a router. `static_dir` files are served for paths no route claims.
 pub fn app(state: AppState, static_dir: Option<PathBuf>) -> Router {
-    let dev = state.config.dev;
+    let cors = cors::layer(&state.config.cors, state.config.dev);
     let router = Router::new()
         .route(paths::CATALOG, get(catalog::list))
         .route(paths::ORDERS, post(orders::create))
@@ -71,6 +74,7 @@ pub fn app(state: AppState, static_dir: Option<PathBuf>) -> Router {
         .route(paths::HEALTHZ, get(healthz))
         .route(paths::OPENAPI, get(crate::openapi::serve))
         .route(paths::WEBHOOKS, post(webhooks::handler))
+        .route(paths::STRIPE_WEBHOOKS, post(stripe_webhooks::handler))
         .route(paths::METRICS, get(metrics::serve))
         .route(&paths::refund("{id}"), post(refund::handler))
         .merge(crate::dev::routes())
@@ -99,10 +103,9 @@ pub fn app(state: AppState, static_dir: Option<PathBuf>) -> Router {
         }))
         .layer(axum::middleware::from_fn(request_id))
         .with_state(state);
-    if dev {
-        router.layer(dev_cors())
-    } else {
-        router
+    match cors {
+        Some(cors) => router.layer(cors),
+        None => router,
     }
 }
 
@@ -231,10 +234,7 @@ async fn refuse_oversized(
 
 async fn healthz(State(state): State<AppState>) -> Response {
     if state.store.ping().await {
-        let backend = match state.store.backend() {
-            Backend::Sqlite => "sqlite",
-            Backend::Postgres => "postgres",
-        };
+        let backend = state.store.backend().name();
         Json(serde_json::json!({ "status": "ok", "store": backend })).into_response()
     } else {
         AppError::code(ErrorCode::StoreUnavailable).into_response()
@@ -292,84 +292,4 @@ async fn method_not_allowed() -> AppError {
 
 fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
     AppError::internal("handler panicked").into_response()
-}
-
-/// Dev CORS: any `http://localhost[:port]` or `http://127.0.0.1[:port]` page may call the API
-/// with credentials, send the idempotency and dev fault headers, and read the headers a
-/// client needs to act on (`Idempotent-Replayed`, `Retry-After`). Never on without `--dev`.
-fn dev_cors() -> CorsLayer {
-    let names = |list: &[&str]| -> Vec<HeaderName> {
-        list.iter()
-            .filter_map(|n| HeaderName::from_bytes(n.as_bytes()).ok())
-            .collect()
-    };
-    CorsLayer::new()
-        .allow_origin(AllowOrigin::predicate(|origin: &HeaderValue, _| {
-            is_local_origin(origin.as_bytes())
-        }))
-        .allow_credentials(true)
-        .allow_methods([Method::GET, Method::POST, Method::PATCH])
-        .allow_headers(
-            [header::CONTENT_TYPE, header::AUTHORIZATION]
-                .into_iter()
-                .chain(names(&[IDEMPOTENCY_KEY, DEV_FAULT]))
-                .collect::<Vec<_>>(),
-        )
-        .expose_headers(names(&[
-            IDEMPOTENT_REPLAYED,
-            RETRY_AFTER,
-            KEY_RETENTION,
-            REQUEST_ID,
-        ]))
-        .max_age(Duration::from_secs(600))
-}
-
-/// True for `http://localhost`, `http://127.0.0.1`, with an optional numeric port.
-pub(crate) fn is_local_origin(origin: &[u8]) -> bool {
-    let Ok(origin) = std::str::from_utf8(origin) else {
-        return false;
-    };
-    let Some(rest) = origin
-        .strip_prefix("http://localhost")
-        .or_else(|| origin.strip_prefix("http://127.0.0.1"))
-    else {
-        return false;
-    };
-    match rest.strip_prefix(':') {
-        None => rest.is_empty(),
-        Some(port) => (1..=5).contains(&port.len()) && port.bytes().all(|b| b.is_ascii_digit()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    #[test]
-    fn local_origins() {
-        for ok in [
-            "http://localhost:5173",
-            "http://127.0.0.1:8080",
-            "http://localhost",
-        ] {
-            assert!(is_local_origin(ok.as_bytes()), "{ok}");
-        }
-        for bad in [
-            "https://localhost:5173",
-            "http://localhost.evil.com",
-            "http://127.0.0.1:80x",
-            "http://localhost:",
-            "null",
-        ] {
-            assert!(!is_local_origin(bad.as_bytes()), "{bad}");
-        }
-    }
-
-    proptest! {
-        #[test]
-        fn origins_never_panic(s in proptest::collection::vec(any::<u8>(), 0..64)) {
-            let _ = is_local_origin(&s);
-        }
-    }
 }

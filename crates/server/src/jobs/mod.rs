@@ -9,13 +9,17 @@
 //!   settled the same way; if the provider cannot tell us its outcome, the attempt is
 //!   flagged for manual review (column, audit row, metric) and stays processing with its
 //!   order locked: never charged blindly.
+//! - Both skip an attempt whose charge waits for the customer (3-D Secure) until its
+//!   `next_check_at` (`payonce_rules::policy::next_customer_check`: half its age, 5 s to
+//!   10 min), so abandoned challenges cannot fill their work lists.
 //! - **Confirmation emails**: the job queue, at least once; `confirmation_email_sent` makes
 //!   a redelivered job a no-op.
 //! - **Cleanup**: finished keys and tombstones after the key retention (never processing
 //!   ones), audit rows and handled webhook events after the dispute window.
 //!
 //! One rule, one place: both the outbox worker and reconciliation call [`drive_abandoned`],
-//! which is the retry's own path (pay rule 5): take the expired lease, ask the provider about
+//! which runs the pay machine (`payonce_rules::flow::ServerPay::abandoned`, interpreted by
+//! src/pay.rs) from the retry's own step (pay rule 5): take the expired lease, ask the provider about
 //! the provider key, settle from its answer (succeeded → paid; declined → unlocked), and
 //! only when the provider has *no* charge, re-drive with the *same* provider key. We chose
 //! re-driving over "mark failed" for "no charge": the outbox row is the durable intent to
@@ -27,8 +31,9 @@ use crate::error::AppResult;
 use crate::state::AppState;
 use crate::store::mailbox::{self, Mail};
 use crate::store::orders::{self, get_order};
-use crate::store::{attempts as db, audit, delete_batch, jobs, outbox, Horizon, RETENTION};
+use crate::store::{attempts as db, audit, jobs, outbox, Horizon, RETENTION};
 use crate::{faults, metrics, pay};
+use payonce_rules::flow::End;
 use payonce_rules::Record;
 use std::time::Duration;
 
@@ -103,18 +108,23 @@ pub(crate) async fn drive_abandoned(
         tracing::error!(attempt = %row.id(), "processing attempt without its order");
         return Ok(Driven::Skipped);
     };
-    let Some(claim) = pay::take_over(state, row, &order, "system", worker.name()).await? else {
-        return Ok(Driven::Skipped); // a retry or another process got there first
-    };
-    if worker == Worker::Outbox {
-        failpoint(faults::OUTBOX);
-    }
-    Ok(match pay::reconcile(state, &claim).await? {
-        Some(answer) if answer.is_final() => Driven::Settled,
-        Some(answer) if answer.is_action_required() => Driven::AwaitingCustomer,
-        Some(_) => Driven::Unknown,
-        None => Driven::Skipped,
-    })
+    let outbox = worker == Worker::Outbox;
+    Ok(
+        match pay::abandoned(state, row, &order, worker.name(), outbox).await? {
+            End::Settled(_) => Driven::Settled,
+            End::ActionRequired(_) => {
+                let (id, now) = (row.id().to_owned(), state.clock.now_ms());
+                let later = state
+                    .store
+                    .write(async move |tx| db::check_later(tx, &id, now).await);
+                later.await?;
+                Driven::AwaitingCustomer
+            }
+            End::Unknown(_) => Driven::Unknown,
+            // A retry or another process holds the lease or settled first.
+            _ => Driven::Skipped,
+        },
+    )
 }
 
 /// Drives attempts whose outbox row is pending and whose lease expired.
@@ -122,7 +132,9 @@ pub(crate) async fn drain_outbox(state: &AppState) -> AppResult<usize> {
     let mut settled = 0;
     let now = state.clock.now_ms();
     for row in outbox::outbox_pending(state.store.pool(), now, BATCH).await? {
-        let driven = drive_abandoned(state, &row, Worker::Outbox).await?;
+        let Some(driven) = per_row(&row, drive_abandoned(state, &row, Worker::Outbox).await) else {
+            continue;
+        };
         tracing::debug!(attempt = %row.id(), ?driven, "outbox row");
         match driven {
             Driven::Settled => metrics::outbox(metrics::OutboxResult::Drained),
@@ -141,17 +153,33 @@ pub(crate) async fn reconcile_stuck(state: &AppState) -> AppResult<usize> {
     let before = state.policy.reconcile_before(now);
     let mut settled = 0;
     for row in db::stuck_since(state.store.pool(), before, now, BATCH).await? {
-        match drive_abandoned(state, &row, Worker::Reconciliation).await? {
-            Driven::Settled => {
+        let driven = drive_abandoned(state, &row, Worker::Reconciliation).await;
+        match per_row(&row, driven) {
+            Some(Driven::Settled) => {
                 settled += 1;
                 metrics::reconciliation(metrics::ReconcileResult::Settled);
                 tracing::info!(attempt = %row.id(), "reconciliation settled an attempt");
             }
-            Driven::Unknown => flag_for_review(state, &row).await?,
-            Driven::AwaitingCustomer | Driven::Skipped => {}
+            Some(Driven::Unknown) => {
+                per_row(&row, flag_for_review(state, &row).await);
+            }
+            _ => {}
         }
     }
     Ok(settled)
+}
+
+/// One row's failure is logged and the round goes on with the next row: a row that fails
+/// every time (a constraint it breaks, a row that does not decode) must not keep the rows
+/// behind it from ever being reached. It stays where it is and is tried again next round.
+fn per_row<T>(row: &Record, result: AppResult<T>) -> Option<T> {
+    match result {
+        Ok(v) => Some(v),
+        Err(e) => {
+            tracing::warn!(attempt = %row.id(), order = %row.order_id(), error = %e, "job row failed; the round goes on");
+            None
+        }
+    }
 }
 
 /// Manual review: the column, an audit row and a log line (the metric hook), once.
@@ -179,52 +207,66 @@ async fn flag_for_review(state: &AppState, row: &Record) -> AppResult<()> {
 /// Delivers due confirmation-email jobs. At least once: the lease is the redelivery timer,
 /// the ack comes after the send, and the flag set with the send makes a redelivery a no-op.
 pub(crate) async fn send_emails(state: &AppState) -> AppResult<usize> {
-    let pool = state.store.pool();
     let mut sent = 0;
-    for (job, order_id) in jobs::jobs_ready(pool, state.clock.now_ms(), BATCH).await? {
-        let now = state.clock.now_ms();
-        let (id, until) = (job.clone(), state.policy.lease_until(now));
-        let lease = state
-            .store
-            .write(async move |tx| jobs::lease_job(tx, &id, now, until).await);
-        if !lease.await? {
-            continue;
-        }
-        let Some((user, amount, currency)) = orders::order_summary(pool, &order_id).await? else {
-            ack(state, &job).await?;
-            continue;
-        };
-        // The "send" is the mailbox insert, in the transaction that sets the flag: the dev
-        // mailbox is our own table. A real mailer is outside the database; it would get the
-        // job id as its idempotency key, and the flag would be set right after it answers.
-        let order = order_id.clone();
-        let send = state.store.write(async move |tx| {
-            if !orders::flag_email_sent(&mut *tx, &order).await? {
-                return Ok::<_, sqlx::Error>(false);
+    for (job, order_id) in jobs::jobs_ready(state.store.pool(), state.clock.now_ms(), BATCH).await?
+    {
+        match send_email(state, &job, &order_id).await {
+            Ok(one) => sent += usize::from(one),
+            // Like an attempt's row (`per_row`): the next job is still sent; this one's
+            // lease runs out and it is redelivered.
+            Err(e) => {
+                tracing::warn!(%job, order = %order_id, error = %e, "email job failed; the round goes on")
             }
-            let subject = format!("Order {order}: payment received");
-            let body = format!(
-                "We received your payment of {amount} (minor units) {currency} for order {order}. Thank you!"
-            );
-            let mail = Mail {
-                order_id: &order,
-                user_id: &user,
-                subject: &subject,
-                body: &body,
-            };
-            mailbox::insert_mail(tx, &mail, now).await?;
-            Ok(true)
-        });
-        if send.await? {
-            metrics::email(metrics::EmailResult::Sent);
-            sent += 1;
-        } else {
-            tracing::info!(job = %job, order = %order_id, "confirmation already sent: redelivery is a no-op");
-            metrics::email(metrics::EmailResult::AlreadySent);
         }
-        failpoint(faults::EMAIL);
-        ack(state, &job).await?;
     }
+    Ok(sent)
+}
+
+/// One confirmation-email job; true when this run sent it.
+async fn send_email(state: &AppState, job: &str, order_id: &str) -> AppResult<bool> {
+    let pool = state.store.pool();
+    let now = state.clock.now_ms();
+    let (id, until) = (job.to_owned(), state.policy.lease_until(now));
+    let lease = state
+        .store
+        .write(async move |tx| jobs::lease_job(tx, &id, now, until).await);
+    if !lease.await? {
+        return Ok(false);
+    }
+    let Some((user, amount, currency)) = orders::order_summary(pool, order_id).await? else {
+        ack(state, job).await?;
+        return Ok(false);
+    };
+    // The "send" is the mailbox insert, in the transaction that sets the flag: the dev
+    // mailbox is our own table. A real mailer is outside the database; it would get the
+    // job id as its idempotency key, and the flag would be set right after it answers.
+    let order = order_id.to_owned();
+    let send = state.store.write(async move |tx| {
+        if !orders::flag_email_sent(&mut *tx, &order).await? {
+            return Ok::<_, sqlx::Error>(false);
+        }
+        let subject = format!("Order {order}: payment received");
+        let body = format!(
+            "We received your payment of {amount} (minor units) {currency} for order {order}. Thank you!"
+        );
+        let mail = Mail {
+            order_id: &order,
+            user_id: &user,
+            subject: &subject,
+            body: &body,
+        };
+        mailbox::insert_mail(tx, &mail, now).await?;
+        Ok(true)
+    });
+    let sent = send.await?;
+    if sent {
+        metrics::email(metrics::EmailResult::Sent);
+    } else {
+        tracing::info!(%job, order = %order_id, "confirmation already sent: redelivery is a no-op");
+        metrics::email(metrics::EmailResult::AlreadySent);
+    }
+    failpoint(faults::EMAIL);
+    ack(state, job).await?;
     Ok(sent)
 }
 
@@ -243,7 +285,7 @@ const CLEANUP_BATCH: i64 = 1000;
 /// Retention ([`RETENTION`]): each table in batches (yielding between them) until nothing of
 /// it is left to delete. Returns how many rows were deleted.
 pub async fn cleanup(state: &AppState) -> Result<u64, crate::error::AppError> {
-    let (now, backend) = (state.clock.now_ms(), state.store.backend());
+    let now = state.clock.now_ms();
     let audit_before = state.policy.audit_before(now);
     let mut deleted = 0;
     for &(table, cond, horizon) in RETENTION {
@@ -252,10 +294,10 @@ pub async fn cleanup(state: &AppState) -> Result<u64, crate::error::AppError> {
             Horizon::AuditWindow => audit_before,
         };
         loop {
-            let batch = state.store.write(async move |tx| {
-                delete_batch(tx, backend, (table, cond), at, CLEANUP_BATCH).await
-            });
-            let n = batch.await?;
+            let n = state
+                .store
+                .delete_batch((table, cond), at, CLEANUP_BATCH)
+                .await?;
             deleted += n;
             if n < CLEANUP_BATCH.unsigned_abs() {
                 break;

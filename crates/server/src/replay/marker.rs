@@ -16,7 +16,7 @@
 //! 5. Any Redis failure → the rules. Nothing here can fail a request.
 
 use super::redis::RedisCache;
-use super::{get, lookup_label, redis_key, remember, Entry};
+use super::{get, lookup_label, put, redis_key, remember, Entry};
 use crate::error::AppResult;
 use crate::metrics::{self, RedisLookup, ReplaySource};
 use crate::pay;
@@ -72,9 +72,15 @@ pub(crate) async fn pay(
         // Ours in Redis. The database claim still decides.
         metrics::redis_lookup(RedisLookup::Claimed);
         let r = pay::run(state, user, order, key, req, deadline, first).await;
-        match &r {
-            Ok(a) if a.is_final() => remember(state, user, key, false).await,
-            _ => {
+        match r.as_ref().ok().filter(|a| a.is_final()).map(|a| &a.settled) {
+            // Settled by this request: the final row it stored, no second read.
+            Some(Some(stored)) => {
+                let record = Record::Final((**stored).clone());
+                put(redis, state, &rkey, &record, false).await;
+            }
+            // Final but stored by someone else (a replay): the database's row.
+            Some(None) => remember(state, user, key, false).await,
+            None => {
                 let mut eval = ::redis::cmd("EVAL");
                 eval.arg(RELEASE_SCRIPT).arg(1).arg(&rkey).arg(&marker);
                 let _ = redis.query::<i64>(&eval).await;

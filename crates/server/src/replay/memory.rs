@@ -148,6 +148,7 @@ mod tests {
             terms: terms("alice"),
             payment_method_id: "pm".into(),
             provider_key: "pk".into(),
+            provider_ref: None,
             locked_until: None,
         });
         c.put("alice", "k2", &processing);

@@ -99,6 +99,9 @@ pub(crate) async fn remember(state: &AppState, user: &str, key: &IdempotencyKey,
 }
 
 /// What [`first`] found.
+// Built once per request and matched at once, never stored: boxing the order would only add
+// an allocation to every first pay.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum First {
     /// The request retries a finished attempt: its stored answer, and where it came from
     /// (`memory`, `redis`, `database`) for the metrics.

@@ -49,17 +49,6 @@ pub(crate) struct RedisCache {
     up: AtomicBool,
 }
 
-/// Redis URLs may carry a password: log only scheme, host, port and database.
-pub(crate) fn redacted(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => {
-            let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
-            format!("{scheme}://{host}")
-        }
-        None => "(unparsable url)".to_owned(),
-    }
-}
-
 impl RedisCache {
     /// A cache on `url` (parsed now, connected lazily). `timeout` bounds each connect and
     /// each command. A `rediss://` URL trusts only the `ca` certificates (PEM) when given.
@@ -78,7 +67,8 @@ impl RedisCache {
         .map_err(|e| e.to_string())?;
         Ok(Self {
             client,
-            url: redacted(url),
+            // A password may sit in the userinfo or the query (`?password=`).
+            url: crate::secret::redact_url(url),
             timeout,
             conn: Mutex::new(None),
             born: Instant::now(),
@@ -227,12 +217,19 @@ mod tests {
 
     #[test]
     fn urls_are_logged_without_credentials() {
+        let shown = |url: &str| {
+            let cache = RedisCache::new(url, Duration::from_millis(100), None).expect("parses");
+            cache.url
+        };
         assert_eq!(
-            redacted("redis://user:secret@127.0.0.1:6379/3"),
-            "redis://127.0.0.1:6379/3"
+            shown("redis://user:secret@127.0.0.1:6379/3"),
+            "redis://***@127.0.0.1:6379/3"
         );
-        assert_eq!(redacted("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
-        assert_eq!(redacted("nonsense"), "(unparsable url)");
+        assert_eq!(
+            shown("redis://127.0.0.1:6379/0?password=secret"),
+            "redis://127.0.0.1:6379/0?***"
+        );
+        assert_eq!(shown("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
     }
 
     #[tokio::test]

@@ -3,7 +3,6 @@
 
 use super::orders::decode_err;
 use payonce_protocol::AttemptStatus;
-use payonce_rules::plan::Finish;
 use payonce_rules::{Answer, Final, Processing, Record, Terms, Tombstone};
 use sqlx::any::AnyExecutor;
 
@@ -20,17 +19,25 @@ pub(crate) struct AttemptRow {
     currency: Option<String>,
     payment_method_id: Option<String>,
     provider_key: Option<String>,
+    provider_ref: Option<String>,
     locked_until: Option<i64>,
     response_status: Option<i64>,
     response_body: Option<String>,
     expires_at: Option<i64>,
 }
 
-/// The columns [`AttemptRow`] reads, for queries that alias `attempts` as `a`.
-pub(crate) const ATTEMPT_COLUMNS: &str =
-    "a.id, a.user_id, a.order_id, a.status, a.fingerprint, a.order_version, a.amount, a.currency,
-     a.payment_method_id, a.provider_key, a.locked_until, a.response_status, a.response_body,
-     a.expires_at";
+/// The columns [`AttemptRow`] reads, for queries that alias `attempts` as `a`: the one
+/// list, so a new column cannot be read by one lookup and forgotten by another.
+macro_rules! attempt_columns {
+    () => {
+        "a.id, a.user_id, a.order_id, a.status, a.fingerprint, a.order_version, a.amount,
+         a.currency, a.payment_method_id, a.provider_key, a.provider_ref, a.locked_until,
+         a.response_status, a.response_body, a.expires_at"
+    };
+}
+
+/// `attempt_columns!` for queries built at run time.
+pub(crate) const ATTEMPT_COLUMNS: &str = attempt_columns!();
 
 /// The row as a [`Record`]. A row that fits no variant (a final attempt without its answer,
 /// a processing one without its charge details) is a decode error: refusing to guess is
@@ -67,6 +74,7 @@ pub(crate) fn record(r: AttemptRow) -> sqlx::Result<Record> {
                 .provider_key
                 .clone()
                 .ok_or_else(|| bad("no provider key"))?,
+            provider_ref: r.provider_ref.clone(),
             locked_until: r.locked_until,
             id: r.id,
             terms,
@@ -88,14 +96,13 @@ pub(crate) fn record(r: AttemptRow) -> sqlx::Result<Record> {
     }))
 }
 
-/// `SELECT <every column of AttemptRow> FROM attempts WHERE <cond>`, one column list for
-/// every lookup so a new column cannot be read by one and forgotten by another.
+/// `SELECT <every column of AttemptRow> FROM attempts a WHERE <cond>`, as one static text.
 macro_rules! select_attempt {
     ($cond:literal) => {
         concat!(
-            "SELECT id, user_id, order_id, status, fingerprint, order_version, amount, currency, ",
-            "payment_method_id, provider_key, locked_until, response_status, response_body, expires_at ",
-            "FROM attempts WHERE ",
+            "SELECT ",
+            attempt_columns!(),
+            " FROM attempts a WHERE ",
             $cond
         )
     };
@@ -108,11 +115,12 @@ pub(crate) async fn find<'c>(
     user: &str,
     key: &str,
 ) -> sqlx::Result<Option<Record>> {
-    let row: Option<AttemptRow> = sqlx::query_as(select_attempt!("user_id = $1 AND idem_key = $2"))
-        .bind(user)
-        .bind(key)
-        .fetch_optional(e)
-        .await?;
+    let row: Option<AttemptRow> =
+        sqlx::query_as(select_attempt!("a.user_id = $1 AND a.idem_key = $2"))
+            .bind(user)
+            .bind(key)
+            .fetch_optional(e)
+            .await?;
     row.map(record).transpose()
 }
 
@@ -121,11 +129,48 @@ pub(crate) async fn find_by_provider_key<'c>(
     e: impl AnyExecutor<'c>,
     provider_key: &str,
 ) -> sqlx::Result<Option<Record>> {
-    let row: Option<AttemptRow> = sqlx::query_as(select_attempt!("provider_key = $1"))
+    let row: Option<AttemptRow> = sqlx::query_as(select_attempt!("a.provider_key = $1"))
         .bind(provider_key)
         .fetch_optional(e)
         .await?;
     row.map(record).transpose()
+}
+
+/// The attempt whose saved provider object id is `provider_ref` (a Stripe PaymentIntent
+/// id, for its webhooks).
+#[allow(dead_code)] // the Stripe webhook handler
+pub(crate) async fn find_by_provider_ref<'c>(
+    e: impl AnyExecutor<'c>,
+    provider_ref: &str,
+) -> sqlx::Result<Option<Record>> {
+    let row: Option<AttemptRow> = sqlx::query_as(select_attempt!("a.provider_ref = $1"))
+        .bind(provider_ref)
+        .fetch_optional(e)
+        .await?;
+    row.map(record).transpose()
+}
+
+/// Saves the provider's id of the object `attempt` created there (a two-phase provider's
+/// payment), only while `lease` still holds the processing attempt and nothing was saved
+/// before: false otherwise, and then the object must not be confirmed.
+pub(crate) async fn save_provider_ref<'c>(
+    e: impl AnyExecutor<'c>,
+    attempt: &str,
+    lease: &str,
+    provider_ref: &str,
+    now: i64,
+) -> sqlx::Result<bool> {
+    let done = sqlx::query(
+        "UPDATE attempts SET provider_ref = $1, updated_at = $2
+         WHERE id = $3 AND status = 'processing' AND lease_token = $4 AND provider_ref IS NULL",
+    )
+    .bind(provider_ref)
+    .bind(now)
+    .bind(attempt)
+    .bind(lease)
+    .execute(e)
+    .await?;
+    Ok(done.rows_affected() == 1)
 }
 
 /// An attempt by id.
@@ -133,7 +178,7 @@ pub(crate) async fn find_by_id<'c>(
     e: impl AnyExecutor<'c>,
     id: &str,
 ) -> sqlx::Result<Option<Record>> {
-    let row: Option<AttemptRow> = sqlx::query_as(select_attempt!("id = $1"))
+    let row: Option<AttemptRow> = sqlx::query_as(select_attempt!("a.id = $1"))
         .bind(id)
         .fetch_optional(e)
         .await?;
@@ -149,41 +194,6 @@ pub(crate) const EXPIRED: &str =
     "status <> 'processing' AND expires_at IS NOT NULL AND expires_at < $1
     AND NOT (status = 'cancelled' AND EXISTS (SELECT 1 FROM orders o WHERE o.id = attempts.order_id
         AND o.status = 'unpaid' AND o.version = COALESCE(attempts.order_version, o.version)))";
-
-/// The claim: inserts the key as processing unless any unique slot is taken, either
-/// `(user, key)` (the same key seen before) or "one processing attempt per order". Returns
-/// whether this call inserted it. Never read-then-write: the unique indexes decide.
-pub(crate) async fn insert_processing<'c>(
-    e: impl AnyExecutor<'c>,
-    a: &Processing,
-    key: &str,
-    lease_token: &str,
-    now: i64,
-) -> sqlx::Result<bool> {
-    let row: Option<(String,)> = sqlx::query_as(
-        "INSERT INTO attempts (id, user_id, idem_key, order_id, status, fingerprint, order_version, amount, currency,
-                               payment_method_id, provider_key, locked_until, lease_token, created_at, updated_at)
-         VALUES ($1, $2, $3, $4, 'processing', $5, $6, $7, $8, $9, $10, $11, $12, $13, $13)
-         ON CONFLICT DO NOTHING
-         RETURNING id",
-    )
-    .bind(&a.id)
-    .bind(&a.terms.user)
-    .bind(key)
-    .bind(&a.terms.order_id)
-    .bind(&a.terms.fingerprint)
-    .bind(a.terms.order_version)
-    .bind(a.terms.amount)
-    .bind(&a.terms.currency)
-    .bind(&a.payment_method_id)
-    .bind(&a.provider_key)
-    .bind(a.locked_until)
-    .bind(lease_token)
-    .bind(now)
-    .fetch_optional(e)
-    .await?;
-    Ok(row.is_some())
-}
 
 /// The cancel tombstone: takes the `(user, key)` slot as `cancelled` if it is free.
 pub(crate) async fn insert_tombstone<'c>(
@@ -252,30 +262,29 @@ pub(crate) async fn release_lease<'c>(
     Ok(())
 }
 
-/// Moves a processing attempt to its final status with the answer to replay. Returns false
-/// when it was no longer processing (someone else settled it first: their answer stands).
-/// A manual-review flag is cleared: the outcome is known now (the audit trail keeps that it
-/// was flagged), so a review queue holds only attempts that still need a person.
-pub(crate) async fn finish<'c>(
-    e: impl AnyExecutor<'c>,
+/// The charge of processing attempt `id` waits for the customer at `now`: the jobs look at it
+/// again at [`payonce_rules::policy::next_customer_check`] (from its creation time, read
+/// here). False when it is no longer processing.
+pub(crate) async fn check_later(
+    tx: &mut sqlx::AnyConnection,
     id: &str,
-    fin: &Finish,
     now: i64,
 ) -> sqlx::Result<bool> {
+    let created: Option<(i64,)> =
+        sqlx::query_as("SELECT created_at FROM attempts WHERE id = $1 AND status = 'processing'")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
+    let Some((created_at,)) = created else {
+        return Ok(false);
+    };
+    let at = payonce_rules::policy::next_customer_check(created_at, now);
     let res = sqlx::query(
-        "UPDATE attempts SET status = $1, response_status = $2, response_body = $3, charge_id = $4,
-                locked_until = NULL, lease_token = NULL, updated_at = $5, expires_at = $6,
-                needs_review_at = NULL
-         WHERE id = $7 AND status = 'processing'",
+        "UPDATE attempts SET next_check_at = $1 WHERE id = $2 AND status = 'processing'",
     )
-    .bind(fin.status.as_str())
-    .bind(i64::from(fin.answer.status))
-    .bind(&fin.answer.body)
-    .bind(fin.charge_id.clone())
-    .bind(now)
-    .bind(fin.expires_at)
+    .bind(at)
     .bind(id)
-    .execute(e)
+    .execute(&mut *tx)
     .await?;
     Ok(res.rows_affected() == 1)
 }
@@ -309,6 +318,7 @@ pub(crate) async fn stuck_since<'c>(
         "SELECT {ATTEMPT_COLUMNS} FROM attempts a
          WHERE a.status = 'processing' AND a.created_at <= $1 AND a.needs_review_at IS NULL
            AND (a.locked_until IS NULL OR a.locked_until <= $2)
+           AND (a.next_check_at IS NULL OR a.next_check_at <= $2)
          ORDER BY a.created_at LIMIT $3"
     );
     let rows: Vec<AttemptRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
@@ -318,4 +328,19 @@ pub(crate) async fn stuck_since<'c>(
         .fetch_all(e)
         .await?;
     rows.into_iter().map(record).collect()
+}
+
+/// How many attempts are processing that were created at or before each of `before`, in one
+/// statement, so the figures are one snapshot and cannot disagree with each other. The
+/// first bound must be the latest: it is the `WHERE` bound, which the partial index serves.
+pub(crate) async fn processing_before<'c>(
+    e: impl AnyExecutor<'c>,
+    before: [i64; 4],
+) -> sqlx::Result<[i64; 4]> {
+    let q = "SELECT COUNT(*), COUNT(*) FILTER (WHERE created_at <= $2),
+        COUNT(*) FILTER (WHERE created_at <= $3), COUNT(*) FILTER (WHERE created_at <= $4)
+        FROM attempts WHERE status = 'processing' AND created_at <= $1";
+    let q = before.iter().fold(sqlx::query_as(q), |q, at| q.bind(*at));
+    let (a, b, c, d) = q.fetch_one(e).await?;
+    Ok([a, b, c, d])
 }

@@ -1,6 +1,7 @@
 //! The catalog (prices and stock) and the coupons.
 
-use payonce_protocol::{CatalogItem, OrderLine};
+use super::{start_lock, Store};
+use payonce_protocol::CatalogItem;
 use sqlx::any::AnyExecutor;
 
 /// The whole catalog, by SKU.
@@ -33,28 +34,60 @@ pub(crate) async fn coupon_percent<'c>(
     Ok(row.map(|r| r.0))
 }
 
-/// Reserves `qty` units of `sku` if that many are left.
-pub(crate) async fn reserve_stock<'c>(
-    e: impl AnyExecutor<'c>,
-    line: &OrderLine,
-) -> sqlx::Result<bool> {
-    let res = sqlx::query("UPDATE catalog SET stock = stock - $1 WHERE sku = $2 AND stock >= $1")
-        .bind(i64::from(line.quantity))
-        .bind(line.sku.as_str())
-        .execute(e)
-        .await?;
-    Ok(res.rows_affected() == 1)
-}
+/// Arbitrary constant naming the install's advisory lock on PostgreSQL.
+const PG_CATALOG_LOCK: i64 = 0x0070_6179_6f63_6174;
 
-/// Gives reserved units back (the attempt ended without a charge).
-pub(crate) async fn release_stock<'c>(
-    e: impl AnyExecutor<'c>,
-    line: &OrderLine,
-) -> sqlx::Result<()> {
-    sqlx::query("UPDATE catalog SET stock = stock + $1 WHERE sku = $2")
-        .bind(i64::from(line.quantity))
-        .bind(line.sku.as_str())
-        .execute(e)
-        .await?;
-    Ok(())
+/// Replaces the catalog and the coupons (`(code, percent_off)`) with these, unless the
+/// catalog that `digest` names was installed before: then nothing changes (stock sold stays
+/// sold). True when this call replaced them. One transaction, under a start-up lock:
+/// instances starting together with different files would race on the replace.
+pub(crate) async fn install(
+    store: &Store,
+    digest: String,
+    items: Vec<CatalogItem>,
+    coupons: Vec<(String, i64)>,
+    now: i64,
+) -> sqlx::Result<bool> {
+    let backend = store.backend();
+    store
+        .write(async move |tx| {
+            start_lock(tx, backend, PG_CATALOG_LOCK).await?;
+            let fresh = sqlx::query(
+                "INSERT INTO catalog_source (digest, installed_at) VALUES ($1, $2)
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind(&digest)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+                == 1;
+            if !fresh {
+                return Ok(false);
+            }
+            sqlx::query("DELETE FROM catalog").execute(&mut *tx).await?;
+            for it in &items {
+                sqlx::query(
+                    "INSERT INTO catalog (sku, name, unit_price, currency, stock)
+                     VALUES ($1, $2, $3, $4, $5)",
+                )
+                .bind(&it.sku)
+                .bind(&it.name)
+                .bind(it.unit_price)
+                .bind(&it.currency)
+                .bind(it.stock)
+                .execute(&mut *tx)
+                .await?;
+            }
+            sqlx::query("DELETE FROM coupons").execute(&mut *tx).await?;
+            for (code, percent_off) in &coupons {
+                sqlx::query("INSERT INTO coupons (code, percent_off) VALUES ($1, $2)")
+                    .bind(code)
+                    .bind(*percent_off)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            Ok(true)
+        })
+        .await
 }

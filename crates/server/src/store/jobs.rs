@@ -2,25 +2,6 @@
 
 use sqlx::any::AnyExecutor;
 
-/// Enqueues the confirmation email of a paid order (inside the settle transaction). The
-/// unique `(kind, order_id)` makes a second enqueue a no-op.
-pub(crate) async fn enqueue_email<'c>(
-    e: impl AnyExecutor<'c>,
-    order_id: &str,
-    now: i64,
-) -> sqlx::Result<()> {
-    sqlx::query(
-        "INSERT INTO jobs (id, kind, order_id, created_at) VALUES ($1, 'confirmation_email', $2, $3)
-         ON CONFLICT (kind, order_id) DO NOTHING",
-    )
-    .bind(format!("job_{}", uuid::Uuid::new_v4().simple()))
-    .bind(order_id)
-    .bind(now)
-    .execute(e)
-    .await?;
-    Ok(())
-}
-
 /// Unacknowledged jobs whose lease is free: `(id, order_id)`, oldest first.
 pub(crate) async fn jobs_ready<'c>(
     e: impl AnyExecutor<'c>,

@@ -31,3 +31,27 @@ pub(crate) async fn insert_mail<'c>(
     .await?;
     Ok(())
 }
+
+/// The mails sent to `user` about `order_id`, oldest first (the dev mailbox's read).
+#[cfg(feature = "dev")]
+pub(crate) async fn mails_of<'c>(
+    e: impl AnyExecutor<'c>,
+    user: &str,
+    order_id: &str,
+) -> sqlx::Result<Vec<payonce_protocol::Mail>> {
+    let rows: Vec<(String, String, String, i64)> = sqlx::query_as(
+        "SELECT order_id, subject, body, sent_at FROM mailbox
+         WHERE user_id = $1 AND order_id = $2 ORDER BY sent_at, id",
+    )
+    .bind(user)
+    .bind(order_id)
+    .fetch_all(e)
+    .await?;
+    let mail = |(order_id, subject, body, sent_at)| payonce_protocol::Mail {
+        order_id,
+        subject,
+        body,
+        sent_at,
+    };
+    Ok(rows.into_iter().map(mail).collect())
+}

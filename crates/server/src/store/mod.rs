@@ -1,14 +1,20 @@
-//! Database access: one [`Store`] over sqlx's `Any` driver, SQLite or PostgreSQL.
+//! Database access: one [`Store`] over sqlx's `Any` driver, SQLite or PostgreSQL. The SQL
+//! of the server is here, and nothing outside this folder does anything by backend.
 //!
-//! SQL is written once: `$1` placeholders, `INSERT … ON CONFLICT DO NOTHING RETURNING`,
-//! conditional `UPDATE`s and a partial unique index behave the same on both, so every rule is
-//! an atomic statement instead of a read-then-write, and no `SELECT … FOR UPDATE` is needed.
+//! Each statement is written once for both: `$1` placeholders, `INSERT … ON CONFLICT DO
+//! NOTHING`, conditional `UPDATE`s and a partial unique index behave the same on both, so
+//! every rule is an atomic statement instead of a read-then-write, and no `SELECT … FOR
+//! UPDATE` is needed. A pay's transactions are lists of such statements (`tx.rs`): run one
+//! by one on SQLite, chained into one round trip on PostgreSQL. What the backends do apart is
+//! chosen in this file: an auto-increment key ([`Backend::dialect`]), the executor of such a
+//! list, a row's address for batched deletes, and PostgreSQL's advisory lock.
 //!
 //! # Layout
 //! One file per table (`attempts`, `orders`, `catalog` with the coupons, `payments`,
-//! `outbox`, `jobs`, `mailbox`, `webhook_events`, `refunds`, `audit`); `sqlite_writer`:
-//! SQLite's one writer; this file: connecting, pragmas, write transactions, migrations, and
-//! retention across tables.
+//! `outbox`, `jobs`, `mailbox`, `webhook_events`, `refunds`, `audit`); `pay`: what a pay
+//! writes (the claim and the settle); `tx`: a transaction as data and its two executors;
+//! `sqlite_writer`: SQLite's one writer; this file: connecting, pragmas, write transactions,
+//! migrations, and retention across tables.
 
 pub(crate) mod attempts;
 pub(crate) mod audit;
@@ -17,10 +23,11 @@ pub(crate) mod jobs;
 pub(crate) mod mailbox;
 pub(crate) mod orders;
 pub(crate) mod outbox;
+pub(crate) mod pay;
 pub(crate) mod payments;
-pub(crate) mod pg;
 pub(crate) mod refunds;
 mod sqlite_writer;
+mod tx;
 pub(crate) mod webhook_events;
 
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
@@ -38,16 +45,31 @@ pub enum Backend {
 }
 
 impl Backend {
-    /// A migration's text in this backend's dialect. The schema is written once; the only
-    /// spelling SQLite and PostgreSQL do not share is an auto-increment primary key.
+    /// A migration's text in this backend's dialect. The schema is written once; what
+    /// SQLite and PostgreSQL do not share is an auto-increment primary key, and a line that
+    /// starts with `{{POSTGRES}}` is PostgreSQL's only (a constraint SQLite never made).
     fn dialect(self, sql: &str) -> String {
-        sql.replace(
+        let lines = sql
+            .lines()
+            .filter_map(|l| match l.strip_prefix("{{POSTGRES}}") {
+                Some(pg) => (self == Backend::Postgres).then_some(pg),
+                None => Some(l),
+            });
+        lines.collect::<Vec<_>>().join("\n").replace(
             "{{ID_PRIMARY_KEY}}",
             match self {
                 Backend::Sqlite => "INTEGER PRIMARY KEY AUTOINCREMENT",
                 Backend::Postgres => "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
             },
         )
+    }
+
+    /// Its name, as `GET /healthz` reports it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        }
     }
 }
 
@@ -111,6 +133,21 @@ const MIGRATIONS: &[Migration] = &[
         name: "retention_by_time",
         sql: include_str!("../../migrations/0006_retention_by_time.sql"),
     },
+    Migration {
+        version: 7,
+        name: "provider_refs",
+        sql: include_str!("../../migrations/0007_provider_refs.sql"),
+    },
+    Migration {
+        version: 8,
+        name: "provider_keys_failed_refunds",
+        sql: include_str!("../../migrations/0008_provider_keys_failed_refunds.sql"),
+    },
+    Migration {
+        version: 9,
+        name: "pay_rows",
+        sql: include_str!("../../migrations/0009_pay_rows.sql"),
+    },
 ];
 
 /// A pool connection idle longer than this is pinged before it is used.
@@ -139,7 +176,8 @@ impl Store {
             )
             .execute(&mut conn)
             .await?;
-            writer = Some(sqlite_writer::Writer::start(conn).map_err(sqlx::Error::Io)?);
+            let path = sqlite_path(&url).ok_or(StoreError::UnsupportedUrl)?;
+            writer = Some(sqlite_writer::Writer::start(conn, path)?);
         }
         let pool = AnyPoolOptions::new()
             .max_connections(if backend == Backend::Sqlite { 8 } else { 16 })
@@ -202,6 +240,66 @@ impl Store {
         let value = f(&mut *tx).await?; // an error drops `tx`: rolled back
         tx.commit().await?;
         Ok(value)
+    }
+
+    /// Runs `list` as one write transaction (`tx.rs`), then `decide` over how many rows each
+    /// statement changed: its `Ok` commits, its `Err` rolls everything back. On SQLite in the
+    /// writer, on its thread (`sqlite_writer.rs`); on PostgreSQL as one statement in a
+    /// transaction of the pool.
+    pub(crate) async fn transact<T, E, D>(
+        &self,
+        list: Vec<tx::Statement>,
+        decide: D,
+    ) -> Result<T, E>
+    where
+        D: FnOnce(&[u64]) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: From<sqlx::Error> + Send + 'static,
+    {
+        match &self.writer {
+            Some(writer) => {
+                let run = move |conn: &rusqlite::Connection| decide(&tx::steps(conn, &list)?);
+                writer.write_direct(run).await
+            }
+            None => {
+                self.write(async move |conn| decide(&tx::chained(conn, &list).await?))
+                    .await
+            }
+        }
+    }
+
+    /// Runs `list` as one transaction of its own (`tx.rs`): on SQLite in the writer, on
+    /// PostgreSQL as one statement on the pool (atomic by itself: no `BEGIN`/`COMMIT`
+    /// round trips). How many rows each statement changed.
+    async fn run(&self, list: Vec<tx::Statement>) -> sqlx::Result<Vec<u64>> {
+        match self.backend {
+            Backend::Sqlite => self.transact(list, |counts| Ok(counts.to_vec())).await,
+            Backend::Postgres => tx::chained(&self.pool, &list).await,
+        }
+    }
+
+    /// Deletes at most `limit` rows of `table` where `cond` holds for `$1 = at`, in one write
+    /// transaction, by `ctid`/`rowid`: no lookup by key, and no generic plan turns a batch
+    /// into a scan of the table (docs/benchmarks.md, "Cleanup"). Bounded, so a large backlog
+    /// is many short transactions, not one long one.
+    pub(crate) async fn delete_batch(
+        &self,
+        (table, cond): (&'static str, &'static str),
+        at: i64,
+        limit: i64,
+    ) -> sqlx::Result<u64> {
+        let row = match self.backend {
+            Backend::Postgres => "ctid",
+            Backend::Sqlite => "rowid",
+        };
+        let sql = format!(
+            "DELETE FROM {table} WHERE {row} IN (SELECT {row} FROM {table} WHERE {cond} LIMIT $2)"
+        );
+        let delete = self.write(async move |tx| {
+            let q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(at).bind(limit);
+            Ok::<_, sqlx::Error>(q.execute(&mut *tx).await?.rows_affected())
+        });
+        delete.await
     }
 
     /// True when the store answers.
@@ -284,11 +382,7 @@ pub(crate) const RETENTION: &[(&str, &str, Horizon)] = &[
 
 /// On PostgreSQL, the transaction-scoped advisory lock `key`, so that instances starting
 /// together take turns; SQLite's one writer already serializes.
-pub(crate) async fn start_lock(
-    tx: &mut AnyConnection,
-    backend: Backend,
-    key: i64,
-) -> sqlx::Result<()> {
+async fn start_lock(tx: &mut AnyConnection, backend: Backend, key: i64) -> sqlx::Result<()> {
     if backend == Backend::Postgres {
         sqlx::query("SELECT 1 FROM pg_advisory_xact_lock($1)")
             .bind(key)
@@ -296,33 +390,6 @@ pub(crate) async fn start_lock(
             .await?;
     }
     Ok(())
-}
-
-/// Deletes at most `limit` rows of `table` where `cond` holds for `$1 = at`, by
-/// `ctid`/`rowid`: no lookup by key, and no generic plan turns a batch into a scan of the
-/// table (docs/benchmarks.md, "Cleanup"). Bounded, so a large backlog is many short
-/// transactions, not one long one.
-pub(crate) async fn delete_batch(
-    tx: &mut AnyConnection,
-    backend: Backend,
-    (table, cond): (&str, &str),
-    at: i64,
-    limit: i64,
-) -> sqlx::Result<u64> {
-    let row = if backend == Backend::Postgres {
-        "ctid"
-    } else {
-        "rowid"
-    };
-    let sql = format!(
-        "DELETE FROM {table} WHERE {row} IN (SELECT {row} FROM {table} WHERE {cond} LIMIT $2)"
-    );
-    let res = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .bind(at)
-        .bind(limit)
-        .execute(&mut *tx)
-        .await?;
-    Ok(res.rows_affected())
 }
 
 /// The file of a `sqlite:` URL; `None` for any other URL, and for an in-memory database

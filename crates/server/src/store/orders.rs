@@ -172,67 +172,6 @@ fn bind_cart<'q>(q: AnyQuery<'q>, priced: &Priced, address: Option<&str>) -> Any
         .bind(priced.currency.as_str())
 }
 
-/// Locks the order for `attempt`: only at the expected version, unpaid, and with no other
-/// active attempt. One statement, so two claims for one order cannot both pass.
-pub(crate) async fn lock_order<'c>(
-    e: impl AnyExecutor<'c>,
-    order_id: &str,
-    user: &str,
-    version: i64,
-    attempt: &str,
-    now: i64,
-) -> sqlx::Result<bool> {
-    let res = sqlx::query(
-        "UPDATE orders SET active_attempt = $1, updated_at = $2
-         WHERE id = $3 AND user_id = $4 AND version = $5 AND status = 'unpaid' AND active_attempt IS NULL",
-    )
-    .bind(attempt)
-    .bind(now)
-    .bind(order_id)
-    .bind(user)
-    .bind(version)
-    .execute(e)
-    .await?;
-    Ok(res.rows_affected() == 1)
-}
-
-/// Marks the order paid by `attempt` and clears the lock.
-pub(crate) async fn mark_paid<'c>(
-    e: impl AnyExecutor<'c>,
-    order_id: &str,
-    attempt: &str,
-    payment_id: &str,
-    now: i64,
-) -> sqlx::Result<bool> {
-    let res = sqlx::query(
-        "UPDATE orders SET status = 'paid', active_attempt = NULL, payment_id = $1, updated_at = $2
-         WHERE id = $3 AND active_attempt = $4 AND status = 'unpaid'",
-    )
-    .bind(payment_id)
-    .bind(now)
-    .bind(order_id)
-    .bind(attempt)
-    .execute(e)
-    .await?;
-    Ok(res.rows_affected() == 1)
-}
-
-/// Clears the lock held by `attempt` (the attempt ended without a charge).
-pub(crate) async fn unlock_order<'c>(
-    e: impl AnyExecutor<'c>,
-    order_id: &str,
-    attempt: &str,
-    now: i64,
-) -> sqlx::Result<bool> {
-    let res = sqlx::query("UPDATE orders SET active_attempt = NULL, updated_at = $1 WHERE id = $2 AND active_attempt = $3")
-        .bind(now)
-        .bind(order_id)
-        .bind(attempt)
-        .execute(e)
-        .await?;
-    Ok(res.rows_affected() == 1)
-}
-
 /// Sets the order's `confirmation_email_sent` flag if it was not set. True: this caller
 /// sends the mail; false: it was sent before (a redelivery), do nothing.
 pub(crate) async fn flag_email_sent<'c>(

@@ -1,43 +1,9 @@
-//! The outbox: "charge this provider key", written with the claim, closed with the settle.
+//! The outbox: "charge this provider key", written with the claim, deleted with the settle.
 //! Each step is one conditional statement, so several processes can run the worker.
 
 use super::attempts::{record, AttemptRow, ATTEMPT_COLUMNS};
 use payonce_rules::Record;
 use sqlx::any::AnyExecutor;
-
-/// Writes "charge this provider key" for a claimed attempt (inside the claim transaction).
-pub(crate) async fn insert_outbox<'c>(
-    e: impl AnyExecutor<'c>,
-    attempt_id: &str,
-    provider_key: &str,
-    now: i64,
-) -> sqlx::Result<()> {
-    sqlx::query(
-        "INSERT INTO outbox (id, attempt_id, kind, provider_key, created_at)
-         VALUES ($1, $2, 'charge', $3, $4)",
-    )
-    .bind(format!("obx_{}", uuid::Uuid::new_v4().simple()))
-    .bind(attempt_id)
-    .bind(provider_key)
-    .bind(now)
-    .execute(e)
-    .await?;
-    Ok(())
-}
-
-/// Marks the attempt's outbox row done (inside the transaction that settles the attempt).
-pub(crate) async fn outbox_done<'c>(
-    e: impl AnyExecutor<'c>,
-    attempt_id: &str,
-    now: i64,
-) -> sqlx::Result<()> {
-    sqlx::query("UPDATE outbox SET done_at = $1 WHERE attempt_id = $2 AND done_at IS NULL")
-        .bind(now)
-        .bind(attempt_id)
-        .execute(e)
-        .await?;
-    Ok(())
-}
 
 /// Attempts with a pending outbox row whose lease has expired: nobody is executing them
 /// (the request crashed, or its provider call was inconclusive). Oldest first. Attempts
@@ -51,6 +17,7 @@ pub(crate) async fn outbox_pending<'c>(
         "SELECT {ATTEMPT_COLUMNS} FROM attempts a JOIN outbox o ON o.attempt_id = a.id
          WHERE o.done_at IS NULL AND a.status = 'processing' AND a.needs_review_at IS NULL
            AND (a.locked_until IS NULL OR a.locked_until <= $1)
+           AND (a.next_check_at IS NULL OR a.next_check_at <= $1)
          ORDER BY o.created_at LIMIT $2"
     );
     let rows: Vec<AttemptRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))

@@ -4,31 +4,6 @@ use super::orders::decode_err;
 use payonce_protocol::{AttemptStatus, Payment};
 use sqlx::any::AnyExecutor;
 
-/// Records a payment.
-pub(crate) async fn insert_payment<'c>(
-    e: impl AnyExecutor<'c>,
-    p: &Payment,
-    attempt: &str,
-    now: i64,
-) -> sqlx::Result<()> {
-    sqlx::query(
-        "INSERT INTO payments (id, order_id, attempt_id, amount, currency, payment_method_id, charge_id, status, created_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-    )
-    .bind(p.id.as_str())
-    .bind(p.order_id.as_str())
-    .bind(attempt)
-    .bind(p.amount)
-    .bind(p.currency.as_str())
-    .bind(p.payment_method_id.as_str())
-    .bind(p.charge_id.as_str())
-    .bind(p.status.as_str())
-    .bind(now)
-    .execute(e)
-    .await?;
-    Ok(())
-}
-
 /// A payment by id.
 pub(crate) async fn get_payment<'c>(
     e: impl AnyExecutor<'c>,
@@ -67,4 +42,18 @@ pub(crate) async fn payment_of_attempt<'c>(
         .fetch_optional(e)
         .await?;
     Ok(row.map(|r| r.0))
+}
+
+/// The provider key payment `id` was charged under (`None`: a payment older than the
+/// column whose attempt was already deleted when it was added).
+pub(crate) async fn paid_with<'c>(
+    e: impl AnyExecutor<'c>,
+    id: &str,
+) -> sqlx::Result<Option<String>> {
+    let row: Option<(Option<String>,)> =
+        sqlx::query_as("SELECT provider_key FROM payments WHERE id = $1")
+            .bind(id)
+            .fetch_optional(e)
+            .await?;
+    Ok(row.and_then(|r| r.0))
 }

@@ -11,6 +11,8 @@ pub(crate) struct RefundRow {
     pub id: String,
     pub payment_id: String,
     pub provider_refund_key: String,
+    /// `processing`, `succeeded` or `failed` (the provider refused, nothing was refunded).
+    pub status: String,
     pub response_status: Option<i64>,
     pub response_body: Option<String>,
 }
@@ -22,7 +24,7 @@ pub(crate) async fn find<'c>(
     key: &str,
 ) -> sqlx::Result<Option<RefundRow>> {
     sqlx::query_as(
-        "SELECT id, payment_id, provider_refund_key, response_status, response_body
+        "SELECT id, payment_id, provider_refund_key, status, response_status, response_body
          FROM refunds WHERE user_id = $1 AND idem_key = $2",
     )
     .bind(user)
@@ -72,6 +74,70 @@ pub(crate) async fn insert_processing<'c>(
     Ok(row.is_some())
 }
 
+/// Ends a processing refund `failed` with its answer (the provider refused it and nothing
+/// was refunded): the payment's refund slot frees. False if someone else finished it.
+pub(crate) async fn fail<'c>(
+    e: impl AnyExecutor<'c>,
+    id: &str,
+    answer: &payonce_rules::Answer,
+    now: i64,
+    expires_at: i64,
+) -> sqlx::Result<bool> {
+    let res = sqlx::query(
+        "UPDATE refunds SET status = 'failed', response_status = $1, response_body = $2,
+                updated_at = $3, expires_at = $4
+         WHERE id = $5 AND status = 'processing'",
+    )
+    .bind(i64::from(answer.status))
+    .bind(&answer.body)
+    .bind(now)
+    .bind(expires_at)
+    .bind(id)
+    .execute(e)
+    .await?;
+    Ok(res.rows_affected() == 1)
+}
+
+/// Takes the lease of a processing refund until `until` (only its holder calls the
+/// provider). False when another request holds an unexpired one, or it is final.
+pub(crate) async fn take_lease<'c>(
+    e: impl AnyExecutor<'c>,
+    id: &str,
+    token: &str,
+    now: i64,
+    until: i64,
+) -> sqlx::Result<bool> {
+    let res = sqlx::query(
+        "UPDATE refunds SET locked_until = $1, lease_token = $2, updated_at = $3
+         WHERE id = $4 AND status = 'processing' AND (locked_until IS NULL OR locked_until <= $3)",
+    )
+    .bind(until)
+    .bind(token)
+    .bind(now)
+    .bind(id)
+    .execute(e)
+    .await?;
+    Ok(res.rows_affected() == 1)
+}
+
+/// Ends the lease `token` holds on a refund early (the call proved nothing): the next retry
+/// may call again at once.
+pub(crate) async fn release_lease<'c>(
+    e: impl AnyExecutor<'c>,
+    id: &str,
+    token: &str,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE refunds SET locked_until = NULL, lease_token = NULL
+         WHERE id = $1 AND lease_token = $2",
+    )
+    .bind(id)
+    .bind(token)
+    .execute(e)
+    .await?;
+    Ok(())
+}
+
 /// Stores the final answer of a processing refund. False if someone else finished it.
 pub(crate) async fn finish<'c>(
     e: impl AnyExecutor<'c>,
@@ -118,18 +184,24 @@ pub(crate) async fn owned_payment<'c>(
     Ok(get_payment(e, payment_id).await?.map(|p| (p, attempt_id)))
 }
 
-/// Marks the payment, its order and its attempt refunded.
+/// Marks the payment, its order and its attempt refunded. False: the payment was not
+/// `succeeded` (refunded already), and nothing changed.
 pub(crate) async fn mark_refunded(
     tx: &mut sqlx::AnyConnection,
     payment_id: &str,
     order_id: &str,
     attempt_id: &str,
     now: i64,
-) -> sqlx::Result<()> {
-    sqlx::query("UPDATE payments SET status = 'refunded' WHERE id = $1")
-        .bind(payment_id)
-        .execute(&mut *tx)
-        .await?;
+) -> sqlx::Result<bool> {
+    let moved = sqlx::query(
+        "UPDATE payments SET status = 'refunded' WHERE id = $1 AND status = 'succeeded'",
+    )
+    .bind(payment_id)
+    .execute(&mut *tx)
+    .await?;
+    if moved.rows_affected() == 0 {
+        return Ok(false);
+    }
     sqlx::query(
         "UPDATE orders SET status = 'refunded', updated_at = $1 WHERE id = $2 AND status = 'paid'",
     )
@@ -142,5 +214,33 @@ pub(crate) async fn mark_refunded(
         .bind(attempt_id)
         .execute(&mut *tx)
         .await?;
-    Ok(())
+    Ok(true)
+}
+
+/// The payment of provider charge `charge_id`, with its attempt's id.
+pub(crate) async fn payment_of_charge<'c>(
+    e: impl AnyExecutor<'c> + Copy,
+    charge_id: &str,
+) -> sqlx::Result<Option<(Payment, String)>> {
+    let row: Option<(String, String)> =
+        sqlx::query_as("SELECT id, attempt_id FROM payments WHERE charge_id = $1")
+            .bind(charge_id)
+            .fetch_optional(e)
+            .await?;
+    let Some((id, attempt_id)) = row else {
+        return Ok(None);
+    };
+    Ok(get_payment(e, &id).await?.map(|p| (p, attempt_id)))
+}
+
+/// Whether payonce itself started a refund of `payment_id` (processing or done).
+pub(crate) async fn started_for<'c>(
+    e: impl AnyExecutor<'c>,
+    payment_id: &str,
+) -> sqlx::Result<bool> {
+    let row: Option<(String,)> = sqlx::query_as("SELECT id FROM refunds WHERE payment_id = $1")
+        .bind(payment_id)
+        .fetch_optional(e)
+        .await?;
+    Ok(row.is_some())
 }

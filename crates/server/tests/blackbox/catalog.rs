@@ -7,7 +7,10 @@ use crate::on_both_backends;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
-on_both_backends!(a_catalog_file_replaces_the_built_in_one_and_survives_restarts);
+on_both_backends!(
+    a_catalog_file_replaces_the_built_in_one_and_survives_restarts,
+    a_total_too_large_for_an_amount_is_a_problem_not_a_wrapped_price,
+);
 
 fn write(dir: &Path, name: &str, v: &Value) -> PathBuf {
     let path = dir.join(name);
@@ -144,6 +147,10 @@ fn a_bad_catalog_file_stops_the_start_with_the_reason() {
     let cases = [
         (json!({ "items": [] }), "items: at least one SKU is needed"),
         (shop(0, 1), "items[0].unitPrice must be > 0"),
+        (
+            shop(1_000_000_000_001, 1),
+            "items[0].unitPrice must be at most 1000000000000",
+        ),
         (shop(100, -1), "items[0].stock must be >= 0"),
         (
             json!({ "items": [{ "sku": "a b", "name": "x", "unitPrice": 1, "currency": "EUR", "stock": 1 }] }),
@@ -195,4 +202,35 @@ fn a_bad_catalog_file_stops_the_start_with_the_reason() {
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("/nonexistent/payonce-catalog.json"));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A price in the database larger than any file may hold (an operator's own `UPDATE`, an old
+/// catalog) times a big quantity overflows `i64`: the order is refused with 400
+/// `AMOUNT_TOO_LARGE`, not created at a wrapped (release build) or panicking (debug build)
+/// amount, and nothing is stored.
+async fn a_total_too_large_for_an_amount_is_a_problem_not_a_wrapped_price(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let pool = app.db.as_ref().expect("own db").pool().await;
+    let token = app.session("big-spender").await;
+    app.create_order(&token, &[("tee-classic", 1)]).await; // the built-in catalog is in
+    sqlx::query("UPDATE catalog SET unit_price = $1 WHERE sku = 'tee-classic'")
+        .bind(i64::MAX / 10)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let body = json!({ "items": [{ "sku": "tee-classic", "quantity": 100 }] });
+    let r = app.create_order_raw(&token, body).await;
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (400, "AMOUNT_TOO_LARGE"),
+        "{}",
+        r.text()
+    );
+    let (orders,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM orders")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(orders, 1, "only the first order was stored");
 }

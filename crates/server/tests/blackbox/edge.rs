@@ -1,6 +1,8 @@
 //! The HTTP edge under slow clients: hundreds of connections that never finish their
 //! headers or never send their declared body must not take `/healthz` down, and are closed
-//! once the header (or body) timeout passes.
+//! once the header (or body) timeout passes; a client that never reads its answers is
+//! closed after the write timeout; one address holds at most its connection cap; a head
+//! past hyper's buffer is refused as soon as the buffer is full.
 
 use crate::common::{client, Backend, Checkout, Opts, TestApp};
 use std::time::{Duration, Instant};
@@ -167,7 +169,7 @@ async fn oversized_requests_get_problems_and_a_clean_close() {
         (
             format!(
                 "GET /catalog HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
-                "v".repeat(100_000)
+                "v".repeat(40_000)
             ),
             "431",
         ),
@@ -177,4 +179,134 @@ async fn oversized_requests_get_problems_and_a_clean_close() {
         assert!(answer.contains("application/problem+json"), "{answer}");
         assert!(clean);
     }
+}
+
+/// A client that pipelines 400 `GET /openapi.json` (about 10 MB of answers) and never reads
+/// them: once the network stops taking the answers, the server closes the connection within
+/// the write timeout, so with one permit (`--max-connections 1`) a waiting `/healthz` is
+/// answered instead of waiting for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_its_answers_is_closed_after_the_write_timeout() {
+    const PIPELINED: usize = 400;
+    let opts = Opts {
+        extra: ["--write-timeout-ms", "500", "--max-connections", "1"]
+            .map(String::from)
+            .to_vec(),
+        ..Opts::default()
+    };
+    let app = TestApp::spawn_with(Backend::Sqlite, opts)
+        .await
+        .expect("app");
+    let addr: std::net::SocketAddr = app.api.trim_start_matches("http://").parse().unwrap();
+    // A small receive window, so the answers back up into the server at once.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut reader = socket.connect(addr).await.expect("connect");
+    let requests = "GET /openapi.json HTTP/1.1\r\nHost: x\r\n\r\n".repeat(PIPELINED);
+    reader.write_all(requests.as_bytes()).await.expect("write");
+    // The one permit is held by `reader`: this waits in the backlog until it is closed.
+    let healthz = tokio::time::timeout(
+        Duration::from_secs(15),
+        client().get(app.url("/healthz")).send(),
+    )
+    .await
+    .expect("/healthz answered: the connection that never reads was closed")
+    .expect("/healthz request");
+    assert_eq!(healthz.status(), 200);
+    // What the server had handed to the network arrives, then the close: not all 400.
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(15), reader.read_to_end(&mut got)).await;
+    assert!(read.is_ok(), "the connection is closed, not idle");
+    let answers = String::from_utf8_lossy(&got)
+        .matches("HTTP/1.1 200")
+        .count();
+    assert!(
+        answers < PIPELINED,
+        "{answers} of {PIPELINED} answers: closed before the last"
+    );
+}
+
+/// `--max-connections-per-peer 2`: a third connection from 127.0.0.1 is closed at once (long
+/// before the header timeout would), while a client from another address (127.0.0.2) is
+/// served; once one of the two ends, 127.0.0.1 is served again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_holds_at_most_its_connection_cap() {
+    let opts = Opts {
+        extra: ["--max-connections-per-peer", "2"]
+            .map(String::from)
+            .to_vec(),
+        ..Opts::default()
+    };
+    let app = TestApp::spawn_with(Backend::Sqlite, opts)
+        .await
+        .expect("app");
+    let addr: std::net::SocketAddr = app.api.trim_start_matches("http://").parse().unwrap();
+    let from = |ip: [u8; 4]| async move {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind((ip, 0).into()).unwrap();
+        socket.connect(addr).await.expect("connect")
+    };
+    let healthz = |mut s: TcpStream| async move {
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .ok()?;
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut answer))
+            .await
+            .ok()?
+            .ok()?;
+        Some(String::from_utf8_lossy(&answer).into_owned())
+    };
+    let held = [from([127, 0, 0, 1]).await, from([127, 0, 0, 1]).await];
+    let mut third = from([127, 0, 0, 1]).await;
+    assert!(
+        closed_within(&mut third, Duration::from_secs(5)).await,
+        "a third connection from one address is closed at once (header timeout: 10 s)"
+    );
+    let other = healthz(from([127, 0, 0, 2]).await)
+        .await
+        .unwrap_or_default();
+    assert!(
+        other.starts_with("HTTP/1.1 200"),
+        "another address: {other}"
+    );
+    drop(held);
+    let again = payonce_testkit::eventually(
+        Duration::from_secs(5),
+        Duration::from_millis(50),
+        || async {
+            healthz(from([127, 0, 0, 1]).await)
+                .await
+                .filter(|a| a.starts_with("HTTP/1.1 200"))
+        },
+    )
+    .await;
+    assert!(
+        again.is_some(),
+        "the address is served once its connections ended"
+    );
+}
+
+/// A head that grows past hyper's buffer (`MAX_READ_BUFFER`, 64 KiB) is refused once the
+/// buffer is full (431, or a close), not buffered until the header timeout (hyper's
+/// default buffer is about 408 KiB: 1,024 such heads held 428 MiB).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_past_the_read_buffer_is_refused_before_the_header_timeout() {
+    let app = TestApp::spawn_with(Backend::Sqlite, Opts::default())
+        .await
+        .expect("app");
+    let addr = app.api.trim_start_matches("http://").to_owned();
+    let head = format!(
+        "GET /catalog HTTP/1.1\r\nHost: x\r\nX-Big: {}",
+        "v".repeat(100 * 1024)
+    );
+    let mut s = TcpStream::connect(&addr).await.expect("connect");
+    let _ = s.write_all(head.as_bytes()).await; // the server may close before it all went
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        read.is_ok() && (answer.is_empty() || answer.starts_with("HTTP/1.1 431")),
+        "refused within 5 s (the header timeout is 10 s): {read:?} {answer}"
+    );
 }

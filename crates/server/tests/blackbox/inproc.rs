@@ -33,6 +33,49 @@ pub async fn provider() -> String {
     url
 }
 
+/// A counting proxy in front of `upstream`: every request is forwarded as it came; the
+/// counter holds how many were charge lookups by provider key (`GET /charges/by-key/…`).
+pub async fn counting_proxy(upstream: &str) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use axum::extract::State;
+    use axum::response::IntoResponse;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let lookups = Arc::new(AtomicUsize::new(0));
+    let state = (
+        upstream.to_owned(),
+        lookups.clone(),
+        crate::common::client(),
+    );
+    type Up = (String, Arc<AtomicUsize>, reqwest::Client);
+    async fn forward(
+        State((up, n, http)): State<Up>,
+        req: Request<Body>,
+    ) -> axum::response::Response {
+        let (parts, body) = req.into_parts();
+        if parts.method == "GET" && parts.uri.path().starts_with("/charges/by-key/") {
+            n.fetch_add(1, Ordering::SeqCst);
+        }
+        let body = axum::body::to_bytes(body, usize::MAX)
+            .await
+            .unwrap_or_default();
+        let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let mut out = http.request(parts.method, format!("{up}{target}"));
+        for (name, value) in parts.headers.iter().filter(|(n, _)| *n != "host") {
+            out = out.header(name, value);
+        }
+        let Ok(res) = out.body(body).send().await else {
+            return axum::http::StatusCode::BAD_GATEWAY.into_response();
+        };
+        let (status, headers) = (res.status(), res.headers().clone());
+        let bytes = res.bytes().await.unwrap_or_default();
+        (status, headers, bytes).into_response()
+    }
+    let router = axum::Router::new().fallback(forward).with_state(state);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    (url, lookups)
+}
+
 impl InProc {
     /// A server on `db` reaching `provider`, with the test flags plus `extra`, its clock
     /// reading the system time now.
@@ -138,7 +181,198 @@ on_both_backends!(
     audit_rows_are_kept_for_the_dispute_window_then_deleted,
     an_attempt_the_provider_cannot_settle_is_flagged_for_review_once,
     metrics_need_their_token_and_read_the_store_once_per_max_age,
+    a_job_round_goes_on_past_a_row_that_fails,
+    a_charge_for_other_terms_is_flagged_for_review_never_paid,
+    abandoned_challenges_do_not_starve_a_crashed_attempt,
 );
+
+/// 22 customers abandon their 3-D Secure challenge (each attempt stays processing, waiting
+/// for them, as it must); then a pay with `pm_card_timeout` is charged and its process gives
+/// up on it. The job lists take the 20 oldest rows, but skip the ones that only wait for the
+/// customer until their next check: the crashed attempt is settled within two job rounds,
+/// and the challenges are still looked at later (never flagged, still waiting).
+async fn abandoned_challenges_do_not_starve_a_crashed_attempt(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let provider = provider().await;
+    let flags = ["--provider-timeout-ms", "300", "--lease-ms", "2000"];
+    let s = InProc::start(&db, &provider, &flags).await;
+    let t = s.session("alice").await;
+    let mut waiting = Vec::new();
+    for _ in 0..22 {
+        let id = s.order(&t).await;
+        let r = s.pay(&t, &id, &key(), "pm_card_3ds").await;
+        assert_eq!(r.status, 402, "{}", r.text());
+        waiting.push(id);
+        s.advance(Duration::from_millis(10));
+    }
+    let crashed = s.order(&t).await;
+    assert_eq!(
+        s.pay(&t, &crashed, &key(), "pm_card_timeout").await.status,
+        202
+    );
+    s.advance(Duration::from_secs(3));
+    for _ in 0..2 {
+        payonce_server::run_jobs(&s.state).await;
+    }
+    assert_eq!(
+        s.status(&t, &crashed).await,
+        "paid",
+        "settled behind the challenges"
+    );
+    assert_eq!(ledger(&s.http, &s.provider, &crashed).await.len(), 1);
+    s.advance(Duration::from_secs(600));
+    payonce_server::run_jobs(&s.state).await;
+    let pool = db.pool().await;
+    let (open, flagged): (i64, i64) = sqlx::query_as(
+        "SELECT COUNT(*), COUNT(needs_review_at) FROM attempts WHERE status = 'processing'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (open, flagged),
+        (22, 0),
+        "still waiting for their customers, none flagged"
+    );
+    let (later,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM attempts WHERE next_check_at > $1")
+        .bind(s.clock.now_ms())
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(
+        later >= 20,
+        "a later round looked at them again and put them off: {later}"
+    );
+}
+
+/// A processing attempt as a crash leaves it (lease over, outbox row pending), written
+/// straight into the tables, created at `at`, for `order` at `amount`, under `provider_key`.
+async fn insert_abandoned(
+    pool: &sqlx::AnyPool,
+    order: &str,
+    amount: i64,
+    provider_key: &str,
+    at: i64,
+) {
+    let id = format!("att_{}", uuid::Uuid::new_v4().simple());
+    sqlx::query(
+        "INSERT INTO attempts (id, user_id, idem_key, order_id, status, fingerprint,
+           order_version, amount, currency, payment_method_id, provider_key, locked_until,
+           created_at, updated_at)
+         VALUES ($1, 'alice', $2, $3, 'processing', 'fp', 1, $4, 'USD', 'pm_card_approve', $5,
+           $6, $6, $6)",
+    )
+    .bind(&id)
+    .bind(key())
+    .bind(order)
+    .bind(amount)
+    .bind(provider_key)
+    .bind(at)
+    .execute(pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO outbox (id, attempt_id, kind, provider_key, created_at)
+         VALUES ($1, $2, 'charge', $3, $4)",
+    )
+    .bind(format!("obx_{id}"))
+    .bind(&id)
+    .bind(provider_key)
+    .bind(at)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+/// A charge made at the provider directly, under `provider_key`, for `order`.
+async fn charge_directly(s: &InProc, provider_key: &str, order: &str, amount: i64) {
+    let body = json!({ "amount": amount, "currency": "USD",
+        "paymentMethodId": "pm_card_approve", "orderId": order });
+    let r = s
+        .http
+        .post(format!("{}/charges", s.provider))
+        .header("Idempotency-Key", provider_key)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+}
+
+/// The oldest row of the outbox fails every time (its order is not locked for it, which
+/// the settle refuses as an internal error); a crashed `pm_card_timeout` attempt behind it
+/// is still settled in the same round: each row's failure is logged and the round goes on.
+async fn a_job_round_goes_on_past_a_row_that_fails(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let provider = provider().await;
+    let s = InProc::start(&db, &provider, &["--provider-timeout-ms", "300"]).await;
+    let t = s.session("alice").await;
+    let (bad, crashed) = (s.order(&t).await, s.order(&t).await);
+    let pk = format!("pk_bad_{}", uuid::Uuid::new_v4().simple());
+    charge_directly(&s, &pk, &bad, 2500).await;
+    insert_abandoned(&db.pool().await, &bad, 2500, &pk, 1).await;
+    assert_eq!(
+        s.pay(&t, &crashed, &key(), "pm_card_timeout").await.status,
+        202
+    );
+    s.advance(Duration::from_secs(3));
+    payonce_server::run_jobs(&s.state).await;
+    assert_eq!(
+        s.status(&t, &crashed).await,
+        "paid",
+        "settled behind the failing row"
+    );
+    assert_eq!(s.status(&t, &bad).await, "unpaid");
+}
+
+/// The provider answers a lookup with a succeeded charge for another order than the
+/// attempt's (a provider key that meets an old charge): the order is not marked paid, no
+/// payment is written, the attempt is flagged for manual review once and leaves the job
+/// lists, and the round goes on.
+async fn a_charge_for_other_terms_is_flagged_for_review_never_paid(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let provider = provider().await;
+    let s = InProc::start(&db, &provider, &["--provider-timeout-ms", "300"]).await;
+    let t = s.session("alice").await;
+    let (old, id) = (s.order(&t).await, s.order(&t).await);
+    let pk = format!("pk_old_{}", uuid::Uuid::new_v4().simple());
+    charge_directly(&s, &pk, &old, 2500).await;
+    let pool = db.pool().await;
+    insert_abandoned(&pool, &id, 2500, &pk, 1).await;
+    sqlx::query("UPDATE orders SET active_attempt = (SELECT id FROM attempts WHERE order_id = $1) WHERE id = $1")
+        .bind(&id)
+        .execute(&pool)
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        payonce_server::run_jobs(&s.state).await;
+        s.advance(Duration::from_secs(3));
+    }
+    assert_eq!(s.status(&t, &id).await, "unpaid", "never marked paid");
+    let count = |sql: &'static str| {
+        let pool = pool.clone();
+        async move {
+            let (n,): (i64,) = sqlx::query_as(sql).fetch_one(&pool).await.unwrap();
+            n
+        }
+    };
+    assert_eq!(count("SELECT COUNT(*) FROM payments").await, 0);
+    assert_eq!(
+        count("SELECT COUNT(*) FROM attempts WHERE needs_review_at IS NOT NULL").await,
+        1
+    );
+    assert_eq!(
+        count("SELECT COUNT(*) FROM audit_log WHERE to_state = 'processing (needs review)'").await,
+        1,
+        "flagged once"
+    );
+}
 
 /// Reconciliation with a provider that is not there: once the clock passes the reconcile
 /// window the attempt is flagged for manual review, and however many later rounds (and

@@ -46,6 +46,11 @@ async fn malformed_requests_are_4xx_problems() {
         ("huge quantity", app.http.post(app.url("/orders")).bearer_auth(&t).json(&json!({ "items": [{ "sku": "tee-classic", "quantity": 4294967296u64 }] })), 400, "INVALID_REQUEST"),
         ("no route", app.http.get(app.url("/nope")), 404, "NOT_FOUND"),
         ("wrong method", app.http.delete(app.url("/orders")), 405, "METHOD_NOT_ALLOWED"),
+        ("pay body as an array", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).json(&json!([1, "pm_card_approve"])), 400, "INVALID_REQUEST"),
+        ("order body as an array", app.http.post(app.url("/orders")).bearer_auth(&t).json(&json!([[["tee-classic", 2]], "SAVE10", "1 Main St"])), 400, "INVALID_REQUEST"),
+        ("cart line as an array", app.http.post(app.url("/orders")).bearer_auth(&t).json(&json!({ "items": [["tee-classic", 2]] })), 400, "INVALID_REQUEST"),
+        ("cancel body a string", app.http.post(app.url(&format!("/orders/{id}/payment-attempts/cancel"))).bearer_auth(&t).json(&json!(k)), 400, "INVALID_REQUEST"),
+        ("version written 1.0", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).header("content-type", "application/json").body(r#"{"orderVersion": 1.0, "paymentMethodId": "pm_card_approve"}"#), 400, "INVALID_REQUEST"),
         ("unknown fault", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).header("Payonce-Dev-Fault", "explode").json(&json!({ "orderVersion": 1, "paymentMethodId": "pm_card_approve" })), 400, "INVALID_REQUEST"),
     ];
     for (name, req, status, code) in cases {
@@ -66,11 +71,21 @@ async fn malformed_requests_are_4xx_problems() {
             r.header("content-type")
         );
         assert_eq!(r.json()["status"], status, "{name}");
+        // A body that is not an object is told the shape it must have.
+        if name.contains("array") || name.contains("a string") {
+            let detail = r.json()["detail"].as_str().unwrap_or_default().to_owned();
+            assert!(detail.contains("must be a JSON object"), "{name}: {detail}");
+        }
     }
     assert!(
         app.ledger(&id).await.is_empty(),
         "no bad request charged anything"
     );
+    let orders: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM orders")
+        .fetch_one(&app.db_pool().await)
+        .await
+        .unwrap();
+    assert_eq!(orders, 1, "no bad request created an order");
 }
 
 on_both_backends!(a_nul_in_any_string_is_a_400_problem_never_a_500);
@@ -286,7 +301,9 @@ async fn dev_features_are_refused_without_dev_mode() {
 /// The server's token format, rebuilt here so a server without dev sessions can be called.
 fn sign_like_server(user: &str) -> String {
     use hmac::{KeyInit, Mac};
-    let exp = 4_102_444_800u64; // 2100-01-01
+    // Within the server's --session-max-lifetime-secs (a day by default).
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    let exp = now.unwrap().as_secs() + 3600;
     let payload = format!("v1.{user}.{exp}");
     let mut mac =
         <hmac::Hmac<sha2::Sha256> as KeyInit>::new_from_slice(crate::common::SECRET.as_bytes())
@@ -780,4 +797,97 @@ async fn static_dir_hides_dotfiles_and_symlinks_out_of_the_folder() {
     }
     drop(app);
     let _ = std::fs::remove_dir_all(&base);
+}
+
+/// Outside `--dev`, `--cors-origin` grants exactly the listed origins: the preflight allows
+/// exactly the SDK's request headers (no dev fault header), credentials only with
+/// `--cors-credentials`, and the answer exposes the headers a client acts on. Another origin,
+/// even a local one, gets nothing. (A real browser paying through it: scripts/cors-browser.sh.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cors_origins_outside_dev_are_granted_exactly() {
+    let shop = "https://shop.example";
+    for credentials in [false, true] {
+        let mut extra = vec!["--cors-origin".into(), shop.into()];
+        extra.extend(["--cors-origin".into(), "http://127.0.0.1:5173".into()]);
+        if credentials {
+            extra.push("--cors-credentials".into());
+        }
+        let opts = Opts {
+            dev: false,
+            extra,
+            ..Opts::default()
+        };
+        let app = TestApp::spawn_with(Backend::Sqlite, opts)
+            .await
+            .expect("app");
+        let preflight = |origin: &str| {
+            app.http
+                .request(reqwest::Method::OPTIONS, app.url("/orders/ord_x/pay"))
+                .header("origin", origin)
+                .header("access-control-request-method", "POST")
+                .header(
+                    "access-control-request-headers",
+                    "content-type,idempotency-key,authorization",
+                )
+        };
+        let r = app.send(preflight(shop)).await;
+        assert!(r.status < 300, "preflight: {} {}", r.status, r.text());
+        assert_eq!(
+            r.header("access-control-allow-origin").as_deref(),
+            Some(shop)
+        );
+        assert_eq!(
+            r.header("access-control-allow-credentials").as_deref(),
+            credentials.then_some("true"),
+            "credentials only with --cors-credentials"
+        );
+        let mut allowed: Vec<String> = r
+            .header("access-control-allow-headers")
+            .unwrap_or_default()
+            .split(',')
+            .map(|h| h.trim().to_ascii_lowercase())
+            .collect();
+        allowed.sort();
+        assert_eq!(
+            allowed,
+            [
+                "authorization",
+                "content-type",
+                "idempotency-key",
+                "x-request-id"
+            ]
+        );
+        // The answer itself: the page may read what a client acts on.
+        let r = app
+            .send(app.http.get(app.url("/catalog")).header("origin", shop))
+            .await;
+        assert_eq!(
+            r.header("access-control-allow-origin").as_deref(),
+            Some(shop)
+        );
+        let mut exposed: Vec<String> = r
+            .header("access-control-expose-headers")
+            .unwrap_or_default()
+            .split(',')
+            .map(|h| h.trim().to_ascii_lowercase())
+            .collect();
+        exposed.sort();
+        assert_eq!(
+            exposed,
+            [
+                "idempotency-key-retention",
+                "idempotent-replayed",
+                "retry-after",
+                "x-request-id"
+            ]
+        );
+        for other in [
+            "https://shop.example.evil",
+            "http://shop.example",
+            "http://localhost:5173",
+        ] {
+            let r = app.send(preflight(other)).await;
+            assert_eq!(r.header("access-control-allow-origin"), None, "{other}");
+        }
+    }
 }

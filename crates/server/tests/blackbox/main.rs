@@ -25,6 +25,9 @@
 //! - `tls`: TLS PostgreSQL, `rediss://` and an `https://` provider on local services the
 //!   test makes; a wrong CA or a plain-text server is refused at start.
 //! - `catalog`: `--catalog FILE` replaces the built-in catalog; a bad file stops the start.
+//! - `stripe_edges`: `--provider stripe` against localstripe: Stripe's webhooks (settling,
+//!   forged, stale, re-stamped, duplicated, a dashboard refund) and a lost provider answer
+//!   settled by the jobs, through the fault proxy (`payonce_testkit::fault_proxy`).
 //! - `kill_batch`: SIGKILL while 16 clients' pays are committed together; nothing answered
 //!   is lost, no order is claimed or charged twice.
 
@@ -43,6 +46,8 @@ mod layout;
 mod retention;
 mod rules;
 mod startup;
+mod stripe;
+mod stripe_edges;
 mod three_ds;
 mod tls;
 mod webhooks;

@@ -3,15 +3,18 @@
 //! order could still be paid with it; a charged key is answered with its charge.
 
 use crate::common::{key, ledger, Backend, TestDb};
-use crate::inproc::{provider, InProc};
+use crate::inproc::{counting_proxy, provider, InProc};
 use crate::on_both_backends;
 use serde_json::json;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 on_both_backends!(
     a_pay_arriving_after_retention_still_meets_its_cancel,
     a_cancel_after_retention_of_a_charged_key_answers_with_the_payment,
     a_backlog_of_expired_keys_is_deleted_in_batches_sparing_live_rows,
+    a_loop_of_cancels_on_a_paid_order_never_spends_the_provider_quota,
+    a_key_used_again_on_another_order_after_retention_gets_its_own_charge,
 );
 
 const RETENTION: &[&str] = &[
@@ -75,7 +78,8 @@ async fn a_cancel_after_retention_of_a_charged_key_answers_with_the_payment(back
     assert_eq!(r.json()["status"], "succeeded");
     assert_eq!(r.json()["payment"], paid.json()["payment"]);
     let again = s.pay(&t, &id, &k, "pm_card_approve").await;
-    assert_eq!(again.json()["code"], "PAYMENT_ALREADY_ACTIVE");
+    assert_eq!(again.json()["code"], "ORDER_ALREADY_PAID");
+    assert_eq!(again.json()["payment"], paid.json()["payment"]);
     assert_eq!(
         ledger(&s.http, &s.provider, &id).await.len(),
         1,
@@ -153,4 +157,100 @@ async fn a_backlog_of_expired_keys_is_deleted_in_batches_sparing_live_rows(backe
         .unwrap();
     let statuses: Vec<_> = rows.into_iter().map(|r| r.0).collect();
     assert_eq!(statuses, ["cancelled", "processing"]);
+}
+
+/// A loop of cancels with fresh keys on a paid order, past the retention of the key that
+/// paid it: each is answered from the payment's stored provider key, so the provider is
+/// never asked; for a payment whose key the store does not hold (one older than the column)
+/// the provider is asked, but only after a tombstone token was taken, so the lookups stay
+/// within the limit.
+async fn a_loop_of_cancels_on_a_paid_order_never_spends_the_provider_quota(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let (proxy, lookups) = counting_proxy(&provider().await).await;
+    let flags = [RETENTION, &["--tombstones-per-min", "3"]].concat();
+    let s = InProc::start(&db, &proxy, &flags).await;
+    let t = s.session("alice").await;
+    let id = s.order(&t).await;
+    let k = key();
+    let paid = s.pay(&t, &id, &k, "pm_card_approve").await;
+    assert_eq!(paid.status, 200, "{}", paid.text());
+    s.advance(Duration::from_secs(61));
+    payonce_server::run_cleanup(&s.state).await.unwrap();
+    let path = format!("/orders/{id}/payment-attempts/cancel");
+    let cancel = |k: String| s.send("POST", &path, &t, None, json!({ "key": k }));
+    let r = cancel(k.clone()).await;
+    assert_eq!(r.json()["status"], "succeeded", "{}", r.text());
+    assert_eq!(r.json()["payment"], paid.json()["payment"]);
+    let mut statuses = Vec::new();
+    for _ in 0..10 {
+        statuses.push(cancel(key()).await.status);
+    }
+    assert_eq!(lookups.load(Ordering::SeqCst), 0, "answered from the store");
+    assert_eq!(
+        statuses.iter().filter(|&&s| s == 200).count(),
+        3,
+        "{statuses:?}"
+    );
+
+    // A payment without its provider key (written before the column existed).
+    sqlx::query("UPDATE payments SET provider_key = NULL")
+        .execute(&db.pool().await)
+        .await
+        .unwrap();
+    s.advance(Duration::from_secs(60));
+    let mut statuses = Vec::new();
+    for _ in 0..10 {
+        statuses.push(cancel(key()).await.status);
+    }
+    assert_eq!(
+        lookups.load(Ordering::SeqCst),
+        3,
+        "one lookup per token, none after: {statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|&&s| s == 429).count(),
+        7,
+        "{statuses:?}"
+    );
+    let r = cancel(k).await;
+    assert_eq!(r.status, 429, "the paying key's lookup spends a token too");
+    assert_eq!(
+        ledger(&s.http, &s.provider, &id).await.len(),
+        1,
+        "one charge"
+    );
+}
+
+/// A client reuses a key on a new order once the key's retention is over (its record is
+/// deleted): the key is new again, and its provider key is scoped by order, so the new order
+/// gets a charge of its own instead of the old order's, and is paid; nothing stays locked.
+async fn a_key_used_again_on_another_order_after_retention_gets_its_own_charge(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let s = InProc::start(&db, &provider().await, RETENTION).await;
+    let t = s.session("alice").await;
+    let (first, k) = (s.order(&t).await, key());
+    let r = s.pay(&t, &first, &k, "pm_card_approve").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    s.advance(Duration::from_secs(61));
+    payonce_server::run_cleanup(&s.state).await.unwrap();
+    let second = s.order(&t).await;
+    for _ in 0..2 {
+        let r = s.pay(&t, &second, &k, "pm_card_approve").await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.json()["payment"]["orderId"], second.as_str());
+    }
+    let charges = ledger(&s.http, &s.provider, &second).await;
+    assert_eq!(charges.len(), 1, "the new order's own charge");
+    assert_eq!(s.status(&t, &second).await, "paid");
+    assert_eq!(ledger(&s.http, &s.provider, &first).await.len(), 1);
+    let (locked,): (i64,) =
+        sqlx::query_as("SELECT COUNT(*) FROM orders WHERE active_attempt IS NOT NULL")
+            .fetch_one(&db.pool().await)
+            .await
+            .unwrap();
+    assert_eq!(locked, 0, "no order left locked");
 }

@@ -20,7 +20,7 @@ on_both_backends!(
     rule2_processing_key_is_409_in_progress_with_retry_after,
     rule2_cancelled_tombstone_blocks_a_late_pay,
     rule3_version_mismatch_is_order_changed_and_leaves_the_key_unused,
-    rule3_paid_or_busy_order_is_payment_already_active,
+    rule3_busy_order_is_payment_already_active_paid_is_order_already_paid,
     rule3_insufficient_stock_is_out_of_stock,
     rule4_success_pays_the_order_and_decrements_stock,
     rule4_decline_unlocks_the_order_and_keeps_stock,
@@ -421,7 +421,7 @@ async fn rule3_version_mismatch_is_order_changed_and_leaves_the_key_unused(backe
     assert_eq!(r.json()["payment"]["amount"], 2250);
 }
 
-async fn rule3_paid_or_busy_order_is_payment_already_active(backend: Backend) {
+async fn rule3_busy_order_is_payment_already_active_paid_is_order_already_paid(backend: Backend) {
     let opts = Opts {
         provider_timeout_ms: 1_500,
         lease_ms: 3_000,
@@ -444,13 +444,17 @@ async fn rule3_paid_or_busy_order_is_payment_already_active(backend: Backend) {
     assert_eq!((r.status, r.code().as_str()), (409, "PAYMENT_IN_PROGRESS"));
     first.await.unwrap().unwrap();
 
-    // Paid: a new key (say, from another tab) cannot pay it again, nor edit it.
+    // Paid: a new key (say, from another tab) cannot pay it again, nor edit it; it is told the
+    // order is paid, with the receipt a replay of the paying key carries (not "busy").
     let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
-    assert_eq!(app.pay(&t, &id, Some(&key()), 1, APPROVE).await.status, 200);
+    let paid = app.pay(&t, &id, Some(&key()), 1, APPROVE).await;
+    assert_eq!(paid.status, 200);
     let r = app.pay(&t, &id, Some(&key()), 1, APPROVE).await;
+    assert_eq!((r.status, r.code().as_str()), (409, "ORDER_ALREADY_PAID"));
+    assert_eq!(r.json()["payment"], paid.json()["payment"], "{}", r.text());
     assert_eq!(
-        (r.status, r.code().as_str()),
-        (409, "PAYMENT_ALREADY_ACTIVE")
+        r.json()["payment"]["chargeId"],
+        app.ledger(&id).await[0]["id"]
     );
     let r = app.patch_cart(&t, &id, json!({ "coupon": "SAVE10" })).await;
     assert_eq!((r.status, r.code().as_str()), (409, "ORDER_ALREADY_PAID"));

@@ -1,16 +1,33 @@
 //! Start-up outside `--dev`: a server without its production flags refuses to start and
-//! names each missing or unsafe one; with them it starts and serves `/healthz`.
+//! names each missing or unsafe one (plain-text links and credentials in URLs included);
+//! with them it starts and serves `/healthz`. The provider's API key travels as a Bearer
+//! header, and no credential reaches the log.
 
-use crate::common::{mock_provider_args, spawn, SECRET, WEBHOOK_SECRET};
+use crate::common::{
+    mock_provider_args, spawn, spawn_logged, Opts, TestDb, SECRET, WEBHOOK_SECRET,
+};
+use std::io::{Read, Write};
 use std::process::Command;
 
 /// Runs the binary with `args` and no `PAYONCE_*` / database / Redis variables; it must exit
 /// on its own.
+/// Like [`run_refused_bare`], naming the mock provider in the environment, as a deployment
+/// of it would.
 fn run_refused(args: &[&str]) -> (String, String) {
+    run_refused_with(args, &[("PAYONCE_PROVIDER", "mock")])
+}
+
+/// Runs the server with `args` and nothing from the environment; it must refuse to start.
+fn run_refused_bare(args: &[&str]) -> (String, String) {
+    run_refused_with(args, &[])
+}
+
+fn run_refused_with(args: &[&str], env: &[(&str, &str)]) -> (String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_payonce-server"))
         .args(["--addr", "127.0.0.1:0"])
         .args(args)
         .env_clear()
+        .envs(env.iter().copied())
         .output()
         .expect("run payonce-server");
     assert!(!out.status.success(), "the server must refuse to start");
@@ -31,8 +48,13 @@ fn lines_naming<'a>(stderr: &'a str, flag: &str) -> Vec<&'a str> {
 
 #[test]
 fn a_start_without_dev_and_its_flags_names_each_missing_one() {
-    let (_, err) = run_refused(&["--database-url", "sqlite://:memory:"]);
-    for flag in ["--provider-url", "--webhook-secret", "--session-secret"] {
+    let (_, err) = run_refused_bare(&["--database-url", "sqlite://:memory:"]);
+    for flag in [
+        "--provider (",
+        "--provider-url",
+        "--webhook-secret",
+        "--session-secret",
+    ] {
         assert_eq!(
             lines_naming(&err, flag).len(),
             1,
@@ -104,4 +126,181 @@ async fn with_its_flags_a_server_without_dev_starts_and_is_healthy() {
     assert_eq!(r.status(), 403);
     drop(api);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The flags a start outside `--dev` needs but the provider and database URLs.
+fn production_flags() -> Vec<&'static str> {
+    vec![
+        "--webhook-secret",
+        WEBHOOK_SECRET,
+        "--session-secret",
+        SECRET,
+    ]
+}
+
+#[test]
+fn plain_text_links_credentials_and_a_day_of_leeway_stop_the_start() {
+    let cases = [
+        (
+            vec!["--provider-url", "http://psp.example"],
+            "--provider-url",
+            "http://",
+        ),
+        (
+            vec!["--provider-url", "https://acct_1:pw_9@psp.example"],
+            "--provider-url",
+            "credentials",
+        ),
+        (
+            vec![
+                "--provider-url",
+                "https://psp.example",
+                "--database-url",
+                "postgres://127.0.0.1:1/x",
+            ],
+            "--database-url",
+            "sslmode=prefer",
+        ),
+        (
+            vec![
+                "--provider-url",
+                "https://psp.example",
+                "--redis-url",
+                "redis://cache.example:6379",
+            ],
+            "--redis-url",
+            "redis://",
+        ),
+        (
+            vec![
+                "--provider-url",
+                "https://psp.example",
+                "--jwt-hs256-secret",
+                "jwt-secret-0123456789abcdef0123456789",
+                "--jwt-issuer",
+                "https://id.example",
+                "--jwt-audience",
+                "payonce",
+                "--jwt-leeway-secs",
+                "86400",
+            ],
+            "--jwt-leeway-secs",
+            "at most 300",
+        ),
+    ];
+    for (extra, flag, why) in cases {
+        let mut args = production_flags();
+        args.extend(extra.iter().copied());
+        if !extra.contains(&"--database-url") {
+            args.extend(["--database-url", "sqlite://:memory:"]);
+        }
+        let (_, err) = run_refused(&args);
+        let lines = lines_naming(&err, flag);
+        assert_eq!(lines.len(), 1, "{extra:?}:\n{err}");
+        assert!(lines[0].contains(why) && lines[0].contains("--"), "{err}");
+        assert!(!err.contains("pw_9"), "credentials never shown:\n{err}");
+    }
+}
+
+/// Accepts connections on a free loopback port and answers each request head with a 404,
+/// sending the heads it read to the returned channel.
+fn recording_provider() -> (String, std::sync::mpsc::Receiver<String>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(16) {
+            let Ok(mut stream) = stream else { return };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).is_ok_and(|n| n == 1) {
+                head.push(byte[0]);
+            }
+            let _ = tx.send(String::from_utf8_lossy(&head).into_owned());
+            let _ = stream.write_all(
+                b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            );
+        }
+    });
+    (url, rx)
+}
+
+#[test]
+fn the_provider_api_key_is_sent_as_a_bearer_token_and_never_logged() {
+    let (provider, heads) = recording_provider();
+    let dir = std::env::temp_dir().join(format!("payonce-key-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = "sk_test_blackbox_0123456789";
+    let key_file = dir.join("provider.key");
+    std::fs::write(&key_file, format!("{key}\n")).unwrap();
+    let log = dir.join("server.log");
+    let args: Vec<String> = [
+        "--addr",
+        "127.0.0.1:0",
+        "--database-url",
+        &format!("sqlite://{}/p.db", dir.display()),
+        "--provider-url",
+        &provider,
+        "--webhook-secret",
+        WEBHOOK_SECRET,
+        "--session-secret",
+        SECRET,
+        "--provider-api-key-file",
+        key_file.to_str().unwrap(),
+    ]
+    .map(String::from)
+    .to_vec();
+    let api = spawn_logged(&args, true, &log);
+    // The start-up probe is the first request the provider sees.
+    let head = heads
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("the server asked the provider");
+    let auth: Vec<&str> = head
+        .lines()
+        .filter(|l| l.to_ascii_lowercase().starts_with("authorization:"))
+        .collect();
+    assert_eq!(auth.len(), 1, "{head}");
+    assert_eq!(
+        auth[0].split_once(':').unwrap().1.trim(),
+        format!("Bearer {key}")
+    );
+    drop(api);
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.contains("payment provider"), "{logged}");
+    assert!(!logged.contains(key), "the key is never logged:\n{logged}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// In dev mode userinfo in `--provider-url` is still allowed (reqwest sends it as Basic
+/// auth), but the start-up line shows the URL without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_start_up_log_shows_the_provider_url_without_credentials() {
+    let provider = spawn(&mock_provider_args(), false);
+    let Some(db) = TestDb::create(crate::common::Backend::Sqlite).await else {
+        return;
+    };
+    let url = provider
+        .provider()
+        .replace("http://", "http://acct_1:pw_s3cr3t@");
+    let mut args = Opts::default().args(&db.url);
+    args.extend(["--provider-url".into(), url, "--webhook-secret".into()]);
+    args.push(WEBHOOK_SECRET.into());
+    let log = std::env::temp_dir().join(format!("payonce-redact-{}.log", uuid::Uuid::new_v4()));
+    let api = spawn_logged(&args, true, &log);
+    let r = reqwest::get(format!("{}/healthz", api.api()))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    drop(api);
+    let logged = std::fs::read_to_string(&log).unwrap();
+    let _ = std::fs::remove_file(&log);
+    let line = logged
+        .lines()
+        .find(|l| l.contains("payment provider"))
+        .unwrap_or_else(|| panic!("no provider line:\n{logged}"));
+    assert!(line.contains("http://***@127.0.0.1:"), "{line}");
+    assert!(
+        !logged.contains("pw_s3cr3t") && !logged.contains("acct_1"),
+        "{logged}"
+    );
 }

@@ -128,12 +128,13 @@ async fn three_ds_answers_action_required_and_the_same_key_finishes_it_with_one_
     );
     assert_eq!(replay.body, paid.body, "byte for byte");
     assert_eq!(app.get_order(&t, &id).await.json()["status"], "paid");
-    // The paid order refuses a new key; the ledger keeps its one charge.
+    // The paid order refuses a new key with its receipt; the ledger keeps its one charge.
     let late = app.pay(&t, &id, Some(&key()), 1, THREE_DS).await;
     assert_eq!(
         (late.status, late.code().as_str()),
-        (409, "PAYMENT_ALREADY_ACTIVE")
+        (409, "ORDER_ALREADY_PAID")
     );
+    assert_eq!(late.json()["payment"], body["payment"]);
     assert_eq!(app.ledger(&id).await.len(), 1);
 }
 

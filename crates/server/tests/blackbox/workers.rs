@@ -12,6 +12,8 @@ on_both_backends!(
     a_webhook_for_an_unknown_provider_key_is_not_acknowledged,
     a_refund_retried_ten_times_or_raced_ten_times_refunds_once,
     unreachable_provider_flags_stuck_attempts_for_review_never_charges,
+    a_refund_the_provider_refuses_fails_and_frees_the_payment,
+    a_refund_made_in_the_providers_dashboard_is_reflected,
 );
 
 async fn order_status(app: &TestApp, t: &str, id: &str) -> (String, bool) {
@@ -479,4 +481,127 @@ async fn standalone_provider_keeps_its_ledger_across_a_restart() {
         1
     );
     let _ = std::fs::remove_file(&state);
+}
+
+/// The card's issuer refuses every refund (`pm_card_refund_refused`) and nothing was
+/// refunded elsewhere: the refund key ends `failed` with a 409 `REFUND_NOT_ALLOWED` that its
+/// retries replay (never another provider call), the order stays paid, and the payment's
+/// refund slot is free: a new key gets a refund attempt of its own.
+async fn a_refund_the_provider_refuses_fails_and_frees_the_payment(backend: Backend) {
+    let state = std::env::temp_dir().join(format!(
+        "payonce-refund-{}.json",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let opts = Opts {
+        extra: vec!["--provider-state".into(), state.display().to_string()],
+        ..Opts::default()
+    };
+    let Some(app) = TestApp::spawn_with(backend, opts).await else {
+        return;
+    };
+    let t = app.session("alice").await;
+    let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
+    let r = app
+        .pay(&t, &id, Some(&key()), 1, "pm_card_refund_refused")
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let pid = r.json()["payment"]["id"].as_str().unwrap().to_owned();
+    let rk = key();
+    let first = refund(&app, &t, &pid, Some(&rk)).await;
+    assert_eq!(
+        (first.status, first.code().as_str()),
+        (409, "REFUND_NOT_ALLOWED"),
+        "{}",
+        first.text()
+    );
+    for _ in 0..5 {
+        let again = refund(&app, &t, &pid, Some(&rk)).await;
+        assert_eq!(again.body, first.body);
+        assert_eq!(again.header("idempotent-replayed").as_deref(), Some("true"));
+    }
+    let pool = app.db_pool().await;
+    let failed = "SELECT COUNT(*) FROM refunds WHERE payment_id = $1 AND status = 'failed'";
+    assert_eq!(count(&pool, failed, &pid).await, 1, "the key ended failed");
+    let other = refund(&app, &t, &pid, Some(&key())).await;
+    assert_eq!(other.code(), "REFUND_NOT_ALLOWED");
+    assert!(
+        other.text().contains("refused"),
+        "a refund of its own: {}",
+        other.text()
+    );
+    assert_eq!(
+        count(&pool, failed, &pid).await,
+        2,
+        "the slot was free for it"
+    );
+    assert_eq!(app.get_order(&t, &id).await.json()["status"], "paid");
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT COUNT(*) FROM refunds WHERE payment_id = $1 AND status = 'processing'",
+            &pid
+        )
+        .await,
+        0
+    );
+    let charge = r.json()["payment"]["chargeId"].as_str().unwrap().to_owned();
+    assert_eq!(provider_refunds(&state, &charge), 0);
+    let _ = std::fs::remove_file(&state);
+}
+
+/// The merchant refunds a charge in the provider's dashboard. With webhooks, the
+/// `charge.refunded` event marks the order and payment refunded; without, a payonce refund
+/// of the payment is refused by the provider, which then lists the dashboard's refund: it
+/// is recorded as this refund (200, refunded), never a refund for ever `processing`.
+async fn a_refund_made_in_the_providers_dashboard_is_reflected(backend: Backend) {
+    for webhooks in [true, false] {
+        let opts = Opts {
+            webhooks,
+            ..Opts::default()
+        };
+        let Some(app) = TestApp::spawn_with(backend, opts).await else {
+            return;
+        };
+        let t = app.session("alice").await;
+        let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
+        let r = app.pay(&t, &id, Some(&key()), 1, "pm_card_approve").await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let payment = r.json()["payment"].clone();
+        let (pid, charge) = (
+            payment["id"].as_str().unwrap().to_owned(),
+            payment["chargeId"].as_str().unwrap().to_owned(),
+        );
+        let url = format!("{}/dev/charges/{charge}/refund", app.provider);
+        let dash = app.http.post(url).send().await.unwrap();
+        assert_eq!(dash.status(), 201, "the dashboard refunds");
+        if webhooks {
+            let seen = payonce_testkit::eventually(
+                Duration::from_secs(10),
+                Duration::from_millis(50),
+                || async {
+                    (app.get_order(&t, &id).await.json()["status"] == "refunded").then_some(())
+                },
+            )
+            .await;
+            assert!(
+                seen.is_some(),
+                "the charge.refunded event reached the order"
+            );
+            let r = refund(&app, &t, &pid, Some(&key())).await;
+            assert_eq!(r.code(), "REFUND_NOT_ALLOWED", "already refunded");
+        } else {
+            assert_eq!(app.get_order(&t, &id).await.json()["status"], "paid");
+            let r = refund(&app, &t, &pid, Some(&key())).await;
+            assert_eq!(r.status, 200, "{}", r.text());
+            assert_eq!(r.json()["payment"]["status"], "refunded");
+            assert_eq!(app.get_order(&t, &id).await.json()["status"], "refunded");
+        }
+        let pool = app.db_pool().await;
+        let refunded = "SELECT COUNT(*) FROM payments WHERE id = $1 AND status = 'refunded'";
+        assert_eq!(
+            count(&pool, refunded, &pid).await,
+            1,
+            "webhooks: {webhooks}"
+        );
+    }
 }

@@ -1,4 +1,5 @@
-//! The payment provider, reached only over HTTP(S) with a timeout.
+//! The mock provider's adapter (`crates/mock-provider`: `POST /charges`, lookups by
+//! provider key), reached only over HTTP(S) with a timeout.
 //!
 //! Every answer is sorted into what it proves. Only a clear answer settles an attempt: a
 //! charge (succeeded or declined), or a 400 that says the provider refused the request
@@ -6,47 +7,26 @@
 //! attempt stays `processing` and is never charged blindly.
 
 use payonce_protocol::headers::IDEMPOTENCY_KEY;
-use payonce_protocol::provider::{paths, Charge, ChargeRequest, ChargeStatus, Refund};
+use payonce_protocol::provider::{paths, Charge, ChargeRequest, ChargeStatus, Refund, RefundList};
+
 use reqwest::StatusCode;
-use std::time::Duration;
 
-pub(crate) use payonce_rules::plan::{Lookup, Outcome as ChargeOutcome};
+use super::{ChargeOutcome, Lookup, RefundOutcome};
 
-/// What a refund call proved.
-#[derive(Debug)]
-pub(crate) enum RefundOutcome {
-    /// Refunded (now, or earlier under the same refund key).
-    Refunded(Refund),
-    /// The provider refuses (declined, or refunded under another key): nothing moved.
-    NotAllowed(String),
-    /// Timeout, 5xx, network error: unknown; calling again with the same key is safe.
-    Unknown(String),
-}
-
-/// HTTP client for the provider.
+/// HTTP client for the mock provider.
 #[derive(Clone)]
-pub(crate) struct ProviderClient {
+pub(crate) struct MockClient {
     http: reqwest::Client,
     base: String,
 }
 
-impl ProviderClient {
-    /// A client of `base`, trusting the `ca` certificates (PEM) beside the system's roots.
-    pub(crate) fn new(
-        base: &str,
-        timeout: Duration,
-        ca: Option<&[u8]>,
-    ) -> Result<Self, reqwest::Error> {
-        let mut http = reqwest::Client::builder()
-            .timeout(timeout)
-            .connect_timeout(timeout);
-        if let Some(pem) = ca {
-            http = http.tls_certs_merge(reqwest::Certificate::from_pem_bundle(pem)?);
-        }
-        Ok(Self {
-            http: http.build()?,
+impl MockClient {
+    /// A client of `base` (`super::http_client`: timeout, extra CA, Bearer key).
+    pub(crate) fn new(base: &str, http: reqwest::Client) -> Self {
+        Self {
+            http,
             base: base.trim_end_matches('/').to_owned(),
-        })
+        }
     }
 
     /// One request at start, for the handshake: any HTTP answer will do; a provider that
@@ -111,6 +91,26 @@ impl ProviderClient {
             },
             StatusCode::NOT_FOUND => Lookup::NotFound,
             other => Lookup::Unknown(format!("lookup answered {other}")),
+        }
+    }
+
+    /// `GET /charges/{id}/refunds`: the charge's refunds, however they were made (ours, or
+    /// the merchant's dashboard). `Err`: the provider could not tell.
+    pub(crate) async fn refunds_of(&self, charge_id: &str) -> Result<Vec<Refund>, String> {
+        let url = format!("{}{}", self.base, paths::refunds(charge_id));
+        let res = self
+            .http
+            .get(url)
+            .send()
+            .await
+            .map_err(|e| format!("refund lookup failed: {e}"))?;
+        match res.status() {
+            StatusCode::OK => res
+                .json::<RefundList>()
+                .await
+                .map(|l| l.refunds)
+                .map_err(|e| format!("unreadable refunds: {e}")),
+            other => Err(format!("refund lookup answered {other}")),
         }
     }
 

@@ -1,0 +1,1064 @@
+//! The server's pay flow as a sans-IO state machine ([`ServerPay`]): no clock, no store, no
+//! provider, no randomness of its own. The caller starts it from what it read (a pay request
+//! with its order and, if read, its record; an abandoned attempt for the jobs; an attempt a
+//! webhook names), performs each [`Effect`] [`ServerPay::poll`] asks for, and feeds the result
+//! back with the matching `on_*` call, until [`Effect::Done`]. Time (`now`) and new ids
+//! ([`Ids`]) are arguments of `poll`. The server's request path, its jobs, reconciliation and
+//! its webhook handler (`crates/server/src/pay.rs`) and the model checker (`crates/model`)
+//! all drive this one machine, so the model checks the server's own order of steps.
+//!
+//! ```text
+//!  pay ──▶ ReadKey ──▶ decide (rule 2) ─┬─ new key ──▶ Claim ─┬─ won ──────────▶ Charge ──┐
+//!            ▲  ▲                       │                     ├─ slot taken ─▶ ReadKey   │
+//!            │  └─ Wait ◀── leased ─────┤                     └─ refused ───▶ Done       │
+//!            │                          ├─ final / mismatch / cancelled / busy ─▶ Done   │
+//!            │                          └─ lease expired ─▶ TakeOver ─┬─ lost ─▶ ReadKey │
+//!  job ─────────────────────────────────────────────────────▶ TakeOver┘                 │
+//!            │                                                  │ taken                  │
+//!  webhook ──┼───────────────────────────────────────────────▶ Lookup ─ no charge ─▶ Charge
+//!            │                                                  │ an outcome             │
+//!            │                                                  ▼                        │
+//!            │             settle plan (rule 4) ◀───────────────┴────────────────────────┘
+//!            │               ├─ charged / uncharged ─▶ Settle ─┬─ done ─────▶ Done(settled)
+//!            │               │   review (flag) ─────▶ Settle ──┼─ done ─────▶ Done(open)
+//!            │               │                                 └─ lost ─┐
+//!            │               └─ unknown / action required ─▶ Release ─┬─ ─▶ Done(open)
+//!            └──────────────────── someone else settled first ◀───────┴─┘ (jobs, webhooks: Done)
+//! ```
+//!
+//! With a two-phase provider ([`Phases::Two`], Stripe), every `Charge` above is three
+//! steps: `Create` (the payment object, nothing charged) → `SaveRef` (its id on the
+//! attempt, in its own write, under the lease) → `Confirm` (that saved id). A take-over
+//! confirms a saved id the provider reports unconfirmed, and creates again only when no id
+//! was saved: an unsaved object was never confirmed, so a lost create answer leaves at worst
+//! an object nobody confirms, never a second charge.
+//!
+//! The decisions it composes stay where they are: rule 2 ([`crate::decide`]), the claim and
+//! settle plans ([`plan::plan_claim`], [`plan::plan_settle`]), what a lookup means
+//! ([`plan::reconcile`], [`plan::webhook`]) and the lease arithmetic ([`Policy`]).
+
+use crate::keyed::NextAction;
+use crate::pay::{Current, PayRequest};
+use crate::plan::{self, AuditEntry, Claim, ClaimPlan, Lookup, OrderTerms, Outcome, SettlePlan};
+use crate::policy::Policy;
+use crate::record::{Answer, Final, Processing, Record};
+use payonce_protocol::{AttemptStatus, Extras, IdempotencyKey, OrderLine, Problem};
+
+/// New ids, minted by the caller: random in the server, derived from the key in the model.
+pub trait Ids {
+    /// The id of a new attempt.
+    fn attempt_id(&mut self) -> String;
+    /// A new lease token.
+    fn lease_token(&mut self) -> String;
+    /// The id of a new payment.
+    fn payment_id(&mut self) -> String;
+}
+
+/// A deliberately broken variant of the sequencing, set only by the model's tests
+/// (`crates/model/tests/flaws.rs`) to show the model catches it; the server never sets one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flaw {
+    /// A take-over charges again under a fresh provider key without asking the provider.
+    BlindRecharge,
+    /// The provider is called before the claim is committed.
+    ChargeBeforeClaim,
+    /// Two phases: the created payment object is confirmed before its id is saved (so a
+    /// crash after the confirm leaves an attempt whose charge nobody can find).
+    ConfirmUnsaved,
+    /// Two phases: a take-over creates and confirms a new payment object instead of
+    /// looking up the saved one (as if the provider deduplicated every create).
+    Recreate,
+    /// The claim plan is made for the order's current version, whatever the request named
+    /// (the stale-version check of [`plan::plan_claim`] skipped).
+    StaleClaim,
+}
+
+/// How a provider starts a payment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Phases {
+    /// One call charges under the saved provider key, and the provider deduplicates on it
+    /// and answers lookups by it (the mock provider).
+    #[default]
+    One,
+    /// Create a payment object (nothing charged), save its id on the attempt in its own
+    /// write, then confirm that saved id; lookups read the saved id (Stripe). Safe whether or
+    /// not the provider deduplicates: only a saved id is ever confirmed.
+    Two,
+}
+
+/// What a two-phase create call proved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Created {
+    /// The object exists under this id; nothing is charged until it is confirmed.
+    Id(String),
+    /// The provider refused to create it (bad payment method, …): nothing exists, nothing
+    /// was charged.
+    Refused(String),
+    /// Timeout, 5xx, unreadable: an object may exist, but its id is not known, so it is
+    /// never confirmed.
+    Unknown(String),
+}
+
+/// The order as the request read it (rule 1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Order {
+    /// Order id.
+    pub id: String,
+    /// Its version.
+    pub version: i64,
+    /// The amount for that version.
+    pub amount: i64,
+    /// Currency.
+    pub currency: String,
+    /// Lines (the stock a claim reserves, a settle gives back).
+    pub lines: Vec<OrderLine>,
+}
+
+/// What the client sent with a pay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// The caller.
+    pub user: String,
+    /// Its idempotency key.
+    pub key: IdempotencyKey,
+    /// The version it paid for.
+    pub order_version: u64,
+    /// Its payment method.
+    pub payment_method_id: String,
+    /// The checkout's extras.
+    pub extras: Extras,
+}
+
+/// The conditional take-over of an expired lease (exactly one contender wins).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TakeOver {
+    /// The attempt.
+    pub attempt_id: String,
+    /// The new lease's token.
+    pub token: String,
+    /// The new lease's end.
+    pub until: i64,
+    /// Its audit row, written only when the lease is taken.
+    pub entry: AuditEntry,
+}
+
+/// What the claim transaction came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claimed {
+    /// Committed: the attempt is ours.
+    Won,
+    /// Another request holds the key's slot: decide again with its record.
+    SlotTaken,
+    /// Refused (the order changed, is busy or paid, out of stock, …).
+    Refused(Box<Problem>),
+}
+
+/// How a flow ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum End {
+    /// The key's stored answer; `replayed` is false when this request claimed the key
+    /// (someone else settled its own attempt while it waited on the provider).
+    Replay {
+        /// The stored answer.
+        answer: Answer,
+        /// Answer with `Idempotent-Replayed: true`.
+        replayed: bool,
+    },
+    /// This flow settled the attempt: the final row it stored.
+    Settled(Final),
+    /// The outcome is unknown: the 202 answer; the attempt stays processing, lease ended.
+    Unknown(Answer),
+    /// The charge waits for the customer: the 402 answer; the attempt stays processing.
+    ActionRequired(Answer),
+    /// The key was used with other details (422), with the attempt's status.
+    Mismatch(AttemptStatus),
+    /// A cancel tombstone holds the key (409).
+    Cancelled,
+    /// Someone holds the lease and the wait is over (409 `IN_PROGRESS`).
+    InProgress,
+    /// The claim was refused.
+    Refused(Box<Problem>),
+    /// Nothing to do (jobs and webhooks): someone else holds the lease or settled first, or
+    /// the provider has no charge for a webhook's key.
+    Skipped,
+    /// A webhook's charge could not be confirmed by the provider: deliver it again.
+    Unconfirmed,
+}
+
+/// The next thing the caller performs, then reports with the matching `on_*` call. `now`:
+/// the time the plan was made at, which its rows are written with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect<'a> {
+    /// Read `user`'s record for `key` → [`ServerPay::on_record`].
+    ReadKey {
+        /// The caller.
+        user: &'a str,
+        /// The key.
+        key: &'a IdempotencyKey,
+    },
+    /// Wait a little before reading again → [`ServerPay::on_waited`].
+    Wait,
+    /// Run the claim transaction of `key` (rule 3) → [`ServerPay::on_claim`].
+    Claim {
+        /// The rows.
+        plan: &'a ClaimPlan,
+        /// The key whose slot it takes.
+        key: &'a IdempotencyKey,
+        /// Plan time.
+        now: i64,
+    },
+    /// Take the expired lease over → [`ServerPay::on_taken`].
+    TakeOver {
+        /// The conditional write.
+        take: &'a TakeOver,
+        /// Plan time.
+        now: i64,
+    },
+    /// Charge under the claim's provider key, no transaction open → [`ServerPay::on_charge`].
+    Charge(&'a Claim),
+    /// Ask the provider about the claim's provider key (or, in two phases, its saved
+    /// payment object id; none saved: nothing was ever confirmed) →
+    /// [`ServerPay::on_lookup`].
+    Lookup(&'a Claim),
+    /// Two phases: create the payment object under the claim's provider key, nothing
+    /// charged → [`ServerPay::on_created`].
+    Create(&'a Claim),
+    /// Two phases: save the created object's id on the attempt, in its own write, while
+    /// the claim's lease holds → [`ServerPay::on_ref_saved`].
+    SaveRef {
+        /// The attempt and its lease.
+        claim: &'a Claim,
+        /// The provider's id of the object.
+        provider_ref: &'a str,
+        /// Plan time.
+        now: i64,
+    },
+    /// Two phases: confirm the object whose id is saved on the claim's attempt
+    /// (`provider_ref`), with its own idempotency key → [`ServerPay::on_charge`].
+    Confirm(&'a Claim),
+    /// Run the settle transaction (rule 4) → [`ServerPay::on_settled`].
+    Settle {
+        /// The attempt.
+        claim: &'a Claim,
+        /// The rows (`Charged` or `Uncharged`).
+        plan: &'a SettlePlan,
+        /// Plan time.
+        now: i64,
+    },
+    /// End the claim's lease early, then say whether the attempt is final meanwhile →
+    /// [`ServerPay::on_released`].
+    Release {
+        /// The attempt and its lease.
+        claim: &'a Claim,
+        /// Plan time.
+        now: i64,
+    },
+    /// Finished.
+    Done(&'a End),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Origin {
+    Pay(Box<Request>),
+    /// The outbox worker or reconciliation, named for the audit trail.
+    Job(&'static str),
+    Webhook,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Open {
+    Unknown(Answer),
+    ActionRequired(Answer),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Phase {
+    Read,
+    Wait,
+    Claim,
+    ChargeFirst(Box<ClaimPlan>),
+    Claiming(Box<ClaimPlan>, Option<Outcome>),
+    TakeOver(Box<Processing>),
+    TakingOver(Box<Processing>, TakeOver),
+    Lookup(Claim),
+    Charge(Claim),
+    Create(Claim),
+    SaveRef(Claim, String),
+    Confirm(Claim),
+    Settle(Claim, Outcome),
+    Settling(Claim, SettlePlan),
+    Release(Claim, Open),
+    Done(End),
+}
+
+/// One pay flow (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerPay {
+    origin: Origin,
+    order: Order,
+    policy: Policy,
+    /// Set once this flow claimed the key: a stored answer it then finds is its own outcome.
+    claimed_here: bool,
+    phase: Phase,
+    flaw: Option<Flaw>,
+    phases: Phases,
+    /// Set once this flow took an expired lease over (for [`Flaw::Recreate`]).
+    taken_over: bool,
+}
+
+impl ServerPay {
+    /// A pay request for `order` as read. `first`: the caller's record as read with the
+    /// order (`Some(None)`: no record), decided on at once at `now`; `None`: read it first.
+    pub fn pay(
+        req: Request,
+        order: Order,
+        first: Option<Option<Record>>,
+        now: i64,
+        may_wait: bool,
+        policy: Policy,
+    ) -> Self {
+        let mut m = Self::new(Origin::Pay(Box::new(req)), order, Phase::Read, policy);
+        if let Some(record) = first {
+            m.on_record(record, now, may_wait);
+        }
+        m
+    }
+
+    /// The jobs' driver of an abandoned attempt (`worker` names it in the audit trail):
+    /// take the lease, ask the provider, settle or re-drive (rule 5).
+    pub fn abandoned(record: &Record, order: Order, worker: &'static str, policy: Policy) -> Self {
+        let phase = match record {
+            Record::Processing(p) => Phase::TakeOver(Box::new(p.clone())),
+            _ => Phase::Done(End::Skipped),
+        };
+        Self::new(Origin::Job(worker), order, phase, policy)
+    }
+
+    /// A webhook names `record`'s charge: ask the provider and settle from its answer, with
+    /// `token`, a lease token nobody holds (this path never takes or releases a lease).
+    pub fn webhook(record: &Record, order: Order, token: String, policy: Policy) -> Self {
+        let phase = match record {
+            Record::Processing(p) => {
+                Phase::Lookup(Self::claim_of(p, &order, "provider-webhook", token))
+            }
+            _ => Phase::Done(End::Skipped),
+        };
+        Self::new(Origin::Webhook, order, phase, policy)
+    }
+
+    /// Sets a broken variant (the model's tests only).
+    pub fn with_flaw(mut self, flaw: Option<Flaw>) -> Self {
+        self.flaw = flaw;
+        self
+    }
+
+    fn new(origin: Origin, order: Order, phase: Phase, policy: Policy) -> Self {
+        Self {
+            origin,
+            order,
+            policy,
+            claimed_here: false,
+            phase,
+            flaw: None,
+            phases: Phases::One,
+            taken_over: false,
+        }
+    }
+
+    /// How the provider starts a payment (the server's adapter says; default one call).
+    pub fn with_phases(mut self, phases: Phases) -> Self {
+        self.phases = phases;
+        self
+    }
+
+    /// The provider call that starts (or resumes) `claim`'s payment: one charge; or, in two
+    /// phases, confirm the saved payment object, or create one when none is saved. Only a
+    /// saved id is ever confirmed, so a create whose answer was lost leaves at worst an
+    /// object nobody confirms: never a second charge, whether or not the provider
+    /// deduplicates creates.
+    fn start(&self, claim: Claim) -> Phase {
+        match (self.phases, &claim.attempt.provider_ref) {
+            (Phases::One, _) => Phase::Charge(claim),
+            (Phases::Two, Some(_)) => Phase::Confirm(claim),
+            (Phases::Two, None) => Phase::Create(claim),
+        }
+    }
+
+    fn claim_of(p: &Processing, order: &Order, actor: &str, token: String) -> Claim {
+        Claim {
+            attempt: p.clone(),
+            actor: actor.to_owned(),
+            lease_token: token,
+            lines: order.lines.clone(),
+        }
+    }
+
+    /// The end, once there is one.
+    pub fn end(&self) -> Option<&End> {
+        match &self.phase {
+            Phase::Done(end) => Some(end),
+            _ => None,
+        }
+    }
+
+    /// The name of the next effect (for traces).
+    pub fn next_step(&self) -> &'static str {
+        match &self.phase {
+            Phase::Read => "ReadKey",
+            Phase::Wait => "Wait",
+            Phase::Claim | Phase::Claiming(..) => "Claim",
+            Phase::TakeOver(_) | Phase::TakingOver(..) => "TakeOver",
+            Phase::Lookup(_) => "Lookup",
+            Phase::Charge(_) | Phase::ChargeFirst(_) => "Charge",
+            Phase::Create(_) => "Create",
+            Phase::SaveRef(..) => "SaveRef",
+            Phase::Confirm(_) => "Confirm",
+            Phase::Settle(..) | Phase::Settling(..) | Phase::Release(..) => "Settle",
+            Phase::Done(_) => "Done",
+        }
+    }
+
+    /// True while the next effect is a call to the provider (its answer is the caller's).
+    pub fn calls_provider(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::Charge(_)
+                | Phase::ChargeFirst(_)
+                | Phase::Lookup(_)
+                | Phase::Create(_)
+                | Phase::Confirm(_)
+        )
+    }
+
+    fn actor(&self) -> &str {
+        match &self.origin {
+            Origin::Pay(r) => &r.user,
+            Origin::Job(_) => "system",
+            Origin::Webhook => "provider-webhook",
+        }
+    }
+
+    /// The next effect at `now`. Plans are made here, with ids from `ids`; asking again
+    /// before the matching `on_*` call returns the same effect.
+    pub fn poll(&mut self, now: i64, ids: &mut dyn Ids) -> Effect<'_> {
+        match std::mem::replace(&mut self.phase, Phase::Read) {
+            Phase::Claim => self.phase = self.plan_claim(now, ids),
+            Phase::TakeOver(p) => {
+                let t = TakeOver {
+                    attempt_id: p.id.clone(),
+                    token: ids.lease_token(),
+                    until: self.policy.lease_until(now),
+                    entry: plan::take_over_entry(self.actor(), &p.id, self.who()),
+                };
+                self.phase = Phase::TakingOver(p, t);
+            }
+            Phase::Settle(claim, outcome) => {
+                let plan = plan::plan_settle(&claim, outcome, ids.payment_id(), now, &self.policy);
+                self.phase = match plan {
+                    SettlePlan::Unknown { answer } => Phase::Release(claim, Open::Unknown(answer)),
+                    SettlePlan::ActionRequired { answer } => {
+                        Phase::Release(claim, Open::ActionRequired(answer))
+                    }
+                    plan => Phase::Settling(claim, plan),
+                };
+            }
+            other => self.phase = other,
+        }
+        let req = match &self.origin {
+            Origin::Pay(r) => Some(&**r),
+            _ => None,
+        };
+        match (&self.phase, req) {
+            (Phase::Read, Some(r)) => Effect::ReadKey {
+                user: &r.user,
+                key: &r.key,
+            },
+            (Phase::Claiming(plan, _), Some(r)) => Effect::Claim {
+                plan,
+                key: &r.key,
+                now,
+            },
+            (Phase::Read | Phase::Claiming(..), None) => unreachable!("only a pay reads a key"),
+            (Phase::Wait, _) => Effect::Wait,
+            (Phase::ChargeFirst(plan), _) => Effect::Charge(&plan.claim),
+            (Phase::TakingOver(_, take), _) => Effect::TakeOver { take, now },
+            (Phase::Lookup(claim), _) => Effect::Lookup(claim),
+            (Phase::Charge(claim), _) => Effect::Charge(claim),
+            (Phase::Create(claim), _) => Effect::Create(claim),
+            (Phase::SaveRef(claim, provider_ref), _) => Effect::SaveRef {
+                claim,
+                provider_ref,
+                now,
+            },
+            (Phase::Confirm(claim), _) => Effect::Confirm(claim),
+            (Phase::Settling(claim, plan), _) => Effect::Settle { claim, plan, now },
+            (Phase::Release(claim, _), _) => Effect::Release { claim, now },
+            (Phase::Done(end), _) => Effect::Done(end),
+            (Phase::Claim | Phase::TakeOver(_) | Phase::Settle(..), _) => {
+                unreachable!("planned above")
+            }
+        }
+    }
+
+    fn who(&self) -> &'static str {
+        match &self.origin {
+            Origin::Job(worker) => worker,
+            _ => "a retry",
+        }
+    }
+
+    fn plan_claim(&self, now: i64, ids: &mut dyn Ids) -> Phase {
+        let Origin::Pay(req) = &self.origin else {
+            return Phase::Done(End::Skipped);
+        };
+        let o = &self.order;
+        let terms = OrderTerms {
+            id: &o.id,
+            version: o.version,
+            amount: o.amount,
+            currency: &o.currency,
+            lines: &o.lines,
+        };
+        let version = match self.flaw {
+            Some(Flaw::StaleClaim) => u64::try_from(o.version).unwrap_or(0),
+            _ => req.order_version,
+        };
+        let planned = plan::plan_claim(
+            &req.user,
+            &req.key,
+            terms,
+            version,
+            &req.payment_method_id,
+            &req.extras,
+            ids.attempt_id(),
+            ids.lease_token(),
+            now,
+            &self.policy,
+        );
+        match planned {
+            Ok(plan) if self.flaw == Some(Flaw::ChargeBeforeClaim) => {
+                Phase::ChargeFirst(Box::new(plan))
+            }
+            Ok(plan) => Phase::Claiming(Box::new(plan), None),
+            Err(p) => Phase::Done(End::Refused(p)),
+        }
+    }
+
+    /// The caller's record for the key (rule 2) at `now`; `may_wait`: the request has
+    /// in-progress wait left.
+    pub fn on_record(&mut self, record: Option<Record>, now: i64, may_wait: bool) {
+        let Origin::Pay(req) = &self.origin else {
+            return;
+        };
+        let o = &self.order;
+        let r = PayRequest {
+            user: &req.user,
+            order_id: &o.id,
+            order_version: req.order_version,
+            payment_method_id: &req.payment_method_id,
+            extras: &req.extras,
+            current: Some(Current {
+                version: o.version,
+                amount: o.amount,
+                currency: &o.currency,
+            }),
+        };
+        self.phase = match crate::decide(record.as_ref(), &r, now, may_wait) {
+            NextAction::StartProcessing => Phase::Claim,
+            NextAction::Replay(answer) => Phase::Done(End::Replay {
+                answer,
+                replayed: !self.claimed_here,
+            }),
+            NextAction::Mismatch(status) => Phase::Done(End::Mismatch(status)),
+            NextAction::Cancelled => Phase::Done(End::Cancelled),
+            NextAction::Wait => Phase::Wait,
+            NextAction::InProgress => Phase::Done(End::InProgress),
+            NextAction::Reconcile => match record {
+                Some(Record::Processing(p)) => Phase::TakeOver(Box::new(p)),
+                _ => Phase::Read,
+            },
+        };
+    }
+
+    /// The wait ended.
+    pub fn on_waited(&mut self) {
+        if self.phase == Phase::Wait {
+            self.phase = Phase::Read;
+        }
+    }
+
+    /// What the claim transaction came to.
+    pub fn on_claim(&mut self, result: Claimed) {
+        let Phase::Claiming(plan, charged) = std::mem::replace(&mut self.phase, Phase::Read) else {
+            return;
+        };
+        self.phase = match result {
+            Claimed::Won => {
+                self.claimed_here = true;
+                match charged {
+                    Some(outcome) => Phase::Settle(plan.claim, outcome),
+                    None => self.start(plan.claim),
+                }
+            }
+            Claimed::SlotTaken => Phase::Read,
+            Claimed::Refused(p) => Phase::Done(End::Refused(p)),
+        };
+    }
+
+    /// Whether the take-over won the lease.
+    pub fn on_taken(&mut self, taken: bool) {
+        let Phase::TakingOver(p, t) = std::mem::replace(&mut self.phase, Phase::Read) else {
+            return;
+        };
+        if !taken {
+            self.phase = self.lost();
+            return;
+        }
+        self.taken_over = true;
+        let actor = self.actor().to_owned();
+        let mut claim = Self::claim_of(&p, &self.order, &actor, t.token);
+        self.phase = match self.flaw {
+            Some(Flaw::BlindRecharge) => {
+                claim.attempt.provider_key = format!("{}-again", claim.attempt.provider_key);
+                Phase::Charge(claim)
+            }
+            Some(Flaw::Recreate) if self.phases == Phases::Two => {
+                claim.attempt.provider_ref = None;
+                Phase::Create(claim)
+            }
+            _ => Phase::Lookup(claim),
+        };
+    }
+
+    /// What the charge call (or, in two phases, the confirm call) proved.
+    pub fn on_charge(&mut self, outcome: Outcome) {
+        self.phase = match std::mem::replace(&mut self.phase, Phase::Read) {
+            Phase::Charge(claim) | Phase::Confirm(claim) => Phase::Settle(claim, outcome),
+            Phase::ChargeFirst(plan) => Phase::Claiming(plan, Some(outcome)),
+            other => other,
+        };
+    }
+
+    /// What the provider says about the claim's provider key.
+    pub fn on_lookup(&mut self, lookup: Lookup) {
+        let Phase::Lookup(claim) = std::mem::replace(&mut self.phase, Phase::Read) else {
+            return;
+        };
+        self.phase = match self.origin {
+            Origin::Webhook => match plan::webhook(lookup) {
+                Some(Some(outcome)) => Phase::Settle(claim, outcome),
+                Some(None) => Phase::Done(End::Skipped),
+                None => Phase::Done(End::Unconfirmed),
+            },
+            _ => match plan::reconcile(lookup) {
+                Ok(outcome) => Phase::Settle(claim, outcome),
+                Err(plan::Redrive) => self.start(claim),
+            },
+        };
+    }
+
+    /// What the create call (two phases) proved. An id is saved before anything else; a
+    /// refusal created nothing (the attempt fails, uncharged); an unknown answer may have
+    /// created an object whose id we do not know, which is never confirmed: the attempt
+    /// stays processing and a take-over creates again.
+    pub fn on_created(&mut self, created: Created) {
+        let Phase::Create(mut claim) = std::mem::replace(&mut self.phase, Phase::Read) else {
+            return;
+        };
+        self.phase = match created {
+            Created::Id(id)
+                if self.flaw == Some(Flaw::ConfirmUnsaved)
+                    || (self.flaw == Some(Flaw::Recreate) && self.taken_over) =>
+            {
+                claim.attempt.provider_ref = Some(id);
+                Phase::Confirm(claim)
+            }
+            Created::Id(id) => Phase::SaveRef(claim, id),
+            Created::Refused(why) => Phase::Settle(claim, Outcome::Rejected(why)),
+            Created::Unknown(why) => Phase::Settle(claim, Outcome::Unknown(why)),
+        };
+    }
+
+    /// Whether the payment object's id was saved on the attempt (false: the lease was lost
+    /// or an id was saved before; then this flow must not confirm anything).
+    pub fn on_ref_saved(&mut self, saved: bool) {
+        let Phase::SaveRef(mut claim, id) = std::mem::replace(&mut self.phase, Phase::Read) else {
+            return;
+        };
+        self.phase = if saved {
+            claim.attempt.provider_ref = Some(id);
+            Phase::Confirm(claim)
+        } else {
+            self.lost()
+        };
+    }
+
+    /// Whether the settle transaction finished the attempt (false: someone else did first).
+    pub fn on_settled(&mut self, settled: bool) {
+        let Phase::Settling(claim, plan) = std::mem::replace(&mut self.phase, Phase::Read) else {
+            return;
+        };
+        self.phase = match plan {
+            SettlePlan::Charged { finish, .. } | SettlePlan::Uncharged { finish, .. }
+                if settled =>
+            {
+                let a = claim.attempt;
+                Phase::Done(End::Settled(Final {
+                    id: a.id,
+                    terms: a.terms,
+                    status: finish.status,
+                    answer: finish.answer,
+                    expires_at: finish.expires_at,
+                }))
+            }
+            // Flagged for review, lease ended: open, as for an unknown outcome.
+            SettlePlan::Review { answer, .. } if settled => Phase::Done(End::Unknown(answer)),
+            _ => self.lost(),
+        };
+    }
+
+    /// The lease was ended; `final_meanwhile`: someone else (a webhook) settled the attempt,
+    /// whose stored answer stands.
+    pub fn on_released(&mut self, final_meanwhile: bool) {
+        let Phase::Release(_, open) = std::mem::replace(&mut self.phase, Phase::Read) else {
+            return;
+        };
+        self.phase = match open {
+            _ if final_meanwhile => self.lost(),
+            Open::Unknown(answer) => Phase::Done(End::Unknown(answer)),
+            Open::ActionRequired(answer) => Phase::Done(End::ActionRequired(answer)),
+        };
+    }
+
+    /// Someone else won: a request decides again, a job or webhook is done.
+    fn lost(&self) -> Phase {
+        match self.origin {
+            Origin::Pay(_) => Phase::Read,
+            _ => Phase::Done(End::Skipped),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use payonce_protocol::provider::{Charge, ChargeStatus};
+    use payonce_protocol::ErrorCode;
+
+    const NOW: i64 = 1_000_000;
+
+    struct Counter(u32);
+    impl Ids for Counter {
+        fn attempt_id(&mut self) -> String {
+            self.0 += 1;
+            format!("att_{}", self.0)
+        }
+        fn lease_token(&mut self) -> String {
+            self.0 += 1;
+            format!("lease_{}", self.0)
+        }
+        fn payment_id(&mut self) -> String {
+            self.0 += 1;
+            format!("pay_{}", self.0)
+        }
+    }
+
+    fn policy() -> Policy {
+        Policy {
+            lease_ms: 1_000,
+            key_retention_ms: 5_000,
+            reconcile_after_ms: 1_000,
+            audit_retention_ms: 10_000,
+        }
+    }
+
+    fn order(version: i64) -> Order {
+        Order {
+            id: "ord_1".into(),
+            version,
+            amount: 1_000 + 500 * version,
+            currency: "EUR".into(),
+            lines: vec![],
+        }
+    }
+
+    fn request(version: u64) -> Request {
+        Request {
+            user: "u1".into(),
+            key: IdempotencyKey::parse("0123456789abcdef0123456789abcdef").expect("valid"),
+            order_version: version,
+            payment_method_id: "pm_card_approve".into(),
+            extras: Extras::default(),
+        }
+    }
+
+    fn charge(claim: &Claim, status: ChargeStatus) -> Charge {
+        let a = &claim.attempt;
+        Charge {
+            id: "ch_1".into(),
+            provider_key: a.provider_key.clone(),
+            amount: a.terms.amount,
+            currency: a.terms.currency.clone(),
+            payment_method_id: a.payment_method_id.clone(),
+            order_id: a.terms.order_id.clone(),
+            status,
+            created_at: NOW,
+            next_action_url: None,
+            decline_code: None,
+            client_secret: None,
+        }
+    }
+
+    /// A new key: claimed with the caller's ids and `now`, charged, settled, answered.
+    #[test]
+    fn a_new_key_is_claimed_charged_and_settled() {
+        let mut ids = Counter(0);
+        let mut m = ServerPay::pay(request(2), order(2), Some(None), NOW, false, policy());
+        let claim = match m.poll(NOW, &mut ids) {
+            Effect::Claim { plan, now, .. } => {
+                assert_eq!(now, NOW);
+                assert_eq!(plan.claim.attempt.id, "att_1");
+                assert_eq!(plan.claim.lease_token, "lease_2");
+                assert_eq!(plan.claim.attempt.locked_until, Some(NOW + 1_000));
+                assert_eq!(plan.claim.attempt.terms.amount, 2_000);
+                plan.claim.clone()
+            }
+            e => panic!("{e:?}"),
+        };
+        m.on_claim(Claimed::Won);
+        assert_eq!(m.poll(NOW, &mut ids), Effect::Charge(&claim));
+        m.on_charge(Outcome::Succeeded(charge(&claim, ChargeStatus::Succeeded)));
+        let later = NOW + 10;
+        match m.poll(later, &mut ids) {
+            Effect::Settle {
+                plan: SettlePlan::Charged { payment, .. },
+                now,
+                ..
+            } => {
+                assert_eq!((payment.id.as_str(), now), ("pay_3", later));
+            }
+            e => panic!("{e:?}"),
+        }
+        m.on_settled(true);
+        match m.poll(later, &mut ids) {
+            Effect::Done(End::Settled(f)) => {
+                assert_eq!(f.status, AttemptStatus::Succeeded);
+                assert_eq!(f.expires_at, later + 5_000);
+            }
+            e => panic!("{e:?}"),
+        }
+    }
+
+    /// A request for a version the order no longer has is refused before any write.
+    #[test]
+    fn a_stale_version_is_refused_without_a_claim() {
+        let mut m = ServerPay::pay(request(1), order(2), Some(None), NOW, false, policy());
+        match m.poll(NOW, &mut Counter(0)) {
+            Effect::Done(End::Refused(p)) => assert_eq!(p.code, ErrorCode::OrderChanged),
+            e => panic!("{e:?}"),
+        }
+    }
+
+    /// Losing the key's slot decides again; a webhook's settle found after our own claim
+    /// is this request's outcome, not a replay.
+    #[test]
+    fn a_settle_lost_to_a_webhook_answers_the_stored_answer_as_fresh() {
+        let mut ids = Counter(0);
+        let mut m = ServerPay::pay(request(1), order(1), None, NOW, true, policy());
+        assert!(matches!(m.poll(NOW, &mut ids), Effect::ReadKey { .. }));
+        m.on_record(None, NOW, true);
+        let Effect::Claim { plan, .. } = m.poll(NOW, &mut ids) else {
+            panic!("claim")
+        };
+        let claim = plan.claim.clone();
+        m.on_claim(Claimed::Won);
+        m.on_charge(Outcome::Unknown("timeout".into()));
+        assert!(matches!(m.poll(NOW, &mut ids), Effect::Release { .. }));
+        m.on_released(true);
+        assert!(matches!(m.poll(NOW, &mut ids), Effect::ReadKey { .. }));
+        let stored = match plan::plan_settle(
+            &claim,
+            Outcome::Succeeded(charge(&claim, ChargeStatus::Succeeded)),
+            "pay_w".into(),
+            NOW,
+            &policy(),
+        ) {
+            SettlePlan::Charged { finish, .. } => finish,
+            p => panic!("{p:?}"),
+        };
+        let record = Record::Final(Final {
+            id: claim.attempt.id.clone(),
+            terms: claim.attempt.terms.clone(),
+            status: stored.status,
+            answer: stored.answer.clone(),
+            expires_at: stored.expires_at,
+        });
+        m.on_record(Some(record), NOW, true);
+        assert_eq!(
+            m.end(),
+            Some(&End::Replay {
+                answer: stored.answer,
+                replayed: false
+            })
+        );
+    }
+
+    fn processing(locked_until: i64) -> Processing {
+        let mut ids = Counter(10);
+        let mut m = ServerPay::pay(request(1), order(1), Some(None), NOW, false, policy());
+        let Effect::Claim { plan, .. } = m.poll(NOW, &mut ids) else {
+            panic!("claim")
+        };
+        Processing {
+            locked_until: Some(locked_until),
+            ..plan.claim.attempt.clone()
+        }
+    }
+
+    /// An expired lease is taken over and the provider asked first; only "no such charge"
+    /// charges, under the same provider key.
+    #[test]
+    fn a_take_over_asks_the_provider_before_charging_again() {
+        let p = processing(NOW);
+        let record = Record::Processing(p.clone());
+        let mut ids = Counter(0);
+        let mut m = ServerPay::pay(
+            request(1),
+            order(1),
+            Some(Some(record)),
+            NOW,
+            true,
+            policy(),
+        );
+        match m.poll(NOW, &mut ids) {
+            Effect::TakeOver { take, .. } => {
+                assert_eq!(
+                    (take.attempt_id.as_str(), take.until),
+                    (p.id.as_str(), NOW + 1_000)
+                );
+            }
+            e => panic!("{e:?}"),
+        }
+        m.on_taken(true);
+        let Effect::Lookup(claim) = m.poll(NOW, &mut ids) else {
+            panic!("lookup first")
+        };
+        assert_eq!(claim.attempt.provider_key, p.provider_key);
+        m.on_lookup(Lookup::NotFound);
+        let Effect::Charge(claim) = m.poll(NOW, &mut ids) else {
+            panic!("re-drive")
+        };
+        assert_eq!(claim.attempt.provider_key, p.provider_key);
+    }
+
+    /// A job that loses the take-over, and a webhook the provider cannot confirm, end
+    /// without writing anything.
+    #[test]
+    fn jobs_and_webhooks_end_when_someone_else_won() {
+        let record = Record::Processing(processing(NOW));
+        let mut ids = Counter(0);
+        let mut job = ServerPay::abandoned(&record, order(1), "the outbox worker", policy());
+        match job.poll(NOW, &mut ids) {
+            Effect::TakeOver { take, .. } => {
+                assert!(take.entry.reason.contains("the outbox worker"))
+            }
+            e => panic!("{e:?}"),
+        }
+        job.on_taken(false);
+        assert_eq!(job.end(), Some(&End::Skipped));
+        let mut hook = ServerPay::webhook(&record, order(1), "nobody".into(), policy());
+        assert!(matches!(hook.poll(NOW, &mut ids), Effect::Lookup(_)));
+        hook.on_lookup(Lookup::Unknown("down".into()));
+        assert_eq!(hook.end(), Some(&End::Unconfirmed));
+        let mut hook = ServerPay::webhook(&record, order(1), "nobody".into(), policy());
+        hook.on_lookup(Lookup::NotFound);
+        assert_eq!(hook.end(), Some(&End::Skipped));
+    }
+
+    /// Two phases: create, save the id, confirm that saved id; a take-over of an attempt
+    /// with a saved, unconfirmed id confirms it; one without a saved id creates again. The
+    /// flaw confirms before saving.
+    #[test]
+    fn two_phases_confirm_only_a_saved_id() {
+        let mut ids = Counter(0);
+        let mut m = ServerPay::pay(request(1), order(1), Some(None), NOW, false, policy())
+            .with_phases(Phases::Two);
+        let Effect::Claim { .. } = m.poll(NOW, &mut ids) else {
+            panic!("claim")
+        };
+        m.on_claim(Claimed::Won);
+        assert!(matches!(m.poll(NOW, &mut ids), Effect::Create(_)));
+        m.on_created(Created::Id("pi_1".into()));
+        match m.poll(NOW, &mut ids) {
+            Effect::SaveRef { provider_ref, .. } => assert_eq!(provider_ref, "pi_1"),
+            e => panic!("{e:?}"),
+        }
+        m.on_ref_saved(true);
+        match m.poll(NOW, &mut ids) {
+            Effect::Confirm(c) => assert_eq!(c.attempt.provider_ref.as_deref(), Some("pi_1")),
+            e => panic!("{e:?}"),
+        }
+        // A lost create answer: nothing to confirm, the attempt stays processing.
+        let mut lost = ServerPay::pay(request(1), order(1), Some(None), NOW, false, policy())
+            .with_phases(Phases::Two);
+        lost.poll(NOW, &mut ids);
+        lost.on_claim(Claimed::Won);
+        lost.poll(NOW, &mut ids);
+        lost.on_created(Created::Unknown("timeout".into()));
+        assert!(matches!(lost.poll(NOW, &mut ids), Effect::Release { .. }));
+        // Take-overs: a saved, unconfirmed id is confirmed; no saved id creates again.
+        for (saved, lookup) in [
+            (Some("pi_1"), Lookup::Unconfirmed),
+            (None, Lookup::NotFound),
+        ] {
+            let p = Processing {
+                provider_ref: saved.map(str::to_owned),
+                ..processing(NOW)
+            };
+            let mut job = ServerPay::abandoned(&Record::Processing(p), order(1), "w", policy())
+                .with_phases(Phases::Two);
+            job.poll(NOW, &mut ids);
+            job.on_taken(true);
+            assert!(matches!(job.poll(NOW, &mut ids), Effect::Lookup(_)));
+            job.on_lookup(lookup);
+            match (saved, job.poll(NOW, &mut ids)) {
+                (Some(_), Effect::Confirm(c)) => {
+                    assert_eq!(c.attempt.provider_ref.as_deref(), saved)
+                }
+                (None, Effect::Create(_)) => {}
+                (_, e) => panic!("{saved:?}: {e:?}"),
+            }
+        }
+        // The flaw: confirmed with nothing saved.
+        let mut bad = ServerPay::pay(request(1), order(1), Some(None), NOW, false, policy())
+            .with_phases(Phases::Two)
+            .with_flaw(Some(Flaw::ConfirmUnsaved));
+        bad.poll(NOW, &mut ids);
+        bad.on_claim(Claimed::Won);
+        bad.poll(NOW, &mut ids);
+        bad.on_created(Created::Id("pi_2".into()));
+        assert!(matches!(bad.poll(NOW, &mut ids), Effect::Confirm(_)));
+    }
+
+    /// A leased key is waited on while the request may wait, then answered in progress.
+    #[test]
+    fn a_leased_key_is_waited_on_then_in_progress() {
+        let record = Record::Processing(processing(NOW + 500));
+        let mut m = ServerPay::pay(
+            request(1),
+            order(1),
+            Some(Some(record.clone())),
+            NOW,
+            true,
+            policy(),
+        );
+        assert_eq!(m.poll(NOW, &mut Counter(0)), Effect::Wait);
+        m.on_waited();
+        assert!(matches!(
+            m.poll(NOW, &mut Counter(0)),
+            Effect::ReadKey { .. }
+        ));
+        m.on_record(Some(record), NOW, false);
+        assert_eq!(m.end(), Some(&End::InProgress));
+    }
+}

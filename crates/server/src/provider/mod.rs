@@ -1,0 +1,253 @@
+//! The payment provider port: what the pay machine (`crates/rules/src/flow.rs`) and the
+//! refund path need from a provider, and one adapter per provider behind it. The contract
+//! every adapter keeps (what each answer proves, what is never retried blindly) is
+//! docs/providers.md.
+//!
+//! Layout:
+//! - `mock.rs`: the mock provider (`crates/mock-provider`): one call charges, lookups go by
+//!   our provider key, which it deduplicates.
+//! - `stripe.rs`: Stripe PaymentIntents in two phases: create (its id saved on the attempt
+//!   before anything else), then confirm that saved id; lookups read the saved id.
+//!
+//! Every answer is sorted into what it proves. Only a clear answer settles an attempt: a
+//! charge (succeeded or declined), or a refusal of the request itself. A timeout, a 5xx or
+//! anything unexpected proves nothing, so the attempt stays `processing` and is never
+//! charged blindly.
+
+mod mock;
+mod stripe;
+
+use payonce_protocol::provider::{ChargeRequest, Refund};
+use std::time::Duration;
+
+pub(crate) use payonce_rules::flow::{Created, Phases};
+pub(crate) use payonce_rules::plan::{Lookup, Outcome as ChargeOutcome};
+
+/// Stripe's API origin, `--provider-url`'s default with `--provider stripe`.
+pub const STRIPE_API: &str = "https://api.stripe.com";
+
+/// Which provider `--provider-url` speaks for (`--provider`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProviderKind {
+    /// The mock provider (`crates/mock-provider`; embedded by a dev build with `--dev`).
+    Mock,
+    /// Stripe (its test or live mode, or the localstripe emulator), PaymentIntents API.
+    Stripe,
+}
+
+/// What a refund call proved.
+#[derive(Debug)]
+pub(crate) enum RefundOutcome {
+    /// Refunded (now, or earlier under the same refund key).
+    Refunded(Refund),
+    /// The provider refuses (declined, or refunded under another key): nothing moved.
+    NotAllowed(String),
+    /// Timeout, 5xx, network error: unknown; calling again with the same key is safe.
+    Unknown(String),
+}
+
+/// What the provider says was refunded of a payment (a refund made outside payonce, e.g. in
+/// its dashboard, is reflected from this: src/refunds.rs, `reflect_provider_refund`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RefundCheck {
+    /// Refunds that did not fail add up to `amount` (0: none).
+    Refunded { amount: i64 },
+    /// The provider could not tell (or cannot be asked this).
+    Unknown(String),
+}
+
+/// A provider webhook, its signature checked: which of our objects it is a hint about.
+/// Never evidence: the handler reads the outcome back from the provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(dead_code)] // read by the Stripe webhook handler
+pub(crate) struct WebhookHint {
+    /// The provider's event id (deduplicated on it).
+    pub(crate) event_id: String,
+    /// The provider's event type, as it spells it.
+    pub(crate) kind: String,
+    /// The object the event is about: a payment (our provider key's or the saved provider
+    /// id's attempt), or a refund.
+    pub(crate) about: About,
+}
+
+/// What a [`WebhookHint`] names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(dead_code)] // read by the Stripe webhook handler
+pub(crate) enum About {
+    /// An attempt, by the provider key we sent (mock).
+    ProviderKey(String),
+    /// An attempt, by the provider's id we saved on it (Stripe's PaymentIntent id).
+    ProviderRef(String),
+}
+
+/// Why a webhook was refused before anything was stored (400).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[allow(dead_code)] // returned by the Stripe webhook handler
+pub(crate) enum WebhookRefused {
+    /// No valid signature (forged, or another secret), or a stale timestamp.
+    #[error("signature: {0}")]
+    Signature(String),
+    /// Signed, but not an event we can read.
+    #[error("unreadable event: {0}")]
+    Unreadable(String),
+}
+
+/// The provider behind `--provider-url`: one adapter per provider, chosen by `--provider`.
+#[derive(Clone)]
+pub(crate) enum Provider {
+    /// The mock provider.
+    Mock(mock::MockClient),
+    /// Stripe.
+    Stripe(stripe::StripeClient),
+}
+
+impl Provider {
+    /// The adapter of `kind` at `base`, trusting the `ca` certificates (PEM) beside the
+    /// system's roots, sending `api_key` (the mock's `--provider-api-key-file`, Stripe's
+    /// secret key) on every request as `Authorization: Bearer <key>`, marked sensitive so
+    /// that no debug output of reqwest or hyper shows it. (Credentials in `base` itself are
+    /// refused outside `--dev`: `src/config.rs`, `link_problems`.)
+    pub(crate) fn new(
+        kind: ProviderKind,
+        base: &str,
+        timeout: Duration,
+        ca: Option<&[u8]>,
+        api_key: Option<&str>,
+    ) -> Result<Self, String> {
+        let http = http_client(timeout, ca, api_key)?;
+        Ok(match kind {
+            ProviderKind::Mock => Self::Mock(mock::MockClient::new(base, http)),
+            ProviderKind::Stripe => Self::Stripe(stripe::StripeClient::new(base, http)),
+        })
+    }
+
+    /// How a payment is started: in one call (mock) or two (create, save its id, confirm).
+    pub(crate) fn phases(&self) -> Phases {
+        match self {
+            Self::Mock(_) => Phases::One,
+            Self::Stripe(_) => Phases::Two,
+        }
+    }
+
+    /// One request at start, for the handshake: any HTTP answer will do; a provider that
+    /// is down only warns (pays answer 202 until it is back), a failed TLS handshake is
+    /// the error.
+    pub(crate) async fn probe(&self) -> Result<(), String> {
+        match self {
+            Self::Mock(c) => c.probe().await,
+            Self::Stripe(c) => c.probe().await,
+        }
+    }
+
+    /// One-phase start: charge under the saved provider key.
+    pub(crate) async fn charge(&self, provider_key: &str, req: &ChargeRequest) -> ChargeOutcome {
+        match self {
+            Self::Mock(c) => c.charge(provider_key, req).await,
+            Self::Stripe(_) => ChargeOutcome::Rejected("a two-phase provider".into()),
+        }
+    }
+
+    /// Two-phase start, first half: create the payment object (nothing is charged yet)
+    /// under the saved provider key.
+    pub(crate) async fn create(
+        &self,
+        provider_key: &str,
+        req: &ChargeRequest,
+        attempt_id: &str,
+    ) -> Created {
+        match self {
+            Self::Mock(_) => Created::Refused("a one-phase provider".into()),
+            Self::Stripe(c) => c.create(provider_key, req, attempt_id).await,
+        }
+    }
+
+    /// Two-phase start, second half: confirm the payment object whose id is saved on the
+    /// attempt, with its own idempotency key derived from the provider key.
+    pub(crate) async fn confirm(&self, provider_ref: &str, provider_key: &str) -> ChargeOutcome {
+        match self {
+            Self::Mock(_) => ChargeOutcome::Rejected("a one-phase provider".into()),
+            Self::Stripe(c) => c.confirm(provider_ref, provider_key).await,
+        }
+    }
+
+    /// What the provider has for an attempt: by our provider key (mock) or by the id saved
+    /// on it (Stripe; never a search). `provider_ref`: the saved id, if any.
+    pub(crate) async fn lookup(&self, provider_key: &str, provider_ref: Option<&str>) -> Lookup {
+        match (self, provider_ref) {
+            (Self::Mock(c), _) => c.charge_by_key(provider_key).await,
+            (Self::Stripe(c), Some(id)) => c.lookup(id).await,
+            // Only a saved id is ever confirmed (crates/rules/src/flow.rs): an attempt
+            // without one has charged nothing.
+            (Self::Stripe(_), None) => Lookup::NotFound,
+        }
+    }
+
+    /// A full refund of `charge_id` (the provider's id of the payment) under the saved
+    /// refund key.
+    pub(crate) async fn refund(&self, charge_id: &str, refund_key: &str) -> RefundOutcome {
+        match self {
+            Self::Mock(c) => c.refund(charge_id, refund_key).await,
+            Self::Stripe(c) => c.refund(charge_id, refund_key).await,
+        }
+    }
+
+    /// The refunds the provider holds for `charge_id` that moved money: read back after a
+    /// refused refund (one made elsewhere, in the provider's dashboard, is recorded) and for
+    /// a `charge.refunded` event. `Err`: the provider could not tell.
+    pub(crate) async fn refunds_of(&self, charge_id: &str) -> Result<Vec<Refund>, String> {
+        match self {
+            Self::Mock(c) => c.refunds_of(charge_id).await,
+            Self::Stripe(c) => c.refunds_of(charge_id).await,
+        }
+    }
+
+    /// How much of the payment `provider_ref` (the saved id) the provider has refunded.
+    pub(crate) async fn refunded(&self, provider_ref: &str) -> RefundCheck {
+        match self {
+            // The mock's refunds are all ours (its events have their own route).
+            Self::Mock(_) => RefundCheck::Unknown("the mock reports no outside refunds".into()),
+            Self::Stripe(c) => c.refunded(provider_ref).await,
+        }
+    }
+
+    /// Checks a webhook's signature with `secret` at `now_ms` and reads what it is about.
+    #[allow(dead_code)] // the Stripe webhook route
+    pub(crate) fn webhook(
+        &self,
+        secret: &str,
+        headers: &axum::http::HeaderMap,
+        body: &[u8],
+        now_ms: i64,
+    ) -> Result<WebhookHint, WebhookRefused> {
+        match self {
+            // The mock's events have their own route (src/http/webhooks.rs).
+            Self::Mock(_) => Err(WebhookRefused::Unreadable("not a Stripe event".into())),
+            Self::Stripe(_) => stripe::webhook(secret, headers, body, now_ms),
+        }
+    }
+}
+
+/// The HTTP client of an adapter: `timeout` on every call and connect, `ca` (PEM) trusted
+/// beside the system's roots, `api_key` as a sensitive Bearer header.
+fn http_client(
+    timeout: Duration,
+    ca: Option<&[u8]>,
+    api_key: Option<&str>,
+) -> Result<reqwest::Client, String> {
+    let mut http = reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout);
+    if let Some(key) = api_key {
+        let mut value = reqwest::header::HeaderValue::try_from(format!("Bearer {key}"))
+            .map_err(|_| "the provider API key is not a header value".to_owned())?;
+        value.set_sensitive(true);
+        let headers =
+            reqwest::header::HeaderMap::from_iter([(reqwest::header::AUTHORIZATION, value)]);
+        http = http.default_headers(headers);
+    }
+    if let Some(pem) = ca {
+        let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| e.to_string())?;
+        http = http.tls_certs_merge(certs);
+    }
+    http.build().map_err(|e| e.to_string())
+}

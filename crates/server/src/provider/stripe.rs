@@ -1,0 +1,455 @@
+//! Stripe's PaymentIntents API (its test or live mode, or the localstripe emulator).
+//!
+//! A payment is two calls, and the pay machine (`crates/rules/src/flow.rs`, `Phases::Two`)
+//! writes between them: `POST /v1/payment_intents` creates the intent (nothing is charged;
+//! `Idempotency-Key` = the attempt's saved provider key), its id is saved on the attempt in
+//! its own write, and only then `POST /v1/payment_intents/{saved id}/confirm` charges it
+//! (`Idempotency-Key` = the provider key + [`CONFIRM`]). Lookups read the saved id
+//! (`GET /v1/payment_intents/{id}`), never a search. So a create whose answer is lost leaves
+//! at worst an intent nobody confirms, whatever the provider does with idempotency keys
+//! (Stripe keeps them 24 hours; localstripe ignores them): docs/providers.md.
+//!
+//! Amounts are the server's, in minor units; Stripe wants the currency in lower case. Card
+//! numbers never reach this server: the checkout sends a PaymentMethod id (`pm_…`).
+
+use super::{
+    ChargeOutcome, Created, Lookup, RefundCheck, RefundOutcome, WebhookHint, WebhookRefused,
+};
+use payonce_protocol::headers::{IDEMPOTENCY_KEY, STRIPE_SIGNATURE};
+use payonce_protocol::provider::{Charge, ChargeRequest, ChargeStatus, Refund};
+use reqwest::StatusCode;
+use serde::Deserialize;
+use std::collections::HashMap;
+
+/// Suffix of the confirm call's idempotency key (one key per call: Stripe refuses a key
+/// reused with other parameters or on another endpoint).
+pub(crate) const CONFIRM: &str = "-confirm";
+
+/// Metadata names on the intent: which order and attempt it pays, under which key.
+const META_ORDER: &str = "order_id";
+const META_ATTEMPT: &str = "attempt_id";
+const META_KEY: &str = "provider_key";
+
+/// HTTP client for Stripe.
+#[derive(Clone)]
+pub(crate) struct StripeClient {
+    http: reqwest::Client,
+    base: String,
+}
+
+/// A PaymentIntent, the members we read.
+#[derive(Debug, Deserialize)]
+struct Intent {
+    id: String,
+    amount: i64,
+    currency: String,
+    status: String,
+    #[serde(default)]
+    client_secret: Option<String>,
+    #[serde(default)]
+    payment_method: Option<serde_json::Value>,
+    #[serde(default)]
+    metadata: HashMap<String, String>,
+    #[serde(default)]
+    last_payment_error: Option<PaymentError>,
+    #[serde(default)]
+    created: i64,
+}
+
+/// `last_payment_error`: why the last confirm did not charge.
+#[derive(Debug, Deserialize)]
+struct PaymentError {
+    #[serde(default)]
+    code: Option<String>,
+    #[serde(default)]
+    decline_code: Option<String>,
+}
+
+/// A Refund, the members we read.
+#[derive(Debug, Deserialize)]
+struct StripeRefund {
+    id: String,
+    amount: i64,
+    status: String,
+    #[serde(default)]
+    payment_intent: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RefundList {
+    data: Vec<StripeRefund>,
+}
+
+impl StripeClient {
+    /// A client of `base` (`super::http_client`: timeout, extra CA, the secret key).
+    pub(crate) fn new(base: &str, http: reqwest::Client) -> Self {
+        Self {
+            http,
+            base: base.trim_end_matches('/').to_owned(),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Any HTTP answer of the API origin will do (see `Provider::probe`).
+    pub(crate) async fn probe(&self) -> Result<(), String> {
+        let Err(e) = self
+            .http
+            .get(self.url("/v1/payment_intents?limit=1"))
+            .send()
+            .await
+        else {
+            return Ok(());
+        };
+        if let Some(why) = crate::error::tls_failure(&e) {
+            return Err(why);
+        }
+        tracing::warn!(error = %e, "provider unreachable at start");
+        Ok(())
+    }
+
+    /// `POST /v1/payment_intents`, unconfirmed, under the saved provider key.
+    pub(crate) async fn create(
+        &self,
+        provider_key: &str,
+        req: &ChargeRequest,
+        attempt_id: &str,
+    ) -> Created {
+        let form = form(&[
+            ("amount", &req.amount.to_string()),
+            ("currency", &req.currency.to_ascii_lowercase()),
+            ("payment_method", &req.payment_method_id),
+            // Cards only: no redirect-based method, so a confirm needs no `return_url`.
+            ("payment_method_types[]", "card"),
+            (&format!("metadata[{META_ORDER}]"), &req.order_id),
+            (&format!("metadata[{META_ATTEMPT}]"), attempt_id),
+            (&format!("metadata[{META_KEY}]"), provider_key),
+        ]);
+        let res = self
+            .http
+            .post(self.url("/v1/payment_intents"))
+            .header(IDEMPOTENCY_KEY, provider_key)
+            .header(reqwest::header::CONTENT_TYPE, FORM)
+            .body(form)
+            .send()
+            .await;
+        let res = match res {
+            Ok(r) => r,
+            Err(e) => return Created::Unknown(format!("create call failed: {e}")),
+        };
+        let status = res.status();
+        if status.is_success() {
+            return match res.json::<Intent>().await {
+                Ok(i) => Created::Id(i.id),
+                Err(e) => Created::Unknown(format!("unreadable intent: {e}")),
+            };
+        }
+        // 400 (bad parameters), 402 (card error at create), 404 (no such payment method):
+        // Stripe made no intent, so nothing can ever be charged under this attempt.
+        if matches!(status.as_u16(), 400 | 402 | 404) {
+            return Created::Refused(error_code(res).await);
+        }
+        Created::Unknown(format!("create answered {status}"))
+    }
+
+    /// `POST /v1/payment_intents/{id}/confirm` of the saved intent id. A clear refusal (402
+    /// card error, 400 "not confirmable") is read back from the intent itself, so what it
+    /// proves is decided in one place ([`outcome_of`]).
+    pub(crate) async fn confirm(&self, intent_id: &str, provider_key: &str) -> ChargeOutcome {
+        let res = self
+            .http
+            .post(self.url(&format!("/v1/payment_intents/{intent_id}/confirm")))
+            .header(IDEMPOTENCY_KEY, format!("{provider_key}{CONFIRM}"))
+            .header(reqwest::header::CONTENT_TYPE, FORM)
+            .send()
+            .await;
+        let res = match res {
+            Ok(r) => r,
+            Err(e) => return ChargeOutcome::Unknown(format!("confirm call failed: {e}")),
+        };
+        let status = res.status();
+        if status.is_success() {
+            return match res.json::<Intent>().await {
+                Ok(i) => outcome_of(i, provider_key),
+                Err(e) => ChargeOutcome::Unknown(format!("unreadable intent: {e}")),
+            };
+        }
+        if matches!(
+            status,
+            StatusCode::PAYMENT_REQUIRED | StatusCode::BAD_REQUEST
+        ) {
+            return match self.lookup(intent_id).await {
+                Lookup::Found(c) => plan_outcome(c),
+                Lookup::Unconfirmed => ChargeOutcome::Unknown(format!(
+                    "confirm answered {status}; the intent is still unconfirmed"
+                )),
+                Lookup::NotFound | Lookup::Unknown(_) => {
+                    ChargeOutcome::Unknown(format!("confirm answered {status}"))
+                }
+            };
+        }
+        ChargeOutcome::Unknown(format!("confirm answered {status}"))
+    }
+
+    /// `GET /v1/payment_intents/{id}` of the saved id.
+    pub(crate) async fn lookup(&self, intent_id: &str) -> Lookup {
+        let url = self.url(&format!("/v1/payment_intents/{intent_id}"));
+        let res = match self.http.get(url).send().await {
+            Ok(r) => r,
+            Err(e) => return Lookup::Unknown(format!("lookup failed: {e}")),
+        };
+        match res.status() {
+            StatusCode::OK => match res.json::<Intent>().await {
+                Ok(i) if i.status == "requires_confirmation" => Lookup::Unconfirmed,
+                Ok(i) => {
+                    let key = i.metadata.get(META_KEY).cloned().unwrap_or_default();
+                    match outcome_of(i, &key) {
+                        ChargeOutcome::Unknown(why) => Lookup::Unknown(why),
+                        o => Lookup::Found(charge_of(o)),
+                    }
+                }
+                Err(e) => Lookup::Unknown(format!("unreadable intent: {e}")),
+            },
+            // We saved this id from Stripe's own answer: "no such intent" is another account
+            // or key, never "nothing was charged".
+            other => Lookup::Unknown(format!("lookup answered {other}")),
+        }
+    }
+
+    /// `POST /v1/refunds` for the intent `intent_id` under the saved refund key, after
+    /// asking whether the intent has a refund already (one refund per payment: it is ours,
+    /// made by an earlier call whose answer was lost, or in the dashboard).
+    pub(crate) async fn refund(&self, intent_id: &str, refund_key: &str) -> RefundOutcome {
+        if let Some(done) = self.refund_of(intent_id).await {
+            return done;
+        }
+        let res = self
+            .http
+            .post(self.url("/v1/refunds"))
+            .header(IDEMPOTENCY_KEY, refund_key)
+            .header(reqwest::header::CONTENT_TYPE, FORM)
+            .body(form(&[("payment_intent", intent_id)]))
+            .send()
+            .await;
+        let res = match res {
+            Ok(r) => r,
+            Err(e) => return RefundOutcome::Unknown(format!("refund call failed: {e}")),
+        };
+        let status = res.status();
+        if status.is_success() {
+            return match res.json::<StripeRefund>().await {
+                Ok(r) if r.status != "failed" && r.status != "canceled" => {
+                    RefundOutcome::Refunded(refund_of(r, intent_id))
+                }
+                Ok(r) => RefundOutcome::NotAllowed(format!("refund {}", r.status)),
+                Err(e) => RefundOutcome::Unknown(format!("unreadable refund: {e}")),
+            };
+        }
+        // A refused refund may still be ours (a concurrent call with the same key won):
+        // read back before answering.
+        if let Some(done) = self.refund_of(intent_id).await {
+            return done;
+        }
+        if status == StatusCode::BAD_REQUEST {
+            return RefundOutcome::NotAllowed(error_code(res).await);
+        }
+        RefundOutcome::Unknown(format!("refund answered {status}"))
+    }
+
+    /// `GET /v1/refunds?payment_intent=`: the amount its refunds that did not fail add up to.
+    pub(crate) async fn refunded(&self, intent_id: &str) -> RefundCheck {
+        let url = self.url(&format!("/v1/refunds?payment_intent={intent_id}&limit=100"));
+        let res = match self.http.get(url).send().await {
+            Ok(r) => r,
+            Err(e) => return RefundCheck::Unknown(format!("refund list failed: {e}")),
+        };
+        if !res.status().is_success() {
+            return RefundCheck::Unknown(format!("refund list answered {}", res.status()));
+        }
+        match res.json::<RefundList>().await {
+            Ok(list) => RefundCheck::Refunded {
+                amount: list
+                    .data
+                    .iter()
+                    .filter(|r| r.status != "failed" && r.status != "canceled")
+                    .map(|r| r.amount)
+                    .sum(),
+            },
+            Err(e) => RefundCheck::Unknown(format!("unreadable refund list: {e}")),
+        }
+    }
+
+    /// The intent's refund, if it has one that did not fail (`None`: none, or unknown).
+    async fn refund_of(&self, intent_id: &str) -> Option<RefundOutcome> {
+        let r = self.refunds_of(intent_id).await.ok()?.into_iter().next()?;
+        Some(RefundOutcome::Refunded(r))
+    }
+
+    /// `GET /v1/refunds?payment_intent=…`: the intent's refunds that moved money (neither
+    /// `failed` nor `canceled`).
+    pub(crate) async fn refunds_of(&self, intent_id: &str) -> Result<Vec<Refund>, String> {
+        let url = self.url(&format!("/v1/refunds?payment_intent={intent_id}&limit=10"));
+        let res = self
+            .http
+            .get(url)
+            .send()
+            .await
+            .map_err(|e| format!("refund lookup failed: {e}"))?;
+        let status = res.status();
+        if !status.is_success() {
+            return Err(format!("refund lookup answered {status}"));
+        }
+        let list = res
+            .json::<RefundList>()
+            .await
+            .map_err(|e| format!("unreadable refunds: {e}"))?;
+        Ok(list
+            .data
+            .into_iter()
+            .filter(|r| r.status != "failed" && r.status != "canceled")
+            .map(|r| refund_of(r, intent_id))
+            .collect())
+    }
+}
+
+const FORM: &str = "application/x-www-form-urlencoded";
+
+fn form(pairs: &[(&str, &str)]) -> String {
+    let mut s = form_urlencoded::Serializer::new(String::new());
+    for (k, v) in pairs {
+        s.append_pair(k, v);
+    }
+    s.finish()
+}
+
+/// Stripe's error code (`error.code`, or its type), never its message (it may echo input).
+async fn error_code(res: reqwest::Response) -> String {
+    #[derive(Deserialize)]
+    struct Body {
+        error: Inner,
+    }
+    #[derive(Deserialize)]
+    struct Inner {
+        #[serde(default)]
+        code: Option<String>,
+        #[serde(default, rename = "type")]
+        kind: Option<String>,
+    }
+    let status = res.status();
+    match res.json::<Body>().await {
+        Ok(b) => b.error.code.or(b.error.kind).unwrap_or_default(),
+        Err(_) => format!("{status}"),
+    }
+}
+
+/// What an intent's status proves (docs/providers.md, "Stripe"): `succeeded` → paid;
+/// `requires_payment_method` after a failed confirm → declined; `requires_action` → the
+/// customer must act (its client secret goes to the checkout); anything else (processing,
+/// requires_capture, canceled, unconfirmed, …) → unknown: the attempt stays processing and
+/// reconciliation asks again.
+fn outcome_of(i: Intent, provider_key: &str) -> ChargeOutcome {
+    let status = match (i.status.as_str(), &i.last_payment_error) {
+        ("succeeded", _) => ChargeStatus::Succeeded,
+        ("requires_payment_method", Some(_)) => ChargeStatus::Declined,
+        ("requires_action", _) => ChargeStatus::RequiresAction,
+        (other, _) => return ChargeOutcome::Unknown(format!("intent {} is {other}", i.id)),
+    };
+    let pm = match &i.payment_method {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(v) => v["id"].as_str().unwrap_or_default().to_owned(),
+        None => String::new(),
+    };
+    let decline = i
+        .last_payment_error
+        .as_ref()
+        .and_then(|e| e.decline_code.clone().or(e.code.clone()));
+    let charge = Charge {
+        id: i.id,
+        provider_key: provider_key.to_owned(),
+        amount: i.amount,
+        currency: i.currency.to_ascii_uppercase(),
+        payment_method_id: pm,
+        order_id: i.metadata.get(META_ORDER).cloned().unwrap_or_default(),
+        status,
+        created_at: i.created.saturating_mul(1000),
+        next_action_url: None,
+        decline_code: decline,
+        // Only an intent waiting for the customer hands its secret to the browser.
+        client_secret: i
+            .client_secret
+            .filter(|_| status == ChargeStatus::RequiresAction),
+    };
+    plan_outcome(charge)
+}
+
+fn plan_outcome(c: Charge) -> ChargeOutcome {
+    payonce_rules::plan::Outcome::of(c)
+}
+
+fn charge_of(o: ChargeOutcome) -> Charge {
+    match o {
+        ChargeOutcome::Succeeded(c)
+        | ChargeOutcome::Declined(c)
+        | ChargeOutcome::ActionRequired(c) => c,
+        ChargeOutcome::Rejected(_) | ChargeOutcome::Unknown(_) => {
+            unreachable!("only charges are looked up")
+        }
+    }
+}
+
+fn refund_of(r: StripeRefund, intent_id: &str) -> Refund {
+    Refund {
+        id: r.id,
+        charge_id: r.payment_intent.unwrap_or_else(|| intent_id.to_owned()),
+        amount: r.amount,
+    }
+}
+
+/// Checks a Stripe webhook (`Stripe-Signature: t=…,v1=…`, the scheme of
+/// `payonce_protocol::signature`) and reads which intent it names.
+pub(crate) fn webhook(
+    secret: &str,
+    headers: &axum::http::HeaderMap,
+    body: &[u8],
+    now_ms: i64,
+) -> Result<WebhookHint, WebhookRefused> {
+    let header = headers
+        .get(STRIPE_SIGNATURE)
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| WebhookRefused::Signature("missing".into()))?;
+    payonce_protocol::signature::verify(
+        secret,
+        header,
+        body,
+        now_ms / 1000,
+        std::time::Duration::from_secs(300),
+    )
+    .map_err(|e| WebhookRefused::Signature(e.reason().into()))?;
+    #[derive(Deserialize)]
+    struct Event {
+        id: String,
+        #[serde(rename = "type")]
+        kind: String,
+        data: Data,
+    }
+    #[derive(Deserialize)]
+    struct Data {
+        object: Object,
+    }
+    #[derive(Deserialize)]
+    struct Object {
+        id: String,
+        #[serde(default)]
+        payment_intent: Option<String>,
+    }
+    let e: Event =
+        serde_json::from_slice(body).map_err(|e| WebhookRefused::Unreadable(e.to_string()))?;
+    let intent = e.data.object.payment_intent.unwrap_or(e.data.object.id);
+    Ok(WebhookHint {
+        event_id: e.id,
+        kind: e.kind,
+        about: super::About::ProviderRef(intent),
+    })
+}

@@ -1,0 +1,300 @@
+//! What a pay writes: the claim and the settle transactions, each spelled once as a list of
+//! statements built from the rules' plan (`payonce_rules::plan`) and run by the backend's
+//! executor (`tx.rs`). Every statement is conditional, so the row counts decide the races.
+
+use super::audit;
+use super::orders::get_order;
+use super::tx::{Arg, Need, Statement};
+use super::{attempts, payments, Store};
+use payonce_protocol::{OrderStatus, Payment};
+use payonce_rules::plan::{ClaimPlan, SettlePlan};
+use payonce_rules::Processing;
+
+/// How a claim ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ClaimOutcome {
+    /// Committed: the attempt is processing, the order locked, the stock reserved, the
+    /// outbox row written.
+    Claimed,
+    /// The caller's `(user, key)` slot was taken meanwhile (another request claimed or
+    /// cancelled the key): nothing was written; decide again with the record.
+    KeyTaken,
+    /// The order could not be locked at the planned version (it changed, was paid, or
+    /// another attempt holds it): rolled back. Its version now and, when it is paid or
+    /// refunded, its payment; `None` if it is gone.
+    OrderConflict {
+        /// The order's version and payment as read in the transaction.
+        current: Option<(i64, Option<Payment>)>,
+    },
+    /// This SKU had too little stock left: rolled back.
+    OutOfStock {
+        /// The first line of the plan that could not be reserved.
+        sku: String,
+    },
+}
+
+/// Why a claim was rolled back.
+enum Abort<E> {
+    /// A conditional statement lost: the counts say which.
+    Lost(Vec<u64>),
+    /// The caller's `before_commit` refused, or the store failed.
+    Err(E),
+}
+
+impl<E: From<sqlx::Error>> From<sqlx::Error> for Abort<E> {
+    fn from(e: sqlx::Error) -> Self {
+        Self::Err(e.into())
+    }
+}
+
+/// The claim of a new key (rule 3), in one write transaction: the attempt under the unique
+/// indexes, the order lock at the planned version, the stock in the plan's SKU order, the
+/// audit rows and the outbox row ("charge this provider key": the request executes it
+/// inline after the commit; if the process dies first, the outbox worker finds it,
+/// src/jobs/mod.rs). `before_commit` runs once every statement passed and before the
+/// commit; its error rolls the claim back and is returned.
+///
+/// A claim that lost writes nothing, and only then are the rows read that say why (on the
+/// pool, after the rollback): which statement lost was decided in the transaction, the reads
+/// only choose what to report, as a read right after a separate transaction would.
+pub(crate) async fn claim<E, F>(
+    store: &Store,
+    plan: &ClaimPlan,
+    key: &str,
+    now: i64,
+    before_commit: F,
+) -> Result<ClaimOutcome, E>
+where
+    E: From<sqlx::Error> + Send + 'static,
+    F: FnOnce() -> Result<(), E> + Send + 'static,
+{
+    let list = claim_statements(plan, key, now);
+    let lines = plan.stock.len();
+    let decide = move |c: &[u64]| {
+        if c.iter().take(2 + lines).all(|&n| n == 1) {
+            return before_commit().map_err(Abort::Err);
+        }
+        Err(Abort::Lost(c.to_vec()))
+    };
+    let counts = match store.transact(list, decide).await {
+        Ok(()) => return Ok(ClaimOutcome::Claimed),
+        Err(Abort::Lost(counts)) => counts,
+        Err(Abort::Err(e)) => return Err(e),
+    };
+    let (inserted, locked) = (counts[0] == 1, counts[1] == 1);
+    let (user, order) = (
+        &plan.claim.attempt.terms.user,
+        &plan.claim.attempt.terms.order_id,
+    );
+    let pool = store.pool();
+    // Which unique slot was taken? Our (user, key): decide again with the record.
+    // Otherwise it is "one processing attempt per order": the order is busy.
+    if !inserted && attempts::find(pool, user, key).await?.is_some() {
+        return Ok(ClaimOutcome::KeyTaken);
+    }
+    if !locked {
+        let current = match get_order(pool, order, user).await? {
+            Some(o) => {
+                let paid = o
+                    .payment_id
+                    .as_deref()
+                    .filter(|_| o.status != OrderStatus::Unpaid);
+                let payment = match paid {
+                    Some(id) => payments::get_payment(pool, id).await?,
+                    None => None,
+                };
+                Some((o.version, payment))
+            }
+            None => None,
+        };
+        return Ok(ClaimOutcome::OrderConflict { current });
+    }
+    let reserved = counts[2..2 + lines].iter().take_while(|&&n| n == 1).count();
+    let sku = plan.stock[reserved].sku.clone();
+    Ok(ClaimOutcome::OutOfStock { sku })
+}
+
+/// The claim's statements: `[attempt, order lock, stock…, audit…, outbox]`.
+fn claim_statements(plan: &ClaimPlan, key: &str, now: i64) -> Vec<Statement> {
+    let a = &plan.claim.attempt;
+    let t = &a.terms;
+    let mut list = vec![
+        // Never read-then-write: the unique indexes, `(user, key)` and "one processing
+        // attempt per order", decide.
+        Statement::new(
+            "INSERT INTO attempts (id, user_id, idem_key, order_id, status, fingerprint,
+               order_version, amount, currency, payment_method_id, provider_key, locked_until,
+               lease_token, created_at, updated_at)
+             SELECT $1, $2, $3, $4, 'processing', $5, $6, $7, $8, $9, $10, $11, $12, $13, $13
+             WHERE true",
+            vec![
+                (&a.id).into(),
+                (&t.user).into(),
+                key.into(),
+                (&t.order_id).into(),
+                (&t.fingerprint).into(),
+                t.order_version.into(),
+                t.amount.into(),
+                (&t.currency).into(),
+                (&a.payment_method_id).into(),
+                (&a.provider_key).into(),
+                a.locked_until.into(),
+                (&plan.claim.lease_token).into(),
+                now.into(),
+            ],
+        )
+        .tail("ON CONFLICT DO NOTHING")
+        .need(Need::Row),
+        // Only at the expected version, unpaid, and with no other active attempt: two
+        // claims for one order cannot both pass.
+        Statement::new(
+            "UPDATE orders SET active_attempt = $1, updated_at = $2
+             WHERE id = $3 AND user_id = $4 AND version = $5 AND status = 'unpaid'
+               AND active_attempt IS NULL",
+            vec![
+                (&a.id).into(),
+                now.into(),
+                (&t.order_id).into(),
+                (&t.user).into(),
+                t.order_version.into(),
+            ],
+        )
+        .need(Need::Row),
+    ];
+    list.extend(plan.stock.iter().map(|line| {
+        Statement::new(
+            "UPDATE catalog SET stock = stock - $1 WHERE sku = $2 AND stock >= $1",
+            vec![i64::from(line.quantity).into(), line.sku.as_str().into()],
+        )
+        .need(Need::Row)
+    }));
+    list.extend(audit::insert_all(&plan.audit, now));
+    list.push(Statement::new(
+        "INSERT INTO outbox (id, attempt_id, kind, provider_key, created_at)
+         SELECT $1, $2, 'charge', $3, $4 WHERE true",
+        vec![
+            Arg::from(format!("obx_{}", uuid::Uuid::new_v4().simple()).as_str()),
+            (&a.id).into(),
+            (&a.provider_key).into(),
+            now.into(),
+        ],
+    ));
+    list
+}
+
+/// The settle of `a` (rule 4) with a plan that writes rows (`Charged` or `Uncharged`), in
+/// one transaction. False when the attempt was no longer processing (someone settled it
+/// first: their answer stands); then nothing was written. A charged attempt whose order it
+/// does not lock fails the transaction (a bug: nothing is written, the attempt stays
+/// processing and is settled again), as does a plan with nothing to write.
+pub(crate) async fn settle(
+    store: &Store,
+    a: &Processing,
+    plan: &SettlePlan,
+    now: i64,
+) -> sqlx::Result<bool> {
+    let list = settle_statements(a, plan, now).ok_or_else(|| {
+        sqlx::Error::Protocol("a settle plan without rows to write reached the store".into())
+    })?;
+    let counts = store.run(list).await?;
+    Ok(counts[0] == 1)
+}
+
+/// The settle's statements: `[finish, …what the outcome writes, audit…, outbox row deleted]`;
+/// `None` for a plan that writes nothing (the outcome is not known yet).
+fn settle_statements(a: &Processing, plan: &SettlePlan, now: i64) -> Option<Vec<Statement>> {
+    let (finish, audit) = match plan {
+        SettlePlan::Charged { finish, audit, .. } | SettlePlan::Uncharged { finish, audit, .. } => {
+            (finish, audit)
+        }
+        SettlePlan::Unknown { .. }
+        | SettlePlan::ActionRequired { .. }
+        | SettlePlan::Review { .. } => return None,
+    };
+    let (id, order) = (&a.id, &a.terms.order_id);
+    // A manual-review flag is cleared: the outcome is known now (the audit trail keeps that
+    // it was flagged), so a review queue holds only attempts that still need a person.
+    let mut list = vec![Statement::new(
+        "UPDATE attempts SET status = $1, response_status = $2, response_body = $3,
+           charge_id = $4, locked_until = NULL, lease_token = NULL, updated_at = $5,
+           expires_at = $6, needs_review_at = NULL
+         WHERE id = $7 AND status = 'processing'",
+        vec![
+            finish.status.as_str().into(),
+            i64::from(finish.answer.status).into(),
+            (&finish.answer.body).into(),
+            finish.charge_id.as_deref().into(),
+            now.into(),
+            finish.expires_at.into(),
+            id.into(),
+        ],
+    )
+    .need(Need::Row)];
+    match plan {
+        SettlePlan::Charged { payment: p, .. } => list.extend([
+            Statement::new(
+                "INSERT INTO payments (id, order_id, attempt_id, amount, currency,
+                   payment_method_id, charge_id, status, created_at, provider_key)
+                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 WHERE true",
+                vec![
+                    p.id.as_str().into(),
+                    p.order_id.as_str().into(),
+                    id.into(),
+                    p.amount.into(),
+                    p.currency.as_str().into(),
+                    p.payment_method_id.as_str().into(),
+                    p.charge_id.as_str().into(),
+                    p.status.as_str().into(),
+                    now.into(),
+                    a.provider_key.as_str().into(),
+                ],
+            ),
+            // The order lock belongs to this attempt until it settles; losing it is a bug.
+            Statement::new(
+                "UPDATE orders SET status = 'paid', active_attempt = NULL, payment_id = $1,
+                   updated_at = $2
+                 WHERE id = $3 AND active_attempt = $4 AND status = 'unpaid'",
+                vec![p.id.as_str().into(), now.into(), order.into(), id.into()],
+            )
+            .need(Need::Assert("order not locked by the attempt")),
+            // The confirmation email is a job committed with the success: exactly one per
+            // paid order (the unique `(kind, order_id)`), delivered at least once, made
+            // idempotent by `confirmation_email_sent`.
+            Statement::new(
+                "INSERT INTO jobs (id, kind, order_id, created_at)
+                 SELECT $1, 'confirmation_email', $2, $3 WHERE true",
+                vec![
+                    Arg::from(format!("job_{}", uuid::Uuid::new_v4().simple()).as_str()),
+                    order.into(),
+                    now.into(),
+                ],
+            )
+            .tail("ON CONFLICT (kind, order_id) DO NOTHING"),
+        ]),
+        SettlePlan::Uncharged { release, .. } => {
+            list.push(Statement::new(
+                "UPDATE orders SET active_attempt = NULL, updated_at = $1
+                 WHERE id = $2 AND active_attempt = $3",
+                vec![now.into(), order.into(), id.into()],
+            ));
+            // In the plan's SKU order, as the claim reserved them: no deadlock.
+            list.extend(release.iter().map(|line| {
+                Statement::new(
+                    "UPDATE catalog SET stock = stock + $1 WHERE sku = $2",
+                    vec![i64::from(line.quantity).into(), line.sku.as_str().into()],
+                )
+            }));
+        }
+        SettlePlan::Unknown { .. }
+        | SettlePlan::ActionRequired { .. }
+        | SettlePlan::Review { .. } => return None,
+    }
+    list.extend(audit::insert_all(audit, now));
+    // The outbox row is done once the attempt is final: deleted, not closed, so a pay leaves
+    // no outbox row behind and its index entries are not written twice.
+    list.push(Statement::new(
+        "DELETE FROM outbox WHERE attempt_id = $1 AND done_at IS NULL",
+        vec![id.into()],
+    ));
+    Some(list)
+}

@@ -1,0 +1,284 @@
+//! A transaction written once, as data: a list of [`Statement`]s (SQL text and binds) and
+//! two executors. On SQLite ([`steps`]) they run one by one inside the writer's transaction
+//! (`sqlite_writer.rs`), on its thread through SQLite's C library with the prepared
+//! statements cached, so a statement costs a function call. On PostgreSQL ([`chained`])
+//! they become one statement of data-modifying CTEs, so a transaction of a pay is one round
+//! trip instead of one per statement.
+//!
+//! Both executors mean the same thing by the list: statements run in its order; a statement
+//! that needs a row ([`Need::Row`]) and changed none ends the run there (the later ones do
+//! not run); one that must change a row once it runs ([`Need::Assert`]) and changed none
+//! fails the transaction (nothing is written). Both answer how many rows each statement
+//! changed (0 for one that did not run), so the caller reads the outcome once.
+//!
+//! The chained form places each statement's text as `c{i} AS (<text> AND <gate> <tail>
+//! RETURNING 1)`: so every text ends in its `WHERE` clause (`INSERT … SELECT … WHERE true`
+//! for an insert) and keeps what must follow it (`ON CONFLICT …`) in its tail. A CTE runs
+//! only when the statement before it has run and the last [`Need::Row`] before it returned
+//! its row, so the order of row locks is the list's. Its statements share one snapshot: no
+//! two statements of a transaction may touch the same row.
+
+use sqlx::any::{AnyArguments, AnyExecutor};
+use sqlx::{Arguments, Row};
+
+/// A bound value.
+#[derive(Debug, Clone)]
+pub(crate) enum Arg {
+    Text(Option<String>),
+    Int(Option<i64>),
+}
+
+impl From<&str> for Arg {
+    fn from(v: &str) -> Self {
+        Self::Text(Some(v.to_owned()))
+    }
+}
+impl From<&String> for Arg {
+    fn from(v: &String) -> Self {
+        Self::Text(Some(v.clone()))
+    }
+}
+impl From<Option<&str>> for Arg {
+    fn from(v: Option<&str>) -> Self {
+        Self::Text(v.map(str::to_owned))
+    }
+}
+impl From<i64> for Arg {
+    fn from(v: i64) -> Self {
+        Self::Int(Some(v))
+    }
+}
+impl From<Option<i64>> for Arg {
+    fn from(v: Option<i64>) -> Self {
+        Self::Int(v)
+    }
+}
+
+/// What the rest of the transaction needs from a statement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Need {
+    /// Nothing: its row count is only reported.
+    Any,
+    /// A changed row, or the statements after it do not run (a conditional step that lost:
+    /// the caller reads which one from the counts).
+    Row,
+    /// A changed row once it runs, or the transaction fails with this reason: a broken
+    /// invariant, never an expected outcome.
+    Assert(&'static str),
+}
+
+/// One statement: its text with `$1…` placeholders, the text that follows a chained
+/// executor's gate, the values, and what the transaction needs from it.
+#[derive(Debug, Clone)]
+pub(crate) struct Statement {
+    sql: &'static str,
+    tail: &'static str,
+    args: Vec<Arg>,
+    need: Need,
+}
+
+impl Statement {
+    /// A statement whose `sql` ends in its `WHERE` clause.
+    pub(crate) fn new(sql: &'static str, args: Vec<Arg>) -> Self {
+        Self {
+            sql,
+            tail: "",
+            args,
+            need: Need::Any,
+        }
+    }
+
+    /// What follows the `WHERE` clause (`ON CONFLICT …`).
+    pub(crate) fn tail(mut self, tail: &'static str) -> Self {
+        self.tail = tail;
+        self
+    }
+
+    /// What the transaction needs from it.
+    pub(crate) fn need(mut self, need: Need) -> Self {
+        self.need = need;
+        self
+    }
+
+    /// Runs it alone; the rows it changed.
+    pub(crate) async fn execute<'c>(&self, e: impl AnyExecutor<'c>) -> sqlx::Result<u64> {
+        let sql = sqlx::AssertSqlSafe(format!("{} {}", self.sql, self.tail));
+        let mut args = AnyArguments::default();
+        for a in &self.args {
+            bind(&mut args, a);
+        }
+        Ok(sqlx::query_with(sql, args)
+            .execute(e)
+            .await?
+            .rows_affected())
+    }
+}
+
+fn bind(args: &mut AnyArguments, a: &Arg) {
+    // Pushing a plain value into the Any buffer cannot fail.
+    let _ = match a {
+        Arg::Text(v) => args.add(v.clone()),
+        Arg::Int(v) => args.add(*v),
+    };
+}
+
+/// The statements one by one on `conn` (SQLite, inside the writer's transaction, on its
+/// thread).
+pub(crate) fn steps(conn: &rusqlite::Connection, list: &[Statement]) -> sqlx::Result<Vec<u64>> {
+    let mut counts = vec![0; list.len()];
+    for (s, count) in list.iter().zip(&mut counts) {
+        *count = step(conn, s).map_err(sqlite_error)?;
+        match s.need {
+            Need::Row if *count == 0 => break,
+            Need::Assert(why) if *count == 0 => return Err(sqlx::Error::Protocol(why.into())),
+            _ => {}
+        }
+    }
+    Ok(counts)
+}
+
+/// One statement on the C library's connection: the rows it changed. `$n` is a named
+/// parameter to SQLite, numbered in order of first appearance, so each is bound by its
+/// name's number, as sqlx's SQLite driver does.
+fn step(conn: &rusqlite::Connection, s: &Statement) -> rusqlite::Result<u64> {
+    let mut stmt = conn.prepare_cached(&format!("{} {}", s.sql, s.tail))?;
+    for i in 1..=stmt.parameter_count() {
+        let n = stmt
+            .parameter_name(i)
+            .and_then(|name| name.strip_prefix('$')?.parse::<usize>().ok());
+        let arg = n.and_then(|n| s.args.get(n.checked_sub(1)?));
+        let arg = arg.ok_or(rusqlite::Error::InvalidParameterCount(i, s.args.len()))?;
+        match arg {
+            Arg::Text(v) => stmt.raw_bind_parameter(i, v)?,
+            Arg::Int(v) => stmt.raw_bind_parameter(i, v)?,
+        }
+    }
+    Ok(stmt.raw_execute()? as u64)
+}
+
+/// A C library error as the store's: the file unreachable (busy, I/O, full) is `Io`, so it
+/// answers 503 as sqlx's would (`src/error.rs`); anything else is a bug.
+pub(crate) fn sqlite_error(e: rusqlite::Error) -> sqlx::Error {
+    use rusqlite::ErrorCode as C;
+    match e.sqlite_error_code() {
+        Some(
+            C::DatabaseBusy
+            | C::DatabaseLocked
+            | C::SystemIoFailure
+            | C::DiskFull
+            | C::CannotOpen
+            | C::ReadOnly,
+        ) => sqlx::Error::Io(std::io::Error::other(e)),
+        _ => sqlx::Error::Protocol(format!("sqlite: {e}")),
+    }
+}
+
+/// The statements as one (PostgreSQL): a round trip, atomic on its own.
+pub(crate) async fn chained<'c>(
+    e: impl AnyExecutor<'c>,
+    list: &[Statement],
+) -> sqlx::Result<Vec<u64>> {
+    let (text, args) = chain(list);
+    let row = sqlx::query_with(sqlx::AssertSqlSafe(text), args)
+        .fetch_one(e)
+        .await?;
+    (0..list.len())
+        .map(|i| Ok(u64::try_from(row.try_get::<i64, _>(i)?).unwrap_or(0)))
+        .collect()
+}
+
+/// The chained text and its values: `WITH c0 AS (…), c1 AS (…) SELECT <count of each>,
+/// <assertions>`.
+/// An assertion that fails casts its reason to a number, which aborts the statement; it
+/// reads a CTE, so the planner never folds it.
+fn chain(list: &[Statement]) -> (String, AnyArguments) {
+    let (mut ctes, mut counts, mut checks) = (Vec::new(), Vec::new(), "0".to_owned());
+    let mut args = AnyArguments::default();
+    let mut gate: Option<usize> = None;
+    for (i, s) in list.iter().enumerate() {
+        let sql = renumber(s.sql, args.len());
+        for a in &s.args {
+            bind(&mut args, a);
+        }
+        let mut cond = String::new();
+        if let Some(g) = gate {
+            cond.push_str(&format!(" AND EXISTS (SELECT 1 FROM c{g})"));
+        }
+        if i > 0 && gate != Some(i - 1) {
+            cond.push_str(&format!(" AND (SELECT count(*) FROM c{}) >= 0", i - 1));
+        }
+        ctes.push(format!("c{i} AS ({sql}{cond} {} RETURNING 1)", s.tail));
+        counts.push(format!("(SELECT count(*) FROM c{i})"));
+        match s.need {
+            Need::Row => gate = Some(i),
+            Need::Assert(why) => {
+                debug_assert!(!why.contains('\''), "a reason is an SQL literal");
+                let ran = gate.map_or("TRUE".to_owned(), |g| {
+                    format!("EXISTS (SELECT 1 FROM c{g})")
+                });
+                let failed = format!("NOT EXISTS (SELECT 1 FROM c{i})");
+                checks.push_str(&format!(
+                    " + CASE WHEN {ran} AND {failed}
+                       THEN CAST((SELECT '{why}' WHERE {failed}) AS BIGINT) ELSE 0 END"
+                ));
+            }
+            Need::Any => {}
+        }
+    }
+    counts.push(checks); // read by nobody: it only aborts
+    let text = format!("WITH {}\nSELECT {}", ctes.join(",\n"), counts.join(", "));
+    (text, args)
+}
+
+/// `sql` with each `$n` as `$(n + by)`.
+fn renumber(sql: &str, by: usize) -> String {
+    let mut out = String::with_capacity(sql.len() + 16);
+    let mut rest = sql;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..=at]);
+        rest = &rest[at + 1..];
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        match rest[..digits].parse::<usize>() {
+            Ok(n) => out.push_str(&(n + by).to_string()),
+            Err(_) => out.push_str(&rest[..digits]),
+        }
+        rest = &rest[digits..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renumbering_shifts_every_placeholder_once() {
+        assert_eq!(
+            renumber("a = $1 AND b = $12 AND c >= $1", 3),
+            "a = $4 AND b = $15 AND c >= $4"
+        );
+        assert_eq!(renumber("no placeholders", 5), "no placeholders");
+    }
+
+    #[test]
+    fn a_chain_gates_each_statement_on_the_last_row_it_needs() {
+        let s = |sql| Statement::new(sql, vec![Arg::from(1)]);
+        let list = [
+            s("UPDATE t SET x = $1 WHERE true").need(Need::Row),
+            s("UPDATE u SET x = $1 WHERE true"),
+            s("UPDATE v SET x = $1 WHERE true").need(Need::Assert("broken")),
+        ];
+        let (text, args) = chain(&list);
+        assert_eq!(args.len(), 3);
+        assert!(
+            text.contains("c1 AS (UPDATE u SET x = $2 WHERE true AND EXISTS (SELECT 1 FROM c0)")
+        );
+        assert!(text.contains(
+            "c2 AS (UPDATE v SET x = $3 WHERE true AND EXISTS (SELECT 1 FROM c0) AND (SELECT count(*) FROM c1) >= 0"
+        ));
+        assert!(
+            text.contains("CAST((SELECT 'broken' WHERE NOT EXISTS (SELECT 1 FROM c2)) AS BIGINT)")
+        );
+    }
+}

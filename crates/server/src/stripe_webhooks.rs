@@ -1,0 +1,157 @@
+//! `POST /webhooks/stripe`: Stripe's signed, at-least-once events, when the server runs with
+//! `--provider stripe` (the HTTP layer, `src/http/stripe_webhooks.rs`, has checked the
+//! `Stripe-Signature` already).
+//!
+//! Three event types matter; every other is acknowledged and ignored:
+//! - `payment_intent.succeeded`, `payment_intent.payment_failed`: the attempt whose saved
+//!   PaymentIntent id is the event's intent is settled through the pay machine's webhook
+//!   path ([`pay::settle_from_webhook`]), which asks Stripe for that intent: the event is a
+//!   hint, never the evidence;
+//! - `charge.refunded`: a refund made outside payonce (Stripe's dashboard) is reflected: the
+//!   payment, its order and its attempt become `refunded` once Stripe confirms the intent's
+//!   charge is refunded.
+//!
+//! Deduplicated on the event id like the mock's (`src/webhooks.rs`): recorded on arrival,
+//! marked handled once applied, and a handled event is a duplicate.
+//!
+//! Unlike the mock's, an event for an intent no attempt saved is acknowledged (200) and
+//! logged. Why that is safe: the adapter saves the intent id in its own write before it
+//! confirms the intent (docs/providers.md), and only a confirmed intent succeeds, fails or is
+//! refunded, so an unknown intent is not ours (another integration on the same Stripe
+//! account) and redelivery would never make it known: a non-2xx answer would only make
+//! Stripe retry it for days.
+
+use crate::dev::failpoint;
+use crate::error::{AppError, AppResult};
+use crate::faults;
+use crate::metrics::{self, WebhookResult};
+use crate::pay;
+use crate::provider::{About, WebhookHint};
+use crate::state::AppState;
+use crate::store::attempts as db;
+use crate::store::orders::get_order;
+use crate::store::webhook_events;
+use payonce_protocol::ErrorCode;
+
+/// The event types payonce acts on, as Stripe spells them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Topic {
+    /// `payment_intent.succeeded`.
+    IntentSucceeded,
+    /// `payment_intent.payment_failed`.
+    IntentFailed,
+    /// `charge.refunded` (a full or partial refund of the intent's charge).
+    ChargeRefunded,
+}
+
+impl Topic {
+    /// Every topic, for exhaustive tests.
+    pub(crate) const ALL: [Topic; 3] = [
+        Self::IntentSucceeded,
+        Self::IntentFailed,
+        Self::ChargeRefunded,
+    ];
+
+    /// Stripe's spelling (also what the server stores as the event's type).
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::IntentSucceeded => "payment_intent.succeeded",
+            Self::IntentFailed => "payment_intent.payment_failed",
+            Self::ChargeRefunded => "charge.refunded",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.as_str() == s)
+    }
+}
+
+/// Records an authentic event, applies it unless it was handled before, and marks it
+/// handled (see the module docs).
+pub(crate) async fn receive(state: AppState, hint: WebhookHint) -> AppResult<()> {
+    let (Some(topic), About::ProviderRef(intent)) = (Topic::parse(&hint.kind), hint.about) else {
+        tracing::debug!(event = %hint.event_id, kind = %hint.kind, "Stripe event payonce does not act on, acknowledged");
+        return Ok(());
+    };
+    let event = hint.event_id;
+    let (id, now) = (event.clone(), state.clock.now_ms());
+    let key = intent.clone();
+    let arrived = state
+        .store
+        .write(async move |tx| webhook_events::arrived(tx, &id, topic.as_str(), &key, now).await);
+    if arrived.await? {
+        tracing::debug!(%event, "duplicate Stripe webhook acknowledged");
+        metrics::webhook_event(WebhookResult::Duplicate);
+        return Ok(());
+    }
+    failpoint(faults::WEBHOOK);
+    // In its own task, like pay: Stripe hanging up must not abort a settle halfway.
+    let task = tokio::spawn(async move {
+        handle(&state, &event, topic, &intent).await?;
+        let (id, now) = (event.clone(), state.clock.now_ms());
+        let handled = state
+            .store
+            .write(async move |tx| webhook_events::handled(tx, &id, now).await);
+        handled.await?;
+        Ok::<_, AppError>(())
+    });
+    task.await
+        .map_err(|e| AppError::internal(format!("Stripe webhook task failed: {e}")))??;
+    Ok(())
+}
+
+async fn handle(state: &AppState, event: &str, topic: Topic, intent: &str) -> AppResult<()> {
+    let Some(row) = db::find_by_provider_ref(state.store.pool(), intent).await? else {
+        tracing::warn!(%event, %intent, "Stripe event for an intent no attempt saved; acknowledged");
+        metrics::webhook_event(WebhookResult::UnknownProviderKey);
+        return Ok(());
+    };
+    if topic == Topic::ChargeRefunded {
+        return crate::refunds::reflect_provider_refund(state, event, &row, intent).await;
+    }
+    if row.is_final() {
+        metrics::webhook_event(WebhookResult::NoEffect);
+        return Ok(());
+    }
+    let Some(order) = get_order(state.store.pool(), row.order_id(), row.user()).await? else {
+        return Err(AppError::internal(format!(
+            "attempt {} has no order",
+            row.id()
+        )));
+    };
+    match pay::settle_from_webhook(state, &row, &order).await? {
+        Some(true) => {
+            tracing::info!(%event, attempt = %row.id(), "attempt settled by Stripe webhook");
+            metrics::webhook_event(WebhookResult::Applied);
+        }
+        Some(false) => metrics::webhook_event(WebhookResult::NoEffect),
+        None => {
+            metrics::webhook_event(WebhookResult::Unconfirmed);
+            return Err(AppError::with(ErrorCode::StoreUnavailable, |p| {
+                p.detail = Some("Stripe could not confirm this event; deliver it again".into());
+                p.retry_after = Some(1);
+            }));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topics_round_trip_and_nothing_else_is_one() {
+        for t in Topic::ALL {
+            assert_eq!(Topic::parse(t.as_str()), Some(t));
+        }
+        for other in [
+            "payment_intent.created",
+            "charge.succeeded",
+            "",
+            "charge.refunded ",
+        ] {
+            assert_eq!(Topic::parse(other), None, "{other:?}");
+        }
+    }
+}

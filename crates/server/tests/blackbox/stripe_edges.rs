@@ -1,0 +1,478 @@
+//! The Stripe adapter's edges against localstripe: its webhooks (`POST /webhooks/stripe`)
+//! settle a pay whose answer was lost, a forged, stale or re-stamped one is refused, a
+//! duplicate counts once, a refund made in Stripe's dashboard is reflected; and a lost
+//! provider answer (the fault proxy drops it after localstripe acted) is settled by the jobs
+//! with one charge. Every count of charges is localstripe's own list of PaymentIntents.
+
+use crate::common::{id_of, key, spawn, Backend, Checkout, Opts, Proc, TestApp, TestDb};
+use crate::on_both_backends;
+use payonce_testkit::checkout::Resp;
+use payonce_testkit::fault_proxy::{Fault, FaultProxy, Seen};
+use payonce_testkit::localstripe::{cards, Localstripe, SECRET_KEY};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+on_both_backends!(
+    a_stripe_webhook_settles_a_pay_whose_answer_was_lost_and_a_duplicate_counts_once,
+    forged_stale_and_restamped_stripe_webhooks_are_refused_and_events_are_hints,
+    a_refund_made_in_the_stripe_dashboard_is_reflected,
+    a_lost_confirm_answer_is_settled_by_the_jobs_with_one_charge,
+    a_lost_create_answer_never_confirms_that_intent_and_charges_once,
+);
+
+/// The signing secret of the webhook endpoint registered at localstripe.
+const WHSEC: &str = "whsec_payonce_stripe_edges_0123456789abcdef";
+/// Where the server takes Stripe's events.
+const ROUTE: &str = "/webhooks/stripe";
+const CONFIRM: &str = "/v1/payment_intents/*/confirm";
+const CREATE: &str = "/v1/payment_intents";
+
+/// The server with `--provider stripe` in front of localstripe, a fault proxy on each side:
+/// `to_stripe` between the server and localstripe's API, `to_us` between localstripe's
+/// webhook deliveries and the server (it keeps each delivery, to send it again).
+struct StripeApp {
+    api: String,
+    http: reqwest::Client,
+    ls: Localstripe,
+    to_stripe: FaultProxy,
+    to_us: FaultProxy,
+    _server: Proc,
+    db: TestDb,
+}
+
+impl Checkout for StripeApp {
+    fn http_client(&self) -> &reqwest::Client {
+        &self.http
+    }
+    fn api_url(&self) -> &str {
+        &self.api
+    }
+    fn provider_url(&self) -> &str {
+        ""
+    }
+}
+
+impl StripeApp {
+    /// `jobs`: run the background jobs fast (reconciliation after 300 ms); `webhooks`:
+    /// register the server's route at localstripe.
+    async fn start(backend: Backend, jobs: bool, webhooks: bool) -> Option<StripeApp> {
+        let ls = Localstripe::start().await?;
+        let db = TestDb::create(backend).await?;
+        let to_stripe = FaultProxy::start(&ls.url()).await;
+        let opts = Opts {
+            jobs_interval_ms: if jobs { 100 } else { 0 },
+            extra: [
+                "--provider",
+                "stripe",
+                "--provider-url",
+                &to_stripe.url,
+                "--stripe-secret-key",
+                SECRET_KEY,
+                "--stripe-webhook-secret",
+                WHSEC,
+                "--reconcile-after-ms",
+                "300",
+            ]
+            .map(String::from)
+            .to_vec(),
+            ..Opts::default()
+        };
+        let server = spawn(&opts.args(&db.url), true);
+        let api = server.api();
+        let to_us = FaultProxy::start(&api).await;
+        let http = payonce_testkit::checkout::client();
+        if webhooks {
+            let url = format!("{}{ROUTE}", to_us.url);
+            let r = http
+                .post(format!("{}/_config/webhooks/payonce", ls.url()))
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(form(&[("url", &url), ("secret", WHSEC)]))
+                .send()
+                .await
+                .expect("register the webhook");
+            assert!(r.status().is_success(), "register: {}", r.status());
+        }
+        Some(StripeApp {
+            api,
+            http,
+            ls,
+            to_stripe,
+            to_us,
+            _server: server,
+            db,
+        })
+    }
+
+    /// An order of one tee for `user`: (token, order id).
+    async fn order(&self, user: &str) -> (String, String) {
+        let t = self.session(user).await;
+        let id = id_of(&self.create_order(&t, &[("tee-classic", 1)]).await);
+        (t, id)
+    }
+
+    /// `POST /webhooks/stripe` with `body` and this `Stripe-Signature`.
+    async fn deliver(&self, body: &[u8], signature: Option<&str>) -> Resp {
+        let mut req = self
+            .http
+            .post(format!("{}{ROUTE}", self.api))
+            .header("content-type", "application/json")
+            .body(body.to_vec());
+        if let Some(s) = signature {
+            req = req.header("Stripe-Signature", s);
+        }
+        self.send(req).await
+    }
+
+    async fn status(&self, token: &str, id: &str) -> String {
+        let o = self.get_order(token, id).await.json();
+        o["status"].as_str().unwrap_or_default().to_owned()
+    }
+
+    /// Waits (up to 15 s: localstripe sends about a second after the event) for the order's
+    /// status to become `want`; returns the last one seen.
+    async fn wait_status(&self, token: &str, id: &str, want: &str) -> String {
+        let seen = payonce_testkit::eventually(
+            Duration::from_secs(15),
+            Duration::from_millis(50),
+            || async { Some(self.status(token, id).await).filter(|s| s == want) },
+        )
+        .await;
+        match seen {
+            Some(s) => s,
+            None => self.status(token, id).await,
+        }
+    }
+
+    /// The one intent localstripe holds for the order.
+    async fn only_intent(&self, order: &str) -> Value {
+        let intents = self.ls.intents_of(order).await;
+        assert_eq!(intents.len(), 1, "{intents:?}");
+        intents[0].clone()
+    }
+
+    async fn count(&self, sql: &'static str, bind: &str) -> i64 {
+        let pool = self.db.pool().await;
+        let (n,): (i64,) = sqlx::query_as(sql)
+            .bind(bind)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        n
+    }
+}
+
+fn form(pairs: &[(&str, &str)]) -> String {
+    let mut s = form_urlencoded::Serializer::new(String::new());
+    for (k, v) in pairs {
+        s.append_pair(k, v);
+    }
+    s.finish()
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// An event in the shape Stripe sends (what localstripe sends too), about `object`.
+fn event(id: &str, kind: &str, object: Value) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "id": id, "object": "event", "type": kind, "created": unix_now(),
+        "api_version": "2017-08-15", "livemode": false, "data": { "object": object }
+    }))
+    .unwrap()
+}
+
+fn intent_event(id: &str, kind: &str, intent: &str) -> Vec<u8> {
+    event(
+        id,
+        kind,
+        json!({ "id": intent, "object": "payment_intent" }),
+    )
+}
+
+fn signed(secret: &str, t: i64, body: &[u8]) -> String {
+    payonce_protocol::signature::sign(secret, t, body)
+}
+
+/// The deliveries of `kind` localstripe made through `to_us`.
+fn deliveries(proxy: &FaultProxy, kind: &str) -> Vec<Seen> {
+    let want = format!("\"type\": \"{kind}\"");
+    proxy
+        .seen()
+        .into_iter()
+        .filter(|s| s.path == ROUTE && String::from_utf8_lossy(&s.body).contains(&want))
+        .collect()
+}
+
+const BY_WEBHOOK: &str =
+    "SELECT COUNT(*) FROM audit_log WHERE actor = 'provider-webhook' AND to_state = $1";
+
+async fn a_stripe_webhook_settles_a_pay_whose_answer_was_lost_and_a_duplicate_counts_once(
+    backend: Backend,
+) {
+    let Some(app) = StripeApp::start(backend, false, true).await else {
+        return;
+    };
+    let (t, id) = app.order("alice").await;
+    let pm = app.ls.payment_method(cards::APPROVE).await;
+    // localstripe confirms and charges; the server never hears (the jobs are off and the
+    // client does not retry): only the webhook can settle the attempt.
+    app.to_stripe.drop_answers("POST", CONFIRM, 1);
+    let k = key();
+    let r = app.pay(&t, &id, Some(&k), 1, &pm).await;
+    assert_eq!(r.status, 202, "{}", r.text());
+    assert_eq!(app.to_stripe.applied("POST", CONFIRM), 1);
+    assert_eq!(app.wait_status(&t, &id, "paid").await, "paid");
+    assert_eq!(app.ls.succeeded_for(&id).await, 1);
+    assert_eq!(
+        app.count(BY_WEBHOOK, "succeeded").await,
+        1,
+        "the webhook settled it"
+    );
+    let again = app.pay(&t, &id, Some(&k), 1, &pm).await;
+    assert_eq!(again.status, 200, "{}", again.text());
+    assert_eq!(again.header("idempotent-replayed").as_deref(), Some("true"));
+
+    // The same delivery again, byte for byte (Stripe delivers at least once): acknowledged,
+    // stored once, applied once.
+    let got = deliveries(&app.to_us, "payment_intent.succeeded");
+    assert_eq!(got.len(), 1, "localstripe delivered once");
+    let (body, sig) = (&got[0].body, got[0].header("stripe-signature").unwrap());
+    let dup = app.deliver(body, Some(sig)).await;
+    assert_eq!(dup.status, 200, "{}", dup.text());
+    let event_id = serde_json::from_slice::<Value>(body).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let stored = "SELECT COUNT(*) FROM webhook_events WHERE id = $1 AND handled_at IS NOT NULL";
+    assert_eq!(app.count(stored, &event_id).await, 1);
+    assert_eq!(app.count(BY_WEBHOOK, "succeeded").await, 1, "counted once");
+    assert_eq!(app.ls.succeeded_for(&id).await, 1);
+
+    // The captured delivery re-stamped with a fresh `t` (to outlive the tolerance) no
+    // longer matches its MAC: refused.
+    let old_t = sig.split(',').next().unwrap().to_owned();
+    let restamped = sig.replacen(&old_t, &format!("t={}", unix_now() + 1), 1);
+    let r = app.deliver(body, Some(&restamped)).await;
+    assert_eq!(
+        (r.status, r.code()),
+        (400, "WEBHOOK_SIGNATURE_INVALID".into())
+    );
+    assert_eq!(r.json()["reason"], "mismatch");
+}
+
+async fn forged_stale_and_restamped_stripe_webhooks_are_refused_and_events_are_hints(
+    backend: Backend,
+) {
+    let Some(app) = StripeApp::start(backend, false, false).await else {
+        return;
+    };
+    let (t, id) = app.order("bob").await;
+    let pm = app.ls.payment_method(cards::APPROVE).await;
+    // The confirm never reaches localstripe: the intent is created (its id saved) and
+    // never charged, the attempt stays processing.
+    app.to_stripe.arm("POST", CONFIRM, Fault::Refuse, 1);
+    let r = app.pay(&t, &id, Some(&key()), 1, &pm).await;
+    assert_eq!(r.status, 202, "{}", r.text());
+    let intent = app.only_intent(&id).await;
+    let pi = intent["id"].as_str().unwrap();
+    assert_eq!(intent["status"], "requires_confirmation");
+
+    let body = intent_event("evt_forged", "payment_intent.succeeded", pi);
+    let now = unix_now();
+    let cases = [
+        (None, "missing"),
+        (Some(signed("whsec_someone_else", now, &body)), "mismatch"),
+        (Some(signed(WHSEC, now - 301, &body)), "outside_tolerance"),
+        (Some(format!("t={now},v1={}", "ab".repeat(32))), "mismatch"),
+        (Some("v1=00".to_owned()), "bad_timestamp"),
+    ];
+    for (sig, reason) in cases {
+        let r = app.deliver(&body, sig.as_deref()).await;
+        assert_eq!(
+            (r.status, r.code()),
+            (400, "WEBHOOK_SIGNATURE_INVALID".into()),
+            "{sig:?}"
+        );
+        assert!(r.is_problem());
+        assert_eq!(r.json()["reason"], reason, "{sig:?}");
+    }
+    assert_eq!(
+        app.count(
+            "SELECT COUNT(*) FROM webhook_events WHERE id = $1",
+            "evt_forged"
+        )
+        .await,
+        0
+    );
+
+    // Correctly signed but made up: Stripe is asked, says the intent is not charged, and
+    // nothing is settled (not acknowledged: Stripe would deliver it again).
+    let r = app.deliver(&body, Some(&signed(WHSEC, now, &body))).await;
+    assert!([200, 503].contains(&r.status), "{}", r.text());
+    assert_eq!(app.status(&t, &id).await, "unpaid");
+    assert_eq!(
+        app.get_order(&t, &id).await.json()["paymentInProgress"],
+        true
+    );
+    assert_eq!(app.ls.succeeded_for(&id).await, 0);
+
+    // An intent no attempt saved (another integration's), and a type payonce does not use:
+    // acknowledged, never an error a provider would redeliver forever.
+    let stranger = intent_event("evt_stranger", "payment_intent.succeeded", "pi_not_ours");
+    let r = app
+        .deliver(&stranger, Some(&signed(WHSEC, now, &stranger)))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let other = event(
+        "evt_other",
+        "customer.created",
+        json!({"id": "cus_1", "object": "customer"}),
+    );
+    let r = app.deliver(&other, Some(&signed(WHSEC, now, &other))).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = app
+        .deliver(b"{\"id\":1}", Some(&signed(WHSEC, now, b"{\"id\":1}")))
+        .await;
+    assert_eq!((r.status, r.code()), (400, "INVALID_REQUEST".into()));
+
+    // A server of the mock provider has no Stripe secret: nothing verifies, so refused.
+    let Some(mock) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let r = mock
+        .send(
+            mock.http
+                .post(format!("{}{ROUTE}", mock.api))
+                .body(body.clone()),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (400, "WEBHOOK_SIGNATURE_INVALID".into())
+    );
+    assert_eq!(r.json()["reason"], "not_configured");
+}
+
+async fn a_refund_made_in_the_stripe_dashboard_is_reflected(backend: Backend) {
+    let Some(app) = StripeApp::start(backend, false, false).await else {
+        return;
+    };
+    let (t, id) = app.order("carol").await;
+    let pm = app.ls.payment_method(cards::APPROVE).await;
+    let paid = app.pay(&t, &id, Some(&key()), 1, &pm).await;
+    assert_eq!(paid.status, 200, "{}", paid.text());
+    let payment = paid.json()["payment"]["id"].as_str().unwrap().to_owned();
+    let pi = app.only_intent(&id).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let refunded = |n: &str| {
+        event(
+            n,
+            "charge.refunded",
+            json!({ "id": "ch_x", "object": "charge", "payment_intent": pi, "refunded": true }),
+        )
+    };
+    // Made up (nothing refunded at Stripe): a hint only, the order stays paid.
+    let fake = refunded("evt_fake_refund");
+    let r = app
+        .deliver(&fake, Some(&signed(WHSEC, unix_now(), &fake)))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(app.status(&t, &id).await, "paid");
+
+    // Refunded in the dashboard (localstripe's API, not payonce); localstripe sends no
+    // charge.refunded, so the test delivers the one Stripe would.
+    let r = app
+        .http
+        .post(format!("{}/v1/refunds", app.ls.url()))
+        .basic_auth(SECRET_KEY, Some(""))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form(&[("payment_intent", &pi)]))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "dashboard refund: {}", r.status());
+    let real = refunded("evt_real_refund");
+    for _ in 0..2 {
+        let r = app
+            .deliver(&real, Some(&signed(WHSEC, unix_now(), &real)))
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    assert_eq!(app.status(&t, &id).await, "refunded");
+    assert_eq!(
+        app.count(BY_WEBHOOK, "refunded").await,
+        2,
+        "payment and order, once"
+    );
+    // payonce knows: its own refund is refused, and Stripe holds one refund.
+    let again = app
+        .send(
+            app.http
+                .post(app.url(&format!("/payments/{payment}/refund")))
+                .bearer_auth(&t)
+                .header("Idempotency-Key", key()),
+        )
+        .await;
+    assert_eq!(
+        (again.status, again.code()),
+        (409, "REFUND_NOT_ALLOWED".into())
+    );
+    assert_eq!(app.ls.refunds_of(&pi).await.len(), 1);
+}
+
+async fn a_lost_confirm_answer_is_settled_by_the_jobs_with_one_charge(backend: Backend) {
+    let Some(app) = StripeApp::start(backend, true, false).await else {
+        return;
+    };
+    let (t, id) = app.order("dave").await;
+    let pm = app.ls.payment_method(cards::APPROVE).await;
+    app.to_stripe.drop_answers("POST", CONFIRM, 1);
+    let r = app.pay(&t, &id, Some(&key()), 1, &pm).await;
+    assert_eq!(r.status, 202, "{}", r.text());
+    // No webhook, no retry: reconciliation reads the saved intent and settles it.
+    assert_eq!(app.wait_status(&t, &id, "paid").await, "paid");
+    let intent = app.only_intent(&id).await;
+    assert_eq!(intent["status"], "succeeded");
+    assert_eq!(app.ls.succeeded_for(&id).await, 1);
+    let confirms = app
+        .to_stripe
+        .seen()
+        .iter()
+        .filter(|s| s.method == "POST" && s.path.ends_with("/confirm"))
+        .count();
+    assert_eq!(
+        confirms, 1,
+        "the intent is looked up, never confirmed again"
+    );
+}
+
+async fn a_lost_create_answer_never_confirms_that_intent_and_charges_once(backend: Backend) {
+    let Some(app) = StripeApp::start(backend, true, false).await else {
+        return;
+    };
+    let (t, id) = app.order("erin").await;
+    let pm = app.ls.payment_method(cards::APPROVE).await;
+    // localstripe creates the intent, the server never learns its id. localstripe ignores
+    // Idempotency-Key, so the re-drive creates a second intent: the first must never be
+    // confirmed (its id was never saved), the second is, once.
+    app.to_stripe.drop_answers("POST", CREATE, 1);
+    let r = app.pay(&t, &id, Some(&key()), 1, &pm).await;
+    assert_eq!(r.status, 202, "{}", r.text());
+    assert_eq!(app.wait_status(&t, &id, "paid").await, "paid");
+    assert_eq!(app.ls.succeeded_for(&id).await, 1);
+    let intents = app.ls.intents_of(&id).await;
+    let unconfirmed: Vec<_> = intents
+        .iter()
+        .filter(|i| i["status"] != "succeeded")
+        .collect();
+    assert!(
+        unconfirmed.iter().all(|i| ["requires_confirmation", "canceled"].contains(&i["status"].as_str().unwrap())),
+        "{intents:?}"
+    );
+}
