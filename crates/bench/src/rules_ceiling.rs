@@ -1,5 +1,5 @@
 //! PostgreSQL's ceiling for one pay as the schema is designed: every row and index entry the
-//! server's pay writes (crates/server/src/store/pg.rs, the migrations in
+//! server's pay writes (crates/server/src/store/pay.rs, the migrations in
 //! crates/server/migrations), with no payonce code in between and in the fewest round trips:
 //! - claim, one statement: the attempt (five index entries on `attempts`: its expiry index
 //!   is partial), the order's lock, the stock line, two audit rows (one index on

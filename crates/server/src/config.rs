@@ -290,7 +290,6 @@ pub struct Config {
     /// Which provider `--provider-url` is.
     pub(crate) provider: crate::provider::ProviderKind,
     /// Stripe's webhook signing secret (`--stripe-webhook-secret-file`).
-    #[allow(dead_code)] // read by the Stripe webhook route
     pub(crate) stripe_webhook_secret: Option<Secret>,
     /// The `--cors-origin` grants, checked.
     pub(crate) cors: crate::http::cors::Cors,
@@ -495,13 +494,16 @@ fn link_problems(args: &ServerArgs) -> Vec<String> {
     if let Some(u) = parsed(args.provider_url.as_deref()) {
         if !u.username().is_empty() || u.password().is_some() {
             problems.push(
-                "--provider-url (PAYONCE_PROVIDER_URL) carries credentials, refused without                  --dev (they would be logged and sent as Basic auth): give the key with                  --provider-api-key-file (PAYONCE_PROVIDER_API_KEY_FILE)"
+                "--provider-url (PAYONCE_PROVIDER_URL) carries credentials, refused without \
+                 --dev (they would be logged and sent as Basic auth): give the key with \
+                 --provider-api-key-file (PAYONCE_PROVIDER_API_KEY_FILE)"
                     .to_owned(),
             );
         }
         if u.scheme() == "http" && !loopback(&u) && !allowed(Link::Provider) {
             problems.push(format!(
-                "--provider-url (PAYONCE_PROVIDER_URL) is plain http:// to {}: use https://,                  or say --allow-plaintext provider",
+                "--provider-url (PAYONCE_PROVIDER_URL) is plain http:// to {}: use https://, \
+                 or say --allow-plaintext provider",
                 u.host_str().unwrap_or("?")
             ));
         }
@@ -510,7 +512,8 @@ fn link_problems(args: &ServerArgs) -> Vec<String> {
     if db.starts_with("postgres") && !allowed(Link::Database) {
         if let Some(mode) = weak_sslmode(db) {
             problems.push(format!(
-                "--database-url (DATABASE_URL) has sslmode={mode}: only verify-full checks                  the server's certificate and name; use it, or say --allow-plaintext database"
+                "--database-url (DATABASE_URL) has sslmode={mode}: only verify-full checks \
+                 the server's certificate and name; use it, or say --allow-plaintext database"
             ));
         }
     }
@@ -524,7 +527,8 @@ fn link_problems(args: &ServerArgs) -> Vec<String> {
                 "rediss://…#insecure (no certificate check)"
             };
             problems.push(format!(
-                "--redis-url (REDIS_URL) is {what} to {}: use rediss://, or say                  --allow-plaintext redis",
+                "--redis-url (REDIS_URL) is {what} to {}: use rediss://, or say \
+                 --allow-plaintext redis",
                 u.host_str().unwrap_or("?")
             ));
         }

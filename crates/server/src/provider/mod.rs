@@ -59,7 +59,6 @@ pub(crate) enum RefundCheck {
 /// A provider webhook, its signature checked: which of our objects it is a hint about.
 /// Never evidence: the handler reads the outcome back from the provider.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[allow(dead_code)] // read by the Stripe webhook handler
 pub(crate) struct WebhookHint {
     /// The provider's event id (deduplicated on it).
     pub(crate) event_id: String,
@@ -72,7 +71,6 @@ pub(crate) struct WebhookHint {
 
 /// What a [`WebhookHint`] names.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[allow(dead_code)] // read by the Stripe webhook handler
 pub(crate) enum About {
     /// An attempt, by the provider key we sent (mock).
     ProviderKey(String),
@@ -82,7 +80,6 @@ pub(crate) enum About {
 
 /// Why a webhook was refused before anything was stored (400).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[allow(dead_code)] // returned by the Stripe webhook handler
 pub(crate) enum WebhookRefused {
     /// No valid signature (forged, or another secret), or a stale timestamp.
     #[error("signature: {0}")]
@@ -211,7 +208,6 @@ impl Provider {
     }
 
     /// Checks a webhook's signature with `secret` at `now_ms` and reads what it is about.
-    #[allow(dead_code)] // the Stripe webhook route
     pub(crate) fn webhook(
         &self,
         secret: &str,

@@ -138,7 +138,6 @@ pub(crate) async fn find_by_provider_key<'c>(
 
 /// The attempt whose saved provider object id is `provider_ref` (a Stripe PaymentIntent
 /// id, for its webhooks).
-#[allow(dead_code)] // the Stripe webhook handler
 pub(crate) async fn find_by_provider_ref<'c>(
     e: impl AnyExecutor<'c>,
     provider_ref: &str,
