@@ -26,7 +26,7 @@ use crate::error::{AppError, AppResult};
 use crate::faults;
 use crate::metrics::{self, WebhookResult};
 use crate::pay;
-use crate::provider::{About, WebhookHint};
+use crate::provider::WebhookHint;
 use crate::state::AppState;
 use crate::store::attempts as db;
 use crate::store::orders::get_order;
@@ -69,11 +69,11 @@ impl Topic {
 /// Records an authentic event, applies it unless it was handled before, and marks it
 /// handled (see the module docs).
 pub(crate) async fn receive(state: AppState, hint: WebhookHint) -> AppResult<()> {
-    let (Some(topic), About::ProviderRef(intent)) = (Topic::parse(&hint.kind), hint.about) else {
+    let Some(topic) = Topic::parse(&hint.kind) else {
         tracing::debug!(event = %hint.event_id, kind = %hint.kind, "Stripe event payonce does not act on, acknowledged");
         return Ok(());
     };
-    let event = hint.event_id;
+    let (event, intent) = (hint.event_id, hint.intent);
     let (id, now) = (event.clone(), state.clock.now_ms());
     let key = intent.clone();
     let arrived = state

@@ -5,7 +5,7 @@
 use crate::error::{AppError, AppResult};
 use crate::http::extract::Id;
 use crate::metrics;
-use crate::provider::{About, ProviderKind, WebhookRefused};
+use crate::provider::{ProviderKind, WebhookRefused};
 use crate::state::AppState;
 use crate::stripe_webhooks;
 use axum::body::Bytes;
@@ -55,10 +55,7 @@ pub(crate) async fn handler(
         })?;
     // The ids are the only strings of the event that reach the store.
     Id::parse(&hint.event_id, "the event id")?;
-    let About::ProviderRef(intent) = &hint.about else {
-        return Err(AppError::internal("a Stripe event named no PaymentIntent"));
-    };
-    Id::parse(intent, "the PaymentIntent id")?;
+    Id::parse(&hint.intent, "the PaymentIntent id")?;
     stripe_webhooks::receive(state, hint).await?;
     Ok(StatusCode::OK)
 }

@@ -64,18 +64,9 @@ pub(crate) struct WebhookHint {
     pub(crate) event_id: String,
     /// The provider's event type, as it spells it.
     pub(crate) kind: String,
-    /// The object the event is about: a payment (our provider key's or the saved provider
-    /// id's attempt), or a refund.
-    pub(crate) about: About,
-}
-
-/// What a [`WebhookHint`] names.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum About {
-    /// An attempt, by the provider key we sent (mock).
-    ProviderKey(String),
-    /// An attempt, by the provider's id we saved on it (Stripe's PaymentIntent id).
-    ProviderRef(String),
+    /// The provider's payment object the event is about (Stripe's PaymentIntent id): the
+    /// attempt that saved it is the one to settle.
+    pub(crate) intent: String,
 }
 
 /// Why a webhook was refused before anything was stored (400).

@@ -450,6 +450,6 @@ pub(crate) fn webhook(
     Ok(WebhookHint {
         event_id: e.id,
         kind: e.kind,
-        about: super::About::ProviderRef(intent),
+        intent,
     })
 }
