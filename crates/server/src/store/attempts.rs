@@ -1,7 +1,7 @@
 //! The `attempts` table: idempotency rows (pay attempts and cancel tombstones). Every state
 //! change is one conditional statement, so the database decides races, not the application.
 
-use super::orders::decode_err;
+use super::decode_err;
 use payonce_protocol::AttemptStatus;
 use payonce_rules::{Answer, Final, Processing, Record, Terms, Tombstone};
 use sqlx::any::AnyExecutor;

@@ -35,6 +35,11 @@ use sqlx::{AnyConnection, AnyPool, ConnectOptions, Connection};
 use std::str::FromStr;
 use std::time::Duration;
 
+/// A stored value this code cannot read back (a status, a JSON column), as sqlx reports one.
+pub(crate) fn decode_err(msg: String) -> sqlx::Error {
+    sqlx::Error::Decode(msg.into())
+}
+
 /// Which database is behind the `Any` pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {

@@ -1,6 +1,7 @@
 //! The `orders` table: carts, versions, the order lock, paid and email flags.
 
 use super::attempts::{record, AttemptRow, ATTEMPT_COLUMNS};
+use super::decode_err;
 use crate::catalog::Priced;
 use payonce_protocol::{CartLine, OrderLine, OrderStatus};
 use payonce_rules::Record;
@@ -62,10 +63,6 @@ fn order_from_row(row: &AnyRow) -> sqlx::Result<OrderRow> {
         active_attempt: row.try_get("o_active_attempt")?,
         payment_id: row.try_get("o_payment_id")?,
     })
-}
-
-pub(crate) fn decode_err(msg: String) -> sqlx::Error {
-    sqlx::Error::Decode(msg.into())
 }
 
 /// The caller's order. Another user's order is `None`, exactly like a missing one.

@@ -1,6 +1,6 @@
 //! Payments: one per succeeded attempt.
 
-use super::orders::decode_err;
+use super::decode_err;
 use payonce_protocol::{AttemptStatus, Payment};
 use sqlx::any::AnyExecutor;
 

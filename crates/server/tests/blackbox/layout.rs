@@ -51,23 +51,39 @@ fn no_file_imports_one_that_imports_it_back_even_through_others() {
     let mut deps: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
     for (module, code) in &files {
         let mut found = BTreeSet::new();
-        // `crate::a::b` anywhere, and the members of `use crate::{a, b::c}`.
-        for (i, _) in code.match_indices("crate::") {
-            let rest = &code[i + 7..];
-            let end = rest
-                .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
-                .unwrap_or(rest.len());
-            let (path, tail) = rest.split_at(end);
-            let path = path.trim_end_matches(':');
-            if path.is_empty() && tail.starts_with('{') {
-                let group = &tail[1..tail.find('}').unwrap_or(tail.len())];
-                found.extend(
-                    group
-                        .split(',')
-                        .filter_map(|p| resolve(p.trim().split("::{").next().unwrap())),
-                );
+        // `crate::a::b` and `super::a::b` anywhere, and the members of `use crate::{a, b::c}`
+        // and `use super::{a, b::c}`; `super::` is taken from the file's own module.
+        let parent = module.rsplit_once("::").map_or("", |(p, _)| p);
+        let parent = if module.is_empty() { "" } else { parent };
+        let absolute = |base: &str, path: &str| {
+            if base.is_empty() || path.is_empty() {
+                format!("{base}{path}")
             } else {
-                found.extend(resolve(path));
+                format!("{base}::{path}")
+            }
+        };
+        for (prefix, base) in [("crate::", ""), ("super::", parent)] {
+            for (i, _) in code.match_indices(prefix) {
+                if code[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == ':') {
+                    continue; // `super::super::`, `$crate::`: not a path's first segment
+                }
+                let rest = &code[i + prefix.len()..];
+                let end = rest
+                    .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+                    .unwrap_or(rest.len());
+                let (path, tail) = rest.split_at(end);
+                let path = path.trim_end_matches(':');
+                if path.is_empty() && tail.starts_with('{') {
+                    let group = &tail[1..tail.find('}').unwrap_or(tail.len())];
+                    found.extend(group.split(',').filter_map(|p| {
+                        let p = p.trim().split("::{").next().unwrap();
+                        (!p.is_empty())
+                            .then(|| resolve(&absolute(base, p)))
+                            .flatten()
+                    }));
+                } else {
+                    found.extend(resolve(&absolute(base, path)));
+                }
             }
         }
         found.remove(module);
