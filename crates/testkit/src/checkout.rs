@@ -36,6 +36,28 @@ impl Resp {
     }
 }
 
+/// All answers to one key must agree: one 200, and every other one the same bytes replayed.
+pub fn assert_agree(answers: &[Resp]) {
+    let first = &answers[0];
+    for r in answers {
+        assert_eq!(
+            r.status,
+            200,
+            "every request gets the outcome: {}",
+            r.text()
+        );
+        assert_eq!(r.body, first.body, "every request gets the same bytes");
+    }
+    let fresh = answers
+        .iter()
+        .filter(|r| r.header("idempotent-replayed").is_none())
+        .count();
+    assert_eq!(
+        fresh, 1,
+        "exactly one request did the work; the others replayed it"
+    );
+}
+
 /// The HTTP client of the fixtures: a request that hangs fails the test after 30 s.
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder()

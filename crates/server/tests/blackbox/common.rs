@@ -2,7 +2,7 @@
 //! SQLite file or a fresh PostgreSQL database (through `payonce-testkit`), and talks HTTP
 //! through [`TestApp`] and the testkit's checkout fixtures.
 
-pub use payonce_testkit::checkout::{client, id_of, key, ledger, Checkout, Resp};
+pub use payonce_testkit::checkout::{assert_agree, client, id_of, key, ledger, Checkout, Resp};
 use payonce_testkit::pg::PgDb;
 pub use payonce_testkit::server::Proc;
 use sqlx::any::AnyPoolOptions;

@@ -1,7 +1,7 @@
 //! Races: the charge-once guarantee under concurrency, in one process and across three.
 
 use crate::common::{
-    client, id_of, key, ledger, spawn, Backend, Checkout, Opts, Proc, Resp, TestApp, TestDb,
+    assert_agree, client, id_of, key, ledger, spawn, Backend, Checkout, Opts, Proc, TestApp, TestDb,
 };
 use crate::on_both_backends;
 use futures_util::future::join_all;
@@ -15,28 +15,6 @@ on_both_backends!(
     cancel_racing_pay_never_disagrees,
     duplicates_of_a_new_key_never_spend_new_attempt_tokens,
 );
-
-/// All answers must agree: one 200, and every other one the same bytes replayed.
-fn assert_agree(answers: &[Resp]) {
-    let first = &answers[0];
-    for r in answers {
-        assert_eq!(
-            r.status,
-            200,
-            "every request gets the outcome: {}",
-            r.text()
-        );
-        assert_eq!(r.body, first.body, "every request gets the same bytes");
-    }
-    let fresh = answers
-        .iter()
-        .filter(|r| r.header("idempotent-replayed").is_none())
-        .count();
-    assert_eq!(
-        fresh, 1,
-        "exactly one request did the work; the others replayed it"
-    );
-}
 
 async fn fifty_concurrent_pays_with_one_key_charge_once(backend: Backend) {
     let Some(app) = TestApp::spawn(backend).await else {

@@ -8,8 +8,8 @@
 //! locally `PAYONCE_ALLOW_SKIP=1` makes it a loud skip), like PostgreSQL.
 
 use crate::common::{
-    client, id_of, key, ledger, spawn, spawn_logged, Backend, Checkout, Opts, Proc, Resp, TestApp,
-    TestDb,
+    assert_agree, client, id_of, key, ledger, spawn, spawn_logged, Backend, Checkout, Opts, Proc,
+    Resp, TestApp, TestDb,
 };
 use crate::on_both_backends;
 use futures_util::future::join_all;
@@ -59,27 +59,6 @@ async fn metric(app: &TestApp, series: &str) -> f64 {
 }
 
 /// Every answer 200 with the same bytes; exactly one did the work, the others replayed it.
-fn assert_agree(answers: &[Resp]) {
-    let first = &answers[0];
-    for r in answers {
-        assert_eq!(
-            r.status,
-            200,
-            "every request gets the outcome: {}",
-            r.text()
-        );
-        assert_eq!(r.body, first.body, "every request gets the same bytes");
-    }
-    let fresh = answers
-        .iter()
-        .filter(|r| r.header("idempotent-replayed").is_none())
-        .count();
-    assert_eq!(
-        fresh, 1,
-        "exactly one request did the work; the others replayed it"
-    );
-}
-
 fn redis_opts(url: &str) -> Opts {
     Opts {
         // A generous Redis timeout: these tests assert what Redis serves, and a loaded test
