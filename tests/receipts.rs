@@ -190,6 +190,29 @@ async fn order_already_paid_is_paid_by_another_key_and_the_key_is_removed() {
     assert_eq!(keys("__p1").len(), 1, "one request: {:?}", keys("__p1"));
 }
 
+/// 402 `ACTION_EXPIRED`: the customer left 3-D Secure past the server's deadline and nothing
+/// was charged. A final outcome: `expired`, the key removed, the next Pay a new key.
+#[wasm_bindgen_test]
+async fn action_expired_is_final_expired_and_the_key_is_removed() {
+    let expired = (
+        402,
+        r#"{"type":"t","title":"t","status":402,"code":"ACTION_EXPIRED","attemptStatus":"expired"}"#
+            .to_owned(),
+    );
+    let fetch = refusing_server("__p3", expired);
+    let c = client(&fetch);
+    let out = pay(&c, "ord_p3").await;
+    assert_eq!(s(&out, "kind"), "expired", "{out:?}");
+    assert!(stored("ord_p3").is_none(), "the key is removed");
+    let first = keys("__p3");
+    assert_eq!(first.len(), 1, "final at once, never retried: {first:?}");
+    let out = pay(&c, "ord_p3").await;
+    assert_eq!(s(&out, "kind"), "expired");
+    let sent = keys("__p3");
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert_ne!(sent[0], sent[1], "the next Pay makes a new key");
+}
+
 #[wasm_bindgen_test]
 async fn payment_already_active_is_busy_and_the_refused_key_is_tombstoned_never_resent() {
     let busy = (

@@ -102,6 +102,10 @@ pub enum Final {
     },
     /// The attempt was cancelled (a tombstone): it can never charge.
     Cancelled,
+    /// The customer did not complete the provider's action (3-D Secure) before the server's
+    /// deadline (`ACTION_EXPIRED`): nothing was charged, the order is free. The next Pay
+    /// mints a new key.
+    Expired,
 }
 
 /// An [`ErrorCode`] as its wire spelling, through [`ErrorCode::as_str`]: the derived
@@ -282,6 +286,7 @@ pub fn classify_pay(reply: &Reply<PayResponse>) -> Verdict {
             Verdict::Final(Final::Declined { code: c })
         }
         (402, Some(ErrorCode::ActionRequired)) => Verdict::ActionRequired,
+        (402, Some(ErrorCode::ActionExpired)) => Verdict::Final(Final::Expired),
         (409, Some(ErrorCode::InProgress)) => retry(RetryCause::InProgress),
         (409, Some(ErrorCode::AttemptCancelled)) => Verdict::Final(Final::Cancelled),
         (409, Some(ErrorCode::OrderChanged)) => Verdict::Final(Final::OrderChanged {
@@ -341,6 +346,9 @@ pub enum CancelOutcome {
     Declined,
     /// The attempt had failed without a charge. Key removed.
     Failed,
+    /// The attempt had expired waiting for the customer's action: nothing charged. Key
+    /// removed.
+    Expired,
     /// The attempt had succeeded (possibly refunded since): show the receipt. Key removed.
     Paid {
         /// The payment, when the server sent it.
@@ -380,6 +388,7 @@ pub fn classify_cancel(reply: &Reply<CancelResponse>) -> CancelOutcome {
             AttemptStatus::Cancelled => CancelOutcome::Cancelled,
             AttemptStatus::Declined => CancelOutcome::Declined,
             AttemptStatus::Failed => CancelOutcome::Failed,
+            AttemptStatus::Expired => CancelOutcome::Expired,
             AttemptStatus::Succeeded | AttemptStatus::Refunded => CancelOutcome::Paid {
                 payment: r.payment.clone(),
             },

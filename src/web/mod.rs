@@ -86,6 +86,12 @@ export type PayOutcome =
   | { kind: "declined"; code: "PAYMENT_DECLINED" | "PAYMENT_FAILED" }
   | { kind: "orderChanged"; currentVersion?: number }
   | { kind: "cancelled" }
+  /**
+   * The customer did not complete the action (3-D Secure) before the server's deadline (the
+   * server's `ACTION_EXPIRED`): the provider cancelled the payment, nothing was charged and
+   * the order is free. Say so; the next `pay` makes a new key.
+   */
+  | { kind: "expired" }
   | { kind: "pending"; reason: "deadline" | "attempts" | "budget" }
   /**
    * Another attempt for the order is running (another device: the server's
@@ -105,6 +111,7 @@ export type CancelOutcome =
   | { kind: "cancelled" }
   | { kind: "declined" }
   | { kind: "failed" }
+  | { kind: "expired" }
   | { kind: "paid"; payment?: Payment }
   | { kind: "processing" }
   | { kind: "unknown" };

@@ -31,6 +31,8 @@ function describe(o: PayOutcome): string {
       return `order changed to v${o.currentVersion ?? "?"}`;
     case "cancelled":
       return "cancelled";
+    case "expired":
+      return "the customer did not finish 3-D Secure in time; not charged";
     case "pending":
       return `still confirming (${o.reason})`;
     default:
@@ -46,6 +48,7 @@ function afterCancel(c: CancelOutcome): boolean {
     case "cancelled":
     case "declined":
     case "failed":
+    case "expired":
       return true; // the cart may change
     case "paid":
       return c.payment?.status === "succeeded";

@@ -37,6 +37,7 @@ const TEXT = {
   failed: "The payment failed without a charge. Nothing was charged. You can try again.",
   changed: "The order changed — please review it and pay again.",
   cancelled: "The payment attempt was cancelled. Nothing was charged.",
+  expired: "The bank's confirmation was not completed in time. Nothing was charged. You can pay again.",
   offline: "You are offline. Waiting for the network to check the payment status…",
   actionRequired: "Confirm the payment with your bank.",
   actionWaiting: "Waiting for your bank's confirmation…",
@@ -324,6 +325,10 @@ async function showOutcome(outcome) {
       setStatus(TEXT.cancelled, "warn");
       await reloadOrder();
       break;
+    case "expired":
+      setStatus(TEXT.expired, "warn");
+      await reloadOrder();
+      break;
     case "actionRequired":
       askForAction(outcome.next);
       break;
@@ -477,7 +482,7 @@ function afterReload(order) {
   if (order.status === "paid") setStatus("This order is paid. It was charged once.", "ok");
 }
 
-/** CancelOutcome.kind: none | cancelled | declined | failed | paid | processing | unknown. */
+/** CancelOutcome.kind: none | cancelled | declined | failed | expired | paid | processing | unknown. */
 function cancelStatus(r) {
   if (r == null) return "none";
   if (typeof r === "string") return r;

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 /// The server's schema, in its order; `{{ID_PRIMARY_KEY}}` and the `{{POSTGRES}}` lines as
 /// the server reads them on PostgreSQL (`Backend::dialect`, crates/server/src/store/mod.rs).
-const MIGRATIONS: [&str; 9] = [
+const MIGRATIONS: [&str; 10] = [
     include_str!("../../server/migrations/0001_init.sql"),
     include_str!("../../server/migrations/0002_webhook_events.sql"),
     include_str!("../../server/migrations/0003_outbox_jobs_refunds.sql"),
@@ -32,6 +32,7 @@ const MIGRATIONS: [&str; 9] = [
     include_str!("../../server/migrations/0007_provider_refs.sql"),
     include_str!("../../server/migrations/0008_provider_keys_failed_refunds.sql"),
     include_str!("../../server/migrations/0009_pay_rows.sql"),
+    include_str!("../../server/migrations/0010_expired_attempts.sql"),
 ];
 
 /// The SKUs of the server's phase (one unit of one each).

@@ -641,6 +641,7 @@ impl Tab {
             },
             Call::Final(Final::Declined { code }) => not_paid(code.as_str()),
             Call::Final(Final::Cancelled) => not_paid("cancelled"),
+            Call::Final(Final::Expired) => not_paid(ErrorCode::ActionExpired.as_str()),
             Call::Final(Final::OrderChanged { .. }) => not_paid(ErrorCode::OrderChanged.as_str()),
             // Refusals that say the key may still be live keep it: open, not final.
             Call::Rejected {
@@ -703,6 +704,7 @@ impl Tab {
                 CancelOutcome::Cancelled => return not_paid("cancelled"),
                 CancelOutcome::Declined => return not_paid(ErrorCode::PaymentDeclined.as_str()),
                 CancelOutcome::Failed => return not_paid(ErrorCode::PaymentFailed.as_str()),
+                CancelOutcome::Expired => return not_paid(ErrorCode::ActionExpired.as_str()),
                 CancelOutcome::Paid { payment } => {
                     return Some(View::Paid {
                         payment_id: payment.map(|p| p.id),

@@ -40,6 +40,7 @@ pub(crate) fn router(provider: MockProvider) -> Router {
             &paths::charge_complete("{charge_id}"),
             post(complete_charge),
         )
+        .route(&paths::charge_cancel("{charge_id}"), post(cancel_charge))
         .route(paths::LEDGER, get(ledger))
         .route(paths::DEV_REDELIVER_WEBHOOKS, post(redeliver))
         .route(paths::DEV_RESET, post(reset))
@@ -445,6 +446,19 @@ async fn complete_charge(
     Ok(html(StatusCode::OK, &body))
 }
 
+/// `POST /charges/{id}/cancel`: the merchant cancels a charge that still requires action;
+/// answers the charge as it is afterwards (`canceled`, or how the customer ended it first).
+/// Cancelling again changes nothing, so it needs no idempotency key.
+async fn cancel_charge(
+    State(p): State<MockProvider>,
+    Path(charge_id): Path<String>,
+) -> Result<Response, ApiError> {
+    match p.inner.store.cancel(&charge_id)? {
+        Some(charge) => Ok(json(StatusCode::OK, &charge, false)),
+        None => Err(ApiError::new(ErrorCode::PaymentNotFound).detail("no such charge")),
+    }
+}
+
 /// `GET /charges/{id}/action` query.
 #[derive(Debug, serde::Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -473,6 +487,7 @@ fn status_word(status: ChargeStatus) -> &'static str {
         ChargeStatus::Succeeded => "confirmed",
         ChargeStatus::Declined => "declined",
         ChargeStatus::Refunded => "refunded",
+        ChargeStatus::Canceled => "cancelled by the shop",
         ChargeStatus::RequiresAction => "waiting for confirmation",
     }
 }

@@ -69,11 +69,14 @@ enum Change {
         charge: Box<StoredCharge>,
         event: Option<WebhookEvent>,
     },
-    /// The customer completed a `requires_action` charge, and its webhook event.
+    /// A `requires_action` charge ended: completed by the customer (with its webhook event)
+    /// or cancelled by the merchant (no event).
     Complete {
         charge_id: String,
         status: ChargeStatus,
-        event: WebhookEvent,
+        /// None for a merchant's cancel: no event.
+        #[serde(default)]
+        event: Option<WebhookEvent>,
     },
     /// A `pm_card_transient` key got its one 503.
     TransientSeen { key: String },
@@ -207,7 +210,9 @@ impl Inner {
                     charge.status = status;
                     charge.next_action_url = None;
                 }
-                self.push_event(event);
+                if let Some(event) = event {
+                    self.push_event(event);
+                }
             }
             Change::TransientSeen { key } => {
                 self.state.transient_seen.insert(key);
@@ -405,10 +410,40 @@ impl Store {
             Change::Complete {
                 charge_id: charge.id.clone(),
                 status,
-                event: event.clone(),
+                event: Some(event.clone()),
             },
         )?;
         Ok(CompleteOutcome::Completed { charge, event })
+    }
+
+    /// The merchant cancels a `requires_action` charge the customer has not ended: it ends
+    /// `canceled`, no money moved and no event (the merchant asked). A charge the customer
+    /// ended first, or that never required action, is answered as it is. `None`: no such
+    /// charge.
+    pub(crate) fn cancel(&self, charge_id: &str) -> Result<Option<Charge>, ProviderError> {
+        let mut inner = self.lock();
+        let Some(&i) = inner.by_id.get(charge_id) else {
+            return Ok(None);
+        };
+        let charge = inner.state.charges[i].charge.clone();
+        if charge.status != ChargeStatus::RequiresAction {
+            return Ok(Some(charge));
+        }
+        let charge = Charge {
+            status: ChargeStatus::Canceled,
+            next_action_url: None,
+            client_secret: None,
+            ..charge
+        };
+        self.commit(
+            &mut inner,
+            Change::Complete {
+                charge_id: charge.id.clone(),
+                status: ChargeStatus::Canceled,
+                event: None,
+            },
+        )?;
+        Ok(Some(charge))
     }
 
     pub(crate) fn charge_by_id(&self, id: &str) -> Option<Charge> {

@@ -307,3 +307,39 @@ async fn a_waiting_charge_and_its_completion_survive_a_restart() {
     assert_eq!(ledger[0].status, ChargeStatus::Succeeded);
     assert_eq!(ledger[0].next_action_url, None);
 }
+
+/// The shop cancels a charge whose customer abandoned the challenge: it ends `canceled`,
+/// nothing moved; a late completion by the customer cannot revive it; cancelling again
+/// answers the same; an unknown charge is 404.
+#[tokio::test]
+async fn the_shop_cancels_an_abandoned_charge_and_it_never_charges() {
+    let p = spawn(fast_config()).await;
+    let k = key("3ds-cancel");
+    let first: Charge = p
+        .charge(&k, &three_ds("order-cancel"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let cancel = |id: &str| p.client.post(p.url(&paths::charge_cancel(id))).send();
+    let r = cancel(&first.id).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let cancelled: Charge = r.json().await.unwrap();
+    assert_eq!(cancelled.status, ChargeStatus::Canceled);
+    assert_eq!(cancelled.next_action_url, None);
+    let late = complete(&p, &first.id, ActionOutcome::Succeeded).await;
+    assert_eq!(late.status(), 200);
+    assert_eq!(
+        late.json::<Charge>().await.unwrap().status,
+        ChargeStatus::Canceled
+    );
+    let by_key: Charge = p.by_key(&k).await.json().await.unwrap();
+    assert_eq!(
+        by_key.status,
+        ChargeStatus::Canceled,
+        "the same charge, never charged"
+    );
+    let again: Charge = cancel(&first.id).await.unwrap().json().await.unwrap();
+    assert_eq!(again.status, ChargeStatus::Canceled);
+    assert_eq!(cancel("ch_nope").await.unwrap().status(), 404);
+}

@@ -991,6 +991,15 @@ impl Model {
                 };
                 w.flow.on_lookup(lookup);
             }
+            // The model's provider never asks the customer to act, so no attempt waits for a
+            // customer past its deadline; what the provider holds is the answer.
+            srv::Effect::CancelAction(claim) => {
+                let lookup = match s.ledger.get(&claim.attempt.provider_key) {
+                    Some(c) => Lookup::Found(c.clone()),
+                    None => Lookup::NotFound,
+                };
+                w.flow.on_action_cancelled(lookup);
+            }
             srv::Effect::Charge(claim) => {
                 let outcome = self.charge(s, &key, claim, choice);
                 w.flow.on_charge(outcome);

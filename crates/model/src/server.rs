@@ -45,6 +45,7 @@ pub fn policy(tick_ms: i64) -> Policy {
         key_retention_ms: 2 * tick_ms,
         reconcile_after_ms: tick_ms,
         audit_retention_ms: 10 * tick_ms,
+        action_deadline_ms: 4 * tick_ms,
     }
 }
 

@@ -67,6 +67,10 @@ codes! {
     /// `next` member is an opaque JSON value for the app (e.g. `{"type":"redirect","url":…}`);
     /// the attempt stays open under its key, and the same key finishes it after the action.
     ActionRequired = ("ACTION_REQUIRED", 402, "The customer must complete an action to pay"),
+    /// The customer did not complete the action (3-D Secure) before the server's deadline:
+    /// the provider cancelled the payment, nothing was charged, the attempt ended `expired`
+    /// and the order is free; the next Pay uses a new key.
+    ActionExpired = ("ACTION_EXPIRED", 402, "The payment expired waiting for the customer"),
     /// The operation needs dev mode, which this server is not running in.
     DevModeRequired = ("DEV_MODE_REQUIRED", 403, "This endpoint exists only in dev mode"),
     /// The order does not exist or belongs to someone else.

@@ -37,6 +37,12 @@ pub mod paths {
     pub fn charge_complete(charge_id: &str) -> String {
         format!("/charges/{charge_id}/complete")
     }
+    /// `POST /charges/{chargeId}/cancel`: the merchant cancels a charge that still requires
+    /// action (the customer abandoned it); nothing is charged. Answers the charge as it is
+    /// after the call: `canceled`, or how the customer ended it first.
+    pub fn charge_cancel(charge_id: &str) -> String {
+        format!("/charges/{charge_id}/cancel")
+    }
     /// `POST` (dev) resend every webhook event of `?orderId=` again: deliberate duplicates.
     pub const DEV_REDELIVER_WEBHOOKS: &str = "/dev/webhooks/redeliver";
     /// `POST` (dev) forget every charge, refund and event.
@@ -90,6 +96,9 @@ pub enum ChargeStatus {
     /// `declined` when the action is completed.
     #[serde(rename = "requires_action")]
     RequiresAction,
+    /// A charge that required action, cancelled by the merchant before the customer ended
+    /// it: no money moved, and none ever will.
+    Canceled,
 }
 
 /// How the customer ended a charge's action (`POST /charges/{id}/complete`).

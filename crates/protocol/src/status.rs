@@ -21,17 +21,22 @@ pub enum AttemptStatus {
     Cancelled,
     /// Charged, then refunded.
     Refunded,
+    /// The provider waited for the customer (3-D Secure) past the server's deadline; the
+    /// server had the provider cancel the payment, so nothing was charged and the order is
+    /// free to pay with a new key.
+    Expired,
 }
 
 impl AttemptStatus {
     /// All values, for exhaustive tests and docs.
-    pub const ALL: [AttemptStatus; 6] = [
+    pub const ALL: [AttemptStatus; 7] = [
         Self::Processing,
         Self::Succeeded,
         Self::Declined,
         Self::Failed,
         Self::Cancelled,
         Self::Refunded,
+        Self::Expired,
     ];
 
     /// The wire spelling (also used as the database value).
@@ -43,6 +48,7 @@ impl AttemptStatus {
             Self::Failed => "failed",
             Self::Cancelled => "cancelled",
             Self::Refunded => "refunded",
+            Self::Expired => "expired",
         }
     }
 

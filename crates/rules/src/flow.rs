@@ -236,6 +236,10 @@ pub enum Effect<'a> {
     /// Two phases: confirm the object whose id is saved on the claim's attempt
     /// (`provider_ref`), with its own idempotency key → [`ServerPay::on_charge`].
     Confirm(&'a Claim),
+    /// The claim's payment waits for the customer past the attempt's deadline
+    /// ([`Policy::action_deadline`]): ask the provider to cancel it, then report the payment
+    /// as the provider holds it afterwards → [`ServerPay::on_action_cancelled`].
+    CancelAction(&'a Claim),
     /// Run the settle transaction (rule 4) → [`ServerPay::on_settled`].
     Settle {
         /// The attempt.
@@ -263,6 +267,8 @@ enum Origin {
     /// The outbox worker or reconciliation, named for the audit trail.
     Job(&'static str),
     Webhook,
+    /// The customer (this user) cancels an attempt whose payment waits for them.
+    Cancel(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -285,6 +291,7 @@ enum Phase {
     Create(Claim),
     SaveRef(Claim, String),
     Confirm(Claim),
+    CancelAction(Claim),
     Settle(Claim, Outcome),
     Settling(Claim, SettlePlan),
     Release(Claim, Open),
@@ -332,6 +339,19 @@ impl ServerPay {
             _ => Phase::Done(End::Skipped),
         };
         Self::new(Origin::Job(worker), order, phase, policy)
+    }
+
+    /// The customer `user` cancels `record` while its payment may wait for their action
+    /// (3-D Secure): take the lease, ask the provider; a payment that waits is cancelled there
+    /// and the attempt ends `cancelled`, uncharged. Any other outcome the provider reports is
+    /// settled as it is; "no charge" or no answer leaves the attempt open (a cancel never
+    /// charges, and a charge call of the lease's last holder may still arrive).
+    pub fn cancel(record: &Record, order: Order, user: &str, policy: Policy) -> Self {
+        let phase = match record {
+            Record::Processing(p) => Phase::TakeOver(Box::new(p.clone())),
+            _ => Phase::Done(End::Skipped),
+        };
+        Self::new(Origin::Cancel(user.to_owned()), order, phase, policy)
     }
 
     /// A webhook names `record`'s charge: ask the provider and settle from its answer, with
@@ -413,6 +433,7 @@ impl ServerPay {
             Phase::Create(_) => "Create",
             Phase::SaveRef(..) => "SaveRef",
             Phase::Confirm(_) => "Confirm",
+            Phase::CancelAction(_) => "CancelAction",
             Phase::Settle(..) | Phase::Settling(..) | Phase::Release(..) => "Settle",
             Phase::Done(_) => "Done",
         }
@@ -427,12 +448,14 @@ impl ServerPay {
                 | Phase::Lookup(_)
                 | Phase::Create(_)
                 | Phase::Confirm(_)
+                | Phase::CancelAction(_)
         )
     }
 
     fn actor(&self) -> &str {
         match &self.origin {
             Origin::Pay(r) => &r.user,
+            Origin::Cancel(user) => user,
             Origin::Job(_) => "system",
             Origin::Webhook => "provider-webhook",
         }
@@ -451,6 +474,15 @@ impl ServerPay {
                     entry: plan::take_over_entry(self.actor(), &p.id, self.who()),
                 };
                 self.phase = Phase::TakingOver(p, t);
+            }
+            Phase::Settle(claim, Outcome::ActionRequired(_))
+                if matches!(self.origin, Origin::Cancel(_))
+                    || (self.origin != Origin::Webhook
+                        && now >= self.policy.action_deadline(claim.attempt.created_at)) =>
+            {
+                // Cancelled by its customer, or abandoned past its deadline: the order must
+                // not stay locked for ever.
+                self.phase = Phase::CancelAction(claim);
             }
             Phase::Settle(claim, outcome) => {
                 let plan = plan::plan_settle(&claim, outcome, ids.payment_id(), now, &self.policy);
@@ -491,6 +523,7 @@ impl ServerPay {
                 now,
             },
             (Phase::Confirm(claim), _) => Effect::Confirm(claim),
+            (Phase::CancelAction(claim), _) => Effect::CancelAction(claim),
             (Phase::Settling(claim, plan), _) => Effect::Settle { claim, plan, now },
             (Phase::Release(claim, _), _) => Effect::Release { claim, now },
             (Phase::Done(end), _) => Effect::Done(end),
@@ -503,6 +536,7 @@ impl ServerPay {
     fn who(&self) -> &'static str {
         match &self.origin {
             Origin::Job(worker) => worker,
+            Origin::Cancel(_) => "a cancel",
             _ => "a retry",
         }
     }
@@ -650,6 +684,14 @@ impl ServerPay {
                 Some(None) => Phase::Done(End::Skipped),
                 None => Phase::Done(End::Unconfirmed),
             },
+            // A cancel never starts a charge: without one to cancel it leaves the attempt open.
+            Origin::Cancel(_) => match plan::reconcile(lookup) {
+                Ok(outcome) => Phase::Settle(claim, outcome),
+                Err(plan::Redrive) => Phase::Settle(
+                    claim,
+                    Outcome::Unknown("a cancel found no charge to cancel".into()),
+                ),
+            },
             _ => match plan::reconcile(lookup) {
                 Ok(outcome) => Phase::Settle(claim, outcome),
                 Err(plan::Redrive) => self.start(claim),
@@ -677,6 +719,19 @@ impl ServerPay {
             Created::Refused(why) => Phase::Settle(claim, Outcome::Rejected(why)),
             Created::Unknown(why) => Phase::Settle(claim, Outcome::Unknown(why)),
         };
+    }
+
+    /// The payment as the provider holds it after the cancel call of
+    /// [`Effect::CancelAction`] (see [`plan::after_cancel`]).
+    pub fn on_action_cancelled(&mut self, lookup: Lookup) {
+        let Phase::CancelAction(claim) = std::mem::replace(&mut self.phase, Phase::Read) else {
+            return;
+        };
+        let outcome = match (plan::after_cancel(lookup), &self.origin) {
+            (Outcome::Expired, Origin::Cancel(_)) => Outcome::Withdrawn,
+            (outcome, _) => outcome,
+        };
+        self.phase = Phase::Settle(claim, outcome);
     }
 
     /// Whether the payment object's id was saved on the attempt (false: the lease was lost
@@ -769,6 +824,7 @@ mod tests {
             key_retention_ms: 5_000,
             reconcile_after_ms: 1_000,
             audit_retention_ms: 10_000,
+            action_deadline_ms: 60_000,
         }
     }
 
@@ -1060,5 +1116,123 @@ mod tests {
         ));
         m.on_record(Some(record), NOW, false);
         assert_eq!(m.end(), Some(&End::InProgress));
+    }
+
+    /// A job finds a payment waiting for the customer: before the attempt's deadline it is
+    /// left open (lease released); at the deadline the provider is asked to cancel it, and
+    /// what the provider then holds decides: cancelled → `expired`, uncharged, stock back;
+    /// ended by the customer first → that outcome; still waiting → flagged for review.
+    #[test]
+    fn an_abandoned_challenge_is_cancelled_at_its_deadline() {
+        let p = processing(NOW);
+        let deadline = policy().action_deadline(p.created_at);
+        let waiting = |claim: &Claim| Charge {
+            next_action_url: Some("https://psp/action".into()),
+            ..charge(claim, ChargeStatus::RequiresAction)
+        };
+        let with_tee = || Order {
+            lines: tee(),
+            ..order(1)
+        };
+        let job_at = |now: i64| {
+            let mut ids = Counter(0);
+            let mut job =
+                ServerPay::abandoned(&Record::Processing(p.clone()), with_tee(), "w", policy());
+            job.poll(now, &mut ids);
+            job.on_taken(true);
+            let Effect::Lookup(claim) = job.poll(now, &mut ids) else {
+                panic!("lookup first")
+            };
+            let found = waiting(claim);
+            job.on_lookup(Lookup::Found(found));
+            job
+        };
+        let mut early = job_at(deadline - 1);
+        assert!(matches!(
+            early.poll(deadline - 1, &mut Counter(0)),
+            Effect::Release { .. }
+        ));
+        early.on_released(false);
+        assert!(matches!(early.end(), Some(End::ActionRequired(_))));
+
+        let cases = [
+            (ChargeStatus::Canceled, Some(AttemptStatus::Expired)),
+            (ChargeStatus::Succeeded, Some(AttemptStatus::Succeeded)),
+            (ChargeStatus::RequiresAction, None),
+        ];
+        for (after, settled) in cases {
+            let mut job = job_at(deadline);
+            let Effect::CancelAction(claim) = job.poll(deadline, &mut Counter(0)) else {
+                panic!("cancel at the deadline")
+            };
+            let held = charge(claim, after);
+            job.on_action_cancelled(Lookup::Found(held));
+            match (job.poll(deadline, &mut Counter(0)), settled) {
+                (
+                    Effect::Settle {
+                        plan:
+                            SettlePlan::Uncharged {
+                                finish, release, ..
+                            },
+                        ..
+                    },
+                    Some(want),
+                ) => {
+                    assert_eq!(finish.status, want);
+                    assert_eq!(finish.answer.status, 402);
+                    assert!(
+                        finish.answer.body.contains("ACTION_EXPIRED"),
+                        "{}",
+                        finish.answer.body
+                    );
+                    assert_eq!(release, &tee(), "the stock comes back");
+                }
+                (
+                    Effect::Settle {
+                        plan: SettlePlan::Charged { finish, .. },
+                        ..
+                    },
+                    Some(want),
+                ) => {
+                    assert_eq!(finish.status, want)
+                }
+                (
+                    Effect::Settle {
+                        plan: SettlePlan::Review { audit, .. },
+                        ..
+                    },
+                    None,
+                ) => {
+                    assert!(audit.reason.contains("did not"), "{}", audit.reason)
+                }
+                (e, _) => panic!("{after:?}: {e:?}"),
+            }
+        }
+        // A webhook never cancels: it only settles what the provider reports.
+        let mut hook = ServerPay::webhook(
+            &Record::Processing(p.clone()),
+            order(1),
+            "t".into(),
+            policy(),
+        );
+        let Effect::Lookup(claim) = hook.poll(deadline + 1, &mut Counter(0)) else {
+            panic!("lookup")
+        };
+        let found = waiting(claim);
+        hook.on_lookup(Lookup::Found(found));
+        assert!(matches!(
+            hook.poll(deadline + 1, &mut Counter(0)),
+            Effect::Release { .. }
+        ));
+    }
+
+    fn tee() -> Vec<OrderLine> {
+        vec![OrderLine {
+            sku: "tee".into(),
+            name: "Tee".into(),
+            quantity: 1,
+            unit_price: 1_500,
+            line_total: 1_500,
+        }]
     }
 }

@@ -172,6 +172,7 @@ pub fn plan_claim(
         provider_key: provider_key(user, key, order.id),
         provider_ref: None,
         locked_until: Some(policy.lease_until(now)),
+        created_at: now,
     };
     let mut stock = order.lines.to_vec();
     stock.sort_by(|a, b| a.sku.cmp(&b.sku));
@@ -222,6 +223,15 @@ pub enum Outcome {
     /// The charge waits for the customer (3-D Secure) at `next_action_url`: no outcome
     /// yet, but a known state, so nothing to review and nothing to re-drive.
     ActionRequired(Charge),
+    /// The payment that waited for the customer was cancelled at the provider (past the
+    /// attempt's deadline): nothing was charged, and nothing ever will be.
+    Expired,
+    /// The customer cancelled the attempt while its payment waited for them, and the
+    /// provider cancelled that payment: nothing was charged.
+    Withdrawn,
+    /// Past the deadline the provider was asked to cancel the payment that waits for the
+    /// customer, and answered without cancelling it (or without it): a person decides.
+    Uncancelled(String),
 }
 
 impl Outcome {
@@ -231,6 +241,24 @@ impl Outcome {
             ChargeStatus::Declined => Self::Declined(charge),
             ChargeStatus::Succeeded | ChargeStatus::Refunded => Self::Succeeded(charge),
             ChargeStatus::RequiresAction => Self::ActionRequired(charge),
+            ChargeStatus::Canceled => Self::Expired,
+        }
+    }
+}
+
+/// What the provider's answer to "cancel the payment that waits for the customer" proves
+/// (`lookup`: the payment as the provider holds it after the call). Cancelled: expired.
+/// Ended by the customer first: that outcome. No answer: unknown (asked again on the next
+/// round). Still waiting, or no such payment: the cancel did not take; never guess.
+pub fn after_cancel(lookup: Lookup) -> Outcome {
+    match lookup {
+        Lookup::Found(charge) if charge.status != ChargeStatus::RequiresAction => {
+            Outcome::of(charge)
+        }
+        Lookup::Unknown(why) => Outcome::Unknown(why),
+        Lookup::Found(_) => Outcome::Uncancelled("the payment still waits for the customer".into()),
+        Lookup::NotFound | Lookup::Unconfirmed => {
+            Outcome::Uncancelled("the provider has no such payment waiting".into())
         }
     }
 }
@@ -434,6 +462,32 @@ pub fn plan_settle(
             ErrorCode::PaymentFailed,
             "the provider refused the charge",
         ),
+        Outcome::Expired => uncharged(
+            AttemptStatus::Expired,
+            ErrorCode::ActionExpired,
+            "the customer did not complete the payment's action (3-D Secure) in time; \
+             the provider cancelled it and nothing was charged",
+        ),
+        Outcome::Withdrawn => uncharged(
+            AttemptStatus::Cancelled,
+            ErrorCode::AttemptCancelled,
+            "cancelled by the customer while the payment waited for their action; the \
+             provider cancelled it and nothing was charged",
+        ),
+        Outcome::Uncancelled(why) => SettlePlan::Review {
+            answer: processing(),
+            audit: Entry::new(
+                "system",
+                "attempt",
+                &a.id,
+                Some("processing"),
+                REVIEW,
+                &format!(
+                    "the provider was asked to cancel the payment waiting for the customer and \
+                     did not ({why}): flagged for manual review, order still locked"
+                ),
+            ),
+        },
         Outcome::ActionRequired(Charge {
             next_action_url,
             client_secret,

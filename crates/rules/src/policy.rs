@@ -15,6 +15,9 @@ pub struct Policy {
     pub reconcile_after_ms: i64,
     /// Audit rows and handled webhook events are kept this long (the dispute window).
     pub audit_retention_ms: i64,
+    /// How long an attempt may wait for the customer (3-D Secure) from its creation; past
+    /// it the provider is asked to cancel the payment and the attempt ends `expired`.
+    pub action_deadline_ms: i64,
 }
 
 fn ms(d: Duration) -> i64 {
@@ -28,13 +31,20 @@ impl Policy {
         key_retention: Duration,
         reconcile_after: Duration,
         audit_retention: Duration,
+        action_deadline: Duration,
     ) -> Self {
         Self {
             lease_ms: ms(lease),
             key_retention_ms: ms(key_retention),
             reconcile_after_ms: ms(reconcile_after),
             audit_retention_ms: ms(audit_retention),
+            action_deadline_ms: ms(action_deadline),
         }
+    }
+
+    /// When an attempt created at `created_at` stops waiting for the customer.
+    pub fn action_deadline(&self, created_at: i64) -> i64 {
+        created_at.saturating_add(self.action_deadline_ms)
     }
 
     /// When a lease taken at `now` ends.
@@ -67,10 +77,13 @@ pub const CUSTOMER_CHECK_MS: (i64, i64) = (5_000, 600_000);
 /// abandoned is looked at less and less often, so a page of them cannot fill every job
 /// round's work list while newer crashed attempts wait behind them; one completed
 /// meanwhile is settled by its webhook or the customer's own retry, never by this check.
-pub fn next_customer_check(created_at: i64, now: i64) -> i64 {
+/// Never later than the attempt's deadline ([`Policy::action_deadline`]), so the check that
+/// ends an abandoned challenge runs when it is due.
+pub fn next_customer_check(created_at: i64, now: i64, policy: &Policy) -> i64 {
     let (min, max) = CUSTOMER_CHECK_MS;
     let wait = (now.saturating_sub(created_at) / 2).clamp(min, max);
     now.saturating_add(wait)
+        .min(policy.action_deadline(created_at).max(now))
 }
 
 /// Retention: may `record` be deleted at `now`? `payable_at`: the version its order can

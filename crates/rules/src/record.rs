@@ -50,6 +50,9 @@ pub struct Processing {
     pub provider_ref: Option<String>,
     /// Unix ms the lease ends; `None` or past: nobody holds it.
     pub locked_until: Option<i64>,
+    /// Unix ms the attempt was claimed (its deadline for a customer's action counts from
+    /// here: [`crate::Policy::action_deadline`]).
+    pub created_at: i64,
 }
 
 /// A finished attempt with its stored answer, which never changes (a refund changes

@@ -17,6 +17,7 @@ const POLICY: Policy = Policy {
     key_retention_ms: 86_400_000,
     reconcile_after_ms: 120_000,
     audit_retention_ms: 1_000_000,
+    action_deadline_ms: 3_600_000,
 };
 
 fn details<'a>(
@@ -59,6 +60,7 @@ fn processing(locked_until: Option<i64>) -> Record {
         provider_key: "pk".into(),
         provider_ref: None,
         locked_until,
+        created_at: 0,
     })
 }
 
@@ -787,15 +789,32 @@ fn a_refused_refund_by_what_the_provider_lists() {
     assert_eq!(refused_refund(Err("down".into())), RefusedRefund::Unknown);
 }
 
-/// An attempt waiting for its customer is looked at after half its age, 5 s to 10 min.
+/// An attempt waiting for its customer is looked at after half its age, 5 s to 10 min, and
+/// never after its deadline.
 #[test]
 fn customer_checks_back_off_with_age() {
     use payonce_rules::policy::next_customer_check;
-    assert_eq!(next_customer_check(1_000, 1_000), 6_000, "at least 5 s");
-    assert_eq!(next_customer_check(0, 60_000), 90_000, "half its age");
+    let late = Policy {
+        action_deadline_ms: 86_400_000,
+        ..POLICY
+    };
     assert_eq!(
-        next_customer_check(0, 7_200_000),
+        next_customer_check(1_000, 1_000, &late),
+        6_000,
+        "at least 5 s"
+    );
+    assert_eq!(
+        next_customer_check(0, 60_000, &late),
+        90_000,
+        "half its age"
+    );
+    assert_eq!(
+        next_customer_check(0, 7_200_000, &late),
         7_800_000,
         "at most 10 min"
     );
+    // A one-hour deadline: the check at 50 min would be at 75 min; it is at the deadline.
+    assert_eq!(next_customer_check(0, 3_000_000, &POLICY), 3_600_000);
+    // Past the deadline (a job round that was late): at once, never in the past.
+    assert_eq!(next_customer_check(0, 4_000_000, &POLICY), 4_000_000);
 }

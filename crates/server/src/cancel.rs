@@ -16,9 +16,10 @@ use crate::store::audit;
 use crate::store::orders::{get_order, OrderRow};
 use crate::store::payments::{get_payment, paid_with, payment_of_attempt};
 use payonce_protocol::{AttemptStatus, CancelResponse, IdempotencyKey, OrderStatus, Payment};
+use payonce_rules::flow::End;
 use payonce_rules::keyed::PAY;
 use payonce_rules::policy::Bucket;
-use payonce_rules::{plan, provider_key};
+use payonce_rules::{plan, provider_key, Record};
 
 /// The cancel table for the caller's `key` on `order` (already checked to be theirs).
 pub(crate) async fn cancel(
@@ -105,7 +106,18 @@ pub(crate) async fn cancel(
     let record = db::find(state.store.pool(), user, key.as_str())
         .await?
         .ok_or_else(|| AppError::internal("attempt vanished after a unique conflict"))?;
-    let (status, with_payment) = plan::cancel_answer(&record, &order.id)?;
+    let (mut status, mut with_payment) = plan::cancel_answer(&record, &order.id)?;
+    // Nobody holds the lease: the charge may wait for the customer's action, which this
+    // cancel ends at the provider (an attempt whose outcome is unknown stays processing).
+    if let Record::Processing(p) = &record {
+        if p.locked_until.is_none_or(|t| t <= state.clock.now_ms()) {
+            if let End::Settled(f) = crate::pay::cancel_waiting(state, &record, order, user).await?
+            {
+                status = f.status;
+                with_payment = status == AttemptStatus::Succeeded;
+            }
+        }
+    }
     let id = match with_payment {
         true => payment_of_attempt(state.store.pool(), record.id()).await?,
         false => None,

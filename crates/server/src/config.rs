@@ -130,6 +130,13 @@ pub struct ServerArgs {
     /// How long audit rows (and handled webhook events) are kept: the card dispute window.
     #[arg(long, default_value_t = 180)]
     pub audit_retention_days: u64,
+    /// How long an attempt may wait for the customer's action (3-D Secure) from its claim.
+    /// Past it the provider is asked to cancel the payment and the attempt ends `expired`
+    /// (402 `ACTION_EXPIRED`): stock and the order are released, the next Pay uses a new
+    /// key. If the provider does not cancel it, the attempt is flagged for review.
+    #[arg(long, env = "PAYONCE_ACTION_DEADLINE_SECS", default_value_t = 3600,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub action_deadline_secs: u64,
     /// The catalog (SKUs, names, prices, currency, stock, coupons) as a JSON file:
     /// `{"items": [{"sku", "name", "unitPrice", "currency", "stock"}], "coupons": [{"code",
     /// "percentOff"}]}`. Default: the built-in demo catalog. A bad file stops the start.
@@ -718,6 +725,7 @@ impl Config {
                 Duration::from_secs(args.key_retention_secs),
                 Duration::from_millis(args.reconcile_after_ms),
                 Duration::from_secs(args.audit_retention_days.saturating_mul(86_400)),
+                Duration::from_secs(args.action_deadline_secs),
             ),
             provider_timeout: Duration::from_millis(args.provider_timeout_ms),
             in_progress_wait: Duration::from_millis(args.in_progress_wait_ms),

@@ -178,6 +178,19 @@ pub(crate) async fn abandoned(
     interpret(state, m, None, point).await
 }
 
+/// A customer's cancel of `row` while its payment may wait for them (src/cancel.rs): the
+/// machine from the take-over; a payment waiting for the customer is cancelled at the
+/// provider and the attempt ends `cancelled`.
+pub(crate) async fn cancel_waiting(
+    state: &AppState,
+    row: &Record,
+    order: &OrderRow,
+    user: &str,
+) -> AppResult<End> {
+    let m = ServerPay::cancel(row, order_of(order), user, state.policy);
+    interpret(state, m, None, None).await
+}
+
 fn in_progress(state: &AppState) -> AppError {
     AppError::with(ErrorCode::InProgress, |p| {
         p.attempt_status = Some(AttemptStatus::Processing);
@@ -277,6 +290,15 @@ pub(crate) async fn interpret(
                     log_outcome(&claim.attempt, &outcome);
                 }
                 m.on_lookup(lookup);
+            }
+            Effect::CancelAction(claim) => {
+                let a = &claim.attempt;
+                tracing::info!(attempt = %a.id, "the customer's action passed its deadline; cancelling the payment");
+                let lookup = state
+                    .provider
+                    .cancel_action(&a.provider_key, a.provider_ref.as_deref())
+                    .await;
+                m.on_action_cancelled(lookup);
             }
             Effect::Settle { claim, plan, now } => {
                 let settled = match plan {
@@ -390,6 +412,15 @@ fn log_outcome(a: &Processing, outcome: &ChargeOutcome) {
         }
         ChargeOutcome::ActionRequired(c) => {
             tracing::info!(attempt = %a.id, charge = %c.id, "the charge waits for the customer; attempt stays processing")
+        }
+        ChargeOutcome::Expired => {
+            tracing::info!(attempt = %a.id, "the payment waiting for the customer was cancelled; nothing charged")
+        }
+        ChargeOutcome::Withdrawn => {
+            tracing::info!(attempt = %a.id, "cancelled by the customer while the payment waited for them; nothing charged")
+        }
+        ChargeOutcome::Uncancelled(why) => {
+            tracing::error!(attempt = %a.id, %why, "the provider did not cancel an abandoned payment; flagged for review")
         }
         ChargeOutcome::Succeeded(_) => {}
     }

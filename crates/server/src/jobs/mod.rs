@@ -11,7 +11,9 @@
 //!   order locked: never charged blindly.
 //! - Both skip an attempt whose charge waits for the customer (3-D Secure) until its
 //!   `next_check_at` (`payonce_rules::policy::next_customer_check`: half its age, 5 s to
-//!   10 min), so abandoned challenges cannot fill their work lists.
+//!   10 min, never past its deadline), so abandoned challenges cannot fill their work
+//!   lists; at `--action-deadline-secs` the machine has the provider cancel the payment
+//!   and the attempt ends `expired`, freeing its order.
 //! - **Confirmation emails**: the job queue, at least once; `confirmation_email_sent` makes
 //!   a redelivered job a no-op.
 //! - **Cleanup**: finished keys and tombstones after the key retention (never processing
@@ -113,10 +115,16 @@ pub(crate) async fn drive_abandoned(
         match pay::abandoned(state, row, &order, worker.name(), outbox).await? {
             End::Settled(_) => Driven::Settled,
             End::ActionRequired(_) => {
-                let (id, now) = (row.id().to_owned(), state.clock.now_ms());
+                let Record::Processing(p) = row else {
+                    return Ok(Driven::Skipped);
+                };
+                let now = state.clock.now_ms();
+                let at =
+                    payonce_rules::policy::next_customer_check(p.created_at, now, &state.policy);
+                let id = p.id.clone();
                 let later = state
                     .store
-                    .write(async move |tx| db::check_later(tx, &id, now).await);
+                    .write(async move |tx| db::check_later(&mut *tx, &id, at).await);
                 later.await?;
                 Driven::AwaitingCustomer
             }

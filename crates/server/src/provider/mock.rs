@@ -94,6 +94,27 @@ impl MockClient {
         }
     }
 
+    /// Cancels the charge of `provider_key` while it still waits for the customer
+    /// (`POST /charges/{id}/cancel`): the charge as the provider holds it afterwards.
+    pub(crate) async fn cancel_action(&self, provider_key: &str) -> Lookup {
+        let charge = match self.charge_by_key(provider_key).await {
+            Lookup::Found(c) if c.status == ChargeStatus::RequiresAction => c,
+            other => return other,
+        };
+        let url = format!("{}{}", self.base, paths::charge_cancel(&charge.id));
+        let res = match self.http.post(url).send().await {
+            Ok(r) => r,
+            Err(e) => return Lookup::Unknown(format!("cancel call failed: {e}")),
+        };
+        match res.status() {
+            StatusCode::OK => match res.json::<Charge>().await {
+                Ok(c) => Lookup::Found(c),
+                Err(e) => Lookup::Unknown(format!("unreadable charge: {e}")),
+            },
+            other => Lookup::Unknown(format!("cancel answered {other}")),
+        }
+    }
+
     /// `GET /charges/{id}/refunds`: the charge's refunds, however they were made (ours, or
     /// the merchant's dashboard). `Err`: the provider could not tell.
     pub(crate) async fn refunds_of(&self, charge_id: &str) -> Result<Vec<Refund>, String> {

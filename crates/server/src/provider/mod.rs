@@ -170,6 +170,21 @@ impl Provider {
         }
     }
 
+    /// Cancels the attempt's payment that still waits for the customer (its deadline
+    /// passed): the payment as the provider holds it afterwards, found by our provider key
+    /// (mock) or the saved id (Stripe). Cancelling twice changes nothing.
+    pub(crate) async fn cancel_action(
+        &self,
+        provider_key: &str,
+        provider_ref: Option<&str>,
+    ) -> Lookup {
+        match (self, provider_ref) {
+            (Self::Mock(c), _) => c.cancel_action(provider_key).await,
+            (Self::Stripe(c), Some(id)) => c.cancel(id, provider_key).await,
+            (Self::Stripe(_), None) => Lookup::NotFound,
+        }
+    }
+
     /// A full refund of `charge_id` (the provider's id of the payment) under the saved
     /// refund key.
     pub(crate) async fn refund(&self, charge_id: &str, refund_key: &str) -> RefundOutcome {

@@ -24,6 +24,8 @@ use std::collections::HashMap;
 /// Suffix of the confirm call's idempotency key (one key per call: Stripe refuses a key
 /// reused with other parameters or on another endpoint).
 pub(crate) const CONFIRM: &str = "-confirm";
+/// The suffix of a cancel's `Idempotency-Key` (the provider key's own is the create's).
+const CANCEL: &str = "-cancel";
 
 /// Metadata names on the intent: which order and attempt it pays, under which key.
 const META_ORDER: &str = "order_id";
@@ -205,9 +207,9 @@ impl StripeClient {
                 Ok(i) if i.status == "requires_confirmation" => Lookup::Unconfirmed,
                 Ok(i) => {
                     let key = i.metadata.get(META_KEY).cloned().unwrap_or_default();
-                    match outcome_of(i, &key) {
-                        ChargeOutcome::Unknown(why) => Lookup::Unknown(why),
-                        o => Lookup::Found(charge_of(o)),
+                    match charge_from(i, &key) {
+                        Ok(c) => Lookup::Found(c),
+                        Err(why) => Lookup::Unknown(why),
                     }
                 }
                 Err(e) => Lookup::Unknown(format!("unreadable intent: {e}")),
@@ -216,6 +218,26 @@ impl StripeClient {
             // or key, never "nothing was charged".
             other => Lookup::Unknown(format!("lookup answered {other}")),
         }
+    }
+
+    /// `POST /v1/payment_intents/{id}/cancel` of the saved intent id (its customer abandoned
+    /// the action past the deadline), under its own idempotency key; then the intent as it
+    /// is. A refusal (400: it succeeded or failed meanwhile) is read back from the intent.
+    pub(crate) async fn cancel(&self, intent_id: &str, provider_key: &str) -> Lookup {
+        let res = self
+            .http
+            .post(self.url(&format!("/v1/payment_intents/{intent_id}/cancel")))
+            .header(IDEMPOTENCY_KEY, format!("{provider_key}{CANCEL}"))
+            .header(reqwest::header::CONTENT_TYPE, FORM)
+            .send()
+            .await;
+        match res {
+            Ok(r) if r.status().is_success() => {}
+            Ok(r) if r.status() == StatusCode::BAD_REQUEST => {}
+            Ok(r) => return Lookup::Unknown(format!("cancel answered {}", r.status())),
+            Err(e) => return Lookup::Unknown(format!("cancel call failed: {e}")),
+        }
+        self.lookup(intent_id).await
     }
 
     /// `POST /v1/refunds` for the intent `intent_id` under the saved refund key, after
@@ -346,15 +368,24 @@ async fn error_code(res: reqwest::Response) -> String {
 
 /// What an intent's status proves (docs/providers.md, "Stripe"): `succeeded` → paid;
 /// `requires_payment_method` after a failed confirm → declined; `requires_action` → the
-/// customer must act (its client secret goes to the checkout); anything else (processing,
-/// requires_capture, canceled, unconfirmed, …) → unknown: the attempt stays processing and
+/// customer must act (its client secret goes to the checkout); `canceled` → nothing charged
+/// (expired); anything else (processing, requires_capture, unconfirmed, …) → unknown: the attempt stays processing and
 /// reconciliation asks again.
 fn outcome_of(i: Intent, provider_key: &str) -> ChargeOutcome {
+    charge_from(i, provider_key).map_or_else(ChargeOutcome::Unknown, plan_outcome)
+}
+
+/// The intent as a charge, when its status proves something ([`outcome_of`]); `Err`: why
+/// it proves nothing.
+fn charge_from(i: Intent, provider_key: &str) -> Result<Charge, String> {
     let status = match (i.status.as_str(), &i.last_payment_error) {
         ("succeeded", _) => ChargeStatus::Succeeded,
         ("requires_payment_method", Some(_)) => ChargeStatus::Declined,
         ("requires_action", _) => ChargeStatus::RequiresAction,
-        (other, _) => return ChargeOutcome::Unknown(format!("intent {} is {other}", i.id)),
+        // Only a saved intent is ever confirmed or cancelled, and we cancel only one whose
+        // customer abandoned the action: nothing was charged, nothing ever will be.
+        ("canceled", _) => ChargeStatus::Canceled,
+        (other, _) => return Err(format!("intent {} is {other}", i.id)),
     };
     let pm = match &i.payment_method {
         Some(serde_json::Value::String(s)) => s.clone(),
@@ -381,22 +412,11 @@ fn outcome_of(i: Intent, provider_key: &str) -> ChargeOutcome {
             .client_secret
             .filter(|_| status == ChargeStatus::RequiresAction),
     };
-    plan_outcome(charge)
+    Ok(charge)
 }
 
 fn plan_outcome(c: Charge) -> ChargeOutcome {
     payonce_rules::plan::Outcome::of(c)
-}
-
-fn charge_of(o: ChargeOutcome) -> Charge {
-    match o {
-        ChargeOutcome::Succeeded(c)
-        | ChargeOutcome::Declined(c)
-        | ChargeOutcome::ActionRequired(c) => c,
-        ChargeOutcome::Rejected(_) | ChargeOutcome::Unknown(_) => {
-            unreachable!("only charges are looked up")
-        }
-    }
 }
 
 fn refund_of(r: StripeRefund, intent_id: &str) -> Refund {

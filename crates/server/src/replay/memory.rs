@@ -150,6 +150,7 @@ mod tests {
             provider_key: "pk".into(),
             provider_ref: None,
             locked_until: None,
+            created_at: 0,
         });
         c.put("alice", "k2", &processing);
         let tomb = Record::Tombstone(Tombstone {

@@ -24,6 +24,7 @@ pub(crate) struct AttemptRow {
     response_status: Option<i64>,
     response_body: Option<String>,
     expires_at: Option<i64>,
+    created_at: i64,
 }
 
 /// The columns [`AttemptRow`] reads, for queries that alias `attempts` as `a`: the one
@@ -32,7 +33,7 @@ macro_rules! attempt_columns {
     () => {
         "a.id, a.user_id, a.order_id, a.status, a.fingerprint, a.order_version, a.amount,
          a.currency, a.payment_method_id, a.provider_key, a.provider_ref, a.locked_until,
-         a.response_status, a.response_body, a.expires_at"
+         a.response_status, a.response_body, a.expires_at, a.created_at"
     };
 }
 
@@ -45,7 +46,9 @@ pub(crate) const ATTEMPT_COLUMNS: &str = attempt_columns!();
 pub(crate) fn record(r: AttemptRow) -> sqlx::Result<Record> {
     let bad = |what: &str| decode_err(format!("attempt {}: {what}", r.id));
     let status = AttemptStatus::parse(&r.status).ok_or_else(|| bad("unknown status"))?;
-    if status == AttemptStatus::Cancelled {
+    // A tombstone holds no answer; a cancelled attempt (its customer cancelled the payment
+    // that waited for them) keeps the answer it settled with, replayed like any final one.
+    if status == AttemptStatus::Cancelled && r.response_body.is_none() {
         return Ok(Record::Tombstone(Tombstone {
             expires_at: r
                 .expires_at
@@ -76,6 +79,7 @@ pub(crate) fn record(r: AttemptRow) -> sqlx::Result<Record> {
                 .ok_or_else(|| bad("no provider key"))?,
             provider_ref: r.provider_ref.clone(),
             locked_until: r.locked_until,
+            created_at: r.created_at,
             id: r.id,
             terms,
         }));
@@ -261,29 +265,20 @@ pub(crate) async fn release_lease<'c>(
     Ok(())
 }
 
-/// The charge of processing attempt `id` waits for the customer at `now`: the jobs look at it
-/// again at [`payonce_rules::policy::next_customer_check`] (from its creation time, read
-/// here). False when it is no longer processing.
-pub(crate) async fn check_later(
-    tx: &mut sqlx::AnyConnection,
+/// The charge of processing attempt `id` waits for the customer: the jobs look at it again
+/// at `at` ([`payonce_rules::policy::next_customer_check`]). False when it is no longer
+/// processing.
+pub(crate) async fn check_later<'c>(
+    e: impl AnyExecutor<'c>,
     id: &str,
-    now: i64,
+    at: i64,
 ) -> sqlx::Result<bool> {
-    let created: Option<(i64,)> =
-        sqlx::query_as("SELECT created_at FROM attempts WHERE id = $1 AND status = 'processing'")
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await?;
-    let Some((created_at,)) = created else {
-        return Ok(false);
-    };
-    let at = payonce_rules::policy::next_customer_check(created_at, now);
     let res = sqlx::query(
         "UPDATE attempts SET next_check_at = $1 WHERE id = $2 AND status = 'processing'",
     )
     .bind(at)
     .bind(id)
-    .execute(&mut *tx)
+    .execute(e)
     .await?;
     Ok(res.rows_affected() == 1)
 }

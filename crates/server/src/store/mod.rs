@@ -153,6 +153,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "pay_rows",
         sql: include_str!("../../migrations/0009_pay_rows.sql"),
     },
+    Migration {
+        version: 10,
+        name: "expired_attempts",
+        sql: include_str!("../../migrations/0010_expired_attempts.sql"),
+    },
 ];
 
 /// A pool connection idle longer than this is pinged before it is used.

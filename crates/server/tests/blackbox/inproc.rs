@@ -184,6 +184,8 @@ on_both_backends!(
     a_job_round_goes_on_past_a_row_that_fails,
     a_charge_for_other_terms_is_flagged_for_review_never_paid,
     abandoned_challenges_do_not_starve_a_crashed_attempt,
+    an_abandoned_challenge_expires_at_its_deadline_and_frees_the_order,
+    a_cancel_ends_a_challenge_the_customer_left,
 );
 
 /// 22 customers abandon their 3-D Secure challenge (each attempt stays processing, waiting
@@ -245,6 +247,164 @@ async fn abandoned_challenges_do_not_starve_a_crashed_attempt(backend: Backend) 
         later >= 20,
         "a later round looked at them again and put them off: {later}"
     );
+}
+
+/// A customer abandons the 3-D Secure challenge. Before the deadline (`--action-deadline-secs
+/// 60`) the attempt waits; at it the jobs have the provider cancel the charge, the attempt
+/// ends `expired` with 402 `ACTION_EXPIRED` (replayed to the old key), the tee's stock comes
+/// back and the order takes a new key: one charge in the provider's ledger, the new key's.
+async fn an_abandoned_challenge_expires_at_its_deadline_and_frees_the_order(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let provider = provider().await;
+    let s = InProc::start(&db, &provider, &["--action-deadline-secs", "60"]).await;
+    let pool = db.pool().await;
+    let stock = || async {
+        let (n,): (i64,) = sqlx::query_as("SELECT stock FROM catalog WHERE sku = 'tee-classic'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        n
+    };
+    let t = s.session("alice").await;
+    let id = s.order(&t).await;
+    let before = stock().await;
+    let k1 = key();
+    let r = s.pay(&t, &id, &k1, "pm_card_3ds").await;
+    assert_eq!(
+        (r.status, r.code()),
+        (402, "ACTION_REQUIRED".into()),
+        "{}",
+        r.text()
+    );
+    assert_eq!(
+        stock().await,
+        before - 1,
+        "reserved while the customer acts"
+    );
+
+    // 59 s in: the challenge still waits; the order is busy for any other key.
+    s.advance(Duration::from_secs(30));
+    payonce_server::run_jobs(&s.state).await;
+    s.advance(Duration::from_secs(29));
+    payonce_server::run_jobs(&s.state).await;
+    let r = s.pay(&t, &id, &key(), "pm_card_approve").await;
+    assert_eq!(
+        (r.status, r.code()),
+        (409, "PAYMENT_ALREADY_ACTIVE".into()),
+        "{}",
+        r.text()
+    );
+    let charges = ledger(&s.http, &s.provider, &id).await;
+    assert_eq!(charges.len(), 1);
+    assert_eq!(charges[0]["status"], "requires_action");
+
+    // Past the deadline: one job round cancels it at the provider and ends the attempt.
+    s.advance(Duration::from_secs(2));
+    payonce_server::run_jobs(&s.state).await;
+    let (status,): (String,) = sqlx::query_as("SELECT status FROM attempts WHERE idem_key = $1")
+        .bind(&k1)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(status, "expired");
+    let charges = ledger(&s.http, &s.provider, &id).await;
+    assert_eq!(charges.len(), 1);
+    assert_eq!(
+        charges[0]["status"], "canceled",
+        "cancelled at the provider"
+    );
+    assert_eq!(stock().await, before, "the stock came back");
+    let again = s.pay(&t, &id, &k1, "pm_card_3ds").await;
+    assert_eq!(
+        (again.status, again.code()),
+        (402, "ACTION_EXPIRED".into()),
+        "{}",
+        again.text()
+    );
+    assert_eq!(again.header("idempotent-replayed").as_deref(), Some("true"));
+    assert_eq!(again.json()["attemptStatus"], "expired");
+
+    // The order is free: a new key pays once.
+    let r = s.pay(&t, &id, &key(), "pm_card_approve").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(s.status(&t, &id).await, "paid");
+    let charges = ledger(&s.http, &s.provider, &id).await;
+    let succeeded: Vec<_> = charges
+        .iter()
+        .filter(|c| c["status"] == "succeeded")
+        .collect();
+    assert_eq!((charges.len(), succeeded.len()), (2, 1), "{charges:?}");
+}
+
+/// The customer leaves the 3-D Secure challenge and presses "change my cart" (the SDK's
+/// `cancel`): the charge is cancelled at the provider, the attempt ends `cancelled`, the
+/// stock comes back, the key is refused from then on (409 `ATTEMPT_CANCELLED`, replayed
+/// alike from the store and the replay cache) and a new key pays the order once.
+async fn a_cancel_ends_a_challenge_the_customer_left(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let provider = provider().await;
+    let s = InProc::start(&db, &provider, &[]).await;
+    let pool = db.pool().await;
+    let t = s.session("alice").await;
+    let id = s.order(&t).await;
+    let k = key();
+    let r = s.pay(&t, &id, &k, "pm_card_3ds").await;
+    assert_eq!(
+        (r.status, r.code()),
+        (402, "ACTION_REQUIRED".into()),
+        "{}",
+        r.text()
+    );
+    let path = format!("/orders/{id}/payment-attempts/cancel");
+    let r = s.send("POST", &path, &t, None, json!({ "key": k })).await;
+    assert_eq!(
+        (r.status, r.json()["status"].clone()),
+        (200, json!("cancelled")),
+        "{}",
+        r.text()
+    );
+    let charges = ledger(&s.http, &s.provider, &id).await;
+    assert_eq!(charges.len(), 1);
+    assert_eq!(
+        charges[0]["status"], "canceled",
+        "cancelled at the provider"
+    );
+    let (status, open): (String, i64) = sqlx::query_as(
+        "SELECT a.status, (SELECT COUNT(*) FROM attempts p WHERE p.order_id = a.order_id
+           AND p.status = 'processing') FROM attempts a WHERE a.idem_key = $1",
+    )
+    .bind(&k)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!((status.as_str(), open), ("cancelled", 0));
+    let first = s.pay(&t, &id, &k, "pm_card_3ds").await;
+    assert_eq!(
+        (first.status, first.code()),
+        (409, "ATTEMPT_CANCELLED".into()),
+        "{}",
+        first.text()
+    );
+    let again = s.pay(&t, &id, &k, "pm_card_3ds").await;
+    assert_eq!(again.body, first.body, "the same answer every time");
+    let r = s.send("POST", &path, &t, None, json!({ "key": k })).await;
+    assert_eq!(
+        r.json()["status"],
+        "cancelled",
+        "a second cancel says the same"
+    );
+    let r = s.pay(&t, &id, &key(), "pm_card_approve").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let charges = ledger(&s.http, &s.provider, &id).await;
+    let succeeded = charges
+        .iter()
+        .filter(|c| c["status"] == "succeeded")
+        .count();
+    assert_eq!((charges.len(), succeeded), (2, 1), "{charges:?}");
 }
 
 /// A processing attempt as a crash leaves it (lease over, outbox row pending), written

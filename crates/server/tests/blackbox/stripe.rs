@@ -28,6 +28,7 @@ on_both_backends!(
     re_creating_on_take_over_charges_twice_and_is_caught,
     a_refund_raced_ten_ways_refunds_once,
     three_d_secure_by_stripe_js_then_the_same_key_pays_once,
+    an_abandoned_challenge_expires_and_its_intent_is_cancelled,
 );
 
 /// A Stripe test run: localstripe, the database, and where each server's log goes.
@@ -454,4 +455,41 @@ async fn three_d_secure_by_stripe_js_then_the_same_key_pays_once(b: Backend) {
     );
     let intents = run.ls.intents_of(&id).await;
     assert_eq!((intents.len(), succeeded(&intents)), (1, 1), "{intents:?}");
+}
+
+/// The customer never authenticates: past `--action-deadline-secs 1` the jobs cancel the
+/// saved intent at localstripe, the attempt ends `expired` (402 `ACTION_EXPIRED` to its key)
+/// and a new key pays the freed order once. localstripe's list: one intent canceled, one
+/// succeeded.
+async fn an_abandoned_challenge_expires_and_its_intent_is_cancelled(b: Backend) {
+    let Some(mut run) = Run::start(b).await else {
+        return;
+    };
+    let (_p, app) = run.server(&["--action-deadline-secs", "1"]);
+    let t = app.session("alice").await;
+    let (id, _) = order(&app, &t).await;
+    let pm = run.ls.payment_method(cards::THREE_DS).await;
+    let k = key();
+    let r = app.pay(&t, &id, Some(&k), 1, &pm).await;
+    assert_eq!(r.code(), "ACTION_REQUIRED", "{}", r.text());
+    let expired = payonce_testkit::eventually(
+        Duration::from_secs(20),
+        Duration::from_millis(200),
+        || async {
+            let r = app.pay(&t, &id, Some(&k), 1, &pm).await;
+            (r.code() == "ACTION_EXPIRED").then_some(r)
+        },
+    )
+    .await
+    .expect("the attempt expires after its deadline");
+    assert_eq!(expired.status, 402, "{}", expired.text());
+    assert_eq!(expired.json()["attemptStatus"], "expired");
+    let intents = run.ls.intents_of(&id).await;
+    assert_eq!(intents.len(), 1, "{intents:?}");
+    assert_eq!(intents[0]["status"], "canceled", "cancelled at localstripe");
+    let approve = run.ls.payment_method(cards::APPROVE).await;
+    let r = app.pay(&t, &id, Some(&key()), 1, &approve).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let intents = run.ls.intents_of(&id).await;
+    assert_eq!((intents.len(), succeeded(&intents)), (2, 1), "{intents:?}");
 }
