@@ -61,13 +61,20 @@ scenario(
   test,
   "the slow two-tab race, 50 times → one key, one charge, both tabs paid, every time",
   async (env) => {
-    const ctx = await env.newContext();
-    for (let round = 1; round <= 50; round++) {
-      const { a, b } = await raceInOneBrowser(env, ctx, round);
-      await a.page.close();
-      await b.page.close();
-      env.pages = env.pages.filter((p) => !p.isClosed());
-    }
+    // Five browser profiles race side by side, ten rounds each, every round on its own order
+    // (the tabs coordinate per order): 50 races in about a fifth of the time one after another.
+    const lanes = 5;
+    const lane = async (l) => {
+      const ctx = await env.newContext();
+      for (let i = 0; i < 50 / lanes; i++) {
+        const { a, b } = await raceInOneBrowser(env, ctx, l * (50 / lanes) + i + 1);
+        await a.page.close();
+        await b.page.close();
+      }
+      await ctx.close();
+    };
+    await Promise.all(Array.from({ length: lanes }, (_, l) => lane(l)));
+    env.pages = env.pages.filter((p) => !p.isClosed());
   },
   { timeout: 900_000 },
 );
