@@ -192,6 +192,12 @@ impl Opts {
         ];
         if self.dev {
             a.push("--dev".into());
+            // Every dev server of a run with a deliberately wrong pay machine: how the ledger
+            // checks of the Stripe tests are shown to fail (docs/testing.md, "Showing a
+            // check can fail").
+            if let Ok(flaw) = std::env::var("PAYONCE_TEST_FLAW") {
+                a.extend(["--flaw".into(), flaw]);
+            }
         }
         if !self.webhooks {
             a.push("--no-provider-webhooks".into());
