@@ -8,6 +8,55 @@ use crate::key::IdempotencyKey;
 use crate::status::{AttemptStatus, OrderStatus};
 use serde::{Deserialize, Serialize};
 
+/// Whole numbers as JSON carries them in requests: `41`, and also `41.0` or `4.1e1` (RFC 8259
+/// has one number type, and some JSON writers give every number a fraction). A fraction, a
+/// negative, or a value past the type's range (or past 2^53, where a float is no longer
+/// exact) is refused with the member's usual 400.
+pub mod whole {
+    use serde::de::{Deserializer, Error, Unexpected, Visitor};
+    use std::fmt;
+
+    struct Whole(u64);
+
+    impl Visitor<'_> for Whole {
+        type Value = u64;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            write!(f, "a whole number from 0 to {}", self.0)
+        }
+        fn visit_u64<E: Error>(self, v: u64) -> Result<u64, E> {
+            match v <= self.0 {
+                true => Ok(v),
+                false => Err(E::invalid_value(Unexpected::Unsigned(v), &self)),
+            }
+        }
+        fn visit_i64<E: Error>(self, v: i64) -> Result<u64, E> {
+            match u64::try_from(v) {
+                Ok(v) => self.visit_u64(v),
+                Err(_) => Err(E::invalid_value(Unexpected::Signed(v), &self)),
+            }
+        }
+        fn visit_f64<E: Error>(self, v: f64) -> Result<u64, E> {
+            const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
+            if v.fract() == 0.0 && (0.0..EXACT).contains(&v) {
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                return self.visit_u64(v as u64);
+            }
+            Err(E::invalid_value(Unexpected::Float(v), &self))
+        }
+    }
+
+    /// `#[serde(deserialize_with = "whole::u64")]`.
+    pub fn u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        d.deserialize_any(Whole(u64::MAX))
+    }
+
+    /// `#[serde(deserialize_with = "whole::u32")]`.
+    pub fn u32<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+        let v = d.deserialize_any(Whole(u64::from(u32::MAX)))?;
+        Ok(u32::try_from(v).unwrap_or(u32::MAX))
+    }
+}
+
 /// API paths, spelled once. `{id}` segments are filled by the helpers.
 pub mod paths {
     /// `POST` a dev session.
@@ -246,6 +295,7 @@ pub struct CartLine {
     /// Catalog SKU.
     pub sku: String,
     /// Units (1..=100).
+    #[serde(deserialize_with = "whole::u32")]
     pub quantity: u32,
 }
 
@@ -332,6 +382,7 @@ pub struct Order {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PayRequest {
     /// The version the customer saw; a mismatch is 409 `ORDER_CHANGED`.
+    #[serde(deserialize_with = "whole::u64")]
     pub order_version: u64,
     /// Payment method id.
     pub payment_method_id: String,
