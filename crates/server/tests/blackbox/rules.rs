@@ -1,6 +1,6 @@
 //! One scenario per pay rule and per cancel row; each runs on SQLite and on PostgreSQL.
 
-use crate::common::{id_of, key, Backend, Checkout, Opts, TestApp};
+use crate::common::{id_of, key, ledger, Backend, Checkout, Opts, TestApp};
 use crate::on_both_backends;
 use serde_json::json;
 
@@ -28,7 +28,7 @@ on_both_backends!(
     rule5_transient_failure_is_redriven_with_the_same_provider_key,
     rule6_every_state_change_is_audited,
     cancel_unknown_key_inserts_a_tombstone,
-    cancel_processing_answers_processing,
+    cancel_answers_processing_while_charging_then_the_charge,
     cancel_final_attempts_answer_their_status,
     keys_are_scoped_per_user,
     dropped_response_is_replayed_on_retry,
@@ -666,7 +666,7 @@ async fn cancel_unknown_key_inserts_a_tombstone(backend: Backend) {
     assert_eq!(app.cancel(&bob, &id, &key()).await.status, 404);
 }
 
-async fn cancel_processing_answers_processing(backend: Backend) {
+async fn cancel_answers_processing_while_charging_then_the_charge(backend: Backend) {
     let opts = Opts {
         provider_timeout_ms: 1_500,
         lease_ms: 3_000,
@@ -685,9 +685,20 @@ async fn cancel_processing_answers_processing(backend: Backend) {
         (r.status, r.json()["status"].as_str()),
         (200, Some("processing"))
     );
-    inflight.await.unwrap().unwrap();
-    // Still processing after the 202 (the provider's answer is unknown): cancel cannot undo it.
-    assert_eq!(app.cancel(&t, &id, &k).await.json()["status"], "processing");
+    let answer = inflight.await.unwrap().unwrap();
+    assert_eq!(
+        answer.status().as_u16(),
+        202,
+        "the provider's answer came too late"
+    );
+    // After the 202 nobody holds the lease: a cancel asks the provider as a retry would. It
+    // charged (the slow card's answer was only late), so the cancel cannot undo it: it
+    // answers the payment, and the order is paid with the one charge.
+    let r = app.cancel(&t, &id, &k).await;
+    assert_eq!(r.json()["status"], "succeeded", "{}", r.text());
+    assert!(r.json()["payment"]["chargeId"].is_string(), "{}", r.text());
+    assert_eq!(ledger(&app.http, &app.provider, &id).await.len(), 1);
+    assert_eq!(app.get_order(&t, &id).await.json()["status"], "paid");
 }
 
 async fn cancel_final_attempts_answer_their_status(backend: Backend) {
