@@ -426,16 +426,20 @@ fn render(
         "Run {} on {} cores ({}), {}, {} (kernel {}), {}; release build.",
         m.date, m.nproc, m.cpu, m.mem, m.os, m.kernel, m.rustc
     );
-    // The binary lives in `<target dir>/release/`: say which target dir built it.
+    // The binary lives in `<target dir>/release/`: say which target dir built it, relative to
+    // the repository (a reader's machine has none of this one's paths).
     let exe = std::env::current_exe().unwrap_or_default();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = root.canonicalize().unwrap_or(root);
+    let shown = |p: &Path| p.strip_prefix(&root).unwrap_or(p).display().to_string();
     let target_dir = exe
         .parent()
         .and_then(Path::parent)
-        .map_or_else(|| "target".into(), |d| d.display().to_string());
+        .map_or_else(|| "target".into(), shown);
     let _ = writeln!(
         s,
         "Command: `CARGO_TARGET_DIR={target_dir} cargo build --release -p payonce-server -p payonce-bench && {}{}{}` (took {:.0} s).",
-        exe.display(),
+        shown(&exe),
         if cmd.is_empty() { "" } else { " " },
         cmd,
         took.as_secs_f64()
