@@ -33,7 +33,7 @@ use crate::state::AppState;
 use crate::store::attempts as db;
 use crate::store::orders::OrderRow;
 use crate::store::pay::ClaimOutcome;
-use crate::store::{self, audit};
+use crate::store::{self, audit, Leased};
 use payonce_protocol::provider::ChargeRequest;
 use payonce_protocol::{AttemptStatus, ErrorCode, IdempotencyKey, PayRequest};
 use payonce_rules::flow::{self, Claimed, Effect, End, ServerPay, TakeOver};
@@ -324,7 +324,7 @@ async fn take_over(state: &AppState, take: &TakeOver, now: i64) -> AppResult<boo
     let (id, until, lease) = (take.attempt_id.clone(), take.until, take.token.clone());
     let entry = take.entry.clone();
     let taken = state.store.write(async move |tx| {
-        let taken = db::take_expired_lease(&mut *tx, &id, now, until, &lease).await?;
+        let taken = store::take_lease(&mut *tx, Leased::Attempts, &id, &lease, now, until).await?;
         if taken {
             audit::record(&mut *tx, &entry, now).await?;
         }

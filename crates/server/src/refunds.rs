@@ -25,6 +25,7 @@ use crate::reply::Reply;
 use crate::state::AppState;
 use crate::store::audit::{self, Entry};
 use crate::store::refunds::{self as db, NewRefund, RefundRow};
+use crate::store::{take_lease as take, Leased};
 use payonce_protocol::{AttemptStatus, ErrorCode, IdempotencyKey, Payment, RefundResponse};
 use payonce_rules::keyed::{self, NextAction, Stored, REFUND};
 use payonce_rules::plan::{self, RefusedRefund};
@@ -140,7 +141,7 @@ async fn take_lease(state: &AppState, row: &RefundRow) -> AppResult<Option<Strin
     let t = token.clone();
     let take = state
         .store
-        .write(async move |tx| db::take_lease(tx, &id, &t, now, until).await);
+        .write(async move |tx| take(tx, Leased::Refunds, &id, &t, now, until).await);
     Ok(take.await?.then_some(token))
 }
 

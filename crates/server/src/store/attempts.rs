@@ -223,28 +223,6 @@ pub(crate) async fn insert_tombstone<'c>(
     Ok(row.is_some())
 }
 
-/// Takes over the lease of a processing attempt whose lease has expired. Exactly one of
-/// several concurrent retries wins.
-pub(crate) async fn take_expired_lease<'c>(
-    e: impl AnyExecutor<'c>,
-    id: &str,
-    now: i64,
-    until: i64,
-    token: &str,
-) -> sqlx::Result<bool> {
-    let res = sqlx::query(
-        "UPDATE attempts SET locked_until = $1, lease_token = $2, updated_at = $3
-         WHERE id = $4 AND status = 'processing' AND (locked_until IS NULL OR locked_until <= $3)",
-    )
-    .bind(until)
-    .bind(token)
-    .bind(now)
-    .bind(id)
-    .execute(e)
-    .await?;
-    Ok(res.rows_affected() == 1)
-}
-
 /// Ends our lease early after an inconclusive provider call: nobody is talking to the
 /// provider about this attempt any more, so the next retry may ask it at once.
 pub(crate) async fn release_lease<'c>(

@@ -35,6 +35,42 @@ use sqlx::{AnyConnection, AnyPool, ConnectOptions, Connection};
 use std::str::FromStr;
 use std::time::Duration;
 
+/// A table whose processing rows are leased to the one request or job that may call the
+/// provider about them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Leased {
+    Attempts,
+    Refunds,
+}
+
+/// Takes the lease of processing row `id` of `table` until `until` under `token`, if nobody
+/// holds an unexpired one: exactly one of several concurrent contenders wins (true).
+pub(crate) async fn take_lease<'c>(
+    e: impl sqlx::any::AnyExecutor<'c>,
+    table: Leased,
+    id: &str,
+    token: &str,
+    now: i64,
+    until: i64,
+) -> sqlx::Result<bool> {
+    let table = match table {
+        Leased::Attempts => "attempts",
+        Leased::Refunds => "refunds",
+    };
+    let sql = format!(
+        "UPDATE {table} SET locked_until = $1, lease_token = $2, updated_at = $3
+         WHERE id = $4 AND status = 'processing' AND (locked_until IS NULL OR locked_until <= $3)"
+    );
+    let res = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(until)
+        .bind(token)
+        .bind(now)
+        .bind(id)
+        .execute(e)
+        .await?;
+    Ok(res.rows_affected() == 1)
+}
+
 /// A stored value this code cannot read back (a status, a JSON column), as sqlx reports one.
 pub(crate) fn decode_err(msg: String) -> sqlx::Error {
     sqlx::Error::Decode(msg.into())

@@ -98,28 +98,6 @@ pub(crate) async fn fail<'c>(
     Ok(res.rows_affected() == 1)
 }
 
-/// Takes the lease of a processing refund until `until` (only its holder calls the
-/// provider). False when another request holds an unexpired one, or it is final.
-pub(crate) async fn take_lease<'c>(
-    e: impl AnyExecutor<'c>,
-    id: &str,
-    token: &str,
-    now: i64,
-    until: i64,
-) -> sqlx::Result<bool> {
-    let res = sqlx::query(
-        "UPDATE refunds SET locked_until = $1, lease_token = $2, updated_at = $3
-         WHERE id = $4 AND status = 'processing' AND (locked_until IS NULL OR locked_until <= $3)",
-    )
-    .bind(until)
-    .bind(token)
-    .bind(now)
-    .bind(id)
-    .execute(e)
-    .await?;
-    Ok(res.rows_affected() == 1)
-}
-
 /// Ends the lease `token` holds on a refund early (the call proved nothing): the next retry
 /// may call again at once.
 pub(crate) async fn release_lease<'c>(
