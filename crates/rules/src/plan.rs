@@ -476,12 +476,8 @@ pub fn plan_settle(
         ),
         Outcome::Uncancelled(why) => SettlePlan::Review {
             answer: processing(),
-            audit: Entry::new(
-                "system",
-                "attempt",
+            audit: flagged(
                 &a.id,
-                Some("processing"),
-                REVIEW,
                 &format!(
                     "the provider was asked to cancel the payment waiting for the customer and \
                      did not ({why}): flagged for manual review, order still locked"
@@ -523,13 +519,18 @@ fn mismatch_entry(attempt_id: &str, charge: &Charge) -> AuditEntry {
         "provider charge {} is for order {}, {} {}, not this attempt's: flagged for manual review, order not marked paid",
         charge.id, charge.order_id, charge.amount, charge.currency
     );
+    flagged(attempt_id, &reason)
+}
+
+/// The audit row of an attempt flagged for manual review, saying why.
+fn flagged(attempt_id: &str, reason: &str) -> AuditEntry {
     Entry::new(
         "system",
         "attempt",
         attempt_id,
         Some("processing"),
         REVIEW,
-        &reason,
+        reason,
     )
 }
 
@@ -565,7 +566,7 @@ pub fn take_over_entry(actor: &str, attempt_id: &str, who: &str) -> AuditEntry {
 
 /// The audit row of a manual-review flag.
 pub fn review_entry(attempt_id: &str) -> AuditEntry {
-    Entry::new("system", "attempt", attempt_id, Some("processing"), REVIEW,
+    flagged(attempt_id,
         "reconciliation: the provider cannot tell this attempt's outcome; flagged for manual review, never charged blindly")
 }
 
