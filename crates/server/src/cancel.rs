@@ -107,8 +107,9 @@ pub(crate) async fn cancel(
         .await?
         .ok_or_else(|| AppError::internal("attempt vanished after a unique conflict"))?;
     let (mut status, mut with_payment) = plan::cancel_answer(&record, &order.id)?;
-    // Nobody holds the lease: the charge may wait for the customer's action, which this
-    // cancel ends at the provider (an attempt whose outcome is unknown stays processing).
+    // Nobody holds the lease: ask the provider as a retry would, never charging. A payment
+    // waiting for the customer's action is cancelled there; a finished charge is settled;
+    // no charge or no answer leaves the attempt processing (docs/protocol.md, section 9).
     if let Record::Processing(p) = &record {
         if p.locked_until.is_none_or(|t| t <= state.clock.now_ms()) {
             if let End::Settled(f) = crate::pay::cancel_waiting(state, &record, order, user).await?
