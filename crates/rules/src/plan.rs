@@ -105,8 +105,8 @@ impl Claim {
     }
 }
 
-/// The claim transaction (rule 3): the attempt row, the stock to reserve in SKU order, the
-/// audit rows and the outbox row's provider key.
+/// The claim transaction (rule 3): the attempt row (with its provider key: the durable
+/// "charge this" the outbox worker drives), the stock to reserve in SKU order, the audit rows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimPlan {
     /// The claim; its attempt is the row to insert.
@@ -320,7 +320,7 @@ pub struct Finish {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SettlePlan {
     /// Finish the attempt succeeded, insert the payment, mark the order paid, enqueue the
-    /// confirmation email, close the outbox row.
+    /// confirmation email.
     Charged {
         /// The attempt's final row.
         finish: Finish,
@@ -330,7 +330,7 @@ pub enum SettlePlan {
         audit: Vec<AuditEntry>,
     },
     /// Finish the attempt without a charge, unlock the order, give the stock back (SKU
-    /// order), close the outbox row.
+    /// order).
     Uncharged {
         /// The attempt's final row.
         finish: Finish,

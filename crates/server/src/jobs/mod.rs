@@ -1,10 +1,10 @@
 //! Background jobs, one loop per process (several processes may run them at once: every
 //! step is guarded by the same atomic statements as a request).
 //!
-//! - **Outbox worker**: a pending outbox row ("charge this provider key") whose attempt's
-//!   lease has expired was abandoned: the process that claimed it crashed before or during
-//!   its provider call, or the call was inconclusive. The worker takes the lease and drives
-//!   the attempt.
+//! - **Outbox worker**: a processing attempt (the claim's durable "charge this provider
+//!   key", migrations/0011_attempt_is_the_outbox.sql) whose lease has expired was
+//!   abandoned: the process that claimed it crashed before or during its provider call, or
+//!   the call was inconclusive. The worker takes the lease and drives the attempt.
 //! - **Reconciliation**: an attempt still processing after `--reconcile-after-ms` is
 //!   settled the same way; if the provider cannot tell us its outcome, the attempt is
 //!   flagged for manual review (column, audit row, metric) and stays processing with its
@@ -24,7 +24,7 @@
 //! src/pay.rs) from the retry's own step (pay rule 5): take the expired lease, ask the provider about
 //! the provider key, settle from its answer (succeeded → paid; declined → unlocked), and
 //! only when the provider has *no* charge, re-drive with the *same* provider key. We chose
-//! re-driving over "mark failed" for "no charge": the outbox row is the durable intent to
+//! re-driving over "mark failed" for "no charge": the processing attempt is the durable intent to
 //! charge that the customer committed to, the order is still locked for it, and the same
 //! provider key makes the re-drive safe even if an earlier call lands late.
 
@@ -33,7 +33,7 @@ use crate::error::AppResult;
 use crate::state::AppState;
 use crate::store::mailbox::{self, Mail};
 use crate::store::orders::{self, get_order};
-use crate::store::{attempts as db, audit, jobs, outbox, Horizon, RETENTION};
+use crate::store::{attempts as db, audit, jobs, Horizon, RETENTION};
 use crate::{faults, metrics, pay};
 use payonce_rules::flow::End;
 use payonce_rules::Record;
@@ -135,15 +135,16 @@ pub(crate) async fn drive_abandoned(
     )
 }
 
-/// Drives attempts whose outbox row is pending and whose lease expired.
+/// Drives the processing attempts whose lease expired, oldest first: every one of them, as
+/// reconciliation does for those older than its threshold.
 pub(crate) async fn drain_outbox(state: &AppState) -> AppResult<usize> {
     let mut settled = 0;
     let now = state.clock.now_ms();
-    for row in outbox::outbox_pending(state.store.pool(), now, BATCH).await? {
+    for row in db::stuck_since(state.store.pool(), now, now, BATCH).await? {
         let Some(driven) = per_row(&row, drive_abandoned(state, &row, Worker::Outbox).await) else {
             continue;
         };
-        tracing::debug!(attempt = %row.id(), ?driven, "outbox row");
+        tracing::debug!(attempt = %row.id(), ?driven, "outbox worker");
         match driven {
             Driven::Settled => metrics::outbox(metrics::OutboxResult::Drained),
             Driven::Unknown => metrics::outbox(metrics::OutboxResult::Inconclusive),

@@ -279,7 +279,7 @@ pub(crate) async fn flag_review<'c>(
 }
 
 /// Processing attempts created before `before` whose lease has expired: the
-/// reconciliation job's work list. Oldest first.
+/// reconciliation job's work list, and with `before = now` the outbox worker's. Oldest first.
 pub(crate) async fn stuck_since<'c>(
     e: impl AnyExecutor<'c>,
     before: i64,

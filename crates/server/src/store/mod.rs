@@ -22,7 +22,6 @@ pub(crate) mod catalog;
 pub(crate) mod jobs;
 pub(crate) mod mailbox;
 pub(crate) mod orders;
-pub(crate) mod outbox;
 pub(crate) mod pay;
 pub(crate) mod payments;
 pub(crate) mod refunds;
@@ -193,6 +192,11 @@ const MIGRATIONS: &[Migration] = &[
         version: 10,
         name: "expired_attempts",
         sql: include_str!("../../migrations/0010_expired_attempts.sql"),
+    },
+    Migration {
+        version: 11,
+        name: "attempt_is_the_outbox",
+        sql: include_str!("../../migrations/0011_attempt_is_the_outbox.sql"),
     },
 ];
 
@@ -411,11 +415,6 @@ pub(crate) const RETENTION: &[(&str, &str, Horizon)] = &[
     ("webhook_events", "received_at < $1", Horizon::AuditWindow),
     (
         "jobs",
-        "done_at IS NOT NULL AND done_at < $1",
-        Horizon::AuditWindow,
-    ),
-    (
-        "outbox",
         "done_at IS NOT NULL AND done_at < $1",
         Horizon::AuditWindow,
     ),

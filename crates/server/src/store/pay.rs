@@ -13,8 +13,7 @@ use payonce_rules::Processing;
 /// How a claim ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ClaimOutcome {
-    /// Committed: the attempt is processing, the order locked, the stock reserved, the
-    /// outbox row written.
+    /// Committed: the attempt is processing, the order locked, the stock reserved.
     Claimed,
     /// The caller's `(user, key)` slot was taken meanwhile (another request claimed or
     /// cancelled the key): nothing was written; decide again with the record.
@@ -49,10 +48,11 @@ impl<E: From<sqlx::Error>> From<sqlx::Error> for Abort<E> {
 
 /// The claim of a new key (rule 3), in one write transaction: the attempt under the unique
 /// indexes, the order lock at the planned version, the stock in the plan's SKU order, the
-/// audit rows and the outbox row ("charge this provider key": the request executes it
-/// inline after the commit; if the process dies first, the outbox worker finds it,
-/// src/jobs/mod.rs). `before_commit` runs once every statement passed and before the
-/// commit; its error rolls the claim back and is returned.
+/// audit rows. The processing attempt is the transactional outbox ("charge this provider
+/// key": the request executes it inline after the commit; if the process dies first, the
+/// outbox worker finds it by its expired lease, src/jobs/mod.rs). `before_commit` runs once
+/// every statement passed and before the commit; its error rolls the claim back and is
+/// returned.
 ///
 /// A claim that lost writes nothing, and only then are the rows read that say why (on the
 /// pool, after the rollback): which statement lost was decided in the transaction, the reads
@@ -114,7 +114,7 @@ where
     Ok(ClaimOutcome::OutOfStock { sku })
 }
 
-/// The claim's statements: `[attempt, order lock, stock…, audit…, outbox]`.
+/// The claim's statements: `[attempt, order lock, stock…, audit…]`.
 fn claim_statements(plan: &ClaimPlan, key: &str, now: i64) -> Vec<Statement> {
     let a = &plan.claim.attempt;
     let t = &a.terms;
@@ -169,16 +169,6 @@ fn claim_statements(plan: &ClaimPlan, key: &str, now: i64) -> Vec<Statement> {
         .need(Need::Row)
     }));
     list.extend(audit::insert_all(&plan.audit, now));
-    list.push(Statement::new(
-        "INSERT INTO outbox (id, attempt_id, kind, provider_key, created_at)
-         SELECT $1, $2, 'charge', $3, $4 WHERE true",
-        vec![
-            Arg::from(format!("obx_{}", uuid::Uuid::new_v4().simple()).as_str()),
-            (&a.id).into(),
-            (&a.provider_key).into(),
-            now.into(),
-        ],
-    ));
     list
 }
 
@@ -200,7 +190,7 @@ pub(crate) async fn settle(
     Ok(counts[0] == 1)
 }
 
-/// The settle's statements: `[finish, …what the outcome writes, audit…, outbox row deleted]`;
+/// The settle's statements: `[finish, …what the outcome writes, audit…]`;
 /// `None` for a plan that writes nothing (the outcome is not known yet).
 fn settle_statements(a: &Processing, plan: &SettlePlan, now: i64) -> Option<Vec<Statement>> {
     let (finish, audit) = match plan {
@@ -290,11 +280,5 @@ fn settle_statements(a: &Processing, plan: &SettlePlan, now: i64) -> Option<Vec<
         | SettlePlan::Review { .. } => return None,
     }
     list.extend(audit::insert_all(audit, now));
-    // The outbox row is done once the attempt is final: deleted, not closed, so a pay leaves
-    // no outbox row behind and its index entries are not written twice.
-    list.push(Statement::new(
-        "DELETE FROM outbox WHERE attempt_id = $1 AND done_at IS NULL",
-        vec![id.into()],
-    ));
     Some(list)
 }

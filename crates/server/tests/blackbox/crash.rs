@@ -146,7 +146,7 @@ async fn scenario(backend: Backend, crash: Crash, method: &str) {
                 .await
                 .unwrap();
         let (pending,): (i64,) =
-            sqlx::query_as("SELECT COUNT(*) FROM outbox WHERE done_at IS NULL")
+            sqlx::query_as("SELECT COUNT(*) FROM attempts WHERE status = 'processing'")
                 .fetch_one(&pool)
                 .await
                 .unwrap();
@@ -160,7 +160,7 @@ async fn scenario(backend: Backend, crash: Crash, method: &str) {
         assert_eq!(
             pending,
             i64::from(!saved),
-            "{crash:?}: the outbox row after the crash"
+            "{crash:?}: processing attempts (the outbox) after the crash"
         );
         if webhook_case {
             let (all, handled): (i64, i64) =
@@ -266,10 +266,11 @@ async fn scenario(backend: Backend, crash: Crash, method: &str) {
     .await
     .unwrap();
     assert_eq!(paid_rows, 1, "{crash:?}: one unpaid → paid transition");
-    let (pending,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM outbox WHERE done_at IS NULL")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let (pending,): (i64,) =
+        sqlx::query_as("SELECT COUNT(*) FROM attempts WHERE status = 'processing'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
     assert_eq!(pending, 0, "{crash:?}: the outbox is drained");
     if webhook_case {
         // The event the handler crashed on was recorded but not handled; the restarted

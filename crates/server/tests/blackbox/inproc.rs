@@ -407,7 +407,7 @@ async fn a_cancel_ends_a_challenge_the_customer_left(backend: Backend) {
     assert_eq!((charges.len(), succeeded), (2, 1), "{charges:?}");
 }
 
-/// A processing attempt as a crash leaves it (lease over, outbox row pending), written
+/// A processing attempt as a crash leaves it (lease over: the outbox worker's), written
 /// straight into the tables, created at `at`, for `order` at `amount`, under `provider_key`.
 async fn insert_abandoned(
     pool: &sqlx::AnyPool,
@@ -428,17 +428,6 @@ async fn insert_abandoned(
     .bind(key())
     .bind(order)
     .bind(amount)
-    .bind(provider_key)
-    .bind(at)
-    .execute(pool)
-    .await
-    .unwrap();
-    sqlx::query(
-        "INSERT INTO outbox (id, attempt_id, kind, provider_key, created_at)
-         VALUES ($1, $2, 'charge', $3, $4)",
-    )
-    .bind(format!("obx_{id}"))
-    .bind(&id)
     .bind(provider_key)
     .bind(at)
     .execute(pool)
