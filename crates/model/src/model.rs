@@ -957,6 +957,13 @@ impl Model {
                 w.flow.on_record(record, now, false);
             }
             srv::Effect::Wait => w.flow.on_waited(),
+            // The model's server has no Redis: its pays start with `ServerPay::pay`, never
+            // `pay_marked`, so the marker's effects cannot come (docs/model.md says why).
+            srv::Effect::Mark { .. }
+            | srv::Effect::MarkWait { .. }
+            | srv::Effect::Unmark { .. } => {
+                unreachable!("the model's pays have no claim marker")
+            }
             srv::Effect::Claim { plan, .. } => {
                 let r = self.claim(s, &key, &plan.claim, w.read_free);
                 w.flow.on_claim(r);

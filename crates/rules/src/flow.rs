@@ -38,7 +38,7 @@
 //! ([`plan::reconcile`], [`plan::webhook`]) and the lease arithmetic ([`Policy`]).
 
 use crate::keyed::NextAction;
-use crate::pay::{Current, PayRequest};
+use crate::pay::{replay_of, Current, PayRequest};
 use crate::plan::{self, AuditEntry, Claim, ClaimPlan, Lookup, OrderTerms, Outcome, SettlePlan};
 use crate::policy::Policy;
 use crate::record::{Answer, Final, Processing, Record};
@@ -185,12 +185,98 @@ pub enum End {
     Unconfirmed,
 }
 
+/// What the claim marker's cache (the server's Redis, crates/server/src/replay/marker.rs)
+/// holds for the key, as the caller found it. The marker only ever saves work: the store's
+/// unique key still decides every claim, so a flushed or failed cache changes no answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Marked {
+    /// This request's marker was set where nothing was: the key is its to run.
+    Ours,
+    /// Another request's marker: a duplicate of the key is in flight.
+    Theirs,
+    /// The key's final record, as the cache holds it.
+    Final(Final),
+    /// Nothing there: flushed, expired or released.
+    Gone,
+    /// Something that does not read as an entry.
+    Unreadable,
+    /// The cache could not be asked (down, or a call failed): the store decides alone.
+    Failed,
+}
+
+/// What a marker step came to, for the caller's metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkerVerdict {
+    /// The marker is this request's.
+    Claimed,
+    /// The cached final record answers the request.
+    Replay,
+    /// The cached final record has other details: the store answers (422).
+    Mismatch,
+    /// The marker went away while waiting: the store answers.
+    Miss,
+    /// The wait on another request's marker is over: the store answers.
+    Processing,
+    /// The entry did not read: the store answers.
+    Unreadable,
+}
+
+/// What a flow that went through the marker leaves in the cache once it ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unmark<'a> {
+    /// Cache the final record this flow stored (no read back).
+    Cache(&'a Final),
+    /// Cache the key's final record as the store holds it (someone else stored it);
+    /// `unless_cached`: leave a final entry already there (it can only be the same).
+    Remember {
+        /// Only when the cache lost it (a flush, a failover).
+        unless_cached: bool,
+    },
+    /// Delete this flow's own marker, and only it (compare-and-delete): the key is not
+    /// final, the next request decides from the store.
+    Release,
+}
+
+/// Who a flow was at the marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MarkerRole {
+    /// Set its marker: caches the answer or releases the marker at the end.
+    Owner,
+    /// Found someone else's entry and went on to the store: refills a lost final answer.
+    Waiter,
+}
+
 /// The next thing the caller performs, then reports with the matching `on_*` call. `now`:
 /// the time the plan was made at, which its rows are written with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Effect<'a> {
     /// Read `user`'s record for `key` → [`ServerPay::on_record`].
     ReadKey {
+        /// The caller.
+        user: &'a str,
+        /// The key.
+        key: &'a IdempotencyKey,
+    },
+    /// Set `user`'s claim marker for `key` where nothing is, returning what was there →
+    /// [`ServerPay::on_marked`].
+    Mark {
+        /// The caller.
+        user: &'a str,
+        /// The key.
+        key: &'a IdempotencyKey,
+    },
+    /// Wait a little, then read the cache's entry for `user`'s `key` again →
+    /// [`ServerPay::on_marked`].
+    MarkWait {
+        /// The caller.
+        user: &'a str,
+        /// The key.
+        key: &'a IdempotencyKey,
+    },
+    /// The flow ended (`end`); leave the cache as `unmark` says → [`ServerPay::on_unmarked`].
+    Unmark {
+        /// What to do.
+        unmark: Unmark<'a>,
         /// The caller.
         user: &'a str,
         /// The key.
@@ -279,6 +365,9 @@ enum Open {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Phase {
+    /// Set the marker; then decide with the first record, if one was read.
+    Mark(Option<Option<Record>>),
+    MarkWait,
     Read,
     Wait,
     Claim,
@@ -298,6 +387,23 @@ enum Phase {
     Done(End),
 }
 
+/// What a flow that went through the marker as `role` leaves in the cache once it ended with
+/// `end`: its owner caches a final answer (the row it stored, or else the store's) or
+/// releases its marker; a waiter refills a final answer the cache lost.
+fn unmark_of(role: MarkerRole, end: &End) -> Option<Unmark<'_>> {
+    match (role, end) {
+        (MarkerRole::Owner, End::Settled(stored)) => Some(Unmark::Cache(stored)),
+        (MarkerRole::Owner, End::Replay { .. }) => Some(Unmark::Remember {
+            unless_cached: false,
+        }),
+        (MarkerRole::Owner, _) => Some(Unmark::Release),
+        (MarkerRole::Waiter, End::Settled(_) | End::Replay { .. }) => Some(Unmark::Remember {
+            unless_cached: true,
+        }),
+        (MarkerRole::Waiter, _) => None,
+    }
+}
+
 /// One pay flow (see the module docs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerPay {
@@ -311,6 +417,10 @@ pub struct ServerPay {
     phases: Phases,
     /// Set once this flow took an expired lease over (for [`Flaw::Recreate`]).
     taken_over: bool,
+    /// Set once the flow went through the claim marker; `None` again once unmarked.
+    marker: Option<MarkerRole>,
+    /// The end is the marker cache's final entry, replayed.
+    replayed_from_marker: bool,
 }
 
 impl ServerPay {
@@ -329,6 +439,24 @@ impl ServerPay {
             m.on_record(record, now, may_wait);
         }
         m
+    }
+
+    /// A pay request behind the claim marker: the cache is asked first (a duplicate of the
+    /// key in flight waits on it, a cached final answer replays), then the flow runs as
+    /// [`ServerPay::pay`] would, from `first` when this request set the marker, and its end
+    /// is left in the cache ([`Effect::Unmark`]).
+    pub fn pay_marked(
+        req: Request,
+        order: Order,
+        first: Option<Option<Record>>,
+        policy: Policy,
+    ) -> Self {
+        Self::new(
+            Origin::Pay(Box::new(req)),
+            order,
+            Phase::Mark(first),
+            policy,
+        )
     }
 
     /// The jobs' driver of an abandoned attempt (`worker` names it in the audit trail):
@@ -382,6 +510,8 @@ impl ServerPay {
             flaw: None,
             phases: Phases::One,
             taken_over: false,
+            marker: None,
+            replayed_from_marker: false,
         }
     }
 
@@ -424,6 +554,9 @@ impl ServerPay {
     /// The name of the next effect (for traces).
     pub fn next_step(&self) -> &'static str {
         match &self.phase {
+            Phase::Mark(_) => "Mark",
+            Phase::MarkWait => "MarkWait",
+            Phase::Done(_) if self.marker.is_some() => "Unmark",
             Phase::Read => "ReadKey",
             Phase::Wait => "Wait",
             Phase::Claim | Phase::Claiming(..) => "Claim",
@@ -464,6 +597,11 @@ impl ServerPay {
     /// The next effect at `now`. Plans are made here, with ids from `ids`; asking again
     /// before the matching `on_*` call returns the same effect.
     pub fn poll(&mut self, now: i64, ids: &mut dyn Ids) -> Effect<'_> {
+        if let (Phase::Done(end), Some(role)) = (&self.phase, self.marker) {
+            if unmark_of(role, end).is_none() {
+                self.marker = None;
+            }
+        }
         match std::mem::replace(&mut self.phase, Phase::Read) {
             Phase::Claim => self.phase = self.plan_claim(now, ids),
             Phase::TakeOver(p) => {
@@ -501,6 +639,24 @@ impl ServerPay {
             _ => None,
         };
         match (&self.phase, req) {
+            (Phase::Mark(_), Some(r)) => Effect::Mark {
+                user: &r.user,
+                key: &r.key,
+            },
+            (Phase::MarkWait, Some(r)) => Effect::MarkWait {
+                user: &r.user,
+                key: &r.key,
+            },
+            (Phase::Done(end), Some(r)) if self.marker.is_some() => {
+                match self.marker.and_then(|role| unmark_of(role, end)) {
+                    Some(unmark) => Effect::Unmark {
+                        unmark,
+                        user: &r.user,
+                        key: &r.key,
+                    },
+                    None => Effect::Done(end),
+                }
+            }
             (Phase::Read, Some(r)) => Effect::ReadKey {
                 user: &r.user,
                 key: &r.key,
@@ -510,7 +666,9 @@ impl ServerPay {
                 key: &r.key,
                 now,
             },
-            (Phase::Read | Phase::Claiming(..), None) => unreachable!("only a pay reads a key"),
+            (Phase::Read | Phase::Claiming(..) | Phase::Mark(_) | Phase::MarkWait, None) => {
+                unreachable!("only a pay reads a key")
+            }
             (Phase::Wait, _) => Effect::Wait,
             (Phase::ChargeFirst(plan), _) => Effect::Charge(&plan.claim),
             (Phase::TakingOver(_, take), _) => Effect::TakeOver { take, now },
@@ -581,21 +739,8 @@ impl ServerPay {
     /// The caller's record for the key (rule 2) at `now`; `may_wait`: the request has
     /// in-progress wait left.
     pub fn on_record(&mut self, record: Option<Record>, now: i64, may_wait: bool) {
-        let Origin::Pay(req) = &self.origin else {
+        let Some(r) = self.view() else {
             return;
-        };
-        let o = &self.order;
-        let r = PayRequest {
-            user: &req.user,
-            order_id: &o.id,
-            order_version: req.order_version,
-            payment_method_id: &req.payment_method_id,
-            extras: &req.extras,
-            current: Some(Current {
-                version: o.version,
-                amount: o.amount,
-                currency: &o.currency,
-            }),
         };
         self.phase = match crate::decide(record.as_ref(), &r, now, may_wait) {
             NextAction::StartProcessing => Phase::Claim,
@@ -612,6 +757,96 @@ impl ServerPay {
                 _ => Phase::Read,
             },
         };
+    }
+
+    /// The rules' view of the pay request, with the order as read; `None` for the jobs.
+    fn view(&self) -> Option<PayRequest<'_>> {
+        let Origin::Pay(req) = &self.origin else {
+            return None;
+        };
+        let o = &self.order;
+        Some(PayRequest {
+            user: &req.user,
+            order_id: &o.id,
+            order_version: req.order_version,
+            payment_method_id: &req.payment_method_id,
+            extras: &req.extras,
+            current: Some(Current {
+                version: o.version,
+                amount: o.amount,
+                currency: &o.currency,
+            }),
+        })
+    }
+
+    /// What the claim marker's cache held for the key at `now`; `may_wait`: the request has
+    /// in-progress wait left. Returns what the step came to, for the caller's metrics
+    /// (`None` while it keeps waiting, or when the cache failed).
+    ///
+    /// A final entry answers only a request with its details (`replay_of`, the rule every
+    /// copy of an answer is checked by); anything else goes on to the store. Only the
+    /// marker's owner decides on the record read before it: a waiter's time has passed, it
+    /// reads the key afresh.
+    pub fn on_marked(&mut self, seen: Marked, now: i64, may_wait: bool) -> Option<MarkerVerdict> {
+        let (first, waited) = match std::mem::replace(&mut self.phase, Phase::Read) {
+            Phase::Mark(first) => (first, false),
+            Phase::MarkWait => (None, true),
+            other => {
+                self.phase = other;
+                return None;
+            }
+        };
+        let (role, verdict) = match seen {
+            Marked::Ours => (Some(MarkerRole::Owner), Some(MarkerVerdict::Claimed)),
+            // A waiter still refills a final answer the cache lost.
+            Marked::Failed => (waited.then_some(MarkerRole::Waiter), None),
+            Marked::Final(f) => {
+                let record = Record::Final(f);
+                if let Some(answer) = self.view().and_then(|r| replay_of(&record, &r)) {
+                    self.phase = Phase::Done(End::Replay {
+                        answer,
+                        replayed: true,
+                    });
+                    self.replayed_from_marker = true;
+                    return Some(MarkerVerdict::Replay);
+                }
+                (Some(MarkerRole::Waiter), Some(MarkerVerdict::Mismatch))
+            }
+            Marked::Theirs if may_wait => {
+                self.phase = Phase::MarkWait;
+                return None;
+            }
+            Marked::Theirs => (Some(MarkerRole::Waiter), Some(MarkerVerdict::Processing)),
+            Marked::Gone => (Some(MarkerRole::Waiter), Some(MarkerVerdict::Miss)),
+            Marked::Unreadable => (Some(MarkerRole::Waiter), Some(MarkerVerdict::Unreadable)),
+        };
+        self.marker = role;
+        match (role, first) {
+            (Some(MarkerRole::Owner) | None, Some(record)) => self.on_record(record, now, may_wait),
+            _ => self.phase = Phase::Read,
+        }
+        verdict
+    }
+
+    /// True when the flow ended replaying the marker cache's final entry.
+    pub fn replayed_from_marker(&self) -> bool {
+        self.replayed_from_marker
+    }
+
+    /// The caller and key whose marker this flow set and has not left yet: a flow that
+    /// stopped on an error (the store failed) deletes it, so duplicates need not wait it out.
+    pub fn marker_held(&self) -> Option<(&str, &IdempotencyKey)> {
+        match (&self.origin, self.marker) {
+            (Origin::Pay(r), Some(MarkerRole::Owner)) => Some((&r.user, &r.key)),
+            _ => None,
+        }
+    }
+
+    /// The cache was left as [`Effect::Unmark`] said.
+    pub fn on_unmarked(&mut self) {
+        if matches!(self.phase, Phase::Done(_)) {
+            self.marker = None;
+        }
     }
 
     /// The wait ended.
@@ -903,6 +1138,174 @@ mod tests {
             }
             e => panic!("{e:?}"),
         }
+    }
+
+    /// Runs a marked pay for a new key that this request marked, to its settle; the final
+    /// row it stored.
+    fn settled_behind_the_marker(ids: &mut Counter) -> (ServerPay, Final) {
+        let mut m = ServerPay::pay_marked(request(1), order(1), Some(None), policy());
+        assert!(matches!(m.poll(NOW, ids), Effect::Mark { .. }));
+        assert_eq!(
+            m.on_marked(Marked::Ours, NOW, true),
+            Some(MarkerVerdict::Claimed)
+        );
+        // The owner decides on the record read before the marker: no second read.
+        let Effect::Claim { plan, .. } = m.poll(NOW, ids) else {
+            panic!("claim")
+        };
+        let claim = plan.claim.clone();
+        m.on_claim(Claimed::Won);
+        m.on_charge(Outcome::Succeeded(charge(&claim, ChargeStatus::Succeeded)));
+        assert!(matches!(m.poll(NOW, ids), Effect::Settle { .. }));
+        m.on_settled(true);
+        let stored = match m.poll(NOW, ids) {
+            Effect::Unmark {
+                unmark: Unmark::Cache(f),
+                ..
+            } => f.clone(),
+            e => panic!("{e:?}"),
+        };
+        (m, stored)
+    }
+
+    /// The marker's owner runs the rules from the record it read, caches the row it stored,
+    /// then ends.
+    #[test]
+    fn the_marker_owner_caches_the_row_it_stored() {
+        let mut ids = Counter(0);
+        let (mut m, stored) = settled_behind_the_marker(&mut ids);
+        assert_eq!(stored.status, AttemptStatus::Succeeded);
+        assert!(m.marker_held().is_some());
+        m.on_unmarked();
+        assert!(m.marker_held().is_none());
+        assert!(matches!(
+            m.poll(NOW, &mut ids),
+            Effect::Done(End::Settled(_))
+        ));
+        assert!(!m.replayed_from_marker());
+    }
+
+    /// A cached final entry answers a request with its details, and only such a request;
+    /// other details go on to the store, which answers the 422, and nothing is cached.
+    #[test]
+    fn a_cached_final_replays_only_the_same_details() {
+        let mut ids = Counter(0);
+        let (_, stored) = settled_behind_the_marker(&mut ids);
+        let mut same = ServerPay::pay_marked(request(1), order(1), None, policy());
+        assert!(matches!(same.poll(NOW, &mut ids), Effect::Mark { .. }));
+        let seen = Marked::Final(stored.clone());
+        assert_eq!(same.on_marked(seen, NOW, true), Some(MarkerVerdict::Replay));
+        assert!(matches!(
+            same.poll(NOW, &mut ids),
+            Effect::Done(End::Replay { replayed: true, .. })
+        ));
+        assert!(same.replayed_from_marker());
+
+        let mut other = request(1);
+        other.payment_method_id = "pm_card_other".into();
+        let mut m = ServerPay::pay_marked(other, order(1), Some(None), policy());
+        m.poll(NOW, &mut ids);
+        let seen = Marked::Final(stored.clone());
+        assert_eq!(m.on_marked(seen, NOW, true), Some(MarkerVerdict::Mismatch));
+        // A waiter reads the key afresh: the record read before the marker is old.
+        assert!(matches!(m.poll(NOW, &mut ids), Effect::ReadKey { .. }));
+        m.on_record(Some(Record::Final(stored)), NOW, true);
+        assert!(matches!(
+            m.poll(NOW, &mut ids),
+            Effect::Done(End::Mismatch(_))
+        ));
+        assert!(!m.replayed_from_marker());
+    }
+
+    /// Another request's marker is waited on while the wait lasts; when it goes away the
+    /// store answers, and a final answer the cache lost is refilled.
+    #[test]
+    fn a_waiter_reads_the_store_once_the_marker_is_gone_and_refills_the_cache() {
+        let mut ids = Counter(0);
+        let (_, stored) = settled_behind_the_marker(&mut ids);
+        let mut m = ServerPay::pay_marked(request(1), order(1), Some(None), policy());
+        m.poll(NOW, &mut ids);
+        assert_eq!(m.on_marked(Marked::Theirs, NOW, true), None);
+        assert!(matches!(m.poll(NOW, &mut ids), Effect::MarkWait { .. }));
+        assert_eq!(m.on_marked(Marked::Theirs, NOW, true), None);
+        assert!(matches!(m.poll(NOW, &mut ids), Effect::MarkWait { .. }));
+        assert_eq!(
+            m.on_marked(Marked::Gone, NOW, true),
+            Some(MarkerVerdict::Miss)
+        );
+        assert!(matches!(m.poll(NOW, &mut ids), Effect::ReadKey { .. }));
+        m.on_record(Some(Record::Final(stored)), NOW, true);
+        assert!(matches!(
+            m.poll(NOW, &mut ids),
+            Effect::Unmark {
+                unmark: Unmark::Remember {
+                    unless_cached: true
+                },
+                ..
+            }
+        ));
+        // A waiter holds no marker of its own: nothing to release on an error.
+        assert!(m.marker_held().is_none());
+        m.on_unmarked();
+        assert!(matches!(
+            m.poll(NOW, &mut ids),
+            Effect::Done(End::Replay { .. })
+        ));
+    }
+
+    /// The wait on another request's marker ends with the request's own wait: the store
+    /// decides (here: a new key for it, claimed).
+    #[test]
+    fn a_marker_held_past_the_wait_leaves_the_decision_to_the_store() {
+        let mut ids = Counter(0);
+        let mut m = ServerPay::pay_marked(request(1), order(1), None, policy());
+        m.poll(NOW, &mut ids);
+        assert_eq!(
+            m.on_marked(Marked::Theirs, NOW, false),
+            Some(MarkerVerdict::Processing)
+        );
+        assert!(matches!(m.poll(NOW, &mut ids), Effect::ReadKey { .. }));
+        m.on_record(None, NOW, false);
+        assert!(matches!(m.poll(NOW, &mut ids), Effect::Claim { .. }));
+    }
+
+    /// An owner whose outcome is not final releases its marker; a cache that failed leaves
+    /// the flow as it would be without one (nothing to cache, nothing to release).
+    #[test]
+    fn an_open_outcome_releases_the_marker_and_a_failed_cache_is_no_marker() {
+        let mut ids = Counter(0);
+        let mut m = ServerPay::pay_marked(request(1), order(1), Some(None), policy());
+        m.poll(NOW, &mut ids);
+        m.on_marked(Marked::Ours, NOW, true);
+        m.poll(NOW, &mut ids);
+        m.on_claim(Claimed::Won);
+        m.on_charge(Outcome::Unknown("timeout".into()));
+        assert!(matches!(m.poll(NOW, &mut ids), Effect::Release { .. }));
+        m.on_released(false);
+        assert!(matches!(
+            m.poll(NOW, &mut ids),
+            Effect::Unmark {
+                unmark: Unmark::Release,
+                ..
+            }
+        ));
+        m.on_unmarked();
+        assert!(matches!(
+            m.poll(NOW, &mut ids),
+            Effect::Done(End::Unknown(_))
+        ));
+
+        let mut m = ServerPay::pay_marked(request(1), order(1), Some(None), policy());
+        m.poll(NOW, &mut ids);
+        assert_eq!(m.on_marked(Marked::Failed, NOW, true), None);
+        assert!(matches!(m.poll(NOW, &mut ids), Effect::Claim { .. }));
+        m.on_claim(Claimed::Refused(Box::new(Problem::new(
+            ErrorCode::OrderChanged,
+        ))));
+        assert!(matches!(
+            m.poll(NOW, &mut ids),
+            Effect::Done(End::Refused(_))
+        ));
     }
 
     /// A request for a version the order no longer has is refused before any write.

@@ -27,7 +27,9 @@
 use crate::dev::failpoint;
 use crate::error::{AppError, AppResult};
 use crate::faults;
+use crate::metrics::ReplaySource;
 use crate::provider::ChargeOutcome;
+use crate::replay::marker;
 use crate::reply::Reply;
 use crate::state::AppState;
 use crate::store::attempts as db;
@@ -36,8 +38,7 @@ use crate::store::pay::ClaimOutcome;
 use crate::store::{self, audit, Leased};
 use payonce_protocol::provider::ChargeRequest;
 use payonce_protocol::{AttemptStatus, ErrorCode, IdempotencyKey, PayRequest};
-use payonce_rules::flow::{self, Claimed, Effect, End, ServerPay, TakeOver};
-use payonce_rules::pay::Current;
+use payonce_rules::flow::{self, Claimed, Effect, End, Marked, ServerPay, TakeOver, Unmark};
 use payonce_rules::plan::{self, Claim, ClaimPlan, SettlePlan};
 use payonce_rules::policy::Bucket;
 use payonce_rules::{Processing, Record};
@@ -52,27 +53,6 @@ const POLL: Duration = Duration::from_millis(25);
 /// guards against a livelock bug.
 const MAX_EFFECTS: usize = 100_000;
 
-/// The rules' view of a pay request for `order_id`; `order`: the order once read.
-pub(crate) fn request<'a>(
-    user: &'a str,
-    order_id: &'a str,
-    req: &'a PayRequest,
-    order: Option<&'a OrderRow>,
-) -> payonce_rules::PayRequest<'a> {
-    payonce_rules::PayRequest {
-        user,
-        order_id,
-        order_version: req.order_version,
-        payment_method_id: &req.payment_method_id,
-        extras: &req.extras,
-        current: order.map(|o| Current {
-            version: o.version,
-            amount: o.amount,
-            currency: &o.currency,
-        }),
-    }
-}
-
 /// The machine's view of the order as read.
 pub(crate) fn order_of(order: &OrderRow) -> flow::Order {
     flow::Order {
@@ -84,7 +64,9 @@ pub(crate) fn order_of(order: &OrderRow) -> flow::Order {
     }
 }
 
-/// Rules 2 to 5 for one request. A key in flight is waited on until `deadline`.
+/// Rules 2 to 5 for one request, behind the Redis claim marker when Redis is on
+/// (src/replay/marker.rs). A key in flight is waited on for `--in-progress-wait-ms`. The
+/// answer, and where a replayed one came from.
 ///
 /// `first`: the caller's record as read with the order (`Some(None)`: no record), used for
 /// the first decision instead of a second lookup; `None` to look it up here. A record read a
@@ -98,9 +80,9 @@ pub(crate) async fn run(
     order: &OrderRow,
     key: &IdempotencyKey,
     req: &PayRequest,
-    deadline: Instant,
     first: Option<Option<Record>>,
-) -> AppResult<Reply> {
+) -> (AppResult<Reply>, ReplaySource) {
+    let deadline = Instant::now() + state.config.in_progress_wait;
     let request = flow::Request {
         user: user.to_owned(),
         key: key.clone(),
@@ -108,9 +90,28 @@ pub(crate) async fn run(
         payment_method_id: req.payment_method_id.clone(),
         extras: req.extras.clone(),
     };
-    let (now, may_wait) = (state.clock.now_ms(), Instant::now() < deadline);
-    let m = ServerPay::pay(request, order_of(order), first, now, may_wait, state.policy);
-    let end = interpret(state, m, Some(deadline), None).await?;
+    let (order, policy) = (order_of(order), state.policy);
+    let m = match &state.redis {
+        Some(_) => ServerPay::pay_marked(request, order, first, policy),
+        None => {
+            let (now, may_wait) = (state.clock.now_ms(), Instant::now() < deadline);
+            ServerPay::pay(request, order, first, now, may_wait, policy)
+        }
+    };
+    let mut m = configured(state, m);
+    let reply = match drive(state, &mut m, Some(deadline), None).await {
+        Ok(end) => reply(state, user, key, end).await,
+        Err(e) => Err(e),
+    };
+    let source = match m.replayed_from_marker() {
+        true => ReplaySource::Redis,
+        false => ReplaySource::Database,
+    };
+    (reply, source)
+}
+
+/// The answer of a pay flow's end.
+async fn reply(state: &AppState, user: &str, key: &IdempotencyKey, end: End) -> AppResult<Reply> {
     match end {
         End::Replay { answer, replayed } => {
             let mut a = Reply::replay(answer);
@@ -123,9 +124,7 @@ pub(crate) async fn run(
             state
                 .replays
                 .put(user, key.as_str(), &Record::Final(stored.clone()));
-            let mut a = Reply::fresh(stored.answer.clone());
-            a.settled = Some(Box::new(stored));
-            Ok(a)
+            Ok(Reply::fresh(stored.answer))
         }
         End::Unknown(answer) => {
             let mut answer = Reply::fresh(answer);
@@ -221,12 +220,68 @@ pub(crate) async fn interpret(
     deadline: Option<Instant>,
     taken: Option<&'static str>,
 ) -> AppResult<End> {
+    drive(state, &mut configured(state, m), deadline, taken).await
+}
+
+/// `m` as this server runs it: its provider's phases, and a flaw only a dev build sets.
+fn configured(state: &AppState, m: ServerPay) -> ServerPay {
+    m.with_phases(state.provider.phases())
+        .with_flaw(state.config.flaw)
+}
+
+/// [`interpret`] on a machine the caller keeps. A flow stopped by an error (the store
+/// failed) still deletes the claim marker it set, so duplicates need not wait it out.
+async fn drive(
+    state: &AppState,
+    m: &mut ServerPay,
+    deadline: Option<Instant>,
+    taken: Option<&'static str>,
+) -> AppResult<End> {
+    let own = state.redis.as_ref().map(|_| marker::new_marker());
+    let r = steps(state, m, deadline, taken, own.as_deref()).await;
+    if let (Err(_), Some((user, key)), Some(redis), Some(own)) =
+        (&r, m.marker_held(), &state.redis, &own)
+    {
+        marker::unmark(redis, state, user, key, own, Unmark::Release).await;
+    }
+    r
+}
+
+async fn steps(
+    state: &AppState,
+    m: &mut ServerPay,
+    deadline: Option<Instant>,
+    taken: Option<&'static str>,
+    own: Option<&str>,
+) -> AppResult<End> {
     let may_wait = || deadline.is_some_and(|d| Instant::now() < d);
-    let mut m = m
-        .with_phases(state.provider.phases())
-        .with_flaw(state.config.flaw);
     for _ in 0..MAX_EFFECTS {
         match m.poll(state.clock.now_ms(), &mut Fresh) {
+            Effect::Mark { user, key } => {
+                let seen = match (&state.redis, own) {
+                    (Some(redis), Some(own)) => marker::mark(redis, state, user, key, own).await,
+                    _ => Marked::Failed,
+                };
+                if let Some(verdict) = m.on_marked(seen, state.clock.now_ms(), may_wait()) {
+                    marker::count(verdict);
+                }
+            }
+            Effect::MarkWait { user, key } => {
+                tokio::time::sleep(marker::POLL).await;
+                let seen = match &state.redis {
+                    Some(redis) => marker::look(redis, user, key).await,
+                    None => Marked::Failed,
+                };
+                if let Some(verdict) = m.on_marked(seen, state.clock.now_ms(), may_wait()) {
+                    marker::count(verdict);
+                }
+            }
+            Effect::Unmark { unmark, user, key } => {
+                if let (Some(redis), Some(own)) = (&state.redis, own) {
+                    marker::unmark(redis, state, user, key, own, unmark).await;
+                }
+                m.on_unmarked();
+            }
             Effect::Done(end) => return Ok(end.clone()),
             Effect::ReadKey { user, key } => {
                 let record = db::find(state.store.pool(), user, key.as_str()).await?;

@@ -16,9 +16,6 @@ pub(crate) struct Reply {
     /// The attempt stays processing although the status is not 202 (402 `ACTION_REQUIRED`):
     /// never final, never cached as the key's answer.
     pub(crate) open: bool,
-    /// The final row this request stored, when it settled the attempt itself (the copies of
-    /// the answer are filled from it, `src/replay/`).
-    pub(crate) settled: Option<Box<payonce_rules::Final>>,
 }
 
 impl Reply {
@@ -36,7 +33,6 @@ impl Reply {
             replayed: false,
             retry_after: None,
             open: false,
-            settled: None,
         }
     }
 

@@ -10,7 +10,7 @@ use crate::http::extract::{ApiJson, DevFaultHeader, IdemKeyHeader, PathId};
 use crate::metrics::{self, PayOutcome, RedisLookup, ReplaySource};
 use crate::orders::load_owned;
 use crate::pay;
-use crate::replay::{self, marker, First};
+use crate::replay::{self, First};
 use crate::reply::Reply;
 use crate::state::AppState;
 use crate::store::orders::OrderRow;
@@ -21,7 +21,6 @@ use payonce_protocol::IdempotencyKey;
 use payonce_protocol::{pay_extras, AttemptStatus, ErrorCode, Extras, PayRequest};
 use payonce_rules::policy::Bucket;
 use payonce_rules::Record;
-use tokio::time::Instant;
 
 /// Longest accepted payment method id.
 const MAX_METHOD_LEN: usize = 64;
@@ -135,14 +134,7 @@ async fn run(
         count(&result, ReplaySource::Database);
         return result;
     }
-    let (result, source) = match &state.redis {
-        Some(redis) => marker::pay(redis, &state, &user, &order, &key, &req, first).await,
-        None => {
-            let deadline = Instant::now() + state.config.in_progress_wait;
-            let r = pay::run(&state, &user, &order, &key, &req, deadline, first).await;
-            (r, ReplaySource::Database)
-        }
-    };
+    let (result, source) = pay::run(&state, &user, &order, &key, &req, first).await;
     count(&result, source);
     result
 }

@@ -18,7 +18,6 @@ pub(crate) mod redis;
 
 use self::redis::{CacheError, RedisCache};
 use crate::metrics::{RedisLookup, ReplaySource};
-use crate::pay;
 use crate::reply::Reply;
 use crate::state::AppState;
 use crate::store::attempts as db;
@@ -124,7 +123,15 @@ pub(crate) async fn first(
     key: &IdempotencyKey,
     req: &PayRequest,
 ) -> First {
-    let r = pay::request(user, order_id, req, None);
+    // The order is not read yet: `replay_of` needs only the record and the request.
+    let r = payonce_rules::PayRequest {
+        user,
+        order_id,
+        order_version: req.order_version,
+        payment_method_id: &req.payment_method_id,
+        extras: &req.extras,
+        current: None,
+    };
     if let Some(answer) = state.replays.replay(key.as_str(), state.clock.now_ms(), &r) {
         return First::Answered(Reply::replay(answer), ReplaySource::Memory);
     }
