@@ -3,6 +3,7 @@
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, ConfigError};
 use crate::store::{Store, StoreError};
+use axum::extract::FromRef;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -102,5 +103,67 @@ impl AppState {
         ));
         self.clock = clock;
         self
+    }
+}
+
+// Sub-states: a handler that needs one part of the state says so in its signature
+// (`State<Store>`, `State<Arc<Config>>`, …) instead of taking all of it.
+
+impl FromRef<AppState> for Store {
+    fn from_ref(s: &AppState) -> Self {
+        s.store.clone()
+    }
+}
+
+impl FromRef<AppState> for Arc<Config> {
+    fn from_ref(s: &AppState) -> Self {
+        s.config.clone()
+    }
+}
+
+impl FromRef<AppState> for Arc<dyn Clock> {
+    fn from_ref(s: &AppState) -> Self {
+        s.clock.clone()
+    }
+}
+
+/// What `GET /metrics` reads: the store's figures, the gauges' cache, Redis's and the clock.
+#[derive(Clone)]
+pub(crate) struct MetricsState {
+    pub(crate) store: Store,
+    pub(crate) config: Arc<Config>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) gauges: Arc<crate::metrics::GaugeCache>,
+    pub(crate) redis: Option<Arc<crate::replay::redis::RedisCache>>,
+}
+
+impl FromRef<AppState> for MetricsState {
+    fn from_ref(s: &AppState) -> Self {
+        Self {
+            store: s.store.clone(),
+            config: s.config.clone(),
+            clock: s.clock.clone(),
+            gauges: s.gauges.clone(),
+            redis: s.redis.clone(),
+        }
+    }
+}
+
+/// What dev mode's own endpoints read: the config (is it dev mode, the sessions) and where
+/// the embedded provider listens.
+#[derive(Clone)]
+pub(crate) struct DevState {
+    pub(crate) config: Arc<Config>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) provider_url: Arc<str>,
+}
+
+impl FromRef<AppState> for DevState {
+    fn from_ref(s: &AppState) -> Self {
+        Self {
+            config: s.config.clone(),
+            clock: s.clock.clone(),
+            provider_url: s.provider_url.clone(),
+        }
     }
 }

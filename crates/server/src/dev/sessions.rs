@@ -4,7 +4,7 @@
 use crate::auth::valid_user_id;
 use crate::error::{AppError, AppResult};
 use crate::http::extract::ApiJson;
-use crate::state::AppState;
+use crate::state::DevState;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
@@ -14,7 +14,7 @@ use payonce_protocol::{DevSessionRequest, DevSessionResponse, ErrorCode};
 
 /// `POST /dev/sessions`: sign in as anyone. Dev mode only.
 pub(crate) async fn create_session(
-    State(state): State<AppState>,
+    State(state): State<DevState>,
     ApiJson(req): ApiJson<DevSessionRequest>,
 ) -> AppResult<impl IntoResponse> {
     if !state.config.dev {
@@ -47,7 +47,7 @@ pub(crate) async fn create_session(
 
 /// `GET /dev/config`: the provider URL and the accepted faults, for a demo page's dev panel.
 pub(crate) async fn config(
-    State(state): State<AppState>,
+    State(state): State<DevState>,
 ) -> Result<Json<payonce_protocol::DevConfig>, AppError> {
     if !state.config.dev {
         return Err(AppError::code(ErrorCode::DevModeRequired));

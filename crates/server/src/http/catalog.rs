@@ -1,14 +1,18 @@
 //! `GET /catalog`.
 
+use crate::config::Config;
 use crate::error::AppResult;
-use crate::state::AppState;
-use crate::store::catalog;
+use crate::store::{catalog, Store};
 use axum::extract::State;
 use axum::Json;
 use payonce_protocol::CatalogItem;
+use std::sync::Arc;
 
 /// `GET /catalog`.
-pub(crate) async fn list(State(state): State<AppState>) -> AppResult<Json<Vec<CatalogItem>>> {
-    crate::catalog::ensure_installed(&state.store, state.config.catalog.as_ref()).await?;
-    Ok(Json(catalog::list_catalog(state.store.pool()).await?))
+pub(crate) async fn list(
+    State(store): State<Store>,
+    State(config): State<Arc<Config>>,
+) -> AppResult<Json<Vec<CatalogItem>>> {
+    crate::catalog::ensure_installed(&store, config.catalog.as_ref()).await?;
+    Ok(Json(catalog::list_catalog(store.pool()).await?))
 }

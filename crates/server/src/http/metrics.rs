@@ -3,7 +3,7 @@
 
 use crate::error::AppError;
 use crate::metrics;
-use crate::state::AppState;
+use crate::state::MetricsState;
 use crate::store::attempts::processing_before;
 use axum::extract::State;
 use axum::http::{header, HeaderMap};
@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use payonce_protocol::ErrorCode;
 
 /// `GET /metrics`.
-pub(crate) async fn serve(State(state): State<AppState>, headers: HeaderMap) -> Response {
+pub(crate) async fn serve(State(state): State<MetricsState>, headers: HeaderMap) -> Response {
     if let Some(token) = &state.config.metrics_token {
         if !metrics::authorized(&headers, token) {
             let detail = "/metrics needs Authorization: Bearer <--metrics-token>";

@@ -14,6 +14,7 @@ mod webhooks;
 
 use crate::error::AppError;
 use crate::state::AppState;
+use crate::store::Store;
 use axum::extract::State;
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
@@ -232,9 +233,9 @@ async fn refuse_oversized(
     res
 }
 
-async fn healthz(State(state): State<AppState>) -> Response {
-    if state.store.ping().await {
-        let backend = state.store.backend().name();
+async fn healthz(State(store): State<Store>) -> Response {
+    if store.ping().await {
+        let backend = store.backend().name();
         Json(serde_json::json!({ "status": "ok", "store": backend })).into_response()
     } else {
         AppError::code(ErrorCode::StoreUnavailable).into_response()
