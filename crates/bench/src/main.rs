@@ -33,6 +33,7 @@
 mod ceiling;
 mod growth;
 mod load;
+mod perf;
 mod phases;
 mod proc;
 mod rules_ceiling;
@@ -114,6 +115,10 @@ struct Args {
     /// "pays with Redis / without" compares two servers with Redis).
     #[arg(long)]
     redis_pays: bool,
+    /// Record a system-wide CPU profile (`perf record -e cpu-clock -a`) of each backend's
+    /// HTTP pays and replays from the database into this folder (crates/bench/src/perf.rs).
+    #[arg(long)]
+    perf: Option<PathBuf>,
 }
 
 /// Resolved options the phases use.
@@ -129,6 +134,7 @@ pub(crate) struct Opts {
     pub pg_url: String,
     pub redis_url: String,
     pub redis_pays: bool,
+    pub perf: Option<PathBuf>,
 }
 
 /// The targets this benchmark reports against (goals, not assertions).
@@ -199,6 +205,7 @@ async fn run(args: Args) -> Result<(), BenchError> {
         pg_url: args.pg_url.clone(),
         redis_url: args.redis_url.clone(),
         redis_pays: args.redis_pays,
+        perf: args.perf.clone(),
     };
     let out = match (&args.out, args.no_write, quick) {
         (_, true, _) => None,

@@ -448,6 +448,7 @@ async fn backend_on(opts: &Opts, backend: Backend, db: &Db) -> Result<BackendFig
             .map(|j| (orders[j].clone(), j, uuid::Uuid::new_v4().to_string()))
             .collect(),
     );
+    let profile = crate::perf::start(opts.perf.as_deref(), &format!("{name}-pays"));
     let http_pays = {
         let (cl, api, tokens, pairs) =
             (clients.clone(), api.clone(), tokens.clone(), pairs.clone());
@@ -462,10 +463,13 @@ async fn backend_on(opts: &Opts, backend: Backend, db: &Db) -> Result<BackendFig
         })
         .await
     };
+    profile.stop();
     report_errors(name, "HTTP pays", &http_pays);
     let ledger_charges = ledger(&clients[0], &provider, None).await?;
 
+    let profile = crate::perf::start(opts.perf.as_deref(), &format!("{name}-replays"));
     let replays = replay_phase(opts, &clients, &api, &tokens, &pairs).await;
+    profile.stop();
     report_errors(name, "replays", &replays);
     let noop = get_phase(opts, &clients, format!("{api}{}", paths::DEV_CONFIG)).await;
     report_errors(name, "no-op", &noop);
