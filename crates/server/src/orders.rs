@@ -9,6 +9,7 @@ use crate::store::audit::{self, Entry};
 use crate::store::orders::{self as db, OrderRow};
 use crate::store::payments::get_payment;
 use payonce_protocol::{CreateOrderRequest, ErrorCode, Order, OrderStatus, UpdateCartRequest};
+use payonce_rules::ids::OrderId;
 use payonce_rules::policy::Bucket;
 
 /// Loads the caller's order or answers 404 (also for someone else's order: its existence is
@@ -69,7 +70,7 @@ pub(crate) async fn create(
         coupon,
     )
     .await?;
-    let id = format!("ord_{}", uuid::Uuid::new_v4().simple());
+    let id = String::from(OrderId::mint(&*state.ids));
     let now = state.clock.now_ms();
     let entry = Entry::new(user, "order", &id, None, "unpaid v1", "order created");
     let (order, owner, address) = (id.clone(), user.to_owned(), req.address.clone());

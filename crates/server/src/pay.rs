@@ -37,6 +37,7 @@ use crate::store::{self, audit, Leased};
 use payonce_protocol::provider::ChargeRequest;
 use payonce_protocol::{AttemptStatus, ErrorCode, IdempotencyKey, PayRequest};
 use payonce_rules::flow::{self, Claimed, Effect, End, ServerPay, TakeOver};
+use payonce_rules::ids::{AttemptId, IdSource, LeaseToken, PaymentId};
 use payonce_rules::pay::Current;
 use payonce_rules::plan::{self, Claim, ClaimPlan, SettlePlan};
 use payonce_rules::policy::Bucket;
@@ -198,18 +199,18 @@ fn in_progress(state: &AppState) -> AppError {
     })
 }
 
-/// The server's ids: random, never reused.
-struct Fresh;
+/// The machine's new ids, minted by the state's id source (`src/ids.rs`).
+struct Fresh<'a>(&'a dyn IdSource);
 
-impl flow::Ids for Fresh {
+impl flow::Ids for Fresh<'_> {
     fn attempt_id(&mut self) -> String {
-        format!("att_{}", uuid::Uuid::new_v4().simple())
+        AttemptId::mint(self.0).into()
     }
     fn lease_token(&mut self) -> String {
-        uuid::Uuid::new_v4().to_string()
+        LeaseToken::mint(self.0).into()
     }
     fn payment_id(&mut self) -> String {
-        format!("pay_{}", uuid::Uuid::new_v4().simple())
+        PaymentId::mint(self.0).into()
     }
 }
 
@@ -226,7 +227,7 @@ pub(crate) async fn interpret(
         .with_phases(state.provider.phases())
         .with_flaw(state.config.flaw);
     for _ in 0..MAX_EFFECTS {
-        match m.poll(state.clock.now_ms(), &mut Fresh) {
+        match m.poll(state.clock.now_ms(), &mut Fresh(&*state.ids)) {
             Effect::Done(end) => return Ok(end.clone()),
             Effect::ReadKey { user, key } => {
                 let record = db::find(state.store.pool(), user, key.as_str()).await?;
@@ -440,7 +441,7 @@ pub(crate) async fn settle_from_webhook(
     order: &OrderRow,
 ) -> AppResult<Option<bool>> {
     // A token nobody holds: this path never releases or takes a lease.
-    let token = uuid::Uuid::new_v4().to_string();
+    let token = LeaseToken::mint(&*state.ids).into();
     let m = ServerPay::webhook(record, order_of(order), token, state.policy);
     Ok(match interpret(state, m, None, None).await? {
         End::Unconfirmed => None,
@@ -470,7 +471,16 @@ pub(crate) async fn exec_claim(
         Some(limits) => limits.check(Bucket::NewAttempts, &spender), // refused: rolled back
         None => Ok(()),
     };
-    match store::pay::claim(&state.store, plan, key.as_str(), now, before_commit).await? {
+    match store::pay::claim(
+        &state.store,
+        plan,
+        key.as_str(),
+        &*state.ids,
+        now,
+        before_commit,
+    )
+    .await?
+    {
         ClaimOutcome::Claimed => Ok(Claimed::Won),
         ClaimOutcome::KeyTaken => Ok(Claimed::SlotTaken),
         ClaimOutcome::OrderConflict { current } => {
@@ -549,5 +559,5 @@ pub(crate) async fn exec_settle(
     if finish.status == AttemptStatus::Succeeded {
         failpoint(faults::BEFORE_SETTLE_COMMIT);
     }
-    Ok(store::pay::settle(&state.store, a, plan, now).await?)
+    Ok(store::pay::settle(&state.store, a, plan, &*state.ids, now).await?)
 }

@@ -4,9 +4,10 @@
 
 use super::audit;
 use super::orders::get_order;
-use super::tx::{Arg, Need, Statement};
+use super::tx::{Need, Statement};
 use super::{attempts, payments, Store};
 use payonce_protocol::{OrderStatus, Payment};
+use payonce_rules::ids::{IdSource, JobId, OutboxId};
 use payonce_rules::plan::{ClaimPlan, SettlePlan};
 use payonce_rules::Processing;
 
@@ -61,6 +62,7 @@ pub(crate) async fn claim<E, F>(
     store: &Store,
     plan: &ClaimPlan,
     key: &str,
+    ids: &dyn IdSource,
     now: i64,
     before_commit: F,
 ) -> Result<ClaimOutcome, E>
@@ -68,7 +70,7 @@ where
     E: From<sqlx::Error> + Send + 'static,
     F: FnOnce() -> Result<(), E> + Send + 'static,
 {
-    let list = claim_statements(plan, key, now);
+    let list = claim_statements(plan, key, OutboxId::mint(ids), now);
     let lines = plan.stock.len();
     let decide = move |c: &[u64]| {
         if c.iter().take(2 + lines).all(|&n| n == 1) {
@@ -115,7 +117,7 @@ where
 }
 
 /// The claim's statements: `[attempt, order lock, stock…, audit…, outbox]`.
-fn claim_statements(plan: &ClaimPlan, key: &str, now: i64) -> Vec<Statement> {
+fn claim_statements(plan: &ClaimPlan, key: &str, outbox: OutboxId, now: i64) -> Vec<Statement> {
     let a = &plan.claim.attempt;
     let t = &a.terms;
     let mut list = vec![
@@ -173,7 +175,7 @@ fn claim_statements(plan: &ClaimPlan, key: &str, now: i64) -> Vec<Statement> {
         "INSERT INTO outbox (id, attempt_id, kind, provider_key, created_at)
          SELECT $1, $2, 'charge', $3, $4 WHERE true",
         vec![
-            Arg::from(format!("obx_{}", uuid::Uuid::new_v4().simple()).as_str()),
+            outbox.as_str().into(),
             (&a.id).into(),
             (&a.provider_key).into(),
             now.into(),
@@ -191,9 +193,10 @@ pub(crate) async fn settle(
     store: &Store,
     a: &Processing,
     plan: &SettlePlan,
+    ids: &dyn IdSource,
     now: i64,
 ) -> sqlx::Result<bool> {
-    let list = settle_statements(a, plan, now).ok_or_else(|| {
+    let list = settle_statements(a, plan, ids, now).ok_or_else(|| {
         sqlx::Error::Protocol("a settle plan without rows to write reached the store".into())
     })?;
     let counts = store.run(list).await?;
@@ -202,7 +205,12 @@ pub(crate) async fn settle(
 
 /// The settle's statements: `[finish, …what the outcome writes, audit…, outbox row deleted]`;
 /// `None` for a plan that writes nothing (the outcome is not known yet).
-fn settle_statements(a: &Processing, plan: &SettlePlan, now: i64) -> Option<Vec<Statement>> {
+fn settle_statements(
+    a: &Processing,
+    plan: &SettlePlan,
+    ids: &dyn IdSource,
+    now: i64,
+) -> Option<Vec<Statement>> {
     let (finish, audit) = match plan {
         SettlePlan::Charged { finish, audit, .. } | SettlePlan::Uncharged { finish, audit, .. } => {
             (finish, audit)
@@ -263,11 +271,7 @@ fn settle_statements(a: &Processing, plan: &SettlePlan, now: i64) -> Option<Vec<
             Statement::new(
                 "INSERT INTO jobs (id, kind, order_id, created_at)
                  SELECT $1, 'confirmation_email', $2, $3 WHERE true",
-                vec![
-                    Arg::from(format!("job_{}", uuid::Uuid::new_v4().simple()).as_str()),
-                    order.into(),
-                    now.into(),
-                ],
+                vec![JobId::mint(ids).as_str().into(), order.into(), now.into()],
             )
             .tail("ON CONFLICT (kind, order_id) DO NOTHING"),
         ]),
