@@ -281,7 +281,7 @@ pub struct Config {
     pub(crate) tls_ca: Option<Vec<u8>>,
     pub(crate) replay_cache_entries: usize,
     pub(crate) rates: Vec<(payonce_rules::policy::Bucket, Option<governor::Quota>)>,
-    pub(crate) failpoints: Vec<String>,
+    pub(crate) failpoints: Vec<crate::faults::Failpoint>,
     /// A broken variant of the pay machine (`--flaw`, dev builds with `--dev` only).
     pub(crate) flaw: Option<payonce_rules::flow::Flaw>,
     /// The `--catalog` file, checked; `None`: the built-in catalog.

@@ -26,7 +26,7 @@
 
 use crate::dev::failpoint;
 use crate::error::{AppError, AppResult};
-use crate::faults;
+use crate::faults::Failpoint;
 use crate::provider::ChargeOutcome;
 use crate::reply::Reply;
 use crate::state::AppState;
@@ -175,7 +175,7 @@ pub(crate) async fn abandoned(
     outbox: bool,
 ) -> AppResult<End> {
     let m = ServerPay::abandoned(row, order_of(order), worker, state.policy);
-    let point = outbox.then_some(faults::OUTBOX);
+    let point = outbox.then_some(Failpoint::Outbox);
     interpret(state, m, None, point).await
 }
 
@@ -220,7 +220,7 @@ pub(crate) async fn interpret(
     state: &AppState,
     m: ServerPay,
     deadline: Option<Instant>,
-    taken: Option<&'static str>,
+    taken: Option<Failpoint>,
 ) -> AppResult<End> {
     let may_wait = || deadline.is_some_and(|d| Instant::now() < d);
     let mut m = m
@@ -240,7 +240,7 @@ pub(crate) async fn interpret(
             Effect::Claim { plan, key, now } => {
                 let claimed = exec_claim(state, plan, key, now, true).await?;
                 if claimed == Claimed::Won {
-                    failpoint(faults::AFTER_CLAIM);
+                    failpoint(Failpoint::AfterClaim);
                     // The claim's outbox row, executed inline by this request.
                     crate::metrics::outbox(crate::metrics::OutboxResult::ExecutedInline);
                 }
@@ -269,7 +269,7 @@ pub(crate) async fn interpret(
             } => {
                 let saved = save_ref(state, claim, provider_ref, now).await?;
                 if saved {
-                    failpoint(faults::AFTER_SAVE_REF);
+                    failpoint(Failpoint::AfterSaveRef);
                 }
                 m.on_ref_saved(saved);
             }
@@ -277,7 +277,7 @@ pub(crate) async fn interpret(
                 let a = &claim.attempt;
                 let saved = a.provider_ref.as_deref().unwrap_or_default();
                 let outcome = state.provider.confirm(saved, &a.provider_key).await;
-                failpoint(faults::AFTER_CONFIRM);
+                failpoint(Failpoint::AfterConfirm);
                 log_outcome(a, &outcome);
                 m.on_charge(outcome);
             }
@@ -342,7 +342,7 @@ async fn charge(state: &AppState, claim: &Claim) -> ChargeOutcome {
         .charge(&a.provider_key, &charge_request(a))
         .await;
     crate::dev::after_charge();
-    failpoint(faults::AFTER_CHARGE);
+    failpoint(Failpoint::AfterCharge);
     outcome
 }
 
@@ -357,7 +357,7 @@ async fn create(state: &AppState, claim: &Claim) -> flow::Created {
     match &created {
         flow::Created::Id(id) => {
             tracing::info!(attempt = %a.id, provider_ref = %id, "payment object created");
-            failpoint(faults::AFTER_CREATE);
+            failpoint(Failpoint::AfterCreate);
         }
         flow::Created::Refused(why) => {
             tracing::warn!(attempt = %a.id, %why, "provider refused to create the payment")
@@ -557,7 +557,7 @@ pub(crate) async fn exec_settle(
         | SettlePlan::Review { .. } => return Ok(false),
     };
     if finish.status == AttemptStatus::Succeeded {
-        failpoint(faults::BEFORE_SETTLE_COMMIT);
+        failpoint(Failpoint::BeforeSettleCommit);
     }
     Ok(store::pay::settle(&state.store, a, plan, &*state.ids, now).await?)
 }

@@ -23,7 +23,7 @@
 
 use crate::dev::failpoint;
 use crate::error::{AppError, AppResult};
-use crate::faults;
+use crate::faults::Failpoint;
 use crate::metrics::{self, WebhookResult};
 use crate::pay;
 use crate::provider::WebhookHint;
@@ -84,7 +84,7 @@ pub(crate) async fn receive(state: AppState, hint: WebhookHint) -> AppResult<()>
         metrics::webhook_event(WebhookResult::Duplicate);
         return Ok(());
     }
-    failpoint(faults::WEBHOOK);
+    failpoint(Failpoint::Webhook);
     // In its own task, like pay: Stripe hanging up must not abort a settle halfway.
     let task = tokio::spawn(async move {
         handle(&state, &event, topic, &intent).await?;

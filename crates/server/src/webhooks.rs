@@ -21,7 +21,7 @@
 
 use crate::dev::failpoint;
 use crate::error::{AppError, AppResult};
-use crate::faults;
+use crate::faults::Failpoint;
 use crate::metrics;
 use crate::pay;
 use crate::state::AppState;
@@ -92,7 +92,7 @@ pub(crate) async fn receive(state: AppState, event: WebhookEvent) -> AppResult<(
         metrics::webhook_event(metrics::WebhookResult::Duplicate);
         return Ok(());
     }
-    failpoint(faults::WEBHOOK);
+    failpoint(Failpoint::Webhook);
     // In its own task, like pay: a provider that hangs up must not abort a settle.
     let task = tokio::spawn(async move {
         handle(&state, &event).await?;

@@ -5,7 +5,7 @@
 use crate::auth::AuthUser;
 use crate::dev::failpoint;
 use crate::error::{AppError, AppResult};
-use crate::faults;
+use crate::faults::Failpoint;
 use crate::http::extract::{ApiJson, DevFaultHeader, IdemKeyHeader, PathId};
 use crate::metrics::{self, PayOutcome, RedisLookup, ReplaySource};
 use crate::orders::load_owned;
@@ -172,7 +172,7 @@ fn count(result: &AppResult<Reply>, source: ReplaySource) {
 /// The HTTP answer for a pay result, with the dev faults that act on it.
 fn respond(result: AppResult<Reply>, fault: Option<DevFault>) -> Response {
     if matches!(&result, Ok(a) if a.is_final() && !a.replayed) {
-        failpoint(faults::AFTER_SAVE);
+        failpoint(Failpoint::AfterSave);
     }
     if let Some(dropped) = crate::dev::dropped_response(fault) {
         return dropped;

@@ -30,11 +30,12 @@
 
 use crate::dev::failpoint;
 use crate::error::AppResult;
+use crate::faults::Failpoint;
 use crate::state::AppState;
 use crate::store::mailbox::{self, Mail};
 use crate::store::orders::{self, get_order};
 use crate::store::{attempts as db, audit, jobs, outbox, Horizon, RETENTION};
-use crate::{faults, metrics, pay};
+use crate::{metrics, pay};
 use payonce_rules::flow::End;
 use payonce_rules::ids::MailId;
 use payonce_rules::Record;
@@ -275,7 +276,7 @@ async fn send_email(state: &AppState, job: &str, order_id: &str) -> AppResult<bo
         tracing::info!(%job, order = %order_id, "confirmation already sent: redelivery is a no-op");
         metrics::email(metrics::EmailResult::AlreadySent);
     }
-    failpoint(faults::EMAIL);
+    failpoint(Failpoint::Email);
     ack(state, job).await?;
     Ok(sent)
 }
