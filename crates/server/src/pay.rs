@@ -35,7 +35,7 @@ use crate::store::orders::OrderRow;
 use crate::store::pay::ClaimOutcome;
 use crate::store::{self, audit, Leased};
 use payonce_protocol::provider::ChargeRequest;
-use payonce_protocol::{AttemptStatus, ErrorCode, IdempotencyKey, PayRequest};
+use payonce_protocol::{AttemptStatus, IdempotencyKey, PayRequest};
 use payonce_rules::flow::{self, Claimed, Effect, End, ServerPay, TakeOver};
 use payonce_rules::ids::{AttemptId, IdSource, LeaseToken, PaymentId};
 use payonce_rules::pay::Current;
@@ -147,18 +147,9 @@ pub(crate) async fn run(
             }
             Ok(Reply::open(answer))
         }
-        End::Mismatch(status) => Err(AppError::with(
-            ErrorCode::KeyReusedWithDifferentDetails,
-            |p| {
-                p.attempt_status = Some(status);
-                p.detail = Some("this key was used before with different order, version, amount or payment method".into());
-            },
-        )),
-        End::Cancelled => Err(AppError::attempt(
-            ErrorCode::AttemptCancelled,
-            AttemptStatus::Cancelled,
-        )),
-        End::InProgress => Err(in_progress(state)),
+        End::Mismatch(status) => Err(AppError::key_reused(status)),
+        End::Cancelled => Err(AppError::attempt_cancelled()),
+        End::InProgress => Err(AppError::in_progress(state.config.retry_after_secs)),
         End::Refused(problem) => Err(problem.into()),
         End::Skipped | End::Unconfirmed => Err(AppError::internal("a pay ended as a job")),
     }
@@ -190,13 +181,6 @@ pub(crate) async fn cancel_waiting(
 ) -> AppResult<End> {
     let m = ServerPay::cancel(row, order_of(order), user, state.policy);
     interpret(state, m, None, None).await
-}
-
-fn in_progress(state: &AppState) -> AppError {
-    AppError::with(ErrorCode::InProgress, |p| {
-        p.attempt_status = Some(AttemptStatus::Processing);
-        p.retry_after = Some(state.config.retry_after_secs);
-    })
 }
 
 /// The machine's new ids, minted by the state's id source (`src/ids.rs`).
@@ -316,7 +300,7 @@ pub(crate) async fn interpret(
             }
         }
     }
-    Err(in_progress(state))
+    Err(AppError::in_progress(state.config.retry_after_secs))
 }
 
 /// Takes over the expired lease of a processing attempt (exactly one contender wins) and
@@ -492,9 +476,7 @@ pub(crate) async fn exec_claim(
             problem.payment = payment;
             Err(problem.into())
         }
-        ClaimOutcome::OutOfStock { sku } => {
-            Err(AppError::with(ErrorCode::OutOfStock, |p| p.sku = Some(sku)))
-        }
+        ClaimOutcome::OutOfStock { sku } => Err(AppError::out_of_stock(sku)),
     }
 }
 

@@ -31,7 +31,6 @@ use crate::state::AppState;
 use crate::store::attempts as db;
 use crate::store::orders::get_order;
 use crate::store::webhook_events;
-use payonce_protocol::ErrorCode;
 
 /// The event types payonce acts on, as Stripe spells them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,10 +126,10 @@ async fn handle(state: &AppState, event: &str, topic: Topic, intent: &str) -> Ap
         Some(false) => metrics::webhook_event(WebhookResult::NoEffect),
         None => {
             metrics::webhook_event(WebhookResult::Unconfirmed);
-            return Err(AppError::with(ErrorCode::StoreUnavailable, |p| {
-                p.detail = Some("Stripe could not confirm this event; deliver it again".into());
-                p.retry_after = Some(1);
-            }));
+            return Err(AppError::unavailable(
+                "Stripe could not confirm this event; deliver it again",
+                1,
+            ));
         }
     }
     Ok(())

@@ -51,11 +51,10 @@ async fn refunded(state: &AppState, event: &WebhookEvent) -> AppResult<()> {
         Err(why) => {
             tracing::warn!(event = %event.id, %why, "cannot confirm a refund event");
             metrics::webhook_event(metrics::WebhookResult::Unconfirmed);
-            return Err(AppError::with(ErrorCode::StoreUnavailable, |p| {
-                p.detail =
-                    Some("the provider could not confirm this event; deliver it again".into());
-                p.retry_after = Some(1);
-            }));
+            return Err(AppError::unavailable(
+                "the provider could not confirm this event; deliver it again",
+                1,
+            ));
         }
     };
     let Some(refund) = refund else {
@@ -140,11 +139,10 @@ async fn handle(state: &AppState, event: &WebhookEvent) -> AppResult<()> {
         Some(false) => metrics::webhook_event(metrics::WebhookResult::NoEffect),
         None => {
             metrics::webhook_event(metrics::WebhookResult::Unconfirmed);
-            return Err(AppError::with(ErrorCode::StoreUnavailable, |p| {
-                p.detail =
-                    Some("the provider could not confirm this event; deliver it again".into());
-                p.retry_after = Some(1);
-            }));
+            return Err(AppError::unavailable(
+                "the provider could not confirm this event; deliver it again",
+                1,
+            ));
         }
     }
     Ok(())
