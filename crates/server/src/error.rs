@@ -49,6 +49,20 @@ pub enum AppError {
     /// A bug or an impossible state. Logged; the client sees `INTERNAL`.
     #[error("internal error: {0}")]
     Internal(String),
+    /// The task a request runs its work in (`what`: pay, cancel, webhook, …) panicked or
+    /// was cancelled. Logged; the client sees `INTERNAL`.
+    #[error("internal error: {what} task failed: {source}")]
+    Task {
+        /// Whose task.
+        what: &'static str,
+        /// Why it ended.
+        #[source]
+        source: tokio::task::JoinError,
+    },
+    /// A parsed request body did not serialize back (a bug in its type). Logged; the
+    /// client sees `INTERNAL`.
+    #[error("internal error: a parsed body does not serialize: {0}")]
+    Reserialize(#[source] serde_json::Error),
 }
 
 impl AppError {
@@ -141,6 +155,11 @@ impl AppError {
         Self::Internal(msg.into())
     }
 
+    /// For `map_err` on the join of `what`'s task.
+    pub(crate) fn task(what: &'static str) -> impl FnOnce(tokio::task::JoinError) -> Self {
+        move |source| Self::Task { what, source }
+    }
+
     /// The problem the client will see (opaque for server-side failures).
     pub(crate) fn to_problem(&self) -> Problem {
         match self {
@@ -149,7 +168,9 @@ impl AppError {
                 .with_detail("the store is unreachable; retry with the same key"),
             Self::Store(e) if unstorable_text(e) => Problem::new(ErrorCode::InvalidRequest)
                 .with_detail("a string holds a character the store cannot keep"),
-            Self::Store(_) | Self::Internal(_) => Problem::new(ErrorCode::Internal),
+            Self::Store(_) | Self::Internal(_) | Self::Task { .. } | Self::Reserialize(_) => {
+                Problem::new(ErrorCode::Internal)
+            }
         }
     }
 }

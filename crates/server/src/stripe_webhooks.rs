@@ -94,8 +94,7 @@ pub(crate) async fn receive(state: AppState, hint: WebhookHint) -> AppResult<()>
         handled.await?;
         Ok::<_, AppError>(())
     });
-    task.await
-        .map_err(|e| AppError::internal(format!("Stripe webhook task failed: {e}")))??;
+    task.await.map_err(AppError::task("Stripe webhook"))??;
     Ok(())
 }
 

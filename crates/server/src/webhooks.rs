@@ -102,8 +102,7 @@ pub(crate) async fn receive(state: AppState, event: WebhookEvent) -> AppResult<(
         handled.await?;
         Ok::<_, AppError>(())
     });
-    task.await
-        .map_err(|e| AppError::internal(format!("webhook task failed: {e}")))??;
+    task.await.map_err(AppError::task("webhook"))??;
     Ok(())
 }
 

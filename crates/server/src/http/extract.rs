@@ -97,8 +97,7 @@ fn objects_only<T: Serialize>(sent: &Value, parsed: &T) -> Result<(), AppError> 
             _ => Ok(()),
         }
     }
-    let back = serde_json::to_value(parsed)
-        .map_err(|e| AppError::internal(format!("a parsed body does not serialize: {e}")))?;
+    let back = serde_json::to_value(parsed).map_err(AppError::Reserialize)?;
     walk(sent, &back, &mut String::from("body"))
 }
 

@@ -115,7 +115,7 @@ pub(crate) async fn handler(
     ));
     let result = match task.await {
         Ok(r) => r,
-        Err(e) => Err(AppError::internal(format!("pay task failed: {e}"))),
+        Err(e) => Err(AppError::task("pay")(e)),
     };
     respond(result, fault)
 }
