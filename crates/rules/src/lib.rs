@@ -5,6 +5,7 @@
 //!
 //! - [`flow`]: the pay flow itself, [`flow::ServerPay`]: the sans-IO machine the server's
 //!   request path, jobs and webhook handler and the model checker all drive.
+//! - [`ids`]: the ids the server mints, one type each, from an injected [`ids::IdSource`].
 //! - [`record`]: an attempt as the store holds it, one variant per state, so a final attempt
 //!   without its stored answer cannot be represented.
 //! - [`keyed`]: the idempotency mechanism pay and refund share: an operation's fingerprint
@@ -18,6 +19,7 @@
 #![deny(missing_docs)]
 
 pub mod flow;
+pub mod ids;
 pub mod keyed;
 pub mod pay;
 pub mod plan;

@@ -8,7 +8,7 @@ use crate::record::{Answer, Processing, Record, Terms};
 use payonce_protocol::provider::{Charge, ChargeStatus};
 use payonce_protocol::{
     ActionRequiredProblem, AttemptStatus, CancelResponse, ErrorCode, Extras, IdempotencyKey,
-    OrderLine, PayResponse, Payment, Problem,
+    OrderLine, OrderStatus, PayResponse, Payment, Problem,
 };
 
 /// One audit row: who changed what from which state to which, and why. The state names
@@ -29,8 +29,57 @@ pub struct AuditEntry {
     pub reason: String,
 }
 
+/// A state as the audit trail stores it (`from_state`, `to_state`): the wire's status names
+/// (`payonce_protocol`), and the few states only the trail tells apart. Its `Display` is the
+/// one spelling of the stored text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuditState {
+    /// An attempt, or a payment, in this status (`processing`, `succeeded`, …).
+    Attempt(AttemptStatus),
+    /// A processing attempt flagged for manual review.
+    Review,
+    /// An order in this status (`unpaid`, `paid`, `refunded`).
+    Order(OrderStatus),
+    /// An unpaid order a processing attempt has locked.
+    UnpaidActive,
+    /// An unpaid order at this cart version (created at 1, one more per cart change).
+    Cart(i64),
+}
+
+impl std::fmt::Display for AuditState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Attempt(s) => f.write_str(s.as_str()),
+            Self::Review => f.write_str("processing (needs review)"),
+            Self::Order(s) => f.write_str(s.as_str()),
+            Self::UnpaidActive => f.write_str("unpaid (payment active)"),
+            Self::Cart(version) => write!(f, "unpaid v{version}"),
+        }
+    }
+}
+
 impl AuditEntry {
-    /// An entry.
+    /// An entry: `entity` `id` went `from` (`None`: it is new) `to`, because of `reason`.
+    pub fn change(
+        actor: &str,
+        entity: &'static str,
+        id: &str,
+        from: Option<AuditState>,
+        to: AuditState,
+        reason: &str,
+    ) -> Self {
+        Self {
+            actor: actor.to_owned(),
+            entity,
+            entity_id: id.to_owned(),
+            from: from.map(|s| s.to_string()),
+            to: to.to_string(),
+            reason: reason.to_owned(),
+        }
+    }
+
+    /// An entry whose states are given as their stored text ([`AuditEntry::change`] spells
+    /// them from an [`AuditState`]).
     pub fn new(
         actor: &str,
         entity: &'static str,
@@ -53,8 +102,10 @@ impl AuditEntry {
 use AuditEntry as Entry;
 
 /// Order states in the audit trail.
-const UNPAID: &str = "unpaid";
-const UNPAID_ACTIVE: &str = "unpaid (payment active)";
+const UNPAID: AuditState = AuditState::Order(OrderStatus::Unpaid);
+const UNPAID_ACTIVE: AuditState = AuditState::UnpaidActive;
+/// The attempt state of every claim, take-over and settle.
+const PROCESSING: AuditState = AuditState::Attempt(AttemptStatus::Processing);
 
 /// The order as a claim needs it.
 #[derive(Debug, Clone, Copy)]
@@ -148,8 +199,8 @@ pub fn plan_claim(
     });
     let note = format!("pay accepted for order version {}", order.version);
     let audit = vec![
-        Entry::new(user, "attempt", &attempt_id, None, "processing", &note),
-        Entry::new(
+        Entry::change(user, "attempt", &attempt_id, None, PROCESSING, &note),
+        Entry::change(
             user,
             "order",
             order.id,
@@ -376,11 +427,15 @@ pub fn plan_settle(
     let a = &claim.attempt;
     let expires_at = policy.expires_at(now);
     // The attempt leaves processing; the order moves `from` → `to`.
-    let audit = |status: &str, why: &str, [from, to, order_why]: [&str; 3]| {
+    let audit = |status: AttemptStatus,
+                 why: &str,
+                 (from, to): (AuditState, AuditState),
+                 order_why: &str| {
         let (actor, order) = (&claim.actor, &a.terms.order_id);
+        let status = AuditState::Attempt(status);
         vec![
-            Entry::new(actor, "attempt", &a.id, Some("processing"), status, why),
-            Entry::new(actor, "order", order, Some(from), to, order_why),
+            Entry::change(actor, "attempt", &a.id, Some(PROCESSING), status, why),
+            Entry::change(actor, "order", order, Some(from), to, order_why),
         ]
     };
     let uncharged = |status: AttemptStatus, code: ErrorCode, detail: &str| {
@@ -400,13 +455,10 @@ pub fn plan_settle(
             },
             release,
             audit: audit(
-                status.as_str(),
+                status,
                 detail,
-                [
-                    UNPAID_ACTIVE,
-                    UNPAID,
-                    "attempt ended without a charge; cart unlocked; stock released",
-                ],
+                (UNPAID_ACTIVE, UNPAID),
+                "attempt ended without a charge; cart unlocked; stock released",
             ),
         }
     };
@@ -447,7 +499,12 @@ pub fn plan_settle(
                     expires_at,
                 },
                 payment,
-                audit: audit("succeeded", &reason, [UNPAID, "paid", &reason]),
+                audit: audit(
+                    AttemptStatus::Succeeded,
+                    &reason,
+                    (UNPAID, AuditState::Order(OrderStatus::Paid)),
+                    &reason,
+                ),
             }
         }
         Outcome::Declined(charge) => {
@@ -524,18 +581,15 @@ fn mismatch_entry(attempt_id: &str, charge: &Charge) -> AuditEntry {
 
 /// The audit row of an attempt flagged for manual review, saying why.
 fn flagged(attempt_id: &str, reason: &str) -> AuditEntry {
-    Entry::new(
+    Entry::change(
         "system",
         "attempt",
         attempt_id,
-        Some("processing"),
-        REVIEW,
+        Some(PROCESSING),
+        AuditState::Review,
         reason,
     )
 }
-
-/// The audit trail's state of an attempt flagged for review.
-const REVIEW: &str = "processing (needs review)";
 
 /// The exact bytes of a problem body. Stored answers are built with this too, so a replay
 /// and the first answer cannot differ.
@@ -554,12 +608,12 @@ fn json<T: serde::Serialize>(v: &T) -> String {
 /// took the expired lease and asks the provider.
 pub fn take_over_entry(actor: &str, attempt_id: &str, who: &str) -> AuditEntry {
     let reason = format!("lease expired; {who} asks the provider about the provider key");
-    Entry::new(
+    Entry::change(
         actor,
         "attempt",
         attempt_id,
-        Some("processing"),
-        "processing",
+        Some(PROCESSING),
+        PROCESSING,
         &reason,
     )
 }
@@ -580,12 +634,12 @@ pub fn plan_tombstone(
     now: i64,
     policy: &Policy,
 ) -> (crate::Tombstone, AuditEntry) {
-    let audit = Entry::new(
+    let audit = Entry::change(
         user,
         "attempt",
         &id,
         None,
-        "cancelled",
+        AuditState::Attempt(AttemptStatus::Cancelled),
         "cancel before any pay: tombstone",
     );
     let t = crate::Tombstone {
@@ -679,5 +733,27 @@ pub fn refused_refund(
         Ok(Some(refund)) => RefusedRefund::RefundedElsewhere(refund),
         Ok(None) => RefusedRefund::Failed,
         Err(_) => RefusedRefund::Unknown,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The stored texts are what `crates/chaos` and the black-box tests read back.
+    #[test]
+    fn audit_states_keep_their_stored_text() {
+        let texts = [
+            (PROCESSING, "processing"),
+            (AuditState::Attempt(AttemptStatus::Cancelled), "cancelled"),
+            (AuditState::Review, "processing (needs review)"),
+            (UNPAID, "unpaid"),
+            (AuditState::Order(OrderStatus::Paid), "paid"),
+            (UNPAID_ACTIVE, "unpaid (payment active)"),
+            (AuditState::Cart(3), "unpaid v3"),
+        ];
+        for (state, text) in texts {
+            assert_eq!(state.to_string(), text);
+        }
     }
 }

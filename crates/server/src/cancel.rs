@@ -17,6 +17,7 @@ use crate::store::orders::{get_order, OrderRow};
 use crate::store::payments::{get_payment, paid_with, payment_of_attempt};
 use payonce_protocol::{AttemptStatus, CancelResponse, IdempotencyKey, OrderStatus, Payment};
 use payonce_rules::flow::End;
+use payonce_rules::ids::AttemptId;
 use payonce_rules::keyed::PAY;
 use payonce_rules::policy::Bucket;
 use payonce_rules::{plan, provider_key, Record};
@@ -29,7 +30,7 @@ pub(crate) async fn cancel(
     key: &IdempotencyKey,
 ) -> AppResult<CancelResponse> {
     let now = state.clock.now_ms();
-    let id = format!("att_{}", uuid::Uuid::new_v4().simple());
+    let id = AttemptId::mint(&*state.ids).into();
     let (tombstone, entry) =
         plan::plan_tombstone(user, &order.id, order.version, id, now, &state.policy);
     // Inserts the tombstone (`Ok(false)`: the key's slot is taken). The first write undoes

@@ -272,19 +272,50 @@ fn check_file(f: &CatalogFile) -> Result<(), String> {
 }
 
 /// Reads and checks `--catalog`. The error says which file and what is wrong with it.
-pub(crate) fn load_file(path: &Path) -> Result<CatalogSource, String> {
-    let read = || {
-        let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
-        let file: CatalogFile = serde_json::from_str(&text).map_err(|e| e.to_string())?;
-        check_file(&file)?;
-        let canonical = serde_json::to_vec(&file).map_err(|e| e.to_string())?;
-        Ok(CatalogSource {
-            file: Arc::new(file),
-            digest: hex::encode(Sha256::digest(&canonical)),
-            installed: Arc::default(),
-        })
-    };
-    read().map_err(|e: String| format!("--catalog {}: {e}", path.display()))
+pub(crate) fn load_file(path: &Path) -> Result<CatalogSource, CatalogError> {
+    let at = || path.to_owned();
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| CatalogError::Read { path: at(), source })?;
+    let json = |source| CatalogError::Json { path: at(), source };
+    let file: CatalogFile = serde_json::from_str(&text).map_err(json)?;
+    check_file(&file).map_err(|why| CatalogError::Invalid { path: at(), why })?;
+    let canonical = serde_json::to_vec(&file).map_err(json)?;
+    Ok(CatalogSource {
+        file: Arc::new(file),
+        digest: hex::encode(Sha256::digest(&canonical)),
+        installed: Arc::default(),
+    })
+}
+
+/// Why the `--catalog` file stops the start; each line names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    /// It cannot be read.
+    #[error("--catalog {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// It is not JSON of a catalog's shape.
+    #[error("--catalog {}: {source}", path.display())]
+    Json {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What serde said.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// An entry breaks a rule of the catalog (`check_file`).
+    #[error("--catalog {}: {why}", path.display())]
+    Invalid {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Which rule, where.
+        why: String,
+    },
 }
 
 /// Installs the `--catalog` file, once per process, before the catalog is first read.

@@ -281,7 +281,7 @@ pub struct Config {
     pub(crate) tls_ca: Option<Vec<u8>>,
     pub(crate) replay_cache_entries: usize,
     pub(crate) rates: Vec<(payonce_rules::policy::Bucket, Option<governor::Quota>)>,
-    pub(crate) failpoints: Vec<String>,
+    pub(crate) failpoints: Vec<crate::faults::Failpoint>,
     /// A broken variant of the pay machine (`--flaw`, dev builds with `--dev` only).
     pub(crate) flaw: Option<payonce_rules::flow::Flaw>,
     /// The `--catalog` file, checked; `None`: the built-in catalog.
@@ -363,13 +363,22 @@ pub enum ConfigError {
     Dev(#[from] crate::dev::args::DevFlagError),
     /// `--redis-url` does not parse (unreachable is fine: that only degrades).
     #[error("invalid --redis-url: {0}")]
-    RedisUrl(String),
-    /// The `--tls-ca-file` cannot be read or holds no PEM certificate.
-    #[error("--tls-ca-file {0}")]
-    TlsCa(String),
+    RedisUrl(#[source] redis::RedisError),
+    /// The `--tls-ca-file` cannot be read.
+    #[error("--tls-ca-file {}: {source}", path.display())]
+    TlsCa {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why it could not be read.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The `--tls-ca-file` holds no PEM certificate.
+    #[error("--tls-ca-file {}: holds no PEM certificate", .0.display())]
+    TlsCaNoPem(std::path::PathBuf),
     /// The `--catalog` file cannot be read, is not valid JSON, or has a bad entry.
-    #[error("{0}")]
-    Catalog(String),
+    #[error(transparent)]
+    Catalog(#[from] crate::catalog::CatalogError),
     /// The whole-request timeout would cut a pay while it talks to the provider.
     #[error("--request-timeout-ms ({request} ms) must be greater than --provider-timeout-ms + --in-progress-wait-ms ({pay} ms)")]
     RequestTimeoutTooShort {
@@ -614,11 +623,13 @@ fn secret_of(
 
 /// The `--tls-ca-file` contents, if it holds at least one PEM certificate.
 fn read_ca(path: &std::path::Path) -> Result<Vec<u8>, ConfigError> {
-    let bad = |why: String| ConfigError::TlsCa(format!("{}: {why}", path.display()));
-    let pem = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
+    let pem = std::fs::read(path).map_err(|source| ConfigError::TlsCa {
+        path: path.to_owned(),
+        source,
+    })?;
     match reqwest::Certificate::from_pem_bundle(&pem) {
         Ok(certs) if !certs.is_empty() => Ok(pem),
-        _ => Err(bad("holds no PEM certificate".into())),
+        _ => Err(ConfigError::TlsCaNoPem(path.to_owned())),
     }
 }
 
@@ -668,7 +679,7 @@ impl Config {
                 .map(|s| Secret::from(s.to_owned())))
             .unwrap_or_default();
         let catalog = args.catalog.as_deref().map(crate::catalog::load_file);
-        let catalog = catalog.transpose().map_err(ConfigError::Catalog)?;
+        let catalog = catalog.transpose()?;
         let tls_ca = args.tls_ca_file.as_deref().map(read_ca).transpose()?;
         let edge = Edge::from_args(args)?;
         let jwt = crate::jwt::JwtVerifier::new(&args.jwt).map_err(ConfigError::Jwt)?;
@@ -1327,9 +1338,10 @@ mod tests {
         // A URL's own sslrootcert wins; a file without a certificate stops the start.
         let own = prod(&["--database-url", "postgres://h/db?sslrootcert=/x.pem"]);
         assert_eq!(database_url(&own), "postgres://h/db?sslrootcert=/x.pem");
-        assert!(
-            matches!(Config::from_args(&a), Err(ConfigError::TlsCa(m)) if m.contains("no PEM"))
-        );
+        assert!(matches!(
+            Config::from_args(&a),
+            Err(ConfigError::TlsCaNoPem(_))
+        ));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -57,7 +57,7 @@ pub(crate) mod args {
 
     pub(crate) struct DevSettings {
         pub dev: bool,
-        pub failpoints: Vec<String>,
+        pub failpoints: Vec<crate::faults::Failpoint>,
         pub flaw: Option<payonce_rules::flow::Flaw>,
         pub default_webhook_secret: Option<&'static str>,
     }
@@ -80,7 +80,7 @@ pub(crate) mod args {
     }
 }
 
-pub(crate) fn arm(_: &[String]) {}
+pub(crate) fn arm(_: &[crate::faults::Failpoint]) {}
 
 pub(crate) async fn run_command(_: Command) -> Result<(), RunError> {
     Err(RunError::Config(ConfigError::Dev(
@@ -107,7 +107,7 @@ pub(crate) fn routes() -> Router<AppState> {
 }
 
 #[inline(always)]
-pub(crate) fn failpoint(_: &'static str) {}
+pub(crate) fn failpoint(_: crate::faults::Failpoint) {}
 
 #[inline(always)]
 pub(crate) fn after_charge() {}

@@ -8,7 +8,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use payonce_protocol::headers::RETRY_AFTER;
 use payonce_protocol::problem::PROBLEM_CONTENT_TYPE;
-use payonce_protocol::{AttemptStatus, ErrorCode, Problem};
+use payonce_protocol::{AttemptStatus, ErrorCode, KeyError, Problem};
 use payonce_rules::plan::problem_body;
 
 /// What rustls said, when `e` comes from a failed TLS handshake (reported as an
@@ -49,6 +49,20 @@ pub enum AppError {
     /// A bug or an impossible state. Logged; the client sees `INTERNAL`.
     #[error("internal error: {0}")]
     Internal(String),
+    /// The task a request runs its work in (`what`: pay, cancel, webhook, …) panicked or
+    /// was cancelled. Logged; the client sees `INTERNAL`.
+    #[error("internal error: {what} task failed: {source}")]
+    Task {
+        /// Whose task.
+        what: &'static str,
+        /// Why it ended.
+        #[source]
+        source: tokio::task::JoinError,
+    },
+    /// A parsed request body did not serialize back (a bug in its type). Logged; the
+    /// client sees `INTERNAL`.
+    #[error("internal error: a parsed body does not serialize: {0}")]
+    Reserialize(#[source] serde_json::Error),
 }
 
 impl AppError {
@@ -62,20 +76,88 @@ impl AppError {
         Self::Client(Box::new(Problem::new(code).with_detail(detail)))
     }
 
-    /// Builds a client problem with extra members set by `f`.
+    /// Builds a client problem with extra members set by `f`. Prefer a named constructor
+    /// below: each code whose problem carries more than a detail is built in one place.
     pub(crate) fn with(code: ErrorCode, f: impl FnOnce(&mut Problem)) -> Self {
         let mut p = Problem::new(code);
         f(&mut p);
         Self::Client(Box::new(p))
     }
 
-    /// A problem about an attempt in `status` (409/402/422 answers carry it).
-    pub(crate) fn attempt(code: ErrorCode, status: AttemptStatus) -> Self {
-        Self::with(code, |p| p.attempt_status = Some(status))
+    /// 409 `IN_PROGRESS`: the key's attempt is still processing; retry the same key after
+    /// `retry_after` seconds.
+    pub(crate) fn in_progress(retry_after: u64) -> Self {
+        Self::with(ErrorCode::InProgress, |p| {
+            p.attempt_status = Some(AttemptStatus::Processing);
+            p.retry_after = Some(retry_after);
+        })
+    }
+
+    /// 422 `KEY_REUSED_WITH_DIFFERENT_DETAILS`: the key's attempt (in `status`) was made for
+    /// other terms.
+    pub(crate) fn key_reused(status: AttemptStatus) -> Self {
+        Self::with(ErrorCode::KeyReusedWithDifferentDetails, |p| {
+            p.attempt_status = Some(status);
+            p.detail = Some(
+                "this key was used before with different order, version, amount or payment method"
+                    .into(),
+            );
+        })
+    }
+
+    /// 409 `ATTEMPT_CANCELLED`: the key was cancelled.
+    pub(crate) fn attempt_cancelled() -> Self {
+        Self::with(ErrorCode::AttemptCancelled, |p| {
+            p.attempt_status = Some(AttemptStatus::Cancelled)
+        })
+    }
+
+    /// 409 `OUT_OF_STOCK`: too little stock left of `sku`.
+    pub(crate) fn out_of_stock(sku: String) -> Self {
+        Self::with(ErrorCode::OutOfStock, |p| p.sku = Some(sku))
+    }
+
+    /// 400 `IDEMPOTENCY_KEY_INVALID`: the key header was refused, `detail` says how.
+    pub(crate) fn idempotency_key_invalid(e: &KeyError, detail: impl Into<String>) -> Self {
+        Self::with(ErrorCode::IdempotencyKeyInvalid, |p| {
+            p.detail = Some(detail.into());
+            p.reason = Some(e.reason().to_owned());
+        })
+    }
+
+    /// 401 `WEBHOOK_SIGNATURE_INVALID`, with the machine-readable `reason`.
+    pub(crate) fn webhook_signature_invalid(reason: &str) -> Self {
+        Self::with(ErrorCode::WebhookSignatureInvalid, |p| {
+            p.reason = Some(reason.to_owned())
+        })
+    }
+
+    /// 429 `RATE_LIMITED`: the rate limit named `label` of this user is spent for
+    /// `retry_after` seconds.
+    pub(crate) fn rate_limited(label: &str, retry_after: u64) -> Self {
+        Self::with(ErrorCode::RateLimited, |p| {
+            p.retry_after = Some(retry_after);
+            p.detail = Some(format!("rate limit `{label}` of this user reached"));
+        })
+    }
+
+    /// 503 `STORE_UNAVAILABLE` saying why and when to come back: what could not be
+    /// confirmed now (a webhook event the provider cannot vouch for yet) is asked again
+    /// after `retry_after` seconds.
+    pub(crate) fn unavailable(detail: &str, retry_after: u64) -> Self {
+        Self::with(ErrorCode::StoreUnavailable, |p| {
+            p.detail = Some(detail.to_owned());
+            p.retry_after = Some(retry_after);
+        })
     }
 
     pub(crate) fn internal(msg: impl Into<String>) -> Self {
         Self::Internal(msg.into())
+    }
+
+    /// For `map_err` on the join of `what`'s task.
+    pub(crate) fn task(what: &'static str) -> impl FnOnce(tokio::task::JoinError) -> Self {
+        move |source| Self::Task { what, source }
     }
 
     /// The problem the client will see (opaque for server-side failures).
@@ -86,7 +168,9 @@ impl AppError {
                 .with_detail("the store is unreachable; retry with the same key"),
             Self::Store(e) if unstorable_text(e) => Problem::new(ErrorCode::InvalidRequest)
                 .with_detail("a string holds a character the store cannot keep"),
-            Self::Store(_) | Self::Internal(_) => Problem::new(ErrorCode::Internal),
+            Self::Store(_) | Self::Internal(_) | Self::Task { .. } | Self::Reserialize(_) => {
+                Problem::new(ErrorCode::Internal)
+            }
         }
     }
 }

@@ -3,24 +3,85 @@
 //! are `src/dev/faults.rs` in a build with the `dev` feature, and no-ops in
 //! `src/dev_off.rs` without it.
 
-/// After the claim committed (attempt + outbox row), before the provider is called.
-pub(crate) const AFTER_CLAIM: &str = "after-claim";
-/// After the provider answered (it may have charged), before the outcome is stored.
-pub(crate) const AFTER_CHARGE: &str = "after-charge";
-/// Two phases: the provider created the payment object and named it; its id is not saved.
-pub(crate) const AFTER_CREATE: &str = "after-create";
-/// Two phases: the object's id is saved on the attempt; it is not confirmed yet.
-pub(crate) const AFTER_SAVE_REF: &str = "after-save-ref";
-/// Two phases: the provider answered the confirm (it may have charged), before the outcome
-/// is stored.
-pub(crate) const AFTER_CONFIRM: &str = "after-confirm";
-/// Inside the settle transaction, just before its commit (the commit never happens).
-pub(crate) const BEFORE_SETTLE_COMMIT: &str = "before-settle-commit";
-/// After the outcome is stored, before the client is answered.
-pub(crate) const AFTER_SAVE: &str = "after-save";
-/// Inside the webhook handler: the event is recorded as received, not yet applied.
-pub(crate) const WEBHOOK: &str = "webhook";
-/// Inside the outbox worker: it took over an abandoned attempt, before it asks the provider.
-pub(crate) const OUTBOX: &str = "outbox";
-/// Inside the email job: the mail is sent and flagged, the job not yet acknowledged.
-pub(crate) const EMAIL: &str = "email";
+use std::fmt;
+
+/// A step the process can be made to abort at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Failpoint {
+    /// After the claim committed (attempt + outbox row), before the provider is called.
+    AfterClaim,
+    /// After the provider answered (it may have charged), before the outcome is stored.
+    AfterCharge,
+    /// Two phases: the provider created the payment object and named it; its id is not saved.
+    AfterCreate,
+    /// Two phases: the object's id is saved on the attempt; it is not confirmed yet.
+    AfterSaveRef,
+    /// Two phases: the provider answered the confirm (it may have charged), before the
+    /// outcome is stored.
+    AfterConfirm,
+    /// Inside the settle transaction, just before its commit (the commit never happens).
+    BeforeSettleCommit,
+    /// After the outcome is stored, before the client is answered.
+    AfterSave,
+    /// Inside the webhook handler: the event is recorded as received, not yet applied.
+    Webhook,
+    /// Inside the outbox worker: it took over an abandoned attempt, before it asks the
+    /// provider.
+    Outbox,
+    /// Inside the email job: the mail is sent and flagged, the job not yet acknowledged.
+    Email,
+}
+
+/// Every failpoint and its name on the command line, in the order `--help` and the
+/// unknown-name error list them: the one spelling of each name.
+pub(crate) const NAMES: [(Failpoint, &str); 10] = [
+    (Failpoint::AfterClaim, "after-claim"),
+    (Failpoint::AfterCharge, "after-charge"),
+    (Failpoint::AfterCreate, "after-create"),
+    (Failpoint::AfterSaveRef, "after-save-ref"),
+    (Failpoint::AfterConfirm, "after-confirm"),
+    (Failpoint::BeforeSettleCommit, "before-settle-commit"),
+    (Failpoint::AfterSave, "after-save"),
+    (Failpoint::Webhook, "webhook"),
+    (Failpoint::Outbox, "outbox"),
+    (Failpoint::Email, "email"),
+];
+
+impl Failpoint {
+    /// The failpoint called `name`; `None` for a name nobody checks.
+    pub(crate) fn parse(name: &str) -> Option<Self> {
+        NAMES.iter().find(|(_, n)| *n == name).map(|(f, _)| *f)
+    }
+
+    /// Its name on the command line.
+    pub(crate) fn name(self) -> &'static str {
+        NAMES
+            .iter()
+            .find(|(f, _)| *f == self)
+            .map_or("", |(_, n)| n)
+    }
+}
+
+impl fmt::Display for Failpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_failpoint_has_one_name_that_parses_back() {
+        for (point, name) in NAMES {
+            assert_eq!(Failpoint::parse(name), Some(point));
+            assert_eq!(point.to_string(), name);
+        }
+        let mut names: Vec<_> = NAMES.iter().map(|(_, n)| n).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), NAMES.len());
+        assert_eq!(Failpoint::parse("after-lunch"), None);
+    }
+}

@@ -14,7 +14,8 @@
 //! - `provider/`: the provider port (`mod.rs`) and one adapter per provider (`mock.rs`,
 //!   `stripe.rs`), each answer sorted by what it proves (docs/providers.md).
 //! - `auth` (the extractor), `session` (session tokens), `jwt`, `catalog`, `limits`,
-//!   `metrics`, `faults` (the failpoint names), `error`, [`clock`], [`config`], [`secret`]
+//!   `metrics`, `faults` (the failpoint names), `error`, [`clock`], [`ids`] (where new ids
+//!   come from), [`config`], [`secret`]
 //!   (values `Debug` and logs never show).
 //! - `dev/` (the `dev` feature): `--dev`, the embedded mock provider, dev sessions, the
 //!   dev mailbox, dev faults and failpoints; `dev_off.rs` stands in for it without the feature.
@@ -24,6 +25,7 @@
 
 pub mod clock;
 pub mod config;
+pub mod ids;
 pub mod secret;
 pub mod store;
 

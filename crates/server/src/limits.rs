@@ -15,7 +15,6 @@ use governor::middleware::NoOpMiddleware;
 use governor::nanos::Nanos;
 use governor::state::keyed::DefaultKeyedStateStore;
 use governor::{Quota, RateLimiter};
-use payonce_protocol::ErrorCode;
 use payonce_rules::policy::{retry_after_secs, Bucket};
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -126,19 +125,14 @@ fn limited(bucket: Bucket, wait: Duration) -> AppError {
     if Bucket::ALL.contains(&bucket) {
         metrics::rate_limited(bucket);
     }
-    AppError::with(ErrorCode::RateLimited, |p| {
-        p.retry_after = Some(retry_after_secs(wait));
-        p.detail = Some(format!(
-            "rate limit `{}` of this user reached",
-            bucket.label()
-        ));
-    })
+    AppError::rate_limited(bucket.label(), retry_after_secs(wait))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use governor::clock::FakeRelativeClock;
+    use payonce_protocol::ErrorCode;
 
     fn limits(
         rates: &[(Bucket, u32, u32)],

@@ -9,6 +9,8 @@ use crate::store::audit::{self, Entry};
 use crate::store::orders::{self as db, OrderRow};
 use crate::store::payments::get_payment;
 use payonce_protocol::{CreateOrderRequest, ErrorCode, Order, OrderStatus, UpdateCartRequest};
+use payonce_rules::ids::OrderId;
+use payonce_rules::plan::AuditState::Cart;
 use payonce_rules::policy::Bucket;
 
 /// Loads the caller's order or answers 404 (also for someone else's order: its existence is
@@ -69,9 +71,9 @@ pub(crate) async fn create(
         coupon,
     )
     .await?;
-    let id = format!("ord_{}", uuid::Uuid::new_v4().simple());
+    let id = String::from(OrderId::mint(&*state.ids));
     let now = state.clock.now_ms();
-    let entry = Entry::new(user, "order", &id, None, "unpaid v1", "order created");
+    let entry = Entry::change(user, "order", &id, None, Cart(1), "order created");
     let (order, owner, address) = (id.clone(), user.to_owned(), req.address.clone());
     let insert = state.store.write(async move |tx| {
         db::insert_order(&mut *tx, &order, &owner, &priced, address.as_deref(), now).await?;
@@ -125,11 +127,8 @@ pub(crate) async fn change_cart(
             return Ok(current);
         }
         let now = state.clock.now_ms();
-        let (from, to) = (
-            format!("unpaid v{}", current.version),
-            format!("unpaid v{}", current.version + 1),
-        );
-        let entry = Entry::new(user, "order", id, Some(&from), &to, "cart changed");
+        let (from, to) = (Cart(current.version), Cart(current.version + 1));
+        let entry = Entry::change(user, "order", id, Some(from), to, "cart changed");
         let (order, owner, version) = (id.to_owned(), user.to_owned(), current.version);
         let address = address.map(str::to_owned);
         let update = state.store.write(async move |tx| {

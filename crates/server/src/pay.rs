@@ -26,7 +26,7 @@
 
 use crate::dev::failpoint;
 use crate::error::{AppError, AppResult};
-use crate::faults;
+use crate::faults::Failpoint;
 use crate::metrics::ReplaySource;
 use crate::provider::ChargeOutcome;
 use crate::replay::marker;
@@ -37,8 +37,9 @@ use crate::store::orders::OrderRow;
 use crate::store::pay::ClaimOutcome;
 use crate::store::{self, audit, Leased};
 use payonce_protocol::provider::ChargeRequest;
-use payonce_protocol::{AttemptStatus, ErrorCode, IdempotencyKey, PayRequest};
+use payonce_protocol::{AttemptStatus, IdempotencyKey, PayRequest};
 use payonce_rules::flow::{self, Claimed, Effect, End, Marked, ServerPay, TakeOver, Unmark};
+use payonce_rules::ids::{AttemptId, IdSource, LeaseToken, PaymentId};
 use payonce_rules::plan::{self, Claim, ClaimPlan, SettlePlan};
 use payonce_rules::policy::Bucket;
 use payonce_rules::{Processing, Record};
@@ -145,18 +146,9 @@ async fn reply(state: &AppState, user: &str, key: &IdempotencyKey, end: End) -> 
             }
             Ok(Reply::open(answer))
         }
-        End::Mismatch(status) => Err(AppError::with(
-            ErrorCode::KeyReusedWithDifferentDetails,
-            |p| {
-                p.attempt_status = Some(status);
-                p.detail = Some("this key was used before with different order, version, amount or payment method".into());
-            },
-        )),
-        End::Cancelled => Err(AppError::attempt(
-            ErrorCode::AttemptCancelled,
-            AttemptStatus::Cancelled,
-        )),
-        End::InProgress => Err(in_progress(state)),
+        End::Mismatch(status) => Err(AppError::key_reused(status)),
+        End::Cancelled => Err(AppError::attempt_cancelled()),
+        End::InProgress => Err(AppError::in_progress(state.config.retry_after_secs)),
         End::Refused(problem) => Err(problem.into()),
         End::Skipped | End::Unconfirmed => Err(AppError::internal("a pay ended as a job")),
     }
@@ -173,7 +165,7 @@ pub(crate) async fn abandoned(
     outbox: bool,
 ) -> AppResult<End> {
     let m = ServerPay::abandoned(row, order_of(order), worker, state.policy);
-    let point = outbox.then_some(faults::OUTBOX);
+    let point = outbox.then_some(Failpoint::Outbox);
     interpret(state, m, None, point).await
 }
 
@@ -190,25 +182,18 @@ pub(crate) async fn cancel_waiting(
     interpret(state, m, None, None).await
 }
 
-fn in_progress(state: &AppState) -> AppError {
-    AppError::with(ErrorCode::InProgress, |p| {
-        p.attempt_status = Some(AttemptStatus::Processing);
-        p.retry_after = Some(state.config.retry_after_secs);
-    })
-}
+/// The machine's new ids, minted by the state's id source (`src/ids.rs`).
+struct Fresh<'a>(&'a dyn IdSource);
 
-/// The server's ids: random, never reused.
-struct Fresh;
-
-impl flow::Ids for Fresh {
+impl flow::Ids for Fresh<'_> {
     fn attempt_id(&mut self) -> String {
-        format!("att_{}", uuid::Uuid::new_v4().simple())
+        AttemptId::mint(self.0).into()
     }
     fn lease_token(&mut self) -> String {
-        uuid::Uuid::new_v4().to_string()
+        LeaseToken::mint(self.0).into()
     }
     fn payment_id(&mut self) -> String {
-        format!("pay_{}", uuid::Uuid::new_v4().simple())
+        PaymentId::mint(self.0).into()
     }
 }
 
@@ -218,7 +203,7 @@ pub(crate) async fn interpret(
     state: &AppState,
     m: ServerPay,
     deadline: Option<Instant>,
-    taken: Option<&'static str>,
+    taken: Option<Failpoint>,
 ) -> AppResult<End> {
     drive(state, &mut configured(state, m), deadline, taken).await
 }
@@ -235,7 +220,7 @@ async fn drive(
     state: &AppState,
     m: &mut ServerPay,
     deadline: Option<Instant>,
-    taken: Option<&'static str>,
+    taken: Option<Failpoint>,
 ) -> AppResult<End> {
     let own = state.redis.as_ref().map(|_| marker::new_marker());
     let r = steps(state, m, deadline, taken, own.as_deref()).await;
@@ -251,12 +236,12 @@ async fn steps(
     state: &AppState,
     m: &mut ServerPay,
     deadline: Option<Instant>,
-    taken: Option<&'static str>,
+    taken: Option<Failpoint>,
     own: Option<&str>,
 ) -> AppResult<End> {
     let may_wait = || deadline.is_some_and(|d| Instant::now() < d);
     for _ in 0..MAX_EFFECTS {
-        match m.poll(state.clock.now_ms(), &mut Fresh) {
+        match m.poll(state.clock.now_ms(), &mut Fresh(&*state.ids)) {
             Effect::Mark { user, key } => {
                 let seen = match (&state.redis, own) {
                     (Some(redis), Some(own)) => marker::mark(redis, state, user, key, own).await,
@@ -294,7 +279,7 @@ async fn steps(
             Effect::Claim { plan, key, now } => {
                 let claimed = exec_claim(state, plan, key, now, true).await?;
                 if claimed == Claimed::Won {
-                    failpoint(faults::AFTER_CLAIM);
+                    failpoint(Failpoint::AfterClaim);
                     // The claim's outbox row, executed inline by this request.
                     crate::metrics::outbox(crate::metrics::OutboxResult::ExecutedInline);
                 }
@@ -323,7 +308,7 @@ async fn steps(
             } => {
                 let saved = save_ref(state, claim, provider_ref, now).await?;
                 if saved {
-                    failpoint(faults::AFTER_SAVE_REF);
+                    failpoint(Failpoint::AfterSaveRef);
                 }
                 m.on_ref_saved(saved);
             }
@@ -331,7 +316,7 @@ async fn steps(
                 let a = &claim.attempt;
                 let saved = a.provider_ref.as_deref().unwrap_or_default();
                 let outcome = state.provider.confirm(saved, &a.provider_key).await;
-                failpoint(faults::AFTER_CONFIRM);
+                failpoint(Failpoint::AfterConfirm);
                 log_outcome(a, &outcome);
                 m.on_charge(outcome);
             }
@@ -370,7 +355,7 @@ async fn steps(
             }
         }
     }
-    Err(in_progress(state))
+    Err(AppError::in_progress(state.config.retry_after_secs))
 }
 
 /// Takes over the expired lease of a processing attempt (exactly one contender wins) and
@@ -396,7 +381,7 @@ async fn charge(state: &AppState, claim: &Claim) -> ChargeOutcome {
         .charge(&a.provider_key, &charge_request(a))
         .await;
     crate::dev::after_charge();
-    failpoint(faults::AFTER_CHARGE);
+    failpoint(Failpoint::AfterCharge);
     outcome
 }
 
@@ -411,7 +396,7 @@ async fn create(state: &AppState, claim: &Claim) -> flow::Created {
     match &created {
         flow::Created::Id(id) => {
             tracing::info!(attempt = %a.id, provider_ref = %id, "payment object created");
-            failpoint(faults::AFTER_CREATE);
+            failpoint(Failpoint::AfterCreate);
         }
         flow::Created::Refused(why) => {
             tracing::warn!(attempt = %a.id, %why, "provider refused to create the payment")
@@ -495,7 +480,7 @@ pub(crate) async fn settle_from_webhook(
     order: &OrderRow,
 ) -> AppResult<Option<bool>> {
     // A token nobody holds: this path never releases or takes a lease.
-    let token = uuid::Uuid::new_v4().to_string();
+    let token = LeaseToken::mint(&*state.ids).into();
     let m = ServerPay::webhook(record, order_of(order), token, state.policy);
     Ok(match interpret(state, m, None, None).await? {
         End::Unconfirmed => None,
@@ -537,9 +522,7 @@ pub(crate) async fn exec_claim(
             problem.payment = payment;
             Err(problem.into())
         }
-        ClaimOutcome::OutOfStock { sku } => {
-            Err(AppError::with(ErrorCode::OutOfStock, |p| p.sku = Some(sku)))
-        }
+        ClaimOutcome::OutOfStock { sku } => Err(AppError::out_of_stock(sku)),
     }
 }
 
@@ -602,7 +585,7 @@ pub(crate) async fn exec_settle(
         | SettlePlan::Review { .. } => return Ok(false),
     };
     if finish.status == AttemptStatus::Succeeded {
-        failpoint(faults::BEFORE_SETTLE_COMMIT);
+        failpoint(Failpoint::BeforeSettleCommit);
     }
-    Ok(store::pay::settle(&state.store, a, plan, now).await?)
+    Ok(store::pay::settle(&state.store, a, plan, &*state.ids, now).await?)
 }

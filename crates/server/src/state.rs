@@ -2,6 +2,7 @@
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, ConfigError};
+use crate::ids::{IdSource, RandomIds};
 use crate::store::{Store, StoreError};
 use axum::extract::FromRef;
 use std::net::SocketAddr;
@@ -54,6 +55,8 @@ pub struct AppState {
     pub(crate) replays: Arc<crate::replay::memory::ReplayCache>,
     /// Where every rule reads `now` from.
     pub(crate) clock: Arc<dyn Clock>,
+    /// Where every new id comes from (`src/ids.rs`).
+    pub(crate) ids: Arc<dyn IdSource>,
     /// Leases and retention, from the config.
     pub(crate) policy: payonce_rules::Policy,
     /// The database figures of `GET /metrics`, read at most once per their max age.
@@ -87,6 +90,7 @@ impl AppState {
                 config.replay_cache_entries,
             )),
             clock: Arc::new(SystemClock),
+            ids: Arc::new(RandomIds),
             policy: config.policy,
             config: Arc::new(config),
             gauges: Arc::default(),
@@ -102,6 +106,13 @@ impl AppState {
             &limiter_clock,
         ));
         self.clock = clock;
+        self
+    }
+
+    /// The same state minting its ids from `ids` (a [`crate::ids::Sequence`] makes every
+    /// id of a test predictable).
+    pub fn with_ids(mut self, ids: Arc<dyn IdSource>) -> Self {
+        self.ids = ids;
         self
     }
 }

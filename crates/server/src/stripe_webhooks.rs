@@ -23,7 +23,7 @@
 
 use crate::dev::failpoint;
 use crate::error::{AppError, AppResult};
-use crate::faults;
+use crate::faults::Failpoint;
 use crate::metrics::{self, WebhookResult};
 use crate::pay;
 use crate::provider::WebhookHint;
@@ -31,7 +31,6 @@ use crate::state::AppState;
 use crate::store::attempts as db;
 use crate::store::orders::get_order;
 use crate::store::webhook_events;
-use payonce_protocol::ErrorCode;
 
 /// The event types payonce acts on, as Stripe spells them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,7 +83,7 @@ pub(crate) async fn receive(state: AppState, hint: WebhookHint) -> AppResult<()>
         metrics::webhook_event(WebhookResult::Duplicate);
         return Ok(());
     }
-    failpoint(faults::WEBHOOK);
+    failpoint(Failpoint::Webhook);
     // In its own task, like pay: Stripe hanging up must not abort a settle halfway.
     let task = tokio::spawn(async move {
         handle(&state, &event, topic, &intent).await?;
@@ -95,8 +94,7 @@ pub(crate) async fn receive(state: AppState, hint: WebhookHint) -> AppResult<()>
         handled.await?;
         Ok::<_, AppError>(())
     });
-    task.await
-        .map_err(|e| AppError::internal(format!("Stripe webhook task failed: {e}")))??;
+    task.await.map_err(AppError::task("Stripe webhook"))??;
     Ok(())
 }
 
@@ -127,10 +125,10 @@ async fn handle(state: &AppState, event: &str, topic: Topic, intent: &str) -> Ap
         Some(false) => metrics::webhook_event(WebhookResult::NoEffect),
         None => {
             metrics::webhook_event(WebhookResult::Unconfirmed);
-            return Err(AppError::with(ErrorCode::StoreUnavailable, |p| {
-                p.detail = Some("Stripe could not confirm this event; deliver it again".into());
-                p.retry_after = Some(1);
-            }));
+            return Err(AppError::unavailable(
+                "Stripe could not confirm this event; deliver it again",
+                1,
+            ));
         }
     }
     Ok(())

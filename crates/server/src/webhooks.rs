@@ -21,7 +21,7 @@
 
 use crate::dev::failpoint;
 use crate::error::{AppError, AppResult};
-use crate::faults;
+use crate::faults::Failpoint;
 use crate::metrics;
 use crate::pay;
 use crate::state::AppState;
@@ -51,11 +51,10 @@ async fn refunded(state: &AppState, event: &WebhookEvent) -> AppResult<()> {
         Err(why) => {
             tracing::warn!(event = %event.id, %why, "cannot confirm a refund event");
             metrics::webhook_event(metrics::WebhookResult::Unconfirmed);
-            return Err(AppError::with(ErrorCode::StoreUnavailable, |p| {
-                p.detail =
-                    Some("the provider could not confirm this event; deliver it again".into());
-                p.retry_after = Some(1);
-            }));
+            return Err(AppError::unavailable(
+                "the provider could not confirm this event; deliver it again",
+                1,
+            ));
         }
     };
     let Some(refund) = refund else {
@@ -92,7 +91,7 @@ pub(crate) async fn receive(state: AppState, event: WebhookEvent) -> AppResult<(
         metrics::webhook_event(metrics::WebhookResult::Duplicate);
         return Ok(());
     }
-    failpoint(faults::WEBHOOK);
+    failpoint(Failpoint::Webhook);
     // In its own task, like pay: a provider that hangs up must not abort a settle.
     let task = tokio::spawn(async move {
         handle(&state, &event).await?;
@@ -103,8 +102,7 @@ pub(crate) async fn receive(state: AppState, event: WebhookEvent) -> AppResult<(
         handled.await?;
         Ok::<_, AppError>(())
     });
-    task.await
-        .map_err(|e| AppError::internal(format!("webhook task failed: {e}")))??;
+    task.await.map_err(AppError::task("webhook"))??;
     Ok(())
 }
 
@@ -140,11 +138,10 @@ async fn handle(state: &AppState, event: &WebhookEvent) -> AppResult<()> {
         Some(false) => metrics::webhook_event(metrics::WebhookResult::NoEffect),
         None => {
             metrics::webhook_event(metrics::WebhookResult::Unconfirmed);
-            return Err(AppError::with(ErrorCode::StoreUnavailable, |p| {
-                p.detail =
-                    Some("the provider could not confirm this event; deliver it again".into());
-                p.retry_after = Some(1);
-            }));
+            return Err(AppError::unavailable(
+                "the provider could not confirm this event; deliver it again",
+                1,
+            ));
         }
     }
     Ok(())

@@ -2,27 +2,15 @@
 //! crate (the command line in `src/config.rs`) reads it, it reads nothing of the crate but
 //! the failpoint names and `src/secret.rs`.
 
-use crate::faults::{
-    AFTER_CHARGE, AFTER_CLAIM, AFTER_CONFIRM, AFTER_CREATE, AFTER_SAVE, AFTER_SAVE_REF,
-    BEFORE_SETTLE_COMMIT, EMAIL, OUTBOX, WEBHOOK,
-};
+use crate::faults::{Failpoint, NAMES};
 use clap::{Args, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-/// Every failpoint name, for validating the flag.
-const ALL: &[&str] = &[
-    AFTER_CLAIM,
-    AFTER_CHARGE,
-    AFTER_CREATE,
-    AFTER_SAVE_REF,
-    AFTER_CONFIRM,
-    BEFORE_SETTLE_COMMIT,
-    AFTER_SAVE,
-    WEBHOOK,
-    OUTBOX,
-    EMAIL,
-];
+/// Every failpoint name, comma-separated, for the error naming an unknown one.
+fn known() -> String {
+    NAMES.map(|(_, name)| name).join(", ")
+}
 
 /// Why the dev flags are refused.
 #[derive(Debug, thiserror::Error)]
@@ -31,7 +19,7 @@ pub enum DevFlagError {
     #[error("--failpoint / PAYONCE_FAILPOINTS require --dev")]
     FailpointsNeedDev,
     /// A failpoint name nobody checks would make a crash test pass for the wrong reason.
-    #[error("unknown failpoint {0:?} (known: {known})", known = ALL.join(", "))]
+    #[error("unknown failpoint {0:?} (known: {known})", known = known())]
     UnknownFailpoint(String),
 }
 
@@ -139,7 +127,7 @@ pub enum Command {
 /// What the dev flags come to: dev mode on or off, and the armed failpoints.
 pub(crate) struct DevSettings {
     pub dev: bool,
-    pub failpoints: Vec<String>,
+    pub failpoints: Vec<Failpoint>,
     /// `--flaw`, as the pay machine's flaw.
     pub flaw: Option<payonce_rules::flow::Flaw>,
     /// The webhook secret when none was given: the mock provider's own default, dev only.
@@ -148,15 +136,13 @@ pub(crate) struct DevSettings {
 
 /// Validates the dev flags.
 pub(crate) fn settings(args: &DevArgs) -> Result<DevSettings, DevFlagError> {
-    let failpoints: Vec<String> = args
+    let failpoints = args
         .failpoints
         .iter()
-        .map(|f| f.trim().to_owned())
+        .map(|f| f.trim())
         .filter(|f| !f.is_empty())
-        .collect();
-    if let Some(bad) = failpoints.iter().find(|f| !ALL.contains(&f.as_str())) {
-        return Err(DevFlagError::UnknownFailpoint(bad.clone()));
-    }
+        .map(|f| Failpoint::parse(f).ok_or_else(|| DevFlagError::UnknownFailpoint(f.to_owned())))
+        .collect::<Result<Vec<_>, _>>()?;
     if !failpoints.is_empty() && !args.dev {
         return Err(DevFlagError::FailpointsNeedDev);
     }

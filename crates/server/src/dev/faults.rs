@@ -12,6 +12,7 @@
 //!   dependency for a set-once list of names was not worth it, and the names are the
 //!   contract the crash tests rely on.
 
+use crate::faults::Failpoint;
 use axum::body::{Body, Bytes};
 use axum::response::Response;
 use payonce_protocol::body::DevFault;
@@ -19,21 +20,22 @@ use std::future::Future;
 use std::sync::OnceLock;
 
 /// The armed failpoints, set once at start.
-static ARMED: OnceLock<Vec<String>> = OnceLock::new();
+static ARMED: OnceLock<Vec<Failpoint>> = OnceLock::new();
 
-/// Arms `names` for the life of the process (the first call wins).
-pub(crate) fn arm(names: &[String]) {
-    if !names.is_empty() {
+/// Arms `points` for the life of the process (the first call wins).
+pub(crate) fn arm(points: &[Failpoint]) {
+    if !points.is_empty() {
+        let names: Vec<_> = points.iter().map(|p| p.name()).collect();
         tracing::warn!(failpoints = ?names, "dev failpoints armed: the process aborts at these steps");
     }
-    let _ = ARMED.set(names.to_vec());
+    let _ = ARMED.set(points.to_vec());
 }
 
-/// A named failpoint: aborts the process if `name` is armed.
+/// A named failpoint: aborts the process if `point` is armed.
 #[inline]
-pub(crate) fn failpoint(name: &'static str) {
-    if ARMED.get().is_some_and(|a| a.iter().any(|n| n == name)) {
-        crash(name);
+pub(crate) fn failpoint(point: Failpoint) {
+    if ARMED.get().is_some_and(|a| a.contains(&point)) {
+        crash(point.name());
     }
 }
 

@@ -21,7 +21,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 /// Arms the failpoints for the life of the process.
-pub(crate) fn arm(failpoints: &[String]) {
+pub(crate) fn arm(failpoints: &[crate::faults::Failpoint]) {
     faults::arm(failpoints);
 }
 
@@ -188,7 +188,8 @@ mod tests {
             Err(ConfigError::Dev(DevFlagError::UnknownFailpoint(_)))
         ));
         let c = Config::from_args(&args(&["--dev", "--failpoint", "after-claim,email"])).unwrap();
-        assert_eq!(c.failpoints, ["after-claim", "email"]);
+        use crate::faults::Failpoint;
+        assert_eq!(c.failpoints, [Failpoint::AfterClaim, Failpoint::Email]);
     }
 
     #[test]

@@ -21,8 +21,6 @@ pub(crate) async fn handler(
     let order = load_owned(&state, &order_id, &user).await?;
     // In its own task, like pay: a hang-up must not abort a half-written tombstone decision.
     let task = tokio::spawn(async move { cancel::cancel(&state, &user, &order, &req.key).await });
-    let answer = task
-        .await
-        .map_err(|e| AppError::internal(format!("cancel task failed: {e}")))??;
+    let answer = task.await.map_err(AppError::task("cancel"))??;
     Ok(Json(answer))
 }

@@ -97,8 +97,7 @@ fn objects_only<T: Serialize>(sent: &Value, parsed: &T) -> Result<(), AppError> 
             _ => Ok(()),
         }
     }
-    let back = serde_json::to_value(parsed)
-        .map_err(|e| AppError::internal(format!("a parsed body does not serialize: {e}")))?;
+    let back = serde_json::to_value(parsed).map_err(AppError::Reserialize)?;
     walk(sent, &back, &mut String::from("body"))
 }
 
@@ -217,25 +216,18 @@ pub(crate) fn parse_key_header(parts: &Parts) -> Result<IdempotencyKey, AppError
         return Err(AppError::code(ErrorCode::IdempotencyKeyMissing));
     };
     if values.next().is_some() {
-        return Err(key_invalid(
-            KeyError::BadQuoting,
+        return Err(AppError::idempotency_key_invalid(
+            &KeyError::BadQuoting,
             "more than one Idempotency-Key header",
         ));
     }
     let text = value.to_str().map_err(|_| {
-        key_invalid(
-            KeyError::InvalidChar { at: 0 },
+        AppError::idempotency_key_invalid(
+            &KeyError::InvalidChar { at: 0 },
             "the header is not visible ASCII",
         )
     })?;
-    IdempotencyKey::parse(text).map_err(|e| key_invalid(e.clone(), e.to_string()))
-}
-
-fn key_invalid(e: KeyError, detail: impl Into<String>) -> AppError {
-    AppError::with(ErrorCode::IdempotencyKeyInvalid, |p| {
-        p.detail = Some(detail.into());
-        p.reason = Some(e.reason().to_owned());
-    })
+    IdempotencyKey::parse(text).map_err(|e| AppError::idempotency_key_invalid(&e, e.to_string()))
 }
 
 /// The dev fault header. Without `--dev` its mere presence is refused (403

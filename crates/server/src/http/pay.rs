@@ -5,7 +5,7 @@
 use crate::auth::AuthUser;
 use crate::dev::failpoint;
 use crate::error::{AppError, AppResult};
-use crate::faults;
+use crate::faults::Failpoint;
 use crate::http::extract::{ApiJson, DevFaultHeader, IdemKeyHeader, PathId};
 use crate::metrics::{self, PayOutcome, RedisLookup, ReplaySource};
 use crate::orders::load_owned;
@@ -114,7 +114,7 @@ pub(crate) async fn handler(
     ));
     let result = match task.await {
         Ok(r) => r,
-        Err(e) => Err(AppError::internal(format!("pay task failed: {e}"))),
+        Err(e) => Err(AppError::task("pay")(e)),
     };
     respond(result, fault)
 }
@@ -164,7 +164,7 @@ fn count(result: &AppResult<Reply>, source: ReplaySource) {
 /// The HTTP answer for a pay result, with the dev faults that act on it.
 fn respond(result: AppResult<Reply>, fault: Option<DevFault>) -> Response {
     if matches!(&result, Ok(a) if a.is_final() && !a.replayed) {
-        failpoint(faults::AFTER_SAVE);
+        failpoint(Failpoint::AfterSave);
     }
     if let Some(dropped) = crate::dev::dropped_response(fault) {
         return dropped;

@@ -28,8 +28,7 @@ pub(crate) async fn handler(
             tokio::spawn(
                 async move { refunds::run(&state, &user, &key, payment, &attempt_id).await },
             );
-        task.await
-            .map_err(|e| AppError::internal(format!("refund task failed: {e}")))?
+        task.await.map_err(AppError::task("refund"))?
     }
     .await;
     result.map_or_else(IntoResponse::into_response, Reply::into_response)

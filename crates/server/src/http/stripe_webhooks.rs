@@ -16,9 +16,7 @@ use payonce_protocol::ErrorCode;
 
 fn signature_invalid(reason: &str) -> AppError {
     metrics::webhook_event(metrics::WebhookResult::BadSignature);
-    AppError::with(ErrorCode::WebhookSignatureInvalid, |p| {
-        p.reason = Some(reason.to_owned())
-    })
+    AppError::webhook_signature_invalid(reason)
 }
 
 /// The handler. Answers 200 for every authentic event it has handled, now or before, or has

@@ -18,12 +18,6 @@ use std::time::Duration;
 /// delivery can be replayed, while allowing the provider's retries with backoff.
 const TOLERANCE: Duration = Duration::from_secs(300);
 
-fn signature_invalid(reason: &str) -> AppError {
-    AppError::with(ErrorCode::WebhookSignatureInvalid, |p| {
-        p.reason = Some(reason.to_owned())
-    })
-}
-
 /// The handler. Answers 200 for every authentic event, handled now or before, so the
 /// provider stops redelivering it.
 pub(crate) async fn handler(
@@ -37,9 +31,9 @@ pub(crate) async fn handler(
     })?;
     let header = headers
         .get(WEBHOOK_SIGNATURE)
-        .ok_or_else(|| signature_invalid("missing"))?
+        .ok_or_else(|| AppError::webhook_signature_invalid("missing"))?
         .to_str()
-        .map_err(|_| signature_invalid("malformed"))?;
+        .map_err(|_| AppError::webhook_signature_invalid("malformed"))?;
     payonce_protocol::signature::verify(
         &state.config.webhook_secret,
         header,
@@ -49,7 +43,7 @@ pub(crate) async fn handler(
     )
     .map_err(|e| {
         metrics::webhook_event(metrics::WebhookResult::BadSignature);
-        signature_invalid(e.reason())
+        AppError::webhook_signature_invalid(e.reason())
     })?;
     let event: WebhookEvent = serde_json::from_slice(&body).map_err(|e| {
         AppError::detail(

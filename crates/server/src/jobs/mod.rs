@@ -30,12 +30,14 @@
 
 use crate::dev::failpoint;
 use crate::error::AppResult;
+use crate::faults::Failpoint;
 use crate::state::AppState;
 use crate::store::mailbox::{self, Mail};
 use crate::store::orders::{self, get_order};
 use crate::store::{attempts as db, audit, jobs, Horizon, RETENTION};
-use crate::{faults, metrics, pay};
+use crate::{metrics, pay};
 use payonce_rules::flow::End;
+use payonce_rules::ids::MailId;
 use payonce_rules::Record;
 use std::time::Duration;
 
@@ -249,7 +251,7 @@ async fn send_email(state: &AppState, job: &str, order_id: &str) -> AppResult<bo
     // The "send" is the mailbox insert, in the transaction that sets the flag: the dev
     // mailbox is our own table. A real mailer is outside the database; it would get the
     // job id as its idempotency key, and the flag would be set right after it answers.
-    let order = order_id.to_owned();
+    let (order, ids) = (order_id.to_owned(), state.ids.clone());
     let send = state.store.write(async move |tx| {
         if !orders::flag_email_sent(&mut *tx, &order).await? {
             return Ok::<_, sqlx::Error>(false);
@@ -259,6 +261,7 @@ async fn send_email(state: &AppState, job: &str, order_id: &str) -> AppResult<bo
             "We received your payment of {amount} (minor units) {currency} for order {order}. Thank you!"
         );
         let mail = Mail {
+            id: MailId::mint(&*ids),
             order_id: &order,
             user_id: &user,
             subject: &subject,
@@ -274,7 +277,7 @@ async fn send_email(state: &AppState, job: &str, order_id: &str) -> AppResult<bo
         tracing::info!(%job, order = %order_id, "confirmation already sent: redelivery is a no-op");
         metrics::email(metrics::EmailResult::AlreadySent);
     }
-    failpoint(faults::EMAIL);
+    failpoint(Failpoint::Email);
     ack(state, job).await?;
     Ok(sent)
 }

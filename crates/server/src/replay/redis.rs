@@ -52,7 +52,11 @@ pub(crate) struct RedisCache {
 impl RedisCache {
     /// A cache on `url` (parsed now, connected lazily). `timeout` bounds each connect and
     /// each command. A `rediss://` URL trusts only the `ca` certificates (PEM) when given.
-    pub(crate) fn new(url: &str, timeout: Duration, ca: Option<&[u8]>) -> Result<Self, String> {
+    pub(crate) fn new(
+        url: &str,
+        timeout: Duration,
+        ca: Option<&[u8]>,
+    ) -> Result<Self, redis::RedisError> {
         let client = match ca.filter(|_| url.starts_with("rediss://")) {
             Some(pem) => {
                 let root_cert = Some(pem.to_vec());
@@ -63,8 +67,7 @@ impl RedisCache {
                 redis::Client::build_with_tls(url, certs)
             }
             None => redis::Client::open(url),
-        }
-        .map_err(|e| e.to_string())?;
+        }?;
         Ok(Self {
             client,
             // A password may sit in the userinfo or the query (`?password=`).

@@ -1,10 +1,12 @@
 //! The `mailbox` table: the confirmation mails the email job "sends" (there is no real
 //! mailer; a dev build reads them back at `GET /dev/mailbox`, `src/dev/mailbox.rs`).
 
+use payonce_rules::ids::MailId;
 use sqlx::any::AnyExecutor;
 
 /// One mail in the dev mailbox.
 pub(crate) struct Mail<'a> {
+    pub id: MailId,
     pub order_id: &'a str,
     pub user_id: &'a str,
     pub subject: &'a str,
@@ -21,7 +23,7 @@ pub(crate) async fn insert_mail<'c>(
         "INSERT INTO mailbox (id, order_id, user_id, subject, body, sent_at)
          VALUES ($1, $2, $3, $4, $5, $6)",
     )
-    .bind(format!("mail_{}", uuid::Uuid::new_v4().simple()))
+    .bind(m.id.as_str())
     .bind(m.order_id)
     .bind(m.user_id)
     .bind(m.subject)

@@ -4,9 +4,10 @@
 
 use super::audit;
 use super::orders::get_order;
-use super::tx::{Arg, Need, Statement};
+use super::tx::{Need, Statement};
 use super::{attempts, payments, Store};
 use payonce_protocol::{OrderStatus, Payment};
+use payonce_rules::ids::{IdSource, JobId};
 use payonce_rules::plan::{ClaimPlan, SettlePlan};
 use payonce_rules::Processing;
 
@@ -181,9 +182,10 @@ pub(crate) async fn settle(
     store: &Store,
     a: &Processing,
     plan: &SettlePlan,
+    ids: &dyn IdSource,
     now: i64,
 ) -> sqlx::Result<bool> {
-    let list = settle_statements(a, plan, now).ok_or_else(|| {
+    let list = settle_statements(a, plan, ids, now).ok_or_else(|| {
         sqlx::Error::Protocol("a settle plan without rows to write reached the store".into())
     })?;
     let counts = store.run(list).await?;
@@ -192,7 +194,12 @@ pub(crate) async fn settle(
 
 /// The settle's statements: `[finish, …what the outcome writes, audit…]`;
 /// `None` for a plan that writes nothing (the outcome is not known yet).
-fn settle_statements(a: &Processing, plan: &SettlePlan, now: i64) -> Option<Vec<Statement>> {
+fn settle_statements(
+    a: &Processing,
+    plan: &SettlePlan,
+    ids: &dyn IdSource,
+    now: i64,
+) -> Option<Vec<Statement>> {
     let (finish, audit) = match plan {
         SettlePlan::Charged { finish, audit, .. } | SettlePlan::Uncharged { finish, audit, .. } => {
             (finish, audit)
@@ -253,11 +260,7 @@ fn settle_statements(a: &Processing, plan: &SettlePlan, now: i64) -> Option<Vec<
             Statement::new(
                 "INSERT INTO jobs (id, kind, order_id, created_at)
                  SELECT $1, 'confirmation_email', $2, $3 WHERE true",
-                vec![
-                    Arg::from(format!("job_{}", uuid::Uuid::new_v4().simple()).as_str()),
-                    order.into(),
-                    now.into(),
-                ],
+                vec![JobId::mint(ids).as_str().into(), order.into(), now.into()],
             )
             .tail("ON CONFLICT (kind, order_id) DO NOTHING"),
         ]),

@@ -186,7 +186,48 @@ on_both_backends!(
     abandoned_challenges_do_not_starve_a_crashed_attempt,
     an_abandoned_challenge_expires_at_its_deadline_and_frees_the_order,
     a_cancel_ends_a_challenge_the_customer_left,
+    ids_come_from_the_injected_source,
 );
+
+/// Every id is minted by the state's id source (`src/ids.rs`), injected like the clock: with
+/// a sequence, the ids of an order, its pay, its confirmation job and its mail are the
+/// sequence's numbers, in the stored form (the prefix, `_`, 32 hex digits).
+async fn ids_come_from_the_injected_source(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let provider = provider().await;
+    let mut s = InProc::start(&db, &provider, &[]).await;
+    let ids = Arc::new(payonce_server::ids::Sequence::starting_at(1));
+    s.state = s.state.with_ids(ids);
+    s.router = app(s.state.clone(), None);
+    let t = s.session("alice").await;
+    let order = s.order(&t).await;
+    assert_eq!(order, format!("ord_{:032x}", 1));
+    let r = s.pay(&t, &order, &key(), "pm_card_approve").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    payonce_server::run_jobs(&s.state).await;
+    let pool = db.pool().await;
+    let mut minted = vec![r.json()["payment"]["id"].as_str().unwrap().to_owned()];
+    for sql in [
+        "SELECT id FROM attempts",
+        "SELECT id FROM jobs",
+        "SELECT id FROM mailbox",
+    ] {
+        let (id,): (String,) = sqlx::query_as(sql).fetch_one(&pool).await.unwrap();
+        minted.push(id);
+    }
+    let numbers: Vec<u128> = minted
+        .iter()
+        .zip(["pay", "att", "job", "mail"])
+        .map(|(id, prefix)| {
+            let hex = id.strip_prefix(&format!("{prefix}_")).expect(id);
+            assert_eq!(hex.len(), 32, "{id}");
+            u128::from_str_radix(hex, 16).expect(id)
+        })
+        .collect();
+    assert!(numbers.iter().all(|n| (2..20).contains(n)), "{minted:?}");
+}
 
 /// 22 customers abandon their 3-D Secure challenge (each attempt stays processing, waiting
 /// for them, as it must); then a pay with `pm_card_timeout` is charged and its process gives
