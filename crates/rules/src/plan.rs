@@ -546,7 +546,7 @@ pub fn problem_body(problem: &Problem) -> String {
 }
 
 /// Serializing a struct of strings and integers cannot fail; an empty object if it ever did.
-fn json<T: serde::Serialize>(v: &T) -> String {
+pub(crate) fn json<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string(v).unwrap_or_else(|_| "{}".to_owned())
 }
 

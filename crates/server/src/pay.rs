@@ -211,6 +211,9 @@ impl flow::Ids for Fresh {
     fn payment_id(&mut self) -> String {
         format!("pay_{}", uuid::Uuid::new_v4().simple())
     }
+    fn refund_id(&mut self) -> String {
+        format!("rfd_{}", uuid::Uuid::new_v4().simple())
+    }
 }
 
 /// Performs `m`'s effects until it ends. `deadline`: how long a request may wait on a key
