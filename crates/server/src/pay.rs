@@ -198,8 +198,8 @@ fn in_progress(state: &AppState) -> AppError {
     })
 }
 
-/// The server's ids: random, never reused.
-struct Fresh;
+/// The server's ids: random, never reused (the refund machine's too, src/refunds.rs).
+pub(crate) struct Fresh;
 
 impl flow::Ids for Fresh {
     fn attempt_id(&mut self) -> String {
