@@ -120,6 +120,9 @@ impl flow::Ids for Ids<'_> {
     fn payment_id(&mut self) -> String {
         format!("pay_{}", self.suffix)
     }
+    fn refund_id(&mut self) -> String {
+        format!("rfd_{}", self.suffix)
+    }
 }
 
 /// Why a conditional claim was refused by the order: the order's version and whether it is

@@ -52,6 +52,8 @@ pub trait Ids {
     fn lease_token(&mut self) -> String;
     /// The id of a new payment.
     fn payment_id(&mut self) -> String;
+    /// The id of a new refund ([`crate::refund::ServerRefund`]).
+    fn refund_id(&mut self) -> String;
 }
 
 /// A deliberately broken variant of the sequencing, set only by the model's tests
@@ -1050,6 +1052,10 @@ mod tests {
         fn payment_id(&mut self) -> String {
             self.0 += 1;
             format!("pay_{}", self.0)
+        }
+        fn refund_id(&mut self) -> String {
+            self.0 += 1;
+            format!("rfd_{}", self.0)
         }
     }
 

@@ -6,6 +6,8 @@
 //! - [`flow`]: the pay flow itself, [`flow::ServerPay`]: the sans-IO machine the server's
 //!   request path, jobs and webhook handler and the model checker all drive.
 //! - [`ids`]: the ids the server mints, one type each, from an injected [`ids::IdSource`].
+//! - [`refund`]: the refund flow, [`refund::ServerRefund`]: a sans-IO machine of the same
+//!   shape, with its plans (the claim, the settle, a payment becoming refunded).
 //! - [`record`]: an attempt as the store holds it, one variant per state, so a final attempt
 //!   without its stored answer cannot be represented.
 //! - [`keyed`]: the idempotency mechanism pay and refund share: an operation's fingerprint
@@ -25,6 +27,7 @@ pub mod pay;
 pub mod plan;
 pub mod policy;
 pub mod record;
+pub mod refund;
 
 pub use flow::ServerPay;
 pub use pay::{decide, fingerprint, provider_key, provider_refund_key, NextAction, PayRequest};

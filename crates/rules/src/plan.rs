@@ -77,26 +77,6 @@ impl AuditEntry {
             reason: reason.to_owned(),
         }
     }
-
-    /// An entry whose states are given as their stored text ([`AuditEntry::change`] spells
-    /// them from an [`AuditState`]).
-    pub fn new(
-        actor: &str,
-        entity: &'static str,
-        id: &str,
-        from: Option<&str>,
-        to: &str,
-        reason: &str,
-    ) -> Self {
-        Self {
-            actor: actor.to_owned(),
-            entity,
-            entity_id: id.to_owned(),
-            from: from.map(str::to_owned),
-            to: to.to_owned(),
-            reason: reason.to_owned(),
-        }
-    }
 }
 
 use AuditEntry as Entry;
@@ -600,7 +580,7 @@ pub fn problem_body(problem: &Problem) -> String {
 }
 
 /// Serializing a struct of strings and integers cannot fail; an empty object if it ever did.
-fn json<T: serde::Serialize>(v: &T) -> String {
+pub(crate) fn json<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string(v).unwrap_or_else(|_| "{}".to_owned())
 }
 

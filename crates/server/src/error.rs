@@ -93,6 +93,15 @@ impl AppError {
         })
     }
 
+    /// 409 `IN_PROGRESS` for a refund key whose refund is still processing: retry the same
+    /// key after `retry_after` seconds (a refund has no attempt status to report).
+    pub(crate) fn refund_in_progress(retry_after: u64) -> Self {
+        Self::with(ErrorCode::InProgress, |p| {
+            p.detail = Some("the refund is in progress; retry with the same key".into());
+            p.retry_after = Some(retry_after);
+        })
+    }
+
     /// 422 `KEY_REUSED_WITH_DIFFERENT_DETAILS`: the key's attempt (in `status`) was made for
     /// other terms.
     pub(crate) fn key_reused(status: AttemptStatus) -> Self {

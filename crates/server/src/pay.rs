@@ -39,7 +39,7 @@ use crate::store::{self, audit, Leased};
 use payonce_protocol::provider::ChargeRequest;
 use payonce_protocol::{AttemptStatus, IdempotencyKey, PayRequest};
 use payonce_rules::flow::{self, Claimed, Effect, End, Marked, ServerPay, TakeOver, Unmark};
-use payonce_rules::ids::{AttemptId, IdSource, LeaseToken, PaymentId};
+use payonce_rules::ids::{AttemptId, IdSource, LeaseToken, PaymentId, RefundId};
 use payonce_rules::plan::{self, Claim, ClaimPlan, SettlePlan};
 use payonce_rules::policy::Bucket;
 use payonce_rules::{Processing, Record};
@@ -182,8 +182,9 @@ pub(crate) async fn cancel_waiting(
     interpret(state, m, None, None).await
 }
 
-/// The machine's new ids, minted by the state's id source (`src/ids.rs`).
-struct Fresh<'a>(&'a dyn IdSource);
+/// The machines' new ids (the refund machine's too, src/refunds.rs), minted by the state's
+/// id source (`src/ids.rs`).
+pub(crate) struct Fresh<'a>(pub(crate) &'a dyn IdSource);
 
 impl flow::Ids for Fresh<'_> {
     fn attempt_id(&mut self) -> String {
@@ -194,6 +195,9 @@ impl flow::Ids for Fresh<'_> {
     }
     fn payment_id(&mut self) -> String {
         PaymentId::mint(self.0).into()
+    }
+    fn refund_id(&mut self) -> String {
+        RefundId::mint(self.0).into()
     }
 }
 

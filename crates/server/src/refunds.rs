@@ -17,24 +17,32 @@
 //! `REFUND_NOT_ALLOWED` to replay, and frees the payment for a new refund key.
 //! Only the holder of a processing refund's lease calls the provider; a retry meanwhile is
 //! 409 `IN_PROGRESS`.
+//!
+//! The rules above, in order, are the refund machine
+//! ([`payonce_rules::refund::ServerRefund`], `crates/rules/src/refund.rs`), which also
+//! builds every row a refund writes; [`interpret`] performs each effect it asks for (a
+//! read, a transaction of `src/store/refunds.rs`, a provider call) and feeds the result
+//! back. The provider is never called inside a transaction.
 
 use crate::error::{AppError, AppResult};
-use crate::metrics;
-use crate::provider::RefundOutcome;
+use crate::metrics::{self, RefundResult};
+use crate::pay::Fresh;
 use crate::reply::Reply;
 use crate::state::AppState;
-use crate::store::audit::{self, Entry};
-use crate::store::refunds::{self as db, NewRefund, RefundRow};
-use crate::store::{take_lease as take, Leased};
-use payonce_protocol::{AttemptStatus, ErrorCode, IdempotencyKey, Payment, RefundResponse};
-use payonce_rules::keyed::{self, NextAction, Stored, REFUND};
+use crate::store::refunds as db;
+use payonce_protocol::{AttemptStatus, IdempotencyKey, Payment};
 use payonce_rules::plan::{self, RefusedRefund};
-use payonce_rules::Answer;
+use payonce_rules::refund::{self, Effect, End, RefundOutcome, ServerRefund};
 
-/// Refunds `payment` (the caller's) under the caller's refund `key`, by the rule every keyed
-/// operation shares (`crates/rules/src/keyed.rs`): the refund's fingerprint is the caller and
-/// the payment, so the key on another payment is a 422; a final key replays; a processing one
-/// (refunds take no lease) calls the provider again with the same refund key.
+/// Effects one refund may ask for: each read of the key ends the request or observes
+/// someone else's progress (a row appeared or was settled); the bound only guards against a
+/// livelock bug.
+const MAX_EFFECTS: usize = 1_000;
+
+/// Refunds `payment` (the caller's, made by attempt `attempt_id`) under the caller's refund
+/// `key`, by the rule every keyed operation shares (`crates/rules/src/keyed.rs`): the
+/// refund's fingerprint is the caller and the payment, so the key on another payment is a
+/// 422; a final key replays; a processing one is called again with the same refund key.
 pub(crate) async fn run(
     state: &AppState,
     user: &str,
@@ -42,235 +50,87 @@ pub(crate) async fn run(
     payment: Payment,
     attempt_id: &str,
 ) -> AppResult<Reply> {
-    let pool = state.store.pool();
-    let fp = REFUND.fingerprint(&[user, &payment.id]);
-    // Each turn ends or observes someone else's progress (a row appeared or was settled).
-    for _ in 0..100 {
-        let row = db::find(pool, user, key.as_str()).await?;
-        let answer = row.as_ref().and_then(RefundRow::answer);
-        let stored_fp = row
-            .as_ref()
-            .map(|r| REFUND.fingerprint(&[user, &r.payment_id]));
-        let failed = row.as_ref().is_some_and(|r| r.status == "failed");
-        let stored = stored_fp.as_deref().map(|fingerprint| match &answer {
-            Some(answer) => Stored::Final {
-                fingerprint,
-                status: match failed {
-                    true => AttemptStatus::Failed,
-                    false => AttemptStatus::Refunded,
-                },
-                answer,
-            },
-            None => Stored::Processing {
-                fingerprint,
-                locked_until: None,
-            },
-        });
-        match keyed::decide(
-            stored,
-            Some(&fp),
-            user,
-            &payment.id,
-            state.clock.now_ms(),
-            false,
-        ) {
-            NextAction::Mismatch(_) => {
-                return Err(AppError::detail(
-                    ErrorCode::KeyReusedWithDifferentDetails,
-                    "this refund key was used for another payment",
-                ));
+    let req = refund::Request {
+        user: user.to_owned(),
+        key: key.clone(),
+        payment,
+        attempt_id: attempt_id.to_owned(),
+    };
+    let end = interpret(state, ServerRefund::new(req, state.policy)).await?;
+    let (result, reply) = match end {
+        End::Replay(answer) => (RefundResult::Replayed, Ok(Reply::replay(answer))),
+        End::Refunded(answer) => (RefundResult::Refunded, Ok(Reply::fresh(answer))),
+        End::Failed(answer) => (RefundResult::NotAllowed, Ok(Reply::fresh(answer))),
+        End::NotAllowed(problem) => (RefundResult::NotAllowed, Err(problem.into())),
+        End::Mismatch(problem) => return Err(problem.into()),
+        End::InProgress => (RefundResult::InProgress, Err(in_progress(state))),
+    };
+    metrics::refund(result);
+    reply
+}
+
+/// Performs `m`'s effects until it ends.
+async fn interpret(state: &AppState, mut m: ServerRefund) -> AppResult<End> {
+    let store = &state.store;
+    for _ in 0..MAX_EFFECTS {
+        match m.poll(state.clock.now_ms(), &mut Fresh(&*state.ids)) {
+            Effect::Done(end) => return Ok(end.clone()),
+            Effect::ReadKey { user, key } => {
+                let record = db::find(store.pool(), user, key.as_str()).await?;
+                m.on_record(record, state.clock.now_ms());
             }
-            NextAction::Replay(answer) => {
-                metrics::refund(metrics::RefundResult::Replayed);
-                return Ok(Reply::replay(answer));
+            Effect::Claim { plan, now } => {
+                let claimed = db::claim(store, plan, now).await?;
+                m.on_claim(claimed);
             }
-            NextAction::StartProcessing => {
-                if payment.status != AttemptStatus::Succeeded {
-                    return Err(not_allowed("the payment is not in a refundable state"));
+            Effect::TakeLease { lease, now } => {
+                let taken = db::take_lease(store, lease, now).await?;
+                m.on_leased(taken);
+            }
+            Effect::Refund { lease, charge_id } => {
+                let key = &lease.provider_refund_key;
+                let outcome = state.provider.refund(charge_id, key).await;
+                match &outcome {
+                    RefundOutcome::NotAllowed(why) => {
+                        tracing::warn!(refund = %lease.refund_id, %why, "provider refuses the refund; reading the charge's refunds")
+                    }
+                    RefundOutcome::Unknown(why) => {
+                        tracing::warn!(refund = %lease.refund_id, %why, "refund outcome unknown; stays processing")
+                    }
+                    RefundOutcome::Refunded(_) => {}
                 }
-                let new = NewRefund {
-                    id: format!("rfd_{}", uuid::Uuid::new_v4().simple()),
-                    user: user.to_owned(),
-                    key: key.as_str().to_owned(),
-                    payment_id: payment.id.clone(),
-                    provider_refund_key: REFUND.provider_key(user, key, &payment.id),
-                    now: state.clock.now_ms(),
+                m.on_refund(outcome);
+            }
+            Effect::ListRefunds { lease, charge_id } => {
+                let refunds = state.provider.refunds_of(charge_id).await;
+                if let RefusedRefund::RefundedElsewhere(r) = plan::refused_refund(refunds.clone()) {
+                    tracing::info!(refund = %lease.refund_id, provider_refund = %r.id, "the charge was refunded elsewhere; recorded");
+                }
+                m.on_refunds(refunds);
+            }
+            Effect::Settle { plan, lease, now } => {
+                let settled = match db::settle(store, plan, now).await {
+                    Ok(settled) => settled,
+                    Err(e) => {
+                        // The call's outcome is not stored: the next retry may call again
+                        // at once, with the same refund key.
+                        db::release_lease(store, lease).await?;
+                        return Err(e.into());
+                    }
                 };
-                let insert = state
-                    .store
-                    .write(async move |tx| db::insert_processing(tx, &new).await);
-                if !insert.await? && db::find(pool, user, key.as_str()).await?.is_none() {
-                    // Not our key's slot: the payment's one refund belongs to another key.
-                    return Err(not_allowed(
-                        "this payment is already refunded or being refunded",
-                    ));
-                }
+                m.on_settled(settled);
             }
-            _ => {
-                let Some(row) = &row else { continue };
-                let Some(lease) = take_lease(state, row).await? else {
-                    // Another request is calling the provider for this refund right now.
-                    metrics::refund(metrics::RefundResult::InProgress);
-                    return Err(in_progress(state));
-                };
-                let driven = drive(state, row, &payment, attempt_id).await;
-                if !matches!(driven, Ok(Some(_))) {
-                    let (id, token) = (row.id.clone(), lease);
-                    let release = state
-                        .store
-                        .write(async move |tx| db::release_lease(tx, &id, &token).await);
-                    release.await?;
-                }
-                if let Some(answer) = driven? {
-                    return Ok(answer);
-                }
+            Effect::Release(lease) => {
+                db::release_lease(store, lease).await?;
+                m.on_released();
             }
         }
     }
     Err(AppError::internal("refund decision did not converge"))
 }
 
-/// Takes the processing refund's lease for one provider call: its token, or `None` while
-/// another request holds it. One caller at a time, so a provider that ignores the refund
-/// key still sees one refund call per turn, and the adapter's read-back
-/// (`src/provider/stripe.rs`, `refund`) sees what the previous turn made.
-async fn take_lease(state: &AppState, row: &RefundRow) -> AppResult<Option<String>> {
-    let now = state.clock.now_ms();
-    let (id, token) = (row.id.clone(), uuid::Uuid::new_v4().to_string());
-    let until = state.policy.lease_until(now);
-    let t = token.clone();
-    let take = state
-        .store
-        .write(async move |tx| take(tx, Leased::Refunds, &id, &t, now, until).await);
-    Ok(take.await?.then_some(token))
-}
-
 fn in_progress(state: &AppState) -> AppError {
-    AppError::with(ErrorCode::InProgress, |p| {
-        p.detail = Some("the refund is in progress; retry with the same key".into());
-        p.retry_after = Some(state.config.retry_after_secs);
-    })
-}
-
-/// The provider refused the refund and nothing was refunded: the key ends `failed` with a
-/// 409 `REFUND_NOT_ALLOWED` to replay, and the payment's refund slot frees (a new key may
-/// try again). `None`: someone else finished the row first.
-async fn fail(state: &AppState, row: &RefundRow, payment: &Payment) -> AppResult<Option<Reply>> {
-    let problem = payonce_protocol::Problem::new(ErrorCode::RefundNotAllowed)
-        .with_detail("the provider refused to refund this charge; nothing was refunded");
-    let answer = Answer {
-        status: problem.status,
-        body: plan::problem_body(&problem),
-    };
-    let now = state.clock.now_ms();
-    let expires = state.policy.expires_at(now);
-    let entry = Entry::new(
-        "system",
-        "payment",
-        &payment.id,
-        Some("succeeded"),
-        "succeeded",
-        &format!(
-            "refund {} refused by the provider; nothing refunded",
-            row.id
-        ),
-    );
-    let (id, stored) = (row.id.clone(), answer.clone());
-    let failed = state.store.write(async move |tx| {
-        if !db::fail(&mut *tx, &id, &stored, now, expires).await? {
-            return Ok(false);
-        }
-        audit::record(&mut *tx, &entry, now).await?;
-        Ok::<_, sqlx::Error>(true)
-    });
-    if !failed.await? {
-        return Ok(None);
-    }
-    metrics::refund(metrics::RefundResult::NotAllowed);
-    Ok(Some(Reply::fresh(answer)))
-}
-
-fn not_allowed(detail: &str) -> AppError {
-    metrics::refund(metrics::RefundResult::NotAllowed);
-    AppError::detail(ErrorCode::RefundNotAllowed, detail)
-}
-
-/// Calls the provider with the saved refund key and stores the outcome. `None`: someone
-/// else stored it first; the caller replays theirs.
-async fn drive(
-    state: &AppState,
-    row: &RefundRow,
-    payment: &Payment,
-    attempt_id: &str,
-) -> AppResult<Option<Reply>> {
-    let refund = match state
-        .provider
-        .refund(&payment.charge_id, &row.provider_refund_key)
-        .await
-    {
-        RefundOutcome::Refunded(r) => r,
-        RefundOutcome::NotAllowed(why) => {
-            tracing::warn!(refund = %row.id, %why, "provider refuses the refund; reading the charge's refunds");
-            let refunds = state.provider.refunds_of(&payment.charge_id).await;
-            match plan::refused_refund(refunds) {
-                RefusedRefund::RefundedElsewhere(r) => {
-                    tracing::info!(refund = %row.id, provider_refund = %r.id, "the charge was refunded elsewhere; recorded");
-                    r
-                }
-                RefusedRefund::Failed => return fail(state, row, payment).await,
-                RefusedRefund::Unknown => {
-                    metrics::refund(metrics::RefundResult::InProgress);
-                    return Err(in_progress(state));
-                }
-            }
-        }
-        RefundOutcome::Unknown(why) => {
-            tracing::warn!(refund = %row.id, %why, "refund outcome unknown; stays processing");
-            metrics::refund(metrics::RefundResult::InProgress);
-            return Err(in_progress(state));
-        }
-    };
-    let body = serde_json::to_string(&RefundResponse {
-        payment: Payment {
-            status: AttemptStatus::Refunded,
-            ..payment.clone()
-        },
-        refund_id: refund.id.clone(),
-    })
-    .map_err(|e| AppError::internal(e.to_string()))?;
-    let now = state.clock.now_ms();
-    let expires = state.policy.expires_at(now);
-    let reason = format!(
-        "provider refund {} of charge {}",
-        refund.id, payment.charge_id
-    );
-    let entries = [
-        ("payment", payment.id.as_str(), "succeeded"),
-        ("order", payment.order_id.as_str(), "paid"),
-    ]
-    .map(|(entity, id, from)| Entry::new("system", entity, id, Some(from), "refunded", &reason));
-    let (rid, attempt, payment, answer) = (
-        row.id.clone(),
-        attempt_id.to_owned(),
-        payment.clone(),
-        body.clone(),
-    );
-    let finish = state.store.write(async move |tx| {
-        if !db::finish(&mut *tx, &rid, &refund.id, 200, &answer, now, expires).await? {
-            return Ok(false);
-        }
-        if db::mark_refunded(&mut *tx, &payment.id, &payment.order_id, &attempt, now).await? {
-            for entry in &entries {
-                audit::record(&mut *tx, entry, now).await?;
-            }
-        }
-        Ok::<_, sqlx::Error>(true)
-    });
-    if !finish.await? {
-        return Ok(None);
-    }
-    metrics::refund(metrics::RefundResult::Refunded);
-    Ok(Some(Reply::fresh(Answer { status: 200, body })))
+    AppError::refund_in_progress(state.config.retry_after_secs)
 }
 
 /// A provider webhook says `intent`, `record`'s payment at the provider, was refunded: a
@@ -307,11 +167,8 @@ pub(crate) async fn reflect_provider_refund(
         RefundCheck::Unknown(why) => {
             tracing::warn!(%event, %intent, %why, "the provider could not confirm a refund");
             metrics::webhook_event(metrics::WebhookResult::Unconfirmed);
-            return Err(AppError::with(ErrorCode::StoreUnavailable, |p| {
-                p.detail =
-                    Some("the provider could not confirm this refund; deliver it again".into());
-                p.retry_after = Some(1);
-            }));
+            let detail = "the provider could not confirm this refund; deliver it again";
+            return Err(AppError::unavailable(detail, 1));
         }
     };
     if refunded == 0 {
@@ -346,30 +203,6 @@ pub(crate) async fn mark_refunded_at_provider(
     attempt: &str,
     reason: &str,
 ) -> AppResult<bool> {
-    let now = state.clock.now_ms();
-    let entries = [
-        ("payment", payment.id.as_str(), "succeeded"),
-        ("order", payment.order_id.as_str(), "paid"),
-    ]
-    .map(|(entity, id, from)| {
-        Entry::new(
-            "provider-webhook",
-            entity,
-            id,
-            Some(from),
-            "refunded",
-            reason,
-        )
-    });
-    let (attempt, p) = (attempt.to_owned(), payment.clone());
-    let moved = state.store.write(async move |tx| {
-        if !db::mark_refunded(&mut *tx, &p.id, &p.order_id, &attempt, now).await? {
-            return Ok(false);
-        }
-        for entry in &entries {
-            audit::record(&mut *tx, entry, now).await?;
-        }
-        Ok::<_, sqlx::Error>(true)
-    });
-    Ok(moved.await?)
+    let mark = refund::mark_refunded("provider-webhook", payment, attempt, reason);
+    Ok(db::mark_refunded(&state.store, &mark, state.clock.now_ms()).await?)
 }

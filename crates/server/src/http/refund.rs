@@ -1,4 +1,5 @@
-//! `POST /payments/{id}/refund` with its own `Idempotency-Key` (the rules are `src/refunds.rs`).
+//! `POST /payments/{id}/refund` with its own `Idempotency-Key` (the flow is
+//! `crates/rules/src/refund.rs`, performed by `src/refunds.rs`).
 
 use crate::auth::AuthUser;
 use crate::error::AppError;

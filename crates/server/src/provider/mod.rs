@@ -35,16 +35,8 @@ pub enum ProviderKind {
     Stripe,
 }
 
-/// What a refund call proved.
-#[derive(Debug)]
-pub(crate) enum RefundOutcome {
-    /// Refunded (now, or earlier under the same refund key).
-    Refunded(Refund),
-    /// The provider refuses (declined, or refunded under another key): nothing moved.
-    NotAllowed(String),
-    /// Timeout, 5xx, network error: unknown; calling again with the same key is safe.
-    Unknown(String),
-}
+/// What a refund call proved: the refund machine's input (`payonce_rules::refund`).
+pub(crate) use payonce_rules::refund::RefundOutcome;
 
 /// What the provider says was refunded of a payment (a refund made outside payonce, e.g. in
 /// its dashboard, is reflected from this: src/refunds.rs, `reflect_provider_refund`).

@@ -1,20 +1,60 @@
-//! Refund keys: one row per `(user, refund key)`, at most one per payment (full refunds
-//! only), each with the answer to replay once final.
+//! Refund keys: one row per `(user, refund key)`, at most one per payment that is not
+//! `failed` (full refunds only), each with the answer to replay once final. What a refund
+//! writes is planned by the rules (`payonce_rules::refund`: the claim, the settle, a
+//! payment becoming refunded); each plan is a list of conditional statements here, run by
+//! the backend's executor (`tx.rs`), so the row counts decide the races.
 
 use super::payments::get_payment;
+use super::tx::{Need, Statement};
+use super::{audit, decode_err, Leased, Store};
 use payonce_protocol::Payment;
+use payonce_rules::refund::{
+    Claimed, Lease, MarkRefunded, RefundClaimPlan, RefundRecord, RefundState, SettleRefund,
+};
+use payonce_rules::Answer;
 use sqlx::any::AnyExecutor;
 
-/// One refund row.
+/// One refund row, as read.
 #[derive(Debug, Clone, sqlx::FromRow)]
-pub(crate) struct RefundRow {
-    pub id: String,
-    pub payment_id: String,
-    pub provider_refund_key: String,
+struct RefundRow {
+    id: String,
+    payment_id: String,
+    provider_refund_key: String,
     /// `processing`, `succeeded` or `failed` (the provider refused, nothing was refunded).
-    pub status: String,
-    pub response_status: Option<i64>,
-    pub response_body: Option<String>,
+    status: String,
+    response_status: Option<i64>,
+    response_body: Option<String>,
+}
+
+impl RefundRow {
+    /// The row as the rules' record: a final row carries its answer, a processing one none.
+    /// A row that fits neither is a decode error (the statements below never write one).
+    fn record(self) -> sqlx::Result<RefundRecord> {
+        let answer = match (self.response_status, self.response_body) {
+            (Some(status), Some(body)) => u16::try_from(status)
+                .ok()
+                .map(|status| Answer { status, body }),
+            _ => None,
+        };
+        let state = match (self.status.as_str(), answer) {
+            ("processing", None) => RefundState::Processing,
+            ("succeeded", Some(a)) => RefundState::Refunded(a),
+            ("failed", Some(a)) => RefundState::Failed(a),
+            (status, _) => {
+                let why = format!(
+                    "refund {}: status {status} does not fit its answer",
+                    self.id
+                );
+                return Err(decode_err(why));
+            }
+        };
+        Ok(RefundRecord {
+            id: self.id,
+            payment_id: self.payment_id,
+            provider_refund_key: self.provider_refund_key,
+            state,
+        })
+    }
 }
 
 /// The caller's refund row for `key` (another user's is invisible).
@@ -22,124 +62,152 @@ pub(crate) async fn find<'c>(
     e: impl AnyExecutor<'c>,
     user: &str,
     key: &str,
-) -> sqlx::Result<Option<RefundRow>> {
-    sqlx::query_as(
+) -> sqlx::Result<Option<RefundRecord>> {
+    let row: Option<RefundRow> = sqlx::query_as(
         "SELECT id, payment_id, provider_refund_key, status, response_status, response_body
          FROM refunds WHERE user_id = $1 AND idem_key = $2",
     )
     .bind(user)
     .bind(key)
     .fetch_optional(e)
-    .await
-}
-
-impl RefundRow {
-    /// The stored answer, once final.
-    pub(crate) fn answer(&self) -> Option<payonce_rules::Answer> {
-        let status = u16::try_from(self.response_status?).ok()?;
-        let body = self.response_body.clone()?;
-        Some(payonce_rules::Answer { status, body })
-    }
-}
-
-/// A new processing refund.
-pub(crate) struct NewRefund {
-    pub id: String,
-    pub user: String,
-    pub key: String,
-    pub payment_id: String,
-    pub provider_refund_key: String,
-    pub now: i64,
-}
-
-/// Claims the refund: inserts unless `(user, key)` or the payment's one refund slot is
-/// taken. True when this call inserted it.
-pub(crate) async fn insert_processing<'c>(
-    e: impl AnyExecutor<'c>,
-    r: &NewRefund,
-) -> sqlx::Result<bool> {
-    let row: Option<(String,)> = sqlx::query_as(
-        "INSERT INTO refunds (id, user_id, idem_key, payment_id, provider_refund_key, status, created_at, updated_at)
-         VALUES ($1, $2, $3, $4, $5, 'processing', $6, $6)
-         ON CONFLICT DO NOTHING RETURNING id",
-    )
-    .bind(&r.id)
-    .bind(&r.user)
-    .bind(&r.key)
-    .bind(&r.payment_id)
-    .bind(&r.provider_refund_key)
-    .bind(r.now)
-    .fetch_optional(e)
     .await?;
-    Ok(row.is_some())
+    row.map(RefundRow::record).transpose()
 }
 
-/// Ends a processing refund `failed` with its answer (the provider refused it and nothing
-/// was refunded): the payment's refund slot frees. False if someone else finished it.
-pub(crate) async fn fail<'c>(
-    e: impl AnyExecutor<'c>,
-    id: &str,
-    answer: &payonce_rules::Answer,
+/// Claims the refund: inserts its processing row unless `(user, key)` or the payment's one
+/// refund slot is taken. Which slot was taken is read after the insert lost: our key's row
+/// exists (decide again with it) or the payment's refund belongs to another key.
+pub(crate) async fn claim(
+    store: &Store,
+    plan: &RefundClaimPlan,
     now: i64,
-    expires_at: i64,
-) -> sqlx::Result<bool> {
-    let res = sqlx::query(
-        "UPDATE refunds SET status = 'failed', response_status = $1, response_body = $2,
-                updated_at = $3, expires_at = $4
-         WHERE id = $5 AND status = 'processing'",
+) -> sqlx::Result<Claimed> {
+    let insert = Statement::new(
+        "INSERT INTO refunds (id, user_id, idem_key, payment_id, provider_refund_key, status,
+           created_at, updated_at)
+         SELECT $1, $2, $3, $4, $5, 'processing', $6, $6 WHERE true",
+        vec![
+            (&plan.id).into(),
+            (&plan.user).into(),
+            plan.key.as_str().into(),
+            (&plan.payment_id).into(),
+            (&plan.provider_refund_key).into(),
+            now.into(),
+        ],
     )
-    .bind(i64::from(answer.status))
-    .bind(&answer.body)
-    .bind(now)
-    .bind(expires_at)
-    .bind(id)
-    .execute(e)
-    .await?;
-    Ok(res.rows_affected() == 1)
+    .tail("ON CONFLICT DO NOTHING");
+    if store.run(vec![insert]).await?[0] == 1 {
+        return Ok(Claimed::Won);
+    }
+    Ok(
+        match find(store.pool(), &plan.user, plan.key.as_str()).await? {
+            Some(_) => Claimed::KeyTaken,
+            None => Claimed::PaymentTaken,
+        },
+    )
 }
 
-/// Ends the lease `token` holds on a refund early (the call proved nothing): the next retry
-/// may call again at once.
-pub(crate) async fn release_lease<'c>(
-    e: impl AnyExecutor<'c>,
-    id: &str,
-    token: &str,
-) -> sqlx::Result<()> {
-    sqlx::query(
+/// Takes the processing refund's lease for one provider call, if nobody holds an
+/// unexpired one (exactly one contender wins).
+pub(crate) async fn take_lease(store: &Store, lease: &Lease, now: i64) -> sqlx::Result<bool> {
+    let (id, token, until) = (lease.refund_id.clone(), lease.token.clone(), lease.until);
+    let take = async move |tx: &mut sqlx::AnyConnection| {
+        super::take_lease(tx, Leased::Refunds, &id, &token, now, until).await
+    };
+    store.write(take).await
+}
+
+/// Ends the lease early (the call proved nothing): the next retry may call again at once.
+pub(crate) async fn release_lease(store: &Store, lease: &Lease) -> sqlx::Result<()> {
+    let release = Statement::new(
         "UPDATE refunds SET locked_until = NULL, lease_token = NULL
          WHERE id = $1 AND lease_token = $2",
-    )
-    .bind(id)
-    .bind(token)
-    .execute(e)
-    .await?;
+        vec![(&lease.refund_id).into(), (&lease.token).into()],
+    );
+    store.run(vec![release]).await?;
     Ok(())
 }
 
-/// Stores the final answer of a processing refund. False if someone else finished it.
-pub(crate) async fn finish<'c>(
-    e: impl AnyExecutor<'c>,
-    id: &str,
-    refund_id: &str,
-    response_status: u16,
-    response_body: &str,
-    now: i64,
-    expires_at: i64,
-) -> sqlx::Result<bool> {
-    let res = sqlx::query(
-        "UPDATE refunds SET status = 'succeeded', refund_id = $1, response_status = $2,
-                response_body = $3, updated_at = $4, expires_at = $5
-         WHERE id = $6 AND status = 'processing'",
+/// The settle of a processing refund, in one transaction: the row's final status and
+/// answer, then (refunded) the payment, its order and its attempt, or (failed) the
+/// payment's audit row. False when the refund was no longer processing (someone else
+/// settled it first); then nothing was written.
+pub(crate) async fn settle(store: &Store, plan: &SettleRefund, now: i64) -> sqlx::Result<bool> {
+    let (id, status, refund_id, answer, expires_at) = match plan {
+        SettleRefund::Refunded {
+            id,
+            provider_refund_id,
+            answer,
+            expires_at,
+            ..
+        } => (
+            id,
+            "succeeded",
+            Some(provider_refund_id.as_str()),
+            answer,
+            *expires_at,
+        ),
+        SettleRefund::Failed {
+            id,
+            answer,
+            expires_at,
+            ..
+        } => (id, "failed", None, answer, *expires_at),
+    };
+    let mut list = vec![Statement::new(
+        "UPDATE refunds SET status = $1, refund_id = $2, response_status = $3,
+           response_body = $4, updated_at = $5, expires_at = $6
+         WHERE id = $7 AND status = 'processing'",
+        vec![
+            status.into(),
+            refund_id.into(),
+            i64::from(answer.status).into(),
+            (&answer.body).into(),
+            now.into(),
+            expires_at.into(),
+            id.into(),
+        ],
     )
-    .bind(refund_id)
-    .bind(i64::from(response_status))
-    .bind(response_body)
-    .bind(now)
-    .bind(expires_at)
-    .bind(id)
-    .execute(e)
-    .await?;
-    Ok(res.rows_affected() == 1)
+    .need(Need::Row)];
+    match plan {
+        SettleRefund::Refunded { mark, .. } => list.extend(mark_statements(mark, now)),
+        SettleRefund::Failed { audit, .. } => list.push(audit::insert(audit, now)),
+    }
+    Ok(store.run(list).await?[0] == 1)
+}
+
+/// Marks the payment, its order and its attempt refunded with their audit rows, in one
+/// transaction. False: the payment was not `succeeded` (refunded already), and nothing
+/// changed.
+pub(crate) async fn mark_refunded(
+    store: &Store,
+    mark: &MarkRefunded,
+    now: i64,
+) -> sqlx::Result<bool> {
+    Ok(store.run(mark_statements(mark, now)).await?[0] == 1)
+}
+
+/// `[payment, order, attempt, audit…]`: everything after the payment's conditional update
+/// runs only when it moved.
+fn mark_statements(mark: &MarkRefunded, now: i64) -> Vec<Statement> {
+    let mut list = vec![
+        Statement::new(
+            "UPDATE payments SET status = 'refunded' WHERE id = $1 AND status = 'succeeded'",
+            vec![(&mark.payment_id).into()],
+        )
+        .need(Need::Row),
+        Statement::new(
+            "UPDATE orders SET status = 'refunded', updated_at = $1 WHERE id = $2 AND status = 'paid'",
+            vec![now.into(), (&mark.order_id).into()],
+        ),
+        Statement::new(
+            "UPDATE attempts SET status = 'refunded', updated_at = $1
+             WHERE id = $2 AND status = 'succeeded'",
+            vec![now.into(), (&mark.attempt_id).into()],
+        ),
+    ];
+    list.extend(audit::insert_all(&mark.audit, now));
+    list
 }
 
 /// A payment, if it pays one of `user`'s orders.
@@ -160,39 +228,6 @@ pub(crate) async fn owned_payment<'c>(
         return Ok(None);
     };
     Ok(get_payment(e, payment_id).await?.map(|p| (p, attempt_id)))
-}
-
-/// Marks the payment, its order and its attempt refunded. False: the payment was not
-/// `succeeded` (refunded already), and nothing changed.
-pub(crate) async fn mark_refunded(
-    tx: &mut sqlx::AnyConnection,
-    payment_id: &str,
-    order_id: &str,
-    attempt_id: &str,
-    now: i64,
-) -> sqlx::Result<bool> {
-    let moved = sqlx::query(
-        "UPDATE payments SET status = 'refunded' WHERE id = $1 AND status = 'succeeded'",
-    )
-    .bind(payment_id)
-    .execute(&mut *tx)
-    .await?;
-    if moved.rows_affected() == 0 {
-        return Ok(false);
-    }
-    sqlx::query(
-        "UPDATE orders SET status = 'refunded', updated_at = $1 WHERE id = $2 AND status = 'paid'",
-    )
-    .bind(now)
-    .bind(order_id)
-    .execute(&mut *tx)
-    .await?;
-    sqlx::query("UPDATE attempts SET status = 'refunded', updated_at = $1 WHERE id = $2 AND status = 'succeeded'")
-        .bind(now)
-        .bind(attempt_id)
-        .execute(&mut *tx)
-        .await?;
-    Ok(true)
 }
 
 /// The payment of provider charge `charge_id`, with its attempt's id.

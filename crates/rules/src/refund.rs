@@ -1,0 +1,998 @@
+//! The server's refund flow as a sans-IO state machine ([`ServerRefund`]), in the shape of
+//! the pay machine ([`crate::flow`]): no clock, no store, no provider, no randomness of its
+//! own. The caller (`crates/server/src/refunds.rs`) starts it from the request, performs
+//! each [`Effect`] [`ServerRefund::poll`] asks for and feeds the result back with the
+//! matching `on_*` call, until [`Effect::Done`]. Time (`now`) and new ids ([`Ids`]) are
+//! arguments of `poll`. The rows it writes are plans built here ([`plan_refund`],
+//! [`settle_refund`], [`mark_refunded`]); the store only executes them.
+//!
+//! ```text
+//!  refund ─▶ ReadKey ─▶ decide (keyed) ─┬─ final ─▶ Done(replay)    mismatch ─▶ Done(422)
+//!              ▲                        ├─ new, payment not succeeded ─▶ Done(409)
+//!              │                        ├─ new ─▶ Claim ─┬─ won ─────────────┐
+//!              ├───────── key taken ◀───┼────────────────┤                   │
+//!              │                        │                └─ payment taken ─▶ Done(409)
+//!              │                        └─ processing ─▶ TakeLease ◀─────────┘
+//!              │                                            ├─ held elsewhere ─▶ Done(IN_PROGRESS)
+//!              │                                            ▼ taken
+//!              │                                          Refund ─┬─ refunded ─────▶ Settle
+//!              │                                                  ├─ refused ─▶ ListRefunds
+//!              │                                                  │   ├─ one ──────▶ Settle
+//!              │                                                  │   ├─ none ─▶ Settle(failed)
+//!              │                                                  │   └─ unknown ─┐
+//!              │                                                  └─ unknown ─────┤
+//!              │                                                 Release ◀────────┘
+//!              │                                                    └─▶ Done(IN_PROGRESS)
+//!              └── Release ◀── lost (someone else settled first) ◀── Settle ─▶ Done(fresh)
+//! ```
+//!
+//! The decisions it composes stay where they are: the keyed rule ([`crate::keyed::decide`],
+//! with the refund's fingerprint over the caller and the payment), what a refused refund
+//! comes to ([`plan::refused_refund`]) and the lease arithmetic ([`Policy`]).
+
+use crate::flow::Ids;
+use crate::keyed::{self, NextAction, Stored, REFUND};
+use crate::plan::{self, AuditEntry, AuditState, RefusedRefund};
+use crate::policy::Policy;
+use crate::record::Answer;
+use payonce_protocol::provider::Refund;
+use payonce_protocol::{
+    AttemptStatus, ErrorCode, IdempotencyKey, OrderStatus, Payment, Problem, RefundResponse,
+};
+
+/// What the client sent with a refund, and the payment it names as the server read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// The caller.
+    pub user: String,
+    /// Its refund key.
+    pub key: IdempotencyKey,
+    /// The caller's payment to refund.
+    pub payment: Payment,
+    /// The attempt that made the payment (it becomes `refunded` with it).
+    pub attempt_id: String,
+}
+
+/// Where a refund key stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RefundState {
+    /// Claimed; the provider may have been called.
+    Processing,
+    /// The provider refunded the charge: the 200 answer to replay.
+    Refunded(Answer),
+    /// The provider refused and nothing was refunded: the 409 answer to replay.
+    Failed(Answer),
+}
+
+/// One `(user, refund key)` row as the store holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefundRecord {
+    /// Refund id.
+    pub id: String,
+    /// The payment it refunds.
+    pub payment_id: String,
+    /// The provider's idempotency key, saved before any call.
+    pub provider_refund_key: String,
+    /// Its state.
+    pub state: RefundState,
+}
+
+impl RefundRecord {
+    /// The row as the keyed rule sees it, with its `fingerprint`. A processing refund shows
+    /// no lease: the lease only orders provider calls ([`Effect::TakeLease`]), so a retry
+    /// meanwhile is answered at once instead of waiting.
+    fn stored<'a>(&'a self, fingerprint: &'a str) -> Stored<'a> {
+        let (status, answer) = match &self.state {
+            RefundState::Processing => {
+                return Stored::Processing {
+                    fingerprint,
+                    locked_until: None,
+                }
+            }
+            RefundState::Refunded(a) => (AttemptStatus::Refunded, a),
+            RefundState::Failed(a) => (AttemptStatus::Failed, a),
+        };
+        Stored::Final {
+            fingerprint,
+            status,
+            answer,
+        }
+    }
+}
+
+/// The claim of a new refund key: a processing row under the unique slots `(user, key)`
+/// and "one refund per payment that is not failed".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefundClaimPlan {
+    /// Refund id.
+    pub id: String,
+    /// The caller.
+    pub user: String,
+    /// Its refund key.
+    pub key: IdempotencyKey,
+    /// The payment refunded.
+    pub payment_id: String,
+    /// The provider refund key ([`REFUND`]'s, over the user, the key and the payment), saved
+    /// before any call so every retry reaches the provider as the same refund.
+    pub provider_refund_key: String,
+}
+
+/// Plans the claim of `req`'s refund key under the new refund `id`.
+pub fn plan_refund(req: &Request, id: String) -> RefundClaimPlan {
+    RefundClaimPlan {
+        id,
+        user: req.user.clone(),
+        key: req.key.clone(),
+        payment_id: req.payment.id.clone(),
+        provider_refund_key: REFUND.provider_key(&req.user, &req.key, &req.payment.id),
+    }
+}
+
+/// What the claim's insert came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claimed {
+    /// Inserted: the refund is ours.
+    Won,
+    /// The caller's `(user, key)` slot was taken meanwhile: decide again with its row.
+    KeyTaken,
+    /// The payment's one refund slot belongs to another key.
+    PaymentTaken,
+}
+
+/// The lease of a processing refund for one provider call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The refund.
+    pub refund_id: String,
+    /// Its provider refund key.
+    pub provider_refund_key: String,
+    /// The lease's token.
+    pub token: String,
+    /// The lease's end.
+    pub until: i64,
+}
+
+/// What a refund call proved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RefundOutcome {
+    /// Refunded (now, or earlier under the same refund key).
+    Refunded(Refund),
+    /// The provider refuses (declined, or refunded under another key): nothing moved.
+    NotAllowed(String),
+    /// Timeout, 5xx, network error: unknown; calling again with the same key is safe.
+    Unknown(String),
+}
+
+/// A payment, its order and its attempt becoming `refunded`, in one transaction
+/// conditional on the payment still being `succeeded`; the audit rows are written only
+/// when it moves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MarkRefunded {
+    /// The payment.
+    pub payment_id: String,
+    /// Its order.
+    pub order_id: String,
+    /// Its attempt.
+    pub attempt_id: String,
+    /// The payment's and the order's audit rows.
+    pub audit: Vec<AuditEntry>,
+}
+
+/// Plans `payment` (made by `attempt_id`) becoming refunded, with `actor` and `reason` in
+/// its audit rows: the refund's settle (`system`) and a provider's refund event
+/// (`provider-webhook`) write the same rows.
+pub fn mark_refunded(
+    actor: &str,
+    payment: &Payment,
+    attempt_id: &str,
+    reason: &str,
+) -> MarkRefunded {
+    let audit = [
+        (
+            "payment",
+            payment.id.as_str(),
+            AuditState::Attempt(AttemptStatus::Succeeded),
+            AuditState::Attempt(AttemptStatus::Refunded),
+        ),
+        (
+            "order",
+            payment.order_id.as_str(),
+            AuditState::Order(OrderStatus::Paid),
+            AuditState::Order(OrderStatus::Refunded),
+        ),
+    ]
+    .map(|(entity, id, from, to)| AuditEntry::change(actor, entity, id, Some(from), to, reason));
+    MarkRefunded {
+        payment_id: payment.id.clone(),
+        order_id: payment.order_id.clone(),
+        attempt_id: attempt_id.to_owned(),
+        audit: audit.to_vec(),
+    }
+}
+
+/// The settle transaction of a processing refund, conditional on it still processing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SettleRefund {
+    /// The provider refunded the charge (this call, or elsewhere): the row ends `succeeded`
+    /// with the provider's refund id and the 200 answer, and the payment moves.
+    Refunded {
+        /// Refund id.
+        id: String,
+        /// The provider's refund id.
+        provider_refund_id: String,
+        /// The answer to store and replay.
+        answer: Answer,
+        /// When the key may be deleted.
+        expires_at: i64,
+        /// The payment, its order and its attempt.
+        mark: MarkRefunded,
+    },
+    /// The provider refused and nothing was refunded: the row ends `failed` with the 409
+    /// answer, which frees the payment's refund slot for a new key.
+    Failed {
+        /// Refund id.
+        id: String,
+        /// The answer to store and replay.
+        answer: Answer,
+        /// When the key may be deleted.
+        expires_at: i64,
+        /// The payment's audit row (it stays `succeeded`).
+        audit: AuditEntry,
+    },
+}
+
+impl SettleRefund {
+    /// The answer it stores.
+    pub fn answer(&self) -> &Answer {
+        match self {
+            Self::Refunded { answer, .. } | Self::Failed { answer, .. } => answer,
+        }
+    }
+}
+
+/// Plans the settle of refund `id` of `req`'s payment at `now`: `refund`, the provider's
+/// refund of the charge; `None`, the provider refused and nothing was refunded.
+pub fn settle_refund(
+    req: &Request,
+    id: &str,
+    refund: Option<&Refund>,
+    now: i64,
+    policy: &Policy,
+) -> SettleRefund {
+    let (p, expires_at) = (&req.payment, policy.expires_at(now));
+    let Some(refund) = refund else {
+        let problem = Problem::new(ErrorCode::RefundNotAllowed)
+            .with_detail("the provider refused to refund this charge; nothing was refunded");
+        let why = format!("refund {id} refused by the provider; nothing refunded");
+        return SettleRefund::Failed {
+            id: id.to_owned(),
+            answer: Answer {
+                status: problem.status,
+                body: plan::problem_body(&problem),
+            },
+            expires_at,
+            audit: AuditEntry::change(
+                "system",
+                "payment",
+                &p.id,
+                Some(AuditState::Attempt(AttemptStatus::Succeeded)),
+                AuditState::Attempt(AttemptStatus::Succeeded),
+                &why,
+            ),
+        };
+    };
+    let body = RefundResponse {
+        payment: Payment {
+            status: AttemptStatus::Refunded,
+            ..p.clone()
+        },
+        refund_id: refund.id.clone(),
+    };
+    let reason = format!("provider refund {} of charge {}", refund.id, p.charge_id);
+    SettleRefund::Refunded {
+        id: id.to_owned(),
+        provider_refund_id: refund.id.clone(),
+        answer: Answer {
+            status: 200,
+            body: plan::json(&body),
+        },
+        expires_at,
+        mark: mark_refunded("system", p, &req.attempt_id, &reason),
+    }
+}
+
+/// How a refund ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum End {
+    /// The key's stored answer, replayed (`Idempotent-Replayed: true`).
+    Replay(Answer),
+    /// This request refunded the payment: the 200 answer it stored.
+    Refunded(Answer),
+    /// The provider refused and nothing was refunded: the 409 answer this request stored.
+    Failed(Answer),
+    /// 409 `REFUND_NOT_ALLOWED`, nothing stored: the payment is not refundable, or another
+    /// key refunds it.
+    NotAllowed(Box<Problem>),
+    /// The key was used for another payment (422), nothing done.
+    Mismatch(Box<Problem>),
+    /// Another request holds the lease, or the provider's answer is unknown: 409
+    /// `IN_PROGRESS`; a retry calls the provider again with the same refund key.
+    InProgress,
+}
+
+/// The next thing the caller performs, then reports with the matching `on_*` call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect<'a> {
+    /// Read `user`'s refund row for `key` → [`ServerRefund::on_record`].
+    ReadKey {
+        /// The caller.
+        user: &'a str,
+        /// The refund key.
+        key: &'a IdempotencyKey,
+    },
+    /// Insert the processing row → [`ServerRefund::on_claim`].
+    Claim {
+        /// The row.
+        plan: &'a RefundClaimPlan,
+        /// Plan time.
+        now: i64,
+    },
+    /// Take the processing refund's lease (exactly one contender wins) →
+    /// [`ServerRefund::on_leased`].
+    TakeLease {
+        /// The lease.
+        lease: &'a Lease,
+        /// Plan time.
+        now: i64,
+    },
+    /// Call the provider's refund of `charge_id` with the lease's provider refund key, no
+    /// transaction open → [`ServerRefund::on_refund`].
+    Refund {
+        /// The lease held.
+        lease: &'a Lease,
+        /// The payment's charge.
+        charge_id: &'a str,
+    },
+    /// The provider refused: list the charge's refunds → [`ServerRefund::on_refunds`].
+    ListRefunds {
+        /// The lease held.
+        lease: &'a Lease,
+        /// The payment's charge.
+        charge_id: &'a str,
+    },
+    /// Run the settle transaction → [`ServerRefund::on_settled`]. Should it fail, end
+    /// `lease` first, so a retry may call again at once.
+    Settle {
+        /// The rows.
+        plan: &'a SettleRefund,
+        /// The lease held.
+        lease: &'a Lease,
+        /// Plan time.
+        now: i64,
+    },
+    /// End the lease early (the call proved nothing, or someone else settled first) →
+    /// [`ServerRefund::on_released`].
+    Release(&'a Lease),
+    /// Finished.
+    Done(&'a End),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Phase {
+    Read,
+    Claim,
+    Claiming(RefundClaimPlan),
+    /// Take the lease of refund `(id, provider refund key)`.
+    Lease(String, String),
+    Leasing(Lease),
+    Refund(Lease),
+    List(Lease),
+    Settle(Lease, Option<Refund>),
+    Settling(Lease, SettleRefund),
+    /// End the lease, then end (`Some`) or read again (`None`).
+    Release(Lease, Option<End>),
+    Done(End),
+}
+
+/// One refund request (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerRefund {
+    req: Request,
+    /// The request's fingerprint: the caller and the payment.
+    fingerprint: String,
+    policy: Policy,
+    phase: Phase,
+}
+
+impl ServerRefund {
+    /// A refund request; its first effect reads the key.
+    pub fn new(req: Request, policy: Policy) -> Self {
+        let fingerprint = REFUND.fingerprint(&[&req.user, &req.payment.id]);
+        Self {
+            req,
+            fingerprint,
+            policy,
+            phase: Phase::Read,
+        }
+    }
+
+    /// The end, once there is one.
+    pub fn end(&self) -> Option<&End> {
+        match &self.phase {
+            Phase::Done(end) => Some(end),
+            _ => None,
+        }
+    }
+
+    /// The next effect at `now`. Plans are made here, with ids from `ids`; asking again
+    /// before the matching `on_*` call returns the same effect.
+    pub fn poll(&mut self, now: i64, ids: &mut dyn Ids) -> Effect<'_> {
+        self.phase = match std::mem::replace(&mut self.phase, Phase::Read) {
+            Phase::Claim => Phase::Claiming(plan_refund(&self.req, ids.refund_id())),
+            Phase::Lease(refund_id, provider_refund_key) => Phase::Leasing(Lease {
+                refund_id,
+                provider_refund_key,
+                token: ids.lease_token(),
+                until: self.policy.lease_until(now),
+            }),
+            Phase::Settle(lease, refund) => {
+                let plan = settle_refund(
+                    &self.req,
+                    &lease.refund_id,
+                    refund.as_ref(),
+                    now,
+                    &self.policy,
+                );
+                Phase::Settling(lease, plan)
+            }
+            other => other,
+        };
+        let charge_id = &self.req.payment.charge_id;
+        match &self.phase {
+            Phase::Read => Effect::ReadKey {
+                user: &self.req.user,
+                key: &self.req.key,
+            },
+            Phase::Claiming(plan) => Effect::Claim { plan, now },
+            Phase::Leasing(lease) => Effect::TakeLease { lease, now },
+            Phase::Refund(lease) => Effect::Refund { lease, charge_id },
+            Phase::List(lease) => Effect::ListRefunds { lease, charge_id },
+            Phase::Settling(lease, plan) => Effect::Settle { plan, lease, now },
+            Phase::Release(lease, _) => Effect::Release(lease),
+            Phase::Done(end) => Effect::Done(end),
+            Phase::Claim | Phase::Lease(..) | Phase::Settle(..) => unreachable!("planned above"),
+        }
+    }
+
+    /// The caller's row for the key, read at `now` (the keyed rule).
+    pub fn on_record(&mut self, record: Option<RefundRecord>, now: i64) {
+        if self.phase != Phase::Read {
+            return;
+        }
+        let Request { user, payment, .. } = &self.req;
+        let stored_fp = record
+            .as_ref()
+            .map(|r| REFUND.fingerprint(&[user, &r.payment_id]));
+        let stored = record
+            .as_ref()
+            .zip(stored_fp.as_deref())
+            .map(|(r, fp)| r.stored(fp));
+        let next = keyed::decide(
+            stored,
+            Some(&self.fingerprint),
+            user,
+            &payment.id,
+            now,
+            false,
+        );
+        self.phase = match next {
+            NextAction::Mismatch(_) => Phase::Done(End::Mismatch(Box::new(
+                Problem::new(ErrorCode::KeyReusedWithDifferentDetails)
+                    .with_detail("this refund key was used for another payment"),
+            ))),
+            NextAction::Replay(answer) => Phase::Done(End::Replay(answer)),
+            NextAction::StartProcessing if payment.status != AttemptStatus::Succeeded => {
+                Phase::Done(not_allowed("the payment is not in a refundable state"))
+            }
+            NextAction::StartProcessing => Phase::Claim,
+            // Processing (a refund row has no lease the rule sees, and no tombstone).
+            _ => match record {
+                Some(r) => Phase::Lease(r.id, r.provider_refund_key),
+                None => Phase::Read,
+            },
+        };
+    }
+
+    /// What the claim's insert came to.
+    pub fn on_claim(&mut self, claimed: Claimed) {
+        let Phase::Claiming(plan) = std::mem::replace(&mut self.phase, Phase::Read) else {
+            return;
+        };
+        self.phase = match claimed {
+            Claimed::Won => Phase::Lease(plan.id, plan.provider_refund_key),
+            Claimed::KeyTaken => Phase::Read,
+            Claimed::PaymentTaken => Phase::Done(not_allowed(
+                "this payment is already refunded or being refunded",
+            )),
+        };
+    }
+
+    /// Whether the lease was taken (false: another request is calling the provider for
+    /// this refund right now).
+    pub fn on_leased(&mut self, taken: bool) {
+        let Phase::Leasing(lease) = std::mem::replace(&mut self.phase, Phase::Read) else {
+            return;
+        };
+        self.phase = match taken {
+            true => Phase::Refund(lease),
+            false => Phase::Done(End::InProgress),
+        };
+    }
+
+    /// What the refund call proved.
+    pub fn on_refund(&mut self, outcome: RefundOutcome) {
+        let Phase::Refund(lease) = std::mem::replace(&mut self.phase, Phase::Read) else {
+            return;
+        };
+        self.phase = match outcome {
+            RefundOutcome::Refunded(r) => Phase::Settle(lease, Some(r)),
+            RefundOutcome::NotAllowed(_) => Phase::List(lease),
+            RefundOutcome::Unknown(_) => Phase::Release(lease, Some(End::InProgress)),
+        };
+    }
+
+    /// The charge's refunds as the provider lists them after a refusal (`Err`: it could
+    /// not tell), by [`plan::refused_refund`].
+    pub fn on_refunds(&mut self, refunds: Result<Vec<Refund>, String>) {
+        let Phase::List(lease) = std::mem::replace(&mut self.phase, Phase::Read) else {
+            return;
+        };
+        self.phase = match plan::refused_refund(refunds) {
+            RefusedRefund::RefundedElsewhere(r) => Phase::Settle(lease, Some(r)),
+            RefusedRefund::Failed => Phase::Settle(lease, None),
+            RefusedRefund::Unknown => Phase::Release(lease, Some(End::InProgress)),
+        };
+    }
+
+    /// Whether the settle transaction finished the refund (false: someone else did first;
+    /// their answer is read and replayed).
+    pub fn on_settled(&mut self, settled: bool) {
+        let Phase::Settling(lease, plan) = std::mem::replace(&mut self.phase, Phase::Read) else {
+            return;
+        };
+        self.phase = match (settled, plan) {
+            (true, SettleRefund::Refunded { answer, .. }) => Phase::Done(End::Refunded(answer)),
+            (true, SettleRefund::Failed { answer, .. }) => Phase::Done(End::Failed(answer)),
+            (false, _) => Phase::Release(lease, None),
+        };
+    }
+
+    /// The lease was ended.
+    pub fn on_released(&mut self) {
+        let Phase::Release(_, next) = std::mem::replace(&mut self.phase, Phase::Read) else {
+            return;
+        };
+        self.phase = next.map_or(Phase::Read, Phase::Done);
+    }
+}
+
+/// 409 `REFUND_NOT_ALLOWED` saying why, nothing stored.
+fn not_allowed(detail: &str) -> End {
+    End::NotAllowed(Box::new(
+        Problem::new(ErrorCode::RefundNotAllowed).with_detail(detail),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: i64 = 1_000_000;
+
+    struct Counter(u32);
+    impl Ids for Counter {
+        fn attempt_id(&mut self) -> String {
+            unreachable!("a refund makes no attempt")
+        }
+        fn lease_token(&mut self) -> String {
+            self.0 += 1;
+            format!("lease_{}", self.0)
+        }
+        fn payment_id(&mut self) -> String {
+            unreachable!("a refund makes no payment")
+        }
+        fn refund_id(&mut self) -> String {
+            self.0 += 1;
+            format!("rfd_{}", self.0)
+        }
+    }
+
+    fn policy() -> Policy {
+        Policy {
+            lease_ms: 1_000,
+            key_retention_ms: 5_000,
+            reconcile_after_ms: 1_000,
+            audit_retention_ms: 10_000,
+            action_deadline_ms: 60_000,
+        }
+    }
+
+    fn payment(id: &str, status: AttemptStatus) -> Payment {
+        Payment {
+            id: id.into(),
+            order_id: "ord_1".into(),
+            amount: 1_500,
+            currency: "EUR".into(),
+            payment_method_id: "pm_card_approve".into(),
+            charge_id: "ch_1".into(),
+            status,
+        }
+    }
+
+    fn request(payment_id: &str) -> Request {
+        Request {
+            user: "u1".into(),
+            key: IdempotencyKey::parse("0123456789abcdef0123456789abcdef").expect("valid"),
+            payment: payment(payment_id, AttemptStatus::Succeeded),
+            attempt_id: "att_1".into(),
+        }
+    }
+
+    fn refund(id: &str) -> Refund {
+        Refund {
+            id: id.into(),
+            charge_id: "ch_1".into(),
+            amount: 1_500,
+        }
+    }
+
+    /// The caller's row for `payment_id` in `state`.
+    fn record(payment_id: &str, state: RefundState) -> RefundRecord {
+        let req = request(payment_id);
+        RefundRecord {
+            id: "rfd_9".into(),
+            payment_id: payment_id.into(),
+            provider_refund_key: REFUND.provider_key(&req.user, &req.key, payment_id),
+            state,
+        }
+    }
+
+    /// A machine that read `row` and holds the lease of its processing refund (taken
+    /// with `ids`), about to call the provider.
+    fn leased(ids: &mut Counter) -> ServerRefund {
+        let mut m = ServerRefund::new(request("pay_1"), policy());
+        m.on_record(Some(record("pay_1", RefundState::Processing)), NOW);
+        assert!(matches!(m.poll(NOW, ids), Effect::TakeLease { .. }));
+        m.on_leased(true);
+        m
+    }
+
+    fn problem(end: Option<&End>) -> (u16, ErrorCode, Option<String>) {
+        match end {
+            Some(End::NotAllowed(p) | End::Mismatch(p)) => (p.status, p.code, p.detail.clone()),
+            e => panic!("{e:?}"),
+        }
+    }
+
+    /// Row 1 of the table (`crates/server/src/refunds.rs`): the key used for another
+    /// payment is a 422, whatever that refund's state; nothing is written or called.
+    #[test]
+    fn a_key_used_for_another_payment_is_a_422() {
+        let answer = Answer {
+            status: 200,
+            body: "{}".into(),
+        };
+        for state in [RefundState::Processing, RefundState::Refunded(answer)] {
+            let mut m = ServerRefund::new(request("pay_2"), policy());
+            assert!(matches!(
+                m.poll(NOW, &mut Counter(0)),
+                Effect::ReadKey { .. }
+            ));
+            m.on_record(Some(record("pay_1", state)), NOW);
+            let (status, code, detail) = problem(m.end());
+            assert_eq!(
+                (status, code),
+                (422, ErrorCode::KeyReusedWithDifferentDetails)
+            );
+            assert_eq!(
+                detail.as_deref(),
+                Some("this refund key was used for another payment")
+            );
+        }
+    }
+
+    /// Row 2: a final key replays its stored answer, a refund's or a refusal's.
+    #[test]
+    fn a_final_key_replays_its_stored_answer() {
+        let answer = Answer {
+            status: 409,
+            body: "refused".into(),
+        };
+        for state in [
+            RefundState::Refunded(answer.clone()),
+            RefundState::Failed(answer.clone()),
+        ] {
+            let mut m = ServerRefund::new(request("pay_1"), policy());
+            m.on_record(Some(record("pay_1", state)), NOW);
+            assert_eq!(
+                m.poll(NOW, &mut Counter(0)),
+                Effect::Done(&End::Replay(answer.clone()))
+            );
+        }
+    }
+
+    /// Row 3: a processing key takes its lease and calls the provider again with its saved
+    /// refund key; a lease held by another request is 409 `IN_PROGRESS`.
+    #[test]
+    fn a_processing_key_is_called_again_under_its_lease() {
+        let mut ids = Counter(0);
+        let mut m = ServerRefund::new(request("pay_1"), policy());
+        let row = record("pay_1", RefundState::Processing);
+        m.on_record(Some(row.clone()), NOW);
+        match m.poll(NOW, &mut ids) {
+            Effect::TakeLease { lease, now } => {
+                assert_eq!(now, NOW);
+                assert_eq!(lease.refund_id, "rfd_9");
+                assert_eq!(lease.token, "lease_1");
+                assert_eq!(lease.until, NOW + 1_000);
+            }
+            e => panic!("{e:?}"),
+        }
+        m.on_leased(true);
+        match m.poll(NOW, &mut ids) {
+            Effect::Refund { lease, charge_id } => {
+                assert_eq!(lease.provider_refund_key, row.provider_refund_key);
+                assert_eq!(charge_id, "ch_1");
+            }
+            e => panic!("{e:?}"),
+        }
+        let mut busy = ServerRefund::new(request("pay_1"), policy());
+        busy.on_record(Some(row), NOW);
+        busy.poll(NOW, &mut ids);
+        busy.on_leased(false);
+        assert_eq!(busy.end(), Some(&End::InProgress));
+    }
+
+    /// Row 4: a new key on a succeeded payment is claimed under a new id and the provider
+    /// refund key of (user, key, payment), then leased, called and settled: the row ends
+    /// `succeeded`, the payment, order and attempt `refunded`, audited by `system`.
+    #[test]
+    fn a_new_key_is_claimed_called_and_settled() {
+        let mut ids = Counter(0);
+        let req = request("pay_1");
+        let mut m = ServerRefund::new(req.clone(), policy());
+        m.on_record(None, NOW);
+        let key = match m.poll(NOW, &mut ids) {
+            Effect::Claim { plan, now } => {
+                assert_eq!((plan.id.as_str(), now), ("rfd_1", NOW));
+                assert_eq!(plan.payment_id, "pay_1");
+                assert_eq!(
+                    plan.provider_refund_key,
+                    REFUND.provider_key("u1", &req.key, "pay_1")
+                );
+                plan.provider_refund_key.clone()
+            }
+            e => panic!("{e:?}"),
+        };
+        m.on_claim(Claimed::Won);
+        match m.poll(NOW, &mut ids) {
+            Effect::TakeLease { lease, .. } => {
+                assert_eq!(
+                    (lease.refund_id.as_str(), lease.provider_refund_key.as_str()),
+                    ("rfd_1", key.as_str())
+                );
+            }
+            e => panic!("{e:?}"),
+        }
+        m.on_leased(true);
+        assert!(matches!(m.poll(NOW, &mut ids), Effect::Refund { .. }));
+        m.on_refund(RefundOutcome::Refunded(refund("re_1")));
+        let later = NOW + 10;
+        let answer = match m.poll(later, &mut ids) {
+            Effect::Settle {
+                plan:
+                    SettleRefund::Refunded {
+                        id,
+                        provider_refund_id,
+                        answer,
+                        expires_at,
+                        mark,
+                    },
+                now,
+                ..
+            } => {
+                assert_eq!(
+                    (id.as_str(), provider_refund_id.as_str()),
+                    ("rfd_1", "re_1")
+                );
+                assert_eq!((now, *expires_at), (later, later + 5_000));
+                assert_eq!(answer.status, 200);
+                let body: RefundResponse = serde_json::from_str(&answer.body).expect("json");
+                assert_eq!(body.refund_id, "re_1");
+                assert_eq!(body.payment.status, AttemptStatus::Refunded);
+                assert_eq!(mark.attempt_id, "att_1");
+                let rows: Vec<_> = mark
+                    .audit
+                    .iter()
+                    .map(|e| (e.actor.as_str(), e.entity, e.from.as_deref(), e.to.as_str()))
+                    .collect();
+                assert_eq!(
+                    rows,
+                    [
+                        ("system", "payment", Some("succeeded"), "refunded"),
+                        ("system", "order", Some("paid"), "refunded")
+                    ]
+                );
+                assert_eq!(mark.audit[0].reason, "provider refund re_1 of charge ch_1");
+                answer.clone()
+            }
+            e => panic!("{e:?}"),
+        };
+        m.on_settled(true);
+        assert_eq!(m.end(), Some(&End::Refunded(answer)));
+    }
+
+    /// Row 4, raced: the key's slot taken meanwhile reads the key again.
+    #[test]
+    fn a_key_claimed_meanwhile_is_read_again() {
+        let mut m = ServerRefund::new(request("pay_1"), policy());
+        m.on_record(None, NOW);
+        m.poll(NOW, &mut Counter(0));
+        m.on_claim(Claimed::KeyTaken);
+        assert!(matches!(
+            m.poll(NOW, &mut Counter(0)),
+            Effect::ReadKey { .. }
+        ));
+    }
+
+    /// Row 5: a new key on a payment that is not succeeded, or whose one refund slot another
+    /// key holds, is 409 `REFUND_NOT_ALLOWED`, nothing stored.
+    #[test]
+    fn a_new_key_otherwise_is_not_allowed() {
+        let mut req = request("pay_1");
+        req.payment.status = AttemptStatus::Refunded;
+        let mut m = ServerRefund::new(req, policy());
+        m.on_record(None, NOW);
+        let (status, code, detail) = problem(m.end());
+        assert_eq!((status, code), (409, ErrorCode::RefundNotAllowed));
+        assert_eq!(
+            detail.as_deref(),
+            Some("the payment is not in a refundable state")
+        );
+
+        let mut m = ServerRefund::new(request("pay_1"), policy());
+        m.on_record(None, NOW);
+        m.poll(NOW, &mut Counter(0));
+        m.on_claim(Claimed::PaymentTaken);
+        let (_, code, detail) = problem(m.end());
+        assert_eq!(code, ErrorCode::RefundNotAllowed);
+        assert_eq!(
+            detail.as_deref(),
+            Some("this payment is already refunded or being refunded")
+        );
+    }
+
+    /// An unreachable provider, or a refusal the provider's list cannot explain, ends the
+    /// lease early and answers 409 `IN_PROGRESS`: the refund stays processing.
+    #[test]
+    fn an_unknown_outcome_releases_the_lease_and_is_in_progress() {
+        for refused in [false, true] {
+            let mut ids = Counter(0);
+            let mut m = leased(&mut ids);
+            m.poll(NOW, &mut ids);
+            if refused {
+                m.on_refund(RefundOutcome::NotAllowed("declined".into()));
+                assert!(matches!(
+                    m.poll(NOW, &mut ids),
+                    Effect::ListRefunds {
+                        charge_id: "ch_1",
+                        ..
+                    }
+                ));
+                m.on_refunds(Err("down".into()));
+            } else {
+                m.on_refund(RefundOutcome::Unknown("timeout".into()));
+            }
+            match m.poll(NOW, &mut ids) {
+                Effect::Release(lease) => assert_eq!(lease.token, "lease_1"),
+                e => panic!("{e:?}"),
+            }
+            m.on_released();
+            assert_eq!(m.end(), Some(&End::InProgress));
+        }
+    }
+
+    /// A refusal: a refund the provider lists (made elsewhere) is recorded as this one; none
+    /// ends the key `failed` with the 409 to replay, its audit row on the payment.
+    #[test]
+    fn a_refusal_is_decided_by_the_providers_list() {
+        let mut ids = Counter(0);
+        let mut m = leased(&mut ids);
+        m.poll(NOW, &mut ids);
+        m.on_refund(RefundOutcome::NotAllowed("already refunded".into()));
+        m.poll(NOW, &mut ids);
+        m.on_refunds(Ok(vec![refund("re_dash")]));
+        match m.poll(NOW, &mut ids) {
+            Effect::Settle {
+                plan:
+                    SettleRefund::Refunded {
+                        provider_refund_id, ..
+                    },
+                ..
+            } => assert_eq!(provider_refund_id, "re_dash"),
+            e => panic!("{e:?}"),
+        }
+
+        let mut m = leased(&mut ids);
+        m.poll(NOW, &mut ids);
+        m.on_refund(RefundOutcome::NotAllowed("declined".into()));
+        m.poll(NOW, &mut ids);
+        m.on_refunds(Ok(vec![]));
+        let answer = match m.poll(NOW, &mut ids) {
+            Effect::Settle {
+                plan:
+                    SettleRefund::Failed {
+                        id,
+                        answer,
+                        audit,
+                        expires_at,
+                    },
+                ..
+            } => {
+                assert_eq!((id.as_str(), *expires_at), ("rfd_9", NOW + 5_000));
+                assert_eq!(answer.status, 409);
+                let p: Problem = serde_json::from_str(&answer.body).expect("problem");
+                assert_eq!(p.code, ErrorCode::RefundNotAllowed);
+                assert_eq!((audit.entity, audit.to.as_str()), ("payment", "succeeded"));
+                assert_eq!(
+                    audit.reason,
+                    "refund rfd_9 refused by the provider; nothing refunded"
+                );
+                answer.clone()
+            }
+            e => panic!("{e:?}"),
+        };
+        m.on_settled(true);
+        assert_eq!(m.end(), Some(&End::Failed(answer)));
+    }
+
+    /// A settle lost to another request ends the lease and reads the key again, whose
+    /// stored answer is then replayed.
+    #[test]
+    fn a_settle_lost_releases_and_replays() {
+        let mut ids = Counter(0);
+        let mut m = leased(&mut ids);
+        m.poll(NOW, &mut ids);
+        m.on_refund(RefundOutcome::Refunded(refund("re_1")));
+        let Effect::Settle { plan, .. } = m.poll(NOW, &mut ids) else {
+            panic!("settle")
+        };
+        let stored = plan.answer().clone();
+        m.on_settled(false);
+        assert!(matches!(m.poll(NOW, &mut ids), Effect::Release(_)));
+        m.on_released();
+        assert!(matches!(m.poll(NOW, &mut ids), Effect::ReadKey { .. }));
+        m.on_record(
+            Some(record("pay_1", RefundState::Refunded(stored.clone()))),
+            NOW,
+        );
+        assert_eq!(m.end(), Some(&End::Replay(stored)));
+    }
+
+    /// A provider's refund event marks the payment refunded with the same rows as a settle,
+    /// under its own actor and reason.
+    #[test]
+    fn a_providers_refund_marks_the_same_rows() {
+        let p = payment("pay_1", AttemptStatus::Succeeded);
+        let mark = mark_refunded("provider-webhook", &p, "att_1", "dashboard");
+        assert_eq!(
+            (mark.payment_id.as_str(), mark.order_id.as_str()),
+            ("pay_1", "ord_1")
+        );
+        assert!(mark
+            .audit
+            .iter()
+            .all(|e| e.actor == "provider-webhook" && e.reason == "dashboard"));
+        assert_eq!(mark.audit.len(), 2);
+    }
+}
