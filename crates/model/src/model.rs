@@ -6,7 +6,7 @@
 //! server's own machine (`payonce_rules::flow::ServerPay`): one [`Action::Step`] performs
 //! one of its effects against the model's store and provider and feeds the result back, so
 //! the model checks the server's order of steps, not a copy of it. The cancel handler
-//! (`crates/server/src/cancel.rs`) is one transaction, modelled in [`Model::next`].
+//! (`crates/server/src/ops/cancel.rs`) is one transaction, modelled in [`Model::next`].
 
 use crate::sdk::{self, Attempt, Effect, Final as SdkFinal, PayEnd, PayFlow, RetryBudget};
 use crate::server::{
@@ -405,7 +405,7 @@ fn told_of(end: &PayEnd) -> Option<Told> {
 }
 
 /// The order's payment, as the answer of its paying key has it (`ORDER_ALREADY_PAID` carries
-/// it, `crates/server/src/pay.rs`); `None` once that key's record is past retention.
+/// it, `crates/server/src/ops/pay.rs`); `None` once that key's record is past retention.
 fn paid_payment(s: &State) -> Option<payonce_protocol::Payment> {
     s.slots.values().find_map(|sl| match &sl.record {
         Record::Final(f)
@@ -869,7 +869,7 @@ impl Model {
         }
     }
 
-    /// The cancel handler (crates/server/src/cancel.rs), one transaction.
+    /// The cancel handler (crates/server/src/ops/cancel.rs), one transaction.
     fn cancel(&self, s: &mut State, key: &str) -> (u16, String) {
         let policy = srv::policy(TICK_MS);
         match s.slots.get(key) {

@@ -4,7 +4,7 @@
 //! webhook names), performs each [`Effect`] [`ServerPay::poll`] asks for, and feeds the result
 //! back with the matching `on_*` call, until [`Effect::Done`]. Time (`now`) and new ids
 //! ([`Ids`]) are arguments of `poll`. The server's request path, its jobs, reconciliation and
-//! its webhook handler (`crates/server/src/pay.rs`) and the model checker (`crates/model`)
+//! its webhook handler (`crates/server/src/ops/pay.rs`) and the model checker (`crates/model`)
 //! all drive this one machine, so the model checks the server's own order of steps.
 //!
 //! ```text

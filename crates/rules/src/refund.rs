@@ -1,6 +1,6 @@
 //! The server's refund flow as a sans-IO state machine ([`ServerRefund`]), in the shape of
 //! the pay machine ([`crate::flow`]): no clock, no store, no provider, no randomness of its
-//! own. The caller (`crates/server/src/refunds.rs`) starts it from the request, performs
+//! own. The caller (`crates/server/src/ops/refunds.rs`) starts it from the request, performs
 //! each [`Effect`] [`ServerRefund::poll`] asks for and feeds the result back with the
 //! matching `on_*` call, until [`Effect::Done`]. Time (`now`) and new ids ([`Ids`]) are
 //! arguments of `poll`. The rows it writes are plans built here ([`plan_refund`],
@@ -674,7 +674,7 @@ mod tests {
         }
     }
 
-    /// Row 1 of the table (`crates/server/src/refunds.rs`): the key used for another
+    /// Row 1 of the table (`crates/server/src/ops/refunds.rs`): the key used for another
     /// payment is a 422, whatever that refund's state; nothing is written or called.
     #[test]
     fn a_key_used_for_another_payment_is_a_422() {

@@ -7,8 +7,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use crate::jwt::JwtArgs;
-pub use crate::session::SessionArgs;
+pub use crate::auth::jwt::JwtArgs;
+pub use crate::auth::session::SessionArgs;
 
 /// payonce companion server: orders, idempotent pay and cancel against a payment provider
 /// (`--provider-url`; a dev build with `--dev` embeds a mock one when it is absent).
@@ -92,7 +92,7 @@ pub struct ServerArgs {
     /// every coupon code of the user, valid ones too, is 429 until a token is back.
     #[arg(long, env = "PAYONCE_COUPON_MISSES_PER_MIN", default_value_t = 5)]
     pub coupon_misses_per_min: u32,
-    /// Session tokens (`src/session.rs`).
+    /// Session tokens (`src/auth/session.rs`).
     #[command(flatten)]
     pub sessions: SessionArgs,
     /// How long a claimed attempt is leased to the request that claimed it. A retry that
@@ -124,7 +124,7 @@ pub struct ServerArgs {
     pub retry_after_secs: u64,
     /// Reconciliation threshold: a processing attempt older than this whose lease has expired
     /// is settled from the provider, and flagged for manual review if the provider cannot
-    /// tell. (The outbox worker drives abandoned attempts sooner; see `src/jobs/mod.rs`.)
+    /// tell. (The outbox worker drives abandoned attempts sooner; see `src/ops/jobs/mod.rs`.)
     #[arg(long, env = "PAYONCE_RECONCILE_AFTER_MS", default_value_t = 120_000)]
     pub reconcile_after_ms: u64,
     /// How long audit rows (and handled webhook events) are kept: the card dispute window.
@@ -149,7 +149,7 @@ pub struct ServerArgs {
     /// Timeouts and limits of the HTTP edge (`src/server.rs`).
     #[command(flatten)]
     pub edge: EdgeArgs,
-    /// JWT authentication (`src/jwt.rs`).
+    /// JWT authentication (`src/auth/jwt.rs`).
     #[command(flatten)]
     pub jwt: JwtArgs,
     /// The provider's credentials and plain-text links.
@@ -267,7 +267,7 @@ pub struct Config {
     pub(crate) in_progress_wait: Duration,
     pub(crate) retry_after_secs: u64,
     /// Session tokens; `None`: `--no-session-tokens`.
-    pub(crate) sessions: Option<std::sync::Arc<crate::session::Sessions>>,
+    pub(crate) sessions: Option<std::sync::Arc<crate::auth::session::Sessions>>,
     /// How long a finished key is kept (and so replays): announced in
     /// `Idempotency-Key-Retention`.
     pub(crate) key_retention: Duration,
@@ -288,7 +288,7 @@ pub struct Config {
     pub(crate) catalog: Option<crate::catalog::CatalogSource>,
     pub(crate) edge: Edge,
     /// Bearer JWT verification, when keys are configured.
-    pub(crate) jwt: Option<std::sync::Arc<crate::jwt::JwtVerifier>>,
+    pub(crate) jwt: Option<std::sync::Arc<crate::auth::jwt::JwtVerifier>>,
     /// What `GET /metrics` requires, if anything (never empty).
     pub(crate) metrics_token: Option<Secret>,
     /// The provider's API key (`--provider-api-key-file`, or Stripe's secret key), sent as
@@ -407,7 +407,7 @@ pub const MIN_SECRET: usize = 32;
 /// Every problem of a start outside `--dev`, one line each (empty: safe to start). The
 /// embedded mock provider runs only in dev, so a provider must be named; the webhook secret
 /// must be explicit and long enough that nobody can guess or brute-force it (the session
-/// secrets: `src/session.rs`).
+/// secrets: `src/auth/session.rs`).
 fn production_problems(args: &ServerArgs) -> Vec<String> {
     use crate::provider::ProviderKind;
     let mut problems = Vec::new();
@@ -649,7 +649,7 @@ impl Config {
         }
         let j = &args.jwt;
         let jwt_keys = !j.hs256_secrets.is_empty() || !j.public_keys.is_empty() || j.jwks.is_some();
-        use crate::session::{SessionConfig, Sessions};
+        use crate::auth::session::{SessionConfig, Sessions};
         let sessions = Sessions::from_args(&args.sessions, dev.dev, jwt_keys, MIN_SECRET);
         let sessions = match sessions {
             Ok(SessionConfig::On(s)) => Some(std::sync::Arc::new(s)),
@@ -682,7 +682,7 @@ impl Config {
         let catalog = catalog.transpose()?;
         let tls_ca = args.tls_ca_file.as_deref().map(read_ca).transpose()?;
         let edge = Edge::from_args(args)?;
-        let jwt = crate::jwt::JwtVerifier::new(&args.jwt).map_err(ConfigError::Jwt)?;
+        let jwt = crate::auth::jwt::JwtVerifier::new(&args.jwt).map_err(ConfigError::Jwt)?;
         let provider = args.provider.unwrap_or(crate::provider::ProviderKind::Mock);
         let l = &args.links;
         let (stripe_key, stripe_webhook_secret) = (

@@ -49,6 +49,7 @@ pub(crate) const NAMES: [(Failpoint, &str); 10] = [
 
 impl Failpoint {
     /// The failpoint called `name`; `None` for a name nobody checks.
+    #[cfg(feature = "dev")]
     pub(crate) fn parse(name: &str) -> Option<Self> {
         NAMES.iter().find(|(_, n)| *n == name).map(|(f, _)| *f)
     }

@@ -4,19 +4,21 @@
 //! pure `payonce_rules` crate (`crates/rules`); this crate is the shell around them.
 //!
 //! # Layout
-//! - `http/`: the router and one thin file per endpoint, the extractors (`http/extract.rs`).
-//! - `pay`, `refunds`, `cancel`, `orders`, `webhooks`, `stripe_webhooks`: the operations the
-//!   endpoints call, executing the rules' plans against the store and the provider.
-//! - `replay/`: a finished attempt's answer from memory, then Redis, then the database.
-//! - [`store`]: SQL over SQLite or PostgreSQL, one file per table.
-//! - `jobs/`: the outbox worker, reconciliation (with manual review), confirmation emails,
-//!   cleanup and retention.
-//! - `provider/`: the provider port (`mod.rs`) and one adapter per provider (`mock.rs`,
-//!   `stripe.rs`), each answer sorted by what it proves (docs/providers.md).
-//! - `auth` (the extractor), `session` (session tokens), `jwt`, `catalog`, `limits`,
-//!   `metrics`, `faults` (the failpoint names), `error`, [`clock`], [`ids`] (where new ids
-//!   come from), [`config`], [`secret`]
-//!   (values `Debug` and logs never show).
+//! - `http/`: the edge: the router and one thin file per endpoint, the extractors
+//!   (`http/extract.rs`).
+//! - `ops/`: the operations the endpoints and jobs call, each the I/O shell of the rules'
+//!   plans and machines: `pay` (the pay machine's interpreter), `refunds`, `cancel`,
+//!   `orders`, `webhooks`, `stripe_webhooks`, and `jobs/` (the outbox worker,
+//!   reconciliation with manual review, confirmation emails, cleanup and retention).
+//! - Infrastructure, which never calls an operation or the edge (`tests/blackbox/layout.rs`):
+//!   [`store`] (SQL over SQLite or PostgreSQL, one file per table), `replay/` (a finished
+//!   attempt's answer from memory, then Redis, then the database; the claim marker's Redis
+//!   calls), `provider/` (the provider port, `mod.rs`, and one adapter per provider,
+//!   `mock.rs` and `stripe.rs`, each answer sorted by what it proves: docs/providers.md).
+//! - `auth/`: the extractor (`mod.rs`), session tokens (`session.rs`), JWTs (`jwt.rs`).
+//! - `catalog` (prices from the catalog, the `--catalog` file), `limits`, `metrics`, `faults`
+//!   (the failpoint names), `error`, `reply`, [`clock`], [`ids`] (where new ids come from),
+//!   [`config`], [`secret`] (values `Debug` and logs never show).
 //! - `dev/` (the `dev` feature): `--dev`, the embedded mock provider, dev sessions, the
 //!   dev mailbox, dev faults and failpoints; `dev_off.rs` stands in for it without the feature.
 //! - `state` ([`AppState`]), `server` ([`run`]), `listen`: wiring, listeners, graceful shutdown.
@@ -30,7 +32,6 @@ pub mod secret;
 pub mod store;
 
 mod auth;
-mod cancel;
 mod catalog;
 // Everything dev mode adds exists only in a dev build; `src/dev_off.rs` gives a production
 // build the same names with none of the machinery (server README, "Dev and production
@@ -43,30 +44,23 @@ mod dev;
 mod error;
 mod faults;
 mod http;
-mod jobs;
-mod jwt;
 mod limits;
 mod listen;
 mod metrics;
 mod openapi;
-mod orders;
-mod pay;
+mod ops;
 mod provider;
-mod refunds;
 mod replay;
 mod reply;
 mod server;
-mod session;
 mod state;
-mod stripe_webhooks;
-mod webhooks;
 
+pub use auth::session::{sign_token, SESSION_SECS};
 pub use config::{Cli, Config, ServerArgs};
 pub use dev::{Command, DevArgs};
 pub use http::{app, MAX_BODY_BYTES, ROUTES};
 #[doc(hidden)]
-pub use jobs::{cleanup as run_cleanup, round as run_jobs};
+pub use ops::jobs::{cleanup as run_cleanup, round as run_jobs};
 pub use server::run;
-pub use session::{sign_token, SESSION_SECS};
 pub use state::{AppState, RunError};
 pub use store::{Backend, Store};

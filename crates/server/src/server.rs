@@ -50,7 +50,7 @@ async fn run_api(args: ServerArgs) -> Result<(), RunError> {
         redis.announce().await.map_err(handshake("--redis-url"))?;
     }
     if let Some(every) = jobs_interval {
-        tokio::spawn(crate::jobs::run(state.clone(), every));
+        tokio::spawn(crate::ops::jobs::run(state.clone(), every));
     }
     if let Some(jwt) = state.config.jwt.clone().filter(|j| j.has_jwks()) {
         tokio::spawn(reload_jwks(jwt));
@@ -65,7 +65,7 @@ async fn run_api(args: ServerArgs) -> Result<(), RunError> {
 /// Reads the `--jwt-jwks` file again on `SIGHUP` and every `--jwt-jwks-reload-secs`, so an
 /// identity provider's key rotation needs no restart (only started with a JWKS file: without
 /// one, `SIGHUP` keeps its default meaning).
-async fn reload_jwks(jwt: std::sync::Arc<crate::jwt::JwtVerifier>) {
+async fn reload_jwks(jwt: std::sync::Arc<crate::auth::jwt::JwtVerifier>) {
     use tokio::signal::unix::{signal, SignalKind};
     let mut hangup = signal(SignalKind::hangup()).ok();
     let mut tick = jwt.jwks_reload_every().map(|every| {

@@ -162,6 +162,7 @@ impl FromRef<AppState> for MetricsState {
 
 /// What dev mode's own endpoints read: the config (is it dev mode, the sessions) and where
 /// the embedded provider listens.
+#[cfg(feature = "dev")]
 #[derive(Clone)]
 pub(crate) struct DevState {
     pub(crate) config: Arc<Config>,
@@ -169,6 +170,7 @@ pub(crate) struct DevState {
     pub(crate) provider_url: Arc<str>,
 }
 
+#[cfg(feature = "dev")]
 impl FromRef<AppState> for DevState {
     fn from_ref(s: &AppState) -> Self {
         Self {

@@ -72,7 +72,7 @@ fn mint_jwt(
         return Err(RunError::Provider(format!("invalid user id {user:?}")));
     }
     let secret = secret.split(',').next().unwrap_or_default();
-    let token = crate::jwt::mint_hs256(
+    let token = crate::auth::jwt::mint_hs256(
         secret.as_bytes(),
         issuer,
         audience,

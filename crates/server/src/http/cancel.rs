@@ -1,11 +1,11 @@
 //! `POST /orders/{id}/payment-attempts/cancel` with `{key}` in the body (never the URL, so
-//! keys stay out of access logs): the cancel table is `src/cancel.rs`.
+//! keys stay out of access logs): the cancel table is `src/ops/cancel.rs`.
 
 use crate::auth::AuthUser;
-use crate::cancel;
 use crate::error::{AppError, AppResult};
 use crate::http::extract::{ApiJson, PathId};
-use crate::orders::load_owned;
+use crate::ops::cancel;
+use crate::ops::orders::load_owned;
 use crate::state::AppState;
 use axum::extract::State;
 use axum::Json;

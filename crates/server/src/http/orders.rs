@@ -3,7 +3,7 @@
 use crate::auth::AuthUser;
 use crate::error::AppResult;
 use crate::http::extract::{ApiJson, PathId};
-use crate::orders::{self, load_owned, view};
+use crate::ops::orders::{self, load_owned, view};
 use crate::state::AppState;
 use axum::extract::State;
 use axum::http::StatusCode;

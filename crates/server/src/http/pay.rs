@@ -1,5 +1,5 @@
 //! `POST /orders/{id}/pay` over HTTP: the extractors, the replay of a finished attempt
-//! before anything else, then the rules (`src/pay.rs`) in a task of their own, and the dev
+//! before anything else, then the rules (`src/ops/pay.rs`) in a task of their own, and the dev
 //! faults that act on the answer.
 
 use crate::auth::AuthUser;
@@ -8,8 +8,8 @@ use crate::error::{AppError, AppResult};
 use crate::faults::Failpoint;
 use crate::http::extract::{ApiJson, DevFaultHeader, IdemKeyHeader, PathId};
 use crate::metrics::{self, PayOutcome, RedisLookup, ReplaySource};
-use crate::orders::load_owned;
-use crate::pay;
+use crate::ops::orders::load_owned;
+use crate::ops::pay;
 use crate::replay::{self, First};
 use crate::reply::Reply;
 use crate::state::AppState;

@@ -1,10 +1,10 @@
 //! `POST /payments/{id}/refund` with its own `Idempotency-Key` (the flow is
-//! `crates/rules/src/refund.rs`, performed by `src/refunds.rs`).
+//! `crates/rules/src/refund.rs`, performed by `src/ops/refunds.rs`).
 
 use crate::auth::AuthUser;
 use crate::error::AppError;
 use crate::http::extract::{IdemKeyHeader, PathId};
-use crate::refunds;
+use crate::ops::refunds;
 use crate::reply::Reply;
 use crate::state::AppState;
 use crate::store::refunds as db;

@@ -1,13 +1,13 @@
 //! `POST /webhooks/stripe`: the `Stripe-Signature`, the body, the ids; then
-//! `src/stripe_webhooks.rs`. A server that does not run with `--provider stripe` has no
+//! `src/ops/stripe_webhooks.rs`. A server that does not run with `--provider stripe` has no
 //! secret to check the signature with: 400 `WEBHOOK_SIGNATURE_INVALID`, reason `not_configured`.
 
 use crate::error::{AppError, AppResult};
 use crate::http::extract::Id;
 use crate::metrics;
+use crate::ops::stripe_webhooks;
 use crate::provider::{ProviderKind, WebhookRefused};
 use crate::state::AppState;
-use crate::stripe_webhooks;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;

@@ -1,10 +1,10 @@
-//! `POST /webhooks/provider`: the signature, the body, the ids; then `src/webhooks.rs`.
+//! `POST /webhooks/provider`: the signature, the body, the ids; then `src/ops/webhooks.rs`.
 
 use crate::error::{AppError, AppResult};
 use crate::http::extract::Id;
 use crate::metrics;
+use crate::ops::webhooks;
 use crate::state::AppState;
-use crate::webhooks;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;

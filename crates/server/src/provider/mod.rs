@@ -39,7 +39,7 @@ pub enum ProviderKind {
 pub(crate) use payonce_rules::refund::RefundOutcome;
 
 /// What the provider says was refunded of a payment (a refund made outside payonce, e.g. in
-/// its dashboard, is reflected from this: src/refunds.rs, `reflect_provider_refund`).
+/// its dashboard, is reflected from this: src/ops/refunds.rs, `reflect_provider_refund`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum RefundCheck {
     /// Refunds that did not fail add up to `amount` (0: none).

@@ -2,7 +2,7 @@
 //! (`memory.rs`), then Redis (`--redis-url`, `redis.rs`), then the caller's key row. Every
 //! copy is a [`Record`] checked by the same rule (`replay_of`, crates/rules/src/pay.rs), so
 //! every copy answers as the database would; anything a copy cannot answer goes on to the pay
-//! rules (`src/pay.rs`).
+//! rules (`src/ops/pay.rs`).
 //!
 //! Redis only ever saves work; the database's `UNIQUE(user_id, idem_key)` stays the one
 //! guard of "charged once". A final answer is cached from the database row for the key's

@@ -51,7 +51,7 @@ impl<E: From<sqlx::Error>> From<sqlx::Error> for Abort<E> {
 /// indexes, the order lock at the planned version, the stock in the plan's SKU order, the
 /// audit rows. The processing attempt is the transactional outbox ("charge this provider
 /// key": the request executes it inline after the commit; if the process dies first, the
-/// outbox worker finds it by its expired lease, src/jobs/mod.rs). `before_commit` runs once
+/// outbox worker finds it by its expired lease, src/ops/jobs/mod.rs). `before_commit` runs once
 /// every statement passed and before the commit; its error rolls the claim back and is
 /// returned.
 ///

@@ -33,8 +33,8 @@ fn modules(dir: &Path, prefix: &str, out: &mut BTreeMap<String, String>) {
     }
 }
 
-#[test]
-fn no_file_imports_one_that_imports_it_back_even_through_others() {
+/// Every file's module path and the files it imports (`crate::…`, `super::…`).
+fn imports() -> BTreeMap<String, BTreeSet<String>> {
     let mut files = BTreeMap::new();
     modules(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
@@ -48,7 +48,7 @@ fn no_file_imports_one_that_imports_it_back_even_through_others() {
             .map(|i| parts[..i].join("::"))
             .find(|m| files.contains_key(m))
     };
-    let mut deps: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    let mut deps: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (module, code) in &files {
         let mut found = BTreeSet::new();
         // `crate::a::b` and `super::a::b` anywhere, and the members of `use crate::{a, b::c}`
@@ -88,8 +88,16 @@ fn no_file_imports_one_that_imports_it_back_even_through_others() {
         }
         found.remove(module);
         found.remove("");
-        deps.insert(module, found);
+        deps.insert(module.clone(), found);
     }
+    deps
+}
+
+#[test]
+fn no_file_imports_one_that_imports_it_back_even_through_others() {
+    let owned = imports();
+    let deps: BTreeMap<&str, BTreeSet<String>> =
+        owned.iter().map(|(m, d)| (m.as_str(), d.clone())).collect();
     // Depth-first: a file met again while still on the path closes a cycle.
     fn visit<'a>(
         m: &'a str,
@@ -114,4 +122,30 @@ fn no_file_imports_one_that_imports_it_back_even_through_others() {
         visit(m, &deps, &mut Vec::new(), &mut done);
     }
     assert!(deps.len() > 20, "the walk found the source files: {deps:?}");
+}
+
+/// The layers (src/lib.rs, "Layout"): the infrastructure never calls an operation or the
+/// edge, and the operations never call the edge.
+#[test]
+fn the_infrastructure_never_calls_the_operations_and_they_never_call_the_edge() {
+    let under = |m: &str, layer: &str| m == layer || m.starts_with(&format!("{layer}::"));
+    let infrastructure = [
+        "store", "provider", "replay", "auth", "limits", "metrics", "clock",
+    ];
+    let mut wrong = Vec::new();
+    for (module, deps) in imports() {
+        let forbidden: &[&str] = if infrastructure.iter().any(|l| under(&module, l)) {
+            &["ops", "http"]
+        } else if under(&module, "ops") {
+            &["http"]
+        } else {
+            &[]
+        };
+        for d in deps {
+            if forbidden.iter().any(|l| under(&d, l)) {
+                wrong.push(format!("{module} imports {d}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "imports against the layers: {wrong:#?}");
 }

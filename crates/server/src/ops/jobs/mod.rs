@@ -21,7 +21,7 @@
 //!
 //! One rule, one place: both the outbox worker and reconciliation call [`drive_abandoned`],
 //! which runs the pay machine (`payonce_rules::flow::ServerPay::abandoned`, interpreted by
-//! src/pay.rs) from the retry's own step (pay rule 5): take the expired lease, ask the provider about
+//! src/ops/pay.rs) from the retry's own step (pay rule 5): take the expired lease, ask the provider about
 //! the provider key, settle from its answer (succeeded → paid; declined → unlocked), and
 //! only when the provider has *no* charge, re-drive with the *same* provider key. We chose
 //! re-driving over "mark failed" for "no charge": the processing attempt is the durable intent to
@@ -31,11 +31,12 @@
 use crate::dev::failpoint;
 use crate::error::AppResult;
 use crate::faults::Failpoint;
+use crate::metrics;
+use crate::ops::pay;
 use crate::state::AppState;
 use crate::store::mailbox::{self, Mail};
 use crate::store::orders::{self, get_order};
 use crate::store::{attempts as db, audit, jobs, Horizon, RETENTION};
-use crate::{metrics, pay};
 use payonce_rules::flow::End;
 use payonce_rules::ids::MailId;
 use payonce_rules::Record;

@@ -26,7 +26,7 @@
 
 use crate::error::{AppError, AppResult};
 use crate::metrics::{self, RefundResult};
-use crate::pay::Fresh;
+use crate::ops::pay::Fresh;
 use crate::reply::Reply;
 use crate::state::AppState;
 use crate::store::refunds as db;

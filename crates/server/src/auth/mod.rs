@@ -1,5 +1,8 @@
-//! The [`AuthUser`] extractor: a Bearer JWT (`src/jwt.rs`), or a session token
-//! (`src/session.rs`) as a Bearer token or the session cookie. `now` is the server's clock.
+//! The [`AuthUser`] extractor: a Bearer JWT (`src/auth/jwt.rs`), or a session token
+//! (`src/auth/session.rs`) as a Bearer token or the session cookie. `now` is the server's clock.
+
+pub(crate) mod jwt;
+pub(crate) mod session;
 
 use crate::error::AppError;
 use crate::state::AppState;
@@ -10,7 +13,7 @@ use payonce_protocol::headers::SESSION_COOKIE;
 use payonce_protocol::ErrorCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-pub(crate) use crate::session::valid_user_id;
+pub(crate) use crate::auth::session::valid_user_id;
 
 /// The authenticated caller.
 #[derive(Debug, Clone)]
@@ -92,7 +95,7 @@ impl FromRequestParts<AppState> for AuthUser {
 }
 
 /// The user of a valid JWT whose user claim passes the user-id rule.
-fn jwt_user(jwt: &crate::jwt::JwtVerifier, token: &str, now: u64) -> Option<String> {
+fn jwt_user(jwt: &crate::auth::jwt::JwtVerifier, token: &str, now: u64) -> Option<String> {
     jwt.verify(token, now).filter(|u| valid_user_id(u))
 }
 
@@ -107,7 +110,7 @@ mod tests {
     #[test]
     fn a_jwt_user_must_pass_the_user_id_rule() {
         let secret = "jwt-secret-0123456789abcdef0123456789";
-        let flags = crate::jwt::JwtArgs {
+        let flags = crate::auth::jwt::JwtArgs {
             hs256_secrets: vec![secret.parse().unwrap()],
             public_keys: Vec::new(),
             jwks: None,
@@ -118,9 +121,9 @@ mod tests {
             leeway_secs: 0,
             user_claim: "sub".into(),
         };
-        let v = crate::jwt::JwtVerifier::new(&flags).unwrap().unwrap();
+        let v = crate::auth::jwt::JwtVerifier::new(&flags).unwrap().unwrap();
         let mint = |user: &str| {
-            crate::jwt::mint_hs256(secret.as_bytes(), "iss", "aud", user, 1_000, 60).unwrap()
+            crate::auth::jwt::mint_hs256(secret.as_bytes(), "iss", "aud", user, 1_000, 60).unwrap()
         };
         assert_eq!(
             jwt_user(&v, &mint("alice"), 1_000).as_deref(),

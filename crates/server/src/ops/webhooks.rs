@@ -23,7 +23,7 @@ use crate::dev::failpoint;
 use crate::error::{AppError, AppResult};
 use crate::faults::Failpoint;
 use crate::metrics;
-use crate::pay;
+use crate::ops::pay;
 use crate::state::AppState;
 use crate::store::attempts as db;
 use crate::store::orders::get_order;
@@ -65,7 +65,8 @@ async fn refunded(state: &AppState, event: &WebhookEvent) -> AppResult<()> {
         "provider refund {} of charge {} (charge.refunded)",
         refund.id, payment.charge_id
     );
-    let applied = crate::refunds::mark_refunded_at_provider(state, &payment, &attempt, &reason);
+    let applied =
+        crate::ops::refunds::mark_refunded_at_provider(state, &payment, &attempt, &reason);
     let result = match applied.await? {
         true => metrics::WebhookResult::Applied,
         false => metrics::WebhookResult::NoEffect,

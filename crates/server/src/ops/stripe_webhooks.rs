@@ -11,7 +11,7 @@
 //!   payment, its order and its attempt become `refunded` once Stripe confirms the intent's
 //!   charge is refunded.
 //!
-//! Deduplicated on the event id like the mock's (`src/webhooks.rs`): recorded on arrival,
+//! Deduplicated on the event id like the mock's (`src/ops/webhooks.rs`): recorded on arrival,
 //! marked handled once applied, and a handled event is a duplicate.
 //!
 //! Unlike the mock's, an event for an intent no attempt saved is acknowledged (200) and
@@ -25,7 +25,7 @@ use crate::dev::failpoint;
 use crate::error::{AppError, AppResult};
 use crate::faults::Failpoint;
 use crate::metrics::{self, WebhookResult};
-use crate::pay;
+use crate::ops::pay;
 use crate::provider::WebhookHint;
 use crate::state::AppState;
 use crate::store::attempts as db;
@@ -105,7 +105,7 @@ async fn handle(state: &AppState, event: &str, topic: Topic, intent: &str) -> Ap
         return Ok(());
     };
     if topic == Topic::ChargeRefunded {
-        return crate::refunds::reflect_provider_refund(state, event, &row, intent).await;
+        return crate::ops::refunds::reflect_provider_refund(state, event, &row, intent).await;
     }
     if row.is_final() {
         metrics::webhook_event(WebhookResult::NoEffect);

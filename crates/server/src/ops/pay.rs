@@ -16,7 +16,7 @@
 //!    result is settled in one transaction ([`exec_settle`]).
 //! 5. A processing key whose lease expired is taken over and settled from what the provider
 //!    says about its provider key; only "no such charge" re-drives it. The jobs
-//!    ([`ServerPay::abandoned`], src/jobs/mod.rs) and webhooks ([`ServerPay::webhook`]) run
+//!    ([`ServerPay::abandoned`], src/ops/jobs/mod.rs) and webhooks ([`ServerPay::webhook`]) run
 //!    the same machine from that step.
 //! 6. Every change is written to the audit trail in the same transaction.
 //!
@@ -154,7 +154,7 @@ async fn reply(state: &AppState, user: &str, key: &IdempotencyKey, end: End) -> 
     }
 }
 
-/// The jobs' driver of an abandoned attempt (src/jobs/mod.rs): the machine from the
+/// The jobs' driver of an abandoned attempt (src/ops/jobs/mod.rs): the machine from the
 /// take-over, `worker` named in the audit trail; `outbox`: the outbox worker's failpoint
 /// after the take-over.
 pub(crate) async fn abandoned(
@@ -169,7 +169,7 @@ pub(crate) async fn abandoned(
     interpret(state, m, None, point).await
 }
 
-/// A customer's cancel of `row` while its payment may wait for them (src/cancel.rs): the
+/// A customer's cancel of `row` while its payment may wait for them (src/ops/cancel.rs): the
 /// machine from the take-over; a payment waiting for the customer is cancelled at the
 /// provider and the attempt ends `cancelled`.
 pub(crate) async fn cancel_waiting(
@@ -182,7 +182,7 @@ pub(crate) async fn cancel_waiting(
     interpret(state, m, None, None).await
 }
 
-/// The machines' new ids (the refund machine's too, src/refunds.rs), minted by the state's
+/// The machines' new ids (the refund machine's too, src/ops/refunds.rs), minted by the state's
 /// id source (`src/ids.rs`).
 pub(crate) struct Fresh<'a>(pub(crate) &'a dyn IdSource);
 

@@ -113,7 +113,8 @@ pub(crate) async fn cancel(
     // no charge or no answer leaves the attempt processing (docs/protocol.md, section 9).
     if let Record::Processing(p) = &record {
         if p.locked_until.is_none_or(|t| t <= state.clock.now_ms()) {
-            if let End::Settled(f) = crate::pay::cancel_waiting(state, &record, order, user).await?
+            if let End::Settled(f) =
+                crate::ops::pay::cancel_waiting(state, &record, order, user).await?
             {
                 status = f.status;
                 with_payment = status == AttemptStatus::Succeeded;

@@ -279,7 +279,7 @@ impl JwtVerifier {
                 return None;
             }
         }
-        // The caller (`src/auth.rs`) applies the user-id rule.
+        // The caller (`src/auth/mod.rs`) applies the user-id rule.
         claims.get(&self.user_claim)?.as_str().map(str::to_owned)
     }
 }
