@@ -4,7 +4,7 @@
 //! closed after the write timeout; one address holds at most its connection cap; a head
 //! past hyper's buffer is refused as soon as the buffer is full.
 
-use crate::common::{client, Backend, Checkout, Opts, TestApp};
+use crate::common::{client, Backend, HttpApi, Opts, TestApp};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

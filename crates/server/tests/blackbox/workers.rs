@@ -1,9 +1,11 @@
 //! What runs besides the pay request: webhooks under chaos, refunds, reconciliation with
 //! manual review, retention, and the key-retention header.
 
-use crate::common::{id_of, key, spawn, Backend, Checkout, Opts, TestApp, TestDb};
+use crate::common::{id_of, key, spawn, Backend, Checkout, HttpApi, Opts, TestApp, TestDb};
 use crate::crash::{mailbox, wait_for_mails};
 use crate::on_both_backends;
+use payonce_protocol::ErrorCode;
+use payonce_protocol::OrderStatus;
 use serde_json::json;
 use std::time::Duration;
 
@@ -15,24 +17,6 @@ on_both_backends!(
     a_refund_the_provider_refuses_fails_and_frees_the_payment,
     a_refund_made_in_the_providers_dashboard_is_reflected,
 );
-
-async fn order_status(app: &TestApp, t: &str, id: &str) -> (String, bool) {
-    let o = app.get_order(t, id).await.json();
-    (
-        o["status"].as_str().unwrap().to_owned(),
-        o["paymentInProgress"].as_bool().unwrap(),
-    )
-}
-
-/// The value of one series in `GET /metrics` (0 when absent).
-async fn metric(app: &TestApp, series: &str) -> f64 {
-    let r = app.send(app.http.get(app.url("/metrics"))).await;
-    assert_eq!(r.status, 200);
-    r.text()
-        .lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or(0.0)
-}
 
 async fn count(pool: &sqlx::AnyPool, sql: &str, bind: &str) -> i64 {
     let (n,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(sql.to_owned()))
@@ -91,19 +75,11 @@ async fn chaotic_webhooks_never_double_apply(backend: Backend) {
     // Everything settles by webhook or by the workers, without a single client retry.
     for (id, m) in &orders {
         let want = if *m == "pm_card_decline" {
-            "unpaid"
+            OrderStatus::Unpaid
         } else {
-            "paid"
+            OrderStatus::Paid
         };
-        let mut now = (String::new(), true);
-        for _ in 0..150 {
-            now = order_status(&app, &t, id).await;
-            if now == (want.to_owned(), false) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        assert_eq!(now, (want.to_owned(), false), "{m}");
+        app.wait_status(&t, id, want).await;
     }
     tokio::time::sleep(Duration::from_millis(1_500)).await; // let late duplicates land
     let pool = app.db_pool().await;
@@ -154,7 +130,9 @@ async fn chaotic_webhooks_never_double_apply(backend: Backend) {
         "every order's event handled ({handled})"
     );
     assert_eq!(received, handled, "no event left half-handled");
-    let dup = metric(&app, r#"payonce_webhook_events_total{result="duplicate"}"#).await;
+    let dup = app
+        .metric(r#"payonce_webhook_events_total{result="duplicate"}"#)
+        .await;
     assert!(
         dup >= orders.len() as f64,
         "duplicates were delivered and counted: {dup}"
@@ -194,8 +172,8 @@ async fn a_webhook_for_an_unknown_provider_key_is_not_acknowledged(backend: Back
         // Not acknowledged (the provider redelivers), and the second delivery is not
         // mistaken for a handled duplicate.
         assert_eq!(
-            (r.status, r.code().as_str()),
-            (404, "PAYMENT_NOT_FOUND"),
+            (r.status, r.code()),
+            (404, ErrorCode::PaymentNotFound),
             "{}",
             r.text()
         );
@@ -276,18 +254,18 @@ async fn a_refund_retried_ten_times_or_raced_ten_times_refunds_once(backend: Bac
         (1, Some("refunded"))
     );
     assert_eq!(provider_refunds(&state, &charge), 1);
-    assert_eq!(app.get_order(&t, &id).await.json()["status"], "refunded");
+    assert_eq!(app.order_status(&t, &id).await, OrderStatus::Refunded);
     // Another key for the same payment, another user, no key, a key of another payment.
     let r = refund(&app, &t, &pid, Some(&key())).await;
-    assert_eq!((r.status, r.code().as_str()), (409, "REFUND_NOT_ALLOWED"));
+    assert_eq!((r.status, r.code()), (409, ErrorCode::RefundNotAllowed));
     let bob = app.session("bob").await;
     assert_eq!(
         refund(&app, &bob, &pid, Some(&key())).await.code(),
-        "PAYMENT_NOT_FOUND"
+        ErrorCode::PaymentNotFound
     );
     assert_eq!(
         refund(&app, &t, &pid, None).await.code(),
-        "IDEMPOTENCY_KEY_MISSING"
+        ErrorCode::IdempotencyKeyMissing
     );
 
     // Raced ten times with one key on another payment: still one refund.
@@ -297,7 +275,7 @@ async fn a_refund_retried_ten_times_or_raced_ten_times_refunds_once(backend: Bac
     let charge2 = payment2["chargeId"].as_str().unwrap().to_owned();
     assert_eq!(
         refund(&app, &t, &pid2, Some(&rk)).await.code(),
-        "KEY_REUSED_WITH_DIFFERENT_DETAILS"
+        ErrorCode::KeyReusedWithDifferentDetails
     );
     let rk2 = key();
     let answers =
@@ -305,7 +283,7 @@ async fn a_refund_retried_ten_times_or_raced_ten_times_refunds_once(backend: Bac
     let ok: Vec<_> = answers.iter().filter(|r| r.status == 200).collect();
     for r in &answers {
         assert!(
-            r.status == 200 || (r.status == 409 && r.code() == "IN_PROGRESS"),
+            r.status == 200 || (r.status == 409 && r.code() == ErrorCode::InProgress),
             "{} {}",
             r.status,
             r.text()
@@ -325,7 +303,9 @@ async fn a_refund_retried_ten_times_or_raced_ten_times_refunds_once(backend: Bac
     )
     .await;
     assert_eq!(n, 1);
-    let refunded = metric(&app, r#"payonce_refunds_total{result="refunded"}"#).await;
+    let refunded = app
+        .metric(r#"payonce_refunds_total{result="refunded"}"#)
+        .await;
     assert_eq!(refunded, 2.0, "two payments, two refunds");
     let _ = std::fs::remove_file(&state);
 }
@@ -383,17 +363,12 @@ async fn unreachable_provider_flags_stuck_attempts_for_review_never_charges(back
     )
     .await;
     assert_eq!(audits, 1, "one audit row");
-    let flagged = metric(
-        &app,
-        r#"payonce_reconciliation_total{result="manual_review"}"#,
-    )
-    .await;
+    let flagged = app
+        .metric(r#"payonce_reconciliation_total{result="manual_review"}"#)
+        .await;
     assert_eq!(flagged, 1.0, "the manual-review metric");
     // Still processing, still locked: nothing decided without the provider.
-    assert_eq!(
-        order_status(&app, &t, &id).await,
-        ("unpaid".to_owned(), true)
-    );
+    assert_eq!(app.order_state(&t, &id).await, (OrderStatus::Unpaid, true));
 
     // The provider is back (the process restarts with one): the customer's retry settles the
     // attempt from it (rule 5: the provider has no charge under the key, so it is driven
@@ -431,10 +406,7 @@ async fn unreachable_provider_flags_stuck_attempts_for_review_never_charges(back
         still_flagged, 0,
         "settled, so no longer waiting for a review"
     );
-    assert_eq!(
-        order_status(&app, &t, &id).await,
-        ("paid".to_owned(), false)
-    );
+    assert_eq!(app.order_state(&t, &id).await, (OrderStatus::Paid, false));
 }
 
 /// `payonce-server mock-provider --state-file`: a restarted standalone provider still knows
@@ -509,8 +481,8 @@ async fn a_refund_the_provider_refuses_fails_and_frees_the_payment(backend: Back
     let rk = key();
     let first = refund(&app, &t, &pid, Some(&rk)).await;
     assert_eq!(
-        (first.status, first.code().as_str()),
-        (409, "REFUND_NOT_ALLOWED"),
+        (first.status, first.code()),
+        (409, ErrorCode::RefundNotAllowed),
         "{}",
         first.text()
     );
@@ -523,7 +495,7 @@ async fn a_refund_the_provider_refuses_fails_and_frees_the_payment(backend: Back
     let failed = "SELECT COUNT(*) FROM refunds WHERE payment_id = $1 AND status = 'failed'";
     assert_eq!(count(&pool, failed, &pid).await, 1, "the key ended failed");
     let other = refund(&app, &t, &pid, Some(&key())).await;
-    assert_eq!(other.code(), "REFUND_NOT_ALLOWED");
+    assert_eq!(other.code(), ErrorCode::RefundNotAllowed);
     assert!(
         other.text().contains("refused"),
         "a refund of its own: {}",
@@ -534,7 +506,7 @@ async fn a_refund_the_provider_refuses_fails_and_frees_the_payment(backend: Back
         2,
         "the slot was free for it"
     );
-    assert_eq!(app.get_order(&t, &id).await.json()["status"], "paid");
+    assert_eq!(app.order_status(&t, &id).await, OrderStatus::Paid);
     assert_eq!(
         count(
             &pool,
@@ -579,7 +551,7 @@ async fn a_refund_made_in_the_providers_dashboard_is_reflected(backend: Backend)
                 Duration::from_secs(10),
                 Duration::from_millis(50),
                 || async {
-                    (app.get_order(&t, &id).await.json()["status"] == "refunded").then_some(())
+                    (app.order_status(&t, &id).await == OrderStatus::Refunded).then_some(())
                 },
             )
             .await;
@@ -588,13 +560,13 @@ async fn a_refund_made_in_the_providers_dashboard_is_reflected(backend: Backend)
                 "the charge.refunded event reached the order"
             );
             let r = refund(&app, &t, &pid, Some(&key())).await;
-            assert_eq!(r.code(), "REFUND_NOT_ALLOWED", "already refunded");
+            assert_eq!(r.code(), ErrorCode::RefundNotAllowed, "already refunded");
         } else {
-            assert_eq!(app.get_order(&t, &id).await.json()["status"], "paid");
+            assert_eq!(app.order_status(&t, &id).await, OrderStatus::Paid);
             let r = refund(&app, &t, &pid, Some(&key())).await;
             assert_eq!(r.status, 200, "{}", r.text());
             assert_eq!(r.json()["payment"]["status"], "refunded");
-            assert_eq!(app.get_order(&t, &id).await.json()["status"], "refunded");
+            assert_eq!(app.order_status(&t, &id).await, OrderStatus::Refunded);
         }
         let pool = app.db_pool().await;
         let refunded = "SELECT COUNT(*) FROM payments WHERE id = $1 AND status = 'refunded'";
