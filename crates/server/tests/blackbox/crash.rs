@@ -10,9 +10,8 @@
 
 use crate::common::{client, id_of, key, spawn, Backend, Checkout, HttpApi, Opts, TestApp, TestDb};
 use crate::on_both_backends;
-use payonce_protocol::ErrorCode;
-use payonce_protocol::OrderStatus;
-use payonce_testkit::eventually;
+use payonce_protocol::{ErrorCode, OrderStatus};
+use payonce_testkit::{eventually, wait_for};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -203,26 +202,29 @@ async fn scenario(backend: Backend, crash: Crash, method: &str) {
         db: Some(db),
     };
     // The same client retries with the same key until it learns the outcome.
-    let mut last = None;
-    for _ in 0..150 {
-        let r = app.pay(&t, &id, Some(&k), 1, method).await;
-        if r.status == 200 {
-            last = Some(r);
-            break;
-        }
-        assert!(
-            [202, 409].contains(&r.status),
-            "{crash:?}: a retry is told to wait, never charged blindly: {} {}",
-            r.status,
-            r.text()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let paid = last.unwrap_or_else(|| panic!("{crash:?}: the retry never got its receipt"));
+    let retry = eventually(
+        Duration::from_secs(15),
+        Duration::from_millis(100),
+        || async {
+            let r = app.pay(&t, &id, Some(&k), 1, method).await;
+            assert!(
+                [200, 202, 409].contains(&r.status),
+                "{crash:?}: a retry is told to wait, never charged blindly: {} {}",
+                r.status,
+                r.text()
+            );
+            (r.status == 200).then_some(r)
+        },
+    );
+    let paid = retry
+        .await
+        .unwrap_or_else(|| panic!("{crash:?}: the retry never got its receipt"));
 
-    // The confirmation email: the job runs after the restart (or was sent before it).
+    // The confirmation email: the job runs after the restart (or was sent before it), and
+    // once its job is acknowledged no round sends it again.
     let mails = wait_for_mails(&app, &t, &id, 1).await;
-    tokio::time::sleep(Duration::from_millis(400)).await; // a few more job rounds
+    let pool = app.db_pool().await;
+    wait_job_done(&pool, &id).await;
     assert_eq!(
         mailbox(&app, &t, &id).await.len(),
         1,
@@ -249,7 +251,6 @@ async fn scenario(backend: Backend, crash: Crash, method: &str) {
         stock_before - 1,
         "{crash:?}: stock taken once"
     );
-    let pool = app.db_pool().await;
     let (status,): (String,) = sqlx::query_as("SELECT status FROM attempts WHERE idem_key = $1")
         .bind(&k)
         .fetch_one(&pool)
@@ -278,23 +279,17 @@ async fn scenario(backend: Backend, crash: Crash, method: &str) {
     if webhook_case {
         // The event the handler crashed on was recorded but not handled; the restarted
         // provider delivers it again and this time it is handled (not taken for a duplicate).
-        let mut left = (0, 0);
-        for _ in 0..100 {
-            let (all, handled): (i64, i64) =
-                sqlx::query_as("SELECT COUNT(*), COUNT(handled_at) FROM webhook_events")
-                    .fetch_one(&pool)
-                    .await
-                    .unwrap();
-            left = (all, handled);
-            if all > 0 && all == handled {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        assert!(
-            left.0 > 0 && left.0 == left.1,
-            "events (all, handled): {left:?}"
-        );
+        let events = "SELECT COUNT(*), COUNT(handled_at) FROM webhook_events";
+        wait_for(
+            "every webhook event handled",
+            Duration::from_secs(10),
+            || async {
+                let (all, handled): (i64, i64) =
+                    sqlx::query_as(events).fetch_one(&pool).await.unwrap();
+                (all > 0 && all == handled).then_some(())
+            },
+        )
+        .await;
     }
     if matches!(crash, Crash::Failpoint("email")) {
         // The crash came between the send and the ack: the job was delivered again, and the
@@ -426,7 +421,14 @@ async fn crash_after_a_decline_unlocks_without_charge_or_mail(backend: Backend) 
         stock_before,
         "the reserved unit came back"
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // An email is only ever sent from a job row, which a settle writes in its own
+    // transaction: none for this order, so none can come later.
+    let (jobs,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM jobs WHERE order_id = $1")
+        .bind(&id)
+        .fetch_one(&app.db_pool().await)
+        .await
+        .unwrap();
+    assert_eq!(jobs, 0, "no confirmation queued for a decline");
     assert!(
         mailbox(&app, &t, &id).await.is_empty(),
         "no confirmation for a decline"

@@ -13,8 +13,7 @@ use crate::common::{
 };
 use crate::on_both_backends;
 use futures_util::future::join_all;
-use payonce_protocol::ErrorCode;
-use payonce_protocol::{paths, OrderStatus};
+use payonce_protocol::{paths, ErrorCode, OrderStatus};
 use payonce_testkit::eventually;
 use payonce_testkit::redis::{connect, shared_db, PrivateRedis};
 use redis::aio::MultiplexedConnection;
@@ -299,6 +298,9 @@ async fn redis_flushed_mid_flight_over_three_processes_charges_once() {
     let answers = c
         .fifty_pays_around(&t, &order, &k, async {
             wait_for_marker(&redis, &rkey).await;
+            // The point: give the first wave time to reach the processes and wait on the
+            // marker before Redis goes; a waiter shows nowhere to wait for, and the checks
+            // hold whichever way a request raced.
             tokio::time::sleep(Duration::from_millis(300)).await;
             assert_in_flight(&c.apps[0], &t, &order).await;
             let _: () = redis::cmd("FLUSHDB").query_async(&mut redis).await.unwrap();
@@ -346,6 +348,9 @@ async fn redis_killed_mid_flight_over_three_processes_charges_once_then_recovers
     let answers = c
         .fifty_pays_around(&t, &order, &k, async {
             wait_for_marker(&redis, &rkey).await;
+            // The point: give the first wave time to reach the processes and wait on the
+            // marker before Redis goes; a waiter shows nowhere to wait for, and the checks
+            // hold whichever way a request raced.
             tokio::time::sleep(Duration::from_millis(300)).await;
             assert_in_flight(&c.apps[0], &t, &order).await;
             private.kill();
@@ -373,19 +378,19 @@ async fn redis_killed_mid_flight_over_three_processes_charges_once_then_recovers
     let from_redis = r#"payonce_pay_replays_total{source="redis"}"#;
     let app = &c.apps[0];
     let before = app.metric(from_redis).await;
-    let mut served_from_redis = false;
-    for _ in 0..100 {
-        let r = app.pay(&t, &order, Some(&k), 1, SLOW).await;
-        assert_eq!(r.body, answers[0].body);
-        assert_eq!(r.header("idempotent-replayed").as_deref(), Some("true"));
-        if app.metric(from_redis).await > before {
-            served_from_redis = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    // Each probe is a replay, so it polls at the pace of a patient client.
+    let served_from_redis = eventually(
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || async {
+            let r = app.pay(&t, &order, Some(&k), 1, SLOW).await;
+            assert_eq!(r.body, answers[0].body);
+            assert_eq!(r.header("idempotent-replayed").as_deref(), Some("true"));
+            (app.metric(from_redis).await > before).then_some(())
+        },
+    );
     assert!(
-        served_from_redis,
+        served_from_redis.await.is_some(),
         "replays come from redis again after it restarts"
     );
     assert_eq!(app.metric("payonce_redis_up").await, 1.0);

@@ -5,8 +5,8 @@
 
 use crate::common::{id_of, key, Backend, Checkout, Opts, Resp, TestApp};
 use crate::on_both_backends;
-use payonce_protocol::OrderStatus;
-use payonce_protocol::{AttemptStatus, ErrorCode};
+use payonce_protocol::{AttemptStatus, ErrorCode, OrderStatus};
+use payonce_testkit::wait_for;
 use serde_json::json;
 use std::time::Duration;
 
@@ -210,10 +210,27 @@ async fn three_ds_waiting_is_not_flagged_for_review_and_reconciliation_settles_i
     let k = key();
     let url = action_url(&app, &app.pay(&t, &id, Some(&k), 1, THREE_DS).await);
 
-    // Several reconciliation rounds while the customer has not acted: the provider says
-    // "waiting", which is an answer, not "cannot tell": no review flag, no second charge.
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    // Reconciliation looks at it while the customer has not acted: the provider says
+    // "waiting", which is an answer, not "cannot tell": the jobs put it off to a later
+    // check (its `next_check_at` moves on from the one the pay set), no review flag, no
+    // second charge.
     let pool = app.db_pool().await;
+    let check = "SELECT next_check_at FROM attempts WHERE order_id = $1";
+    let next_check = || async {
+        let (at,): (Option<i64>,) = sqlx::query_as(check)
+            .bind(&id)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        at
+    };
+    let set_by_the_pay = next_check().await;
+    wait_for(
+        "a job round putting the challenge off",
+        Duration::from_secs(10),
+        || async { (next_check().await != set_by_the_pay).then_some(()) },
+    )
+    .await;
     let flagged = count(
         &pool,
         "SELECT COUNT(*) FROM attempts WHERE order_id = $1 AND needs_review_at IS NOT NULL",

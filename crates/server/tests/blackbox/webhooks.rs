@@ -3,8 +3,8 @@
 
 use crate::common::{id_of, key, order_state_of, Backend, Checkout, HttpApi, Opts, TestApp};
 use crate::on_both_backends;
-use payonce_protocol::ErrorCode;
-use payonce_protocol::OrderStatus;
+use payonce_protocol::{ErrorCode, OrderStatus};
+use payonce_testkit::wait_for;
 use serde_json::json;
 use std::time::Duration;
 
@@ -59,7 +59,21 @@ async fn webhooks_settle_attempts_without_any_retry(backend: Backend) {
             .status,
         402
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let handled = "SELECT COUNT(w.handled_at) FROM webhook_events w
+                   JOIN attempts a ON a.provider_key = w.provider_key WHERE a.order_id = $1";
+    wait_for(
+        "the decline's webhook handled",
+        Duration::from_secs(5),
+        || async {
+            let (n,): (i64,) = sqlx::query_as(handled)
+                .bind(&id)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            (n > 0).then_some(())
+        },
+    )
+    .await;
     let o = app.get_order(&t, &id).await.json();
     assert_eq!(order_state_of(&o), (OrderStatus::Unpaid, false));
 }

@@ -4,8 +4,8 @@
 use crate::common::{id_of, key, spawn, Backend, Checkout, HttpApi, Opts, TestApp, TestDb};
 use crate::crash::{mailbox, wait_for_mails};
 use crate::on_both_backends;
-use payonce_protocol::ErrorCode;
-use payonce_protocol::OrderStatus;
+use payonce_protocol::{ErrorCode, OrderStatus};
+use payonce_testkit::wait_for;
 use serde_json::json;
 use std::time::Duration;
 
@@ -81,7 +81,10 @@ async fn chaotic_webhooks_never_double_apply(backend: Backend) {
         };
         app.wait_status(&t, id, want).await;
     }
-    tokio::time::sleep(Duration::from_millis(1_500)).await; // let late duplicates land
+    // A quiet window is the point here: chaos duplicates arrive unannounced up to
+    // delay-ms + reorder-ms after their event, and nothing counts the ones still to come;
+    // the checks below must hold after they land.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
     let pool = app.db_pool().await;
     let mut paid = 0;
     for (id, m) in &orders {
@@ -339,20 +342,19 @@ async fn unreachable_provider_flags_stuck_attempts_for_review_never_charges(back
     let r = app.pay(&t, &id, Some(&k), 1, "pm_card_approve").await;
     assert_eq!(r.status, 202, "{}", r.text());
     let pool = app.db_pool().await;
-    let mut flagged = 0;
-    for _ in 0..100 {
-        flagged = count(
-            &pool,
-            "SELECT COUNT(*) FROM attempts WHERE order_id = $1 AND needs_review_at IS NOT NULL",
-            &id,
-        )
-        .await;
-        if flagged == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(flagged, 1, "flagged for manual review");
+    let flagged =
+        "SELECT COUNT(*) FROM attempts WHERE order_id = $1 AND needs_review_at IS NOT NULL";
+    wait_for(
+        "the attempt flagged for manual review",
+        Duration::from_secs(10),
+        || async { (count(&pool, flagged, &id).await > 0).then_some(()) },
+    )
+    .await;
+    assert_eq!(
+        count(&pool, flagged, &id).await,
+        1,
+        "flagged for manual review"
+    );
     // That later rounds flag it no second time is a rule of the clock, tested by moving one
     // (`inproc.rs`, `an_attempt_the_provider_cannot_settle_is_flagged_for_review_once`).
     let audits = count(
