@@ -335,6 +335,24 @@ pub trait Checkout {
         metric_in(&self.metrics().await, series)
     }
 
+    /// The dev mailbox of one order (`GET /dev/mailbox?orderId=`): the confirmations sent.
+    async fn mailbox(&self, token: &str, order: &str) -> Vec<Value> {
+        let path = format!("{}?orderId={order}", paths::DEV_MAILBOX);
+        let r = self.call(Req::get(path).bearer(token)).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["mails"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Waits (up to 10 s) until the order has `n` mails; returns them.
+    async fn wait_for_mails(&self, token: &str, order: &str, n: usize) -> Vec<Value> {
+        let what = format!("{n} mails for order {order}");
+        wait_for(&what, Duration::from_secs(10), || async {
+            let mails = self.mailbox(token, order).await;
+            (mails.len() >= n).then_some(mails)
+        })
+        .await
+    }
+
     /// The provider's ledger for one order.
     async fn ledger(&self, order_id: &str) -> Vec<Value> {
         ledger(self.http_client(), self.provider_url(), order_id).await

@@ -12,7 +12,6 @@ use crate::common::{client, id_of, key, spawn, Backend, Checkout, HttpApi, Opts,
 use crate::on_both_backends;
 use payonce_protocol::{ErrorCode, OrderStatus};
 use payonce_testkit::{eventually, wait_for};
-use serde_json::Value;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -222,14 +221,10 @@ async fn scenario(backend: Backend, crash: Crash, method: &str) {
 
     // The confirmation email: the job runs after the restart (or was sent before it), and
     // once its job is acknowledged no round sends it again.
-    let mails = wait_for_mails(&app, &t, &id, 1).await;
+    let mails = app.wait_for_mails(&t, &id, 1).await;
     let pool = app.db_pool().await;
     wait_job_done(&pool, &id).await;
-    assert_eq!(
-        mailbox(&app, &t, &id).await.len(),
-        1,
-        "{crash:?}: one email"
-    );
+    assert_eq!(app.mailbox(&t, &id).await.len(), 1, "{crash:?}: one email");
     assert_eq!(mails[0]["orderId"], id.as_str());
 
     // --- the audit ---------------------------------------------------------------------
@@ -319,38 +314,6 @@ async fn wait_job_done(pool: &sqlx::AnyPool, order: &str) -> (i64,) {
     .expect("the email job was never acknowledged")
 }
 
-/// `GET /dev/mailbox?orderId=`.
-pub async fn mailbox(app: &TestApp, token: &str, order: &str) -> Vec<Value> {
-    let r = app
-        .send(
-            app.http
-                .get(app.url(&format!("/dev/mailbox?orderId={order}")))
-                .bearer_auth(token),
-        )
-        .await;
-    assert_eq!(r.status, 200, "{}", r.text());
-    r.json()["mails"].as_array().cloned().unwrap_or_default()
-}
-
-/// Waits until the order has `n` mails; returns them.
-pub async fn wait_for_mails(app: &TestApp, token: &str, order: &str, n: usize) -> Vec<Value> {
-    let enough = eventually(
-        Duration::from_secs(10),
-        Duration::from_millis(100),
-        || async {
-            let mails = mailbox(app, token, order).await;
-            (mails.len() >= n).then_some(mails)
-        },
-    );
-    match enough.await {
-        Some(mails) => mails,
-        None => panic!(
-            "order {order}: expected {n} mails, got {:?}",
-            mailbox(app, token, order).await
-        ),
-    }
-}
-
 /// The provider declined, then the server died before saving that: after the restart the
 /// decline is learned from the provider (not charged again, not "paid"), the order unlocks,
 /// the reserved stock comes back, and no confirmation is sent.
@@ -430,7 +393,7 @@ async fn crash_after_a_decline_unlocks_without_charge_or_mail(backend: Backend) 
         .unwrap();
     assert_eq!(jobs, 0, "no confirmation queued for a decline");
     assert!(
-        mailbox(&app, &t, &id).await.is_empty(),
+        app.mailbox(&t, &id).await.is_empty(),
         "no confirmation for a decline"
     );
 }

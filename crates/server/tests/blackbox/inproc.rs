@@ -1,7 +1,9 @@
 //! In-process servers: `app(state)` driven with `oneshot` on a fresh database, reading a
 //! manual clock, so the rules a clock decides (leases, retention, reconciliation) are tested
-//! by moving time instead of sleeping. Process-spawning tests (`crash.rs`, the three-process
-//! ones) stay for what needs a process: crashes, failpoints, several instances.
+//! by moving time instead of sleeping. [`InProc`] is a `payonce_testkit::checkout::Checkout`
+//! like a process's `TestApp`: the same fixtures, answered by the router instead of a socket.
+//! Process-spawning tests (`crash.rs`, the three-process ones) stay for what needs a
+//! process: crashes, failpoints, several instances.
 
 use crate::common::{
     client, key, spawn, Backend, Checkout, HttpApi, Opts, Req, Resp, TestApp, TestDb, SECRET,

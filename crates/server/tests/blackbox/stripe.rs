@@ -357,15 +357,6 @@ async fn re_creating_on_take_over_charges_twice_and_is_caught(b: Backend) {
     );
 }
 
-async fn refund(app: &TestApp, t: &str, payment: &str, k: &str) -> crate::common::Resp {
-    let req = app
-        .http
-        .post(app.url(&format!("/payments/{payment}/refund")))
-        .bearer_auth(t)
-        .header("Idempotency-Key", k);
-    app.send(req).await
-}
-
 async fn a_refund_raced_ten_ways_refunds_once(b: Backend) {
     let Some(mut run) = Run::start(b).await else {
         return;
@@ -384,7 +375,7 @@ async fn a_refund_raced_ten_ways_refunds_once(b: Backend) {
     // Ten keys at once, then one key ten times at once.
     let keys: Vec<String> = (0..10).map(|_| key()).collect();
     let answers =
-        futures_util::future::join_all(keys.iter().map(|k| refund(&app, &t, pid, k))).await;
+        futures_util::future::join_all(keys.iter().map(|k| app.refund(&t, pid, Some(k)))).await;
     let ok: Vec<_> = answers.iter().filter(|r| r.status == 200).collect();
     assert_eq!(
         ok.len(),
@@ -404,7 +395,8 @@ async fn a_refund_raced_ten_ways_refunds_once(b: Backend) {
         payment["chargeId"].as_str().unwrap(),
     );
     let k = key();
-    let answers = futures_util::future::join_all((0..10).map(|_| refund(&app, &t, pid, &k))).await;
+    let answers =
+        futures_util::future::join_all((0..10).map(|_| app.refund(&t, pid, Some(&k)))).await;
     for r in &answers {
         assert!(
             r.status == 200 || r.code() == ErrorCode::InProgress,
@@ -412,7 +404,7 @@ async fn a_refund_raced_ten_ways_refunds_once(b: Backend) {
             r.text()
         );
     }
-    assert_eq!(refund(&app, &t, pid, &k).await.status, 200);
+    assert_eq!(app.refund(&t, pid, Some(&k)).await.status, 200);
     assert_eq!(
         run.ls.refunds_of(intent).await.len(),
         1,

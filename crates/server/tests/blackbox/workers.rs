@@ -2,7 +2,6 @@
 //! manual review, retention, and the key-retention header.
 
 use crate::common::{id_of, key, spawn, Backend, Checkout, HttpApi, Opts, TestApp, TestDb};
-use crate::crash::{mailbox, wait_for_mails};
 use crate::on_both_backends;
 use payonce_protocol::{ErrorCode, OrderStatus};
 use payonce_testkit::wait_for;
@@ -106,11 +105,11 @@ async fn chaotic_webhooks_never_double_apply(backend: Backend) {
         .await;
         let mails = if *m == "pm_card_decline" {
             assert_eq!(payments, 0);
-            mailbox(&app, &t, id).await
+            app.mailbox(&t, id).await
         } else {
             paid += 1;
             assert_eq!(payments, 1, "{m}: one payment");
-            wait_for_mails(&app, &t, id, 1).await
+            app.wait_for_mails(&t, id, 1).await
         };
         assert_eq!(
             mails.len(),
@@ -190,17 +189,6 @@ async fn a_webhook_for_an_unknown_provider_key_is_not_acknowledged(backend: Back
     assert_eq!(handled, None);
 }
 
-async fn refund(app: &TestApp, t: &str, payment: &str, k: Option<&str>) -> crate::common::Resp {
-    let mut req = app
-        .http
-        .post(app.url(&format!("/payments/{payment}/refund")))
-        .bearer_auth(t);
-    if let Some(k) = k {
-        req = req.header("Idempotency-Key", k);
-    }
-    app.send(req).await
-}
-
 /// The provider's own record of refunds: its state file.
 fn provider_refunds(state: &std::path::Path, charge: &str) -> usize {
     crate::common::provider_state(state)
@@ -243,11 +231,11 @@ async fn a_refund_retried_ten_times_or_raced_ten_times_refunds_once(backend: Bac
 
     // Retried ten times with one key: one refund, ten identical answers.
     let rk = key();
-    let first = refund(&app, &t, &pid, Some(&rk)).await;
+    let first = app.refund(&t, &pid, Some(&rk)).await;
     assert_eq!(first.status, 200, "{}", first.text());
     assert_eq!(first.json()["payment"]["status"], "refunded");
     for _ in 0..9 {
-        let r = refund(&app, &t, &pid, Some(&rk)).await;
+        let r = app.refund(&t, &pid, Some(&rk)).await;
         assert_eq!((r.status, &r.body), (200, &first.body));
         assert_eq!(r.header("idempotent-replayed").as_deref(), Some("true"));
     }
@@ -259,15 +247,15 @@ async fn a_refund_retried_ten_times_or_raced_ten_times_refunds_once(backend: Bac
     assert_eq!(provider_refunds(&state, &charge), 1);
     assert_eq!(app.order_status(&t, &id).await, OrderStatus::Refunded);
     // Another key for the same payment, another user, no key, a key of another payment.
-    let r = refund(&app, &t, &pid, Some(&key())).await;
+    let r = app.refund(&t, &pid, Some(&key())).await;
     assert_eq!((r.status, r.code()), (409, ErrorCode::RefundNotAllowed));
     let bob = app.session("bob").await;
     assert_eq!(
-        refund(&app, &bob, &pid, Some(&key())).await.code(),
+        app.refund(&bob, &pid, Some(&key())).await.code(),
         ErrorCode::PaymentNotFound
     );
     assert_eq!(
-        refund(&app, &t, &pid, None).await.code(),
+        app.refund(&t, &pid, None).await.code(),
         ErrorCode::IdempotencyKeyMissing
     );
 
@@ -277,12 +265,12 @@ async fn a_refund_retried_ten_times_or_raced_ten_times_refunds_once(backend: Bac
     let pid2 = payment2["id"].as_str().unwrap().to_owned();
     let charge2 = payment2["chargeId"].as_str().unwrap().to_owned();
     assert_eq!(
-        refund(&app, &t, &pid2, Some(&rk)).await.code(),
+        app.refund(&t, &pid2, Some(&rk)).await.code(),
         ErrorCode::KeyReusedWithDifferentDetails
     );
     let rk2 = key();
     let answers =
-        futures_util::future::join_all((0..10).map(|_| refund(&app, &t, &pid2, Some(&rk2)))).await;
+        futures_util::future::join_all((0..10).map(|_| app.refund(&t, &pid2, Some(&rk2)))).await;
     let ok: Vec<_> = answers.iter().filter(|r| r.status == 200).collect();
     for r in &answers {
         assert!(
@@ -481,7 +469,7 @@ async fn a_refund_the_provider_refuses_fails_and_frees_the_payment(backend: Back
     assert_eq!(r.status, 200, "{}", r.text());
     let pid = r.json()["payment"]["id"].as_str().unwrap().to_owned();
     let rk = key();
-    let first = refund(&app, &t, &pid, Some(&rk)).await;
+    let first = app.refund(&t, &pid, Some(&rk)).await;
     assert_eq!(
         (first.status, first.code()),
         (409, ErrorCode::RefundNotAllowed),
@@ -489,14 +477,14 @@ async fn a_refund_the_provider_refuses_fails_and_frees_the_payment(backend: Back
         first.text()
     );
     for _ in 0..5 {
-        let again = refund(&app, &t, &pid, Some(&rk)).await;
+        let again = app.refund(&t, &pid, Some(&rk)).await;
         assert_eq!(again.body, first.body);
         assert_eq!(again.header("idempotent-replayed").as_deref(), Some("true"));
     }
     let pool = app.db_pool().await;
     let failed = "SELECT COUNT(*) FROM refunds WHERE payment_id = $1 AND status = 'failed'";
     assert_eq!(count(&pool, failed, &pid).await, 1, "the key ended failed");
-    let other = refund(&app, &t, &pid, Some(&key())).await;
+    let other = app.refund(&t, &pid, Some(&key())).await;
     assert_eq!(other.code(), ErrorCode::RefundNotAllowed);
     assert!(
         other.text().contains("refused"),
@@ -561,11 +549,11 @@ async fn a_refund_made_in_the_providers_dashboard_is_reflected(backend: Backend)
                 seen.is_some(),
                 "the charge.refunded event reached the order"
             );
-            let r = refund(&app, &t, &pid, Some(&key())).await;
+            let r = app.refund(&t, &pid, Some(&key())).await;
             assert_eq!(r.code(), ErrorCode::RefundNotAllowed, "already refunded");
         } else {
             assert_eq!(app.order_status(&t, &id).await, OrderStatus::Paid);
-            let r = refund(&app, &t, &pid, Some(&key())).await;
+            let r = app.refund(&t, &pid, Some(&key())).await;
             assert_eq!(r.status, 200, "{}", r.text());
             assert_eq!(r.json()["payment"]["status"], "refunded");
             assert_eq!(app.order_status(&t, &id).await, OrderStatus::Refunded);
