@@ -398,3 +398,59 @@ pub trait HttpApi {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resp(status: u16, body: &str) -> Resp {
+        Resp {
+            status,
+            headers: HeaderMap::new(),
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn answers_read_into_the_protocols_types() {
+        let problem = resp(
+            409,
+            r#"{"code":"IN_PROGRESS","attemptStatus":"processing"}"#,
+        );
+        assert_eq!(problem.code(), ErrorCode::InProgress);
+        assert_eq!(problem.attempt_status(), AttemptStatus::Processing);
+        let paid = resp(200, r#"{"status":"succeeded","payment":{}}"#);
+        assert_eq!(paid.attempt_status(), AttemptStatus::Succeeded);
+        let order = json!({ "status": "unpaid", "paymentInProgress": true });
+        assert_eq!(order_state_of(&order), (OrderStatus::Unpaid, true));
+    }
+
+    #[test]
+    #[should_panic(expected = "not a problem (200)")]
+    fn a_code_is_only_read_from_a_problem() {
+        resp(200, r#"{"status":"succeeded"}"#).code();
+    }
+
+    #[test]
+    #[should_panic(expected = "not a problem (409)")]
+    fn an_unknown_code_is_no_code() {
+        resp(409, r#"{"code":"NOT_A_CODE"}"#).code();
+    }
+
+    #[test]
+    fn a_series_is_read_whole_not_by_prefix() {
+        let text = "# TYPE payonce_redis_up gauge\npayonce_redis_up 1\n\
+                    payonce_pay_replays_total{source=\"redis\"} 3\n";
+        assert_eq!(metric_in(text, "payonce_redis_up"), 1.0);
+        assert_eq!(
+            metric_in(text, r#"payonce_pay_replays_total{source="redis"}"#),
+            3.0
+        );
+        assert_eq!(
+            metric_value(text, "payonce_redis"),
+            None,
+            "a prefix is no series"
+        );
+        assert_eq!(metric_in(text, "payonce_absent_total"), 0.0);
+    }
+}

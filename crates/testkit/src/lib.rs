@@ -88,4 +88,16 @@ mod tests {
         assert_eq!(never, None);
         assert!(start.elapsed() >= Duration::from_millis(50));
     }
+
+    #[tokio::test]
+    #[should_panic(expected = "for the thing that never happens, in vain")]
+    async fn wait_for_fails_naming_what_it_awaited() {
+        let never = || async { None::<()> };
+        wait_for(
+            "the thing that never happens",
+            Duration::from_millis(30),
+            never,
+        )
+        .await;
+    }
 }
