@@ -2,8 +2,9 @@
 //! load benchmark (`crates/bench`) and the chaos audit (`crates/chaos`): `payonce-server`
 //! processes on port 0 ([`server`]), per-test PostgreSQL databases ([`pg`]), Redis
 //! namespaces ([`redis`]), a Stripe emulator ([`localstripe`]), local TLS services ([`tls`]),
-//! a fault proxy in front of the provider ([`fault_proxy`]), [`eventually`] for real events,
-//! and checkout fixtures ([`checkout`]). Dev-only: nothing here ships in the server.
+//! a fault proxy in front of the provider ([`fault_proxy`]), [`eventually`] and [`wait_for`]
+//! for real events, and checkout fixtures over both transports ([`checkout`]). Dev-only:
+//! nothing here ships in the server.
 
 pub mod checkout;
 pub mod fault_proxy;
@@ -51,6 +52,18 @@ where
     }
 }
 
+/// Like [`eventually`] (polling every 20 ms), for a test that cannot go on without the
+/// event: fails the test after `timeout`, naming `what` it waited for.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    eventually(timeout, Duration::from_millis(20), probe)
+        .await
+        .unwrap_or_else(|| panic!("waited {timeout:?} for {what}, in vain"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -74,5 +87,17 @@ mod tests {
         .await;
         assert_eq!(never, None);
         assert!(start.elapsed() >= Duration::from_millis(50));
+    }
+
+    #[tokio::test]
+    #[should_panic(expected = "for the thing that never happens, in vain")]
+    async fn wait_for_fails_naming_what_it_awaited() {
+        let never = || async { None::<()> };
+        wait_for(
+            "the thing that never happens",
+            Duration::from_millis(30),
+            never,
+        )
+        .await;
     }
 }

@@ -4,6 +4,7 @@
 
 use crate::common::{client, id_of, key, spawn, Backend, Checkout, Opts, TestApp, TestDb};
 use crate::on_both_backends;
+use payonce_protocol::ErrorCode;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
@@ -91,7 +92,7 @@ async fn a_catalog_file_replaces_the_built_in_one_and_survives_restarts(backend:
         .await;
     assert_eq!(
         (builtin.status, builtin.code()),
-        (400, "INVALID_REQUEST".into()),
+        (400, ErrorCode::InvalidRequest),
         "the built-in SKU is gone"
     );
     let coupon = app
@@ -223,8 +224,8 @@ async fn a_total_too_large_for_an_amount_is_a_problem_not_a_wrapped_price(backen
     let body = json!({ "items": [{ "sku": "tee-classic", "quantity": 100 }] });
     let r = app.create_order_raw(&token, body).await;
     assert_eq!(
-        (r.status, r.code().as_str()),
-        (400, "AMOUNT_TOO_LARGE"),
+        (r.status, r.code()),
+        (400, ErrorCode::AmountTooLarge),
         "{}",
         r.text()
     );

@@ -2,7 +2,9 @@
 //! SQLite file or a fresh PostgreSQL database (through `payonce-testkit`), and talks HTTP
 //! through [`TestApp`] and the testkit's checkout fixtures.
 
-pub use payonce_testkit::checkout::{assert_agree, client, id_of, key, ledger, Checkout, Resp};
+pub use payonce_testkit::checkout::{
+    assert_agree, client, id_of, key, ledger, order_state_of, Checkout, HttpApi, Req, Resp,
+};
 use payonce_testkit::pg::PgDb;
 pub use payonce_testkit::server::Proc;
 use sqlx::any::AnyPoolOptions;
@@ -265,15 +267,24 @@ impl TestApp {
     }
 }
 
-impl Checkout for TestApp {
-    fn http_client(&self) -> &reqwest::Client {
+impl HttpApi for TestApp {
+    fn client(&self) -> &reqwest::Client {
         &self.http
     }
     fn api_url(&self) -> &str {
         &self.api
     }
+}
+
+impl Checkout for TestApp {
+    fn http_client(&self) -> &reqwest::Client {
+        &self.http
+    }
     fn provider_url(&self) -> &str {
         &self.provider
+    }
+    async fn call(&self, req: Req) -> Resp {
+        self.send(self.request(req)).await
     }
 }
 

@@ -5,6 +5,7 @@ use crate::common::{
 };
 use crate::on_both_backends;
 use futures_util::future::join_all;
+use payonce_protocol::{AttemptStatus, ErrorCode};
 
 const APPROVE: &str = "pm_card_approve";
 
@@ -24,7 +25,7 @@ async fn fifty_concurrent_pays_with_one_key_charge_once(backend: Backend) {
     let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
     let k = key();
     let answers =
-        join_all((0..50).map(|_| app.send(app.pay_request(&t, &id, Some(&k), 1, APPROVE)))).await;
+        join_all((0..50).map(|_| app.call(app.pay_request(&t, &id, Some(&k), 1, APPROVE)))).await;
     assert_agree(&answers);
     assert_eq!(
         app.ledger(&id).await.len(),
@@ -43,8 +44,8 @@ async fn two_keys_for_one_order_charge_once(backend: Backend) {
         let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
         let (k1, k2) = (key(), key());
         let (a, b) = tokio::join!(
-            app.send(app.pay_request(&t, &id, Some(&k1), 1, APPROVE)),
-            app.send(app.pay_request(&t, &id, Some(&k2), 1, APPROVE)),
+            app.call(app.pay_request(&t, &id, Some(&k1), 1, APPROVE)),
+            app.call(app.pay_request(&t, &id, Some(&k2), 1, APPROVE)),
         );
         let mut statuses = [a.status, b.status];
         statuses.sort_unstable();
@@ -52,15 +53,15 @@ async fn two_keys_for_one_order_charge_once(backend: Backend) {
         let (winner, loser) = if a.status == 409 { (&b, &a) } else { (&a, &b) };
         // Still running when the loser claimed: busy; settled already: paid, with the
         // winner's payment as the receipt.
-        match loser.code().as_str() {
-            "PAYMENT_ALREADY_ACTIVE" => {}
-            "ORDER_ALREADY_PAID" => assert_eq!(
+        match loser.code() {
+            ErrorCode::PaymentAlreadyActive => {}
+            ErrorCode::OrderAlreadyPaid => assert_eq!(
                 loser.json()["payment"],
                 winner.json()["payment"],
                 "{}",
                 loser.text()
             ),
-            other => panic!("the loser got {other}: {}", loser.text()),
+            other => panic!("the loser got {other:?}: {}", loser.text()),
         }
         assert_eq!(app.ledger(&id).await.len(), 1);
     }
@@ -84,7 +85,7 @@ async fn duplicates_of_a_new_key_never_spend_new_attempt_tokens(backend: Backend
         let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
         let k = key();
         let answers =
-            join_all((0..40).map(|_| app.send(app.pay_request(&t, &id, Some(&k), 1, APPROVE))))
+            join_all((0..40).map(|_| app.call(app.pay_request(&t, &id, Some(&k), 1, APPROVE))))
                 .await;
         let limited = answers.iter().filter(|r| r.status == 429).count();
         assert_eq!(
@@ -98,8 +99,8 @@ async fn duplicates_of_a_new_key_never_spend_new_attempt_tokens(backend: Backend
     let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
     let r = app.pay(&t, &id, Some(&key()), 1, APPROVE).await;
     assert_eq!(
-        (r.status, r.code().as_str()),
-        (429, "RATE_LIMITED"),
+        (r.status, r.code()),
+        (429, ErrorCode::RateLimited),
         "{}",
         r.text()
     );
@@ -149,7 +150,7 @@ async fn three_processes_on_one_postgres_charge_once() {
     let k = key();
     let answers = join_all((0..50).map(|i| {
         let app = &apps[i % 3];
-        app.send(app.pay_request(&t, &id, Some(&k), 1, APPROVE))
+        app.call(app.pay_request(&t, &id, Some(&k), 1, APPROVE))
     }))
     .await;
     assert_agree(&answers);
@@ -159,8 +160,8 @@ async fn three_processes_on_one_postgres_charge_once() {
     for _ in 0..5 {
         let id = id_of(&apps[0].create_order(&t, &[("mug-enamel", 1)]).await);
         let (a, b) = tokio::join!(
-            apps[1].send(apps[1].pay_request(&t, &id, Some(&key()), 1, APPROVE)),
-            apps[2].send(apps[2].pay_request(&t, &id, Some(&key()), 1, APPROVE)),
+            apps[1].call(apps[1].pay_request(&t, &id, Some(&key()), 1, APPROVE)),
+            apps[2].call(apps[2].pay_request(&t, &id, Some(&key()), 1, APPROVE)),
         );
         let mut statuses = [a.status, b.status];
         statuses.sort_unstable();
@@ -191,7 +192,7 @@ async fn many_orders_sharing_skus_pay_concurrently(backend: Backend) {
     }
     let answers = join_all(
         ids.iter()
-            .map(|id| app.send(app.pay_request(&t, id, Some(&key()), 1, APPROVE))),
+            .map(|id| app.call(app.pay_request(&t, id, Some(&key()), 1, APPROVE))),
     )
     .await;
     for r in &answers {
@@ -214,24 +215,20 @@ async fn cancel_racing_pay_never_disagrees(backend: Backend) {
         let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
         let k = key();
         let (pay, cancel) = tokio::join!(
-            app.send(app.pay_request(&t, &id, Some(&k), 1, APPROVE)),
+            app.call(app.pay_request(&t, &id, Some(&k), 1, APPROVE)),
             app.cancel(&t, &id, &k),
         );
-        let cancelled = cancel.json()["status"] == "cancelled";
+        let cancelled = cancel.attempt_status() == AttemptStatus::Cancelled;
         let charges = app.ledger(&id).await.len();
         if cancelled {
             // The tombstone won the slot: the pay can never charge.
-            assert_eq!(
-                (pay.status, pay.code().as_str()),
-                (409, "ATTEMPT_CANCELLED")
-            );
+            assert_eq!((pay.status, pay.code()), (409, ErrorCode::AttemptCancelled));
             assert_eq!(charges, 0);
         } else {
             // The pay won: cancel reports it as it was (in flight or done), never "cancelled".
             assert_eq!(pay.status, 200, "{}", pay.text());
-            assert!(
-                ["processing", "succeeded"].contains(&cancel.json()["status"].as_str().unwrap())
-            );
+            assert!([AttemptStatus::Processing, AttemptStatus::Succeeded]
+                .contains(&cancel.attempt_status()));
             assert_eq!(charges, 1);
         }
         outcomes.insert(cancelled);

@@ -8,10 +8,10 @@
 //! embedded provider keeps its ledger in `--provider-state`, so it survives the crash of
 //! the process that hosts it, and resends the webhooks it could not deliver.
 
-use crate::common::{client, id_of, key, spawn, Backend, Checkout, Opts, TestApp, TestDb};
+use crate::common::{client, id_of, key, spawn, Backend, Checkout, HttpApi, Opts, TestApp, TestDb};
 use crate::on_both_backends;
-use payonce_testkit::eventually;
-use serde_json::Value;
+use payonce_protocol::{ErrorCode, OrderStatus};
+use payonce_testkit::{eventually, wait_for};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -128,7 +128,7 @@ async fn scenario(backend: Backend, crash: Crash, method: &str) {
         req = req.header("Payonce-Dev-Fault", "crash-after-charge");
     }
     // The answer may or may not arrive (the email and outbox crashes happen after it).
-    let _ = req.send().await;
+    let _ = app.request(req).send().await;
     let status = first.wait_exit(Duration::from_secs(20)).await;
     let status = status.unwrap_or_else(|| panic!("{crash:?}: the server never crashed"));
     assert!(
@@ -201,31 +201,30 @@ async fn scenario(backend: Backend, crash: Crash, method: &str) {
         db: Some(db),
     };
     // The same client retries with the same key until it learns the outcome.
-    let mut last = None;
-    for _ in 0..150 {
-        let r = app.pay(&t, &id, Some(&k), 1, method).await;
-        if r.status == 200 {
-            last = Some(r);
-            break;
-        }
-        assert!(
-            [202, 409].contains(&r.status),
-            "{crash:?}: a retry is told to wait, never charged blindly: {} {}",
-            r.status,
-            r.text()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let paid = last.unwrap_or_else(|| panic!("{crash:?}: the retry never got its receipt"));
-
-    // The confirmation email: the job runs after the restart (or was sent before it).
-    let mails = wait_for_mails(&app, &t, &id, 1).await;
-    tokio::time::sleep(Duration::from_millis(400)).await; // a few more job rounds
-    assert_eq!(
-        mailbox(&app, &t, &id).await.len(),
-        1,
-        "{crash:?}: one email"
+    let retry = eventually(
+        Duration::from_secs(15),
+        Duration::from_millis(100),
+        || async {
+            let r = app.pay(&t, &id, Some(&k), 1, method).await;
+            assert!(
+                [200, 202, 409].contains(&r.status),
+                "{crash:?}: a retry is told to wait, never charged blindly: {} {}",
+                r.status,
+                r.text()
+            );
+            (r.status == 200).then_some(r)
+        },
     );
+    let paid = retry
+        .await
+        .unwrap_or_else(|| panic!("{crash:?}: the retry never got its receipt"));
+
+    // The confirmation email: the job runs after the restart (or was sent before it), and
+    // once its job is acknowledged no round sends it again.
+    let mails = app.wait_for_mails(&t, &id, 1).await;
+    let pool = app.db_pool().await;
+    wait_job_done(&pool, &id).await;
+    assert_eq!(app.mailbox(&t, &id).await.len(), 1, "{crash:?}: one email");
     assert_eq!(mails[0]["orderId"], id.as_str());
 
     // --- the audit ---------------------------------------------------------------------
@@ -237,15 +236,16 @@ async fn scenario(backend: Backend, crash: Crash, method: &str) {
     );
     assert_eq!(charges[0]["status"], "succeeded");
     assert_eq!(paid.json()["payment"]["chargeId"], charges[0]["id"]);
-    let order = app.get_order(&t, &id).await.json();
-    assert_eq!(order["status"], "paid", "{crash:?}");
-    assert_eq!(order["paymentInProgress"], false);
+    assert_eq!(
+        app.order_state(&t, &id).await,
+        (OrderStatus::Paid, false),
+        "{crash:?}"
+    );
     assert_eq!(
         app.stock("tee-classic").await,
         stock_before - 1,
         "{crash:?}: stock taken once"
     );
-    let pool = app.db_pool().await;
     let (status,): (String,) = sqlx::query_as("SELECT status FROM attempts WHERE idem_key = $1")
         .bind(&k)
         .fetch_one(&pool)
@@ -275,23 +275,17 @@ async fn scenario(backend: Backend, crash: Crash, method: &str) {
     if webhook_case {
         // The event the handler crashed on was recorded but not handled; the restarted
         // provider delivers it again and this time it is handled (not taken for a duplicate).
-        let mut left = (0, 0);
-        for _ in 0..100 {
-            let (all, handled): (i64, i64) =
-                sqlx::query_as("SELECT COUNT(*), COUNT(handled_at) FROM webhook_events")
-                    .fetch_one(&pool)
-                    .await
-                    .unwrap();
-            left = (all, handled);
-            if all > 0 && all == handled {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        assert!(
-            left.0 > 0 && left.0 == left.1,
-            "events (all, handled): {left:?}"
-        );
+        let events = "SELECT COUNT(*), COUNT(handled_at) FROM webhook_events";
+        wait_for(
+            "every webhook event handled",
+            Duration::from_secs(10),
+            || async {
+                let (all, handled): (i64, i64) =
+                    sqlx::query_as(events).fetch_one(&pool).await.unwrap();
+                (all > 0 && all == handled).then_some(())
+            },
+        )
+        .await;
     }
     if matches!(crash, Crash::Failpoint("email")) {
         // The crash came between the send and the ack: the job was delivered again, and the
@@ -319,38 +313,6 @@ async fn wait_job_done(pool: &sqlx::AnyPool, order: &str) -> (i64,) {
     )
     .await
     .expect("the email job was never acknowledged")
-}
-
-/// `GET /dev/mailbox?orderId=`.
-pub async fn mailbox(app: &TestApp, token: &str, order: &str) -> Vec<Value> {
-    let r = app
-        .send(
-            app.http
-                .get(app.url(&format!("/dev/mailbox?orderId={order}")))
-                .bearer_auth(token),
-        )
-        .await;
-    assert_eq!(r.status, 200, "{}", r.text());
-    r.json()["mails"].as_array().cloned().unwrap_or_default()
-}
-
-/// Waits until the order has `n` mails; returns them.
-pub async fn wait_for_mails(app: &TestApp, token: &str, order: &str, n: usize) -> Vec<Value> {
-    let enough = eventually(
-        Duration::from_secs(10),
-        Duration::from_millis(100),
-        || async {
-            let mails = mailbox(app, token, order).await;
-            (mails.len() >= n).then_some(mails)
-        },
-    );
-    match enough.await {
-        Some(mails) => mails,
-        None => panic!(
-            "order {order}: expected {n} mails, got {:?}",
-            mailbox(app, token, order).await
-        ),
-    }
 }
 
 /// The provider declined, then the server died before saving that: after the restart the
@@ -393,7 +355,7 @@ async fn crash_after_a_decline_unlocks_without_charge_or_mail(backend: Backend) 
     let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
     let k = key();
     let _ = app
-        .pay_request(&t, &id, Some(&k), 1, "pm_card_decline")
+        .request(app.pay_request(&t, &id, Some(&k), 1, "pm_card_decline"))
         .send()
         .await;
     assert!(
@@ -410,23 +372,9 @@ async fn crash_after_a_decline_unlocks_without_charge_or_mail(backend: Backend) 
         db: Some(db),
     };
     // No client retry: the outbox worker settles it once the lease is over.
-    let mut order = Value::Null;
-    for _ in 0..100 {
-        order = app.get_order(&t, &id).await.json();
-        if order["paymentInProgress"] == false {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(
-        (
-            order["status"].as_str(),
-            order["paymentInProgress"].as_bool()
-        ),
-        (Some("unpaid"), Some(false))
-    );
+    app.wait_status(&t, &id, OrderStatus::Unpaid).await;
     let r = app.pay(&t, &id, Some(&k), 1, "pm_card_decline").await;
-    assert_eq!((r.status, r.code().as_str()), (402, "PAYMENT_DECLINED"));
+    assert_eq!((r.status, r.code()), (402, ErrorCode::PaymentDeclined));
     let charges = app.ledger(&id).await;
     assert_eq!(
         (charges.len(), charges[0]["status"].as_str()),
@@ -437,9 +385,16 @@ async fn crash_after_a_decline_unlocks_without_charge_or_mail(backend: Backend) 
         stock_before,
         "the reserved unit came back"
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // An email is only ever sent from a job row, which a settle writes in its own
+    // transaction: none for this order, so none can come later.
+    let (jobs,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM jobs WHERE order_id = $1")
+        .bind(&id)
+        .fetch_one(&app.db_pool().await)
+        .await
+        .unwrap();
+    assert_eq!(jobs, 0, "no confirmation queued for a decline");
     assert!(
-        mailbox(&app, &t, &id).await.is_empty(),
+        app.mailbox(&t, &id).await.is_empty(),
         "no confirmation for a decline"
     );
 }

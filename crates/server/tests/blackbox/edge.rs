@@ -4,7 +4,7 @@
 //! closed after the write timeout; one address holds at most its connection cap; a head
 //! past hyper's buffer is refused as soon as the buffer is full.
 
-use crate::common::{client, Backend, Checkout, Opts, TestApp};
+use crate::common::{client, Backend, HttpApi, Opts, TestApp};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -118,6 +118,7 @@ async fn exchange(addr: &str, head: &[u8], body: &[u8]) -> (String, bool) {
     let mut s = open(addr, head).await;
     let (first, rest) = body.split_at(body.len() / 2);
     let mut wrote = s.write_all(first).await;
+    // The pause is the point: a server that answers before the body is whole does it now.
     tokio::time::sleep(Duration::from_millis(100)).await;
     if wrote.is_ok() {
         wrote = s.write_all(rest).await;

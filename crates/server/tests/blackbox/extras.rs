@@ -1,8 +1,9 @@
 //! Checkout extras (`extras` in the pay body): the names the server knows are bound into the
 //! attempt's fingerprint; any other name is refused before anything is claimed or charged.
 
-use crate::common::{id_of, key, Backend, Checkout, Resp, TestApp};
+use crate::common::{id_of, key, Backend, Checkout, HttpApi, Resp, TestApp};
 use crate::on_both_backends;
+use payonce_protocol::{AttemptStatus, ErrorCode};
 use serde_json::{json, Value};
 
 on_both_backends!(
@@ -50,12 +51,12 @@ async fn extras_are_bound_into_the_fingerprint(backend: Backend) {
     ] {
         let r = pay_with(&app, &t, &id, &k, other.clone()).await;
         assert_eq!(
-            (r.status, r.code().as_str()),
-            (422, "KEY_REUSED_WITH_DIFFERENT_DETAILS"),
+            (r.status, r.code()),
+            (422, ErrorCode::KeyReusedWithDifferentDetails),
             "{other}: {}",
             r.text()
         );
-        assert_eq!(r.json()["attemptStatus"], "succeeded");
+        assert_eq!(r.attempt_status(), AttemptStatus::Succeeded);
     }
     assert_eq!(app.ledger(&id).await.len(), 1, "one charge");
 
@@ -85,8 +86,8 @@ async fn unknown_or_malformed_extras_are_a_400_that_claims_nothing(backend: Back
     ] {
         let r = pay_with(&app, &t, &id, &k, extras.clone()).await;
         assert_eq!(
-            (r.status, r.code().as_str()),
-            (400, "INVALID_REQUEST"),
+            (r.status, r.code()),
+            (400, ErrorCode::InvalidRequest),
             "{extras}"
         );
         assert!(r.is_problem());
@@ -100,8 +101,8 @@ async fn unknown_or_malformed_extras_are_a_400_that_claims_nothing(backend: Back
     for extras in [json!({ "couponCode": 5 }), json!(["couponCode"])] {
         let r = pay_with(&app, &t, &id, &k, extras.clone()).await;
         assert_eq!(
-            (r.status, r.code().as_str()),
-            (400, "INVALID_REQUEST"),
+            (r.status, r.code()),
+            (400, ErrorCode::InvalidRequest),
             "{extras}"
         );
     }

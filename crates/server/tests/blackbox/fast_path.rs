@@ -9,10 +9,11 @@
 
 use crate::common::{
     assert_agree, client, id_of, key, ledger, spawn, spawn_logged, Backend, Checkout, Opts, Proc,
-    Resp, TestApp, TestDb,
+    Req, Resp, TestApp, TestDb,
 };
 use crate::on_both_backends;
 use futures_util::future::join_all;
+use payonce_protocol::{paths, ErrorCode, OrderStatus};
 use payonce_testkit::eventually;
 use payonce_testkit::redis::{connect, shared_db, PrivateRedis};
 use redis::aio::MultiplexedConnection;
@@ -46,19 +47,7 @@ async fn redis_get(conn: &mut MultiplexedConnection, key: &str) -> Option<Value>
     v.map(|s| serde_json::from_str(&s).expect("entry is JSON"))
 }
 
-/// The value of one series on `GET /metrics` (0 when absent), e.g.
-/// `payonce_pay_replays_total{source="redis"}`.
-async fn metric(app: &TestApp, series: &str) -> f64 {
-    let r = app.send(app.http.get(app.url("/metrics"))).await;
-    assert_eq!(r.status, 200, "{}", r.text());
-    r.text()
-        .lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .map(|v| v.parse().expect("metric value"))
-        .unwrap_or(0.0)
-}
-
-/// Every answer 200 with the same bytes; exactly one did the work, the others replayed it.
+/// Options for a server on the Redis at `url`.
 fn redis_opts(url: &str) -> Opts {
     Opts {
         // A generous Redis timeout: these tests assert what Redis serves, and a loaded test
@@ -146,7 +135,7 @@ async fn redis_replays_are_byte_identical_checked_and_scoped(backend: Backend) {
 
     // A replay is served from Redis: same bytes, marked replayed.
     let from_redis = r#"payonce_pay_replays_total{source="redis"}"#;
-    let before = metric(&app, from_redis).await;
+    let before = app.metric(from_redis).await;
     let replay = app.pay(&alice, &order_a, Some(&k), 1, APPROVE).await;
     assert_eq!(replay.status, 200);
     assert_eq!(
@@ -158,18 +147,18 @@ async fn redis_replays_are_byte_identical_checked_and_scoped(backend: Backend) {
         "byte-identical to the first answer"
     );
     assert_eq!(
-        metric(&app, from_redis).await,
+        app.metric(from_redis).await,
         before + 1.0,
         "served from redis"
     );
 
     // Same key, different details: Redis never replays it; 422, nothing charged.
     let mismatch_seen = r#"payonce_redis_lookups_total{result="mismatch"}"#;
-    let before = metric(&app, mismatch_seen).await;
+    let before = app.metric(mismatch_seen).await;
     let other = app.pay(&alice, &order_a, Some(&k), 1, DECLINE).await;
     assert_eq!(other.status, 422, "{}", other.text());
-    assert_eq!(other.code(), "KEY_REUSED_WITH_DIFFERENT_DETAILS");
-    assert_eq!(metric(&app, mismatch_seen).await, before + 1.0);
+    assert_eq!(other.code(), ErrorCode::KeyReusedWithDifferentDetails);
+    assert_eq!(app.metric(mismatch_seen).await, before + 1.0);
     assert_eq!(app.ledger(&order_a).await.len(), 1);
 
     // Bob sends alice's key for his own order: his own attempt, never alice's bytes.
@@ -259,7 +248,7 @@ impl Cluster {
         let wave = |from: usize| {
             join_all((from..from + 25).map(|i| {
                 let app = &self.apps[i % 3];
-                app.send(app.pay_request(token, order, Some(k), 1, SLOW))
+                app.call(app.pay_request(token, order, Some(k), 1, SLOW))
             }))
         };
         let (mut first, second) = tokio::join!(wave(0), async {
@@ -274,12 +263,11 @@ impl Cluster {
 /// The attempt is still processing: the provider has not answered (the slow method records
 /// its charge at once and answers 4 s later), nothing is settled yet.
 async fn assert_in_flight(app: &TestApp, token: &str, order: &str) {
-    let o = app.get_order(token, order).await.json();
     assert_eq!(
-        o["paymentInProgress"], true,
-        "the charge must still be in flight: {o}"
+        app.order_state(token, order).await,
+        (OrderStatus::Unpaid, true),
+        "the charge must still be in flight"
     );
-    assert_eq!(o["status"], "unpaid", "{o}");
 }
 
 /// Waits until Redis shows the key claimed (a processing marker): the charge is in flight.
@@ -310,6 +298,9 @@ async fn redis_flushed_mid_flight_over_three_processes_charges_once() {
     let answers = c
         .fifty_pays_around(&t, &order, &k, async {
             wait_for_marker(&redis, &rkey).await;
+            // The point: give the first wave time to reach the processes and wait on the
+            // marker before Redis goes; a waiter shows nowhere to wait for, and the checks
+            // hold whichever way a request raced.
             tokio::time::sleep(Duration::from_millis(300)).await;
             assert_in_flight(&c.apps[0], &t, &order).await;
             let _: () = redis::cmd("FLUSHDB").query_async(&mut redis).await.unwrap();
@@ -357,6 +348,9 @@ async fn redis_killed_mid_flight_over_three_processes_charges_once_then_recovers
     let answers = c
         .fifty_pays_around(&t, &order, &k, async {
             wait_for_marker(&redis, &rkey).await;
+            // The point: give the first wave time to reach the processes and wait on the
+            // marker before Redis goes; a waiter shows nowhere to wait for, and the checks
+            // hold whichever way a request raced.
             tokio::time::sleep(Duration::from_millis(300)).await;
             assert_in_flight(&c.apps[0], &t, &order).await;
             private.kill();
@@ -370,7 +364,7 @@ async fn redis_killed_mid_flight_over_three_processes_charges_once_then_recovers
     );
     for app in &c.apps {
         assert_eq!(
-            metric(app, "payonce_redis_up").await,
+            app.metric("payonce_redis_up").await,
             0.0,
             "degraded, and says so"
         );
@@ -383,23 +377,23 @@ async fn redis_killed_mid_flight_over_three_processes_charges_once_then_recovers
         .expect("restart redis");
     let from_redis = r#"payonce_pay_replays_total{source="redis"}"#;
     let app = &c.apps[0];
-    let before = metric(app, from_redis).await;
-    let mut served_from_redis = false;
-    for _ in 0..100 {
-        let r = app.pay(&t, &order, Some(&k), 1, SLOW).await;
-        assert_eq!(r.body, answers[0].body);
-        assert_eq!(r.header("idempotent-replayed").as_deref(), Some("true"));
-        if metric(app, from_redis).await > before {
-            served_from_redis = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let before = app.metric(from_redis).await;
+    // Each probe is a replay, so it polls at the pace of a patient client.
+    let served_from_redis = eventually(
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || async {
+            let r = app.pay(&t, &order, Some(&k), 1, SLOW).await;
+            assert_eq!(r.body, answers[0].body);
+            assert_eq!(r.header("idempotent-replayed").as_deref(), Some("true"));
+            (app.metric(from_redis).await > before).then_some(())
+        },
+    );
     assert!(
-        served_from_redis,
+        served_from_redis.await.is_some(),
         "replays come from redis again after it restarts"
     );
-    assert_eq!(metric(app, "payonce_redis_up").await, 1.0);
+    assert_eq!(app.metric("payonce_redis_up").await, 1.0);
     assert_eq!(ledger(&http, &c.provider_url, &order).await.len(), 1);
 }
 
@@ -429,9 +423,10 @@ async fn unreachable_redis_at_start_degrades_to_the_database_and_says_so() {
     assert_eq!(again.header("idempotent-replayed").as_deref(), Some("true"));
     assert_eq!(again.body, first.body);
     assert_eq!(app.ledger(&order).await.len(), 1);
-    assert_eq!(metric(&app, "payonce_redis_up").await, 0.0);
+    assert_eq!(app.metric("payonce_redis_up").await, 0.0);
     assert_eq!(
-        metric(&app, r#"payonce_pay_replays_total{source="database"}"#).await,
+        app.metric(r#"payonce_pay_replays_total{source="database"}"#)
+            .await,
         1.0
     );
     let text = std::fs::read_to_string(&log).unwrap();
@@ -447,7 +442,7 @@ async fn metrics_count_pays_replays_conflicts_and_mismatches() {
     let Some(app) = TestApp::spawn(Backend::Sqlite).await else {
         return;
     };
-    let r = app.send(app.http.get(app.url("/metrics"))).await;
+    let r = app.call(Req::get(paths::METRICS)).await;
     assert_eq!(r.status, 200);
     assert_eq!(
         r.header("content-type").as_deref(),
@@ -458,8 +453,8 @@ async fn metrics_count_pays_replays_conflicts_and_mismatches() {
         .contains("# TYPE payonce_pay_requests_total counter"));
     let ok = r#"payonce_pay_requests_total{outcome="succeeded",status="200"}"#;
     let stuck = r#"payonce_attempts_processing{older_than_seconds="0"}"#;
-    assert_eq!(metric(&app, ok).await, 0.0);
-    assert_eq!(metric(&app, stuck).await, 0.0);
+    assert_eq!(app.metric(ok).await, 0.0);
+    assert_eq!(app.metric(stuck).await, 0.0);
 
     let t = app.session("alice").await;
     let order = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
@@ -475,32 +470,23 @@ async fn metrics_count_pays_replays_conflicts_and_mismatches() {
     let busy = app.pay(&t, &stuck_order, Some(&key()), 1, APPROVE).await;
     assert_eq!(busy.status, 409, "{}", busy.text());
 
-    assert_eq!(
-        metric(&app, ok).await,
-        2.0,
-        "the first answer and its replay"
-    );
+    assert_eq!(app.metric(ok).await, 2.0, "the first answer and its replay");
     // The replay came from memory: the answer entered the cache when the attempt settled.
     assert_eq!(
-        metric(&app, r#"payonce_pay_replays_total{source="memory"}"#).await,
+        app.metric(r#"payonce_pay_replays_total{source="memory"}"#)
+            .await,
         1.0
     );
-    assert_eq!(metric(&app, "payonce_pay_key_mismatches_total").await, 1.0);
+    assert_eq!(app.metric("payonce_pay_key_mismatches_total").await, 1.0);
     assert_eq!(
-        metric(
-            &app,
-            r#"payonce_pay_requests_total{outcome="processing",status="202"}"#
-        )
-        .await,
+        app.metric(r#"payonce_pay_requests_total{outcome="processing",status="202"}"#)
+            .await,
         1.0
     );
-    let code = busy.code();
+    let code = busy.code().as_str();
     assert_eq!(
-        metric(
-            &app,
-            &format!(r#"payonce_pay_conflicts_total{{code="{code}"}}"#)
-        )
-        .await,
+        app.metric(&format!(r#"payonce_pay_conflicts_total{{code="{code}"}}"#))
+            .await,
         1.0
     );
     // The stuck-attempts gauge is cached; inproc.rs tests it on a manual clock.
@@ -533,10 +519,10 @@ async fn redis_replays_need_no_sql_and_match_after_a_flush(backend: Backend) {
     let same = |r: &Resp| assert_replay_of(&first, r);
 
     // Served from Redis, counted as such.
-    let (r0, d0) = (metric(&app, from_redis).await, metric(&app, from_db).await);
+    let (r0, d0) = (app.metric(from_redis).await, app.metric(from_db).await);
     same(&app.pay(&alice, &a, Some(&k), 1, APPROVE).await);
-    assert_eq!(metric(&app, from_redis).await, r0 + 1.0);
-    assert_eq!(metric(&app, from_db).await, d0);
+    assert_eq!(app.metric(from_redis).await, r0 + 1.0);
+    assert_eq!(app.metric(from_db).await, d0);
 
     // Checked like the row would be: other details or another order of alice's are 422, bob
     // sending alice's key for her order is 404, with or without the cached entry.
@@ -544,14 +530,14 @@ async fn redis_replays_need_no_sql_and_match_after_a_flush(backend: Backend) {
         for (order, method) in [(&a, DECLINE), (&a2, APPROVE)] {
             let r = app.pay(&alice, order, Some(&k), 1, method).await;
             assert_eq!(
-                (r.status, r.code().as_str()),
-                (422, "KEY_REUSED_WITH_DIFFERENT_DETAILS"),
+                (r.status, r.code()),
+                (422, ErrorCode::KeyReusedWithDifferentDetails),
                 "{order} {method}"
             );
             assert_eq!(r.header("idempotent-replayed"), None);
         }
         let r = app.pay(&bob, &a, Some(&k), 1, APPROVE).await;
-        assert_eq!((r.status, r.code().as_str()), (404, "ORDER_NOT_FOUND"));
+        assert_eq!((r.status, r.code()), (404, ErrorCode::OrderNotFound));
         assert!(redis_get(&mut redis, &format!("idem:bob:{k}"))
             .await
             .is_none());
@@ -559,19 +545,19 @@ async fn redis_replays_need_no_sql_and_match_after_a_flush(backend: Backend) {
     }
 
     // Redis flushed: the key row answers, the same bytes, and Redis holds the entry again.
-    let (r0, d0) = (metric(&app, from_redis).await, metric(&app, from_db).await);
+    let (r0, d0) = (app.metric(from_redis).await, app.metric(from_db).await);
     same(&app.pay(&alice, &a, Some(&k), 1, APPROVE).await);
-    assert_eq!(metric(&app, from_db).await, d0 + 1.0, "from the database");
+    assert_eq!(app.metric(from_db).await, d0 + 1.0, "from the database");
     let entry = redis_get(&mut redis, &rkey).await.expect("filled again");
     assert_eq!(entry["body"].as_str().unwrap().as_bytes(), &first.body[..]);
     same(&app.pay(&alice, &a, Some(&k), 1, APPROVE).await);
-    assert_eq!(metric(&app, from_redis).await, r0 + 1.0, "from redis again");
+    assert_eq!(app.metric(from_redis).await, r0 + 1.0, "from redis again");
 
     // Redis answers without the database: with the stored answer changed behind the
     // server's back, a replay still has the original bytes, so it did not read the row.
     change_stored_answer(&app, "alice", &k).await;
     same(&app.pay(&alice, &a, Some(&k), 1, APPROVE).await);
-    assert_eq!(metric(&app, from_redis).await, r0 + 2.0);
+    assert_eq!(app.metric(from_redis).await, r0 + 2.0);
     assert_eq!(app.ledger(&a).await.len(), 1, "charged once");
     assert!(app.ledger(&a2).await.is_empty());
 }
@@ -595,28 +581,28 @@ async fn memory_replays_need_no_round_trip_and_stay_checked(backend: Backend) {
     let same = |r: &Resp| assert_replay_of(&first, r);
     // The answer entered the cache when the attempt settled: even the first replay reads
     // nothing, and neither do the next ones.
-    let m0 = metric(&app, from_memory).await;
+    let m0 = app.metric(from_memory).await;
     same(&app.pay(&alice, &a, Some(&k), 1, APPROVE).await);
-    assert_eq!(metric(&app, from_memory).await, m0 + 1.0);
-    assert_eq!(metric(&app, from_db).await, 0.0, "no read");
+    assert_eq!(app.metric(from_memory).await, m0 + 1.0);
+    assert_eq!(app.metric(from_db).await, 0.0, "no read");
 
     // Checked like the row: other details, another order, another user.
     for (order, method) in [(&a, DECLINE), (&a2, APPROVE)] {
         let r = app.pay(&alice, order, Some(&k), 1, method).await;
         assert_eq!(
-            (r.status, r.code().as_str()),
-            (422, "KEY_REUSED_WITH_DIFFERENT_DETAILS"),
+            (r.status, r.code()),
+            (422, ErrorCode::KeyReusedWithDifferentDetails),
             "{order} {method}"
         );
     }
     let r = app.pay(&bob, &a, Some(&k), 1, APPROVE).await;
-    assert_eq!((r.status, r.code().as_str()), (404, "ORDER_NOT_FOUND"));
+    assert_eq!((r.status, r.code()), (404, ErrorCode::OrderNotFound));
 
     // No round trip: the stored answer changed behind the server's back, the replay still
     // has the original bytes.
     change_stored_answer(&app, "alice", &k).await;
     same(&app.pay(&alice, &a, Some(&k), 1, APPROVE).await);
-    assert_eq!(metric(&app, from_memory).await, m0 + 2.0);
+    assert_eq!(app.metric(from_memory).await, m0 + 2.0);
     assert_eq!(app.ledger(&a).await.len(), 1, "charged once");
     assert!(app.ledger(&a2).await.is_empty());
 }

@@ -1,15 +1,22 @@
 //! In-process servers: `app(state)` driven with `oneshot` on a fresh database, reading a
 //! manual clock, so the rules a clock decides (leases, retention, reconciliation) are tested
-//! by moving time instead of sleeping. Process-spawning tests (`crash.rs`, the three-process
-//! ones) stay for what needs a process: crashes, failpoints, several instances.
+//! by moving time instead of sleeping. [`InProc`] is a `payonce_testkit::checkout::Checkout`
+//! like a process's `TestApp`: the same fixtures, answered by the router instead of a socket.
+//! Process-spawning tests (`crash.rs`, the three-process ones) stay for what needs a
+//! process: crashes, failpoints, several instances.
 
-use crate::common::{id_of, key, ledger, spawn, Backend, Opts, Resp, TestDb, SECRET};
+use crate::common::{
+    client, key, spawn, Backend, Checkout, HttpApi, Opts, Req, Resp, TestApp, TestDb, SECRET,
+};
 use crate::on_both_backends;
 use axum::body::Body;
 use axum::http::Request;
 use clap::Parser;
+use payonce_protocol::{AttemptStatus, ErrorCode, OrderStatus};
 use payonce_server::clock::{Clock, ManualClock, SystemClock};
 use payonce_server::{app, AppState, Cli, Config, Store};
+use payonce_testkit::checkout::metric_value;
+use payonce_testkit::wait_for;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -99,28 +106,22 @@ impl InProc {
         }
     }
 
+    /// `method path` with this bearer token (always sent, empty too), idempotency key and
+    /// JSON body.
     pub async fn send(
         &self,
-        method: &str,
+        method: &'static str,
         path: &str,
         token: &str,
         key: Option<&str>,
         body: Value,
     ) -> Resp {
-        let mut req = Request::builder()
-            .method(method)
-            .uri(path)
-            .header("authorization", format!("Bearer {token}"))
-            .header("content-type", "application/json");
-        if let Some(k) = key {
-            req = req.header("Idempotency-Key", k);
-        }
-        self.call(req.body(Body::from(body.to_string())).unwrap())
-            .await
+        let req = Req::new(method, path).bearer(token).key(key).json(body);
+        self.call(req).await
     }
 
-    /// One request through the router, its whole answer read.
-    pub async fn call(&self, req: Request<Body>) -> Resp {
+    /// One raw request through the router, its whole answer read.
+    pub async fn route(&self, req: Request<Body>) -> Resp {
         let res = self.router.clone().oneshot(req).await.unwrap();
         let status = res.status().as_u16();
         let headers = res.headers().clone();
@@ -135,42 +136,31 @@ impl InProc {
         }
     }
 
-    pub async fn session(&self, user: &str) -> String {
-        let r = self
-            .send("POST", "/dev/sessions", "", None, json!({ "userId": user }))
-            .await;
-        r.json()["token"].as_str().expect("token").to_owned()
-    }
-
-    pub async fn order(&self, token: &str) -> String {
-        let r = self
-            .send(
-                "POST",
-                "/orders",
-                token,
-                None,
-                json!({ "items": [{ "sku": "tee-classic", "quantity": 1 }] }),
-            )
-            .await;
-        assert_eq!(r.status, 201, "{}", r.text());
-        id_of(&r.json())
-    }
-
-    pub async fn pay(&self, token: &str, id: &str, k: &str, method: &str) -> Resp {
-        let body = json!({ "orderVersion": 1, "paymentMethodId": method });
-        self.send("POST", &format!("/orders/{id}/pay"), token, Some(k), body)
-            .await
-    }
-
-    pub async fn status(&self, token: &str, id: &str) -> String {
-        let r = self
-            .send("GET", &format!("/orders/{id}"), token, None, Value::Null)
-            .await;
-        r.json()["status"].as_str().unwrap().to_owned()
-    }
-
     pub fn advance(&self, d: Duration) {
         self.clock.advance(i64::try_from(d.as_millis()).unwrap());
+    }
+}
+
+impl Checkout for InProc {
+    fn http_client(&self) -> &reqwest::Client {
+        &self.http
+    }
+    fn provider_url(&self) -> &str {
+        &self.provider
+    }
+    async fn call(&self, req: Req) -> Resp {
+        let mut out = Request::builder().method(req.method).uri(&req.path);
+        for (name, value) in &req.headers {
+            out = out.header(name, value);
+        }
+        let body = match req.body {
+            Some(body) => {
+                out = out.header("content-type", "application/json");
+                Body::from(body.to_string())
+            }
+            None => Body::empty(),
+        };
+        self.route(out.body(body).unwrap()).await
     }
 }
 
@@ -245,14 +235,16 @@ async fn abandoned_challenges_do_not_starve_a_crashed_attempt(backend: Backend) 
     let mut waiting = Vec::new();
     for _ in 0..22 {
         let id = s.order(&t).await;
-        let r = s.pay(&t, &id, &key(), "pm_card_3ds").await;
+        let r = s.pay(&t, &id, Some(&key()), 1, "pm_card_3ds").await;
         assert_eq!(r.status, 402, "{}", r.text());
         waiting.push(id);
         s.advance(Duration::from_millis(10));
     }
     let crashed = s.order(&t).await;
     assert_eq!(
-        s.pay(&t, &crashed, &key(), "pm_card_timeout").await.status,
+        s.pay(&t, &crashed, Some(&key()), 1, "pm_card_timeout")
+            .await
+            .status,
         202
     );
     s.advance(Duration::from_secs(3));
@@ -260,11 +252,11 @@ async fn abandoned_challenges_do_not_starve_a_crashed_attempt(backend: Backend) 
         payonce_server::run_jobs(&s.state).await;
     }
     assert_eq!(
-        s.status(&t, &crashed).await,
-        "paid",
+        s.order_status(&t, &crashed).await,
+        OrderStatus::Paid,
         "settled behind the challenges"
     );
-    assert_eq!(ledger(&s.http, &s.provider, &crashed).await.len(), 1);
+    assert_eq!(s.ledger(&crashed).await.len(), 1);
     s.advance(Duration::from_secs(600));
     payonce_server::run_jobs(&s.state).await;
     let pool = db.pool().await;
@@ -312,10 +304,10 @@ async fn an_abandoned_challenge_expires_at_its_deadline_and_frees_the_order(back
     let id = s.order(&t).await;
     let before = stock().await;
     let k1 = key();
-    let r = s.pay(&t, &id, &k1, "pm_card_3ds").await;
+    let r = s.pay(&t, &id, Some(&k1), 1, "pm_card_3ds").await;
     assert_eq!(
         (r.status, r.code()),
-        (402, "ACTION_REQUIRED".into()),
+        (402, ErrorCode::ActionRequired),
         "{}",
         r.text()
     );
@@ -330,14 +322,14 @@ async fn an_abandoned_challenge_expires_at_its_deadline_and_frees_the_order(back
     payonce_server::run_jobs(&s.state).await;
     s.advance(Duration::from_secs(29));
     payonce_server::run_jobs(&s.state).await;
-    let r = s.pay(&t, &id, &key(), "pm_card_approve").await;
+    let r = s.pay(&t, &id, Some(&key()), 1, "pm_card_approve").await;
     assert_eq!(
         (r.status, r.code()),
-        (409, "PAYMENT_ALREADY_ACTIVE".into()),
+        (409, ErrorCode::PaymentAlreadyActive),
         "{}",
         r.text()
     );
-    let charges = ledger(&s.http, &s.provider, &id).await;
+    let charges = s.ledger(&id).await;
     assert_eq!(charges.len(), 1);
     assert_eq!(charges[0]["status"], "requires_action");
 
@@ -350,28 +342,28 @@ async fn an_abandoned_challenge_expires_at_its_deadline_and_frees_the_order(back
         .await
         .unwrap();
     assert_eq!(status, "expired");
-    let charges = ledger(&s.http, &s.provider, &id).await;
+    let charges = s.ledger(&id).await;
     assert_eq!(charges.len(), 1);
     assert_eq!(
         charges[0]["status"], "canceled",
         "cancelled at the provider"
     );
     assert_eq!(stock().await, before, "the stock came back");
-    let again = s.pay(&t, &id, &k1, "pm_card_3ds").await;
+    let again = s.pay(&t, &id, Some(&k1), 1, "pm_card_3ds").await;
     assert_eq!(
         (again.status, again.code()),
-        (402, "ACTION_EXPIRED".into()),
+        (402, ErrorCode::ActionExpired),
         "{}",
         again.text()
     );
     assert_eq!(again.header("idempotent-replayed").as_deref(), Some("true"));
-    assert_eq!(again.json()["attemptStatus"], "expired");
+    assert_eq!(again.attempt_status(), AttemptStatus::Expired);
 
     // The order is free: a new key pays once.
-    let r = s.pay(&t, &id, &key(), "pm_card_approve").await;
+    let r = s.pay(&t, &id, Some(&key()), 1, "pm_card_approve").await;
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(s.status(&t, &id).await, "paid");
-    let charges = ledger(&s.http, &s.provider, &id).await;
+    assert_eq!(s.order_status(&t, &id).await, OrderStatus::Paid);
+    let charges = s.ledger(&id).await;
     let succeeded: Vec<_> = charges
         .iter()
         .filter(|c| c["status"] == "succeeded")
@@ -393,22 +385,22 @@ async fn a_cancel_ends_a_challenge_the_customer_left(backend: Backend) {
     let t = s.session("alice").await;
     let id = s.order(&t).await;
     let k = key();
-    let r = s.pay(&t, &id, &k, "pm_card_3ds").await;
+    let r = s.pay(&t, &id, Some(&k), 1, "pm_card_3ds").await;
     assert_eq!(
         (r.status, r.code()),
-        (402, "ACTION_REQUIRED".into()),
+        (402, ErrorCode::ActionRequired),
         "{}",
         r.text()
     );
     let path = format!("/orders/{id}/payment-attempts/cancel");
     let r = s.send("POST", &path, &t, None, json!({ "key": k })).await;
     assert_eq!(
-        (r.status, r.json()["status"].clone()),
-        (200, json!("cancelled")),
+        (r.status, r.attempt_status()),
+        (200, AttemptStatus::Cancelled),
         "{}",
         r.text()
     );
-    let charges = ledger(&s.http, &s.provider, &id).await;
+    let charges = s.ledger(&id).await;
     assert_eq!(charges.len(), 1);
     assert_eq!(
         charges[0]["status"], "canceled",
@@ -423,24 +415,24 @@ async fn a_cancel_ends_a_challenge_the_customer_left(backend: Backend) {
     .await
     .unwrap();
     assert_eq!((status.as_str(), open), ("cancelled", 0));
-    let first = s.pay(&t, &id, &k, "pm_card_3ds").await;
+    let first = s.pay(&t, &id, Some(&k), 1, "pm_card_3ds").await;
     assert_eq!(
         (first.status, first.code()),
-        (409, "ATTEMPT_CANCELLED".into()),
+        (409, ErrorCode::AttemptCancelled),
         "{}",
         first.text()
     );
-    let again = s.pay(&t, &id, &k, "pm_card_3ds").await;
+    let again = s.pay(&t, &id, Some(&k), 1, "pm_card_3ds").await;
     assert_eq!(again.body, first.body, "the same answer every time");
     let r = s.send("POST", &path, &t, None, json!({ "key": k })).await;
     assert_eq!(
-        r.json()["status"],
-        "cancelled",
+        r.attempt_status(),
+        AttemptStatus::Cancelled,
         "a second cancel says the same"
     );
-    let r = s.pay(&t, &id, &key(), "pm_card_approve").await;
+    let r = s.pay(&t, &id, Some(&key()), 1, "pm_card_approve").await;
     assert_eq!(r.status, 200, "{}", r.text());
-    let charges = ledger(&s.http, &s.provider, &id).await;
+    let charges = s.ledger(&id).await;
     let succeeded = charges
         .iter()
         .filter(|c| c["status"] == "succeeded")
@@ -506,17 +498,19 @@ async fn a_job_round_goes_on_past_a_row_that_fails(backend: Backend) {
     charge_directly(&s, &pk, &bad, 2500).await;
     insert_abandoned(&db.pool().await, &bad, 2500, &pk, 1).await;
     assert_eq!(
-        s.pay(&t, &crashed, &key(), "pm_card_timeout").await.status,
+        s.pay(&t, &crashed, Some(&key()), 1, "pm_card_timeout")
+            .await
+            .status,
         202
     );
     s.advance(Duration::from_secs(3));
     payonce_server::run_jobs(&s.state).await;
     assert_eq!(
-        s.status(&t, &crashed).await,
-        "paid",
+        s.order_status(&t, &crashed).await,
+        OrderStatus::Paid,
         "settled behind the failing row"
     );
-    assert_eq!(s.status(&t, &bad).await, "unpaid");
+    assert_eq!(s.order_status(&t, &bad).await, OrderStatus::Unpaid);
 }
 
 /// The provider answers a lookup with a succeeded charge for another order than the
@@ -544,7 +538,11 @@ async fn a_charge_for_other_terms_is_flagged_for_review_never_paid(backend: Back
         payonce_server::run_jobs(&s.state).await;
         s.advance(Duration::from_secs(3));
     }
-    assert_eq!(s.status(&t, &id).await, "unpaid", "never marked paid");
+    assert_eq!(
+        s.order_status(&t, &id).await,
+        OrderStatus::Unpaid,
+        "never marked paid"
+    );
     let count = |sql: &'static str| {
         let pool = pool.clone();
         async move {
@@ -584,7 +582,12 @@ async fn an_attempt_the_provider_cannot_settle_is_flagged_for_review_once(backen
     .await;
     let t = s.session("alice").await;
     let id = s.order(&t).await;
-    assert_eq!(s.pay(&t, &id, &key(), "pm_card_approve").await.status, 202);
+    assert_eq!(
+        s.pay(&t, &id, Some(&key()), 1, "pm_card_approve")
+            .await
+            .status,
+        202
+    );
     let pool = db.pool().await;
     let count = |sql: &'static str| {
         let (pool, id) = (pool.clone(), id.clone());
@@ -621,8 +624,8 @@ async fn an_attempt_the_provider_cannot_settle_is_flagged_for_review_once(backen
         "one audit row, however many rounds"
     );
     assert_eq!(
-        s.status(&t, &id).await,
-        "unpaid",
+        s.order_status(&t, &id).await,
+        OrderStatus::Unpaid,
         "nothing decided without the provider"
     );
 }
@@ -644,60 +647,31 @@ async fn a_crashed_lease_is_taken_over_when_the_clock_passes_it(backend: Backend
     let mut args = opts.args(&db.url);
     args.extend(["--provider-url".into(), provider.clone()]);
     let mut first = spawn(&args, true);
-    let api = first.api.clone().unwrap();
-    let http = crate::common::client();
-    let post = |path: &str, token: Option<&str>, body: Value| {
-        let mut r = http.post(format!("{api}{path}")).json(&body);
-        if let Some(t) = token {
-            r = r.bearer_auth(t);
-        }
-        r
+    let app = TestApp {
+        api: first.api(),
+        provider: provider.clone(),
+        http: client(),
+        _procs: Vec::new(),
+        db: None,
     };
-    let t: Value = post("/dev/sessions", None, json!({ "userId": "alice" }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let t = t["token"].as_str().unwrap().to_owned();
-    let o: Value = post(
-        "/orders",
-        Some(&t),
-        json!({ "items": [{ "sku": "tee-classic", "quantity": 1 }] }),
-    )
-    .send()
-    .await
-    .unwrap()
-    .json()
-    .await
-    .unwrap();
-    let id = id_of(&o);
+    let t = app.session("alice").await;
+    let id = app.order(&t).await;
     let k = key();
     // The slow method is charged at once and answers after 4 s: kill the server meanwhile.
-    let pay = post(
-        &format!("/orders/{id}/pay"),
-        Some(&t),
-        json!({ "orderVersion": 1, "paymentMethodId": "pm_card_slow" }),
-    )
-    .header("Idempotency-Key", &k);
+    let pay = app.request(app.pay_request(&t, &id, Some(&k), 1, "pm_card_slow"));
     let inflight = tokio::spawn(pay.send());
-    for _ in 0..200 {
-        if !ledger(&http, &provider, &id).await.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for(
+        "the slow charge at the provider",
+        Duration::from_secs(2),
+        || async { (!app.ledger(&id).await.is_empty()).then_some(()) },
+    )
+    .await;
     first.kill();
     assert!(
         inflight.await.unwrap().is_err(),
         "the crashed server cannot answer"
     );
-    assert_eq!(
-        ledger(&http, &provider, &id).await.len(),
-        1,
-        "charged before the crash"
-    );
+    assert_eq!(app.ledger(&id).await.len(), 1, "charged before the crash");
 
     let second = InProc::start(
         &db,
@@ -712,23 +686,23 @@ async fn a_crashed_lease_is_taken_over_when_the_clock_passes_it(backend: Backend
         ],
     )
     .await;
-    let r = second.pay(&t, &id, &k, "pm_card_slow").await;
+    let r = second.pay(&t, &id, Some(&k), 1, "pm_card_slow").await;
     assert_eq!(
-        (r.status, r.code().as_str()),
-        (409, "IN_PROGRESS"),
+        (r.status, r.code()),
+        (409, ErrorCode::InProgress),
         "the lease is live: never charged again"
     );
     second.advance(Duration::from_millis(6_001));
-    let r = second.pay(&t, &id, &k, "pm_card_slow").await;
+    let r = second.pay(&t, &id, Some(&k), 1, "pm_card_slow").await;
     assert_eq!(r.status, 200, "{}", r.text());
-    let charges = ledger(&http, &provider, &id).await;
+    let charges = second.ledger(&id).await;
     assert_eq!(
         charges.len(),
         1,
         "settled from the existing charge, never charged again"
     );
     assert_eq!(r.json()["payment"]["chargeId"], charges[0]["id"]);
-    assert_eq!(second.status(&t, &id).await, "paid");
+    assert_eq!(second.order_status(&t, &id).await, OrderStatus::Paid);
 }
 
 /// The client gives up after a 202 and never retries: the outbox worker finds the abandoned
@@ -749,24 +723,20 @@ async fn the_outbox_worker_settles_abandoned_attempts_from_the_provider(backend:
     let t = s.session("alice").await;
     for method in ["pm_card_timeout", "pm_card_transient"] {
         let id = s.order(&t).await;
-        assert_eq!(s.pay(&t, &id, &key(), method).await.status, 202, "{method}");
+        assert_eq!(
+            s.pay(&t, &id, Some(&key()), 1, method).await.status,
+            202,
+            "{method}"
+        );
         payonce_server::run_jobs(&s.state).await;
         assert_eq!(
-            s.status(&t, &id).await,
-            "paid",
+            s.order_status(&t, &id).await,
+            OrderStatus::Paid,
             "{method}: settled by the worker"
         );
-        assert_eq!(
-            ledger(&s.http, &s.provider, &id).await.len(),
-            1,
-            "{method}: charged once"
-        );
+        assert_eq!(s.ledger(&id).await.len(), 1, "{method}: charged once");
         payonce_server::run_jobs(&s.state).await;
-        assert_eq!(
-            ledger(&s.http, &s.provider, &id).await.len(),
-            1,
-            "{method}: still once"
-        );
+        assert_eq!(s.ledger(&id).await.len(), 1, "{method}: still once");
     }
     let pool = db.pool().await;
     let (n,): (i64,) = sqlx::query_as(
@@ -801,24 +771,30 @@ async fn finished_keys_expire_with_the_clock_but_processing_ones_never(backend: 
     let t = s.session("alice").await;
     let declined = s.order(&t).await;
     assert_eq!(
-        s.pay(&t, &declined, &key(), "pm_card_decline").await.status,
+        s.pay(&t, &declined, Some(&key()), 1, "pm_card_decline")
+            .await
+            .status,
         402
     );
     let paid = s.order(&t).await;
     assert_eq!(
-        s.pay(&t, &paid, &key(), "pm_card_approve").await.status,
+        s.pay(&t, &paid, Some(&key()), 1, "pm_card_approve")
+            .await
+            .status,
         200
     );
     for id in [&declined, &paid] {
         let cancel = json!({ "key": key() });
         let path = format!("/orders/{id}/payment-attempts/cancel");
         let r = s.send("POST", &path, &t, None, cancel).await;
-        assert_eq!(r.json()["status"], "cancelled");
+        assert_eq!(r.attempt_status(), AttemptStatus::Cancelled);
     }
     // The timeout method's attempt stays processing (the jobs never run here).
     let busy = s.order(&t).await;
     assert_eq!(
-        s.pay(&t, &busy, &key(), "pm_card_timeout").await.status,
+        s.pay(&t, &busy, Some(&key()), 1, "pm_card_timeout")
+            .await
+            .status,
         202
     );
     let pool = db.pool().await;
@@ -869,16 +845,6 @@ async fn finished_keys_expire_with_the_clock_but_processing_ones_never(backend: 
     );
 }
 
-/// The value of one series on this server's `GET /metrics` (0 when absent).
-async fn metric(s: &InProc, series: &str) -> f64 {
-    let r = s.send("GET", "/metrics", "", None, Value::Null).await;
-    r.text()
-        .lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .map(|v| v.parse().expect("metric value"))
-        .unwrap_or(0.0)
-}
-
 /// With `--metrics-token`, `/metrics` answers only that bearer token (401 problem otherwise),
 /// and the stuck-attempts gauge is read from the store at most once per its max age on the
 /// clock (10 s, `GAUGE_MAX_AGE_MS` in src/metrics.rs): a new stuck attempt shows only once
@@ -894,24 +860,21 @@ async fn metrics_need_their_token_and_read_the_store_once_per_max_age(backend: B
     for wrong in ["", "metrics-scrape-token-012345678", SECRET] {
         let r = s.send("GET", "/metrics", wrong, None, Value::Null).await;
         assert_eq!(r.status, 401, "token {wrong:?}: {}", r.text());
-        assert_eq!(r.json()["code"], "UNAUTHENTICATED");
+        assert_eq!(r.code(), ErrorCode::Unauthenticated);
     }
     let gauges = || async {
         let r = s.send("GET", "/metrics", token, None, Value::Null).await;
         assert_eq!(r.status, 200, "{}", r.text());
         ["0", "60", "300", "3600"].map(|age| {
-            let series = format!(r#"payonce_attempts_processing{{older_than_seconds="{age}"}} "#);
-            r.text()
-                .lines()
-                .find_map(|l| l.strip_prefix(&series)?.parse::<f64>().ok())
-                .expect("the gauge is there")
+            let series = format!(r#"payonce_attempts_processing{{older_than_seconds="{age}"}}"#);
+            metric_value(&r.text(), &series).expect("the gauge is there")
         })
     };
     let gauge = || async { gauges().await[0] };
     assert_eq!(gauges().await, [0.0; 4]);
     let t = s.session("alice").await;
     let order = s.order(&t).await;
-    let r = s.pay(&t, &order, &key(), "pm_card_timeout").await;
+    let r = s.pay(&t, &order, Some(&key()), 1, "pm_card_timeout").await;
     assert_eq!(r.status, 202, "the provider never answers: {}", r.text());
     s.clock.advance(9_999);
     assert_eq!(gauge().await, 0.0, "the figure read 9.999 s ago is served");
@@ -948,14 +911,18 @@ async fn new_keys_are_rate_limited_per_user_and_retries_are_not() {
     }
     let keys = [key(), key(), key()];
     for i in 0..2 {
-        let r = s.pay(&alice, &orders[i], &keys[i], "pm_card_approve").await;
+        let r = s
+            .pay(&alice, &orders[i], Some(&keys[i]), 1, "pm_card_approve")
+            .await;
         assert_eq!(r.status, 200, "{}", r.text());
     }
     // The third new key within the burst is refused before anything is claimed or charged.
-    let limited = s.pay(&alice, &orders[2], &keys[2], "pm_card_approve").await;
+    let limited = s
+        .pay(&alice, &orders[2], Some(&keys[2]), 1, "pm_card_approve")
+        .await;
     assert_eq!(
-        (limited.status, limited.code().as_str()),
-        (429, "RATE_LIMITED"),
+        (limited.status, limited.code()),
+        (429, ErrorCode::RateLimited),
         "{}",
         limited.text()
     );
@@ -966,10 +933,12 @@ async fn new_keys_are_rate_limited_per_user_and_retries_are_not() {
         .parse()
         .unwrap();
     assert!((1..=60).contains(&retry_after), "{retry_after}");
-    assert!(ledger(&s.http, &s.provider, &orders[2]).await.is_empty());
+    assert!(s.ledger(&orders[2]).await.is_empty());
     // Retries of a known key are not new attempts: they replay.
     for _ in 0..5 {
-        let r = s.pay(&alice, &orders[0], &keys[0], "pm_card_approve").await;
+        let r = s
+            .pay(&alice, &orders[0], Some(&keys[0]), 1, "pm_card_approve")
+            .await;
         assert_eq!(
             (r.status, r.header("idempotent-replayed").as_deref()),
             (200, Some("true"))
@@ -978,27 +947,33 @@ async fn new_keys_are_rate_limited_per_user_and_retries_are_not() {
     // Another user has a bucket of their own.
     let bobs = s.order(&bob).await;
     assert_eq!(
-        s.pay(&bob, &bobs, &key(), "pm_card_approve").await.status,
+        s.pay(&bob, &bobs, Some(&key()), 1, "pm_card_approve")
+            .await
+            .status,
         200
     );
     // Just before Retry-After the key is still refused; at it, it goes through, once.
     s.advance(Duration::from_millis(retry_after * 1000 - 100));
     assert_eq!(
-        s.pay(&alice, &orders[2], &keys[2], "pm_card_approve")
+        s.pay(&alice, &orders[2], Some(&keys[2]), 1, "pm_card_approve")
             .await
             .status,
         429
     );
     s.advance(Duration::from_millis(100));
-    let r = s.pay(&alice, &orders[2], &keys[2], "pm_card_approve").await;
+    let r = s
+        .pay(&alice, &orders[2], Some(&keys[2]), 1, "pm_card_approve")
+        .await;
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(ledger(&s.http, &s.provider, &orders[2]).await.len(), 1);
+    assert_eq!(s.ledger(&orders[2]).await.len(), 1);
     // A runaway loop of replays hits the looser per-request bucket.
     let mut refused = 0;
     for _ in 0..30 {
-        let r = s.pay(&alice, &orders[0], &keys[0], "pm_card_approve").await;
+        let r = s
+            .pay(&alice, &orders[0], Some(&keys[0]), 1, "pm_card_approve")
+            .await;
         if r.status == 429 {
-            assert_eq!(r.code(), "RATE_LIMITED");
+            assert_eq!(r.code(), ErrorCode::RateLimited);
             refused += 1;
         }
     }
@@ -1006,17 +981,16 @@ async fn new_keys_are_rate_limited_per_user_and_retries_are_not() {
         refused > 0,
         "30 requests at one instant exceed a burst of 20"
     );
-    let new_attempts = metric(
-        &s,
-        r#"payonce_pay_rate_limited_total{bucket="new_attempts"}"#,
-    )
-    .await;
+    let new_attempts = s
+        .metric(r#"payonce_pay_rate_limited_total{bucket="new_attempts"}"#)
+        .await;
     assert!(new_attempts >= 2.0, "{new_attempts}");
     assert!(
-        metric(&s, r#"payonce_pay_rate_limited_total{bucket="requests"}"#).await
+        s.metric(r#"payonce_pay_rate_limited_total{bucket="requests"}"#)
+            .await
             >= f64::from(refused)
     );
-    assert_eq!(ledger(&s.http, &s.provider, &orders[0]).await.len(), 1);
+    assert_eq!(s.ledger(&orders[0]).await.len(), 1);
 }
 
 /// Audit rows (and handled webhook events) are kept for `--audit-retention-days`, the dispute
@@ -1029,7 +1003,7 @@ async fn audit_rows_are_kept_for_the_dispute_window_then_deleted(backend: Backen
     let s = InProc::start(&db, &provider, &["--audit-retention-days", "180"]).await;
     let t = s.session("alice").await;
     let id = s.order(&t).await;
-    let r = s.pay(&t, &id, &key(), "pm_card_decline").await;
+    let r = s.pay(&t, &id, Some(&key()), 1, "pm_card_decline").await;
     assert_eq!(
         r.header("idempotency-key-retention").as_deref(),
         Some("86400")
@@ -1059,8 +1033,8 @@ async fn audit_rows_are_kept_for_the_dispute_window_then_deleted(backend: Backen
 /// A 429 `RATE_LIMITED` problem; its `Retry-After` in seconds.
 fn limited(r: &Resp) -> u64 {
     assert_eq!(
-        (r.status, r.code().as_str()),
-        (429, "RATE_LIMITED"),
+        (r.status, r.code()),
+        (429, ErrorCode::RateLimited),
         "{}",
         r.text()
     );
@@ -1100,18 +1074,20 @@ async fn orders_and_tombstones_are_rate_limited_per_user() {
     let cancel = |k: &str| s.send("POST", &path, &alice, None, json!({ "key": k }));
     for _ in 0..2 {
         let r = cancel(&key()).await;
-        assert_eq!(r.json()["status"], "cancelled", "{}", r.text());
+        assert_eq!(r.attempt_status(), AttemptStatus::Cancelled, "{}", r.text());
     }
     let k = key();
     limited(&cancel(&k).await);
     // No tombstone was written for the refused cancel: the key still pays, once.
-    let r = s.pay(&alice, &orders[0], &k, "pm_card_approve").await;
+    let r = s
+        .pay(&alice, &orders[0], Some(&k), 1, "pm_card_approve")
+        .await;
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(ledger(&s.http, &s.provider, &orders[0]).await.len(), 1);
+    assert_eq!(s.ledger(&orders[0]).await.len(), 1);
     // A cancel that finds the attempt writes nothing and is not limited.
     for _ in 0..5 {
         let r = cancel(&k).await;
-        assert_eq!(r.json()["status"], "succeeded", "{}", r.text());
+        assert_eq!(r.attempt_status(), AttemptStatus::Succeeded, "{}", r.text());
     }
     limited(&cancel(&key()).await);
 }
@@ -1144,7 +1120,7 @@ async fn coupon_guessing_is_throttled_and_valid_codes_spend_nothing() {
     }
     for code in ["GUESS1", "GUESS2"] {
         let r = coupon(&carol, code).await;
-        assert_eq!((r.status, r.code().as_str()), (400, "INVALID_REQUEST"));
+        assert_eq!((r.status, r.code()), (400, ErrorCode::InvalidRequest));
     }
     let wait = limited(&coupon(&carol, "GUESS3").await);
     assert_eq!(wait, 30, "a token per 30 s");
@@ -1249,10 +1225,10 @@ async fn every_pay_answer_carries_the_key_retention() {
         );
     }
     let k = key();
-    let mut last = s.pay(&alice, &id, &k, "pm_card_approve").await;
+    let mut last = s.pay(&alice, &id, Some(&k), 1, "pm_card_approve").await;
     while last.status != 429 {
         assert_eq!(last.status, 200, "{}", last.text());
-        last = s.pay(&alice, &id, &k, "pm_card_approve").await;
+        last = s.pay(&alice, &id, Some(&k), 1, "pm_card_approve").await;
     }
     limited(&last);
     assert_eq!(
@@ -1286,7 +1262,7 @@ async fn edge_refusals_are_problems() {
         "60000",
     ];
     let s = InProc::start(&db, &provider, &flags).await;
-    let send = |req: Request<Body>| s.call(req);
+    let send = |req: Request<Body>| s.route(req);
     let get = |uri: String| Request::get(uri);
     let long = format!("/catalog?q={}", "a".repeat(8 * 1024));
     let many = (0..101).fold(get("/catalog".into()), |r, i| {
@@ -1301,15 +1277,31 @@ async fn edge_refusals_are_problems() {
     >());
     let slow = Request::post("/dev/sessions").header("content-type", "application/json");
     for (want, code, req) in [
-        (414, "URI_TOO_LONG", get(long).body(Body::empty()).unwrap()),
-        (431, "HEADERS_TOO_LARGE", many.body(Body::empty()).unwrap()),
-        (431, "HEADERS_TOO_LARGE", large.body(Body::empty()).unwrap()),
-        (408, "REQUEST_TIMEOUT", slow.body(never).unwrap()),
-        (200, "", ok.body(Body::empty()).unwrap()),
+        (
+            414,
+            Some(ErrorCode::UriTooLong),
+            get(long).body(Body::empty()).unwrap(),
+        ),
+        (
+            431,
+            Some(ErrorCode::HeadersTooLarge),
+            many.body(Body::empty()).unwrap(),
+        ),
+        (
+            431,
+            Some(ErrorCode::HeadersTooLarge),
+            large.body(Body::empty()).unwrap(),
+        ),
+        (
+            408,
+            Some(ErrorCode::RequestTimeout),
+            slow.body(never).unwrap(),
+        ),
+        (200, None, ok.body(Body::empty()).unwrap()),
     ] {
         let r = send(req).await;
         assert_eq!(r.status, want, "{}", r.text());
-        if want != 200 {
+        if let Some(code) = code {
             assert!(r.is_problem(), "{want}");
             assert_eq!(r.code(), code);
         }

@@ -1,8 +1,9 @@
 //! Bad input of every kind gets a 4xx problem; a proptest fuzzer walks the OpenAPI
 //! document's operations and never finds a 5xx; dev CORS; the OpenAPI document itself.
 
-use crate::common::{id_of, key, Backend, Checkout, Opts, TestApp};
+use crate::common::{id_of, key, Backend, Checkout, HttpApi, Opts, TestApp};
 use crate::on_both_backends;
+use payonce_protocol::ErrorCode;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
 use serde_json::{json, Value};
@@ -27,32 +28,32 @@ async fn malformed_requests_are_4xx_problems() {
     let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
     let pay = app.url(&format!("/orders/{id}/pay"));
     let k = key();
-    let cases: Vec<(&str, reqwest::RequestBuilder, u16, &str)> = vec![
-        ("syntax", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).header("content-type", "application/json").body("{\"orderVersion\": 1,"), 400, "INVALID_REQUEST"),
-        ("wrong type", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).json(&json!({ "orderVersion": "1", "paymentMethodId": "pm_card_approve" })), 400, "INVALID_REQUEST"),
-        ("negative version", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).json(&json!({ "orderVersion": -1, "paymentMethodId": "pm_card_approve" })), 400, "INVALID_REQUEST"),
-        ("unknown field", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).json(&json!({ "orderVersion": 1, "paymentMethodId": "pm_card_approve", "amount": 1 })), 400, "INVALID_REQUEST"),
-        ("missing field", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).json(&json!({ "orderVersion": 1 })), 400, "INVALID_REQUEST"),
-        ("bad method id", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).json(&json!({ "orderVersion": 1, "paymentMethodId": "pm card; DROP" })), 400, "INVALID_REQUEST"),
-        ("no content type", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).body("{}"), 415, "UNSUPPORTED_MEDIA_TYPE"),
-        ("huge body", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).header("content-type", "application/json").body(format!("{{\"paymentMethodId\":\"{}\"}}", "x".repeat(64 * 1024))), 413, "PAYLOAD_TOO_LARGE"),
-        ("bad key", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", "tiny").json(&json!({ "orderVersion": 1, "paymentMethodId": "pm_card_approve" })), 400, "IDEMPOTENCY_KEY_INVALID"),
-        ("two keys", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).header("Idempotency-Key", key()).json(&json!({ "orderVersion": 1, "paymentMethodId": "pm_card_approve" })), 400, "IDEMPOTENCY_KEY_INVALID"),
-        ("bad token", app.http.post(&pay).bearer_auth("v1.alice.1.deadbeef").header("Idempotency-Key", &k).json(&json!({ "orderVersion": 1, "paymentMethodId": "pm_card_approve" })), 401, "UNAUTHENTICATED"),
-        ("basic auth", app.http.post(&pay).header("authorization", "Basic YWxpY2U6eA==").header("Idempotency-Key", &k).json(&json!({ "orderVersion": 1, "paymentMethodId": "pm_card_approve" })), 401, "UNAUTHENTICATED"),
-        ("bad session user", app.http.post(app.url("/dev/sessions")).json(&json!({ "userId": "alice smith" })), 400, "INVALID_REQUEST"),
-        ("unknown sku", app.http.post(app.url("/orders")).bearer_auth(&t).json(&json!({ "items": [{ "sku": "nope", "quantity": 1 }] })), 400, "INVALID_REQUEST"),
-        ("zero quantity", app.http.post(app.url("/orders")).bearer_auth(&t).json(&json!({ "items": [{ "sku": "tee-classic", "quantity": 0 }] })), 400, "INVALID_REQUEST"),
-        ("huge quantity", app.http.post(app.url("/orders")).bearer_auth(&t).json(&json!({ "items": [{ "sku": "tee-classic", "quantity": 4294967296u64 }] })), 400, "INVALID_REQUEST"),
-        ("no route", app.http.get(app.url("/nope")), 404, "NOT_FOUND"),
-        ("wrong method", app.http.delete(app.url("/orders")), 405, "METHOD_NOT_ALLOWED"),
-        ("pay body as an array", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).json(&json!([1, "pm_card_approve"])), 400, "INVALID_REQUEST"),
-        ("order body as an array", app.http.post(app.url("/orders")).bearer_auth(&t).json(&json!([[["tee-classic", 2]], "SAVE10", "1 Main St"])), 400, "INVALID_REQUEST"),
-        ("cart line as an array", app.http.post(app.url("/orders")).bearer_auth(&t).json(&json!({ "items": [["tee-classic", 2]] })), 400, "INVALID_REQUEST"),
-        ("cancel body a string", app.http.post(app.url(&format!("/orders/{id}/payment-attempts/cancel"))).bearer_auth(&t).json(&json!(k)), 400, "INVALID_REQUEST"),
-        ("version with a fraction", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).header("content-type", "application/json").body(r#"{"orderVersion": 1.5, "paymentMethodId": "pm_card_approve"}"#), 400, "INVALID_REQUEST"),
-        ("quantity with a fraction", app.http.post(app.url("/orders")).bearer_auth(&t).header("content-type", "application/json").body(r#"{"items": [{"sku": "tee-classic", "quantity": 1.5}]}"#), 400, "INVALID_REQUEST"),
-        ("unknown fault", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).header("Payonce-Dev-Fault", "explode").json(&json!({ "orderVersion": 1, "paymentMethodId": "pm_card_approve" })), 400, "INVALID_REQUEST"),
+    let cases: Vec<(&str, reqwest::RequestBuilder, u16, ErrorCode)> = vec![
+        ("syntax", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).header("content-type", "application/json").body("{\"orderVersion\": 1,"), 400, ErrorCode::InvalidRequest),
+        ("wrong type", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).json(&json!({ "orderVersion": "1", "paymentMethodId": "pm_card_approve" })), 400, ErrorCode::InvalidRequest),
+        ("negative version", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).json(&json!({ "orderVersion": -1, "paymentMethodId": "pm_card_approve" })), 400, ErrorCode::InvalidRequest),
+        ("unknown field", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).json(&json!({ "orderVersion": 1, "paymentMethodId": "pm_card_approve", "amount": 1 })), 400, ErrorCode::InvalidRequest),
+        ("missing field", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).json(&json!({ "orderVersion": 1 })), 400, ErrorCode::InvalidRequest),
+        ("bad method id", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).json(&json!({ "orderVersion": 1, "paymentMethodId": "pm card; DROP" })), 400, ErrorCode::InvalidRequest),
+        ("no content type", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).body("{}"), 415, ErrorCode::UnsupportedMediaType),
+        ("huge body", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).header("content-type", "application/json").body(format!("{{\"paymentMethodId\":\"{}\"}}", "x".repeat(64 * 1024))), 413, ErrorCode::PayloadTooLarge),
+        ("bad key", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", "tiny").json(&json!({ "orderVersion": 1, "paymentMethodId": "pm_card_approve" })), 400, ErrorCode::IdempotencyKeyInvalid),
+        ("two keys", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).header("Idempotency-Key", key()).json(&json!({ "orderVersion": 1, "paymentMethodId": "pm_card_approve" })), 400, ErrorCode::IdempotencyKeyInvalid),
+        ("bad token", app.http.post(&pay).bearer_auth("v1.alice.1.deadbeef").header("Idempotency-Key", &k).json(&json!({ "orderVersion": 1, "paymentMethodId": "pm_card_approve" })), 401, ErrorCode::Unauthenticated),
+        ("basic auth", app.http.post(&pay).header("authorization", "Basic YWxpY2U6eA==").header("Idempotency-Key", &k).json(&json!({ "orderVersion": 1, "paymentMethodId": "pm_card_approve" })), 401, ErrorCode::Unauthenticated),
+        ("bad session user", app.http.post(app.url("/dev/sessions")).json(&json!({ "userId": "alice smith" })), 400, ErrorCode::InvalidRequest),
+        ("unknown sku", app.http.post(app.url("/orders")).bearer_auth(&t).json(&json!({ "items": [{ "sku": "nope", "quantity": 1 }] })), 400, ErrorCode::InvalidRequest),
+        ("zero quantity", app.http.post(app.url("/orders")).bearer_auth(&t).json(&json!({ "items": [{ "sku": "tee-classic", "quantity": 0 }] })), 400, ErrorCode::InvalidRequest),
+        ("huge quantity", app.http.post(app.url("/orders")).bearer_auth(&t).json(&json!({ "items": [{ "sku": "tee-classic", "quantity": 4294967296u64 }] })), 400, ErrorCode::InvalidRequest),
+        ("no route", app.http.get(app.url("/nope")), 404, ErrorCode::NotFound),
+        ("wrong method", app.http.delete(app.url("/orders")), 405, ErrorCode::MethodNotAllowed),
+        ("pay body as an array", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).json(&json!([1, "pm_card_approve"])), 400, ErrorCode::InvalidRequest),
+        ("order body as an array", app.http.post(app.url("/orders")).bearer_auth(&t).json(&json!([[["tee-classic", 2]], "SAVE10", "1 Main St"])), 400, ErrorCode::InvalidRequest),
+        ("cart line as an array", app.http.post(app.url("/orders")).bearer_auth(&t).json(&json!({ "items": [["tee-classic", 2]] })), 400, ErrorCode::InvalidRequest),
+        ("cancel body a string", app.http.post(app.url(&format!("/orders/{id}/payment-attempts/cancel"))).bearer_auth(&t).json(&json!(k)), 400, ErrorCode::InvalidRequest),
+        ("version with a fraction", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).header("content-type", "application/json").body(r#"{"orderVersion": 1.5, "paymentMethodId": "pm_card_approve"}"#), 400, ErrorCode::InvalidRequest),
+        ("quantity with a fraction", app.http.post(app.url("/orders")).bearer_auth(&t).header("content-type", "application/json").body(r#"{"items": [{"sku": "tee-classic", "quantity": 1.5}]}"#), 400, ErrorCode::InvalidRequest),
+        ("unknown fault", app.http.post(&pay).bearer_auth(&t).header("Idempotency-Key", &k).header("Payonce-Dev-Fault", "explode").json(&json!({ "orderVersion": 1, "paymentMethodId": "pm_card_approve" })), 400, ErrorCode::InvalidRequest),
     ];
     for (name, req, status, code) in cases {
         let r = app.send(req).await;
@@ -60,12 +61,7 @@ async fn malformed_requests_are_4xx_problems() {
             r.header("x-request-id").is_some(),
             "{name}: every answer names its request"
         );
-        assert_eq!(
-            (r.status, r.code().as_str()),
-            (status, code),
-            "{name}: {}",
-            r.text()
-        );
+        assert_eq!((r.status, r.code()), (status, code), "{name}: {}", r.text());
         assert!(
             r.is_problem(),
             "{name}: content-type {:?}",
@@ -198,8 +194,8 @@ async fn a_nul_in_any_string_is_a_400_problem_never_a_500(backend: Backend) {
     for (name, req) in cases {
         let r = app.send(req).await;
         assert_eq!(
-            (r.status, r.code().as_str()),
-            (400, "INVALID_REQUEST"),
+            (r.status, r.code()),
+            (400, ErrorCode::InvalidRequest),
             "{name}: {}",
             r.text()
         );
@@ -237,7 +233,7 @@ async fn dev_features_are_refused_without_dev_mode() {
                 .json(&json!({ "userId": "alice" })),
         )
         .await;
-    assert_eq!((r.status, r.code().as_str()), (403, "DEV_MODE_REQUIRED"));
+    assert_eq!((r.status, r.code()), (403, ErrorCode::DevModeRequired));
     // A token signed with the shared secret still authenticates; the fault header does not pass.
     let r = app
         .send(
@@ -252,7 +248,7 @@ async fn dev_features_are_refused_without_dev_mode() {
                 .json(&json!({ "orderVersion": 1, "paymentMethodId": "pm_card_approve" })),
         )
         .await;
-    assert_eq!((r.status, r.code().as_str()), (403, "DEV_MODE_REQUIRED"));
+    assert_eq!((r.status, r.code()), (403, ErrorCode::DevModeRequired));
     let r = app
         .send(
             app.http
@@ -263,7 +259,7 @@ async fn dev_features_are_refused_without_dev_mode() {
                 .json(&json!({ "orderVersion": 1, "paymentMethodId": "pm_card_approve" })),
         )
         .await;
-    assert_eq!((r.status, r.code().as_str()), (403, "DEV_MODE_REQUIRED"));
+    assert_eq!((r.status, r.code()), (403, ErrorCode::DevModeRequired));
     let r = app
         .send(
             app.http
@@ -271,7 +267,7 @@ async fn dev_features_are_refused_without_dev_mode() {
                 .bearer_auth(sign_like_server("alice")),
         )
         .await;
-    assert_eq!((r.status, r.code().as_str()), (403, "DEV_MODE_REQUIRED"));
+    assert_eq!((r.status, r.code()), (403, ErrorCode::DevModeRequired));
     // A server asked to arm failpoints without --dev refuses to start at all.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_payonce-server"))
         .args(["--addr", "127.0.0.1:0", "--provider-addr", "127.0.0.1:0"])
@@ -368,7 +364,7 @@ async fn dev_cors_allows_localhost_pages_with_credentials() {
     let k = key();
     app.pay(&t, &id, Some(&k), 1, "pm_card_approve").await;
     let r = app
-        .send(
+        .call(
             app.pay_request(&t, &id, Some(&k), 1, "pm_card_approve")
                 .header("origin", "http://127.0.0.1:4173"),
         )
@@ -441,7 +437,8 @@ async fn the_openapi_document_is_served_and_lists_every_route() {
         let r = app.send(app.http.request(m, url)).await;
         assert!(
             // (`/metrics` answers text, not JSON: only problems have a code)
-            !(r.is_problem() && ["NOT_FOUND", "METHOD_NOT_ALLOWED"].contains(&r.code().as_str()))
+            !(r.is_problem()
+                && [ErrorCode::NotFound, ErrorCode::MethodNotAllowed].contains(&r.code()))
                 || r.status == 200,
             "{method} {path}: {}",
             r.text()
@@ -735,8 +732,8 @@ async fn static_dir_serves_the_page_beside_the_api() {
     assert_eq!((r.status, r.text().as_str()), (200, "<h1>checkout</h1>"));
     let r = app.send(app.http.get(app.url("/nope.js"))).await;
     assert_eq!(
-        (r.status, r.code().as_str()),
-        (404, "NOT_FOUND"),
+        (r.status, r.code()),
+        (404, ErrorCode::NotFound),
         "a missing file is a problem too"
     );
     assert_eq!(
@@ -782,7 +779,7 @@ async fn static_dir_hides_dotfiles_and_symlinks_out_of_the_folder() {
         "/out/",
     ] {
         let r = app.send(app.http.get(app.url(path))).await;
-        assert_eq!((r.status, r.code().as_str()), (404, "NOT_FOUND"), "{path}");
+        assert_eq!((r.status, r.code()), (404, ErrorCode::NotFound), "{path}");
         assert!(
             !r.text().contains("secret") && !r.text().contains("root:"),
             "{path}"

@@ -9,6 +9,7 @@ use crate::common::{
     client, id_of, key, mock_provider_args, spawn, Backend, Checkout, Opts, TestApp, TestDb,
     SECRET, WEBHOOK_SECRET,
 };
+use payonce_protocol::{ErrorCode, OrderStatus};
 
 const SECRET_JWT: &str = "jwt-test-secret-0123456789abcdef0123";
 const ISS: &str = "https://id.test";
@@ -52,14 +53,13 @@ async fn a_pay_with_a_jwt_charges_once_and_bad_jwts_are_refused() {
         .await;
     assert_eq!(r.status, 200, "pay with a JWT: {}", r.text());
     assert_eq!(app.ledger(&id).await.len(), 1, "one charge");
-    let r = app.get_order(&good, &id).await;
-    assert_eq!(r.json()["status"], "paid");
+    assert_eq!(app.order_status(&good, &id).await, OrderStatus::Paid);
 
     let wrong_key = mint("another-secret-0123456789abcdef01234", AUD, "jwt_alice");
     let wrong_aud = mint(SECRET_JWT, "someone-else", "jwt_alice");
     for bad in [wrong_key, wrong_aud] {
         let r = app.get_order(&bad, &id).await;
-        assert_eq!((r.status, r.code().as_str()), (401, "UNAUTHENTICATED"));
+        assert_eq!((r.status, r.code()), (401, ErrorCode::Unauthenticated));
         let r = app.pay(&bad, &id, Some(&key()), 1, "pm_card_approve").await;
         assert_eq!(r.status, 401);
     }
@@ -112,7 +112,7 @@ async fn a_jwt_only_server_needs_no_session_secret_and_refuses_session_tokens() 
     assert_eq!(r.status, 200, "{}", r.text());
     let session = payonce_server::sign_token(SECRET.as_bytes(), "jwt_carol", now() + 600);
     let r = app.get_order(&session, &id).await;
-    assert_eq!((r.status, r.code().as_str()), (401, "UNAUTHENTICATED"));
+    assert_eq!((r.status, r.code()), (401, ErrorCode::Unauthenticated));
     assert_eq!(app.ledger(&id).await.len(), 1, "one charge");
 }
 
@@ -140,7 +140,7 @@ async fn a_session_token_past_the_lifetime_bound_is_refused() {
     assert_eq!(app.get_order(&fine, &id).await.status, 200);
     for too_long in [sign(u64::MAX), sign(now() + 2 * 3600)] {
         let r = app.get_order(&too_long, &id).await;
-        assert_eq!((r.status, r.code().as_str()), (401, "UNAUTHENTICATED"));
+        assert_eq!((r.status, r.code()), (401, ErrorCode::Unauthenticated));
     }
     // The dev login mints within the bound.
     let dev = app.session("alice").await;

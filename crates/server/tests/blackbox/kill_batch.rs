@@ -5,8 +5,11 @@
 //! by a stored claim, and no order claimed twice. A restarted server then settles what was
 //! in flight: one charge per order at most, every charged order paid once.
 
-use crate::common::{client, id_of, key, spawn, Backend, Checkout, Opts, TestApp, TestDb};
+use crate::common::{
+    client, id_of, key, order_state_of, spawn, Backend, Checkout, HttpApi, Opts, TestApp, TestDb,
+};
 use crate::on_both_backends;
+use payonce_protocol::OrderStatus;
 use payonce_testkit::eventually;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -86,7 +89,7 @@ async fn kill_during_a_batch_loses_no_committed_claim(backend: Backend) {
             let mut acked = Vec::new(); // (order, key, charge id) of every 200
             for (_, t, id, k1, k2) in mine {
                 let pay = |k: String| {
-                    let req = app.pay_request(&t, &id, Some(&k), 1, "pm_card_approve");
+                    let req = app.request(app.pay_request(&t, &id, Some(&k), 1, "pm_card_approve"));
                     async move { (k, req.send().await) }
                 };
                 let (a, b, c) = tokio::join!(pay(k1.clone()), pay(k1), pay(k2));
@@ -193,7 +196,7 @@ async fn kill_during_a_batch_loses_no_committed_claim(backend: Backend) {
         let charges = app.ledger(order).await;
         assert!(charges.len() <= 1, "{order}: charged {}", charges.len());
         let o = app.get_order(&w.1, order).await.json();
-        let paid = o["status"] == "paid";
+        let paid = order_state_of(&o).0 == OrderStatus::Paid;
         assert_eq!(paid, !charges.is_empty(), "{order}: paid iff charged: {o}");
         if paid {
             assert_eq!(o["payment"]["chargeId"], charges[0]["id"], "{order}");

@@ -2,7 +2,9 @@
 //! PostgreSQL server, over HTTP. One binary, so the test suite links once.
 //!
 //! # Layout
-//! - `common`: the harness ([`common::TestApp`], fresh databases, process spawning).
+//! - `common`: the harness ([`common::TestApp`], fresh databases, process spawning); the
+//!   checkout fixtures, one set for a process and an in-process app, are
+//!   `payonce_testkit::checkout`.
 //! - `rules`: every pay rule (`docs/protocol.md`) and every cancel row, on both backends.
 //! - `concurrency`: 50 concurrent pays, two keys racing, three processes on one PostgreSQL.
 //! - `webhooks`: signed provider events settle attempts; forged ones cannot.

@@ -2,9 +2,10 @@
 //! traces of docs/model.md's retention finding. A cancelled key stays cancelled while its
 //! order could still be paid with it; a charged key is answered with its charge.
 
-use crate::common::{key, ledger, Backend, TestDb};
+use crate::common::{key, Backend, Checkout, TestDb};
 use crate::inproc::{counting_proxy, provider, InProc};
 use crate::on_both_backends;
+use payonce_protocol::{AttemptStatus, ErrorCode, OrderStatus};
 use serde_json::json;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -36,17 +37,14 @@ async fn a_pay_arriving_after_retention_still_meets_its_cancel(backend: Backend)
     let k = key();
     let path = format!("/orders/{id}/payment-attempts/cancel");
     let r = s.send("POST", &path, &t, None, json!({ "key": k })).await;
-    assert_eq!(r.json()["status"], "cancelled");
+    assert_eq!(r.attempt_status(), AttemptStatus::Cancelled);
     s.advance(Duration::from_secs(61));
     payonce_server::run_cleanup(&s.state).await.unwrap();
-    let r = s.pay(&t, &id, &k, "pm_card_approve").await;
+    let r = s.pay(&t, &id, Some(&k), 1, "pm_card_approve").await;
     assert_eq!(r.status, 409, "{}", r.text());
-    assert_eq!(r.json()["code"], "ATTEMPT_CANCELLED");
-    assert!(
-        ledger(&s.http, &s.provider, &id).await.is_empty(),
-        "no charge"
-    );
-    assert_eq!(s.status(&t, &id).await, "unpaid");
+    assert_eq!(r.code(), ErrorCode::AttemptCancelled);
+    assert!(s.ledger(&id).await.is_empty(), "no charge");
+    assert_eq!(s.order_status(&t, &id).await, OrderStatus::Unpaid);
 }
 
 /// A tab kept a charged key (a duplicated tab's copied storage); retention passes and the
@@ -62,7 +60,7 @@ async fn a_cancel_after_retention_of_a_charged_key_answers_with_the_payment(back
     let t = s.session("alice").await;
     let id = s.order(&t).await;
     let k = key();
-    let paid = s.pay(&t, &id, &k, "pm_card_approve").await;
+    let paid = s.pay(&t, &id, Some(&k), 1, "pm_card_approve").await;
     assert_eq!(paid.status, 200, "{}", paid.text());
     s.advance(Duration::from_secs(61));
     payonce_server::run_cleanup(&s.state).await.unwrap();
@@ -75,23 +73,19 @@ async fn a_cancel_after_retention_of_a_charged_key_answers_with_the_payment(back
     let path = format!("/orders/{id}/payment-attempts/cancel");
     let r = s.send("POST", &path, &t, None, json!({ "key": k })).await;
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(r.json()["status"], "succeeded");
+    assert_eq!(r.attempt_status(), AttemptStatus::Succeeded);
     assert_eq!(r.json()["payment"], paid.json()["payment"]);
-    let again = s.pay(&t, &id, &k, "pm_card_approve").await;
-    assert_eq!(again.json()["code"], "ORDER_ALREADY_PAID");
+    let again = s.pay(&t, &id, Some(&k), 1, "pm_card_approve").await;
+    assert_eq!(again.code(), ErrorCode::OrderAlreadyPaid);
     assert_eq!(again.json()["payment"], paid.json()["payment"]);
-    assert_eq!(
-        ledger(&s.http, &s.provider, &id).await.len(),
-        1,
-        "one charge"
-    );
+    assert_eq!(s.ledger(&id).await.len(), 1, "one charge");
     // A key that never charged this paid order is cancelled, not given the payment; it is
     // the first tombstone, so the minute's one token is still there for it.
     let r = s
         .send("POST", &path, &t, None, json!({ "key": key() }))
         .await;
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(r.json()["status"], "cancelled");
+    assert_eq!(r.attempt_status(), AttemptStatus::Cancelled);
 }
 
 /// A backlog larger than one cleanup batch (2,500 expired final keys and 2,500 audit rows
@@ -109,7 +103,7 @@ async fn a_backlog_of_expired_keys_is_deleted_in_batches_sparing_live_rows(backe
     let r = s
         .send("POST", &path, &t, None, json!({ "key": key() }))
         .await;
-    assert_eq!(r.json()["status"], "cancelled");
+    assert_eq!(r.attempt_status(), AttemptStatus::Cancelled);
     let pool = db.pool().await;
     sqlx::query(
         "WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 2501)
@@ -174,14 +168,14 @@ async fn a_loop_of_cancels_on_a_paid_order_never_spends_the_provider_quota(backe
     let t = s.session("alice").await;
     let id = s.order(&t).await;
     let k = key();
-    let paid = s.pay(&t, &id, &k, "pm_card_approve").await;
+    let paid = s.pay(&t, &id, Some(&k), 1, "pm_card_approve").await;
     assert_eq!(paid.status, 200, "{}", paid.text());
     s.advance(Duration::from_secs(61));
     payonce_server::run_cleanup(&s.state).await.unwrap();
     let path = format!("/orders/{id}/payment-attempts/cancel");
     let cancel = |k: String| s.send("POST", &path, &t, None, json!({ "key": k }));
     let r = cancel(k.clone()).await;
-    assert_eq!(r.json()["status"], "succeeded", "{}", r.text());
+    assert_eq!(r.attempt_status(), AttemptStatus::Succeeded, "{}", r.text());
     assert_eq!(r.json()["payment"], paid.json()["payment"]);
     let mut statuses = Vec::new();
     for _ in 0..10 {
@@ -216,11 +210,7 @@ async fn a_loop_of_cancels_on_a_paid_order_never_spends_the_provider_quota(backe
     );
     let r = cancel(k).await;
     assert_eq!(r.status, 429, "the paying key's lookup spends a token too");
-    assert_eq!(
-        ledger(&s.http, &s.provider, &id).await.len(),
-        1,
-        "one charge"
-    );
+    assert_eq!(s.ledger(&id).await.len(), 1, "one charge");
 }
 
 /// A client reuses a key on a new order once the key's retention is over (its record is
@@ -233,20 +223,20 @@ async fn a_key_used_again_on_another_order_after_retention_gets_its_own_charge(b
     let s = InProc::start(&db, &provider().await, RETENTION).await;
     let t = s.session("alice").await;
     let (first, k) = (s.order(&t).await, key());
-    let r = s.pay(&t, &first, &k, "pm_card_approve").await;
+    let r = s.pay(&t, &first, Some(&k), 1, "pm_card_approve").await;
     assert_eq!(r.status, 200, "{}", r.text());
     s.advance(Duration::from_secs(61));
     payonce_server::run_cleanup(&s.state).await.unwrap();
     let second = s.order(&t).await;
     for _ in 0..2 {
-        let r = s.pay(&t, &second, &k, "pm_card_approve").await;
+        let r = s.pay(&t, &second, Some(&k), 1, "pm_card_approve").await;
         assert_eq!(r.status, 200, "{}", r.text());
         assert_eq!(r.json()["payment"]["orderId"], second.as_str());
     }
-    let charges = ledger(&s.http, &s.provider, &second).await;
+    let charges = s.ledger(&second).await;
     assert_eq!(charges.len(), 1, "the new order's own charge");
-    assert_eq!(s.status(&t, &second).await, "paid");
-    assert_eq!(ledger(&s.http, &s.provider, &first).await.len(), 1);
+    assert_eq!(s.order_status(&t, &second).await, OrderStatus::Paid);
+    assert_eq!(s.ledger(&first).await.len(), 1);
     let (locked,): (i64,) =
         sqlx::query_as("SELECT COUNT(*) FROM orders WHERE active_attempt IS NOT NULL")
             .fetch_one(&db.pool().await)

@@ -1,7 +1,11 @@
 //! One scenario per pay rule and per cancel row; each runs on SQLite and on PostgreSQL.
 
-use crate::common::{id_of, key, ledger, Backend, Checkout, Opts, TestApp};
+use crate::common::{
+    id_of, key, ledger, order_state_of, Backend, Checkout, HttpApi, Opts, TestApp,
+};
 use crate::on_both_backends;
+use payonce_protocol::headers::DEV_FAULT;
+use payonce_protocol::{AttemptStatus, ErrorCode, OrderStatus};
 use serde_json::json;
 
 const APPROVE: &str = "pm_card_approve";
@@ -46,13 +50,13 @@ async fn auth_tokens_are_signed_and_orders_are_private(backend: Backend) {
     let r = app
         .send(app.http.get(app.url(&format!("/orders/{id}"))))
         .await;
-    assert_eq!((r.status, r.code().as_str()), (401, "UNAUTHENTICATED"));
+    assert_eq!((r.status, r.code()), (401, ErrorCode::Unauthenticated));
     let tampered = alice.replacen("alice", "bobby", 1);
     for token in [tampered.as_str(), "v1.alice.99999999999.00", "garbage"] {
         let r = app.get_order(token, &id).await;
         assert_eq!(
-            (r.status, r.code().as_str()),
-            (401, "UNAUTHENTICATED"),
+            (r.status, r.code()),
+            (401, ErrorCode::Unauthenticated),
             "{token}"
         );
         assert!(r.is_problem());
@@ -81,9 +85,9 @@ async fn auth_tokens_are_signed_and_orders_are_private(backend: Backend) {
     // Bob cannot see Alice's order: 404, exactly like a missing one.
     let bob = app.session("bob").await;
     let r = app.get_order(&bob, &id).await;
-    assert_eq!((r.status, r.code().as_str()), (404, "ORDER_NOT_FOUND"));
+    assert_eq!((r.status, r.code()), (404, ErrorCode::OrderNotFound));
     let r = app.get_order(&bob, "ord_does_not_exist").await;
-    assert_eq!((r.status, r.code().as_str()), (404, "ORDER_NOT_FOUND"));
+    assert_eq!((r.status, r.code()), (404, ErrorCode::OrderNotFound));
 }
 
 async fn orders_are_priced_by_the_server_and_cart_edits_bump_the_version(backend: Backend) {
@@ -98,7 +102,7 @@ async fn orders_are_priced_by_the_server_and_cart_edits_bump_the_version(backend
             json!({ "items": [{ "sku": "tee-classic", "quantity": 1 }], "amount": 1 }),
         )
         .await;
-    assert_eq!((r.status, r.code().as_str()), (400, "INVALID_REQUEST"));
+    assert_eq!((r.status, r.code()), (400, ErrorCode::InvalidRequest));
     let r = app.create_order_raw(&t, json!({ "items": [{ "sku": "tee-classic", "quantity": 2 }, { "sku": "mug-enamel", "quantity": 1 }], "coupon": "SAVE10" })).await;
     assert_eq!(r.status, 201);
     let o = r.json();
@@ -131,7 +135,7 @@ async fn orders_are_priced_by_the_server_and_cart_edits_bump_the_version(backend
         (Some(3), Some(1500))
     );
     let r = app.patch_cart(&t, &id, json!({ "coupon": "NOPE" })).await;
-    assert_eq!((r.status, r.code().as_str()), (400, "INVALID_REQUEST"));
+    assert_eq!((r.status, r.code()), (400, ErrorCode::InvalidRequest));
     let r = app.get_order(&t, &id).await;
     assert_eq!(
         r.json()["version"],
@@ -150,14 +154,14 @@ async fn rule1_order_ownership_then_key_presence_and_shape(backend: Backend) {
 
     // Someone else's order is 404, before the key is even looked at.
     let r = app.pay(&bob, &id, None, 1, APPROVE).await;
-    assert_eq!((r.status, r.code().as_str()), (404, "ORDER_NOT_FOUND"));
+    assert_eq!((r.status, r.code()), (404, ErrorCode::OrderNotFound));
     let r = app.pay(&bob, &id, Some(&key()), 1, APPROVE).await;
-    assert_eq!((r.status, r.code().as_str()), (404, "ORDER_NOT_FOUND"));
+    assert_eq!((r.status, r.code()), (404, ErrorCode::OrderNotFound));
 
     let r = app.pay(&alice, &id, None, 1, APPROVE).await;
     assert_eq!(
-        (r.status, r.code().as_str()),
-        (400, "IDEMPOTENCY_KEY_MISSING")
+        (r.status, r.code()),
+        (400, ErrorCode::IdempotencyKeyMissing)
     );
     for (bad, reason) in [
         ("short", "too_short"),
@@ -166,8 +170,8 @@ async fn rule1_order_ownership_then_key_presence_and_shape(backend: Backend) {
     ] {
         let r = app.pay(&alice, &id, Some(bad), 1, APPROVE).await;
         assert_eq!(
-            (r.status, r.code().as_str()),
-            (400, "IDEMPOTENCY_KEY_INVALID"),
+            (r.status, r.code()),
+            (400, ErrorCode::IdempotencyKeyInvalid),
             "{bad}"
         );
         assert_eq!(r.json()["reason"], reason);
@@ -184,18 +188,18 @@ async fn rule2_same_key_with_different_details_is_422(backend: Backend) {
     let other = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
     let k = key();
     let r = app.pay(&t, &id, Some(&k), 1, DECLINE).await;
-    assert_eq!((r.status, r.code().as_str()), (402, "PAYMENT_DECLINED"));
+    assert_eq!((r.status, r.code()), (402, ErrorCode::PaymentDeclined));
 
     // Another method, another order, another version: 422, nothing charged.
     let r = app.pay(&t, &id, Some(&k), 1, APPROVE).await;
     assert_eq!(
-        (r.status, r.code().as_str()),
-        (422, "KEY_REUSED_WITH_DIFFERENT_DETAILS")
+        (r.status, r.code()),
+        (422, ErrorCode::KeyReusedWithDifferentDetails)
     );
     let r = app.pay(&t, &other, Some(&k), 1, DECLINE).await;
     assert_eq!(
-        (r.status, r.code().as_str()),
-        (422, "KEY_REUSED_WITH_DIFFERENT_DETAILS")
+        (r.status, r.code()),
+        (422, ErrorCode::KeyReusedWithDifferentDetails)
     );
     // The cart changes to v2 (the decline unlocked it); the same key for v2 is other details,
     // checked before the version rule; for v1 it is still the same declined attempt.
@@ -211,11 +215,11 @@ async fn rule2_same_key_with_different_details_is_422(backend: Backend) {
     );
     let r = app.pay(&t, &id, Some(&k), 2, DECLINE).await;
     assert_eq!(
-        (r.status, r.code().as_str()),
-        (422, "KEY_REUSED_WITH_DIFFERENT_DETAILS")
+        (r.status, r.code()),
+        (422, ErrorCode::KeyReusedWithDifferentDetails)
     );
     let r = app.pay(&t, &id, Some(&k), 1, DECLINE).await;
-    assert_eq!((r.status, r.code().as_str()), (402, "PAYMENT_DECLINED"));
+    assert_eq!((r.status, r.code()), (402, ErrorCode::PaymentDeclined));
     assert_eq!(r.header("idempotent-replayed").as_deref(), Some("true"));
     let charges = app.ledger(&id).await;
     assert!(
@@ -246,15 +250,14 @@ async fn rule2_final_results_replay_byte_for_byte(backend: Backend) {
             assert_eq!(again.header("idempotent-replayed").as_deref(), Some("true"));
             assert_eq!(again.header("content-type"), first.header("content-type"));
         }
-        let expected_code = match method {
-            APPROVE => "",
-            DECLINE => "PAYMENT_DECLINED",
-            _ => "PAYMENT_FAILED",
-        };
         if status == 402 {
+            let expected_code = match method {
+                DECLINE => ErrorCode::PaymentDeclined,
+                _ => ErrorCode::PaymentFailed,
+            };
             assert_eq!(first.code(), expected_code);
         } else {
-            assert_eq!(first.json()["status"], "succeeded");
+            assert_eq!(first.attempt_status(), AttemptStatus::Succeeded);
         }
         let succeeded = app
             .ledger(&id)
@@ -294,7 +297,7 @@ async fn rule2_replays_check_user_order_and_details_before_answering(backend: Ba
 
     // Alice's key on bob's session: bob has no such row, and alice's order is not his.
     let r = app.pay(&bob, &a, Some(&k), 1, APPROVE).await;
-    assert_eq!((r.status, r.code().as_str()), (404, "ORDER_NOT_FOUND"));
+    assert_eq!((r.status, r.code()), (404, ErrorCode::OrderNotFound));
     assert!(!r.text().contains("succeeded"), "never alice's answer");
     // Bob's own order with that key: his own attempt, charged once, then replayed as his.
     let rb = app.pay(&bob, &b, Some(&k), 1, APPROVE).await;
@@ -306,29 +309,29 @@ async fn rule2_replays_check_user_order_and_details_before_answering(backend: Ba
     assert_eq!(rb2.header("idempotent-replayed").as_deref(), Some("true"));
     // Now bob holds a finished row for the key, on his order: still 404 on alice's.
     let r = app.pay(&bob, &a, Some(&k), 1, APPROVE).await;
-    assert_eq!((r.status, r.code().as_str()), (404, "ORDER_NOT_FOUND"));
+    assert_eq!((r.status, r.code()), (404, ErrorCode::OrderNotFound));
     assert_eq!(r.header("idempotent-replayed"), None);
 
     // The same key with other details, or on another order of alice's: 422, as before.
     for (order, version, method) in [(&a, 1, DECLINE), (&a, 2, APPROVE), (&a2, 1, APPROVE)] {
         let r = app.pay(&alice, order, Some(&k), version, method).await;
         assert_eq!(
-            (r.status, r.code().as_str()),
-            (422, "KEY_REUSED_WITH_DIFFERENT_DETAILS"),
+            (r.status, r.code()),
+            (422, ErrorCode::KeyReusedWithDifferentDetails),
             "{order} v{version} {method}"
         );
-        assert_eq!(r.json()["attemptStatus"], "succeeded");
+        assert_eq!(r.attempt_status(), AttemptStatus::Succeeded);
         assert_eq!(r.header("idempotent-replayed"), None);
         assert_eq!(r.header("idempotency-key-retention"), retention);
     }
     // On an order that does not exist (or is someone else's): 404, as before.
     let r = app.pay(&alice, "ord_missing", Some(&k), 1, APPROVE).await;
-    assert_eq!((r.status, r.code().as_str()), (404, "ORDER_NOT_FOUND"));
+    assert_eq!((r.status, r.code()), (404, ErrorCode::OrderNotFound));
     let r = app.pay(&alice, &b, Some(&k), 1, APPROVE).await;
-    assert_eq!((r.status, r.code().as_str()), (404, "ORDER_NOT_FOUND"));
+    assert_eq!((r.status, r.code()), (404, ErrorCode::OrderNotFound));
     // A malformed payment method is a 400 even for a known key, as before.
     let r = app.pay(&alice, &a, Some(&k), 1, "pm card").await;
-    assert_eq!((r.status, r.code().as_str()), (400, "INVALID_REQUEST"));
+    assert_eq!((r.status, r.code()), (400, ErrorCode::InvalidRequest));
 
     // A declined attempt still replays for its own version after the cart moved on.
     let d = id_of(&app.create_order(&alice, &[("tee-classic", 1)]).await);
@@ -371,12 +374,15 @@ async fn rule2_processing_key_is_409_in_progress_with_retry_after(backend: Backe
     let t = app.session("alice").await;
     let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
     let k = key();
-    let first = tokio::spawn(app.pay_request(&t, &id, Some(&k), 1, SLOW).send());
+    let first = tokio::spawn(
+        app.request(app.pay_request(&t, &id, Some(&k), 1, SLOW))
+            .send(),
+    );
     app.wait_until_active(&t, &id).await;
     let r = app.pay(&t, &id, Some(&k), 1, SLOW).await;
-    assert_eq!((r.status, r.code().as_str()), (409, "IN_PROGRESS"));
+    assert_eq!((r.status, r.code()), (409, ErrorCode::InProgress));
     assert_eq!(r.header("retry-after").as_deref(), Some("1"));
-    assert_eq!(r.json()["attemptStatus"], "processing");
+    assert_eq!(r.attempt_status(), AttemptStatus::Processing);
     let first = first.await.unwrap().unwrap();
     assert_eq!(first.status().as_u16(), 202, "slow provider → processing");
     assert_eq!(app.ledger(&id).await.len(), 1);
@@ -391,11 +397,11 @@ async fn rule2_cancelled_tombstone_blocks_a_late_pay(backend: Backend) {
     let k = key();
     let r = app.cancel(&t, &id, &k).await;
     assert_eq!(
-        (r.status, r.json()["status"].as_str()),
-        (200, Some("cancelled"))
+        (r.status, r.attempt_status()),
+        (200, AttemptStatus::Cancelled)
     );
     let r = app.pay(&t, &id, Some(&k), 1, APPROVE).await;
-    assert_eq!((r.status, r.code().as_str()), (409, "ATTEMPT_CANCELLED"));
+    assert_eq!((r.status, r.code()), (409, ErrorCode::AttemptCancelled));
     assert!(app.ledger(&id).await.is_empty());
     // The order itself is free: a new key pays it.
     let r = app.pay(&t, &id, Some(&key()), 1, APPROVE).await;
@@ -412,7 +418,7 @@ async fn rule3_version_mismatch_is_order_changed_and_leaves_the_key_unused(backe
     app.patch_cart(&t, &id, json!({ "coupon": "SAVE10" })).await;
     let k = key();
     let r = app.pay(&t, &id, Some(&k), 1, APPROVE).await;
-    assert_eq!((r.status, r.code().as_str()), (409, "ORDER_CHANGED"));
+    assert_eq!((r.status, r.code()), (409, ErrorCode::OrderChanged));
     assert_eq!(r.json()["currentVersion"], 2);
     assert!(app.ledger(&id).await.is_empty());
     // The key was never accepted (no row was kept), so the confirmed pay may use it.
@@ -433,15 +439,15 @@ async fn rule3_busy_order_is_payment_already_active_paid_is_order_already_paid(b
     let t = app.session("alice").await;
     // Busy: another key is processing (a slow charge in flight).
     let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
-    let first = tokio::spawn(app.pay_request(&t, &id, Some(&key()), 1, SLOW).send());
+    let first = tokio::spawn(
+        app.request(app.pay_request(&t, &id, Some(&key()), 1, SLOW))
+            .send(),
+    );
     app.wait_until_active(&t, &id).await;
     let r = app.pay(&t, &id, Some(&key()), 1, APPROVE).await;
-    assert_eq!(
-        (r.status, r.code().as_str()),
-        (409, "PAYMENT_ALREADY_ACTIVE")
-    );
+    assert_eq!((r.status, r.code()), (409, ErrorCode::PaymentAlreadyActive));
     let r = app.patch_cart(&t, &id, json!({ "coupon": "SAVE10" })).await;
-    assert_eq!((r.status, r.code().as_str()), (409, "PAYMENT_IN_PROGRESS"));
+    assert_eq!((r.status, r.code()), (409, ErrorCode::PaymentInProgress));
     first.await.unwrap().unwrap();
 
     // Paid: a new key (say, from another tab) cannot pay it again, nor edit it; it is told the
@@ -450,14 +456,14 @@ async fn rule3_busy_order_is_payment_already_active_paid_is_order_already_paid(b
     let paid = app.pay(&t, &id, Some(&key()), 1, APPROVE).await;
     assert_eq!(paid.status, 200);
     let r = app.pay(&t, &id, Some(&key()), 1, APPROVE).await;
-    assert_eq!((r.status, r.code().as_str()), (409, "ORDER_ALREADY_PAID"));
+    assert_eq!((r.status, r.code()), (409, ErrorCode::OrderAlreadyPaid));
     assert_eq!(r.json()["payment"], paid.json()["payment"], "{}", r.text());
     assert_eq!(
         r.json()["payment"]["chargeId"],
         app.ledger(&id).await[0]["id"]
     );
     let r = app.patch_cart(&t, &id, json!({ "coupon": "SAVE10" })).await;
-    assert_eq!((r.status, r.code().as_str()), (409, "ORDER_ALREADY_PAID"));
+    assert_eq!((r.status, r.code()), (409, ErrorCode::OrderAlreadyPaid));
     assert_eq!(app.ledger(&id).await.len(), 1);
 }
 
@@ -475,7 +481,7 @@ async fn rule3_insufficient_stock_is_out_of_stock(backend: Backend) {
     );
     assert_eq!(app.pay(&t, &a, Some(&key()), 1, APPROVE).await.status, 200);
     let r = app.pay(&u, &b, Some(&key()), 1, APPROVE).await;
-    assert_eq!((r.status, r.code().as_str()), (409, "OUT_OF_STOCK"));
+    assert_eq!((r.status, r.code()), (409, ErrorCode::OutOfStock));
     assert_eq!(r.json()["sku"], "poster-limited");
     assert!(app.ledger(&b).await.is_empty());
     assert_eq!(app.stock("poster-limited").await, 1);
@@ -494,18 +500,15 @@ async fn rule4_success_pays_the_order_and_decrements_stock(backend: Backend) {
     let id = id_of(&app.create_order(&t, &[("hoodie-zip", 2)]).await);
     let r = app.pay(&t, &id, Some(&key()), 1, APPROVE).await;
     assert_eq!(r.status, 200);
+    assert_eq!(r.attempt_status(), AttemptStatus::Succeeded);
     let body = r.json();
-    assert_eq!(body["status"], "succeeded");
     assert_eq!(body["payment"]["amount"], 13000);
     let charges = app.ledger(&id).await;
     assert_eq!(charges.len(), 1);
     assert_eq!(charges[0]["amount"], 13000);
     assert_eq!(body["payment"]["chargeId"], charges[0]["id"]);
     let o = app.get_order(&t, &id).await.json();
-    assert_eq!(
-        (o["status"].as_str(), o["paymentInProgress"].as_bool()),
-        (Some("paid"), Some(false))
-    );
+    assert_eq!(order_state_of(&o), (OrderStatus::Paid, false));
     assert_eq!(o["payment"]["id"], body["payment"]["id"]);
     assert_eq!(app.stock("hoodie-zip").await, 498);
     let pool = app.db_pool().await;
@@ -524,13 +527,10 @@ async fn rule4_decline_unlocks_the_order_and_keeps_stock(backend: Backend) {
     let t = app.session("alice").await;
     let id = id_of(&app.create_order(&t, &[("hoodie-zip", 1)]).await);
     let r = app.pay(&t, &id, Some(&key()), 1, DECLINE).await;
-    assert_eq!((r.status, r.code().as_str()), (402, "PAYMENT_DECLINED"));
-    assert_eq!(r.json()["attemptStatus"], "declined");
+    assert_eq!((r.status, r.code()), (402, ErrorCode::PaymentDeclined));
+    assert_eq!(r.attempt_status(), AttemptStatus::Declined);
     let o = app.get_order(&t, &id).await.json();
-    assert_eq!(
-        (o["status"].as_str(), o["paymentInProgress"].as_bool()),
-        (Some("unpaid"), Some(false))
-    );
+    assert_eq!(order_state_of(&o), (OrderStatus::Unpaid, false));
     assert_eq!(app.stock("hoodie-zip").await, 500);
     // Unlocked: the cart can change and a new key can pay.
     assert_eq!(
@@ -552,14 +552,10 @@ async fn rule4_provider_timeout_or_5xx_answers_202_processing(backend: Backend) 
         let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
         let r = app.pay(&t, &id, Some(&key()), 1, method).await;
         assert_eq!(r.status, 202, "{method}: {}", r.text());
-        assert_eq!(r.json()["status"], "processing");
+        assert_eq!(r.attempt_status(), AttemptStatus::Processing);
         assert_eq!(r.header("retry-after").as_deref(), Some("1"));
         let o = app.get_order(&t, &id).await.json();
-        assert_eq!(
-            (o["status"].as_str(), o["paymentInProgress"].as_bool()),
-            (Some("unpaid"), Some(true)),
-            "{method}"
-        );
+        assert_eq!(order_state_of(&o), (OrderStatus::Unpaid, true), "{method}");
     }
 }
 
@@ -641,8 +637,8 @@ async fn cancel_unknown_key_inserts_a_tombstone(backend: Backend) {
     let k = key();
     let r = app.cancel(&t, &id, &k).await;
     assert_eq!(
-        (r.status, r.json()["status"].as_str()),
-        (200, Some("cancelled"))
+        (r.status, r.attempt_status()),
+        (200, AttemptStatus::Cancelled)
     );
     let pool = app.db_pool().await;
     let (status,): (String,) =
@@ -653,15 +649,18 @@ async fn cancel_unknown_key_inserts_a_tombstone(backend: Backend) {
             .unwrap();
     assert_eq!(status, "cancelled");
     // Cancel again: same answer; a late pay: refused; nothing charged.
-    assert_eq!(app.cancel(&t, &id, &k).await.json()["status"], "cancelled");
+    assert_eq!(
+        app.cancel(&t, &id, &k).await.attempt_status(),
+        AttemptStatus::Cancelled
+    );
     assert_eq!(
         app.pay(&t, &id, Some(&k), 1, APPROVE).await.code(),
-        "ATTEMPT_CANCELLED"
+        ErrorCode::AttemptCancelled
     );
     assert!(app.ledger(&id).await.is_empty());
     // Bad keys in the body and other users' orders are refused.
     let r = app.cancel(&t, &id, "short").await;
-    assert_eq!((r.status, r.code().as_str()), (400, "INVALID_REQUEST"));
+    assert_eq!((r.status, r.code()), (400, ErrorCode::InvalidRequest));
     let bob = app.session("bob").await;
     assert_eq!(app.cancel(&bob, &id, &key()).await.status, 404);
 }
@@ -678,12 +677,15 @@ async fn cancel_answers_processing_while_charging_then_the_charge(backend: Backe
     let t = app.session("alice").await;
     let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
     let k = key();
-    let inflight = tokio::spawn(app.pay_request(&t, &id, Some(&k), 1, SLOW).send());
+    let inflight = tokio::spawn(
+        app.request(app.pay_request(&t, &id, Some(&k), 1, SLOW))
+            .send(),
+    );
     app.wait_until_active(&t, &id).await;
     let r = app.cancel(&t, &id, &k).await;
     assert_eq!(
-        (r.status, r.json()["status"].as_str()),
-        (200, Some("processing"))
+        (r.status, r.attempt_status()),
+        (200, AttemptStatus::Processing)
     );
     let answer = inflight.await.unwrap().unwrap();
     assert_eq!(
@@ -695,10 +697,10 @@ async fn cancel_answers_processing_while_charging_then_the_charge(backend: Backe
     // charged (the slow card's answer was only late), so the cancel cannot undo it: it
     // answers the payment, and the order is paid with the one charge.
     let r = app.cancel(&t, &id, &k).await;
-    assert_eq!(r.json()["status"], "succeeded", "{}", r.text());
+    assert_eq!(r.attempt_status(), AttemptStatus::Succeeded, "{}", r.text());
     assert!(r.json()["payment"]["chargeId"].is_string(), "{}", r.text());
     assert_eq!(ledger(&app.http, &app.provider, &id).await.len(), 1);
-    assert_eq!(app.get_order(&t, &id).await.json()["status"], "paid");
+    assert_eq!(app.order_status(&t, &id).await, OrderStatus::Paid);
 }
 
 async fn cancel_final_attempts_answer_their_status(backend: Backend) {
@@ -707,20 +709,16 @@ async fn cancel_final_attempts_answer_their_status(backend: Backend) {
     };
     let t = app.session("alice").await;
     for (method, status) in [
-        (APPROVE, "succeeded"),
-        (DECLINE, "declined"),
-        ("pm_card_unknown", "failed"),
+        (APPROVE, AttemptStatus::Succeeded),
+        (DECLINE, AttemptStatus::Declined),
+        ("pm_card_unknown", AttemptStatus::Failed),
     ] {
         let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
         let k = key();
         let paid = app.pay(&t, &id, Some(&k), 1, method).await;
         let r = app.cancel(&t, &id, &k).await;
-        assert_eq!(
-            (r.status, r.json()["status"].as_str()),
-            (200, Some(status)),
-            "{method}"
-        );
-        if status == "succeeded" {
+        assert_eq!((r.status, r.attempt_status()), (200, status), "{method}");
+        if status == AttemptStatus::Succeeded {
             assert_eq!(r.json()["payment"], paid.json()["payment"]);
         }
         // Nothing changed: the replay is as before.
@@ -741,13 +739,16 @@ async fn keys_are_scoped_per_user(backend: Backend) {
     assert_eq!(ra.status, 200);
     // Bob sends Alice's key for his own order: his own outcome, never her body.
     let rb = app.pay(&bob, &b, Some(&k), 1, DECLINE).await;
-    assert_eq!((rb.status, rb.code().as_str()), (402, "PAYMENT_DECLINED"));
+    assert_eq!((rb.status, rb.code()), (402, ErrorCode::PaymentDeclined));
     assert_eq!(rb.header("idempotent-replayed"), None);
     assert!(!rb.text().contains(&a), "bob must not see alice's order");
     let rb = app.pay(&bob, &b, Some(&k), 1, DECLINE).await;
     assert_eq!(rb.header("idempotent-replayed").as_deref(), Some("true"));
     // Bob's cancel of that key touches only his own row.
-    assert_eq!(app.cancel(&bob, &b, &k).await.json()["status"], "declined");
+    assert_eq!(
+        app.cancel(&bob, &b, &k).await.attempt_status(),
+        AttemptStatus::Declined
+    );
     assert_eq!(
         app.pay(&alice, &a, Some(&k), 1, APPROVE).await.body,
         ra.body
@@ -763,8 +764,10 @@ async fn dropped_response_is_replayed_on_retry(backend: Backend) {
     let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
     let k = key();
     let lost = app
-        .pay_request(&t, &id, Some(&k), 1, APPROVE)
-        .header("Payonce-Dev-Fault", "drop-response")
+        .request(
+            app.pay_request(&t, &id, Some(&k), 1, APPROVE)
+                .header(DEV_FAULT, "drop-response"),
+        )
         .send()
         .await;
     assert!(lost.is_err(), "the response must be lost: {lost:?}");

@@ -9,8 +9,11 @@
 //! `Flaw::ConfirmUnsaved`, `Flaw::Recreate`) charge twice here, which shows the ledger
 //! checks can fail.
 
-use crate::common::{client, id_of, key, spawn_logged, Backend, Checkout, Opts, TestApp, TestDb};
+use crate::common::{
+    client, id_of, key, spawn_logged, Backend, Checkout, HttpApi, Opts, TestApp, TestDb,
+};
 use crate::on_both_backends;
+use payonce_protocol::{AttemptStatus, ErrorCode, OrderStatus};
 use payonce_testkit::localstripe::{cards, Localstripe, SECRET_KEY};
 use payonce_testkit::server::Proc;
 use serde_json::Value;
@@ -175,7 +178,7 @@ async fn one_pay_is_one_succeeded_intent(b: Backend) {
     assert!(i["metadata"]["attempt_id"]
         .as_str()
         .is_some_and(|a| a.starts_with("att_")));
-    assert_eq!(app.get_order(&t, &id).await.json()["status"], "paid");
+    assert_eq!(app.order_status(&t, &id).await, OrderStatus::Paid);
     let config = app.http.get(app.url("/dev/config")).send().await.unwrap();
     let config = config.text().await.unwrap();
     assert!(config.contains(&run.ls.url()), "{config}");
@@ -198,7 +201,7 @@ async fn a_storm_of_fifty_with_one_key_is_one_intent(b: Backend) {
         futures_util::future::join_all((0..50).map(|_| app.pay(&t, &id, Some(&k), 1, &pm))).await;
     for r in &answers {
         assert!(
-            r.status == 200 || r.code() == "IN_PROGRESS",
+            r.status == 200 || r.code() == ErrorCode::InProgress,
             "{} {}",
             r.status,
             r.text()
@@ -221,8 +224,8 @@ async fn a_decline_then_a_new_key_is_one_charge(b: Backend) {
     let bad = run.ls.payment_method(cards::DECLINE).await;
     let r = app.pay(&t, &id, Some(&key()), 1, &bad).await;
     assert_eq!(
-        (r.status, r.code().as_str()),
-        (402, "PAYMENT_DECLINED"),
+        (r.status, r.code()),
+        (402, ErrorCode::PaymentDeclined),
         "{}",
         r.text()
     );
@@ -263,7 +266,10 @@ async fn crash_and_restart(
     let (id, _) = order(&app, &t).await;
     let pm = run.ls.payment_method(cards::APPROVE).await;
     // The answer never arrives: the process dies first.
-    let _ = app.pay_request(&t, &id, Some(&key()), 1, &pm).send().await;
+    let _ = app
+        .request(app.pay_request(&t, &id, Some(&key()), 1, &pm))
+        .send()
+        .await;
     let exit = first.wait_exit(Duration::from_secs(20)).await;
     assert!(
         exit.is_some_and(|s| !s.success()),
@@ -275,10 +281,7 @@ async fn crash_and_restart(
     let paid = payonce_testkit::eventually(
         Duration::from_secs(20),
         Duration::from_millis(100),
-        || async {
-            let o = app.get_order(&t, &id).await.json();
-            (o["status"] == "paid").then_some(())
-        },
+        || async { (app.order_status(&t, &id).await == OrderStatus::Paid).then_some(()) },
     )
     .await;
     assert!(
@@ -354,15 +357,6 @@ async fn re_creating_on_take_over_charges_twice_and_is_caught(b: Backend) {
     );
 }
 
-async fn refund(app: &TestApp, t: &str, payment: &str, k: &str) -> crate::common::Resp {
-    let req = app
-        .http
-        .post(app.url(&format!("/payments/{payment}/refund")))
-        .bearer_auth(t)
-        .header("Idempotency-Key", k);
-    app.send(req).await
-}
-
 async fn a_refund_raced_ten_ways_refunds_once(b: Backend) {
     let Some(mut run) = Run::start(b).await else {
         return;
@@ -381,7 +375,7 @@ async fn a_refund_raced_ten_ways_refunds_once(b: Backend) {
     // Ten keys at once, then one key ten times at once.
     let keys: Vec<String> = (0..10).map(|_| key()).collect();
     let answers =
-        futures_util::future::join_all(keys.iter().map(|k| refund(&app, &t, pid, k))).await;
+        futures_util::future::join_all(keys.iter().map(|k| app.refund(&t, pid, Some(k)))).await;
     let ok: Vec<_> = answers.iter().filter(|r| r.status == 200).collect();
     assert_eq!(
         ok.len(),
@@ -390,7 +384,7 @@ async fn a_refund_raced_ten_ways_refunds_once(b: Backend) {
         answers.iter().map(|r| r.text()).collect::<Vec<_>>()
     );
     for r in answers.iter().filter(|r| r.status != 200) {
-        assert_eq!(r.code(), "REFUND_NOT_ALLOWED", "{}", r.text());
+        assert_eq!(r.code(), ErrorCode::RefundNotAllowed, "{}", r.text());
     }
     assert_eq!(run.ls.refunds_of(intent).await.len(), 1);
     let (id2, _) = order(&app, &t).await;
@@ -401,17 +395,22 @@ async fn a_refund_raced_ten_ways_refunds_once(b: Backend) {
         payment["chargeId"].as_str().unwrap(),
     );
     let k = key();
-    let answers = futures_util::future::join_all((0..10).map(|_| refund(&app, &t, pid, &k))).await;
+    let answers =
+        futures_util::future::join_all((0..10).map(|_| app.refund(&t, pid, Some(&k)))).await;
     for r in &answers {
-        assert!(r.status == 200 || r.code() == "IN_PROGRESS", "{}", r.text());
+        assert!(
+            r.status == 200 || r.code() == ErrorCode::InProgress,
+            "{}",
+            r.text()
+        );
     }
-    assert_eq!(refund(&app, &t, pid, &k).await.status, 200);
+    assert_eq!(app.refund(&t, pid, Some(&k)).await.status, 200);
     assert_eq!(
         run.ls.refunds_of(intent).await.len(),
         1,
         "one refund at Stripe"
     );
-    assert_eq!(app.get_order(&t, &id2).await.json()["status"], "refunded");
+    assert_eq!(app.order_status(&t, &id2).await, OrderStatus::Refunded);
 }
 
 /// `requires_action` is 402 `ACTION_REQUIRED` with `next = {type: "stripe", clientSecret}`;
@@ -428,8 +427,8 @@ async fn three_d_secure_by_stripe_js_then_the_same_key_pays_once(b: Backend) {
     let k = key();
     let r = app.pay(&t, &id, Some(&k), 1, &pm).await;
     assert_eq!(
-        (r.status, r.code().as_str()),
-        (402, "ACTION_REQUIRED"),
+        (r.status, r.code()),
+        (402, ErrorCode::ActionRequired),
         "{}",
         r.text()
     );
@@ -445,7 +444,7 @@ async fn three_d_secure_by_stripe_js_then_the_same_key_pays_once(b: Backend) {
     assert!(secret.starts_with(&intent), "the intent's own secret");
     // Before the customer acted, the same key answers the same.
     let again = app.pay(&t, &id, Some(&k), 1, &pm).await;
-    assert_eq!(again.code(), "ACTION_REQUIRED", "{}", again.text());
+    assert_eq!(again.code(), ErrorCode::ActionRequired, "{}", again.text());
     run.ls.authenticate(&intent, &secret, true).await;
     let done = app.pay(&t, &id, Some(&k), 1, &pm).await;
     assert_eq!(done.status, 200, "{}", done.text());
@@ -471,19 +470,19 @@ async fn an_abandoned_challenge_expires_and_its_intent_is_cancelled(b: Backend) 
     let pm = run.ls.payment_method(cards::THREE_DS).await;
     let k = key();
     let r = app.pay(&t, &id, Some(&k), 1, &pm).await;
-    assert_eq!(r.code(), "ACTION_REQUIRED", "{}", r.text());
+    assert_eq!(r.code(), ErrorCode::ActionRequired, "{}", r.text());
     let expired = payonce_testkit::eventually(
         Duration::from_secs(20),
         Duration::from_millis(200),
         || async {
             let r = app.pay(&t, &id, Some(&k), 1, &pm).await;
-            (r.code() == "ACTION_EXPIRED").then_some(r)
+            (r.code() == ErrorCode::ActionExpired).then_some(r)
         },
     )
     .await
     .expect("the attempt expires after its deadline");
     assert_eq!(expired.status, 402, "{}", expired.text());
-    assert_eq!(expired.json()["attemptStatus"], "expired");
+    assert_eq!(expired.attempt_status(), AttemptStatus::Expired);
     let intents = run.ls.intents_of(&id).await;
     assert_eq!(intents.len(), 1, "{intents:?}");
     assert_eq!(intents[0]["status"], "canceled", "cancelled at localstripe");

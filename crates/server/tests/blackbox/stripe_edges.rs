@@ -4,13 +4,15 @@
 //! provider answer (the fault proxy drops it after localstripe acted) is settled by the jobs
 //! with one charge. Every count of charges is localstripe's own list of PaymentIntents.
 
-use crate::common::{id_of, key, spawn, Backend, Checkout, Opts, Proc, TestApp, TestDb};
+use crate::common::{
+    id_of, key, spawn, Backend, Checkout, HttpApi, Opts, Proc, Req, TestApp, TestDb,
+};
 use crate::on_both_backends;
+use payonce_protocol::{ErrorCode, OrderStatus};
 use payonce_testkit::checkout::Resp;
 use payonce_testkit::fault_proxy::{Fault, FaultProxy, Seen};
 use payonce_testkit::localstripe::{cards, Localstripe, SECRET_KEY};
 use serde_json::{json, Value};
-use std::time::Duration;
 
 on_both_backends!(
     a_stripe_webhook_settles_a_pay_whose_answer_was_lost_and_a_duplicate_counts_once,
@@ -40,15 +42,24 @@ struct StripeApp {
     db: TestDb,
 }
 
-impl Checkout for StripeApp {
-    fn http_client(&self) -> &reqwest::Client {
+impl HttpApi for StripeApp {
+    fn client(&self) -> &reqwest::Client {
         &self.http
     }
     fn api_url(&self) -> &str {
         &self.api
     }
+}
+
+impl Checkout for StripeApp {
+    fn http_client(&self) -> &reqwest::Client {
+        &self.http
+    }
     fn provider_url(&self) -> &str {
         ""
+    }
+    async fn call(&self, req: Req) -> Resp {
+        self.send(self.request(req)).await
     }
 }
 
@@ -121,26 +132,6 @@ impl StripeApp {
             req = req.header("Stripe-Signature", s);
         }
         self.send(req).await
-    }
-
-    async fn status(&self, token: &str, id: &str) -> String {
-        let o = self.get_order(token, id).await.json();
-        o["status"].as_str().unwrap_or_default().to_owned()
-    }
-
-    /// Waits (up to 15 s: localstripe sends about a second after the event) for the order's
-    /// status to become `want`; returns the last one seen.
-    async fn wait_status(&self, token: &str, id: &str, want: &str) -> String {
-        let seen = payonce_testkit::eventually(
-            Duration::from_secs(15),
-            Duration::from_millis(50),
-            || async { Some(self.status(token, id).await).filter(|s| s == want) },
-        )
-        .await;
-        match seen {
-            Some(s) => s,
-            None => self.status(token, id).await,
-        }
     }
 
     /// The one intent localstripe holds for the order.
@@ -225,7 +216,7 @@ async fn a_stripe_webhook_settles_a_pay_whose_answer_was_lost_and_a_duplicate_co
     let r = app.pay(&t, &id, Some(&k), 1, &pm).await;
     assert_eq!(r.status, 202, "{}", r.text());
     assert_eq!(app.to_stripe.applied("POST", CONFIRM), 1);
-    assert_eq!(app.wait_status(&t, &id, "paid").await, "paid");
+    app.wait_status(&t, &id, OrderStatus::Paid).await;
     assert_eq!(app.ls.succeeded_for(&id).await, 1);
     assert_eq!(
         app.count(BY_WEBHOOK, "succeeded").await,
@@ -259,7 +250,7 @@ async fn a_stripe_webhook_settles_a_pay_whose_answer_was_lost_and_a_duplicate_co
     let r = app.deliver(body, Some(&restamped)).await;
     assert_eq!(
         (r.status, r.code()),
-        (400, "WEBHOOK_SIGNATURE_INVALID".into())
+        (400, ErrorCode::WebhookSignatureInvalid)
     );
     assert_eq!(r.json()["reason"], "mismatch");
 }
@@ -294,7 +285,7 @@ async fn forged_stale_and_restamped_stripe_webhooks_are_refused_and_events_are_h
         let r = app.deliver(&body, sig.as_deref()).await;
         assert_eq!(
             (r.status, r.code()),
-            (400, "WEBHOOK_SIGNATURE_INVALID".into()),
+            (400, ErrorCode::WebhookSignatureInvalid),
             "{sig:?}"
         );
         assert!(r.is_problem());
@@ -313,7 +304,7 @@ async fn forged_stale_and_restamped_stripe_webhooks_are_refused_and_events_are_h
     // nothing is settled (not acknowledged: Stripe would deliver it again).
     let r = app.deliver(&body, Some(&signed(WHSEC, now, &body))).await;
     assert!([200, 503].contains(&r.status), "{}", r.text());
-    assert_eq!(app.status(&t, &id).await, "unpaid");
+    assert_eq!(app.order_status(&t, &id).await, OrderStatus::Unpaid);
     assert_eq!(
         app.get_order(&t, &id).await.json()["paymentInProgress"],
         true
@@ -337,7 +328,7 @@ async fn forged_stale_and_restamped_stripe_webhooks_are_refused_and_events_are_h
     let r = app
         .deliver(b"{\"id\":1}", Some(&signed(WHSEC, now, b"{\"id\":1}")))
         .await;
-    assert_eq!((r.status, r.code()), (400, "INVALID_REQUEST".into()));
+    assert_eq!((r.status, r.code()), (400, ErrorCode::InvalidRequest));
 
     // A server of the mock provider has no Stripe secret: nothing verifies, so refused.
     let Some(mock) = TestApp::spawn(backend).await else {
@@ -352,7 +343,7 @@ async fn forged_stale_and_restamped_stripe_webhooks_are_refused_and_events_are_h
         .await;
     assert_eq!(
         (r.status, r.code()),
-        (400, "WEBHOOK_SIGNATURE_INVALID".into())
+        (400, ErrorCode::WebhookSignatureInvalid)
     );
     assert_eq!(r.json()["reason"], "not_configured");
 }
@@ -383,7 +374,7 @@ async fn a_refund_made_in_the_stripe_dashboard_is_reflected(backend: Backend) {
         .deliver(&fake, Some(&signed(WHSEC, unix_now(), &fake)))
         .await;
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(app.status(&t, &id).await, "paid");
+    assert_eq!(app.order_status(&t, &id).await, OrderStatus::Paid);
 
     // Refunded in the dashboard (localstripe's API, not payonce); localstripe sends no
     // charge.refunded, so the test delivers the one Stripe would.
@@ -404,7 +395,7 @@ async fn a_refund_made_in_the_stripe_dashboard_is_reflected(backend: Backend) {
             .await;
         assert_eq!(r.status, 200, "{}", r.text());
     }
-    assert_eq!(app.status(&t, &id).await, "refunded");
+    assert_eq!(app.order_status(&t, &id).await, OrderStatus::Refunded);
     assert_eq!(
         app.count(BY_WEBHOOK, "refunded").await,
         2,
@@ -421,7 +412,7 @@ async fn a_refund_made_in_the_stripe_dashboard_is_reflected(backend: Backend) {
         .await;
     assert_eq!(
         (again.status, again.code()),
-        (409, "REFUND_NOT_ALLOWED".into())
+        (409, ErrorCode::RefundNotAllowed)
     );
     assert_eq!(app.ls.refunds_of(&pi).await.len(), 1);
 }
@@ -436,7 +427,7 @@ async fn a_lost_confirm_answer_is_settled_by_the_jobs_with_one_charge(backend: B
     let r = app.pay(&t, &id, Some(&key()), 1, &pm).await;
     assert_eq!(r.status, 202, "{}", r.text());
     // No webhook, no retry: reconciliation reads the saved intent and settles it.
-    assert_eq!(app.wait_status(&t, &id, "paid").await, "paid");
+    app.wait_status(&t, &id, OrderStatus::Paid).await;
     let intent = app.only_intent(&id).await;
     assert_eq!(intent["status"], "succeeded");
     assert_eq!(app.ls.succeeded_for(&id).await, 1);
@@ -464,7 +455,7 @@ async fn a_lost_create_answer_never_confirms_that_intent_and_charges_once(backen
     app.to_stripe.drop_answers("POST", CREATE, 1);
     let r = app.pay(&t, &id, Some(&key()), 1, &pm).await;
     assert_eq!(r.status, 202, "{}", r.text());
-    assert_eq!(app.wait_status(&t, &id, "paid").await, "paid");
+    app.wait_status(&t, &id, OrderStatus::Paid).await;
     assert_eq!(app.ls.succeeded_for(&id).await, 1);
     let intents = app.ls.intents_of(&id).await;
     let unconfirmed: Vec<_> = intents

@@ -5,7 +5,9 @@
 
 use crate::common::{id_of, key, Backend, Checkout, Opts, Resp, TestApp};
 use crate::on_both_backends;
-use serde_json::{json, Value};
+use payonce_protocol::{AttemptStatus, ErrorCode, OrderStatus};
+use payonce_testkit::wait_for;
+use serde_json::json;
 use std::time::Duration;
 
 const THREE_DS: &str = "pm_card_3ds";
@@ -43,14 +45,14 @@ async fn complete(app: &TestApp, next_url: &str, outcome: &str) {
 /// A 402 ACTION_REQUIRED whose `next` sends the customer to the provider's page; its URL.
 fn action_url(app: &TestApp, r: &Resp) -> String {
     assert_eq!(
-        (r.status, r.code().as_str()),
-        (402, "ACTION_REQUIRED"),
+        (r.status, r.code()),
+        (402, ErrorCode::ActionRequired),
         "{}",
         r.text()
     );
     assert!(r.is_problem());
+    assert_eq!(r.attempt_status(), AttemptStatus::Processing);
     let body = r.json();
-    assert_eq!(body["attemptStatus"], "processing");
     assert_eq!(body["next"]["type"], "redirect", "{body}");
     let url = body["next"]["url"].as_str().expect("next.url").to_owned();
     assert!(url.starts_with(&app.provider), "the provider's page: {url}");
@@ -60,17 +62,6 @@ fn action_url(app: &TestApp, r: &Resp) -> String {
     );
     assert_eq!(r.header("idempotent-replayed"), None, "not a stored answer");
     url
-}
-
-async fn wait_paid(app: &TestApp, token: &str, id: &str) -> Value {
-    for _ in 0..150 {
-        let o = app.get_order(token, id).await.json();
-        if o["status"] == "paid" {
-            return o;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("order {id} was never settled paid");
 }
 
 async fn three_ds_answers_action_required_and_the_same_key_finishes_it_with_one_charge(
@@ -102,8 +93,8 @@ async fn three_ds_answers_action_required_and_the_same_key_finishes_it_with_one_
     // A second key for the order is refused while the attempt is open.
     let other = app.pay(&t, &id, Some(&key()), 1, APPROVE).await;
     assert_eq!(
-        (other.status, other.code().as_str()),
-        (409, "PAYMENT_ALREADY_ACTIVE"),
+        (other.status, other.code()),
+        (409, ErrorCode::PaymentAlreadyActive),
         "{}",
         other.text()
     );
@@ -114,8 +105,8 @@ async fn three_ds_answers_action_required_and_the_same_key_finishes_it_with_one_
     // After completion the same key settles from the provider's answer, then replays it.
     let paid = app.pay(&t, &id, Some(&k), 1, THREE_DS).await;
     assert_eq!(paid.status, 200, "{}", paid.text());
+    assert_eq!(paid.attempt_status(), AttemptStatus::Succeeded);
     let body = paid.json();
-    assert_eq!(body["status"], "succeeded");
     let ledger = app.ledger(&id).await;
     assert_eq!(ledger.len(), 1, "exactly one charge: {ledger:?}");
     assert_eq!(ledger[0]["status"], "succeeded");
@@ -127,12 +118,12 @@ async fn three_ds_answers_action_required_and_the_same_key_finishes_it_with_one_
         Some("true")
     );
     assert_eq!(replay.body, paid.body, "byte for byte");
-    assert_eq!(app.get_order(&t, &id).await.json()["status"], "paid");
+    assert_eq!(app.order_status(&t, &id).await, OrderStatus::Paid);
     // The paid order refuses a new key with its receipt; the ledger keeps its one charge.
     let late = app.pay(&t, &id, Some(&key()), 1, THREE_DS).await;
     assert_eq!(
-        (late.status, late.code().as_str()),
-        (409, "ORDER_ALREADY_PAID")
+        (late.status, late.code()),
+        (409, ErrorCode::OrderAlreadyPaid)
     );
     assert_eq!(late.json()["payment"], body["payment"]);
     assert_eq!(app.ledger(&id).await.len(), 1);
@@ -157,7 +148,7 @@ async fn three_ds_completed_is_settled_by_the_webhook_and_the_key_replays_it(bac
 
     complete(&app, &url, "succeeded").await;
     // Nobody retries: the provider's webhook on completion settles the attempt.
-    let order = wait_paid(&app, &t, &id).await;
+    let order = app.wait_status(&t, &id, OrderStatus::Paid).await;
     let ledger = app.ledger(&id).await;
     assert_eq!(ledger.len(), 1, "{ledger:?}");
     assert_eq!(order["payment"]["chargeId"], ledger[0]["id"]);
@@ -180,8 +171,8 @@ async fn three_ds_failed_challenge_is_a_decline_and_a_new_key_may_pay(backend: B
 
     let r = app.pay(&t, &id, Some(&k), 1, THREE_DS).await;
     assert_eq!(
-        (r.status, r.code().as_str()),
-        (402, "PAYMENT_DECLINED"),
+        (r.status, r.code()),
+        (402, ErrorCode::PaymentDeclined),
         "{}",
         r.text()
     );
@@ -219,10 +210,27 @@ async fn three_ds_waiting_is_not_flagged_for_review_and_reconciliation_settles_i
     let k = key();
     let url = action_url(&app, &app.pay(&t, &id, Some(&k), 1, THREE_DS).await);
 
-    // Several reconciliation rounds while the customer has not acted: the provider says
-    // "waiting", which is an answer, not "cannot tell": no review flag, no second charge.
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    // Reconciliation looks at it while the customer has not acted: the provider says
+    // "waiting", which is an answer, not "cannot tell": the jobs put it off to a later
+    // check (its `next_check_at` moves on from the one the pay set), no review flag, no
+    // second charge.
     let pool = app.db_pool().await;
+    let check = "SELECT next_check_at FROM attempts WHERE order_id = $1";
+    let next_check = || async {
+        let (at,): (Option<i64>,) = sqlx::query_as(check)
+            .bind(&id)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        at
+    };
+    let set_by_the_pay = next_check().await;
+    wait_for(
+        "a job round putting the challenge off",
+        Duration::from_secs(10),
+        || async { (next_check().await != set_by_the_pay).then_some(()) },
+    )
+    .await;
     let flagged = count(
         &pool,
         "SELECT COUNT(*) FROM attempts WHERE order_id = $1 AND needs_review_at IS NOT NULL",
@@ -234,11 +242,11 @@ async fn three_ds_waiting_is_not_flagged_for_review_and_reconciliation_settles_i
         "a charge waiting for the customer needs no person"
     );
     assert_eq!(app.ledger(&id).await.len(), 1);
-    assert_eq!(app.get_order(&t, &id).await.json()["status"], "unpaid");
+    assert_eq!(app.order_status(&t, &id).await, OrderStatus::Unpaid);
 
     // Webhooks are off: only the jobs can settle it.
     complete(&app, &url, "succeeded").await;
-    let order = wait_paid(&app, &t, &id).await;
+    let order = app.wait_status(&t, &id, OrderStatus::Paid).await;
     let ledger = app.ledger(&id).await;
     assert_eq!(ledger.len(), 1, "{ledger:?}");
     assert_eq!(order["payment"]["chargeId"], ledger[0]["id"]);

@@ -1,8 +1,10 @@
 //! Provider webhooks: they settle attempts without any client retry, their signatures are
 //! checked, and a signed event is still only a hint (the provider is asked).
 
-use crate::common::{id_of, key, Backend, Checkout, Opts, TestApp};
+use crate::common::{id_of, key, order_state_of, Backend, Checkout, HttpApi, Opts, TestApp};
 use crate::on_both_backends;
+use payonce_protocol::{ErrorCode, OrderStatus};
+use payonce_testkit::wait_for;
 use serde_json::json;
 use std::time::Duration;
 
@@ -10,21 +12,6 @@ on_both_backends!(
     webhooks_settle_attempts_without_any_retry,
     webhook_signatures_are_checked_and_events_are_only_hints,
 );
-
-async fn wait_for_status(app: &TestApp, token: &str, id: &str, want: &str) -> String {
-    let mut status = String::new();
-    for _ in 0..100 {
-        status = app.get_order(token, id).await.json()["status"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-        if status == want {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    status
-}
 
 async fn webhooks_settle_attempts_without_any_retry(backend: Backend) {
     let opts = Opts {
@@ -44,7 +31,7 @@ async fn webhooks_settle_attempts_without_any_retry(backend: Backend) {
     // Whether the webhook won the race or not, this was the key's first request: its
     // answer is not a replay, even when it is the stored answer the webhook wrote.
     assert_eq!(r.header("idempotent-replayed"), None, "{}", r.text());
-    assert_eq!(wait_for_status(&app, &t, &id, "paid").await, "paid");
+    app.wait_status(&t, &id, OrderStatus::Paid).await;
     assert_eq!(app.ledger(&id).await.len(), 1);
     let again = app.pay(&t, &id, Some(&k), 1, "pm_card_timeout").await;
     assert_eq!(again.status, 200, "{}", again.text());
@@ -72,12 +59,23 @@ async fn webhooks_settle_attempts_without_any_retry(backend: Backend) {
             .status,
         402
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let handled = "SELECT COUNT(w.handled_at) FROM webhook_events w
+                   JOIN attempts a ON a.provider_key = w.provider_key WHERE a.order_id = $1";
+    wait_for(
+        "the decline's webhook handled",
+        Duration::from_secs(5),
+        || async {
+            let (n,): (i64,) = sqlx::query_as(handled)
+                .bind(&id)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            (n > 0).then_some(())
+        },
+    )
+    .await;
     let o = app.get_order(&t, &id).await.json();
-    assert_eq!(
-        (o["status"].as_str(), o["paymentInProgress"].as_bool()),
-        (Some("unpaid"), Some(false))
-    );
+    assert_eq!(order_state_of(&o), (OrderStatus::Unpaid, false));
 }
 
 fn signed(body: &[u8]) -> String {
@@ -133,8 +131,8 @@ async fn webhook_signatures_are_checked_and_events_are_only_hints(backend: Backe
     };
     let r = post(None).await;
     assert_eq!(
-        (r.status, r.code().as_str()),
-        (400, "WEBHOOK_SIGNATURE_INVALID")
+        (r.status, r.code()),
+        (400, ErrorCode::WebhookSignatureInvalid)
     );
     assert_eq!(r.json()["reason"], "missing");
     let r = post(Some(payonce_mock_provider::sign(
@@ -144,8 +142,8 @@ async fn webhook_signatures_are_checked_and_events_are_only_hints(backend: Backe
     )))
     .await;
     assert_eq!(
-        (r.status, r.code().as_str()),
-        (400, "WEBHOOK_SIGNATURE_INVALID")
+        (r.status, r.code()),
+        (400, ErrorCode::WebhookSignatureInvalid)
     );
     let r = post(Some(signed(b"another body"))).await;
     assert_eq!(
@@ -157,10 +155,7 @@ async fn webhook_signatures_are_checked_and_events_are_only_hints(backend: Backe
     let r = post(Some(signed(&body))).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let o = app.get_order(&t, &id).await.json();
-    assert_eq!(
-        (o["status"].as_str(), o["paymentInProgress"].as_bool()),
-        (Some("unpaid"), Some(true))
-    );
+    assert_eq!(order_state_of(&o), (OrderStatus::Unpaid, true));
     // A duplicate is acknowledged too.
     assert_eq!(post(Some(signed(&body))).await.status, 200);
     // The retry settles it for real (one charge, by the same provider key).

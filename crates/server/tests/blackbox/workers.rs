@@ -1,9 +1,10 @@
 //! What runs besides the pay request: webhooks under chaos, refunds, reconciliation with
 //! manual review, retention, and the key-retention header.
 
-use crate::common::{id_of, key, spawn, Backend, Checkout, Opts, TestApp, TestDb};
-use crate::crash::{mailbox, wait_for_mails};
+use crate::common::{id_of, key, spawn, Backend, Checkout, HttpApi, Opts, TestApp, TestDb};
 use crate::on_both_backends;
+use payonce_protocol::{ErrorCode, OrderStatus};
+use payonce_testkit::wait_for;
 use serde_json::json;
 use std::time::Duration;
 
@@ -15,24 +16,6 @@ on_both_backends!(
     a_refund_the_provider_refuses_fails_and_frees_the_payment,
     a_refund_made_in_the_providers_dashboard_is_reflected,
 );
-
-async fn order_status(app: &TestApp, t: &str, id: &str) -> (String, bool) {
-    let o = app.get_order(t, id).await.json();
-    (
-        o["status"].as_str().unwrap().to_owned(),
-        o["paymentInProgress"].as_bool().unwrap(),
-    )
-}
-
-/// The value of one series in `GET /metrics` (0 when absent).
-async fn metric(app: &TestApp, series: &str) -> f64 {
-    let r = app.send(app.http.get(app.url("/metrics"))).await;
-    assert_eq!(r.status, 200);
-    r.text()
-        .lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or(0.0)
-}
 
 async fn count(pool: &sqlx::AnyPool, sql: &str, bind: &str) -> i64 {
     let (n,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(sql.to_owned()))
@@ -91,21 +74,16 @@ async fn chaotic_webhooks_never_double_apply(backend: Backend) {
     // Everything settles by webhook or by the workers, without a single client retry.
     for (id, m) in &orders {
         let want = if *m == "pm_card_decline" {
-            "unpaid"
+            OrderStatus::Unpaid
         } else {
-            "paid"
+            OrderStatus::Paid
         };
-        let mut now = (String::new(), true);
-        for _ in 0..150 {
-            now = order_status(&app, &t, id).await;
-            if now == (want.to_owned(), false) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        assert_eq!(now, (want.to_owned(), false), "{m}");
+        app.wait_status(&t, id, want).await;
     }
-    tokio::time::sleep(Duration::from_millis(1_500)).await; // let late duplicates land
+    // A quiet window is the point here: chaos duplicates arrive unannounced up to
+    // delay-ms + reorder-ms after their event, and nothing counts the ones still to come;
+    // the checks below must hold after they land.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
     let pool = app.db_pool().await;
     let mut paid = 0;
     for (id, m) in &orders {
@@ -127,11 +105,11 @@ async fn chaotic_webhooks_never_double_apply(backend: Backend) {
         .await;
         let mails = if *m == "pm_card_decline" {
             assert_eq!(payments, 0);
-            mailbox(&app, &t, id).await
+            app.mailbox(&t, id).await
         } else {
             paid += 1;
             assert_eq!(payments, 1, "{m}: one payment");
-            wait_for_mails(&app, &t, id, 1).await
+            app.wait_for_mails(&t, id, 1).await
         };
         assert_eq!(
             mails.len(),
@@ -154,7 +132,9 @@ async fn chaotic_webhooks_never_double_apply(backend: Backend) {
         "every order's event handled ({handled})"
     );
     assert_eq!(received, handled, "no event left half-handled");
-    let dup = metric(&app, r#"payonce_webhook_events_total{result="duplicate"}"#).await;
+    let dup = app
+        .metric(r#"payonce_webhook_events_total{result="duplicate"}"#)
+        .await;
     assert!(
         dup >= orders.len() as f64,
         "duplicates were delivered and counted: {dup}"
@@ -194,8 +174,8 @@ async fn a_webhook_for_an_unknown_provider_key_is_not_acknowledged(backend: Back
         // Not acknowledged (the provider redelivers), and the second delivery is not
         // mistaken for a handled duplicate.
         assert_eq!(
-            (r.status, r.code().as_str()),
-            (404, "PAYMENT_NOT_FOUND"),
+            (r.status, r.code()),
+            (404, ErrorCode::PaymentNotFound),
             "{}",
             r.text()
         );
@@ -207,17 +187,6 @@ async fn a_webhook_for_an_unknown_provider_key_is_not_acknowledged(backend: Back
             .await
             .unwrap();
     assert_eq!(handled, None);
-}
-
-async fn refund(app: &TestApp, t: &str, payment: &str, k: Option<&str>) -> crate::common::Resp {
-    let mut req = app
-        .http
-        .post(app.url(&format!("/payments/{payment}/refund")))
-        .bearer_auth(t);
-    if let Some(k) = k {
-        req = req.header("Idempotency-Key", k);
-    }
-    app.send(req).await
 }
 
 /// The provider's own record of refunds: its state file.
@@ -262,11 +231,11 @@ async fn a_refund_retried_ten_times_or_raced_ten_times_refunds_once(backend: Bac
 
     // Retried ten times with one key: one refund, ten identical answers.
     let rk = key();
-    let first = refund(&app, &t, &pid, Some(&rk)).await;
+    let first = app.refund(&t, &pid, Some(&rk)).await;
     assert_eq!(first.status, 200, "{}", first.text());
     assert_eq!(first.json()["payment"]["status"], "refunded");
     for _ in 0..9 {
-        let r = refund(&app, &t, &pid, Some(&rk)).await;
+        let r = app.refund(&t, &pid, Some(&rk)).await;
         assert_eq!((r.status, &r.body), (200, &first.body));
         assert_eq!(r.header("idempotent-replayed").as_deref(), Some("true"));
     }
@@ -276,18 +245,18 @@ async fn a_refund_retried_ten_times_or_raced_ten_times_refunds_once(backend: Bac
         (1, Some("refunded"))
     );
     assert_eq!(provider_refunds(&state, &charge), 1);
-    assert_eq!(app.get_order(&t, &id).await.json()["status"], "refunded");
+    assert_eq!(app.order_status(&t, &id).await, OrderStatus::Refunded);
     // Another key for the same payment, another user, no key, a key of another payment.
-    let r = refund(&app, &t, &pid, Some(&key())).await;
-    assert_eq!((r.status, r.code().as_str()), (409, "REFUND_NOT_ALLOWED"));
+    let r = app.refund(&t, &pid, Some(&key())).await;
+    assert_eq!((r.status, r.code()), (409, ErrorCode::RefundNotAllowed));
     let bob = app.session("bob").await;
     assert_eq!(
-        refund(&app, &bob, &pid, Some(&key())).await.code(),
-        "PAYMENT_NOT_FOUND"
+        app.refund(&bob, &pid, Some(&key())).await.code(),
+        ErrorCode::PaymentNotFound
     );
     assert_eq!(
-        refund(&app, &t, &pid, None).await.code(),
-        "IDEMPOTENCY_KEY_MISSING"
+        app.refund(&t, &pid, None).await.code(),
+        ErrorCode::IdempotencyKeyMissing
     );
 
     // Raced ten times with one key on another payment: still one refund.
@@ -296,16 +265,16 @@ async fn a_refund_retried_ten_times_or_raced_ten_times_refunds_once(backend: Bac
     let pid2 = payment2["id"].as_str().unwrap().to_owned();
     let charge2 = payment2["chargeId"].as_str().unwrap().to_owned();
     assert_eq!(
-        refund(&app, &t, &pid2, Some(&rk)).await.code(),
-        "KEY_REUSED_WITH_DIFFERENT_DETAILS"
+        app.refund(&t, &pid2, Some(&rk)).await.code(),
+        ErrorCode::KeyReusedWithDifferentDetails
     );
     let rk2 = key();
     let answers =
-        futures_util::future::join_all((0..10).map(|_| refund(&app, &t, &pid2, Some(&rk2)))).await;
+        futures_util::future::join_all((0..10).map(|_| app.refund(&t, &pid2, Some(&rk2)))).await;
     let ok: Vec<_> = answers.iter().filter(|r| r.status == 200).collect();
     for r in &answers {
         assert!(
-            r.status == 200 || (r.status == 409 && r.code() == "IN_PROGRESS"),
+            r.status == 200 || (r.status == 409 && r.code() == ErrorCode::InProgress),
             "{} {}",
             r.status,
             r.text()
@@ -325,7 +294,9 @@ async fn a_refund_retried_ten_times_or_raced_ten_times_refunds_once(backend: Bac
     )
     .await;
     assert_eq!(n, 1);
-    let refunded = metric(&app, r#"payonce_refunds_total{result="refunded"}"#).await;
+    let refunded = app
+        .metric(r#"payonce_refunds_total{result="refunded"}"#)
+        .await;
     assert_eq!(refunded, 2.0, "two payments, two refunds");
     let _ = std::fs::remove_file(&state);
 }
@@ -359,20 +330,19 @@ async fn unreachable_provider_flags_stuck_attempts_for_review_never_charges(back
     let r = app.pay(&t, &id, Some(&k), 1, "pm_card_approve").await;
     assert_eq!(r.status, 202, "{}", r.text());
     let pool = app.db_pool().await;
-    let mut flagged = 0;
-    for _ in 0..100 {
-        flagged = count(
-            &pool,
-            "SELECT COUNT(*) FROM attempts WHERE order_id = $1 AND needs_review_at IS NOT NULL",
-            &id,
-        )
-        .await;
-        if flagged == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(flagged, 1, "flagged for manual review");
+    let flagged =
+        "SELECT COUNT(*) FROM attempts WHERE order_id = $1 AND needs_review_at IS NOT NULL";
+    wait_for(
+        "the attempt flagged for manual review",
+        Duration::from_secs(10),
+        || async { (count(&pool, flagged, &id).await > 0).then_some(()) },
+    )
+    .await;
+    assert_eq!(
+        count(&pool, flagged, &id).await,
+        1,
+        "flagged for manual review"
+    );
     // That later rounds flag it no second time is a rule of the clock, tested by moving one
     // (`inproc.rs`, `an_attempt_the_provider_cannot_settle_is_flagged_for_review_once`).
     let audits = count(
@@ -383,17 +353,12 @@ async fn unreachable_provider_flags_stuck_attempts_for_review_never_charges(back
     )
     .await;
     assert_eq!(audits, 1, "one audit row");
-    let flagged = metric(
-        &app,
-        r#"payonce_reconciliation_total{result="manual_review"}"#,
-    )
-    .await;
+    let flagged = app
+        .metric(r#"payonce_reconciliation_total{result="manual_review"}"#)
+        .await;
     assert_eq!(flagged, 1.0, "the manual-review metric");
     // Still processing, still locked: nothing decided without the provider.
-    assert_eq!(
-        order_status(&app, &t, &id).await,
-        ("unpaid".to_owned(), true)
-    );
+    assert_eq!(app.order_state(&t, &id).await, (OrderStatus::Unpaid, true));
 
     // The provider is back (the process restarts with one): the customer's retry settles the
     // attempt from it (rule 5: the provider has no charge under the key, so it is driven
@@ -431,10 +396,7 @@ async fn unreachable_provider_flags_stuck_attempts_for_review_never_charges(back
         still_flagged, 0,
         "settled, so no longer waiting for a review"
     );
-    assert_eq!(
-        order_status(&app, &t, &id).await,
-        ("paid".to_owned(), false)
-    );
+    assert_eq!(app.order_state(&t, &id).await, (OrderStatus::Paid, false));
 }
 
 /// `payonce-server mock-provider --state-file`: a restarted standalone provider still knows
@@ -507,23 +469,23 @@ async fn a_refund_the_provider_refuses_fails_and_frees_the_payment(backend: Back
     assert_eq!(r.status, 200, "{}", r.text());
     let pid = r.json()["payment"]["id"].as_str().unwrap().to_owned();
     let rk = key();
-    let first = refund(&app, &t, &pid, Some(&rk)).await;
+    let first = app.refund(&t, &pid, Some(&rk)).await;
     assert_eq!(
-        (first.status, first.code().as_str()),
-        (409, "REFUND_NOT_ALLOWED"),
+        (first.status, first.code()),
+        (409, ErrorCode::RefundNotAllowed),
         "{}",
         first.text()
     );
     for _ in 0..5 {
-        let again = refund(&app, &t, &pid, Some(&rk)).await;
+        let again = app.refund(&t, &pid, Some(&rk)).await;
         assert_eq!(again.body, first.body);
         assert_eq!(again.header("idempotent-replayed").as_deref(), Some("true"));
     }
     let pool = app.db_pool().await;
     let failed = "SELECT COUNT(*) FROM refunds WHERE payment_id = $1 AND status = 'failed'";
     assert_eq!(count(&pool, failed, &pid).await, 1, "the key ended failed");
-    let other = refund(&app, &t, &pid, Some(&key())).await;
-    assert_eq!(other.code(), "REFUND_NOT_ALLOWED");
+    let other = app.refund(&t, &pid, Some(&key())).await;
+    assert_eq!(other.code(), ErrorCode::RefundNotAllowed);
     assert!(
         other.text().contains("refused"),
         "a refund of its own: {}",
@@ -534,7 +496,7 @@ async fn a_refund_the_provider_refuses_fails_and_frees_the_payment(backend: Back
         2,
         "the slot was free for it"
     );
-    assert_eq!(app.get_order(&t, &id).await.json()["status"], "paid");
+    assert_eq!(app.order_status(&t, &id).await, OrderStatus::Paid);
     assert_eq!(
         count(
             &pool,
@@ -579,7 +541,7 @@ async fn a_refund_made_in_the_providers_dashboard_is_reflected(backend: Backend)
                 Duration::from_secs(10),
                 Duration::from_millis(50),
                 || async {
-                    (app.get_order(&t, &id).await.json()["status"] == "refunded").then_some(())
+                    (app.order_status(&t, &id).await == OrderStatus::Refunded).then_some(())
                 },
             )
             .await;
@@ -587,14 +549,14 @@ async fn a_refund_made_in_the_providers_dashboard_is_reflected(backend: Backend)
                 seen.is_some(),
                 "the charge.refunded event reached the order"
             );
-            let r = refund(&app, &t, &pid, Some(&key())).await;
-            assert_eq!(r.code(), "REFUND_NOT_ALLOWED", "already refunded");
+            let r = app.refund(&t, &pid, Some(&key())).await;
+            assert_eq!(r.code(), ErrorCode::RefundNotAllowed, "already refunded");
         } else {
-            assert_eq!(app.get_order(&t, &id).await.json()["status"], "paid");
-            let r = refund(&app, &t, &pid, Some(&key())).await;
+            assert_eq!(app.order_status(&t, &id).await, OrderStatus::Paid);
+            let r = app.refund(&t, &pid, Some(&key())).await;
             assert_eq!(r.status, 200, "{}", r.text());
             assert_eq!(r.json()["payment"]["status"], "refunded");
-            assert_eq!(app.get_order(&t, &id).await.json()["status"], "refunded");
+            assert_eq!(app.order_status(&t, &id).await, OrderStatus::Refunded);
         }
         let pool = app.db_pool().await;
         let refunded = "SELECT COUNT(*) FROM payments WHERE id = $1 AND status = 'refunded'";
