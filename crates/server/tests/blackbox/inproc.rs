@@ -194,7 +194,7 @@ async fn ids_come_from_the_injected_source(backend: Backend) {
     let t = s.session("alice").await;
     let order = s.order(&t).await;
     assert_eq!(order, format!("ord_{:032x}", 1));
-    let r = s.pay(&t, &order, &key(), "pm_card_approve").await;
+    let r = s.pay(&t, &order, Some(&key()), 1, "pm_card_approve").await;
     assert_eq!(r.status, 200, "{}", r.text());
     payonce_server::run_jobs(&s.state).await;
     let pool = db.pool().await;
