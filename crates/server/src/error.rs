@@ -78,7 +78,7 @@ impl AppError {
 
     /// Builds a client problem with extra members set by `f`. Prefer a named constructor
     /// below: each code whose problem carries more than a detail is built in one place.
-    pub(crate) fn with(code: ErrorCode, f: impl FnOnce(&mut Problem)) -> Self {
+    fn with(code: ErrorCode, f: impl FnOnce(&mut Problem)) -> Self {
         let mut p = Problem::new(code);
         f(&mut p);
         Self::Client(Box::new(p))

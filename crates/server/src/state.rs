@@ -25,9 +25,12 @@ pub enum RunError {
         /// The error.
         source: std::io::Error,
     },
-    /// The provider (client or embedded server) could not start.
+    /// The embedded provider (dev mode) could not start.
     #[error("provider: {0}")]
     Provider(String),
+    /// The provider's HTTP client could not be built (its API key, its CA bundle).
+    #[error("provider: {0}")]
+    ProviderClient(#[from] crate::provider::ClientError),
     /// A dependency's TLS handshake failed at start (wrong CA, a plain-text server): no
     /// retry fixes that, so the start stops instead of failing requests later.
     #[error("{flag}: TLS handshake failed: {detail}")]
@@ -74,8 +77,7 @@ impl AppState {
             config.provider_timeout,
             ca,
             key,
-        )
-        .map_err(RunError::Provider)?;
+        )?;
         let redis = config.redis_url.as_deref().map(|url| {
             crate::replay::redis::RedisCache::new(url, config.redis_timeout, ca).map(Arc::new)
         });

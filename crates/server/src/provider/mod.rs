@@ -93,7 +93,7 @@ impl Provider {
         timeout: Duration,
         ca: Option<&[u8]>,
         api_key: Option<&str>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, ClientError> {
         let http = http_client(timeout, ca, api_key)?;
         Ok(match kind {
             ProviderKind::Mock => Self::Mock(mock::MockClient::new(base, http)),
@@ -223,25 +223,36 @@ impl Provider {
 
 /// The HTTP client of an adapter: `timeout` on every call and connect, `ca` (PEM) trusted
 /// beside the system's roots, `api_key` as a sensitive Bearer header.
+/// Why the provider's HTTP client could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The API key cannot travel in a header (a control character, say).
+    #[error("the provider API key is not a header value")]
+    ApiKey,
+    /// The CA bundle did not parse, or the TLS client could not be made.
+    #[error(transparent)]
+    Http(#[from] reqwest::Error),
+}
+
 fn http_client(
     timeout: Duration,
     ca: Option<&[u8]>,
     api_key: Option<&str>,
-) -> Result<reqwest::Client, String> {
+) -> Result<reqwest::Client, ClientError> {
     let mut http = reqwest::Client::builder()
         .timeout(timeout)
         .connect_timeout(timeout);
     if let Some(key) = api_key {
         let mut value = reqwest::header::HeaderValue::try_from(format!("Bearer {key}"))
-            .map_err(|_| "the provider API key is not a header value".to_owned())?;
+            .map_err(|_| ClientError::ApiKey)?;
         value.set_sensitive(true);
         let headers =
             reqwest::header::HeaderMap::from_iter([(reqwest::header::AUTHORIZATION, value)]);
         http = http.default_headers(headers);
     }
     if let Some(pem) = ca {
-        let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| e.to_string())?;
+        let certs = reqwest::Certificate::from_pem_bundle(pem)?;
         http = http.tls_certs_merge(certs);
     }
-    http.build().map_err(|e| e.to_string())
+    Ok(http.build()?)
 }
