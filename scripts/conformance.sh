@@ -11,7 +11,7 @@
 #   5. the companion server on SQLite with --provider stripe against localstripe (the Stripe
 #      emulator bootstrap.sh installs in .venv-localstripe/), its payment methods made through
 #      localstripe's API, the ledger its own list of PaymentIntents
-#      (scripts/localstripe-ledger.py). No localstripe card stays processing, so the four
+#      (scripts/localstripe-ledger.py). No localstripe card stays processing, so the five
 #      pending-method rules say NOT CHECKED with that reason.
 # Usage: scripts/conformance.sh [express|sqlite|postgres|production|stripe]...   (default: all five)
 #

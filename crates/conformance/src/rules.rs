@@ -137,6 +137,11 @@ pub const RULES: &[Rule] = &[
         title: "two keys racing for one order charge once (§7.3)",
     },
     Rule {
+        id: "race.same-key-retry",
+        families: RACES,
+        title: "a same-key retry while the first pay runs is not processed as new (§7.3)",
+    },
+    Rule {
         id: "retention.header",
         families: HEADERS,
         title: "every pay answer carries Idempotency-Key-Retention (§3, §8)",
@@ -864,15 +869,19 @@ async fn retention(b: &Backend, t: &mut Trail) -> Step {
 }
 
 /// The pending scenario: one attempt held `processing` by the pending method, probed by a
-/// same-key retry, a second key, a cart edit and a cancel; then settled.
+/// same-key retry, a second key, a cart edit and a cancel; then settled. The retry is sent
+/// while the first pay may still be claiming the key, so it is a race too: a backend that
+/// processes both as new fails `race.same-key-retry` (concurrency), and the four probes are
+/// NOT CHECKED, having met no attempt held by one request.
 async fn pending(b: &Backend) -> Vec<(&'static str, Trail, Step)> {
-    const IDS: [&str; 4] = [
+    const IDS: [&str; 5] = [
         "key.processing",
         "order.one-active-attempt",
         "cart.locked",
         "cancel.processing",
+        "race.same-key-retry",
     ];
-    let mut trails: Vec<Trail> = (0..4).map(|_| Trail::default()).collect();
+    let mut trails: Vec<Trail> = (0..IDS.len()).map(|_| Trail::default()).collect();
     let m = &b.config.methods;
     let order = match b.new_order(User::A).await {
         Ok(o) => o,
@@ -923,14 +932,23 @@ async fn pending(b: &Backend) -> Vec<(&'static str, Trail, Step)> {
     let met_processing = early.is(409, ErrorCode::InProgress) || early.status == 202;
     let fresh_success = |ex: &Exchange| succeeded(ex).is_some() && !replayed(ex);
     let results: Vec<Step> = if fresh_success(&early) && fresh_success(&late) {
-        let why = "both requests with one key were processed as new (two fresh 200s)";
-        (0..4).map(|_| Err(Stop::Fail(why.into()))).collect()
+        // A race lost, not a key table or lock answering wrong: the concurrency rule fails,
+        // and the probes met no attempt held by one request.
+        let why = "both requests with the key were processed as new: no attempt was held \
+                   processing to probe (see race.same-key-retry)";
+        let mut r: Vec<Step> = (0..4).map(|_| Err(Stop::NotChecked(why.into()))).collect();
+        r.push(Err(Stop::Fail(
+            "both requests with one key were processed as new (two fresh 200s)".into(),
+        )));
+        r
     } else if !met_processing {
         let why = format!(
             "the pending method {:?} settled before {} ms: nothing was processing to probe",
             m.pending, m.pending_ms
         );
-        (0..4).map(|_| Err(Stop::NotChecked(why.clone()))).collect()
+        (0..IDS.len())
+            .map(|_| Err(Stop::NotChecked(why.clone())))
+            .collect()
     } else {
         let t = &mut trails;
         // The request that met the key processing: the early one, unless it was a 202 (the
@@ -974,7 +992,8 @@ async fn pending(b: &Backend) -> Vec<(&'static str, Trail, Step)> {
                     "the processing attempt must not become cancelled",
                 )
             });
-        vec![r0, r1, r2, r3]
+        // The second request met the attempt processing, so it was not processed as new.
+        vec![r0, r1, r2, r3, Ok(())]
     };
     let end_ev = end.evidence();
     let ledger = match &charged {
