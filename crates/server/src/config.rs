@@ -185,10 +185,27 @@ pub struct EdgeArgs {
     #[arg(long, env = "PAYONCE_MAX_CONNECTIONS", default_value_t = 1_024)]
     pub max_connections: usize,
     /// Open API connections of one client address at most (at most `--max-connections`);
-    /// a further one is closed at once. Behind a proxy every client has the proxy's address:
-    /// raise it to `--max-connections` there and cap per client at the proxy.
-    #[arg(long, env = "PAYONCE_MAX_CONNECTIONS_PER_PEER", default_value_t = 512)]
-    pub max_connections_per_peer: usize,
+    /// a further one is closed at once. IPv6 clients count by their /64 (one host usually
+    /// holds a whole /64). Default: an eighth of `--max-connections`, so filling every slot
+    /// takes eight addresses, and one busy NAT still gets 128 of the default 1,024. Behind
+    /// a proxy every client has the proxy's address: raise it to `--max-connections` there
+    /// and cap per client at the proxy.
+    #[arg(long, env = "PAYONCE_MAX_CONNECTIONS_PER_PEER")]
+    pub max_connections_per_peer: Option<usize>,
+    /// Longest life of a kept-alive connection: past it the connection's next answer
+    /// carries `Connection: close` and an idle one is closed. Each request head restarts
+    /// the header timeout, so without it a client sending a small request now and then
+    /// would hold its connection for ever.
+    #[arg(long, env = "PAYONCE_CONNECTION_MAX_AGE_MS", default_value_t = 120_000)]
+    pub connection_max_age_ms: u64,
+    /// Requests answered on one connection at most; the last answer carries
+    /// `Connection: close`.
+    #[arg(
+        long,
+        env = "PAYONCE_MAX_REQUESTS_PER_CONNECTION",
+        default_value_t = 1_000
+    )]
+    pub max_requests_per_connection: u64,
     /// Time a client has to take an answer once the network stops accepting it (the
     /// client is not reading); past it the connection is closed.
     #[arg(long, env = "PAYONCE_WRITE_TIMEOUT_MS", default_value_t = 10_000)]
@@ -311,6 +328,7 @@ pub(crate) struct Edge {
     pub(crate) max_connections: usize,
     pub(crate) max_connections_per_peer: usize,
     pub(crate) write_timeout: Duration,
+    pub(crate) lifetime: crate::listen::Lifetime,
 }
 
 impl Edge {
@@ -325,8 +343,17 @@ impl Edge {
                 pay: pay_bound,
             });
         }
-        let zero = [e.header_timeout_ms, e.body_timeout_ms, e.write_timeout_ms];
-        if zero.contains(&0) || e.max_connections == 0 || e.max_connections_per_peer == 0 {
+        let per_peer = e
+            .max_connections_per_peer
+            .unwrap_or((e.max_connections / 8).max(1));
+        let zero = [
+            e.header_timeout_ms,
+            e.body_timeout_ms,
+            e.write_timeout_ms,
+            e.connection_max_age_ms,
+            e.max_requests_per_connection,
+        ];
+        if zero.contains(&0) || e.max_connections == 0 || per_peer == 0 {
             return Err(ConfigError::ZeroEdgeLimit);
         }
         Ok(Self {
@@ -334,8 +361,12 @@ impl Edge {
             body_timeout: Duration::from_millis(e.body_timeout_ms),
             request_timeout: Duration::from_millis(e.request_timeout_ms),
             max_connections: e.max_connections,
-            max_connections_per_peer: e.max_connections_per_peer.min(e.max_connections),
+            max_connections_per_peer: per_peer.min(e.max_connections),
             write_timeout: Duration::from_millis(e.write_timeout_ms),
+            lifetime: crate::listen::Lifetime {
+                max_age: Duration::from_millis(e.connection_max_age_ms),
+                max_requests: e.max_requests_per_connection,
+            },
         })
     }
 }
@@ -397,7 +428,7 @@ pub enum ConfigError {
     #[error("{0}")]
     Cors(String),
     /// A zero timeout or cap would refuse every client.
-    #[error("--header-timeout-ms, --body-timeout-ms, --write-timeout-ms, --max-connections and --max-connections-per-peer must be > 0")]
+    #[error("--header-timeout-ms, --body-timeout-ms, --write-timeout-ms, --max-connections, --max-connections-per-peer, --connection-max-age-ms and --max-requests-per-connection must be > 0")]
     ZeroEdgeLimit,
 }
 
@@ -863,6 +894,23 @@ mod tests {
             "3000"
         ]))
         .is_ok());
+    }
+
+    #[test]
+    fn the_per_peer_cap_is_an_eighth_of_the_connections_unless_given() {
+        let cap = |extra: &[&str]| {
+            let c = Config::from_args(&prod(extra)).expect("config");
+            c.edge.max_connections_per_peer
+        };
+        assert_eq!(cap(&[]), 128);
+        assert_eq!(cap(&["--max-connections", "64"]), 8);
+        assert_eq!(cap(&["--max-connections", "4"]), 1);
+        assert_eq!(cap(&["--max-connections-per-peer", "1024"]), 1024);
+        assert_eq!(
+            cap(&["--max-connections-per-peer", "5000"]),
+            1024,
+            "at most the total"
+        );
     }
 
     #[test]

@@ -1,16 +1,19 @@
 //! Binding a listener (port 0 allowed) and waiting for SIGINT/SIGTERM: shared by the API
 //! (`src/server.rs`) and a dev build's provider listeners (`src/dev/`). And the API's
-//! per-connection guards: the per-address connection cap and the write deadline.
+//! per-connection guards: the per-address connection cap, the write deadline, and the
+//! connection's lifetime (age and request count).
 
 use crate::state::RunError;
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
+use std::time::Instant;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 
@@ -53,6 +56,9 @@ pub(crate) async fn shutdown_signal() {
 /// address could take every permit of `--max-connections` and stop the accept loop for
 /// everybody. The map holds only addresses with an open connection, so it has at most
 /// `--max-connections` entries.
+///
+/// An IPv6 client counts by its /64 ([`peer_group`]): a host is usually given a whole /64
+/// and picks its addresses in it at will, so a cap per address would cap nothing.
 #[derive(Clone)]
 pub(crate) struct PeerCap {
     cap: usize,
@@ -67,10 +73,10 @@ impl PeerCap {
         }
     }
 
-    /// A slot for one more connection of `peer`, or `None` when it holds `cap` already.
-    /// An IPv4 client on a dual-stack socket counts as its IPv4 address.
+    /// A slot for one more connection of `peer`, or `None` when its group holds `cap`
+    /// already.
     pub(crate) fn admit(&self, peer: IpAddr) -> Option<PeerSlot> {
-        let ip = peer.to_canonical();
+        let ip = peer_group(peer);
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         let n = open.entry(ip).or_insert(0);
         if *n >= self.cap {
@@ -81,6 +87,18 @@ impl PeerCap {
             peers: self.clone(),
             ip,
         })
+    }
+}
+
+/// The address `peer`'s connections are counted under: an IPv4 address as itself (an IPv4
+/// client on a dual-stack socket too), an IPv6 address as its /64.
+fn peer_group(peer: IpAddr) -> IpAddr {
+    match peer.to_canonical() {
+        IpAddr::V6(v6) => {
+            let prefix = u128::from(v6) & !(u128::from(u64::MAX));
+            IpAddr::V6(Ipv6Addr::from(prefix))
+        }
+        v4 => v4,
     }
 }
 
@@ -196,6 +214,68 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<T> {
     }
 }
 
+/// `--connection-max-age-ms` and `--max-requests-per-connection`. hyper's header timeout
+/// restarts at each request head, so a client sending a small request every few seconds
+/// would otherwise hold its connection (and its permit) for ever: two addresses with 512
+/// such connections each held all 1,024 permits and `/healthz` got no answer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Lifetime {
+    pub(crate) max_age: Duration,
+    pub(crate) max_requests: u64,
+}
+
+/// The answers one connection may still give: its last one (the request count reached, or
+/// the connection past its age) carries `Connection: close`, so the client knows to open a
+/// new connection, and hyper closes this one once the answer is written.
+pub(crate) struct Budget {
+    born: Instant,
+    answered: AtomicU64,
+    life: Lifetime,
+}
+
+impl Budget {
+    /// The budget of a connection accepted at `born`.
+    pub(crate) fn new(life: Lifetime, born: Instant) -> Self {
+        Self {
+            born,
+            answered: AtomicU64::new(0),
+            life,
+        }
+    }
+
+    /// Counts one answer, given at `now`; true when it is the connection's last.
+    pub(crate) fn last_answer(&self, now: Instant) -> bool {
+        let n = self.answered.fetch_add(1, Ordering::Relaxed) + 1;
+        n >= self.life.max_requests || now.duration_since(self.born) >= self.life.max_age
+    }
+}
+
+/// Drives one API connection to its end. At its age, or when the server shuts down (a
+/// message on `stop`, or its sender gone), hyper is asked to close it gracefully: an idle
+/// connection closes at once, one in the middle of a request after that answer. Past its
+/// age an idle connection would otherwise wait out the header timeout.
+pub(crate) async fn drive<I, S, B>(
+    conn: hyper::server::conn::http1::Connection<I, S>,
+    life: Lifetime,
+    mut stop: tokio::sync::watch::Receiver<()>,
+) -> hyper::Result<()>
+where
+    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = B>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+    B: hyper::body::Body + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let mut conn = std::pin::pin!(conn);
+    tokio::select! {
+        r = conn.as_mut() => return r,
+        () = tokio::time::sleep(life.max_age) => {}
+        _ = stop.changed() => {}
+    }
+    conn.as_mut().graceful_shutdown();
+    conn.await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,5 +300,47 @@ mod tests {
             peers.open.lock().unwrap().len() <= 2,
             "only addresses with open connections"
         );
+    }
+
+    #[test]
+    fn ipv6_clients_count_by_their_64() {
+        let peers = PeerCap::new(2);
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let _a = peers.admit(ip("2001:db8:1:2::1")).expect("first");
+        let _b = peers
+            .admit(ip("2001:db8:1:2:ffff:ffff:ffff:fffe"))
+            .expect("second: another address of the same /64");
+        assert!(
+            peers.admit(ip("2001:db8:1:2:abcd::7")).is_none(),
+            "third of the /64"
+        );
+        assert!(
+            peers.admit(ip("2001:db8:1:3::1")).is_some(),
+            "the next /64 is another client"
+        );
+    }
+
+    #[test]
+    fn the_last_answer_is_the_one_at_the_request_count() {
+        let life = Lifetime {
+            max_age: Duration::from_secs(3600),
+            max_requests: 3,
+        };
+        let born = Instant::now();
+        let budget = Budget::new(life, born);
+        let last: Vec<bool> = (0..4).map(|_| budget.last_answer(born)).collect();
+        assert_eq!(last, [false, false, true, true]);
+    }
+
+    #[test]
+    fn an_answer_at_the_age_is_the_last() {
+        let life = Lifetime {
+            max_age: Duration::from_secs(60),
+            max_requests: 1_000,
+        };
+        let born = Instant::now();
+        let budget = Budget::new(life, born);
+        assert!(!budget.last_answer(born + Duration::from_millis(59_999)));
+        assert!(budget.last_answer(born + Duration::from_secs(60)));
     }
 }

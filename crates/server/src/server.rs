@@ -3,7 +3,7 @@
 
 use crate::config::{Cli, Config, ServerArgs};
 use crate::http::app;
-use crate::listen::{bind, shutdown_signal, PeerCap, WriteDeadline};
+use crate::listen::{bind, drive, shutdown_signal, Budget, PeerCap, WriteDeadline};
 use crate::state::{AppState, RunError};
 use crate::store::Store;
 use tokio::net::TcpListener;
@@ -96,14 +96,19 @@ async fn reload_jwks(jwt: std::sync::Arc<crate::auth::jwt::JwtVerifier>) {
 /// - hyper closes a connection whose request head does not arrive within
 ///   `--header-timeout-ms`, which also bounds an idle kept-alive connection (its timer
 ///   starts when hyper waits for the next head);
+/// - a connection lives at most `--connection-max-age-ms` and answers at most
+///   `--max-requests-per-connection` requests, its last answer with `Connection: close`
+///   (`listen::Budget`, `listen::drive`): each head restarts the header timeout, so a
+///   small request now and then would otherwise keep a connection for ever;
 /// - an answer the client does not take within `--write-timeout-ms` closes the connection
 ///   (`listen::WriteDeadline`): a client that pipelines requests and never reads;
-/// - one address holds at most `--max-connections-per-peer` of them (`listen::PeerCap`);
-///   a connection past it is closed as soon as it is accepted;
+/// - one address (an IPv6 /64) holds at most `--max-connections-per-peer` of them
+///   (`listen::PeerCap`, an eighth of the total by default); a connection past it is closed
+///   as soon as it is accepted;
 /// - hyper's buffer of a connection is [`crate::http::MAX_READ_BUFFER`], not its ~408 KiB
 ///   default, so 1,024 slow heads cost 64 MiB at most.
 async fn serve(listener: TcpListener, router: axum::Router, edge: crate::config::Edge) {
-    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::rt::TokioTimer;
     let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(edge.max_connections));
     let peers = PeerCap::new(edge.max_connections_per_peer);
     let mut http = hyper::server::conn::http1::Builder::new();
@@ -115,7 +120,9 @@ async fn serve(listener: TcpListener, router: axum::Router, edge: crate::config:
         .max_headers(2 * crate::http::MAX_HEADERS)
         .max_buf_size(crate::http::MAX_READ_BUFFER)
         .keep_alive(true);
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    // Each connection holds a receiver: a message asks them all to close gracefully, and
+    // `closed()` resolves once every one has ended.
+    let (stop, _) = tokio::sync::watch::channel(());
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
     loop {
@@ -143,10 +150,7 @@ async fn serve(listener: TcpListener, router: axum::Router, edge: crate::config:
             tracing::debug!(%peer, "closed: --max-connections-per-peer reached");
             continue;
         };
-        let _ = stream.set_nodelay(true);
-        let service = hyper_util::service::TowerToHyperService::new(router.clone());
-        let io = TokioIo::new(WriteDeadline::new(stream, edge.write_timeout));
-        let conn = graceful.watch(http.serve_connection(io, service));
+        let conn = connection(&http, stream, &router, edge, stop.subscribe());
         tokio::spawn(async move {
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "connection ended");
@@ -155,5 +159,34 @@ async fn serve(listener: TcpListener, router: axum::Router, edge: crate::config:
         });
     }
     // Requests in flight finish (bounded by the request timeout); idle connections close.
-    let _ = tokio::time::timeout(edge.request_timeout, graceful.shutdown()).await;
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(edge.request_timeout, stop.closed()).await;
+}
+
+/// Serves the HTTP/1 connection over an accepted `stream` until it ends (`listen::drive`):
+/// its writes under the write deadline, its answers counted against its [`Budget`], the last
+/// one marked `Connection: close`.
+fn connection(
+    http: &hyper::server::conn::http1::Builder,
+    stream: tokio::net::TcpStream,
+    router: &axum::Router,
+    edge: crate::config::Edge,
+    stop: tokio::sync::watch::Receiver<()>,
+) -> impl std::future::Future<Output = hyper::Result<()>> + Send + 'static {
+    use axum::http::{header, HeaderValue};
+    use tower::ServiceExt;
+    let _ = stream.set_nodelay(true);
+    let budget = std::sync::Arc::new(Budget::new(edge.lifetime, std::time::Instant::now()));
+    let mark = move |mut res: axum::response::Response| {
+        if budget.last_answer(std::time::Instant::now()) {
+            res.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        res
+    };
+    type Req = axum::http::Request<hyper::body::Incoming>;
+    let counted = ServiceExt::<Req>::map_response(router.clone(), mark);
+    let service = hyper_util::service::TowerToHyperService::new(counted);
+    let io = hyper_util::rt::TokioIo::new(WriteDeadline::new(stream, edge.write_timeout));
+    drive(http.serve_connection(io, service), edge.lifetime, stop)
 }

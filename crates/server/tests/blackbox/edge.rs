@@ -1,8 +1,10 @@
 //! The HTTP edge under slow clients: hundreds of connections that never finish their
 //! headers or never send their declared body must not take `/healthz` down, and are closed
 //! once the header (or body) timeout passes; a client that never reads its answers is
-//! closed after the write timeout; one address holds at most its connection cap; a head
-//! past hyper's buffer is refused as soon as the buffer is full.
+//! closed after the write timeout; one address holds at most its connection cap (an eighth
+//! of the total by default, so two trickling addresses cannot hold every slot); a kept-alive
+//! connection ends at its request count or its age, however often it sends; a head past
+//! hyper's buffer is refused as soon as the buffer is full.
 
 use crate::common::{client, Backend, HttpApi, Opts, TestApp};
 use std::time::{Duration, Instant};
@@ -43,6 +45,9 @@ async fn slow_clients_do_not_starve_healthz_and_are_closed_after_the_timeouts() 
             HEADER_TIMEOUT_MS.to_string(),
             "--body-timeout-ms".into(),
             BODY_TIMEOUT_MS.to_string(),
+            // All 300 come from one address; the per-address cap has its own tests here.
+            "--max-connections-per-peer".into(),
+            "1024".into(),
         ],
         ..Opts::default()
     };
@@ -310,4 +315,157 @@ async fn a_head_past_the_read_buffer_is_refused_before_the_header_timeout() {
         read.is_ok() && (answer.is_empty() || answer.starts_with("HTTP/1.1 431")),
         "refused within 5 s (the header timeout is 10 s): {read:?} {answer}"
     );
+}
+
+/// A connection from `ip` to `addr`.
+async fn connect_from(ip: [u8; 4], addr: std::net::SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind((ip, 0).into())?;
+    socket.connect(addr).await
+}
+
+/// Sends a kept-alive `GET /healthz` on `s` and reads its whole answer: the head (lowercase),
+/// or `None` when the server closed the connection instead.
+async fn healthz_on(s: &mut TcpStream) -> Option<String> {
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .ok()?;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    loop {
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&got[..end]).to_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            if got.len() >= end + 4 + length {
+                return Some(head);
+            }
+        }
+        match s.read(&mut buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// 1,024 kept-alive connections from two addresses (512 each), each with a request answered
+/// (an attacker then sends one every few seconds to keep them): with the default per-address
+/// cap, an eighth of `--max-connections`, each address holds 128 and the rest are closed at
+/// once, so `/healthz` from a third address is answered within 1 s. (With a cap of half the
+/// total, the two addresses held all 1,024 permits and `/healthz` waited in the backlog.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trickling_connections_from_two_addresses_leave_healthz_answering() {
+    const EACH: usize = 512;
+    let opts = Opts {
+        // The held connections outlive the test rather than the header timeout.
+        extra: ["--header-timeout-ms", "120000"].map(String::from).to_vec(),
+        ..Opts::default()
+    };
+    let app = TestApp::spawn_with(Backend::Sqlite, opts)
+        .await
+        .expect("app");
+    let addr: std::net::SocketAddr = app.api.trim_start_matches("http://").parse().unwrap();
+    let trickler = |ip: [u8; 4]| async move {
+        let mut s = connect_from(ip, addr).await.ok()?;
+        let answered = tokio::time::timeout(Duration::from_secs(30), healthz_on(&mut s))
+            .await
+            .ok()??;
+        answered.starts_with("http/1.1 200").then_some(s)
+    };
+    let attempts = (0..EACH).flat_map(|_| [trickler([127, 0, 0, 1]), trickler([127, 0, 0, 2])]);
+    let held: Vec<TcpStream> = futures_util::future::join_all(attempts)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    let probe = async {
+        let mut s = connect_from([127, 0, 0, 3], addr).await.ok()?;
+        healthz_on(&mut s).await
+    };
+    let answer = tokio::time::timeout(Duration::from_secs(1), probe).await;
+    assert!(
+        matches!(&answer, Ok(Some(head)) if head.starts_with("http/1.1 200")),
+        "/healthz from a third address within 1 s while {} connections are held: {answer:?}",
+        held.len()
+    );
+    assert!(
+        held.len() <= 2 * 1_024 / 8,
+        "{} connections held by two addresses",
+        held.len()
+    );
+}
+
+/// `--max-requests-per-connection 3`: the third answer on a kept-alive connection carries
+/// `Connection: close` and the server then closes it; the first two keep it open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_ends_after_its_request_count_with_connection_close() {
+    let opts = Opts {
+        extra: ["--max-requests-per-connection", "3"]
+            .map(String::from)
+            .to_vec(),
+        ..Opts::default()
+    };
+    let app = TestApp::spawn_with(Backend::Sqlite, opts)
+        .await
+        .expect("app");
+    let addr: std::net::SocketAddr = app.api.trim_start_matches("http://").parse().unwrap();
+    let mut s = connect_from([127, 0, 0, 1], addr).await.expect("connect");
+    for n in 1..=3 {
+        let head = healthz_on(&mut s).await.expect("answered");
+        assert!(head.starts_with("http/1.1 200"), "{head}");
+        assert_eq!(
+            head.contains("\r\nconnection: close"),
+            n == 3,
+            "answer {n}: {head}"
+        );
+    }
+    assert!(
+        closed_within(&mut s, Duration::from_secs(5)).await,
+        "closed after the last answer (the header timeout is 10 s)"
+    );
+}
+
+/// `--connection-max-age-ms 1000`: a client that sends a small request every 200 ms (each
+/// restarting the header timeout, here 120 s) still loses its connection once it is 1 s old:
+/// an answer with `Connection: close`, or the close of the idle connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trickling_connection_is_closed_at_its_age() {
+    let opts = Opts {
+        extra: [
+            "--connection-max-age-ms",
+            "1000",
+            "--header-timeout-ms",
+            "120000",
+        ]
+        .map(String::from)
+        .to_vec(),
+        ..Opts::default()
+    };
+    let app = TestApp::spawn_with(Backend::Sqlite, opts)
+        .await
+        .expect("app");
+    let addr: std::net::SocketAddr = app.api.trim_start_matches("http://").parse().unwrap();
+    let mut s = connect_from([127, 0, 0, 1], addr).await.expect("connect");
+    let opened = Instant::now();
+    let mut answers = 0;
+    // Ends with the connection: the closing answer, or none (closed while idle).
+    while opened.elapsed() < Duration::from_secs(20) {
+        match healthz_on(&mut s).await {
+            Some(head) if head.contains("\r\nconnection: close") => {
+                answers += 1;
+                break;
+            }
+            Some(_) => answers += 1,
+            None => break,
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        closed_within(&mut s, Duration::from_secs(5)).await,
+        "the connection ended within 20 s of its 1 s age ({answers} answers)"
+    );
+    assert!(answers >= 2, "kept alive before its age: {answers} answers");
 }
