@@ -41,7 +41,7 @@ use payonce_protocol::{AttemptStatus, IdempotencyKey, PayRequest};
 use payonce_rules::flow::{self, Claimed, Effect, End, Marked, ServerPay, TakeOver, Unmark};
 use payonce_rules::ids::{AttemptId, IdSource, LeaseToken, PaymentId, RefundId};
 use payonce_rules::plan::{self, Claim, ClaimPlan, SettlePlan};
-use payonce_rules::policy::Bucket;
+use payonce_rules::policy::{next_customer_check, Bucket};
 use payonce_rules::{Processing, Record};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -135,13 +135,18 @@ async fn reply(state: &AppState, user: &str, key: &IdempotencyKey, end: End) -> 
         // Like Unknown: the next retry (or job, or webhook) asks the provider again, under
         // the same provider key, and gets this answer until the customer acted.
         End::ActionRequired(answer) => {
-            // The customer is at the challenge now: the jobs need not look for a while.
+            // The customer is at the challenge now: the jobs need not look for a while. The
+            // jobs' own schedule, never `now`: a retry of an abandoned challenge would make
+            // it due at once, and a page of them retried every round would fill each round's
+            // work list again. The schedule only moves later with `now`, and never past the
+            // deadline, so the check that expires the challenge still runs on time.
             let attempt = db::find(state.store.pool(), user, key.as_str()).await?;
             if let Some(Record::Processing(p)) = attempt {
                 let now = state.clock.now_ms();
+                let at = next_customer_check(p.created_at, now, &state.policy);
                 let later = state
                     .store
-                    .write(async move |tx| db::check_later(tx, &p.id, now).await);
+                    .write(async move |tx| db::check_later(tx, &p.id, at).await);
                 later.await?;
             }
             Ok(Reply::open(answer))

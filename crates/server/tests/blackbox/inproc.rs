@@ -174,6 +174,7 @@ on_both_backends!(
     a_job_round_goes_on_past_a_row_that_fails,
     a_charge_for_other_terms_is_flagged_for_review_never_paid,
     abandoned_challenges_do_not_starve_a_crashed_attempt,
+    retried_challenges_do_not_starve_a_crashed_attempt,
     an_abandoned_challenge_expires_at_its_deadline_and_frees_the_order,
     a_cancel_ends_a_challenge_the_customer_left,
     ids_come_from_the_injected_source,
@@ -280,6 +281,55 @@ async fn abandoned_challenges_do_not_starve_a_crashed_attempt(backend: Backend) 
         later >= 20,
         "a later round looked at them again and put them off: {later}"
     );
+}
+
+/// 22 customers left their 3-D Secure challenge, and their pages retry the pay every few
+/// seconds (each retry answers 402 `ACTION_REQUIRED` again, as it must); a pay with
+/// `pm_card_timeout` behind them is charged and its process gives up on it. A retry puts
+/// the jobs' next look at the challenge off, never forward to now: the job lists (the 20
+/// oldest due rows) reach the crashed attempt while the challenges are retried every round.
+async fn retried_challenges_do_not_starve_a_crashed_attempt(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let provider = provider().await;
+    let flags = ["--provider-timeout-ms", "300", "--lease-ms", "2000"];
+    let s = InProc::start(&db, &provider, &flags).await;
+    let t = s.session("alice").await;
+    let mut waiting = Vec::new();
+    for _ in 0..22 {
+        let (id, k) = (s.order(&t).await, key());
+        let r = s.pay(&t, &id, Some(&k), 1, "pm_card_3ds").await;
+        assert_eq!(r.status, 402, "{}", r.text());
+        waiting.push((id, k));
+        s.advance(Duration::from_millis(10));
+    }
+    let crashed = s.order(&t).await;
+    let r = s
+        .pay(&t, &crashed, Some(&key()), 1, "pm_card_timeout")
+        .await;
+    assert_eq!(r.status, 202, "{}", r.text());
+    for round in 0..2 {
+        // Past every lease: each retry asks the provider again.
+        s.advance(Duration::from_secs(3));
+        for (id, k) in &waiting {
+            let r = s.pay(&t, id, Some(k), 1, "pm_card_3ds").await;
+            assert_eq!(
+                (r.status, r.code()),
+                (402, ErrorCode::ActionRequired),
+                "round {round}: {}",
+                r.text()
+            );
+        }
+        s.advance(Duration::from_secs(3));
+        payonce_server::run_jobs(&s.state).await;
+    }
+    assert_eq!(
+        s.order_status(&t, &crashed).await,
+        OrderStatus::Paid,
+        "settled behind 22 retried challenges"
+    );
+    assert_eq!(s.ledger(&crashed).await.len(), 1);
 }
 
 /// A customer abandons the 3-D Secure challenge. Before the deadline (`--action-deadline-secs
