@@ -11,8 +11,10 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-const HEADER_TIMEOUT_MS: u64 = 1_500;
-const BODY_TIMEOUT_MS: u64 = 1_500;
+// Far above the setup's usual 0.3 s, so that opening the 300 connections on a loaded machine
+// still ends before the timeouts (otherwise the test proves nothing).
+const HEADER_TIMEOUT_MS: u64 = 5_000;
+const BODY_TIMEOUT_MS: u64 = 5_000;
 /// Connections of each kind: silent, headers never finished, body never sent.
 const EACH: usize = 100;
 
@@ -463,9 +465,14 @@ async fn a_trickling_connection_is_closed_at_its_age() {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let ended = opened.elapsed();
     assert!(
         closed_within(&mut s, Duration::from_secs(5)).await,
         "the connection ended within 20 s of its 1 s age ({answers} answers)"
     );
-    assert!(answers >= 2, "kept alive before its age: {answers} answers");
+    // Load only delays the close, so this bound cannot flake: not closed before its age.
+    assert!(
+        ended >= Duration::from_secs(1),
+        "kept alive until its age: ended after {ended:?}, {answers} answers"
+    );
 }
