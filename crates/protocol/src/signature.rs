@@ -22,6 +22,12 @@ type HmacSha256 = Hmac<Sha256>;
 /// Scheme name of the only signature version.
 const SCHEME: &str = "v1";
 
+/// Shortest secret [`verify`] checks with (bytes). HMAC takes any key, the empty one too, so
+/// a receiver left without its secret would accept whatever an attacker signs with the same
+/// empty key; a short one can be guessed. Stripe's `whsec_…` secrets are 38 bytes; a server
+/// outside `--dev` asks for more than this at start (crates/server/src/config.rs).
+pub const MIN_SECRET: usize = 16;
+
 /// Why a signature header was rejected. Each variant has a stable [`SignatureError::reason`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SignatureError {
@@ -40,6 +46,10 @@ pub enum SignatureError {
     /// No `v1` signature matches the body.
     #[error("no signature matches the body")]
     Mismatch,
+    /// The receiver's secret is empty or shorter than [`MIN_SECRET`]: anyone could sign with
+    /// it (an empty key is a key like any other to HMAC), so nothing is accepted.
+    #[error("no usable secret to check the signature with")]
+    NotConfigured,
 }
 
 impl SignatureError {
@@ -51,6 +61,7 @@ impl SignatureError {
             Self::NoSignature => "no_signature",
             Self::OutsideTolerance => "outside_tolerance",
             Self::Mismatch => "mismatch",
+            Self::NotConfigured => "not_configured",
         }
     }
 }
@@ -131,6 +142,7 @@ pub fn parse(header: &str) -> Result<Header, SignatureError> {
 /// `now` is the receiver's clock in unix seconds; the header's `t` must be within
 /// `tolerance` of it (either side, clocks drift). Several `v1=` elements are allowed (secret
 /// rotation); one matching is enough. The comparison is constant-time (`Mac::verify_slice`).
+/// A `secret` shorter than [`MIN_SECRET`] verifies nothing ([`SignatureError::NotConfigured`]).
 pub fn verify(
     secret: &str,
     header: &str,
@@ -138,6 +150,9 @@ pub fn verify(
     now: i64,
     tolerance: Duration,
 ) -> Result<(), SignatureError> {
+    if secret.len() < MIN_SECRET {
+        return Err(SignatureError::NotConfigured);
+    }
     let Header {
         timestamp,
         signatures,
@@ -160,7 +175,7 @@ pub fn verify(
 mod tests {
     use super::*;
 
-    const SECRET: &str = "whsec_test";
+    const SECRET: &str = "whsec_test_0123456789";
     const BODY: &[u8] = br#"{"id":"evt_1"}"#;
     const TOL: Duration = Duration::from_secs(300);
 
@@ -201,7 +216,7 @@ mod tests {
             Err(SignatureError::Mismatch)
         );
         assert_eq!(
-            verify("other", &header, BODY, 1000, TOL),
+            verify("whsec_other_0123456789", &header, BODY, 1000, TOL),
             Err(SignatureError::Mismatch)
         );
         assert_eq!(
@@ -214,6 +229,23 @@ mod tests {
             verify(SECRET, &moved, BODY, 1000, TOL),
             Err(SignatureError::Mismatch)
         );
+    }
+
+    #[test]
+    fn an_empty_or_short_secret_verifies_nothing() {
+        // HMAC takes the empty key: whoever signs with it would match a receiver that holds it.
+        for secret in ["", "whsec_", "0123456789abcde"] {
+            let header = sign(secret, 1000, BODY);
+            assert_eq!(
+                verify(secret, &header, BODY, 1000, TOL),
+                Err(SignatureError::NotConfigured),
+                "{secret:?}"
+            );
+            assert_eq!(SignatureError::NotConfigured.reason(), "not_configured");
+        }
+        let long = "0123456789abcdef";
+        assert_eq!(long.len(), MIN_SECRET);
+        assert_eq!(verify(long, &sign(long, 1, BODY), BODY, 1, TOL), Ok(()));
     }
 
     #[test]
@@ -263,23 +295,29 @@ mod tests {
 
     #[test]
     fn a_header_signed_as_stripe_and_localstripe_sign_verifies() {
-        // hmac.new(b"whsec_rotated", b'1700000000.{"id":"evt_1"}', sha256).hexdigest():
+        // hmac.new(b"whsec_rotated_0123456789", b'1700000000.{"id":"evt_1"}', sha256).hexdigest():
         // what localstripe's webhooks.py computes, checked with Python's hmac module.
-        let stripe = "b512a29addee8372eec5e716e7e660fae9873e83b13c255f5b07c8ad9efca4a4";
+        let stripe = "7c41bda633d1832a91d0af6fa23219c0aa8591b2eeb519a016f4d8b4c5831d25";
         let header = format!("t=1700000000,v1={stripe}");
         assert_eq!(
-            verify("whsec_rotated", &header, BODY, 1_700_000_000, TOL),
+            verify(
+                "whsec_rotated_0123456789",
+                &header,
+                BODY,
+                1_700_000_000,
+                TOL
+            ),
             Ok(())
         );
         // While a secret is rolled Stripe sends one v1 per secret: either secret verifies.
         let old = sign(SECRET, 1_700_000_000, BODY);
         let old = old.split_once(",v1=").unwrap().1;
         let rolled = format!("t=1700000000,v1={old},v1={stripe}");
-        for secret in [SECRET, "whsec_rotated"] {
+        for secret in [SECRET, "whsec_rotated_0123456789"] {
             assert_eq!(verify(secret, &rolled, BODY, 1_700_000_000, TOL), Ok(()));
         }
         assert_eq!(
-            verify("whsec_other", &rolled, BODY, 1_700_000_000, TOL),
+            verify("whsec_other_0123456789", &rolled, BODY, 1_700_000_000, TOL),
             Err(SignatureError::Mismatch)
         );
     }
@@ -329,7 +367,7 @@ mod tests {
 
             #[test]
             fn every_signed_body_verifies_within_the_tolerance_only(
-                secret in ".{1,64}",
+                secret in ".{16,64}",
                 body in prop::collection::vec(any::<u8>(), 0..512),
                 t in -1_000_000_000i64..4_000_000_000,
                 skew in -600i64..600,
@@ -366,7 +404,7 @@ mod tests {
                 body in prop::collection::vec(any::<u8>(), 1..256),
                 flip in any::<prop::sample::Index>(),
                 bit in 0u8..8,
-                secret in "[a-z0-9_]{1,40}",
+                secret in "[a-z0-9_]{16,40}",
                 forged in tag(),
             ) {
                 let header = sign(SECRET, 1000, &body);

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-pub const SECRET: &str = "whsec_tests";
+pub const SECRET: &str = "whsec_tests_0123456789";
 
 pub struct TestProvider {
     pub base: String,
