@@ -559,7 +559,7 @@ fn link_problems(args: &ServerArgs) -> Vec<String> {
     if db.starts_with("postgres") && !allowed(Link::Database) {
         if let Some(mode) = weak_sslmode(db) {
             problems.push(format!(
-                "--database-url (DATABASE_URL) has sslmode={mode}: only verify-full checks \
+                "--database-url (DATABASE_URL) has {mode}: only sslmode=verify-full checks \
                  the server's certificate and name; use it, or say --allow-plaintext database"
             ));
         }
@@ -595,23 +595,37 @@ fn loopback(url: &reqwest::Url) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
-/// The `sslmode` of a PostgreSQL URL when it is weaker than `verify-full`: the URL's, else
-/// `PGSSLMODE` (the driver reads it too), else the driver's default `prefer`. `None` also for
-/// a Unix socket (`host=/path`), which has no network to cross.
+/// The `sslmode` of a PostgreSQL URL when it is weaker than `verify-full` (`None` also for
+/// a Unix socket, which has no network to cross), as the driver itself reads the URL
+/// (sqlx's `PgConnectOptions`): the URL's mode, `ssl-mode` being the same parameter and the
+/// last one winning, else `PGSSLMODE`, else `prefer`. A check that read the query its own
+/// way could be walked around (a second `sslmode`, the alias). A mode named more than once
+/// is refused whatever the values, as a URL that says two things. A URL the driver cannot
+/// read fails the start at its connect.
 fn weak_sslmode(db: &str) -> Option<String> {
+    use sqlx::postgres::{PgConnectOptions, PgSslMode};
     let url = reqwest::Url::parse(db).ok()?;
-    let param = |name: &str| {
-        url.query_pairs()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.into_owned())
-    };
-    if param("host").is_some_and(|h| h.starts_with('/')) {
+    let named: Vec<String> = url
+        .query_pairs()
+        .filter(|(k, _)| k == "sslmode" || k == "ssl-mode")
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    if named.len() > 1 {
+        return Some(format!("{} (name it once)", named.join(" and ")));
+    }
+    let driver: PgConnectOptions = db.parse().ok()?;
+    if driver.get_socket().is_some() || driver.get_host().starts_with('/') {
         return None;
     }
-    let mode = param("sslmode")
-        .or_else(|| std::env::var("PGSSLMODE").ok())
-        .unwrap_or_else(|| "prefer".to_owned());
-    (mode != "verify-full").then_some(mode)
+    let mode = match driver.get_ssl_mode() {
+        PgSslMode::VerifyFull => return None,
+        PgSslMode::Disable => "disable",
+        PgSslMode::Allow => "allow",
+        PgSslMode::Prefer => "prefer",
+        PgSslMode::Require => "require",
+        PgSslMode::VerifyCa => "verify-ca",
+    };
+    Some(format!("sslmode={mode}"))
 }
 
 /// The provider's API key of `--provider-api-key-file` or `--provider-api-key`, trimmed.
@@ -1084,6 +1098,47 @@ mod tests {
         let allowed = args(&[&PROD[2..], &all, &allow].concat());
         assert!(link_problems(&allowed).is_empty());
         assert!(Config::from_args(&args(&[&all[..], &["--dev"]].concat())).is_ok());
+    }
+
+    /// The driver reads every `sslmode`/`ssl-mode` pair and keeps the last: a URL naming a
+    /// mode twice or through the alias is judged as the driver reads it (each refused one
+    /// is shown weak by the driver itself), and a repeated one is refused.
+    #[test]
+    fn a_repeated_or_aliased_sslmode_cannot_walk_around_the_check() {
+        use sqlx::postgres::{PgConnectOptions, PgSslMode};
+        let refused = [
+            "postgres://db/pay?sslmode=verify-full&sslmode=disable",
+            "postgres://db/pay?sslmode=verify-full&ssl-mode=disable",
+            "postgres://db/pay?ssl-mode=verify-full&sslmode=prefer",
+            "postgres://db/pay?ssl%6Dode=verify-full&sslmode=require",
+            "postgres://db/pay?ssl-mode=disable",
+        ];
+        for url in refused {
+            let lines = link_problems(&prod(&["--database-url", url]));
+            assert_eq!(lines.len(), 1, "{url}: {lines:?}");
+            assert!(lines[0].starts_with("--database-url"), "{lines:?}");
+            let driver: PgConnectOptions = url.parse().unwrap();
+            assert!(driver.get_socket().is_none(), "{url}");
+            let weak = !matches!(driver.get_ssl_mode(), PgSslMode::VerifyFull);
+            assert!(weak, "{url}");
+        }
+        let twice = link_problems(&prod(&[
+            "--database-url",
+            "postgres://db/pay?sslmode=verify-full&ssl-mode=verify-full",
+        ]));
+        assert!(twice[0].contains("name it once"), "{twice:?}");
+        let alias = link_problems(&prod(&["--database-url", refused[4]]));
+        assert!(alias[0].contains("sslmode=disable"), "{alias:?}");
+        // Accepted: verified TLS through the alias; a socket (the driver keeps the first
+        // `host=/…` it reads, whatever host follows).
+        for url in [
+            "postgres://db/pay?ssl-mode=verify-full",
+            "postgres://db/pay?host=db.example&host=/run/postgresql",
+            "postgres://db/pay?host=/run/postgresql&host=db.example",
+        ] {
+            let lines = link_problems(&prod(&["--database-url", url]));
+            assert_eq!(lines, Vec::<String>::new(), "{url}");
+        }
     }
 
     #[test]
