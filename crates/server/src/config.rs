@@ -723,6 +723,17 @@ impl Config {
                 .default_webhook_secret
                 .map(|s| Secret::from(s.to_owned())))
             .unwrap_or_default();
+        // Outside dev `production_problems` asked for more; in dev too, a secret the
+        // signature check would refuse makes every mock event fail: say so at start.
+        let least = payonce_protocol::signature::MIN_SECRET;
+        if args.provider != Some(crate::provider::ProviderKind::Stripe)
+            && webhook_secret.len() < least
+        {
+            return Err(ConfigError::Unsafe(vec![format!(
+                "--webhook-secret (PAYONCE_WEBHOOK_SECRET) is {} bytes; at least {least} are required",
+                webhook_secret.len()
+            )]));
+        }
         let catalog = args.catalog.as_deref().map(crate::catalog::load_file);
         let catalog = catalog.transpose()?;
         let tls_ca = args.tls_ca_file.as_deref().map(read_ca).transpose()?;

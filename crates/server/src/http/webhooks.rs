@@ -1,9 +1,14 @@
 //! `POST /webhooks/provider`: the signature, the body, the ids; then `src/ops/webhooks.rs`.
+//! Only the mock provider's events come here: a server run with another `--provider` refuses
+//! every event before reading it (400 `WEBHOOK_SIGNATURE_INVALID`, reason `not_configured`),
+//! as `/webhooks/stripe` does on a mock deployment. Its mock secret is unset there, and an
+//! event signed with any key must not reach the store or the provider.
 
 use crate::error::{AppError, AppResult};
 use crate::http::extract::Id;
 use crate::metrics;
 use crate::ops::webhooks;
+use crate::provider::ProviderKind;
 use crate::state::AppState;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -25,6 +30,10 @@ pub(crate) async fn handler(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> AppResult<StatusCode> {
+    if state.config.provider != ProviderKind::Mock {
+        metrics::webhook_event(metrics::WebhookResult::BadSignature);
+        return Err(AppError::webhook_signature_invalid("not_configured"));
+    }
     let body = body.map_err(|e| match e.status() {
         StatusCode::PAYLOAD_TOO_LARGE => AppError::code(ErrorCode::PayloadTooLarge),
         _ => AppError::detail(ErrorCode::InvalidRequest, "the body could not be read"),

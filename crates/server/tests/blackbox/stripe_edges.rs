@@ -2,7 +2,8 @@
 //! settle a pay whose answer was lost, a forged, stale or re-stamped one is refused, a
 //! duplicate counts once, a refund made in Stripe's dashboard is reflected; and a lost
 //! provider answer (the fault proxy drops it after localstripe acted) is settled by the jobs
-//! with one charge. Every count of charges is localstripe's own list of PaymentIntents.
+//! with one charge. Every count of charges is localstripe's own list of PaymentIntents. A
+//! Stripe deployment refuses the mock provider's events, however they are signed.
 
 use crate::common::{
     id_of, key, spawn, Backend, Checkout, HttpApi, Opts, Proc, Req, TestApp, TestDb,
@@ -20,6 +21,7 @@ on_both_backends!(
     a_refund_made_in_the_stripe_dashboard_is_reflected,
     a_lost_confirm_answer_is_settled_by_the_jobs_with_one_charge,
     a_lost_create_answer_never_confirms_that_intent_and_charges_once,
+    forged_mock_events_on_a_stripe_deployment_are_refused_and_store_nothing,
 );
 
 /// The signing secret of the webhook endpoint registered at localstripe.
@@ -466,4 +468,75 @@ async fn a_lost_create_answer_never_confirms_that_intent_and_charges_once(backen
         unconfirmed.iter().all(|i| ["requires_confirmation", "canceled"].contains(&i["status"].as_str().unwrap())),
         "{intents:?}"
     );
+}
+
+/// A production Stripe deployment (no `--dev`) holds no mock webhook secret: the mock's
+/// route refuses every event, signed with the empty key or the mock's dev default, before
+/// anything is stored or anyone is asked.
+async fn forged_mock_events_on_a_stripe_deployment_are_refused_and_store_nothing(backend: Backend) {
+    let Some(ls) = Localstripe::start().await else {
+        return;
+    };
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let opts = Opts {
+        dev: false,
+        webhooks: true,
+        extra: [
+            "--provider",
+            "stripe",
+            "--provider-url",
+            &ls.url(),
+            "--stripe-secret-key",
+            SECRET_KEY,
+            "--stripe-webhook-secret",
+            WHSEC,
+            // The test's PostgreSQL has no TLS.
+            "--allow-plaintext",
+            "database",
+        ]
+        .map(String::from)
+        .to_vec(),
+        ..Opts::default()
+    };
+    let mut cmd = payonce_testkit::server::command(env!("CARGO_BIN_EXE_payonce-server").as_ref());
+    // Through the variable: the same test runs against a server without the flag.
+    cmd.env("PAYONCE_ALLOW_TEST_MODE", "true")
+        .args(opts.args(&db.url))
+        .stderr(std::process::Stdio::null());
+    let server = Proc::spawn(cmd, true).expect("a Stripe start outside --dev");
+    let http = payonce_testkit::checkout::client();
+    for (n, secret) in ["", "whsec_payonce_dev"].into_iter().enumerate() {
+        let body = serde_json::to_vec(&json!({
+            "id": format!("evt_forged_mock_{n}"),
+            "type": "charge.succeeded",
+            "created": 1,
+            "charge": {
+                "id": "ch_forged", "providerKey": format!("pk_forged_{n}"), "amount": 2500,
+                "currency": "USD", "paymentMethodId": "pm_card_visa", "orderId": "ord_forged",
+                "status": "succeeded", "createdAt": 1
+            }
+        }))
+        .unwrap();
+        let r = http
+            .post(format!("{}/webhooks/provider", server.api()))
+            .header("content-type", "application/json")
+            .header("Payonce-Signature", signed(secret, unix_now(), &body))
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let problem: Value = r.json().await.unwrap_or_default();
+        assert_eq!(status, 400, "{secret:?}: {problem}");
+        assert_eq!(problem["code"], "WEBHOOK_SIGNATURE_INVALID", "{problem}");
+        assert_eq!(problem["reason"], "not_configured", "{problem}");
+    }
+    let pool = db.pool().await;
+    let (events,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM webhook_events")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(events, 0, "a forged event reached the store");
 }
