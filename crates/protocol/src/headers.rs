@@ -17,6 +17,11 @@ pub const WEBHOOK_SIGNATURE: &str = "Payonce-Signature";
 /// Header on Stripe's webhooks: the same format as [`WEBHOOK_SIGNATURE`], with one `v1` per
 /// active signing secret (`crate::signature`).
 pub const STRIPE_SIGNATURE: &str = "Stripe-Signature";
+/// Header on every request the server sends to Stripe: the API version its adapter is
+/// written for (`crates/server/src/provider/stripe.rs`, `API_VERSION`), so an account's
+/// default version cannot change what an answer means. A request to the provider, not
+/// payonce's own API, so not in [`ALL`].
+pub const STRIPE_VERSION: &str = "Stripe-Version";
 /// Name of the HttpOnly session cookie set by `POST /dev/sessions`.
 pub const SESSION_COOKIE: &str = "payonce_session";
 /// Response header naming the request, for matching client reports to server logs.

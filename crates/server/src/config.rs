@@ -261,6 +261,11 @@ pub struct LinkArgs {
         value_name = "LINK"
     )]
     pub allow_plaintext: Vec<Link>,
+    /// Outside `--dev`, let `--provider stripe` run with a test-mode key (`sk_test_…`,
+    /// `rk_test_…`): its payments move no money, so a production start refuses it unless
+    /// this says the deployment is a test one (a staging server).
+    #[arg(long, env = "PAYONCE_ALLOW_TEST_MODE")]
+    pub allow_test_mode: bool,
 }
 
 /// A link `--allow-plaintext` may name.
@@ -315,6 +320,8 @@ pub struct Config {
     pub(crate) provider: crate::provider::ProviderKind,
     /// Stripe's webhook signing secret (`--stripe-webhook-secret-file`).
     pub(crate) stripe_webhook_secret: Option<Secret>,
+    /// Stripe's mode, from its key (`None` with the mock provider).
+    pub(crate) stripe_mode: Option<crate::provider::StripeMode>,
     /// The `--cors-origin` grants, checked.
     pub(crate) cors: crate::http::cors::Cors,
 }
@@ -485,6 +492,50 @@ fn production_problems(args: &ServerArgs) -> Vec<String> {
         }
     }
     problems
+}
+
+/// Stripe's mode from its secret `key`, and every problem of the Stripe key and webhook
+/// secret as read (a file's too), one line each. A test-mode key takes test cards as money:
+/// outside `--dev` it needs `--allow-test-mode`, and a key of neither mode is refused there.
+/// A webhook secret anyone could guess lets anyone sign events: shorter than
+/// [`MIN_SECRET`] outside `--dev`, or than what `signature::verify` checks with in dev, it
+/// is refused. (Missing ones: [`production_problems`].)
+fn stripe_problems(
+    dev: bool,
+    allow_test_mode: bool,
+    key: Option<&str>,
+    whsec: Option<&str>,
+) -> (crate::provider::StripeMode, Vec<String>) {
+    use crate::provider::StripeMode;
+    let mut problems = Vec::new();
+    let mode = key.and_then(StripeMode::of_key);
+    if !dev {
+        let flag = "--stripe-secret-key-file (PAYONCE_STRIPE_SECRET_KEY_FILE)";
+        match mode {
+            None if key.is_some() => problems.push(format!(
+                "{flag}: not a Stripe secret key (sk_live_…, rk_live_…; sk_test_…, rk_test_… \
+                 with --allow-test-mode)"
+            )),
+            Some(StripeMode::Test) if !allow_test_mode => problems.push(format!(
+                "{flag} is a test-mode key: test cards would pay orders; use a live key \
+                 (sk_live_…, rk_live_…), or say --allow-test-mode (PAYONCE_ALLOW_TEST_MODE)"
+            )),
+            _ => {}
+        }
+    }
+    let least = if dev {
+        payonce_protocol::signature::MIN_SECRET
+    } else {
+        MIN_SECRET
+    };
+    if let Some(n) = whsec.map(str::len).filter(|&n| n < least) {
+        problems.push(format!(
+            "--stripe-webhook-secret-file (PAYONCE_STRIPE_WEBHOOK_SECRET_FILE) is {n} bytes; \
+             at least {least} are required (Stripe's whsec_… secrets are 38)"
+        ));
+    }
+    // In dev an unnamed mode is an emulator's key (localstripe takes any sk_…): test.
+    (mode.unwrap_or(StripeMode::Test), problems)
 }
 
 /// Every URL whose scheme this build cannot use, one line each, checked at start so a bad
@@ -759,6 +810,17 @@ impl Config {
                 l.stripe_webhook_secret.as_ref(),
             )?,
         );
+        let stripe_mode = match provider {
+            crate::provider::ProviderKind::Stripe => {
+                let (key, whsec) = (stripe_key.as_deref(), stripe_webhook_secret.as_deref());
+                let (mode, problems) = stripe_problems(dev.dev, l.allow_test_mode, key, whsec);
+                if !problems.is_empty() {
+                    return Err(ConfigError::Unsafe(problems));
+                }
+                Some(mode)
+            }
+            crate::provider::ProviderKind::Mock => None,
+        };
         let provider_api_key = match provider {
             crate::provider::ProviderKind::Stripe => stripe_key,
             crate::provider::ProviderKind::Mock => provider_api_key(&args.links)?,
@@ -809,6 +871,7 @@ impl Config {
             provider_api_key,
             provider,
             stripe_webhook_secret,
+            stripe_mode,
         })
     }
 
@@ -885,7 +948,7 @@ mod tests {
             !lines.iter().any(|p| p.contains("--webhook-secret (")),
             "{lines:?}"
         );
-        let key = "sk_test_0123456789abcdefghij";
+        let key = "sk_live_0123456789abcdefghij";
         let full = args(&[
             "--provider",
             "stripe",
@@ -902,6 +965,59 @@ mod tests {
         assert!(
             !format!("{c:?}{full:?}").contains(key),
             "the key in a Debug output"
+        );
+    }
+
+    /// A Stripe start outside `--dev` with `key`, `whsec` and `extra` flags.
+    fn stripe(key: &str, whsec: &str, extra: &[&str]) -> ServerArgs {
+        let session = "s".repeat(32);
+        let flags = ["--provider", "stripe", "--session-secret", &session];
+        let secrets = ["--stripe-secret-key", key, "--stripe-webhook-secret", whsec];
+        args(&[&flags[..], &secrets, extra].concat())
+    }
+
+    /// Outside `--dev` a test-mode key needs `--allow-test-mode` and a key of no mode is
+    /// refused; the mode is read from the key. A short Stripe webhook secret is refused in
+    /// dev too (below what the signature check takes).
+    #[test]
+    fn a_stripe_test_key_needs_allow_test_mode_and_a_short_webhook_secret_is_refused() {
+        use crate::provider::StripeMode;
+        let whsec = "whsec_0123456789abcdef0123456789abcdef";
+        for key in ["sk_test_0123456789", "rk_test_0123456789"] {
+            let p = problems(&stripe(key, whsec, &[]));
+            assert_eq!(p.len(), 1, "{p:?}");
+            assert!(p[0].contains("test-mode") && !p[0].contains(key), "{p:?}");
+            let c = Config::from_args(&stripe(key, whsec, &["--allow-test-mode"])).unwrap();
+            assert_eq!(c.stripe_mode, Some(StripeMode::Test));
+            let c = Config::from_args(&stripe(key, whsec, &["--dev"])).unwrap();
+            assert_eq!(c.stripe_mode, Some(StripeMode::Test));
+        }
+        for key in ["sk_live_0123456789", "rk_live_0123456789"] {
+            let c = Config::from_args(&stripe(key, whsec, &[])).unwrap();
+            assert_eq!(c.stripe_mode, Some(StripeMode::Live));
+        }
+        let p = problems(&stripe("pk_live_0123456789", whsec, &["--allow-test-mode"]));
+        assert!(
+            p.len() == 1 && p[0].contains("not a Stripe secret key"),
+            "{p:?}"
+        );
+        let short = &whsec[..MIN_SECRET - 1];
+        let p = problems(&stripe("sk_live_0123456789", short, &[]));
+        assert!(
+            p.len() == 1 && p[0].starts_with("--stripe-webhook-secret"),
+            "{p:?}"
+        );
+        assert!(Config::from_args(&stripe("sk_test_1", short, &["--dev"])).is_ok());
+        let p = problems(&stripe("sk_test_1", "whsec_", &["--dev"]));
+        assert!(
+            p.len() == 1 && p[0].starts_with("--stripe-webhook-secret"),
+            "{p:?}"
+        );
+        // The mock's secret too, in dev: one the signature check refuses stops the start.
+        let p = problems(&args(&["--dev", "--webhook-secret", "short"]));
+        assert!(
+            p.len() == 1 && p[0].starts_with("--webhook-secret"),
+            "{p:?}"
         );
     }
 

@@ -4,6 +4,7 @@
 use crate::config::{Cli, Config, ServerArgs};
 use crate::http::app;
 use crate::listen::{bind, drive, shutdown_signal, Budget, PeerCap, WriteDeadline};
+use crate::provider::ProbeError;
 use crate::state::{AppState, RunError};
 use crate::store::Store;
 use tokio::net::TcpListener;
@@ -40,12 +41,15 @@ async fn run_api(args: ServerArgs) -> Result<(), RunError> {
     // Never the URL as given: in dev it may still carry credentials (`src/secret.rs`).
     let shown = crate::secret::redact_url(&state.provider_url);
     tracing::info!(provider = %shown, "payment provider");
+    if let Some(mode) = state.config.stripe_mode {
+        // The mode only, never the key.
+        tracing::info!(mode = mode.name(), "Stripe mode");
+    }
     let handshake = |flag| move |detail| RunError::Handshake { flag, detail };
-    state
-        .provider
-        .probe()
-        .await
-        .map_err(handshake("--provider-url"))?;
+    state.provider.probe().await.map_err(|e| match e {
+        ProbeError::Tls(detail) => handshake("--provider-url")(detail),
+        ProbeError::KeyRefused(status) => RunError::KeyRefused(status),
+    })?;
     if let Some(redis) = &state.redis {
         redis.announce().await.map_err(handshake("--redis-url"))?;
     }

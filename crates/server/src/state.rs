@@ -40,6 +40,10 @@ pub enum RunError {
         /// What the TLS client said.
         detail: String,
     },
+    /// The provider refused the API key at start (401): no call could succeed, so the
+    /// start stops instead of every pay ending in review.
+    #[error("--stripe-secret-key-file (PAYONCE_STRIPE_SECRET_KEY_FILE): the provider refused the key (HTTP {0} at start): revoked, mistyped, or for another account")]
+    KeyRefused(u16),
 }
 
 /// Shared state of the handlers.
@@ -76,7 +80,7 @@ impl AppState {
             provider_url,
             config.provider_timeout,
             ca,
-            key,
+            (key, config.stripe_mode),
         )?;
         let redis = config.redis_url.as_deref().map(|url| {
             crate::replay::redis::RedisCache::new(url, config.redis_timeout, ca).map(Arc::new)

@@ -17,6 +17,7 @@
 mod mock;
 mod stripe;
 
+use payonce_protocol::headers::STRIPE_VERSION;
 use payonce_protocol::provider::{ChargeRequest, Refund};
 use std::time::Duration;
 
@@ -33,6 +34,47 @@ pub enum ProviderKind {
     Mock,
     /// Stripe (its test or live mode, or the localstripe emulator), PaymentIntents API.
     Stripe,
+}
+
+/// Stripe's mode: a live key moves money, a test key takes test cards. Read from the secret
+/// key's prefix at start (`src/config.rs`), and every intent's `livemode` must match it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StripeMode {
+    /// `sk_live_…`, `rk_live_…`.
+    Live,
+    /// `sk_test_…`, `rk_test_…` (and, in dev, an emulator's key of any shape).
+    Test,
+}
+
+impl StripeMode {
+    /// The mode of a Stripe secret key (`None`: not a key of either mode).
+    pub(crate) fn of_key(key: &str) -> Option<Self> {
+        let has = |prefixes: [&str; 2]| prefixes.iter().any(|p| key.starts_with(p));
+        if has(["sk_live_", "rk_live_"]) {
+            Some(Self::Live)
+        } else if has(["sk_test_", "rk_test_"]) {
+            Some(Self::Test)
+        } else {
+            None
+        }
+    }
+
+    /// `live` or `test`, for the start-up line.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Live => "live",
+            Self::Test => "test",
+        }
+    }
+}
+
+/// Why the start-up probe stops the start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ProbeError {
+    /// The TLS handshake failed (wrong CA, a plain-text server).
+    Tls(String),
+    /// The provider answered 401: it refuses the API key, so every call would fail.
+    KeyRefused(u16),
 }
 
 /// What a refund call proved: the refund machine's input (`payonce_rules::refund`).
@@ -87,17 +129,26 @@ impl Provider {
     /// secret key) on every request as `Authorization: Bearer <key>`, marked sensitive so
     /// that no debug output of reqwest or hyper shows it. (Credentials in `base` itself are
     /// refused outside `--dev`: `src/config.rs`, `link_problems`.)
+    /// `mode`: Stripe's, from its key (`src/config.rs`); every Stripe request carries the
+    /// API version the adapter is written for (`stripe::API_VERSION`).
     pub(crate) fn new(
         kind: ProviderKind,
         base: &str,
         timeout: Duration,
         ca: Option<&[u8]>,
-        api_key: Option<&str>,
+        (api_key, mode): (Option<&str>, Option<StripeMode>),
     ) -> Result<Self, ClientError> {
-        let http = http_client(timeout, ca, api_key)?;
         Ok(match kind {
-            ProviderKind::Mock => Self::Mock(mock::MockClient::new(base, http)),
-            ProviderKind::Stripe => Self::Stripe(stripe::StripeClient::new(base, http)),
+            ProviderKind::Mock => {
+                let http = http_client(timeout, ca, api_key, None)?;
+                Self::Mock(mock::MockClient::new(base, http))
+            }
+            ProviderKind::Stripe => {
+                let version = (STRIPE_VERSION, stripe::API_VERSION);
+                let http = http_client(timeout, ca, api_key, Some(version))?;
+                let mode = mode.unwrap_or(StripeMode::Test);
+                Self::Stripe(stripe::StripeClient::new(base, http, mode))
+            }
         })
     }
 
@@ -111,10 +162,10 @@ impl Provider {
 
     /// One request at start, for the handshake: any HTTP answer will do; a provider that
     /// is down only warns (pays answer 202 until it is back), a failed TLS handshake is
-    /// the error.
-    pub(crate) async fn probe(&self) -> Result<(), String> {
+    /// the error, and so is (Stripe) a 401: the key is refused, no pay could ever succeed.
+    pub(crate) async fn probe(&self) -> Result<(), ProbeError> {
         match self {
-            Self::Mock(c) => c.probe().await,
+            Self::Mock(c) => c.probe().await.map_err(ProbeError::Tls),
             Self::Stripe(c) => c.probe().await,
         }
     }
@@ -221,33 +272,46 @@ impl Provider {
     }
 }
 
-/// The HTTP client of an adapter: `timeout` on every call and connect, `ca` (PEM) trusted
-/// beside the system's roots, `api_key` as a sensitive Bearer header.
 /// Why the provider's HTTP client could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The API key cannot travel in a header (a control character, say).
     #[error("the provider API key is not a header value")]
     ApiKey,
+    /// A fixed header's name is not one (a build error of this crate).
+    #[error("{0} is not a header name")]
+    Header(&'static str),
     /// The CA bundle did not parse, or the TLS client could not be made.
     #[error(transparent)]
     Http(#[from] reqwest::Error),
 }
 
+/// The HTTP client of an adapter: `timeout` on every call and connect, `ca` (PEM) trusted
+/// beside the system's roots, `api_key` as a sensitive Bearer header, `fixed` (a name and its
+/// value) on every request.
 fn http_client(
     timeout: Duration,
     ca: Option<&[u8]>,
     api_key: Option<&str>,
+    fixed: Option<(&'static str, &'static str)>,
 ) -> Result<reqwest::Client, ClientError> {
+    use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
     let mut http = reqwest::Client::builder()
         .timeout(timeout)
         .connect_timeout(timeout);
+    let mut headers = HeaderMap::new();
     if let Some(key) = api_key {
-        let mut value = reqwest::header::HeaderValue::try_from(format!("Bearer {key}"))
-            .map_err(|_| ClientError::ApiKey)?;
+        let mut value =
+            HeaderValue::try_from(format!("Bearer {key}")).map_err(|_| ClientError::ApiKey)?;
         value.set_sensitive(true);
-        let headers =
-            reqwest::header::HeaderMap::from_iter([(reqwest::header::AUTHORIZATION, value)]);
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
+    if let Some((name, value)) = fixed {
+        let name =
+            HeaderName::from_bytes(name.as_bytes()).map_err(|_| ClientError::Header(name))?;
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    if !headers.is_empty() {
         http = http.default_headers(headers);
     }
     if let Some(pem) = ca {

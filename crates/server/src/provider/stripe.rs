@@ -11,15 +11,28 @@
 //!
 //! Amounts are the server's, in minor units; Stripe wants the currency in lower case. Card
 //! numbers never reach this server: the checkout sends a PaymentMethod id (`pm_…`).
+//!
+//! Every request names the API version this file reads ([`API_VERSION`] in `Stripe-Version`),
+//! so the account's default version cannot rename what an answer says. Every intent read
+//! must be in the key's mode (`livemode`): a test intent on a live server (or the reverse)
+//! proves nothing about money, so it settles nothing and reconciliation flags it.
 
 use super::{
-    ChargeOutcome, Created, Lookup, RefundCheck, RefundOutcome, WebhookHint, WebhookRefused,
+    ChargeOutcome, Created, Lookup, ProbeError, RefundCheck, RefundOutcome, StripeMode,
+    WebhookHint, WebhookRefused,
 };
 use payonce_protocol::headers::{IDEMPOTENCY_KEY, STRIPE_SIGNATURE};
 use payonce_protocol::provider::{Charge, ChargeRequest, ChargeStatus, Refund};
 use reqwest::StatusCode;
 use serde::Deserialize;
 use std::collections::HashMap;
+
+/// The Stripe API version this adapter is written for: the intent statuses of the table in
+/// docs/providers.md (`requires_payment_method`, `requires_action`, 2019-02-11 on), an
+/// intent's `payment_method` as an id, explicit `payment_method_types` (so no redirect
+/// method needs a `return_url`, 2023-08-16 on), refunds listed by `payment_intent`. Sent on
+/// every request (`super::Provider::new`); change it only with this file and its tests.
+pub(crate) const API_VERSION: &str = "2024-06-20";
 
 /// Suffix of the confirm call's idempotency key (one key per call: Stripe refuses a key
 /// reused with other parameters or on another endpoint).
@@ -37,6 +50,8 @@ const META_KEY: &str = "provider_key";
 pub(crate) struct StripeClient {
     http: reqwest::Client,
     base: String,
+    /// The key's mode: every intent read must be in it.
+    mode: StripeMode,
 }
 
 /// A PaymentIntent, the members we read.
@@ -56,6 +71,9 @@ struct Intent {
     last_payment_error: Option<PaymentError>,
     #[serde(default)]
     created: i64,
+    /// Whether it is a live intent (absent at an emulator that does not say).
+    #[serde(default)]
+    livemode: Option<bool>,
 }
 
 /// `last_payment_error`: why the last confirm did not charge.
@@ -84,10 +102,30 @@ struct RefundList {
 
 impl StripeClient {
     /// A client of `base` (`super::http_client`: timeout, extra CA, the secret key).
-    pub(crate) fn new(base: &str, http: reqwest::Client) -> Self {
+    pub(crate) fn new(base: &str, http: reqwest::Client, mode: StripeMode) -> Self {
         Self {
             http,
             base: base.trim_end_matches('/').to_owned(),
+            mode,
+        }
+    }
+
+    /// The intent, when it is in the key's mode; else why it proves nothing (logged: the
+    /// attempt stays processing, reconciliation flags it for review, and no order is marked
+    /// paid by a test payment on a live server).
+    fn in_mode(&self, i: Intent) -> Result<Intent, String> {
+        let live = self.mode == StripeMode::Live;
+        match i.livemode {
+            Some(l) if l != live => {
+                let why = format!(
+                    "intent {} has livemode {l}, the key is {}-mode: not settled",
+                    i.id,
+                    self.mode.name()
+                );
+                tracing::error!(intent = %i.id, livemode = l, mode = self.mode.name(), "Stripe intent in the other mode: left for review");
+                Err(why)
+            }
+            _ => Ok(i),
         }
     }
 
@@ -95,18 +133,23 @@ impl StripeClient {
         format!("{}{path}", self.base)
     }
 
-    /// Any HTTP answer of the API origin will do (see `Provider::probe`).
-    pub(crate) async fn probe(&self) -> Result<(), String> {
-        let Err(e) = self
+    /// Any HTTP answer of the API origin will do but 401, Stripe refusing the key (see
+    /// `Provider::probe`).
+    pub(crate) async fn probe(&self) -> Result<(), ProbeError> {
+        let e = match self
             .http
             .get(self.url("/v1/payment_intents?limit=1"))
             .send()
             .await
-        else {
-            return Ok(());
+        {
+            Ok(r) if r.status() == StatusCode::UNAUTHORIZED => {
+                return Err(ProbeError::KeyRefused(r.status().as_u16()))
+            }
+            Ok(_) => return Ok(()),
+            Err(e) => e,
         };
         if let Some(why) = crate::error::tls_failure(&e) {
-            return Err(why);
+            return Err(ProbeError::Tls(why));
         }
         tracing::warn!(error = %e, "provider unreachable at start");
         Ok(())
@@ -173,8 +216,9 @@ impl StripeClient {
         };
         let status = res.status();
         if status.is_success() {
-            return match res.json::<Intent>().await {
-                Ok(i) => outcome_of(i, provider_key),
+            return match res.json::<Intent>().await.map(|i| self.in_mode(i)) {
+                Ok(Ok(i)) => outcome_of(i, provider_key),
+                Ok(Err(why)) => ChargeOutcome::Unknown(why),
                 Err(e) => ChargeOutcome::Unknown(format!("unreadable intent: {e}")),
             };
         }
@@ -203,9 +247,10 @@ impl StripeClient {
             Err(e) => return Lookup::Unknown(format!("lookup failed: {e}")),
         };
         match res.status() {
-            StatusCode::OK => match res.json::<Intent>().await {
-                Ok(i) if i.status == "requires_confirmation" => Lookup::Unconfirmed,
-                Ok(i) => {
+            StatusCode::OK => match res.json::<Intent>().await.map(|i| self.in_mode(i)) {
+                Ok(Err(why)) => Lookup::Unknown(why),
+                Ok(Ok(i)) if i.status == "requires_confirmation" => Lookup::Unconfirmed,
+                Ok(Ok(i)) => {
                     let key = i.metadata.get(META_KEY).cloned().unwrap_or_default();
                     match charge_from(i, &key) {
                         Ok(c) => Lookup::Found(c),
@@ -472,4 +517,38 @@ pub(crate) fn webhook(
         kind: e.kind,
         intent,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn intent(livemode: Option<bool>) -> Intent {
+        let mut v = serde_json::json!({
+            "id": "pi_1", "amount": 2500, "currency": "usd", "status": "succeeded",
+            "metadata": { "order_id": "ord_1", "provider_key": "pk_1" }
+        });
+        if let Some(l) = livemode {
+            v["livemode"] = l.into();
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    /// A succeeded intent of the other mode never reads as a payment: a test card on a live
+    /// server (or a live charge on a test one) settles nothing and is left for review.
+    #[test]
+    fn an_intent_of_the_other_mode_proves_nothing() {
+        for (mode, other) in [(StripeMode::Live, false), (StripeMode::Test, true)] {
+            let c = StripeClient::new("http://127.0.0.1:1", reqwest::Client::new(), mode);
+            let why = c.in_mode(intent(Some(other))).unwrap_err();
+            assert!(why.contains("pi_1") && why.contains(mode.name()), "{why}");
+            let same = c.in_mode(intent(Some(!other))).unwrap();
+            assert!(matches!(
+                outcome_of(same, "pk_1"),
+                ChargeOutcome::Succeeded(_)
+            ));
+            // An emulator that does not say: read as the key's mode.
+            assert!(c.in_mode(intent(None)).is_ok());
+        }
+    }
 }

@@ -205,6 +205,11 @@ fn plain_text_links_credentials_and_a_day_of_leeway_stop_the_start() {
 /// Accepts connections on a free loopback port and answers each request head with a 404,
 /// sending the heads it read to the returned channel.
 fn recording_provider() -> (String, std::sync::mpsc::Receiver<String>) {
+    answering_provider("404 Not Found")
+}
+
+/// [`recording_provider`], answering `status` (e.g. `401 Unauthorized`).
+fn answering_provider(status: &'static str) -> (String, std::sync::mpsc::Receiver<String>) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let (tx, rx) = std::sync::mpsc::channel();
@@ -217,9 +222,9 @@ fn recording_provider() -> (String, std::sync::mpsc::Receiver<String>) {
                 head.push(byte[0]);
             }
             let _ = tx.send(String::from_utf8_lossy(&head).into_owned());
-            let _ = stream.write_all(
-                b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
-            );
+            let answer =
+                format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+            let _ = stream.write_all(answer.as_bytes());
         }
     });
     (url, rx)
@@ -303,4 +308,110 @@ async fn the_start_up_log_shows_the_provider_url_without_credentials() {
         !logged.contains("pw_s3cr3t") && !logged.contains("acct_1"),
         "{logged}"
     );
+}
+
+/// A Stripe start outside `--dev` against `provider` with `key` and `extra` flags (the
+/// environment cleared but `env`): `Ok(log)` when the server refused to start, `Err(log)`
+/// when it came up (it is stopped then).
+fn stripe_start(
+    provider: &str,
+    key: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Result<String, String> {
+    let dir = std::env::temp_dir().join(format!("payonce-mode-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("server.log");
+    let mut cmd = payonce_testkit::server::command(env!("CARGO_BIN_EXE_payonce-server").as_ref());
+    cmd.env_clear()
+        .envs(env.iter().copied())
+        .args(["--addr", "127.0.0.1:0", "--provider", "stripe"])
+        .args(["--provider-url", provider, "--stripe-secret-key", key])
+        .args([
+            "--stripe-webhook-secret",
+            WEBHOOK_SECRET,
+            "--session-secret",
+            SECRET,
+        ])
+        .args([
+            "--database-url",
+            &format!("sqlite://{}/p.db", dir.display()),
+        ])
+        .args(extra)
+        .stderr(std::fs::File::create(&log).unwrap());
+    let started = payonce_testkit::server::Proc::spawn(cmd, true);
+    let up = started.is_ok();
+    drop(started);
+    let logged = std::fs::read_to_string(&log).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!logged.contains(key), "the key is never logged:\n{logged}");
+    if up {
+        Err(logged)
+    } else {
+        Ok(logged)
+    }
+}
+
+/// A Stripe test key takes test cards as money: outside `--dev` it refuses to start unless
+/// `--allow-test-mode` (or its variable) says so, and then it logs the mode, as it does for a
+/// live key. Every Stripe request names the API version the adapter is written for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stripe_test_key_outside_dev_needs_allow_test_mode_and_the_mode_is_logged() {
+    let Some(ls) = payonce_testkit::localstripe::Localstripe::start().await else {
+        return;
+    };
+    let key = "sk_test_startup_mode_0123456789";
+    let refused = stripe_start(&ls.url(), key, &[], &[])
+        .unwrap_or_else(|log| panic!("a test key started outside --dev:\n{log}"));
+    let lines = lines_naming(&refused, "--stripe-secret-key-file");
+    assert_eq!(lines.len(), 1, "{refused}");
+    assert!(
+        lines[0].contains("test-mode") && lines[0].contains("--allow-test-mode"),
+        "{refused}"
+    );
+    for allow in [
+        (vec!["--allow-test-mode"], vec![]),
+        (vec![], vec![("PAYONCE_ALLOW_TEST_MODE", "true")]),
+    ] {
+        let log =
+            stripe_start(&ls.url(), key, &allow.0, &allow.1).expect_err("--allow-test-mode starts");
+        let mode = log.lines().find(|l| l.contains("Stripe mode"));
+        assert!(mode.is_some_and(|l| l.contains("test")), "{log}");
+    }
+    // A live key at a stub that answers every call (localstripe takes test keys only).
+    let (stub, heads) = answering_provider("200 OK");
+    let log =
+        stripe_start(&stub, "sk_live_startup_0123456789", &[], &[]).expect_err("a live key starts");
+    let mode = log.lines().find(|l| l.contains("Stripe mode"));
+    assert!(mode.is_some_and(|l| l.contains("live")), "{log}");
+    let probe = heads
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .unwrap();
+    let version: Vec<&str> = probe
+        .lines()
+        .filter(|l| l.to_ascii_lowercase().starts_with("stripe-version:"))
+        .collect();
+    assert_eq!(version.len(), 1, "{probe}");
+    assert!(
+        version[0]
+            .split_once(':')
+            .unwrap()
+            .1
+            .trim()
+            .starts_with("20"),
+        "{probe}"
+    );
+}
+
+/// A key the provider refuses (401 to the start-up probe) stops the start with one line:
+/// otherwise every pay would answer 202 and end in manual review.
+#[test]
+fn a_stripe_key_the_provider_refuses_stops_the_start() {
+    let (stub, _heads) = answering_provider("401 Unauthorized");
+    let key = "sk_live_revoked_0123456789";
+    let log = stripe_start(&stub, key, &[], &[])
+        .unwrap_or_else(|log| panic!("a refused key started:\n{log}"));
+    let lines = lines_naming(&log, "--stripe-secret-key-file");
+    assert_eq!(lines.len(), 1, "{log}");
+    assert!(lines[0].contains("refused the key"), "{log}");
 }

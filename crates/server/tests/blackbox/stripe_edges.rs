@@ -22,6 +22,7 @@ on_both_backends!(
     a_lost_confirm_answer_is_settled_by_the_jobs_with_one_charge,
     a_lost_create_answer_never_confirms_that_intent_and_charges_once,
     forged_mock_events_on_a_stripe_deployment_are_refused_and_store_nothing,
+    a_test_mode_payment_on_a_live_key_pays_nothing_and_is_flagged,
 );
 
 /// The signing secret of the webhook endpoint registered at localstripe.
@@ -69,6 +70,16 @@ impl StripeApp {
     /// `jobs`: run the background jobs fast (reconciliation after 300 ms); `webhooks`:
     /// register the server's route at localstripe.
     async fn start(backend: Backend, jobs: bool, webhooks: bool) -> Option<StripeApp> {
+        Self::start_with_key(backend, jobs, webhooks, SECRET_KEY).await
+    }
+
+    /// [`StripeApp::start`] with the secret key `key` (its prefix says the mode).
+    async fn start_with_key(
+        backend: Backend,
+        jobs: bool,
+        webhooks: bool,
+        key: &str,
+    ) -> Option<StripeApp> {
         let ls = Localstripe::start().await?;
         let db = TestDb::create(backend).await?;
         let to_stripe = FaultProxy::start(&ls.url()).await;
@@ -80,7 +91,7 @@ impl StripeApp {
                 "--provider-url",
                 &to_stripe.url,
                 "--stripe-secret-key",
-                SECRET_KEY,
+                key,
                 "--stripe-webhook-secret",
                 WHSEC,
                 "--reconcile-after-ms",
@@ -539,4 +550,34 @@ async fn forged_mock_events_on_a_stripe_deployment_are_refused_and_store_nothing
         .await
         .unwrap();
     assert_eq!(events, 0, "a forged event reached the store");
+}
+
+/// localstripe's intents are all `livemode: false` (it takes `sk_live_…` keys too): a server
+/// holding a live key that meets a succeeded test-mode intent marks nothing paid, and the
+/// jobs flag the attempt for review. (A test card is not money on a live server.)
+async fn a_test_mode_payment_on_a_live_key_pays_nothing_and_is_flagged(backend: Backend) {
+    let live = "sk_live_payonce0mode0mismatch";
+    let Some(app) = StripeApp::start_with_key(backend, true, false, live).await else {
+        return;
+    };
+    let (t, id) = app.order("dave").await;
+    let pm = app.ls.payment_method(cards::APPROVE).await;
+    let r = app.pay(&t, &id, Some(&key()), 1, &pm).await;
+    assert_eq!(r.status, 202, "{}", r.text());
+    let intent = app.only_intent(&id).await;
+    assert_eq!(
+        (&intent["status"], &intent["livemode"]),
+        (&json!("succeeded"), &json!(false))
+    );
+    let flagged =
+        "SELECT COUNT(*) FROM attempts WHERE order_id = $1 AND needs_review_at IS NOT NULL";
+    payonce_testkit::wait_for(
+        "the jobs flagging the attempt",
+        std::time::Duration::from_secs(20),
+        || async { (app.count(flagged, &id).await == 1).then_some(()) },
+    )
+    .await;
+    let o = app.get_order(&t, &id).await.json();
+    assert_eq!(o["status"], "unpaid", "{o}");
+    assert_eq!(app.ls.succeeded_for(&id).await, 1);
 }
