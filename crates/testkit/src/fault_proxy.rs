@@ -1,6 +1,7 @@
 //! A fault proxy: plain HTTP between the server and its payment provider (localstripe in the
 //! Stripe suites) that forwards every request and, for the rules a test arms, loses the
-//! answer on the way back, refuses the request, or holds the answer for a while.
+//! answer on the way back, refuses the request, holds the answer for a while, or holds the
+//! request itself and delivers it late.
 //!
 //! Why it forwards before it drops: the faults that matter for "charged once" are the ones
 //! where the provider *did* act (an intent created, a charge made) and the server never
@@ -31,6 +32,10 @@ pub enum Fault {
     Refuse,
     /// Forward, and hold the answer this long before writing it.
     Delay(Duration),
+    /// Hold the request this long, then forward it (even if the caller has given up
+    /// meanwhile) and write the answer: a call that reaches the provider late, as a stuck
+    /// load balancer or a slow network delivers it.
+    Hold(Duration),
 }
 
 /// One armed rule.
@@ -79,6 +84,7 @@ struct Shared {
     seen: Mutex<Vec<Seen>>,
     down: AtomicBool,
     forwarded: AtomicUsize,
+    delivered: AtomicUsize,
 }
 
 /// The proxy, listening on `127.0.0.1` on a free port; stopped when dropped.
@@ -186,6 +192,12 @@ impl FaultProxy {
         self.shared.forwarded.load(Ordering::SeqCst)
     }
 
+    /// How many forwarded requests the upstream has answered (a held one counts once it
+    /// landed, whether or not its caller was still there).
+    pub fn delivered(&self) -> usize {
+        self.shared.delivered.load(Ordering::SeqCst)
+    }
+
     /// The requests seen so far, oldest first (the last [`SEEN_CAP`]).
     pub fn seen(&self) -> Vec<Seen> {
         self.shared.seen.lock().expect("seen").clone()
@@ -233,7 +245,7 @@ fn take_fault(shared: &Shared, method: &str, path: &str) -> Option<Fault> {
 }
 
 async fn handle(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     client: &reqwest::Client,
     upstream: &str,
     req: Request<Incoming>,
@@ -279,17 +291,27 @@ async fn handle(
             forward = forward.header(name, value);
         }
     }
+    // Its own task: a held request still reaches the provider after its caller hung up
+    // (hyper drops this handler with the connection).
+    let hold = match fault {
+        Some(Fault::Hold(d)) => Some(d),
+        _ => None,
+    };
+    let counts = shared.clone();
+    let forwarded = async move {
+        if let Some(d) = hold {
+            tokio::time::sleep(d).await;
+        }
+        let answer = forward.body(body).send().await;
+        counts.delivered.fetch_add(1, Ordering::SeqCst);
+        let answer = answer?;
+        let (status, headers) = (answer.status(), answer.headers().clone());
+        Ok::<_, reqwest::Error>((status, headers, answer.bytes().await?))
+    };
     shared.forwarded.fetch_add(1, Ordering::SeqCst);
-    let answer = forward
-        .body(body)
-        .send()
+    let (status, headers, bytes) = tokio::spawn(forwarded)
         .await
-        .map_err(|e| Closed::Upstream(e.to_string()))?;
-    let status = answer.status();
-    let headers = answer.headers().clone();
-    let bytes = answer
-        .bytes()
-        .await
+        .map_err(|e| Closed::Upstream(e.to_string()))?
         .map_err(|e| Closed::Upstream(e.to_string()))?;
     match fault {
         Some(Fault::DropAnswer) => return Err(Closed::Fault(Fault::DropAnswer)),

@@ -175,6 +175,47 @@ impl Localstripe {
         list["data"].as_array().cloned().unwrap_or_default()
     }
 
+    /// A refund made at Stripe directly, as in its dashboard: `amount` of the intent (`None`:
+    /// all of it), carrying no key of payonce's. Its id.
+    pub async fn dashboard_refund(&self, intent_id: &str, amount: Option<i64>) -> String {
+        // Ids and amounts need no form escaping.
+        let mut form = format!("payment_intent={intent_id}");
+        if let Some(a) = amount {
+            form.push_str(&format!("&amount={a}"));
+        }
+        let res = self
+            .http
+            .post(format!("{}/v1/refunds", self.url()))
+            .bearer_auth(SECRET_KEY)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(form)
+            .send()
+            .await
+            .expect("dashboard refund");
+        assert!(
+            res.status().is_success(),
+            "dashboard refund: {}",
+            res.status()
+        );
+        let refund: Value = res.json().await.expect("refund");
+        refund["id"].as_str().expect("refund id").to_owned()
+    }
+
+    /// Sets a refund's `status` (`pending`, `failed`, `succeeded`), as Stripe moves a refund
+    /// after it was made (localstripe makes every refund `succeeded` at once).
+    pub async fn set_refund_status(&self, refund_id: &str, status: &str) {
+        let res = self
+            .http
+            .post(format!("{}/v1/refunds/{refund_id}", self.url()))
+            .bearer_auth(SECRET_KEY)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!("status={status}"))
+            .send()
+            .await
+            .expect("update refund");
+        assert!(res.status().is_success(), "update refund: {}", res.status());
+    }
+
     /// Completes (or fails) the 3-D Secure step of an intent, as its Stripe.js stand-in does.
     pub async fn authenticate(&self, intent_id: &str, client_secret: &str, success: bool) {
         let res = self
