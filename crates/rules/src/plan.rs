@@ -693,29 +693,6 @@ pub fn cancel_from_store(
     Some(CancelResponse { status, payment })
 }
 
-/// What a refund the provider refused comes to, from the charge's refunds as the provider
-/// lists them (`Err`: it could not tell).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RefusedRefund {
-    /// The charge was refunded elsewhere (the dashboard, another key): record that refund.
-    RefundedElsewhere(payonce_protocol::provider::Refund),
-    /// Nothing was refunded: the refund ends `failed` and the payment's refund slot frees.
-    Failed,
-    /// The provider cannot tell: the refund stays processing; a retry asks again.
-    Unknown,
-}
-
-/// The rule for a refused refund: the provider's own list of the charge's refunds decides.
-pub fn refused_refund(
-    refunds: Result<Vec<payonce_protocol::provider::Refund>, String>,
-) -> RefusedRefund {
-    match refunds.map(|r| r.into_iter().next()) {
-        Ok(Some(refund)) => RefusedRefund::RefundedElsewhere(refund),
-        Ok(None) => RefusedRefund::Failed,
-        Err(_) => RefusedRefund::Unknown,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,30 +12,42 @@
 //!              │                        ├─ new ─▶ Claim ─┬─ won ─────────────┐
 //!              ├───────── key taken ◀───┼────────────────┤                   │
 //!              │                        │                └─ payment taken ─▶ Done(409)
-//!              │                        └─ processing ─▶ TakeLease ◀─────────┘
+//!              │                        └─ processing ─▶ TakeLease ◀─────────┘  (also resume)
 //!              │                                            ├─ held elsewhere ─▶ Done(IN_PROGRESS)
 //!              │                                            ▼ taken
-//!              │                                          Refund ─┬─ refunded ─────▶ Settle
-//!              │                                                  ├─ refused ─▶ ListRefunds
-//!              │                                                  │   ├─ one ──────▶ Settle
-//!              │                                                  │   ├─ none ─▶ Settle(failed)
-//!              │                                                  │   └─ unknown ─┐
-//!              │                                                  └─ unknown ─────┤
-//!              │                                                 Release ◀────────┘
-//!              │                                                    └─▶ Done(IN_PROGRESS)
+//!              │                ┌──────────────────────▶ ListRefunds ── standing ─┐
+//!              │                │ refused                  ├─ refunded ─────────▶ Settle
+//!              │                │                          ├─ ours failed ─▶ Settle(failed)
+//!              │                │                          ├─ pending, or unknown ─▶ Release ─▶ Done(IN_PROGRESS)
+//!              │                │                          └─ remainder n ─▶ Refund(n)
+//!              │                │                         (after a refusal: Settle(failed))
+//!              │             Refund(n) ─┬─ succeeded ─▶ Settle     failed ─▶ Settle(failed)
+//!              │                        ├─ pending ─▶ Release ─▶ Done(IN_PROGRESS)
+//!              │                        └─ unknown ─▶ HoldLease(now + lease) ─▶ Done(IN_PROGRESS)
 //!              └── Release ◀── lost (someone else settled first) ◀── Settle ─▶ Done(fresh)
 //! ```
 //!
+//! What the provider holds decides, never a hope that it deduplicates (docs/providers.md,
+//! "Refunds"): before any call the machine lists the charge's refunds, and [`standing`]
+//! reads them by amount and by our refund key (sent with each refund, Stripe's
+//! `metadata[refund_key]`): ours, or refunds that cover the payment, are this refund;
+//! otherwise only the remainder is refunded. A refund is `refunded` only once the provider
+//! says it succeeded; a pending one keeps the key processing until a retry, the refund
+//! job (`crates/server/src/ops/jobs`) or a provider event ([`ServerRefund::resume`]) reads
+//! it again. A call whose answer is unknown may still land: the lease is kept until
+//! `now + lease` ([`Effect::HoldLease`]; the lease is longer than the provider timeout, a
+//! start check), so no second call goes out meanwhile, and the next one refunds only what
+//! the provider's list then shows unrefunded.
+//!
 //! The decisions it composes stay where they are: the keyed rule ([`crate::keyed::decide`],
-//! with the refund's fingerprint over the caller and the payment), what a refused refund
-//! comes to ([`plan::refused_refund`]) and the lease arithmetic ([`Policy`]).
+//! with the refund's fingerprint over the caller and the payment) and the lease arithmetic
+//! ([`Policy`]).
 
 use crate::flow::Ids;
 use crate::keyed::{self, NextAction, Stored, REFUND};
-use crate::plan::{self, AuditEntry, AuditState, RefusedRefund};
+use crate::plan::{self, AuditEntry, AuditState};
 use crate::policy::Policy;
 use crate::record::Answer;
-use payonce_protocol::provider::Refund;
 use payonce_protocol::{
     AttemptStatus, ErrorCode, IdempotencyKey, OrderStatus, Payment, Problem, RefundResponse,
 };
@@ -152,15 +164,84 @@ pub struct Lease {
     pub until: i64,
 }
 
+/// A refund's state at the provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefundStatus {
+    /// The money went back.
+    Succeeded,
+    /// Accepted, not final yet (Stripe's `pending`, `requires_action`): it may still
+    /// succeed or fail.
+    Pending,
+    /// Failed or canceled: nothing moved.
+    Failed,
+}
+
+/// One refund as the provider answers a refund call or lists a charge's refunds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderRefund {
+    /// The provider's refund id.
+    pub id: String,
+    /// The amount it refunds, in minor units.
+    pub amount: i64,
+    /// Its state.
+    pub status: RefundStatus,
+    /// The provider refund key payonce sent with it (saved on the refund row before the
+    /// call); `None`: made elsewhere (the dashboard), or a provider that keeps no key.
+    pub refund_key: Option<String>,
+}
+
 /// What a refund call proved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RefundOutcome {
-    /// Refunded (now, or earlier under the same refund key).
-    Refunded(Refund),
-    /// The provider refuses (declined, or refunded under another key): nothing moved.
+    /// The provider made the refund, in the state it answers.
+    Created(ProviderRefund),
+    /// The provider refuses (declined, or nothing left to refund): nothing moved by this call.
     NotAllowed(String),
-    /// Timeout, 5xx, network error: unknown; calling again with the same key is safe.
+    /// Timeout, 5xx, network error: unknown; the call may still land.
     Unknown(String),
+}
+
+/// What a charge's refunds at the provider come to for one refund key ([`standing`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Standing {
+    /// Refunded: ours succeeded, or succeeded refunds cover the payment. The refund to record.
+    Refunded(ProviderRefund),
+    /// Ours, or refunds that cover the payment only with pending ones, are not final yet.
+    Pending,
+    /// Ours failed and nothing else covers the payment: this key refunded nothing.
+    Failed,
+    /// Refund this much: the payment less every refund that did not fail.
+    Remainder(i64),
+}
+
+/// The rule that decides a refund by what the provider holds (module docs): a refund that
+/// did not fail carrying `key` is ours; refunds that did not fail and add up to `amount`
+/// (the dashboard's too) are the payment's refund; one of ours that failed, with nothing
+/// covering the payment, is a failed refund; anything else leaves a remainder to refund.
+pub fn standing(refunds: &[ProviderRefund], key: &str, amount: i64) -> Standing {
+    let ours = |r: &&ProviderRefund| r.refund_key.as_deref() == Some(key);
+    let live = |r: &&ProviderRefund| r.status != RefundStatus::Failed;
+    let succeeded = |r: &&ProviderRefund| r.status == RefundStatus::Succeeded;
+    if let Some(r) = refunds.iter().filter(ours).find(succeeded) {
+        return Standing::Refunded(r.clone());
+    }
+    if refunds.iter().filter(ours).any(|r| live(&r)) {
+        return Standing::Pending;
+    }
+    let moved: i64 = refunds.iter().filter(live).map(|r| r.amount).sum();
+    if moved >= amount {
+        return match refunds.iter().filter(live).all(|r| succeeded(&r)) {
+            true => refunds
+                .iter()
+                .find(succeeded)
+                .map_or(Standing::Pending, |r| Standing::Refunded(r.clone())),
+            false => Standing::Pending,
+        };
+    }
+    if refunds.iter().any(|r| ours(&r)) {
+        return Standing::Failed;
+    }
+    Standing::Remainder(amount - moved)
 }
 
 /// A payment, its order and its attempt becoming `refunded`, in one transaction
@@ -251,19 +332,20 @@ impl SettleRefund {
 }
 
 /// Plans the settle of refund `id` of `req`'s payment at `now`: `refund`, the provider's
-/// refund of the charge; `None`, the provider refused and nothing was refunded.
+/// succeeded refund this key records; `None`, the provider refused or failed it and this
+/// key refunded nothing.
 pub fn settle_refund(
     req: &Request,
     id: &str,
-    refund: Option<&Refund>,
+    refund: Option<&ProviderRefund>,
     now: i64,
     policy: &Policy,
 ) -> SettleRefund {
     let (p, expires_at) = (&req.payment, policy.expires_at(now));
     let Some(refund) = refund else {
         let problem = Problem::new(ErrorCode::RefundNotAllowed)
-            .with_detail("the provider refused to refund this charge; nothing was refunded");
-        let why = format!("refund {id} refused by the provider; nothing refunded");
+            .with_detail("the provider refused or failed this refund; nothing was refunded by it");
+        let why = format!("refund {id} refused or failed at the provider; nothing refunded");
         return SettleRefund::Failed {
             id: id.to_owned(),
             answer: Answer {
@@ -315,8 +397,9 @@ pub enum End {
     NotAllowed(Box<Problem>),
     /// The key was used for another payment (422), nothing done.
     Mismatch(Box<Problem>),
-    /// Another request holds the lease, or the provider's answer is unknown: 409
-    /// `IN_PROGRESS`; a retry calls the provider again with the same refund key.
+    /// Another request holds the lease, a call's answer is unknown (the lease is held past
+    /// it), or the provider's refund is pending: 409 `IN_PROGRESS`, the refund stays
+    /// processing; a retry reads the provider's refunds again.
     InProgress,
 }
 
@@ -345,23 +428,34 @@ pub enum Effect<'a> {
         /// Plan time.
         now: i64,
     },
-    /// Call the provider's refund of `charge_id` with the lease's provider refund key, no
-    /// transaction open → [`ServerRefund::on_refund`].
-    Refund {
-        /// The lease held.
-        lease: &'a Lease,
-        /// The payment's charge.
-        charge_id: &'a str,
-    },
-    /// The provider refused: list the charge's refunds → [`ServerRefund::on_refunds`].
+    /// List the charge's refunds at the provider, failed ones too →
+    /// [`ServerRefund::on_refunds`].
     ListRefunds {
         /// The lease held.
         lease: &'a Lease,
         /// The payment's charge.
         charge_id: &'a str,
     },
+    /// Call the provider's refund of `amount` of `charge_id`, carrying the lease's provider
+    /// refund key, no transaction open → [`ServerRefund::on_refund`].
+    Refund {
+        /// The lease held.
+        lease: &'a Lease,
+        /// The payment's charge.
+        charge_id: &'a str,
+        /// What is left to refund, in minor units.
+        amount: i64,
+    },
+    /// Keep the lease until `until` (the call's answer is unknown and it may still land):
+    /// no call for this refund before then → [`ServerRefund::on_held`].
+    HoldLease {
+        /// The lease held.
+        lease: &'a Lease,
+        /// Its new end.
+        until: i64,
+    },
     /// Run the settle transaction → [`ServerRefund::on_settled`]. Should it fail, end
-    /// `lease` first, so a retry may call again at once.
+    /// `lease` first, so a retry may read the provider again at once.
     Settle {
         /// The rows.
         plan: &'a SettleRefund,
@@ -370,7 +464,7 @@ pub enum Effect<'a> {
         /// Plan time.
         now: i64,
     },
-    /// End the lease early (the call proved nothing, or someone else settled first) →
+    /// End the lease early (no call in flight, or someone else settled first) →
     /// [`ServerRefund::on_released`].
     Release(&'a Lease),
     /// Finished.
@@ -385,9 +479,12 @@ enum Phase {
     /// Take the lease of refund `(id, provider refund key)`.
     Lease(String, String),
     Leasing(Lease),
-    Refund(Lease),
-    List(Lease),
-    Settle(Lease, Option<Refund>),
+    /// List the charge's refunds; `true` after the provider refused a call.
+    List(Lease, bool),
+    Refund(Lease, i64),
+    Hold(Lease),
+    Holding(Lease, i64),
+    Settle(Lease, Option<ProviderRefund>),
     Settling(Lease, SettleRefund),
     /// End the lease, then end (`Some`) or read again (`None`).
     Release(Lease, Option<End>),
@@ -416,6 +513,20 @@ impl ServerRefund {
         }
     }
 
+    /// The processing refund `record` of `req`'s key driven without a request (the refund
+    /// job, a provider's refund event): its first effect takes the lease; a lease held
+    /// elsewhere ends [`End::InProgress`].
+    pub fn resume(req: Request, record: &RefundRecord, policy: Policy) -> Self {
+        let mut m = Self::new(req, policy);
+        m.phase = match record.state {
+            RefundState::Processing => {
+                Phase::Lease(record.id.clone(), record.provider_refund_key.clone())
+            }
+            _ => Phase::Done(End::InProgress),
+        };
+        m
+    }
+
     /// The end, once there is one.
     pub fn end(&self) -> Option<&End> {
         match &self.phase {
@@ -435,6 +546,9 @@ impl ServerRefund {
                 token: ids.lease_token(),
                 until: self.policy.lease_until(now),
             }),
+            // The unknown call may land until its timeout, shorter than a lease (a start
+            // check): a lease from now outlasts it.
+            Phase::Hold(lease) => Phase::Holding(lease, self.policy.lease_until(now)),
             Phase::Settle(lease, refund) => {
                 let plan = settle_refund(
                     &self.req,
@@ -455,12 +569,22 @@ impl ServerRefund {
             },
             Phase::Claiming(plan) => Effect::Claim { plan, now },
             Phase::Leasing(lease) => Effect::TakeLease { lease, now },
-            Phase::Refund(lease) => Effect::Refund { lease, charge_id },
-            Phase::List(lease) => Effect::ListRefunds { lease, charge_id },
+            Phase::List(lease, _) => Effect::ListRefunds { lease, charge_id },
+            Phase::Refund(lease, amount) => Effect::Refund {
+                lease,
+                charge_id,
+                amount: *amount,
+            },
+            Phase::Holding(lease, until) => Effect::HoldLease {
+                lease,
+                until: *until,
+            },
             Phase::Settling(lease, plan) => Effect::Settle { plan, lease, now },
             Phase::Release(lease, _) => Effect::Release(lease),
             Phase::Done(end) => Effect::Done(end),
-            Phase::Claim | Phase::Lease(..) | Phase::Settle(..) => unreachable!("planned above"),
+            Phase::Claim | Phase::Lease(..) | Phase::Hold(_) | Phase::Settle(..) => {
+                unreachable!("planned above")
+            }
         }
     }
 
@@ -518,40 +642,59 @@ impl ServerRefund {
     }
 
     /// Whether the lease was taken (false: another request is calling the provider for
-    /// this refund right now).
+    /// this refund right now, or a call whose answer was lost may still land).
     pub fn on_leased(&mut self, taken: bool) {
         let Phase::Leasing(lease) = std::mem::replace(&mut self.phase, Phase::Read) else {
             return;
         };
         self.phase = match taken {
-            true => Phase::Refund(lease),
+            true => Phase::List(lease, false),
             false => Phase::Done(End::InProgress),
+        };
+    }
+
+    /// The charge's refunds as the provider lists them, failed ones too (`Err`: it could
+    /// not tell), read by [`standing`].
+    pub fn on_refunds(&mut self, refunds: Result<Vec<ProviderRefund>, String>) {
+        let Phase::List(lease, refused) = std::mem::replace(&mut self.phase, Phase::Read) else {
+            return;
+        };
+        let Ok(refunds) = refunds else {
+            self.phase = Phase::Release(lease, Some(End::InProgress));
+            return;
+        };
+        let key = lease.provider_refund_key.clone();
+        self.phase = match standing(&refunds, &key, self.req.payment.amount) {
+            Standing::Refunded(r) => Phase::Settle(lease, Some(r)),
+            Standing::Pending => Phase::Release(lease, Some(End::InProgress)),
+            Standing::Failed => Phase::Settle(lease, None),
+            // Refused, and the list does not explain it: nothing was refunded by this key.
+            Standing::Remainder(_) if refused => Phase::Settle(lease, None),
+            Standing::Remainder(amount) => Phase::Refund(lease, amount),
         };
     }
 
     /// What the refund call proved.
     pub fn on_refund(&mut self, outcome: RefundOutcome) {
-        let Phase::Refund(lease) = std::mem::replace(&mut self.phase, Phase::Read) else {
+        let Phase::Refund(lease, _) = std::mem::replace(&mut self.phase, Phase::Read) else {
             return;
         };
         self.phase = match outcome {
-            RefundOutcome::Refunded(r) => Phase::Settle(lease, Some(r)),
-            RefundOutcome::NotAllowed(_) => Phase::List(lease),
-            RefundOutcome::Unknown(_) => Phase::Release(lease, Some(End::InProgress)),
+            RefundOutcome::Created(r) => match r.status {
+                RefundStatus::Succeeded => Phase::Settle(lease, Some(r)),
+                RefundStatus::Pending => Phase::Release(lease, Some(End::InProgress)),
+                RefundStatus::Failed => Phase::Settle(lease, None),
+            },
+            RefundOutcome::NotAllowed(_) => Phase::List(lease, true),
+            RefundOutcome::Unknown(_) => Phase::Hold(lease),
         };
     }
 
-    /// The charge's refunds as the provider lists them after a refusal (`Err`: it could
-    /// not tell), by [`plan::refused_refund`].
-    pub fn on_refunds(&mut self, refunds: Result<Vec<Refund>, String>) {
-        let Phase::List(lease) = std::mem::replace(&mut self.phase, Phase::Read) else {
-            return;
-        };
-        self.phase = match plan::refused_refund(refunds) {
-            RefusedRefund::RefundedElsewhere(r) => Phase::Settle(lease, Some(r)),
-            RefusedRefund::Failed => Phase::Settle(lease, None),
-            RefusedRefund::Unknown => Phase::Release(lease, Some(End::InProgress)),
-        };
+    /// The lease now ends at the held deadline.
+    pub fn on_held(&mut self) {
+        if let Phase::Holding(..) = self.phase {
+            self.phase = Phase::Done(End::InProgress);
+        }
     }
 
     /// Whether the settle transaction finished the refund (false: someone else did first;
@@ -638,12 +781,30 @@ mod tests {
         }
     }
 
-    fn refund(id: &str) -> Refund {
-        Refund {
+    /// A succeeded refund of the whole payment made elsewhere (no key of ours).
+    fn refund(id: &str) -> ProviderRefund {
+        ProviderRefund {
             id: id.into(),
-            charge_id: "ch_1".into(),
             amount: 1_500,
+            status: RefundStatus::Succeeded,
+            refund_key: None,
         }
+    }
+
+    /// A refund of `amount` in `status` carrying the caller's provider refund key for pay_1.
+    fn ours(id: &str, amount: i64, status: RefundStatus) -> ProviderRefund {
+        let req = request("pay_1");
+        ProviderRefund {
+            id: id.into(),
+            amount,
+            status,
+            refund_key: Some(REFUND.provider_key(&req.user, &req.key, "pay_1")),
+        }
+    }
+
+    fn key() -> String {
+        let req = request("pay_1");
+        REFUND.provider_key(&req.user, &req.key, "pay_1")
     }
 
     /// The caller's row for `payment_id` in `state`.
@@ -657,13 +818,25 @@ mod tests {
         }
     }
 
-    /// A machine that read `row` and holds the lease of its processing refund (taken
-    /// with `ids`), about to call the provider.
+    /// A machine that read the caller's processing row and holds its lease (taken with
+    /// `ids`), about to list the charge's refunds.
     fn leased(ids: &mut Counter) -> ServerRefund {
         let mut m = ServerRefund::new(request("pay_1"), policy());
         m.on_record(Some(record("pay_1", RefundState::Processing)), NOW);
         assert!(matches!(m.poll(NOW, ids), Effect::TakeLease { .. }));
         m.on_leased(true);
+        m
+    }
+
+    /// [`leased`], the provider listing nothing: about to refund the whole payment.
+    fn calling(ids: &mut Counter) -> ServerRefund {
+        let mut m = leased(ids);
+        assert!(matches!(m.poll(NOW, ids), Effect::ListRefunds { .. }));
+        m.on_refunds(Ok(vec![]));
+        assert!(matches!(
+            m.poll(NOW, ids),
+            Effect::Refund { amount: 1_500, .. }
+        ));
         m
     }
 
@@ -740,9 +913,18 @@ mod tests {
         }
         m.on_leased(true);
         match m.poll(NOW, &mut ids) {
-            Effect::Refund { lease, charge_id } => {
+            Effect::ListRefunds { charge_id, .. } => assert_eq!(charge_id, "ch_1"),
+            e => panic!("{e:?}"),
+        }
+        m.on_refunds(Ok(vec![]));
+        match m.poll(NOW, &mut ids) {
+            Effect::Refund {
+                lease,
+                charge_id,
+                amount,
+            } => {
                 assert_eq!(lease.provider_refund_key, row.provider_refund_key);
-                assert_eq!(charge_id, "ch_1");
+                assert_eq!((charge_id, amount), ("ch_1", 1_500));
             }
             e => panic!("{e:?}"),
         }
@@ -785,8 +967,14 @@ mod tests {
             e => panic!("{e:?}"),
         }
         m.on_leased(true);
+        assert!(matches!(m.poll(NOW, &mut ids), Effect::ListRefunds { .. }));
+        m.on_refunds(Ok(vec![]));
         assert!(matches!(m.poll(NOW, &mut ids), Effect::Refund { .. }));
-        m.on_refund(RefundOutcome::Refunded(refund("re_1")));
+        m.on_refund(RefundOutcome::Created(ours(
+            "re_1",
+            1_500,
+            RefundStatus::Succeeded,
+        )));
         let later = NOW + 10;
         let answer = match m.poll(later, &mut ids) {
             Effect::Settle {
@@ -872,45 +1060,189 @@ mod tests {
         );
     }
 
-    /// An unreachable provider, or a refusal the provider's list cannot explain, ends the
-    /// lease early and answers 409 `IN_PROGRESS`: the refund stays processing.
+    /// A list the provider cannot give ends the lease early (no call is in flight) and
+    /// answers 409 `IN_PROGRESS`; the refund stays processing.
     #[test]
-    fn an_unknown_outcome_releases_the_lease_and_is_in_progress() {
-        for refused in [false, true] {
-            let mut ids = Counter(0);
-            let mut m = leased(&mut ids);
-            m.poll(NOW, &mut ids);
-            if refused {
-                m.on_refund(RefundOutcome::NotAllowed("declined".into()));
-                assert!(matches!(
-                    m.poll(NOW, &mut ids),
-                    Effect::ListRefunds {
-                        charge_id: "ch_1",
-                        ..
-                    }
-                ));
-                m.on_refunds(Err("down".into()));
-            } else {
-                m.on_refund(RefundOutcome::Unknown("timeout".into()));
-            }
-            match m.poll(NOW, &mut ids) {
-                Effect::Release(lease) => assert_eq!(lease.token, "lease_1"),
-                e => panic!("{e:?}"),
-            }
-            m.on_released();
-            assert_eq!(m.end(), Some(&End::InProgress));
-        }
-    }
-
-    /// A refusal: a refund the provider lists (made elsewhere) is recorded as this one; none
-    /// ends the key `failed` with the 409 to replay, its audit row on the payment.
-    #[test]
-    fn a_refusal_is_decided_by_the_providers_list() {
+    fn an_unknown_list_releases_the_lease_and_is_in_progress() {
         let mut ids = Counter(0);
         let mut m = leased(&mut ids);
         m.poll(NOW, &mut ids);
-        m.on_refund(RefundOutcome::NotAllowed("already refunded".into()));
+        m.on_refunds(Err("down".into()));
+        match m.poll(NOW, &mut ids) {
+            Effect::Release(lease) => assert_eq!(lease.token, "lease_1"),
+            e => panic!("{e:?}"),
+        }
+        m.on_released();
+        assert_eq!(m.end(), Some(&End::InProgress));
+    }
+
+    /// A call whose answer is unknown may still land: the lease is kept until a lease from
+    /// the moment the answer was lost (longer than the call's timeout), never released, and
+    /// the answer is 409 `IN_PROGRESS`.
+    #[test]
+    fn an_unknown_answer_holds_the_lease_past_the_call() {
+        let mut ids = Counter(0);
+        let mut m = calling(&mut ids);
+        m.on_refund(RefundOutcome::Unknown("timeout".into()));
+        let later = NOW + 1_200;
+        match m.poll(later, &mut ids) {
+            Effect::HoldLease { lease, until } => {
+                assert_eq!(lease.token, "lease_1");
+                assert_eq!(until, later + 1_000);
+            }
+            e => panic!("{e:?}"),
+        }
+        m.on_held();
+        assert_eq!(m.end(), Some(&End::InProgress));
+    }
+
+    /// A refund the provider accepts as pending is not a refund yet: the lease ends, the key
+    /// stays processing (409 `IN_PROGRESS`); a later read settles it.
+    #[test]
+    fn a_pending_refund_stays_processing() {
+        let mut ids = Counter(0);
+        let mut m = calling(&mut ids);
+        m.on_refund(RefundOutcome::Created(ours(
+            "re_1",
+            1_500,
+            RefundStatus::Pending,
+        )));
+        assert!(matches!(m.poll(NOW, &mut ids), Effect::Release(_)));
+        m.on_released();
+        assert_eq!(m.end(), Some(&End::InProgress));
+    }
+
+    /// What the provider lists decides before any call: ours succeeded settles it, ours
+    /// pending waits, ours failed fails the key, a partial refund made elsewhere leaves the
+    /// remainder to refund.
+    #[test]
+    fn the_list_decides_before_any_call() {
+        let cases = [
+            (vec![ours("re_1", 1_500, RefundStatus::Succeeded)], "settle"),
+            (vec![ours("re_1", 1_500, RefundStatus::Pending)], "release"),
+            (vec![ours("re_1", 1_500, RefundStatus::Failed)], "fail"),
+            (vec![refund("re_dash")], "settle"),
+        ];
+        for (list, want) in cases {
+            let mut ids = Counter(0);
+            let mut m = leased(&mut ids);
+            m.poll(NOW, &mut ids);
+            m.on_refunds(Ok(list.clone()));
+            let got = match m.poll(NOW, &mut ids) {
+                Effect::Settle {
+                    plan: SettleRefund::Refunded { .. },
+                    ..
+                } => "settle",
+                Effect::Settle {
+                    plan: SettleRefund::Failed { .. },
+                    ..
+                } => "fail",
+                Effect::Release(_) => "release",
+                e => panic!("{e:?}"),
+            };
+            assert_eq!(got, want, "{list:?}");
+        }
+        let mut ids = Counter(0);
+        let mut m = leased(&mut ids);
         m.poll(NOW, &mut ids);
+        let partial = ProviderRefund {
+            amount: 600,
+            ..refund("re_dash")
+        };
+        m.on_refunds(Ok(vec![partial]));
+        assert!(matches!(
+            m.poll(NOW, &mut ids),
+            Effect::Refund { amount: 900, .. }
+        ));
+    }
+
+    /// [`standing`], the rule itself: by our key first, then by amount; failed refunds count
+    /// for nothing.
+    #[test]
+    fn standing_reads_refunds_by_key_and_amount() {
+        let k = key();
+        let part = |id: &str, amount, status| ProviderRefund {
+            id: id.into(),
+            amount,
+            status,
+            refund_key: None,
+        };
+        use RefundStatus::{Failed, Pending, Succeeded};
+        let cases: Vec<(Vec<ProviderRefund>, Standing)> = vec![
+            (vec![], Standing::Remainder(1_500)),
+            (
+                vec![part("re_d", 1_000, Succeeded)],
+                Standing::Remainder(500),
+            ),
+            (
+                vec![part("re_d", 1_500, Failed)],
+                Standing::Remainder(1_500),
+            ),
+            (
+                vec![part("re_d", 1_000, Succeeded), part("re_e", 500, Succeeded)],
+                Standing::Refunded(part("re_d", 1_000, Succeeded)),
+            ),
+            (
+                vec![part("re_d", 1_000, Succeeded), part("re_e", 500, Pending)],
+                Standing::Pending,
+            ),
+            (
+                vec![part("re_d", 1_000, Succeeded), ours("re_1", 500, Succeeded)],
+                Standing::Refunded(ours("re_1", 500, Succeeded)),
+            ),
+            (
+                vec![part("re_d", 1_000, Succeeded), ours("re_1", 500, Pending)],
+                Standing::Pending,
+            ),
+            (vec![ours("re_1", 1_500, Failed)], Standing::Failed),
+            (
+                vec![ours("re_1", 1_500, Failed), part("re_d", 1_500, Succeeded)],
+                Standing::Refunded(part("re_d", 1_500, Succeeded)),
+            ),
+            (
+                vec![ours("re_1", 1_500, Failed), ours("re_2", 1_500, Succeeded)],
+                Standing::Refunded(ours("re_2", 1_500, Succeeded)),
+            ),
+        ];
+        for (list, want) in cases {
+            assert_eq!(standing(&list, &k, 1_500), want, "{list:?}");
+        }
+        // Another key's refund is not ours: it counts by amount only.
+        let other = ProviderRefund {
+            refund_key: Some("someone-else".into()),
+            ..part("re_x", 700, Succeeded)
+        };
+        assert_eq!(standing(&[other], &k, 1_500), Standing::Remainder(800));
+    }
+
+    /// The refund job and provider events resume a processing row at its lease; a row that
+    /// is final already is left alone.
+    #[test]
+    fn a_processing_row_is_resumed_at_its_lease() {
+        let row = record("pay_1", RefundState::Processing);
+        let mut m = ServerRefund::resume(request("pay_1"), &row, policy());
+        match m.poll(NOW, &mut Counter(0)) {
+            Effect::TakeLease { lease, .. } => assert_eq!(lease.refund_id, "rfd_9"),
+            e => panic!("{e:?}"),
+        }
+        let answer = Answer {
+            status: 200,
+            body: "{}".into(),
+        };
+        let done = record("pay_1", RefundState::Refunded(answer));
+        let m = ServerRefund::resume(request("pay_1"), &done, policy());
+        assert_eq!(m.end(), Some(&End::InProgress));
+    }
+
+    /// A refusal is decided by the provider's list read again: a refund made elsewhere that
+    /// covers the payment is recorded as this one; nothing ends the key `failed` with the
+    /// 409 to replay, its audit row on the payment.
+    #[test]
+    fn a_refusal_is_decided_by_the_providers_list() {
+        let mut ids = Counter(0);
+        let mut m = calling(&mut ids);
+        m.on_refund(RefundOutcome::NotAllowed("already refunded".into()));
+        assert!(matches!(m.poll(NOW, &mut ids), Effect::ListRefunds { .. }));
         m.on_refunds(Ok(vec![refund("re_dash")]));
         match m.poll(NOW, &mut ids) {
             Effect::Settle {
@@ -923,8 +1255,7 @@ mod tests {
             e => panic!("{e:?}"),
         }
 
-        let mut m = leased(&mut ids);
-        m.poll(NOW, &mut ids);
+        let mut m = calling(&mut ids);
         m.on_refund(RefundOutcome::NotAllowed("declined".into()));
         m.poll(NOW, &mut ids);
         m.on_refunds(Ok(vec![]));
@@ -946,7 +1277,7 @@ mod tests {
                 assert_eq!((audit.entity, audit.to.as_str()), ("payment", "succeeded"));
                 assert_eq!(
                     audit.reason,
-                    "refund rfd_9 refused by the provider; nothing refunded"
+                    "refund rfd_9 refused or failed at the provider; nothing refunded"
                 );
                 answer.clone()
             }
@@ -961,9 +1292,12 @@ mod tests {
     #[test]
     fn a_settle_lost_releases_and_replays() {
         let mut ids = Counter(0);
-        let mut m = leased(&mut ids);
-        m.poll(NOW, &mut ids);
-        m.on_refund(RefundOutcome::Refunded(refund("re_1")));
+        let mut m = calling(&mut ids);
+        m.on_refund(RefundOutcome::Created(ours(
+            "re_1",
+            1_500,
+            RefundStatus::Succeeded,
+        )));
         let Effect::Settle { plan, .. } = m.poll(NOW, &mut ids) else {
             panic!("settle")
         };

@@ -771,24 +771,6 @@ fn cancel_of_a_forgotten_key_from_the_store() {
     assert_eq!(cancel_from_store("pk_a", None, Some(payment)), None);
 }
 
-/// A refused refund: the provider's list of the charge's refunds decides.
-#[test]
-fn a_refused_refund_by_what_the_provider_lists() {
-    use payonce_protocol::provider::Refund;
-    use payonce_rules::plan::{refused_refund, RefusedRefund};
-    let r = Refund {
-        id: "re_1".into(),
-        charge_id: "ch_1".into(),
-        amount: 100,
-    };
-    assert_eq!(
-        refused_refund(Ok(vec![r.clone()])),
-        RefusedRefund::RefundedElsewhere(r)
-    );
-    assert_eq!(refused_refund(Ok(vec![])), RefusedRefund::Failed);
-    assert_eq!(refused_refund(Err("down".into())), RefusedRefund::Unknown);
-}
-
 /// An attempt waiting for its customer is looked at after half its age, 5 s to 10 min, and
 /// never after its deadline.
 #[test]

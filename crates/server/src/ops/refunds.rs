@@ -1,22 +1,27 @@
 //! `POST /payments/{id}/refund` with its own `Idempotency-Key`: a succeeded payment is
-//! refunded once, through the provider's refund with a provider refund key derived from
-//! (user, refund key, payment), so retries and races at any step reach the provider as one refund.
+//! refunded once, by amount, through the provider's refund carrying a provider refund key
+//! derived from (user, refund key, payment) and saved before any call, so retries and races
+//! at any step reach the provider as one refund, whether or not it deduplicates.
 //!
 //! | the caller's refund key is | we do |
 //! |---|---|
 //! | used for another payment | 422 `KEY_REUSED_WITH_DIFFERENT_DETAILS` |
 //! | final | replay the stored answer byte for byte (`Idempotent-Replayed: true`) |
-//! | processing | take its lease and call the provider again with the same refund key (the adapter reads back first); held by another request: 409 `IN_PROGRESS` |
-//! | new, payment succeeded and not being refunded | claim it (unique slots), then call |
+//! | processing | take its lease, read the provider's refunds, and call again only for what is still unrefunded; lease held by another request (or by a call whose answer was lost): 409 `IN_PROGRESS` |
+//! | new, payment succeeded and not being refunded | claim it (unique slots), then read and call |
 //! | new, otherwise | 409 `REFUND_NOT_ALLOWED` |
 //!
-//! A provider that cannot be reached leaves the refund processing: 409 `IN_PROGRESS` with
-//! `Retry-After`, and the retry calls again with the same key. A provider that refuses the
-//! refund is asked for the charge's refunds ([`plan::refused_refund`]): one made elsewhere
-//! (the dashboard) is recorded as this refund; none ends the key `failed` with a 409
-//! `REFUND_NOT_ALLOWED` to replay, and frees the payment for a new refund key.
-//! Only the holder of a processing refund's lease calls the provider; a retry meanwhile is
-//! 409 `IN_PROGRESS`.
+//! Before each call the charge's refunds at the provider are listed
+//! ([`payonce_rules::refund::standing`]): a refund carrying our key is this one; refunds
+//! that did not fail and cover the payment (the dashboard's too) are the payment's refund;
+//! otherwise only the remainder is refunded. A refund is `refunded` only once the provider
+//! says it succeeded; a pending one keeps the key processing (409 `IN_PROGRESS`) until a
+//! retry, the refund job ([`drive_due`]) or a provider refund event ([`drive_payment`])
+//! reads it final. A call whose answer is unknown may still land, so its lease is held a
+//! whole lease from then (longer than the provider timeout, a start check): nothing calls
+//! again meanwhile. A provider that refuses the refund is read again: nothing explaining it
+//! ends the key `failed` with a 409 `REFUND_NOT_ALLOWED` to replay, and frees the payment
+//! for a new refund key; so does a refund of ours the provider failed.
 //!
 //! The rules above, in order, are the refund machine
 //! ([`payonce_rules::refund::ServerRefund`], `crates/rules/src/refund.rs`), which also
@@ -31,8 +36,7 @@ use crate::reply::Reply;
 use crate::state::AppState;
 use crate::store::refunds as db;
 use payonce_protocol::{AttemptStatus, IdempotencyKey, Payment};
-use payonce_rules::plan::{self, RefusedRefund};
-use payonce_rules::refund::{self, Effect, End, RefundOutcome, ServerRefund};
+use payonce_rules::refund::{self, Effect, End, RefundOutcome, RefundStatus, ServerRefund};
 
 /// Effects one refund may ask for: each read of the key ends the request or observes
 /// someone else's progress (a row appeared or was settled); the bound only guards against a
@@ -42,7 +46,7 @@ const MAX_EFFECTS: usize = 1_000;
 /// Refunds `payment` (the caller's, made by attempt `attempt_id`) under the caller's refund
 /// `key`, by the rule every keyed operation shares (`crates/rules/src/keyed.rs`): the
 /// refund's fingerprint is the caller and the payment, so the key on another payment is a
-/// 422; a final key replays; a processing one is called again with the same refund key.
+/// 422; a final key replays; a processing one reads the provider again under its lease.
 pub(crate) async fn run(
     state: &AppState,
     user: &str,
@@ -87,33 +91,44 @@ async fn interpret(state: &AppState, mut m: ServerRefund) -> AppResult<End> {
                 let taken = db::take_lease(store, lease, now).await?;
                 m.on_leased(taken);
             }
-            Effect::Refund { lease, charge_id } => {
+            Effect::ListRefunds { lease, charge_id } => {
+                let refunds = state.provider.refunds_of(charge_id).await;
+                if let Err(why) = &refunds {
+                    tracing::warn!(refund = %lease.refund_id, %why, "the provider's refunds are unknown; stays processing");
+                }
+                m.on_refunds(refunds);
+            }
+            Effect::Refund {
+                lease,
+                charge_id,
+                amount,
+            } => {
                 let key = &lease.provider_refund_key;
-                let outcome = state.provider.refund(charge_id, key).await;
+                let outcome = state.provider.refund(charge_id, key, amount).await;
                 match &outcome {
                     RefundOutcome::NotAllowed(why) => {
                         tracing::warn!(refund = %lease.refund_id, %why, "provider refuses the refund; reading the charge's refunds")
                     }
                     RefundOutcome::Unknown(why) => {
-                        tracing::warn!(refund = %lease.refund_id, %why, "refund outcome unknown; stays processing")
+                        tracing::warn!(refund = %lease.refund_id, %why, "refund outcome unknown; no call until its lease ends")
                     }
-                    RefundOutcome::Refunded(_) => {}
+                    RefundOutcome::Created(r) if r.status != RefundStatus::Succeeded => {
+                        tracing::info!(refund = %lease.refund_id, provider_refund = %r.id, status = ?r.status, "the provider's refund is not final; stays processing")
+                    }
+                    RefundOutcome::Created(_) => {}
                 }
                 m.on_refund(outcome);
             }
-            Effect::ListRefunds { lease, charge_id } => {
-                let refunds = state.provider.refunds_of(charge_id).await;
-                if let RefusedRefund::RefundedElsewhere(r) = plan::refused_refund(refunds.clone()) {
-                    tracing::info!(refund = %lease.refund_id, provider_refund = %r.id, "the charge was refunded elsewhere; recorded");
-                }
-                m.on_refunds(refunds);
+            Effect::HoldLease { lease, until } => {
+                db::hold_lease(store, lease, until).await?;
+                m.on_held();
             }
             Effect::Settle { plan, lease, now } => {
                 let settled = match db::settle(store, plan, now).await {
                     Ok(settled) => settled,
                     Err(e) => {
-                        // The call's outcome is not stored: the next retry may call again
-                        // at once, with the same refund key.
+                        // The call's outcome is not stored: the next retry reads the
+                        // provider's refunds again at once (ours carries our key).
                         db::release_lease(store, lease).await?;
                         return Err(e.into());
                     }
@@ -133,13 +148,71 @@ fn in_progress(state: &AppState) -> AppError {
     AppError::refund_in_progress(state.config.retry_after_secs)
 }
 
+/// Drives the processing refund `row` without a request (the refund job, a provider refund
+/// event): the machine resumed at its lease, so a lease held elsewhere (a live call, or one
+/// whose answer was lost) is left alone. What it came to, `None` when the payment is gone.
+async fn drive(state: &AppState, row: db::Processing) -> AppResult<Option<End>> {
+    let pool = state.store.pool();
+    let Some((payment, attempt_id)) = db::owned_payment(pool, &row.user, &row.payment_id).await?
+    else {
+        return Ok(None);
+    };
+    let req = refund::Request {
+        user: row.user,
+        key: row.key,
+        payment,
+        attempt_id,
+    };
+    let m = ServerRefund::resume(req, &row.record, state.policy);
+    let end = interpret(state, m).await?;
+    match &end {
+        End::Refunded(_) => metrics::refund(RefundResult::Refunded),
+        End::Failed(_) => metrics::refund(RefundResult::NotAllowed),
+        _ => {}
+    }
+    Ok(Some(end))
+}
+
+/// The refund job: drives up to `limit` processing refunds created at or before `before`
+/// whose lease has ended at `now` (a pending refund, a crash, a call whose answer was lost).
+/// How many it settled.
+pub(crate) async fn drive_due(
+    state: &AppState,
+    before: i64,
+    now: i64,
+    limit: i64,
+) -> AppResult<usize> {
+    let due = db::processing_due(state.store.pool(), before, now, limit).await?;
+    let mut settled = 0;
+    for row in due {
+        let id = row.record.id.clone();
+        match drive(state, row).await {
+            Ok(Some(End::Refunded(_) | End::Failed(_))) => settled += 1,
+            Ok(_) => {}
+            Err(e) => tracing::warn!(refund = %id, error = %e, "refund job: driving failed"),
+        }
+    }
+    Ok(settled)
+}
+
+/// A provider refund event about `payment_id`: its processing payonce refund, if any, is
+/// driven now (the provider says something changed) instead of at the next job round.
+pub(crate) async fn drive_payment(state: &AppState, payment_id: &str) -> AppResult<()> {
+    if let Some(row) = db::processing_of_payment(state.store.pool(), payment_id).await? {
+        drive(state, row).await?;
+    }
+    Ok(())
+}
+
 /// A provider webhook says `intent`, `record`'s payment at the provider, was refunded: a
 /// refund made outside payonce (Stripe's dashboard) is reflected, so the order does not stay
 /// `paid`. Like every webhook a hint only: the payment, its order and its attempt become
-/// `refunded` once the provider confirms it refunded the whole amount, in one transaction
-/// conditional on the payment still being `succeeded` (a duplicate or a race changes nothing).
-/// A refund payonce started itself is left to its own path (above); a partial refund is
-/// logged and changes nothing (payonce refunds in full only).
+/// `refunded` once the provider's succeeded refunds return the whole amount (a pending one
+/// counts once it succeeds), in one transaction conditional on the payment still being
+/// `succeeded` (a duplicate or a race changes nothing). A payonce refund of the payment
+/// still processing is driven first ([`drive_payment`]); a failed one changes nothing here.
+/// A partial refund is logged and changes nothing (the payment stays `succeeded`; a payonce
+/// refund then returns the remainder).
 pub(crate) async fn reflect_provider_refund(
     state: &AppState,
     event: &str,
@@ -149,6 +222,9 @@ pub(crate) async fn reflect_provider_refund(
     use crate::provider::RefundCheck;
     let pool = state.store.pool();
     let payment_id = crate::store::payments::payment_of_attempt(pool, record.id()).await?;
+    if let Some(id) = &payment_id {
+        drive_payment(state, id).await?;
+    }
     let payment = match payment_id {
         Some(id) => crate::store::payments::get_payment(pool, &id).await?,
         None => None,
@@ -158,10 +234,6 @@ pub(crate) async fn reflect_provider_refund(
         metrics::webhook_event(metrics::WebhookResult::NoEffect);
         return Ok(());
     };
-    if db::started_for(pool, &payment.id).await? {
-        metrics::webhook_event(metrics::WebhookResult::NoEffect);
-        return Ok(());
-    }
     let refunded = match state.provider.refunded(intent).await {
         RefundCheck::Refunded { amount } => amount,
         RefundCheck::Unknown(why) => {
@@ -178,7 +250,7 @@ pub(crate) async fn reflect_provider_refund(
     }
     if refunded < payment.amount {
         tracing::warn!(%event, payment = %payment.id, refunded, amount = payment.amount,
-            "partial refund at the provider: the payment stays succeeded (full refunds only)");
+            "partial refund at the provider: the payment stays succeeded (a payonce refund returns the remainder)");
         metrics::webhook_event(metrics::WebhookResult::NoEffect);
         return Ok(());
     }

@@ -2,14 +2,16 @@
 //! `--provider stripe` (the HTTP layer, `src/http/stripe_webhooks.rs`, has checked the
 //! `Stripe-Signature` already).
 //!
-//! Three event types matter; every other is acknowledged and ignored:
+//! These event types matter; every other is acknowledged and ignored:
 //! - `payment_intent.succeeded`, `payment_intent.payment_failed`: the attempt whose saved
 //!   PaymentIntent id is the event's intent is settled through the pay machine's webhook
 //!   path ([`pay::settle_from_webhook`]), which asks Stripe for that intent: the event is a
 //!   hint, never the evidence;
-//! - `charge.refunded`: a refund made outside payonce (Stripe's dashboard) is reflected: the
-//!   payment, its order and its attempt become `refunded` once Stripe confirms the intent's
-//!   charge is refunded.
+//! - `charge.refunded`, `refund.updated`, `refund.failed`: a payonce refund of the intent
+//!   still processing is driven by the refund machine (it reads Stripe's refunds: a pending
+//!   one that succeeded settles it, one that failed ends it `failed`), and a refund made
+//!   outside payonce (Stripe's dashboard) is reflected: the payment, its order and its
+//!   attempt become `refunded` once Stripe's succeeded refunds return the whole amount.
 //!
 //! Deduplicated on the event id like the mock's (`src/ops/webhooks.rs`): recorded on arrival,
 //! marked handled once applied, and a handled event is a duplicate.
@@ -41,14 +43,20 @@ pub(crate) enum Topic {
     IntentFailed,
     /// `charge.refunded` (a full or partial refund of the intent's charge).
     ChargeRefunded,
+    /// `refund.updated` (a refund's status changed, e.g. pending → succeeded).
+    RefundUpdated,
+    /// `refund.failed` (a refund failed after it was accepted).
+    RefundFailed,
 }
 
 impl Topic {
     /// Every topic, for exhaustive tests.
-    pub(crate) const ALL: [Topic; 3] = [
+    pub(crate) const ALL: [Topic; 5] = [
         Self::IntentSucceeded,
         Self::IntentFailed,
         Self::ChargeRefunded,
+        Self::RefundUpdated,
+        Self::RefundFailed,
     ];
 
     /// Stripe's spelling (also what the server stores as the event's type).
@@ -57,6 +65,8 @@ impl Topic {
             Self::IntentSucceeded => "payment_intent.succeeded",
             Self::IntentFailed => "payment_intent.payment_failed",
             Self::ChargeRefunded => "charge.refunded",
+            Self::RefundUpdated => "refund.updated",
+            Self::RefundFailed => "refund.failed",
         }
     }
 
@@ -104,7 +114,10 @@ async fn handle(state: &AppState, event: &str, topic: Topic, intent: &str) -> Ap
         metrics::webhook_event(WebhookResult::UnknownProviderKey);
         return Ok(());
     };
-    if topic == Topic::ChargeRefunded {
+    if matches!(
+        topic,
+        Topic::ChargeRefunded | Topic::RefundUpdated | Topic::RefundFailed
+    ) {
         return crate::ops::refunds::reflect_provider_refund(state, event, &row, intent).await;
     }
     if row.is_final() {

@@ -24,6 +24,7 @@ use crate::error::{AppError, AppResult};
 use crate::faults::Failpoint;
 use crate::metrics;
 use crate::ops::pay;
+use crate::provider::RefundStatus;
 use crate::state::AppState;
 use crate::store::attempts as db;
 use crate::store::orders::get_order;
@@ -42,12 +43,17 @@ async fn refunded(state: &AppState, event: &WebhookEvent) -> AppResult<()> {
         metrics::webhook_event(metrics::WebhookResult::NoEffect);
         return Ok(());
     };
-    if payment.status != AttemptStatus::Succeeded {
-        metrics::webhook_event(metrics::WebhookResult::NoEffect);
-        return Ok(());
-    }
-    let refund = match state.provider.refunds_of(&payment.charge_id).await {
-        Ok(list) => list.into_iter().next(),
+    // A payonce refund of the payment still processing reads the provider now.
+    crate::ops::refunds::drive_payment(state, &payment.id).await?;
+    let payment = match crate::store::payments::get_payment(pool, &payment.id).await? {
+        Some(p) if p.status == AttemptStatus::Succeeded => p,
+        _ => {
+            metrics::webhook_event(metrics::WebhookResult::NoEffect);
+            return Ok(());
+        }
+    };
+    let refunds = match state.provider.refunds_of(&payment.charge_id).await {
+        Ok(list) => list,
         Err(why) => {
             tracing::warn!(event = %event.id, %why, "cannot confirm a refund event");
             metrics::webhook_event(metrics::WebhookResult::Unconfirmed);
@@ -57,7 +63,13 @@ async fn refunded(state: &AppState, event: &WebhookEvent) -> AppResult<()> {
             ));
         }
     };
-    let Some(refund) = refund else {
+    // Only succeeded refunds that return the whole payment make it refunded.
+    let succeeded: Vec<_> = refunds
+        .iter()
+        .filter(|r| r.status == RefundStatus::Succeeded)
+        .collect();
+    let refunded: i64 = succeeded.iter().map(|r| r.amount).sum();
+    let Some(refund) = succeeded.first().filter(|_| refunded >= payment.amount) else {
         metrics::webhook_event(metrics::WebhookResult::NoEffect);
         return Ok(());
     };

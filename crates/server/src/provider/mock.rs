@@ -11,7 +11,7 @@ use payonce_protocol::provider::{paths, Charge, ChargeRequest, ChargeStatus, Ref
 
 use reqwest::StatusCode;
 
-use super::{ChargeOutcome, Lookup, RefundOutcome};
+use super::{ChargeOutcome, Lookup, ProviderRefund, RefundOutcome, RefundStatus};
 
 /// HTTP client for the mock provider.
 #[derive(Clone)]
@@ -116,8 +116,10 @@ impl MockClient {
     }
 
     /// `GET /charges/{id}/refunds`: the charge's refunds, however they were made (ours, or
-    /// the merchant's dashboard). `Err`: the provider could not tell.
-    pub(crate) async fn refunds_of(&self, charge_id: &str) -> Result<Vec<Refund>, String> {
+    /// the merchant's dashboard). `Err`: the provider could not tell. The mock's refunds
+    /// are full and final at once, and it keeps no key of ours on them: the refund machine
+    /// reads them by amount.
+    pub(crate) async fn refunds_of(&self, charge_id: &str) -> Result<Vec<ProviderRefund>, String> {
         let url = format!("{}{}", self.base, paths::refunds(charge_id));
         let res = self
             .http
@@ -129,13 +131,15 @@ impl MockClient {
             StatusCode::OK => res
                 .json::<RefundList>()
                 .await
-                .map(|l| l.refunds)
+                .map(|l| l.refunds.into_iter().map(provider_refund).collect())
                 .map_err(|e| format!("unreadable refunds: {e}")),
             other => Err(format!("refund lookup answered {other}")),
         }
     }
 
-    /// `POST /charges/{id}/refunds` with the saved provider refund key (a full refund).
+    /// `POST /charges/{id}/refunds` with the saved provider refund key: the mock refunds in
+    /// full only, so the amount (the remainder, which for the mock is the whole payment) is
+    /// not sent.
     pub(crate) async fn refund(&self, charge_id: &str, refund_key: &str) -> RefundOutcome {
         let url = format!("{}{}", self.base, paths::refunds(charge_id));
         let res = match self
@@ -151,7 +155,7 @@ impl MockClient {
         let status = res.status();
         if status.is_success() {
             return match res.json::<Refund>().await {
-                Ok(r) => RefundOutcome::Refunded(r),
+                Ok(r) => RefundOutcome::Created(provider_refund(r)),
                 Err(e) => RefundOutcome::Unknown(format!("unreadable refund: {e}")),
             };
         }
@@ -159,5 +163,15 @@ impl MockClient {
             return RefundOutcome::NotAllowed(res.text().await.unwrap_or_default());
         }
         RefundOutcome::Unknown(format!("provider answered {status}"))
+    }
+}
+
+/// A mock refund: full, succeeded when made, carrying no key of ours.
+fn provider_refund(r: Refund) -> ProviderRefund {
+    ProviderRefund {
+        id: r.id,
+        amount: r.amount,
+        status: RefundStatus::Succeeded,
+        refund_key: None,
     }
 }

@@ -18,7 +18,7 @@ mod mock;
 mod stripe;
 
 use payonce_protocol::headers::STRIPE_VERSION;
-use payonce_protocol::provider::{ChargeRequest, Refund};
+use payonce_protocol::provider::ChargeRequest;
 use std::time::Duration;
 
 pub(crate) use payonce_rules::flow::{Created, Phases};
@@ -77,14 +77,15 @@ pub(crate) enum ProbeError {
     KeyRefused(u16),
 }
 
-/// What a refund call proved: the refund machine's input (`payonce_rules::refund`).
-pub(crate) use payonce_rules::refund::RefundOutcome;
+/// What a refund call proved, and a refund as the provider holds it: the refund machine's
+/// inputs (`payonce_rules::refund`).
+pub(crate) use payonce_rules::refund::{ProviderRefund, RefundOutcome, RefundStatus};
 
 /// What the provider says was refunded of a payment (a refund made outside payonce, e.g. in
 /// its dashboard, is reflected from this: src/ops/refunds.rs, `reflect_provider_refund`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum RefundCheck {
-    /// Refunds that did not fail add up to `amount` (0: none).
+    /// Succeeded refunds add up to `amount` (0: none; a pending one counts once it succeeds).
     Refunded { amount: i64 },
     /// The provider could not tell (or cannot be asked this).
     Unknown(String),
@@ -228,19 +229,24 @@ impl Provider {
         }
     }
 
-    /// A full refund of `charge_id` (the provider's id of the payment) under the saved
-    /// refund key.
-    pub(crate) async fn refund(&self, charge_id: &str, refund_key: &str) -> RefundOutcome {
+    /// A refund of `amount` of `charge_id` (the provider's id of the payment), carrying the
+    /// saved refund key.
+    pub(crate) async fn refund(
+        &self,
+        charge_id: &str,
+        refund_key: &str,
+        amount: i64,
+    ) -> RefundOutcome {
         match self {
             Self::Mock(c) => c.refund(charge_id, refund_key).await,
-            Self::Stripe(c) => c.refund(charge_id, refund_key).await,
+            Self::Stripe(c) => c.refund(charge_id, refund_key, amount).await,
         }
     }
 
-    /// The refunds the provider holds for `charge_id` that moved money: read back after a
-    /// refused refund (one made elsewhere, in the provider's dashboard, is recorded) and for
-    /// a `charge.refunded` event. `Err`: the provider could not tell.
-    pub(crate) async fn refunds_of(&self, charge_id: &str) -> Result<Vec<Refund>, String> {
+    /// Every refund the provider holds for `charge_id`, failed ones too: read before each
+    /// refund call (crates/rules/src/refund.rs, `standing`) and for a refund event. `Err`:
+    /// the provider could not tell.
+    pub(crate) async fn refunds_of(&self, charge_id: &str) -> Result<Vec<ProviderRefund>, String> {
         match self {
             Self::Mock(c) => c.refunds_of(charge_id).await,
             Self::Stripe(c) => c.refunds_of(charge_id).await,

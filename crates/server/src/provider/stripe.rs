@@ -18,11 +18,12 @@
 //! proves nothing about money, so it settles nothing and reconciliation flags it.
 
 use super::{
-    ChargeOutcome, Created, Lookup, ProbeError, RefundCheck, RefundOutcome, StripeMode,
+    ChargeOutcome, Created, Lookup, ProbeError, ProviderRefund, RefundCheck, RefundOutcome,
+    RefundStatus, StripeMode,
     WebhookHint, WebhookRefused,
 };
 use payonce_protocol::headers::{IDEMPOTENCY_KEY, STRIPE_SIGNATURE};
-use payonce_protocol::provider::{Charge, ChargeRequest, ChargeStatus, Refund};
+use payonce_protocol::provider::{Charge, ChargeRequest, ChargeStatus};
 use reqwest::StatusCode;
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -44,6 +45,10 @@ const CANCEL: &str = "-cancel";
 const META_ORDER: &str = "order_id";
 const META_ATTEMPT: &str = "attempt_id";
 const META_KEY: &str = "provider_key";
+/// Metadata name on a refund: the provider refund key saved on the refund row before the
+/// call, which tells our refund from one made elsewhere (crates/rules/src/refund.rs,
+/// `standing`).
+const META_REFUND_KEY: &str = "refund_key";
 
 /// HTTP client for Stripe.
 #[derive(Clone)]
@@ -92,7 +97,7 @@ struct StripeRefund {
     amount: i64,
     status: String,
     #[serde(default)]
-    payment_intent: Option<String>,
+    metadata: HashMap<String, String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -285,19 +290,30 @@ impl StripeClient {
         self.lookup(intent_id).await
     }
 
-    /// `POST /v1/refunds` for the intent `intent_id` under the saved refund key, after
-    /// asking whether the intent has a refund already (one refund per payment: it is ours,
-    /// made by an earlier call whose answer was lost, or in the dashboard).
-    pub(crate) async fn refund(&self, intent_id: &str, refund_key: &str) -> RefundOutcome {
-        if let Some(done) = self.refund_of(intent_id).await {
-            return done;
-        }
+    /// `POST /v1/refunds` of `amount` of the intent `intent_id`, carrying the saved refund
+    /// key as `metadata[refund_key]` (how a later list tells this refund from one made
+    /// elsewhere). The `Idempotency-Key` is the refund key and the amount: Stripe refuses a
+    /// key reused with other parameters, and a retry refunds another amount only when the
+    /// list showed the first call did not land. Nothing here relies on Stripe deduplicating:
+    /// the refund machine (`crates/rules/src/refund.rs`) lists first and sends no second call
+    /// while one may still land.
+    pub(crate) async fn refund(
+        &self,
+        intent_id: &str,
+        refund_key: &str,
+        amount: i64,
+    ) -> RefundOutcome {
+        let body = form(&[
+            ("payment_intent", intent_id),
+            ("amount", &amount.to_string()),
+            (&format!("metadata[{META_REFUND_KEY}]"), refund_key),
+        ]);
         let res = self
             .http
             .post(self.url("/v1/refunds"))
-            .header(IDEMPOTENCY_KEY, refund_key)
+            .header(IDEMPOTENCY_KEY, format!("{refund_key}-{amount}"))
             .header(reqwest::header::CONTENT_TYPE, FORM)
-            .body(form(&[("payment_intent", intent_id)]))
+            .body(body)
             .send()
             .await;
         let res = match res {
@@ -307,57 +323,35 @@ impl StripeClient {
         let status = res.status();
         if status.is_success() {
             return match res.json::<StripeRefund>().await {
-                Ok(r) if r.status != "failed" && r.status != "canceled" => {
-                    RefundOutcome::Refunded(refund_of(r, intent_id))
-                }
-                Ok(r) => RefundOutcome::NotAllowed(format!("refund {}", r.status)),
+                Ok(r) => RefundOutcome::Created(provider_refund(r)),
                 Err(e) => RefundOutcome::Unknown(format!("unreadable refund: {e}")),
             };
         }
-        // A refused refund may still be ours (a concurrent call with the same key won):
-        // read back before answering.
-        if let Some(done) = self.refund_of(intent_id).await {
-            return done;
-        }
+        // 400: nothing left to refund, a failed charge, or the key reused: the machine reads
+        // the list again before it decides.
         if status == StatusCode::BAD_REQUEST {
             return RefundOutcome::NotAllowed(error_code(res).await);
         }
         RefundOutcome::Unknown(format!("refund answered {status}"))
     }
 
-    /// `GET /v1/refunds?payment_intent=`: the amount its refunds that did not fail add up to.
+    /// How much of the intent its succeeded refunds return (a pending one may still fail).
     pub(crate) async fn refunded(&self, intent_id: &str) -> RefundCheck {
-        let url = self.url(&format!("/v1/refunds?payment_intent={intent_id}&limit=100"));
-        let res = match self.http.get(url).send().await {
-            Ok(r) => r,
-            Err(e) => return RefundCheck::Unknown(format!("refund list failed: {e}")),
-        };
-        if !res.status().is_success() {
-            return RefundCheck::Unknown(format!("refund list answered {}", res.status()));
-        }
-        match res.json::<RefundList>().await {
+        match self.refunds_of(intent_id).await {
             Ok(list) => RefundCheck::Refunded {
                 amount: list
-                    .data
                     .iter()
-                    .filter(|r| r.status != "failed" && r.status != "canceled")
+                    .filter(|r| r.status == RefundStatus::Succeeded)
                     .map(|r| r.amount)
                     .sum(),
             },
-            Err(e) => RefundCheck::Unknown(format!("unreadable refund list: {e}")),
+            Err(why) => RefundCheck::Unknown(why),
         }
     }
 
-    /// The intent's refund, if it has one that did not fail (`None`: none, or unknown).
-    async fn refund_of(&self, intent_id: &str) -> Option<RefundOutcome> {
-        let r = self.refunds_of(intent_id).await.ok()?.into_iter().next()?;
-        Some(RefundOutcome::Refunded(r))
-    }
-
-    /// `GET /v1/refunds?payment_intent=…`: the intent's refunds that moved money (neither
-    /// `failed` nor `canceled`).
-    pub(crate) async fn refunds_of(&self, intent_id: &str) -> Result<Vec<Refund>, String> {
-        let url = self.url(&format!("/v1/refunds?payment_intent={intent_id}&limit=10"));
+    /// `GET /v1/refunds?payment_intent=…`: every refund of the intent, failed ones too.
+    pub(crate) async fn refunds_of(&self, intent_id: &str) -> Result<Vec<ProviderRefund>, String> {
+        let url = self.url(&format!("/v1/refunds?payment_intent={intent_id}&limit=100"));
         let res = self
             .http
             .get(url)
@@ -372,12 +366,7 @@ impl StripeClient {
             .json::<RefundList>()
             .await
             .map_err(|e| format!("unreadable refunds: {e}"))?;
-        Ok(list
-            .data
-            .into_iter()
-            .filter(|r| r.status != "failed" && r.status != "canceled")
-            .map(|r| refund_of(r, intent_id))
-            .collect())
+        Ok(list.data.into_iter().map(provider_refund).collect())
     }
 }
 
@@ -464,11 +453,20 @@ fn plan_outcome(c: Charge) -> ChargeOutcome {
     payonce_rules::plan::Outcome::of(c)
 }
 
-fn refund_of(r: StripeRefund, intent_id: &str) -> Refund {
-    Refund {
+/// A Stripe refund as the refund machine reads it: `succeeded` returned the money;
+/// `failed` and `canceled` moved nothing; anything else (`pending`, `requires_action`) may
+/// still go either way.
+fn provider_refund(mut r: StripeRefund) -> ProviderRefund {
+    let status = match r.status.as_str() {
+        "succeeded" => RefundStatus::Succeeded,
+        "failed" | "canceled" => RefundStatus::Failed,
+        _ => RefundStatus::Pending,
+    };
+    ProviderRefund {
+        refund_key: r.metadata.remove(META_REFUND_KEY),
         id: r.id,
-        charge_id: r.payment_intent.unwrap_or_else(|| intent_id.to_owned()),
         amount: r.amount,
+        status,
     }
 }
 

@@ -7,7 +7,7 @@
 use super::payments::get_payment;
 use super::tx::{Need, Statement};
 use super::{audit, decode_err, Leased, Store};
-use payonce_protocol::Payment;
+use payonce_protocol::{IdempotencyKey, Payment};
 use payonce_rules::refund::{
     Claimed, Lease, MarkRefunded, RefundClaimPlan, RefundRecord, RefundState, SettleRefund,
 };
@@ -117,7 +117,22 @@ pub(crate) async fn take_lease(store: &Store, lease: &Lease, now: i64) -> sqlx::
     store.write(take).await
 }
 
-/// Ends the lease early (the call proved nothing): the next retry may call again at once.
+/// Keeps the lease until `until`: a call whose answer was lost may land until then, and no
+/// other contender may call meanwhile (`crates/rules/src/refund.rs`, `Effect::HoldLease`).
+pub(crate) async fn hold_lease(store: &Store, lease: &Lease, until: i64) -> sqlx::Result<()> {
+    let hold = Statement::new(
+        "UPDATE refunds SET locked_until = $1 WHERE id = $2 AND lease_token = $3",
+        vec![
+            until.into(),
+            (&lease.refund_id).into(),
+            (&lease.token).into(),
+        ],
+    );
+    store.run(vec![hold]).await?;
+    Ok(())
+}
+
+/// Ends the lease early (no call in flight): the next retry may read the provider at once.
 pub(crate) async fn release_lease(store: &Store, lease: &Lease) -> sqlx::Result<()> {
     let release = Statement::new(
         "UPDATE refunds SET locked_until = NULL, lease_token = NULL
@@ -246,14 +261,79 @@ pub(crate) async fn payment_of_charge<'c>(
     Ok(get_payment(e, &id).await?.map(|p| (p, attempt_id)))
 }
 
-/// Whether payonce itself started a refund of `payment_id` (processing or done).
-pub(crate) async fn started_for<'c>(
+/// A processing refund row with whose it is: what the refund job and provider refund
+/// events drive.
+#[derive(Debug, Clone)]
+pub(crate) struct Processing {
+    /// The caller.
+    pub(crate) user: String,
+    /// Its refund key.
+    pub(crate) key: IdempotencyKey,
+    /// The payment refunded.
+    pub(crate) payment_id: String,
+    /// The row.
+    pub(crate) record: RefundRecord,
+}
+
+#[derive(sqlx::FromRow)]
+struct ProcessingRow {
+    user_id: String,
+    idem_key: String,
+    #[sqlx(flatten)]
+    row: RefundRow,
+}
+
+impl ProcessingRow {
+    fn processing(self) -> sqlx::Result<Processing> {
+        let key = IdempotencyKey::parse(&self.idem_key)
+            .map_err(|_| decode_err(format!("refund {}: unreadable key", self.row.id)))?;
+        let record = self.row.record()?;
+        Ok(Processing {
+            user: self.user_id,
+            key,
+            payment_id: record.payment_id.clone(),
+            record,
+        })
+    }
+}
+
+/// Up to `limit` processing refunds created at or before `before` whose lease has ended at
+/// `now` (or that never had one), oldest first: the refund job's work list.
+pub(crate) async fn processing_due<'c>(
+    e: impl AnyExecutor<'c>,
+    before: i64,
+    now: i64,
+    limit: i64,
+) -> sqlx::Result<Vec<Processing>> {
+    let rows: Vec<ProcessingRow> = sqlx::query_as(
+        "SELECT user_id, idem_key, id, payment_id, provider_refund_key, status,
+           response_status, response_body
+         FROM refunds
+         WHERE status = 'processing' AND created_at <= $1
+           AND (locked_until IS NULL OR locked_until <= $2)
+         ORDER BY created_at LIMIT $3",
+    )
+    .bind(before)
+    .bind(now)
+    .bind(limit)
+    .fetch_all(e)
+    .await?;
+    rows.into_iter().map(ProcessingRow::processing).collect()
+}
+
+/// The processing payonce refund of `payment_id`, if any (at most one: the payment's one
+/// refund slot that is not failed).
+pub(crate) async fn processing_of_payment<'c>(
     e: impl AnyExecutor<'c>,
     payment_id: &str,
-) -> sqlx::Result<bool> {
-    let row: Option<(String,)> = sqlx::query_as("SELECT id FROM refunds WHERE payment_id = $1")
-        .bind(payment_id)
-        .fetch_optional(e)
-        .await?;
-    Ok(row.is_some())
+) -> sqlx::Result<Option<Processing>> {
+    let row: Option<ProcessingRow> = sqlx::query_as(
+        "SELECT user_id, idem_key, id, payment_id, provider_refund_key, status,
+           response_status, response_body
+         FROM refunds WHERE payment_id = $1 AND status = 'processing'",
+    )
+    .bind(payment_id)
+    .fetch_optional(e)
+    .await?;
+    row.map(ProcessingRow::processing).transpose()
 }

@@ -2,12 +2,15 @@
 //! settle a pay whose answer was lost, a forged, stale or re-stamped one is refused, a
 //! duplicate counts once, a refund made in Stripe's dashboard is reflected; and a lost
 //! provider answer (the fault proxy drops it after localstripe acted) is settled by the jobs
-//! with one charge. Every count of charges is localstripe's own list of PaymentIntents. A
+//! with one charge. Every count of charges is localstripe's own list of PaymentIntents, and
+//! every refunded amount its list of refunds. The refund tests whose rules a clock decides
+//! (a held lease, the refund job) run in process (`crate::inproc`) on a manual clock. A
 //! Stripe deployment refuses the mock provider's events, however they are signed.
 
 use crate::common::{
     id_of, key, spawn, Backend, Checkout, HttpApi, Opts, Proc, Req, TestApp, TestDb,
 };
+use crate::inproc::InProc;
 use crate::on_both_backends;
 use payonce_protocol::{ErrorCode, OrderStatus};
 use payonce_testkit::checkout::Resp;
@@ -21,6 +24,10 @@ on_both_backends!(
     a_refund_made_in_the_stripe_dashboard_is_reflected,
     a_lost_confirm_answer_is_settled_by_the_jobs_with_one_charge,
     a_lost_create_answer_never_confirms_that_intent_and_charges_once,
+    a_partial_dashboard_refund_then_a_payonce_refund_returns_the_rest,
+    a_refund_call_held_past_the_timeout_lands_once,
+    a_pending_refund_that_fails_is_not_refunded_nor_blinds_the_dashboard,
+    a_stuck_payonce_refund_does_not_blind_a_dashboard_refund,
     forged_mock_events_on_a_stripe_deployment_are_refused_and_store_nothing,
     a_test_mode_payment_on_a_live_key_pays_nothing_and_is_flagged,
 );
@@ -479,6 +486,255 @@ async fn a_lost_create_answer_never_confirms_that_intent_and_charges_once(backen
         unconfirmed.iter().all(|i| ["requires_confirmation", "canceled"].contains(&i["status"].as_str().unwrap())),
         "{intents:?}"
     );
+}
+
+/// Localstripe's refunds of `pi`, and the amount those that succeeded return.
+async fn refunded_at_stripe(ls: &Localstripe, pi: &str) -> (Vec<Value>, i64) {
+    let refunds = ls.refunds_of(pi).await;
+    let sum = refunds
+        .iter()
+        .filter(|r| r["status"] == "succeeded")
+        .map(|r| r["amount"].as_i64().unwrap())
+        .sum();
+    (refunds, sum)
+}
+
+/// 40 % of the payment refunded in Stripe's dashboard leaves the payment `succeeded`; a
+/// payonce refund then returns the other 60 %, not nothing: Stripe ends up refunding the
+/// payment's amount exactly, in two refunds.
+async fn a_partial_dashboard_refund_then_a_payonce_refund_returns_the_rest(backend: Backend) {
+    let Some(app) = StripeApp::start(backend, false, false).await else {
+        return;
+    };
+    let (t, id) = app.order("fran").await;
+    let pm = app.ls.payment_method(cards::APPROVE).await;
+    let paid = app.pay(&t, &id, Some(&key()), 1, &pm).await;
+    assert_eq!(paid.status, 200, "{}", paid.text());
+    let payment = paid.json()["payment"]["id"].as_str().unwrap().to_owned();
+    let intent = app.only_intent(&id).await;
+    let (pi, amount) = (
+        intent["id"].as_str().unwrap(),
+        intent["amount"].as_i64().unwrap(),
+    );
+    app.ls.dashboard_refund(pi, Some(amount * 2 / 5)).await;
+
+    let rk = key();
+    let r = app.refund(&t, &payment, Some(&rk)).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["payment"]["status"], "refunded");
+    let (refunds, sum) = refunded_at_stripe(&app.ls, pi).await;
+    assert_eq!(sum, amount, "the whole payment back: {refunds:?}");
+    assert_eq!(refunds.len(), 2, "{refunds:?}");
+    let ours = refunds
+        .iter()
+        .find(|x| x["id"] == r.json()["refundId"])
+        .expect("the answer names our refund");
+    assert_eq!(ours["amount"].as_i64(), Some(amount - amount * 2 / 5));
+    assert_eq!(app.order_status(&t, &id).await, OrderStatus::Refunded);
+    // A retry replays; Stripe is not asked to refund again.
+    let again = app.refund(&t, &payment, Some(&rk)).await;
+    assert_eq!((again.status, again.body.clone()), (200, r.body.clone()));
+    assert_eq!(refunded_at_stripe(&app.ls, pi).await.1, amount);
+}
+
+/// An in-process server (manual clock) with `--provider stripe` reaching localstripe
+/// through `proxy`; jobs run only when the test calls them.
+async fn stripe_inproc(db: &TestDb, proxy: &FaultProxy) -> InProc {
+    let flags = [
+        "--provider",
+        "stripe",
+        "--stripe-secret-key",
+        SECRET_KEY,
+        "--stripe-webhook-secret",
+        WHSEC,
+        "--provider-timeout-ms",
+        "1000",
+        "--lease-ms",
+        "2000",
+        "--reconcile-after-ms",
+        "300",
+    ];
+    InProc::start(db, &proxy.url, &flags).await
+}
+
+/// Pays a new order of `user` at `s`: (token, order, payment, intent, amount).
+async fn paid_inproc(
+    s: &InProc,
+    ls: &Localstripe,
+    user: &str,
+) -> (String, String, String, String, i64) {
+    let t = s.session(user).await;
+    let id = id_of(&s.create_order(&t, &[("tee-classic", 1)]).await);
+    let pm = ls.payment_method(cards::APPROVE).await;
+    let paid = s.pay(&t, &id, Some(&key()), 1, &pm).await;
+    assert_eq!(paid.status, 200, "{}", paid.text());
+    let payment = paid.json()["payment"]["id"].as_str().unwrap().to_owned();
+    let intents = ls.intents_of(&id).await;
+    let pi = intents[0]["id"].as_str().unwrap().to_owned();
+    let amount = intents[0]["amount"].as_i64().unwrap();
+    (t, id, payment, pi, amount)
+}
+
+/// `POST /webhooks/stripe` of a `kind` event about refund `refund` of `pi`, signed at the
+/// server's clock.
+async fn deliver_inproc(s: &InProc, n: &str, kind: &str, object: Value) -> Resp {
+    let body = event(n, kind, object);
+    use payonce_server::clock::Clock;
+    let sig = signed(WHSEC, s.clock.now_ms() / 1000, &body);
+    let req = axum::http::Request::post(ROUTE)
+        .header("content-type", "application/json")
+        .header("Stripe-Signature", sig)
+        .body(axum::body::Body::from(body))
+        .unwrap();
+    s.route(req).await
+}
+
+/// A refund call held 3.5 s before it reaches Stripe (the server gives up at 1 s) and a
+/// retry meanwhile: the retry sends no second call while the first may still land (its
+/// lease is held a whole lease from the lost answer), and once the clock passes that, a
+/// retry reads Stripe's refunds, finds ours by its key and settles it. Stripe refunds the
+/// payment's amount exactly, once.
+async fn a_refund_call_held_past_the_timeout_lands_once(backend: Backend) {
+    let Some(ls) = Localstripe::start().await else {
+        return;
+    };
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let proxy = FaultProxy::start(&ls.url()).await;
+    let s = stripe_inproc(&db, &proxy).await;
+    let (t, id, payment, pi, amount) = paid_inproc(&s, &ls, "gus").await;
+    let hold = Fault::Hold(std::time::Duration::from_millis(3_500));
+    proxy.arm("POST", "/v1/refunds", hold, 1);
+
+    let rk = key();
+    let first = s.refund(&t, &payment, Some(&rk)).await;
+    let retry = s.refund(&t, &payment, Some(&rk)).await;
+    // Every call made so far reaches Stripe, the held one too (a real delay, not a rule).
+    let landed = std::time::Duration::from_secs(10);
+    payonce_testkit::wait_for("the held refund call", landed, || async {
+        (proxy.delivered() == proxy.forwarded()).then_some(())
+    })
+    .await;
+    s.advance(std::time::Duration::from_millis(2_500));
+    let done = s.refund(&t, &payment, Some(&rk)).await;
+
+    let (refunds, sum) = refunded_at_stripe(&ls, &pi).await;
+    assert_eq!(sum, amount, "exactly the payment's amount: {refunds:?}");
+    assert_eq!(refunds.len(), 1, "{refunds:?}");
+    let posts = proxy
+        .seen()
+        .iter()
+        .filter(|x| x.method == "POST" && x.path.starts_with("/v1/refunds"))
+        .count();
+    assert_eq!(posts, 1, "one refund call");
+    for r in [&first, &retry] {
+        assert_eq!(r.status, 409, "{}", r.text());
+        assert_eq!(r.code(), ErrorCode::InProgress);
+    }
+    assert_eq!(done.status, 200, "{}", done.text());
+    assert_eq!(done.json()["refundId"], refunds[0]["id"]);
+    assert_eq!(s.order_status(&t, &id).await, OrderStatus::Refunded);
+}
+
+/// A payonce refund left processing (its call never reached Stripe) does not hide a refund
+/// made in the dashboard: `charge.refunded` marks the order refunded, and the payonce
+/// refund, read again once its lease passed, records the dashboard's refund instead of
+/// refunding a second time.
+async fn a_stuck_payonce_refund_does_not_blind_a_dashboard_refund(backend: Backend) {
+    let Some(ls) = Localstripe::start().await else {
+        return;
+    };
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let proxy = FaultProxy::start(&ls.url()).await;
+    let s = stripe_inproc(&db, &proxy).await;
+    let (t, id, payment, pi, amount) = paid_inproc(&s, &ls, "ivo").await;
+    proxy.arm("POST", "/v1/refunds", Fault::Refuse, 1);
+    let rk = key();
+    let stuck = s.refund(&t, &payment, Some(&rk)).await;
+    assert_eq!(stuck.status, 409, "{}", stuck.text());
+
+    let dash = ls.dashboard_refund(&pi, None).await;
+    let object =
+        json!({ "id": "ch_x", "object": "charge", "payment_intent": pi, "refunded": true });
+    let r = deliver_inproc(&s, "evt_dashboard", "charge.refunded", object).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(s.order_status(&t, &id).await, OrderStatus::Refunded);
+
+    s.advance(std::time::Duration::from_millis(2_500));
+    let done = s.refund(&t, &payment, Some(&rk)).await;
+    assert_eq!(done.status, 200, "{}", done.text());
+    assert_eq!(done.json()["refundId"], dash.as_str());
+    let (refunds, sum) = refunded_at_stripe(&ls, &pi).await;
+    assert_eq!((refunds.len(), sum), (1, amount), "{refunds:?}");
+}
+
+/// A refund Stripe holds `pending` is not `refunded`: the key stays processing (409
+/// `IN_PROGRESS`) and the refund job leaves it so; when Stripe fails it, `refund.failed`
+/// ends the key `failed` (409 `REFUND_NOT_ALLOWED`, replayed) and the order stays paid.
+/// That failed payonce refund does not hide a refund then made in the dashboard: its
+/// `charge.refunded` marks the order refunded.
+async fn a_pending_refund_that_fails_is_not_refunded_nor_blinds_the_dashboard(backend: Backend) {
+    let Some(ls) = Localstripe::start().await else {
+        return;
+    };
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let proxy = FaultProxy::start(&ls.url()).await;
+    let s = stripe_inproc(&db, &proxy).await;
+    let (t, id, payment, pi, amount) = paid_inproc(&s, &ls, "hana").await;
+    // Stripe makes the refund; its answer is lost, and Stripe holds it pending.
+    proxy.drop_answers("POST", "/v1/refunds", 1);
+    let rk = key();
+    let first = s.refund(&t, &payment, Some(&rk)).await;
+    assert_eq!(
+        (first.status, first.code()),
+        (409, ErrorCode::InProgress),
+        "{}",
+        first.text()
+    );
+    let refunds = ls.refunds_of(&pi).await;
+    assert_eq!(refunds.len(), 1, "{refunds:?}");
+    let re = refunds[0]["id"].as_str().unwrap().to_owned();
+    ls.set_refund_status(&re, "pending").await;
+
+    s.advance(std::time::Duration::from_millis(2_500));
+    let pending = s.refund(&t, &payment, Some(&rk)).await;
+    payonce_server::run_jobs(&s.state).await;
+    let after_job = s.order_status(&t, &id).await;
+    ls.set_refund_status(&re, "failed").await;
+    let object = json!({ "id": re, "object": "refund", "payment_intent": pi, "status": "failed" });
+    let r = deliver_inproc(&s, "evt_refund_failed", "refund.failed", object).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let failed = s.refund(&t, &payment, Some(&rk)).await;
+
+    assert_eq!(
+        s.order_status(&t, &id).await,
+        OrderStatus::Paid,
+        "a failed refund is no refund"
+    );
+    assert_eq!(refunded_at_stripe(&ls, &pi).await.1, 0);
+    assert_eq!(after_job, OrderStatus::Paid, "pending is not refunded");
+    assert_eq!(pending.status, 409, "{}", pending.text());
+    assert_eq!(pending.code(), ErrorCode::InProgress);
+    assert_eq!(failed.status, 409, "{}", failed.text());
+    assert_eq!(failed.code(), ErrorCode::RefundNotAllowed);
+    assert_eq!(
+        failed.header("idempotent-replayed").as_deref(),
+        Some("true")
+    );
+
+    // The dashboard refunds it all: reflected, the failed payonce refund notwithstanding.
+    ls.dashboard_refund(&pi, None).await;
+    let object =
+        json!({ "id": "ch_x", "object": "charge", "payment_intent": pi, "refunded": true });
+    let r = deliver_inproc(&s, "evt_dashboard", "charge.refunded", object).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(s.order_status(&t, &id).await, OrderStatus::Refunded);
+    assert_eq!(refunded_at_stripe(&ls, &pi).await.1, amount);
 }
 
 /// A production Stripe deployment (no `--dev`) holds no mock webhook secret: the mock's

@@ -14,6 +14,11 @@
 //!   10 min, never past its deadline), so abandoned challenges cannot fill their work
 //!   lists; at `--action-deadline-secs` the machine has the provider cancel the payment
 //!   and the attempt ends `expired`, freeing its order.
+//! - **Refunds**: a refund still processing after `--reconcile-after-ms` whose lease has
+//!   ended (its provider refund pending, a crash, a call whose answer was lost and whose
+//!   held lease has passed) is driven by the refund machine
+//!   (`crate::ops::refunds::drive_due`): the provider's refunds are read, and it settles,
+//!   waits, or refunds only what is still unrefunded.
 //! - **Confirmation emails**: the job queue, at least once; `confirmation_email_sent` makes
 //!   a redelivered job a no-op.
 //! - **Cleanup**: finished keys and tombstones after the key retention (never processing
@@ -60,6 +65,7 @@ pub async fn round(state: &AppState) {
     let n = |r: AppResult<usize>| r.map(|n| n as u64);
     report("outbox", n(drain_outbox(state).await));
     report("reconciliation", n(reconcile_stuck(state).await));
+    report("refunds", n(drive_refunds(state).await));
     report("email", n(send_emails(state).await));
     report("cleanup", cleanup(state).await);
 }
@@ -179,6 +185,12 @@ pub(crate) async fn reconcile_stuck(state: &AppState) -> AppResult<usize> {
         }
     }
     Ok(settled)
+}
+
+/// Drives the processing refunds older than the reconcile threshold whose lease ended.
+pub(crate) async fn drive_refunds(state: &AppState) -> AppResult<usize> {
+    let now = state.clock.now_ms();
+    crate::ops::refunds::drive_due(state, state.policy.reconcile_before(now), now, BATCH).await
 }
 
 /// One row's failure is logged and the round goes on with the next row: a row that fails
