@@ -1,7 +1,7 @@
 //! The provider's HTTP API. Handlers validate input, call one store method, and map its
 //! outcome to a response; every error is an RFC 9457 problem.
 
-use crate::store::{ChargeOutcome, CompleteOutcome, RefundOutcome};
+use crate::store::{ChargeOutcome, CompleteOutcome, EndRefundOutcome, RefundOutcome};
 use crate::MockProvider;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
@@ -34,6 +34,14 @@ pub(crate) fn router(provider: MockProvider) -> Router {
         .route(
             &paths::dev_dashboard_refund("{charge_id}"),
             post(dashboard_refund),
+        )
+        .route(
+            &paths::dev_refund_end("{refund_id}", true),
+            post(|p: State<MockProvider>, id: Path<String>| end_refund(p, id, true)),
+        )
+        .route(
+            &paths::dev_refund_end("{refund_id}", false),
+            post(|p: State<MockProvider>, id: Path<String>| end_refund(p, id, false)),
         )
         .route(&paths::charge_action("{charge_id}"), get(action_page))
         .route(
@@ -286,7 +294,9 @@ async fn dashboard_refund(
 async fn refund_response(p: &MockProvider, outcome: RefundOutcome) -> Result<Response, ApiError> {
     match outcome {
         RefundOutcome::Created { refund, event } => {
-            p.send_webhook(event).await;
+            if let Some(event) = event {
+                p.send_webhook(event).await;
+            }
             Ok(json(StatusCode::CREATED, &refund, false))
         }
         RefundOutcome::Replayed(refund) => Ok(json(StatusCode::OK, &refund, true)),
@@ -307,6 +317,25 @@ async fn refund_response(p: &MockProvider, outcome: RefundOutcome) -> Result<Res
             .detail("the issuer refuses refunds to this card (pm_card_refund_refused)")),
         RefundOutcome::KeyReused => Err(ApiError::new(ErrorCode::KeyReusedWithDifferentDetails)
             .detail("this refund key was used for another charge")),
+    }
+}
+
+/// A pending refund ended by its bank (dev only): the refund as it ends, its event sent;
+/// one that ended already is answered as it is (200, no event).
+async fn end_refund(
+    State(p): State<MockProvider>,
+    Path(refund_id): Path<String>,
+    succeeded: bool,
+) -> Result<Response, ApiError> {
+    match p.inner.store.end_refund(&refund_id, succeeded)? {
+        EndRefundOutcome::Ended { refund, event } => {
+            p.send_webhook(event).await;
+            Ok(json(StatusCode::OK, &refund, false))
+        }
+        EndRefundOutcome::NotPending(refund) => Ok(json(StatusCode::OK, &refund, true)),
+        EndRefundOutcome::NotFound => {
+            Err(ApiError::new(ErrorCode::PaymentNotFound).detail("no such refund"))
+        }
     }
 }
 

@@ -29,6 +29,7 @@
 //! | `pm_card_transient` | nothing on the first request for a key | 503, then 201 |
 //! | `pm_card_3ds` | `requires_action` (no webhook yet), then succeeded/declined on completion | 202 with `nextActionUrl` (the action page); after completion a replay answers 200 / 402 |
 //! | `pm_card_refund_refused` | succeeded | 201 at once; every refund of it is 409 `REFUND_NOT_ALLOWED` |
+//! | `pm_card_refund_pending` | succeeded | 201 at once; a refund of it is made `pending` (no event) until `POST /dev/refunds/{id}/succeed` or `…/fail` |
 //!
 //! # HTTP API
 //! | request | answers |
@@ -38,6 +39,7 @@
 //! | `POST /charges/{id}/refunds` + `Idempotency-Key` (no body) | 201 / 200 replay `Refund`; 409 `REFUND_NOT_ALLOWED`; 404; 422 |
 //! | `GET /charges/{id}/refunds` | 200 `RefundList`: the charge's refunds, the dashboard's too; 404 |
 //! | `POST /dev/charges/{id}/refund` | 201 `Refund`: a dashboard refund (the provider's own key; `charge.refunded` sent); 409, 404 |
+//! | `POST /dev/refunds/{id}/succeed`, `POST /dev/refunds/{id}/fail` | 200 `Refund`: a pending refund ended by its bank (`refund.updated` / `refund.failed` sent); one ended already as it is; 404 |
 //! | `GET /charges/{id}/action[?returnUrl=]` | 200 HTML: the customer's challenge page, a button per outcome (`#confirm`, `#fail`) posting its form to `complete`; 404 |
 //! | `POST /charges/{id}/complete` + [`CompleteRequest`](payonce_protocol::provider::CompleteRequest) (JSON or form) | JSON: 200 `Charge` (the first completion decides and sends the webhook; a repeat has `Idempotent-Replayed: true`); form: 303 to a local `returnUrl`, else a page that closes its popup; 400 (no action required, bad `returnUrl`), 404 |
 //! | `GET /ledger[?orderId=]` | 200 `Ledger`, oldest first |

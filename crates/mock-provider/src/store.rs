@@ -17,7 +17,7 @@
 use crate::ProviderError;
 use payonce_protocol::provider::{
     methods, paths, ActionOutcome, Charge, ChargeRequest, ChargeStatus, EventType, Refund,
-    WebhookEvent,
+    RefundStatus, WebhookEvent,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
@@ -80,9 +80,15 @@ enum Change {
     },
     /// A `pm_card_transient` key got its one 503.
     TransientSeen { key: String },
-    /// A refund of a charge and its webhook event.
+    /// A refund of a charge and its webhook event (none while the refund is pending).
     Refund {
         refund: StoredRefund,
+        event: Option<WebhookEvent>,
+    },
+    /// A pending refund ended, and its webhook event.
+    RefundEnded {
+        refund_id: String,
+        status: RefundStatus,
         event: WebhookEvent,
     },
     /// A webhook event was acknowledged.
@@ -132,9 +138,10 @@ pub(crate) enum CompleteOutcome {
 // Returned once per request and matched at once: boxing would buy nothing.
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum RefundOutcome {
+    /// A new refund; `event` its webhook event (none while it is pending).
     Created {
         refund: Refund,
-        event: WebhookEvent,
+        event: Option<WebhookEvent>,
     },
     Replayed(Refund),
     ChargeNotFound,
@@ -144,6 +151,19 @@ pub(crate) enum RefundOutcome {
     Refused,
     /// The refund key was used for another charge.
     KeyReused,
+}
+
+/// Outcome of ending a pending refund (`POST /dev/refunds/{id}/succeed` or `/fail`).
+#[derive(Debug)]
+// Returned once per request and matched at once: boxing would buy nothing.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum EndRefundOutcome {
+    /// Ended now; `event` its webhook event (already recorded).
+    Ended { refund: Refund, event: WebhookEvent },
+    /// It was not pending (it ended already): as it is.
+    NotPending(Refund),
+    /// No such refund.
+    NotFound,
 }
 
 pub(crate) struct Store {
@@ -218,10 +238,28 @@ impl Inner {
                 self.state.transient_seen.insert(key);
             }
             Change::Refund { refund, event } => {
-                if let Some(&i) = self.by_id.get(&refund.refund.charge_id) {
+                let i = self.by_id.get(&refund.refund.charge_id).copied();
+                if let (Some(i), RefundStatus::Succeeded) = (i, refund.refund.status) {
                     self.state.charges[i].charge.status = ChargeStatus::Refunded;
                 }
                 self.state.refunds.push(refund);
+                if let Some(event) = event {
+                    self.push_event(event);
+                }
+            }
+            Change::RefundEnded {
+                refund_id,
+                status,
+                event,
+            } => {
+                let refunds = self.state.refunds.iter_mut();
+                if let Some(r) = refunds.map(|r| &mut r.refund).find(|r| r.id == refund_id) {
+                    r.status = status;
+                    let i = self.by_id.get(&r.charge_id).copied();
+                    if let (Some(i), RefundStatus::Succeeded) = (i, status) {
+                        self.state.charges[i].charge.status = ChargeStatus::Refunded;
+                    }
+                }
                 self.push_event(event);
             }
             Change::Delivered { event_id } => {
@@ -496,19 +534,36 @@ impl Store {
         if status != ChargeStatus::Succeeded {
             return Ok(RefundOutcome::NotRefundable(status));
         }
-        if inner.state.charges[i].charge.payment_method_id == methods::REFUND_REFUSED {
+        let method = inner.state.charges[i].charge.payment_method_id.clone();
+        if method == methods::REFUND_REFUSED {
             return Ok(RefundOutcome::Refused);
         }
-        let charge = Charge {
-            status: ChargeStatus::Refunded,
-            ..inner.state.charges[i].charge.clone()
-        };
+        // One refund per charge that did not fail: a pending one holds the charge too.
+        let open = inner.state.refunds.iter().map(|r| &r.refund);
+        if open
+            .filter(|r| r.charge_id == charge_id)
+            .any(|r| r.status != RefundStatus::Failed)
+        {
+            return Ok(RefundOutcome::NotRefundable(ChargeStatus::Refunded));
+        }
+        let pending = method == methods::REFUND_PENDING;
+        let charge = inner.state.charges[i].charge.clone();
         let refund = Refund {
             id: new_id("re"),
             charge_id: charge.id.clone(),
             amount: charge.amount,
+            status: match pending {
+                true => RefundStatus::Pending,
+                false => RefundStatus::Succeeded,
+            },
         };
-        let event = new_event(EventType::ChargeRefunded, &charge);
+        let event = (!pending).then(|| {
+            let refunded = Charge {
+                status: ChargeStatus::Refunded,
+                ..charge
+            };
+            new_event(EventType::ChargeRefunded, &refunded)
+        });
         self.commit(
             &mut inner,
             Change::Refund {
@@ -520,6 +575,53 @@ impl Store {
             },
         )?;
         Ok(RefundOutcome::Created { refund, event })
+    }
+
+    /// Ends the pending refund `refund_id` as its bank does: succeeded (the charge becomes
+    /// refunded, `refund.updated`) or failed (`refund.failed`).
+    pub(crate) fn end_refund(
+        &self,
+        refund_id: &str,
+        succeeded: bool,
+    ) -> Result<EndRefundOutcome, ProviderError> {
+        let mut inner = self.lock();
+        let mut found = inner.state.refunds.iter().map(|r| &r.refund);
+        let Some(refund) = found.find(|r| r.id == refund_id).cloned() else {
+            return Ok(EndRefundOutcome::NotFound);
+        };
+        if refund.status != RefundStatus::Pending {
+            return Ok(EndRefundOutcome::NotPending(refund));
+        }
+        let Some(&i) = inner.by_id.get(&refund.charge_id) else {
+            return Ok(EndRefundOutcome::NotFound);
+        };
+        let (status, kind, charge_status) = match succeeded {
+            true => (
+                RefundStatus::Succeeded,
+                EventType::RefundUpdated,
+                ChargeStatus::Refunded,
+            ),
+            false => (
+                RefundStatus::Failed,
+                EventType::RefundFailed,
+                ChargeStatus::Succeeded,
+            ),
+        };
+        let charge = Charge {
+            status: charge_status,
+            ..inner.state.charges[i].charge.clone()
+        };
+        let event = new_event(kind, &charge);
+        self.commit(
+            &mut inner,
+            Change::RefundEnded {
+                refund_id: refund_id.to_owned(),
+                status,
+                event: event.clone(),
+            },
+        )?;
+        let refund = Refund { status, ..refund };
+        Ok(EndRefundOutcome::Ended { refund, event })
     }
 
     /// The refunds of charge `charge_id`, oldest first; `None`: no such charge.

@@ -27,6 +27,12 @@ pub mod paths {
     pub fn dev_dashboard_refund(charge_id: &str) -> String {
         format!("/dev/charges/{charge_id}/refund")
     }
+    /// `POST` (dev) end a pending refund as its bank does: `succeeded` true returns the
+    /// money (`refund.updated`), false fails it (`refund.failed`); the refund as it ends.
+    pub fn dev_refund_end(refund_id: &str, succeeded: bool) -> String {
+        let end = if succeeded { "succeed" } else { "fail" };
+        format!("/dev/refunds/{refund_id}/{end}")
+    }
     /// `GET /charges/{chargeId}/action`: the page where the customer completes a charge that
     /// requires action (the challenge of `pm_card_3ds`). [`Charge::next_action_url`] points here.
     pub fn charge_action(charge_id: &str) -> String {
@@ -68,10 +74,14 @@ pub mod methods {
     /// Approved at once; every refund of its charge is refused (409 `REFUND_NOT_ALLOWED`), as
     /// an issuer may refuse one (a closed card account).
     pub const REFUND_REFUSED: &str = "pm_card_refund_refused";
+    /// Approved at once; a refund of its charge is made `pending` (no money back yet, no
+    /// event) until the dashboard ends it ([`super::paths::dev_refund_end`]), as a bank
+    /// transfer refund may take days and may still fail.
+    pub const REFUND_PENDING: &str = "pm_card_refund_pending";
     /// The methods that end without the customer (what an unattended load test can use).
     pub const UNATTENDED: [&str; 5] = [APPROVE, DECLINE, SLOW, TIMEOUT, TRANSIENT_5XX];
     /// All test methods.
-    pub const ALL: [&str; 7] = [
+    pub const ALL: [&str; 8] = [
         APPROVE,
         DECLINE,
         SLOW,
@@ -79,6 +89,7 @@ pub mod methods {
         TRANSIENT_5XX,
         THREE_DS,
         REFUND_REFUSED,
+        REFUND_PENDING,
     ];
 }
 
@@ -189,13 +200,29 @@ pub struct Refund {
     pub charge_id: String,
     /// Amount refunded.
     pub amount: i64,
+    /// Where it stands (absent: `succeeded`, a refund made before refunds had a status).
+    #[serde(default)]
+    pub status: RefundStatus,
+}
+
+/// Where a refund at the provider stands.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RefundStatus {
+    /// The money went back.
+    #[default]
+    Succeeded,
+    /// Accepted, not final: it may still succeed or fail.
+    Pending,
+    /// Failed: nothing went back.
+    Failed,
 }
 
 /// `GET /charges/{chargeId}/refunds` answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RefundList {
-    /// The charge's refunds, oldest first (a full refund: at most one).
+    /// The charge's refunds, oldest first (full refunds: at most one that did not fail).
     pub refunds: Vec<Refund>,
 }
 
@@ -211,14 +238,22 @@ pub enum EventType {
     /// A charge was refunded.
     #[serde(rename = "charge.refunded")]
     ChargeRefunded,
+    /// A pending refund of the charge succeeded.
+    #[serde(rename = "refund.updated")]
+    RefundUpdated,
+    /// A pending refund of the charge failed.
+    #[serde(rename = "refund.failed")]
+    RefundFailed,
 }
 
 impl EventType {
     /// All values, for exhaustive tests.
-    pub const ALL: [EventType; 3] = [
+    pub const ALL: [EventType; 5] = [
         Self::ChargeSucceeded,
         Self::ChargeDeclined,
         Self::ChargeRefunded,
+        Self::RefundUpdated,
+        Self::RefundFailed,
     ];
 
     /// The wire spelling (also what the server stores as the event's type).
@@ -227,6 +262,8 @@ impl EventType {
             Self::ChargeSucceeded => "charge.succeeded",
             Self::ChargeDeclined => "charge.declined",
             Self::ChargeRefunded => "charge.refunded",
+            Self::RefundUpdated => "refund.updated",
+            Self::RefundFailed => "refund.failed",
         }
     }
 }

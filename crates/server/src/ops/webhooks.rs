@@ -9,8 +9,9 @@
 //!    from what the provider itself answers for the key ([`pay::settle_from_webhook`]);
 //! 4. marks the event handled, and only then answers 2xx.
 //!
-//! `charge.refunded` (our refund, or one made in the provider's dashboard) marks the payment
-//! refunded once the provider's list of the charge's refunds confirms it ([`refunded`]).
+//! `charge.refunded`, `refund.updated`, `refund.failed` (our refund, or one made in the
+//! provider's dashboard) drive a payonce refund of the charge still processing, and mark the
+//! payment refunded once the provider's succeeded refunds return it all ([`refunded`]).
 //!
 //! Settling is a conditional update on a processing row, so a duplicate, delayed or
 //! reordered event matches nothing. An event for a provider key no attempt owns (404), one
@@ -120,7 +121,10 @@ pub(crate) async fn receive(state: AppState, event: WebhookEvent) -> AppResult<(
 }
 
 async fn handle(state: &AppState, event: &WebhookEvent) -> AppResult<()> {
-    if event.event_type == EventType::ChargeRefunded {
+    if matches!(
+        event.event_type,
+        EventType::ChargeRefunded | EventType::RefundUpdated | EventType::RefundFailed
+    ) {
         return refunded(state, event).await;
     }
     let Some(row) =

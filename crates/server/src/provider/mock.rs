@@ -7,7 +7,9 @@
 //! attempt stays `processing` and is never charged blindly.
 
 use payonce_protocol::headers::IDEMPOTENCY_KEY;
-use payonce_protocol::provider::{paths, Charge, ChargeRequest, ChargeStatus, Refund, RefundList};
+use payonce_protocol::provider::{
+    self, paths, Charge, ChargeRequest, ChargeStatus, Refund, RefundList,
+};
 
 use reqwest::StatusCode;
 
@@ -117,8 +119,8 @@ impl MockClient {
 
     /// `GET /charges/{id}/refunds`: the charge's refunds, however they were made (ours, or
     /// the merchant's dashboard). `Err`: the provider could not tell. The mock's refunds
-    /// are full and final at once, and it keeps no key of ours on them: the refund machine
-    /// reads them by amount.
+    /// are full, and it keeps no key of ours on them: the refund machine reads them by
+    /// amount.
     pub(crate) async fn refunds_of(&self, charge_id: &str) -> Result<Vec<ProviderRefund>, String> {
         let url = format!("{}{}", self.base, paths::refunds(charge_id));
         let res = self
@@ -166,12 +168,16 @@ impl MockClient {
     }
 }
 
-/// A mock refund: full, succeeded when made, carrying no key of ours.
+/// A mock refund: full, carrying no key of ours.
 fn provider_refund(r: Refund) -> ProviderRefund {
     ProviderRefund {
         id: r.id,
         amount: r.amount,
-        status: RefundStatus::Succeeded,
+        status: match r.status {
+            provider::RefundStatus::Succeeded => RefundStatus::Succeeded,
+            provider::RefundStatus::Pending => RefundStatus::Pending,
+            provider::RefundStatus::Failed => RefundStatus::Failed,
+        },
         refund_key: None,
     }
 }

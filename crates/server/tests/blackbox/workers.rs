@@ -15,6 +15,7 @@ on_both_backends!(
     unreachable_provider_flags_stuck_attempts_for_review_never_charges,
     a_refund_the_provider_refuses_fails_and_frees_the_payment,
     a_refund_made_in_the_providers_dashboard_is_reflected,
+    a_pending_refund_is_settled_by_the_providers_events,
 );
 
 async fn count(pool: &sqlx::AnyPool, sql: &str, bind: &str) -> i64 {
@@ -566,4 +567,107 @@ async fn a_refund_made_in_the_providers_dashboard_is_reflected(backend: Backend)
             "webhooks: {webhooks}"
         );
     }
+}
+
+/// A refund the provider holds pending (`pm_card_refund_pending`) is not `refunded`: the key
+/// answers 409 `IN_PROGRESS` and no second refund is made. The provider's `refund.failed`
+/// ends the key `failed` (409 `REFUND_NOT_ALLOWED`, replayed) with the order still paid; a
+/// new key's refund, pending too, becomes `refunded` when `refund.updated` says it succeeded.
+async fn a_pending_refund_is_settled_by_the_providers_events(backend: Backend) {
+    let opts = Opts {
+        webhooks: true,
+        ..Opts::default()
+    };
+    let Some(app) = TestApp::spawn_with(backend, opts).await else {
+        return;
+    };
+    let t = app.session("pia").await;
+    let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
+    let r = app
+        .pay(&t, &id, Some(&key()), 1, "pm_card_refund_pending")
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let pid = r.json()["payment"]["id"].as_str().unwrap().to_owned();
+    let charge = r.json()["payment"]["chargeId"].as_str().unwrap().to_owned();
+    let refunds = || async {
+        let url = format!("{}/charges/{charge}/refunds", app.provider);
+        let list: serde_json::Value = app
+            .http
+            .get(url)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        list["refunds"].as_array().cloned().unwrap_or_default()
+    };
+    let end = |re: String, how: &'static str| {
+        let url = format!("{}/dev/refunds/{re}/{how}", app.provider);
+        let http = app.http.clone();
+        async move { assert!(http.post(url).send().await.unwrap().status().is_success()) }
+    };
+    let pool = app.db_pool().await;
+    // Only the provider's event moves the row here: nothing else calls in between.
+    let rows = |status: &'static str| {
+        let (pool, pid) = (pool.clone(), pid.clone());
+        async move {
+            let sql = "SELECT COUNT(*) FROM refunds WHERE payment_id = $1 AND status = $2";
+            let (n,): (i64,) = sqlx::query_as(sql)
+                .bind(&pid)
+                .bind(status)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            n
+        }
+    };
+    let applied = Duration::from_secs(10);
+
+    let rk = key();
+    let pending = app.refund(&t, &pid, Some(&rk)).await;
+    let again = app.refund(&t, &pid, Some(&rk)).await;
+    let list = refunds().await;
+    assert_eq!(list.len(), 1, "one refund at the provider: {list:?}");
+    assert_eq!(list[0]["status"], "pending");
+    assert_eq!(app.order_status(&t, &id).await, OrderStatus::Paid);
+    for r in [&pending, &again] {
+        assert_eq!(r.status, 409, "{}", r.text());
+        assert_eq!(r.code(), ErrorCode::InProgress);
+    }
+
+    end(list[0]["id"].as_str().unwrap().to_owned(), "fail").await;
+    wait_for("refund.failed applied", applied, || async {
+        (rows("failed").await == 1).then_some(())
+    })
+    .await;
+    let failed = app.refund(&t, &pid, Some(&rk)).await;
+    assert_eq!(
+        failed.code(),
+        ErrorCode::RefundNotAllowed,
+        "{}",
+        failed.text()
+    );
+    let replay = app.refund(&t, &pid, Some(&rk)).await;
+    assert_eq!(
+        replay.header("idempotent-replayed").as_deref(),
+        Some("true")
+    );
+    assert_eq!(app.order_status(&t, &id).await, OrderStatus::Paid);
+
+    let rk2 = key();
+    let second = app.refund(&t, &pid, Some(&rk2)).await;
+    assert_eq!(second.code(), ErrorCode::InProgress, "{}", second.text());
+    let list = refunds().await;
+    assert_eq!(list.len(), 2, "{list:?}");
+    end(list[1]["id"].as_str().unwrap().to_owned(), "succeed").await;
+    wait_for("refund.updated applied", applied, || async {
+        (rows("succeeded").await == 1).then_some(())
+    })
+    .await;
+    let done = app.refund(&t, &pid, Some(&rk2)).await;
+    assert_eq!(done.status, 200, "{}", done.text());
+    assert_eq!(done.header("idempotent-replayed").as_deref(), Some("true"));
+    assert_eq!(done.json()["refundId"], list[1]["id"]);
+    assert_eq!(app.order_status(&t, &id).await, OrderStatus::Refunded);
 }
