@@ -41,6 +41,17 @@ pub const ALL: &[&str] = &[
     REQUEST_ID,
 ];
 
+/// The headers the SDK sets on every request besides `Content-Type`: a cross-origin backend
+/// MUST allow them (and `Content-Type`) in `Access-Control-Allow-Headers`, else the browser's
+/// preflight fails and no request leaves (`docs/protocol.md` §3).
+pub const SDK_SENDS: &[&str] = &[IDEMPOTENCY_KEY, REQUEST_ID];
+
+/// The answer headers the SDK reads: a cross-origin backend SHOULD list them in
+/// `Access-Control-Expose-Headers`, else the browser hides them from the SDK (`Retry-After`
+/// paces its retries, `Idempotent-Replayed` and `X-Request-Id` reach the app's events).
+/// The SDK's reads (`src/web/io.rs`) are held to this list by `crates/protocol/tests/drift.rs`.
+pub const SDK_READS: &[&str] = &[RETRY_AFTER, IDEMPOTENT_REPLAYED, REQUEST_ID];
+
 /// The standard CORS answer headers a cross-origin backend sets for the SDK (named in the
 /// SDK's `NETWORK_OR_CORS` warning). Not payonce's own names, so not in [`ALL`].
 pub mod cors {

@@ -50,6 +50,15 @@ pub enum KeyError {
 }
 
 impl KeyError {
+    /// One error of each kind, for exhaustive tests and documentation of the reasons.
+    pub const ALL: [KeyError; 5] = [
+        Self::Empty,
+        Self::TooShort { len: 0 },
+        Self::TooLong { len: 0 },
+        Self::InvalidChar { at: 0 },
+        Self::BadQuoting,
+    ];
+
     /// A stable machine-readable reason, used as a problem extension member.
     pub fn reason(&self) -> &'static str {
         match self {

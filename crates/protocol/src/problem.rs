@@ -7,6 +7,26 @@ use crate::body::Payment;
 use crate::status::AttemptStatus;
 use serde::{Deserialize, Serialize};
 
+/// The values of a problem's `reason` member, per code (`docs/protocol.md` §4).
+pub mod reason {
+    /// `WEBHOOK_SIGNATURE_INVALID`: the request has no signature header.
+    pub const MISSING: &str = "missing";
+    /// `WEBHOOK_SIGNATURE_INVALID` from `POST /webhooks/stripe` on a server not running with
+    /// `--provider stripe`: it has no secret to check a signature with.
+    pub const NOT_CONFIGURED: &str = "not_configured";
+    /// Every `reason` of 400 `WEBHOOK_SIGNATURE_INVALID`: the two above and the signature
+    /// check's own (`crate::signature::SignatureError::reason`, held to this list by its tests).
+    pub const WEBHOOK_SIGNATURE: &[&str] = &[
+        MISSING,
+        "malformed",
+        "bad_timestamp",
+        "no_signature",
+        "outside_tolerance",
+        "mismatch",
+        NOT_CONFIGURED,
+    ];
+}
+
 /// Media type of a problem body.
 pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
 
@@ -118,6 +138,9 @@ codes! {
     Internal = ("INTERNAL", 500, "Internal server error"),
     /// The store is unreachable: the outcome of this request is unknown, retry with the same key.
     StoreUnavailable = ("STORE_UNAVAILABLE", 503, "The store is unavailable"),
+    /// The payment provider could not be reached or could not confirm what a webhook event
+    /// says: nothing was applied, deliver the event again after `Retry-After`.
+    ProviderUnavailable = ("PROVIDER_UNAVAILABLE", 503, "The payment provider is unavailable"),
 }
 
 impl ErrorCode {

@@ -53,6 +53,16 @@ pub enum SignatureError {
 }
 
 impl SignatureError {
+    /// Every error, for exhaustive tests (each reason is in
+    /// [`crate::problem::reason::WEBHOOK_SIGNATURE`]).
+    pub const ALL: [SignatureError; 5] = [
+        Self::Malformed,
+        Self::BadTimestamp,
+        Self::NoSignature,
+        Self::OutsideTolerance,
+        Self::Mismatch,
+    ];
+
     /// A stable machine-readable reason (for a problem's `reason` member or logs).
     pub fn reason(&self) -> &'static str {
         match self {
@@ -178,6 +188,16 @@ mod tests {
     const SECRET: &str = "whsec_test_0123456789";
     const BODY: &[u8] = br#"{"id":"evt_1"}"#;
     const TOL: Duration = Duration::from_secs(300);
+
+    #[test]
+    fn every_reason_is_in_the_documented_list() {
+        for e in SignatureError::ALL {
+            assert!(
+                crate::problem::reason::WEBHOOK_SIGNATURE.contains(&e.reason()),
+                "{e:?}"
+            );
+        }
+    }
 
     #[test]
     fn signs_in_the_documented_format() {

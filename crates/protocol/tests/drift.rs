@@ -222,3 +222,198 @@ fn the_probe_sees_renames_and_every_member() {
     assert!(doc_names("Idempotency-Key"));
     assert!(!doc_names("NO_SUCH_CODE_ANYWHERE"));
 }
+
+/// Every header constant of `headers`, by its Rust name, so the SDK's source (which names
+/// them, not their values) can be read. Held to `headers::ALL` below, so it cannot go stale.
+const HEADER_CONSTS: &[(&str, &str)] = &[
+    ("IDEMPOTENCY_KEY", headers::IDEMPOTENCY_KEY),
+    ("IDEMPOTENT_REPLAYED", headers::IDEMPOTENT_REPLAYED),
+    ("RETRY_AFTER", headers::RETRY_AFTER),
+    ("KEY_RETENTION", headers::KEY_RETENTION),
+    ("DEV_FAULT", headers::DEV_FAULT),
+    ("WEBHOOK_SIGNATURE", headers::WEBHOOK_SIGNATURE),
+    ("STRIPE_SIGNATURE", headers::STRIPE_SIGNATURE),
+    ("SESSION_COOKIE", headers::SESSION_COOKIE),
+    ("REQUEST_ID", headers::REQUEST_ID),
+];
+
+/// The SDK's Rust sources (`src/` at the workspace root), concatenated.
+fn sdk_source() -> String {
+    fn walk(dir: &std::path::Path, out: &mut String) {
+        let mut entries: Vec<_> = std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .map(|e| e.expect("dir entry").path())
+            .collect();
+        entries.sort();
+        for p in entries {
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push_str(&std::fs::read_to_string(&p).expect("read a source file"));
+            }
+        }
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../src");
+    let mut out = String::new();
+    walk(&root, &mut out);
+    out
+}
+
+/// The header values the SDK's source names right after `prefix` and before `close`
+/// (`header(NAME)` for a read, `(NAME, value)` for a header it sets), through
+/// `headers::NAME` or `payonce_protocol::headers::NAME`.
+fn sdk_headers_after(src: &str, prefix: &str, close: char) -> BTreeSet<&'static str> {
+    let mut found = BTreeSet::new();
+    for (at, _) in src.match_indices(prefix) {
+        let rest = src[at + prefix.len()..].trim_start();
+        let rest = rest.strip_prefix("payonce_protocol::").unwrap_or(rest);
+        let Some(rest) = rest.strip_prefix("headers::") else {
+            continue;
+        };
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_uppercase() || *c == '_')
+            .collect();
+        let closes = rest[name.len()..].starts_with(close);
+        if let (true, Some((_, v))) = (closes, HEADER_CONSTS.iter().find(|(n, _)| *n == name)) {
+            found.insert(*v);
+        }
+    }
+    found
+}
+
+/// The code spans (`` `…` ``) of `text` that are payonce header names, with where each
+/// starts.
+fn header_spans(text: &str) -> Vec<(usize, &'static str)> {
+    let mut at = 0;
+    let mut out = Vec::new();
+    for (i, part) in text.split('`').enumerate() {
+        if i % 2 == 1 {
+            if let Some(h) = headers::ALL.iter().copied().find(|h| *h == part) {
+                out.push((at, h));
+            }
+        }
+        at += part.len() + 1;
+    }
+    out
+}
+
+/// `doc`'s text from `start` (included) up to the first `end` after it.
+fn between<'a>(doc: &'a str, start: &str, end: &str) -> &'a str {
+    let from = doc
+        .find(start)
+        .unwrap_or_else(|| panic!("{start:?} not found"));
+    let rest = &doc[from..];
+    &rest[..rest.find(end).unwrap_or(rest.len())]
+}
+
+/// What a cross-origin backend must allow and expose, as a doc's CORS passage says it: the
+/// header names from `allow` up to `expose`, and from `expose` to the end of that sentence.
+fn cors_lists(passage: &str, allow: &str, expose: &str) -> [BTreeSet<&'static str>; 2] {
+    let a = passage.find(allow).expect("the allow clause");
+    let e = passage.find(expose).expect("the expose clause");
+    let end = passage[e..].find(". ").map_or(passage.len(), |i| e + i);
+    let spans = header_spans(passage);
+    let within = |from: usize, to: usize| {
+        spans
+            .iter()
+            .filter(|(at, _)| (from..to).contains(at))
+            .map(|(_, h)| *h)
+            .collect()
+    };
+    [within(a, e), within(e, end)]
+}
+
+#[test]
+fn the_header_table_of_this_test_is_every_header() {
+    let listed: BTreeSet<&str> = HEADER_CONSTS.iter().map(|(_, v)| *v).collect();
+    let all: BTreeSet<&str> = headers::ALL.iter().copied().collect();
+    assert_eq!(listed, all);
+}
+
+/// The SDK reads exactly `SDK_READS` off an answer and sets `SDK_SENDS` (and the dev-only
+/// fault header) on a request: the lists the docs below are held to are the SDK's own.
+#[test]
+fn the_sdk_reads_and_sends_the_headers_the_protocol_lists() {
+    let src = sdk_source();
+    let reads = sdk_headers_after(&src, "header(", ')');
+    let want: BTreeSet<&str> = headers::SDK_READS.iter().copied().collect();
+    assert_eq!(
+        reads, want,
+        "the SDK's header reads (src/) vs headers::SDK_READS"
+    );
+    let sends = sdk_headers_after(&src, "(", ',');
+    for h in headers::SDK_SENDS {
+        assert!(sends.contains(h), "the SDK does not set {h}");
+    }
+    for h in &sends {
+        assert!(
+            headers::SDK_SENDS.contains(h) || *h == headers::DEV_FAULT,
+            "the SDK sets {h}, missing from headers::SDK_SENDS"
+        );
+    }
+}
+
+#[test]
+fn protocol_section_3_names_every_sdk_header_and_its_cors_rule() {
+    let section = between(DOC, "## 3. Headers", "## 4.");
+    let sdk: BTreeSet<&str> = headers::SDK_SENDS
+        .iter()
+        .chain(headers::SDK_READS)
+        .copied()
+        .collect();
+    for h in sdk {
+        assert!(
+            section.contains(&format!("| `{h}` |")),
+            "docs/protocol.md §3 has no row for {h}, a header the SDK sends or reads"
+        );
+    }
+    let cors = between(section, "**CORS.**", "\n\n");
+    let [allowed, exposed] = cors_lists(
+        cors,
+        "Access-Control-Allow-Headers",
+        "Access-Control-Expose-Headers",
+    );
+    for h in headers::SDK_SENDS {
+        assert!(allowed.contains(h), "§3's CORS rule does not allow {h}");
+    }
+    let want: BTreeSet<&str> = headers::SDK_READS.iter().copied().collect();
+    assert_eq!(exposed, want, "§3's CORS expose list vs what the SDK reads");
+}
+
+#[test]
+fn the_conformance_doc_allows_and_exposes_what_the_sdk_sends_and_reads() {
+    let doc = include_str!("../../../docs/conformance.md");
+    let passage = between(doc, "Cross-origin, the backend must", "\n\n");
+    let [allowed, exposed] = cors_lists(passage, "allow", "expose");
+    for h in headers::SDK_SENDS {
+        assert!(
+            allowed.contains(h),
+            "docs/conformance.md does not allow {h}"
+        );
+    }
+    let want: BTreeSet<&str> = headers::SDK_READS.iter().copied().collect();
+    assert_eq!(
+        exposed, want,
+        "docs/conformance.md's expose list vs what the SDK reads"
+    );
+}
+
+#[test]
+fn every_reason_is_listed_with_its_code() {
+    let table = between(DOC, "**`reason`**", "\n\n**");
+    let row = |code: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{code}` |")))
+            .unwrap_or_else(|| panic!("no `reason` row for {code} in docs/protocol.md"))
+    };
+    let keys = row(ErrorCode::IdempotencyKeyInvalid.as_str());
+    for e in KeyError::ALL {
+        assert!(keys.contains(&format!("`{}`", e.reason())), "{e:?}");
+    }
+    let hooks = row(ErrorCode::WebhookSignatureInvalid.as_str());
+    for r in payonce_protocol::problem::reason::WEBHOOK_SIGNATURE {
+        assert!(hooks.contains(&format!("`{r}`")), "reason {r}");
+    }
+}

@@ -134,7 +134,7 @@ impl AppError {
         })
     }
 
-    /// 401 `WEBHOOK_SIGNATURE_INVALID`, with the machine-readable `reason`.
+    /// 400 `WEBHOOK_SIGNATURE_INVALID`, with the machine-readable `reason`.
     pub(crate) fn webhook_signature_invalid(reason: &str) -> Self {
         Self::with(ErrorCode::WebhookSignatureInvalid, |p| {
             p.reason = Some(reason.to_owned())
@@ -150,11 +150,12 @@ impl AppError {
         })
     }
 
-    /// 503 `STORE_UNAVAILABLE` saying why and when to come back: what could not be
-    /// confirmed now (a webhook event the provider cannot vouch for yet) is asked again
-    /// after `retry_after` seconds.
+    /// 503 `PROVIDER_UNAVAILABLE` saying why and when to come back: a webhook event the
+    /// provider cannot vouch for now (unreachable, or no conclusive answer) is not applied
+    /// and is asked again after `retry_after` seconds. Not `STORE_UNAVAILABLE`: the store
+    /// is fine, and an operator reading the code looks at the provider.
     pub(crate) fn unavailable(detail: &str, retry_after: u64) -> Self {
-        Self::with(ErrorCode::StoreUnavailable, |p| {
+        Self::with(ErrorCode::ProviderUnavailable, |p| {
             p.detail = Some(detail.to_owned());
             p.retry_after = Some(retry_after);
         })

@@ -1,6 +1,7 @@
 //! `POST /webhooks/stripe`: the `Stripe-Signature`, the body, the ids; then
 //! `src/ops/stripe_webhooks.rs`. A server that does not run with `--provider stripe` has no
-//! secret to check the signature with: 400 `WEBHOOK_SIGNATURE_INVALID`, reason `not_configured`.
+//! secret to check the signature with: 400 `WEBHOOK_SIGNATURE_INVALID`, reason `not_configured`
+//! (`payonce_protocol::problem::reason`).
 
 use crate::error::{AppError, AppResult};
 use crate::http::extract::Id;
@@ -12,6 +13,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
+use payonce_protocol::problem::reason;
 use payonce_protocol::ErrorCode;
 
 fn signature_invalid(reason: &str) -> AppError {
@@ -33,7 +35,7 @@ pub(crate) async fn handler(
         .filter(|_| state.config.provider == ProviderKind::Stripe);
     let Some(secret) = secret else {
         // Nothing could verify a Stripe signature here: refused like a wrong one.
-        return Err(signature_invalid("not_configured"));
+        return Err(signature_invalid(reason::NOT_CONFIGURED));
     };
     let body = body.map_err(|e| match e.status() {
         StatusCode::PAYLOAD_TOO_LARGE => AppError::code(ErrorCode::PayloadTooLarge),

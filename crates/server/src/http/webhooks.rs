@@ -15,6 +15,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use payonce_protocol::headers::WEBHOOK_SIGNATURE;
+use payonce_protocol::problem::reason;
 use payonce_protocol::provider::WebhookEvent;
 use payonce_protocol::ErrorCode;
 use std::time::Duration;
@@ -40,7 +41,7 @@ pub(crate) async fn handler(
     })?;
     let header = headers
         .get(WEBHOOK_SIGNATURE)
-        .ok_or_else(|| AppError::webhook_signature_invalid("missing"))?
+        .ok_or_else(|| AppError::webhook_signature_invalid(reason::MISSING))?
         .to_str()
         .map_err(|_| AppError::webhook_signature_invalid("malformed"))?;
     payonce_protocol::signature::verify(

@@ -23,6 +23,7 @@ use super::{
     WebhookHint, WebhookRefused,
 };
 use payonce_protocol::headers::{IDEMPOTENCY_KEY, STRIPE_SIGNATURE};
+use payonce_protocol::problem::reason;
 use payonce_protocol::provider::{Charge, ChargeRequest, ChargeStatus};
 use reqwest::StatusCode;
 use serde::Deserialize;
@@ -481,7 +482,7 @@ pub(crate) fn webhook(
     let header = headers
         .get(STRIPE_SIGNATURE)
         .and_then(|v| v.to_str().ok())
-        .ok_or_else(|| WebhookRefused::Signature("missing".into()))?;
+        .ok_or_else(|| WebhookRefused::Signature(reason::MISSING.into()))?;
     payonce_protocol::signature::verify(
         secret,
         header,

@@ -30,6 +30,7 @@ on_both_backends!(
     a_stuck_payonce_refund_does_not_blind_a_dashboard_refund,
     forged_mock_events_on_a_stripe_deployment_are_refused_and_store_nothing,
     a_test_mode_payment_on_a_live_key_pays_nothing_and_is_flagged,
+    a_stripe_outage_on_the_webhook_path_is_provider_unavailable_and_redelivery_applies,
 );
 
 /// The signing secret of the webhook endpoint registered at localstripe.
@@ -220,6 +221,49 @@ fn deliveries(proxy: &FaultProxy, kind: &str) -> Vec<Seen> {
 
 const BY_WEBHOOK: &str =
     "SELECT COUNT(*) FROM audit_log WHERE actor = 'provider-webhook' AND to_state = $1";
+
+/// Stripe unreachable while its event arrives: the event is not applied and the answer says
+/// whose fault it is (503 `PROVIDER_UNAVAILABLE` with `Retry-After`, not the store's code,
+/// so an operator looks at the right dependency); delivered again once Stripe answers, it
+/// settles the attempt with the one charge.
+async fn a_stripe_outage_on_the_webhook_path_is_provider_unavailable_and_redelivery_applies(
+    backend: Backend,
+) {
+    let Some(app) = StripeApp::start(backend, false, false).await else {
+        return;
+    };
+    let (t, id) = app.order("alice").await;
+    let pm = app.ls.payment_method(cards::APPROVE).await;
+    app.to_stripe.drop_answers("POST", CONFIRM, 1);
+    let r = app.pay(&t, &id, Some(&key()), 1, &pm).await;
+    assert_eq!(r.status, 202, "{}", r.text());
+    let intent = app.only_intent(&id).await;
+    assert_eq!(intent["status"], "succeeded", "localstripe charged");
+    let pi = intent["id"].as_str().unwrap();
+
+    let body = intent_event("evt_during_outage", "payment_intent.succeeded", pi);
+    app.to_stripe.set_down(true);
+    let r = app
+        .deliver(&body, Some(&signed(WHSEC, unix_now(), &body)))
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (503, ErrorCode::ProviderUnavailable),
+        "{}",
+        r.text()
+    );
+    assert!(r.is_problem());
+    assert!(r.header("retry-after").is_some(), "Stripe is told when");
+    assert_eq!(app.order_status(&t, &id).await, OrderStatus::Unpaid);
+
+    app.to_stripe.set_down(false);
+    let r = app
+        .deliver(&body, Some(&signed(WHSEC, unix_now(), &body)))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(app.order_status(&t, &id).await, OrderStatus::Paid);
+    assert_eq!(app.ls.succeeded_for(&id).await, 1);
+}
 
 async fn a_stripe_webhook_settles_a_pay_whose_answer_was_lost_and_a_duplicate_counts_once(
     backend: Backend,
