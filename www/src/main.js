@@ -17,6 +17,7 @@ import { createApi, catalogItems, fetchLedger, redeliverWebhooks } from "./api.j
 import { installDevNetwork } from "./devnet.js";
 import { formatMoney, shortId } from "./format.js";
 import { loadSdk, statusName, errorCode } from "./sdk.js";
+import * as integrate from "./integrate.js";
 
 /** The mock provider's test payment methods (protocol::provider::methods). */
 const MOCK_METHODS = [
@@ -847,6 +848,11 @@ async function main() {
     if (v !== undefined) options[k] = v;
   }
   state.client = await sdk.PayonceClient.create(options);
+  if (state.stripe) {
+    // docs/integrate.md's Stripe flow, for www/e2e/stripe-integrate.test.mjs to run in this
+    // page (which has the SDK and Stripe.js loaded).
+    window.payonceIntegration = { client: state.client, stripe: state.stripe, order: () => state.order, ...integrate };
+  }
 
   setupDevPanel(await detectFeatures(config));
   $("pay").addEventListener("click", onPay);
