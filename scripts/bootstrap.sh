@@ -8,12 +8,24 @@
 #   - www/ npm dependencies, when www/package.json exists and pkg/ is built
 #   - localstripe (PyPI, a Stripe emulator for the Stripe tests; GPL-3, a test tool we run,
 #     never ship) in .venv-localstripe/ (python3 -m venv; Debian refuses a global pip)
-# usage: scripts/bootstrap.sh [--no-browser]   (--no-browser: skip Chromium, e.g. for the demo)
+# usage: scripts/bootstrap.sh [--no-browser] [--no-localstripe]
+#   --no-browser: skip Chromium (the demo); --no-localstripe: skip localstripe and so python3
+#   (the demo on the mock provider)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 
 fail() { echo "bootstrap: ERROR: $*" >&2; exit 1; }
+
+browser=true
+localstripe=true
+for arg in "$@"; do
+  case $arg in
+    --no-browser) browser=false ;;
+    --no-localstripe) localstripe=false ;;
+    *) fail "unknown option $arg (usage: scripts/bootstrap.sh [--no-browser] [--no-localstripe])" ;;
+  esac
+done
 
 # The wasm-bindgen CLI must equal the crate pinned in Cargo.lock, or wasm-pack tries to
 # download one (which fails here). Read the pin from the lockfile, never from a constant.
@@ -62,7 +74,7 @@ install_chromium() {
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium chromium-driver
 }
-if [ "${1:-}" != --no-browser ]; then
+if $browser; then
   step "chromium + chromium-driver (Debian)" has_chromium install_chromium
 fi
 
@@ -92,7 +104,9 @@ install_localstripe() {
     || fail "python3 -m venv failed; install the venv module (apt-get install python3-venv)"
   .venv-localstripe/bin/pip install --quiet --disable-pip-version-check "localstripe==$localstripe_version"
 }
-step "localstripe $localstripe_version (PyPI, .venv-localstripe)" has_localstripe install_localstripe
+if $localstripe; then
+  step "localstripe $localstripe_version (PyPI, .venv-localstripe)" has_localstripe install_localstripe
+fi
 
 # www/ installs the SDK from ../pkg (a `file:` dependency), so its npm install needs the built
 # package; before scripts/build-pkg.sh has run it is left for later (test.sh and demo.sh call

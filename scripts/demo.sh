@@ -55,9 +55,12 @@ fi
 
 if [ -f www/package.json ]; then
   # The page imports the built package as a user would: build the package, then the page.
-  bash scripts/bootstrap.sh --no-browser
+  # The mock provider needs no localstripe (nor python3); --stripe does.
+  boot=(--no-browser)
+  $stripe || boot+=(--no-localstripe)
+  bash scripts/bootstrap.sh "${boot[@]}"
   bash scripts/build-pkg.sh
-  bash scripts/bootstrap.sh --no-browser # again: www/'s npm dependencies need pkg/
+  bash scripts/bootstrap.sh "${boot[@]}" # again: www/'s npm dependencies need pkg/
   npm --prefix www run build
   args+=(--static-dir "$root/www/dist")
 elif [ -f www/index.html ]; then

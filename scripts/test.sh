@@ -2,7 +2,11 @@
 # The README test command: runs every suite of payonce, then prints one summary line per suite
 # and exits non-zero if any failed. It does NOT stop at the first failure: every suite runs, so
 # one run reports them all (suites that need the release package are marked "not run" when its
-# build failed). Suites whose folder does not exist yet are listed as "absent".
+# build failed). Suites whose folder does not exist are listed as "absent".
+#
+# usage: scripts/test.sh [SUITE...]   (no SUITE: all of them; `scripts/test.sh --list` names them)
+# Naming suites runs only those, plus what they need: build-pkg for smoke, size, ts-check,
+# fixtures and www-e2e; services for the suites that use PostgreSQL and Redis.
 #
 # Under CI=true (exported to every suite, including cargo tests) a missing service, browser or
 # tool is a failure with a message, never a skip. Outside CI, missing PostgreSQL/Redis is a
@@ -18,11 +22,33 @@ ci() { [ "${CI:-}" = true ]; }
 # Under CI the lockfile must already say what is built.
 locked=(); ci && locked=(--locked)
 
+all_suites=(bootstrap services fmt rules-pure clippy clippy-wasm cargo-test prod-build cors-browser
+  model chaos conformance sdk-browser build-pkg smoke size ts-check fixtures www-e2e)
+case "${1:-}" in
+  --list) printf '%s\n' "${all_suites[@]}"; exit 0 ;;
+  -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+esac
+selected=()
+for name in "$@"; do
+  [[ " ${all_suites[*]} " == *" $name "* ]] \
+    || { echo "test.sh: no suite named '$name'; the suites: ${all_suites[*]}" >&2; exit 2; }
+  selected+=("$name")
+  case $name in
+    smoke|size|ts-check|fixtures|www-e2e) selected+=(build-pkg) ;;
+    cargo-test|model|chaos|conformance) selected+=(services) ;;
+  esac
+done
+wanted() { # wanted NAME: true when NAME runs (every suite, unless some were named)
+  [ ${#selected[@]} -eq 0 ] && return 0
+  [[ " ${selected[*]} " == *" $1 "* ]]
+}
+
 summary=()
 failed=0
 suite() { # suite NAME COMMAND...: runs one suite and records its outcome and duration
   local name=$1 t0=$SECONDS status
   shift
+  wanted "$name" || return 0
   printf '\n=== suite %s: %s\n' "$name" "$*"
   if "$@"; then status=ok; else status=FAILED; failed=1; fi
   summary+=("suite $name: $status ($((SECONDS - t0)) s)")
@@ -162,14 +188,16 @@ model_check() {
     cargo run "${locked[@]}" --profile model -q -p payonce-model
 }
 suite model model_check
-printf '\n=== suite chaos\n'
-t_chaos=$SECONDS
-chaos; rc=$?
-case $rc in
-  0) summary+=("suite chaos: ok ($((SECONDS - t_chaos)) s)") ;;
-  77) note chaos "SKIPPED (PostgreSQL/Redis not reachable; CI=true fails instead)" ;;
-  *) summary+=("suite chaos: FAILED ($((SECONDS - t_chaos)) s)"); failed=1 ;;
-esac
+if wanted chaos; then
+  printf '\n=== suite chaos\n'
+  t_chaos=$SECONDS
+  chaos; rc=$?
+  case $rc in
+    0) summary+=("suite chaos: ok ($((SECONDS - t_chaos)) s)") ;;
+    77) note chaos "SKIPPED (PostgreSQL/Redis not reachable; CI=true fails instead)" ;;
+    *) summary+=("suite chaos: FAILED ($((SECONDS - t_chaos)) s)"); failed=1 ;;
+  esac
+fi
 # payonce-conformance against examples/express and the companion server (SQLite; PostgreSQL
 # with three instances): every rule of docs/protocol.md must pass on each.
 suite conformance bash scripts/conformance.sh
@@ -179,15 +207,16 @@ if suite build-pkg bash scripts/build-pkg.sh; then
   pkg_built=true
   suite smoke bash scripts/smoke.sh pkg
   suite size bash scripts/size-check.sh pkg
-  if [ -d tools/ts-check ]; then suite ts-check ts_check; else note ts-check "absent (no tools/ts-check)"; fi
+  if [ -d tools/ts-check ]; then suite ts-check ts_check; elif wanted ts-check; then note ts-check "absent (no tools/ts-check)"; fi
   suite fixtures bash fixtures/run.sh pkg
 else
-  not_run smoke "build-pkg failed"
-  not_run size "build-pkg failed"
-  [ -d tools/ts-check ] && not_run ts-check "build-pkg failed"
-  not_run fixtures "build-pkg failed"
+  for s in smoke size ts-check fixtures; do
+    [ "$s" = ts-check ] && [ ! -d tools/ts-check ] && continue
+    wanted "$s" && not_run "$s" "build-pkg failed"
+  done
 fi
-if [ ! -e www/e2e ]; then note www-e2e "absent (no www/e2e)"
+if ! wanted www-e2e; then :
+elif [ ! -e www/e2e ]; then note www-e2e "absent (no www/e2e)"
 elif $pkg_built; then suite www-e2e www_e2e
 else not_run www-e2e "build-pkg failed"; fi
 
