@@ -1453,8 +1453,15 @@ mod tests {
             .collect::<Vec<_>>()
             .join("\n");
         let doc = doc.as_str();
-        // Cargo's and clap's, and the variables only the test harness reads (docs/testing.md).
-        const CARGO: &[&str] = &["--no-default-features", "--features", "--release", "--help"];
+        // Cargo's, clap's and the Stripe CLI's (`stripe listen --forward-to`), and the
+        // variables only the test harness reads (docs/testing.md).
+        const CARGO: &[&str] = &[
+            "--no-default-features",
+            "--features",
+            "--release",
+            "--help",
+            "--forward-to",
+        ];
         let not_flags = |s: &str| s == "PAYONCE_LOG" || s.starts_with("PAYONCE_TEST_");
         let flags = every_flag();
         let envs: std::collections::BTreeSet<&str> = flags
@@ -1496,6 +1503,24 @@ mod tests {
                 }
             }
         }
+        // A table row about a flag that reads a variable names it (a deployment sets either).
+        for line in doc.lines().filter(|l| l.starts_with("| `--")) {
+            let first = line.split('|').nth(1).unwrap_or("");
+            let no_env = line.split('|').nth(2).is_some_and(|c| c.trim() == "—");
+            for span in code_spans(first) {
+                let flag = span.split(' ').next().unwrap_or("");
+                let vars: Vec<&str> = flags
+                    .get(flag)
+                    .map(|v| v.iter().flatten().map(String::as_str).collect())
+                    .unwrap_or_default();
+                if !no_env && !vars.is_empty() && !vars.iter().any(|v| line.contains(v)) {
+                    wrong.push(format!(
+                        "the row of {flag} does not name {}",
+                        vars.join(" or ")
+                    ));
+                }
+            }
+        }
         for (i, _) in doc.match_indices("` (`") {
             let flag = doc[..i].rsplit('`').next().unwrap_or("");
             let env = doc[i + 4..].split('`').next().unwrap_or("");
@@ -1512,6 +1537,14 @@ mod tests {
     fn the_deploy_guide_and_the_readme_name_real_flags_and_variables() {
         for (name, doc) in [
             ("docs/deploy.md", include_str!("../../../docs/deploy.md")),
+            (
+                "docs/providers.md",
+                include_str!("../../../docs/providers.md"),
+            ),
+            (
+                "docs/integrate.md",
+                include_str!("../../../docs/integrate.md"),
+            ),
             ("crates/server/README.md", include_str!("../README.md")),
         ] {
             let wrong = doc_drift(doc);
@@ -1524,8 +1557,9 @@ mod tests {
         // The check can fail: a flag that does not exist, a variable it does not read, a
         // table row claiming a variable for a flag that reads none.
         let bad = "`--provider-uri`; `--database-url` (`PAYONCE_DATABASE_URL`)\n\
-                   | `--key-retention-secs` | `PAYONCE_KEY_RETENTION_SECS` | 86400 |";
-        assert_eq!(doc_drift(bad).len(), 5, "{:?}", doc_drift(bad));
+                   | `--key-retention-secs` | `PAYONCE_KEY_RETENTION_SECS` | 86400 |\n\
+                   | `--jwt-issuer` | required with any key |";
+        assert_eq!(doc_drift(bad).len(), 6, "{:?}", doc_drift(bad));
         // Every flag a start outside --dev requires is in the guide's table.
         let guide = include_str!("../../../docs/deploy.md");
         for line in problems(&args(&[])) {

@@ -4,7 +4,7 @@
 //! header, and no credential reaches the log.
 
 use crate::common::{
-    mock_provider_args, spawn, spawn_logged, Opts, TestDb, SECRET, WEBHOOK_SECRET,
+    mock_provider_args, spawn, spawn_logged, Backend, Opts, TestDb, SECRET, WEBHOOK_SECRET,
 };
 use std::io::{Read, Write};
 use std::process::Command;
@@ -414,4 +414,186 @@ fn a_stripe_key_the_provider_refuses_stops_the_start() {
     let lines = lines_naming(&log, "--stripe-secret-key-file");
     assert_eq!(lines.len(), 1, "{log}");
     assert!(lines[0].contains("refused the key"), "{log}");
+}
+
+/// The fenced block right after `marker` in `doc`, without its fences.
+fn fenced_after<'a>(doc: &'a str, marker: &str) -> &'a str {
+    let rest = &doc[doc
+        .find(marker)
+        .unwrap_or_else(|| panic!("{marker} not in the doc"))..];
+    let body = &rest[rest.find("```").expect("a fenced block")..];
+    let body = &body[body.find('\n').expect("the fence's line") + 1..];
+    &body[..body.find("```").expect("the closing fence")]
+}
+
+/// docs/deploy.md's production environment file, as the unit beside it runs it (the binary
+/// with no argument, every setting from the file): the release setup starts against
+/// PostgreSQL, Redis and localstripe, and each setting of the file takes effect (the Stripe
+/// key charges, the webhook secret verifies, `/metrics` wants its token, the shop's origin
+/// passes CORS with credentials). Only what must point at this machine is replaced: the
+/// listen address, the database, Redis and the two secret files' paths; the provider URL
+/// (Stripe's by default) and plain text to the test database are the only additions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deploy_guides_environment_file_and_unit_start_a_server_on_stripe() {
+    let doc = include_str!("../../../../docs/deploy.md");
+    let unit = fenced_after(doc, "<!-- payonce.service -->");
+    let line = |key: &str| {
+        unit.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .unwrap_or_else(|| panic!("the unit has no {key}"))
+    };
+    assert_eq!(
+        line("ExecStart="),
+        "/usr/local/bin/payonce-server",
+        "no argument"
+    );
+    let env_path = line("EnvironmentFile=");
+    assert!(
+        doc.contains(&format!("`{env_path}`")),
+        "the doc names {env_path}"
+    );
+
+    let Some(ls) = payonce_testkit::localstripe::Localstripe::start().await else {
+        return;
+    };
+    let Some(db) = TestDb::create(Backend::Postgres).await else {
+        return;
+    };
+    let Some((redis_url, _redis)) = payonce_testkit::redis::shared_db(9).await else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("payonce-env-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    const WHSEC: &str = "whsec_payonce_deploy_guide_0123456789abcdef";
+    let mut env: Vec<(String, String)> = Vec::new();
+    for l in fenced_after(doc, "<!-- payonce.env -->").lines() {
+        let Some((k, v)) = l.split_once('=') else {
+            continue;
+        };
+        let v = match k {
+            "PAYONCE_ADDR" => "127.0.0.1:0".to_owned(),
+            "DATABASE_URL" => db.url.clone(),
+            "REDIS_URL" => redis_url.clone(),
+            "PAYONCE_STRIPE_SECRET_KEY_FILE" | "PAYONCE_STRIPE_WEBHOOK_SECRET_FILE" => {
+                let secret = if k.contains("WEBHOOK") {
+                    WHSEC
+                } else {
+                    payonce_testkit::localstripe::SECRET_KEY
+                };
+                let file = dir.join(k);
+                std::fs::write(&file, secret).unwrap();
+                file.display().to_string()
+            }
+            _ => v.to_owned(),
+        };
+        env.push((k.to_owned(), v));
+    }
+    let get = |k: &str| {
+        env.iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.clone())
+            .unwrap()
+    };
+    let (session_secret, metrics_token) =
+        (get("PAYONCE_SESSION_SECRET"), get("PAYONCE_METRICS_TOKEN"));
+    let origin = get("PAYONCE_CORS_ORIGINS");
+    env.push(("PAYONCE_PROVIDER_URL".into(), ls.url()));
+    env.push(("PAYONCE_ALLOW_PLAINTEXT".into(), "database".into()));
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_payonce-server"));
+    cmd.env_clear().envs(env).stdin(std::process::Stdio::null());
+    cmd.stderr(std::process::Stdio::null());
+    let server = payonce_testkit::server::Proc::spawn(cmd, true).expect("the server starts");
+    let api = server.api();
+    let http = reqwest::Client::new();
+
+    let r = http.get(format!("{api}/healthz")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.json::<serde_json::Value>().await.unwrap()["store"],
+        "postgres"
+    );
+    let r = http.get(format!("{api}/metrics")).send().await.unwrap();
+    assert_eq!(r.status(), 401, "/metrics wants PAYONCE_METRICS_TOKEN");
+    let r = http
+        .get(format!("{api}/metrics"))
+        .bearer_auth(&metrics_token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let r = http
+        .request(reqwest::Method::OPTIONS, format!("{api}/orders/o/pay"))
+        .header("origin", &origin)
+        .header("access-control-request-method", "POST")
+        .header(
+            "access-control-request-headers",
+            "content-type,idempotency-key,x-request-id",
+        )
+        .send()
+        .await
+        .unwrap();
+    let h = |n: &str| {
+        r.headers()
+            .get(n)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    assert_eq!(
+        h("access-control-allow-origin").as_deref(),
+        Some(origin.as_str())
+    );
+    assert_eq!(
+        h("access-control-allow-credentials").as_deref(),
+        Some("true")
+    );
+
+    // The Stripe key file: a pay charges at localstripe, once.
+    let expires = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 3600;
+    let token = payonce_server::sign_token(session_secret.as_bytes(), "alice", expires);
+    let order: serde_json::Value = http
+        .post(format!("{api}/orders"))
+        .bearer_auth(&token)
+        .json(&serde_json::json!({ "items": [{ "sku": "tee-classic", "quantity": 1 }] }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = order["id"].as_str().expect("an order").to_owned();
+    let pm = ls
+        .payment_method(payonce_testkit::localstripe::cards::APPROVE)
+        .await;
+    let r = http
+        .post(format!("{api}/orders/{id}/pay"))
+        .bearer_auth(&token)
+        .header("idempotency-key", uuid::Uuid::new_v4().to_string())
+        .json(&serde_json::json!({ "orderVersion": order["version"], "paymentMethodId": pm }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    assert_eq!(ls.succeeded_for(&id).await, 1);
+
+    // The webhook secret file: a signed event is verified (and, of no use, acknowledged).
+    let body = br#"{"id":"evt_guide","object":"event","type":"customer.created","data":{"object":{"id":"cus_1","object":"customer"}}}"#;
+    let now = expires as i64 - 3600;
+    let r = http
+        .post(format!("{api}/webhooks/stripe"))
+        .header("content-type", "application/json")
+        .header(
+            "stripe-signature",
+            payonce_protocol::signature::sign(WHSEC, now, body),
+        )
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
 }
