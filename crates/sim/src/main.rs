@@ -246,8 +246,9 @@ fn main() -> ExitCode {
                 flags.join(" ")
             )
         };
+        let commit = source_commit();
         let doc = format!(
-            "# Retry storm\n\nWritten by `crates/sim` (`retry-storm`); do not edit by hand. Produced from the repository root by:\n\n```sh\n{command}\n```\n\n{desc}\n\n{t}\n![request rate over time per strategy](retry-storm.png)\n\n## One change at a time\n\n{sens}\n## Candidate SDK policies\n\nThe scenario above; each row changes the request timeout and the wait after it (the rest is the SDK's policy).\n\n{cands}\n## Outage length\n\nThe scenario above with outages of other lengths. Each cell: peak/mean · retries/intent · p99 to an answer; ✓ = both targets met.\n\n{sweep}\n{found}{READING}"
+            "# Retry storm\n\nWritten by `crates/sim` (`retry-storm`); do not edit by hand. Produced from the repository root by:\n\n```sh\n{command}\n```\n\nSource: commit `{commit}` of this repository.\n\n{desc}\n\n{t}\n![request rate over time per strategy](retry-storm.png)\n\n## One change at a time\n\n{sens}\n## Candidate SDK policies\n\nThe scenario above; each row changes the request timeout and the wait after it (the rest is the SDK's policy).\n\n{cands}\n## Outage length\n\nThe scenario above with outages of other lengths. Each cell: peak/mean · retries/intent · p99 to an answer; ✓ = both targets met.\n\n{sweep}\n{found}{READING}"
         );
         if let Err(e) = std::fs::write(md, doc) {
             eprintln!("{md}: {e}");
@@ -608,7 +609,7 @@ fn findings(sc: &Scenario, seed: u64) -> String {
 const READING: &str = "
 ## Reading the figures
 
-- **peak/mean** is the issue's \"peak-to-mean request rate after recovery\", read literally: the
+- **peak/mean** is the target's \"peak-to-mean request rate after recovery\", read literally: the
   highest 1 s bucket (buckets aligned to the recovery instant) over the mean rate from the
   recovery instant to the drain (the end of the last pay call). While the request timeout
   (15 s) outlasts the outage (10 s), every client sits on a request the dead server swallowed
@@ -625,20 +626,33 @@ const READING: &str = "
   resume them). Every strategy stops after 8 requests that did not end the call; for all but
   ours a 503 counts as one and a poll does not. Ours counts every request (polls and answers
   to `Retry-After` included) and charges 5 budget tokens for a 429/503 with `Retry-After`.
-- What the SDK changed after the first run of this simulation (the \"previous SDK default\"
-  row re-enacts the policy before it, `crates/sim/src/strategy.rs`):
+- Where the SDK's policy differs from the \"previous SDK default\" row (a policy without these
+  three, `crates/sim/src/strategy.rs`):
   - *Retry-After jitter*: wait uniformly in `[Retry-After, 2 × Retry-After]` (capped by
     `maxRetryAfterMs` and the deadline) instead of exactly `Retry-After`, so clients shed
     together do not come back together.
   - *timeout window*: after our own request timeout, draw the wait from the whole backoff
     window (up to the 5 s cap) instead of `[0, 0.5 s)`: clients whose requests hung on a dead
     server time out together, and half a second cannot spread a crowd.
-  - *a floor under every wait* (later): every wait is at least the base delay (0.5 s) and
+  - *a floor under every wait*: every wait is at least the base delay (0.5 s) and
     jittered above it, whatever `Retry-After` says (`Retry-After: 0` waits `[0.5 s, 1 s]`),
     so the backoff draws from `[0.5 s, min(5 s, 0.5 s · 2^(n+1)))` and the wait after a
     timeout from `[0.5 s, 5 s)`; and `maxAttempts` counts every request, polls and answers to
     `Retry-After` included, so no answer can make one pay call send more than 8 requests.
 ";
+
+/// The commit the figures come from (`git rev-parse --short HEAD`), or `unknown` outside a
+/// git checkout.
+fn source_commit() -> String {
+    std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|c| c.trim().to_owned())
+        .unwrap_or_else(|| "unknown".into())
+}
 
 fn describe(sc: &Scenario, seed: u64) -> String {
     format!(
