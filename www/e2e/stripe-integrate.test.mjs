@@ -39,8 +39,10 @@ scenario(
     await tab.page.getByRole("button", { name: "Complete authentication" }).click({ timeout: 30_000 });
     const outcome = await running;
     assert.equal(outcome.kind, "paid", JSON.stringify(outcome));
+    // The page's response listener reads each body asynchronously: wait for both.
+    const answers = await until(async () => tab.payResponses.length >= 2 && tab.payResponses, "both pay answers read");
     assert.deepEqual(
-      tab.payResponses.map((r) => [r.status, r.code]),
+      answers.map((r) => [r.status, r.code]),
       [
         [402, "ACTION_REQUIRED"],
         [200, null],
