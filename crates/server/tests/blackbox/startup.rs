@@ -433,6 +433,7 @@ fn fenced_after<'a>(doc: &'a str, marker: &str) -> &'a str {
 /// passes CORS with credentials). Only what must point at this machine is replaced: the
 /// listen address, the database, Redis and the two secret files' paths; the provider URL
 /// (Stripe's by default) and plain text to the test database are the only additions.
+/// `PAYONCE_TEST_DEPLOY_BIN` runs another binary, e.g. the production build.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_deploy_guides_environment_file_and_unit_start_a_server_on_stripe() {
     let doc = include_str!("../../../../docs/deploy.md");
@@ -499,7 +500,10 @@ async fn the_deploy_guides_environment_file_and_unit_start_a_server_on_stripe() 
     let origin = get("PAYONCE_CORS_ORIGINS");
     env.push(("PAYONCE_PROVIDER_URL".into(), ls.url()));
     env.push(("PAYONCE_ALLOW_PLAINTEXT".into(), "database".into()));
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_payonce-server"));
+    // The production build (`--no-default-features`, release or not) when named.
+    let bin = std::env::var("PAYONCE_TEST_DEPLOY_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_payonce-server").to_owned());
+    let mut cmd = Command::new(bin);
     cmd.env_clear().envs(env).stdin(std::process::Stdio::null());
     cmd.stderr(std::process::Stdio::null());
     let server = payonce_testkit::server::Proc::spawn(cmd, true).expect("the server starts");
