@@ -85,4 +85,23 @@ mod tests {
         assert_eq!(names.len(), NAMES.len());
         assert_eq!(Failpoint::parse("after-lunch"), None);
     }
+
+    /// The server README's failpoint list is this one: an operator reading it can arm each.
+    #[test]
+    fn the_readme_names_every_failpoint() {
+        let readme = include_str!("../README.md");
+        let list = &readme[readme
+            .find("- **Failpoints**")
+            .expect("the failpoints item")..];
+        let list = &list[..list.find("\n- **").unwrap_or(list.len())];
+        let missing: Vec<&str> = NAMES
+            .iter()
+            .map(|(_, n)| *n)
+            .filter(|n| !list.contains(&format!("`{n}`")))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "failpoints missing from the README: {missing:?}"
+        );
+    }
 }
