@@ -19,8 +19,7 @@
 
 use super::{
     ChargeOutcome, Created, Lookup, ProbeError, ProviderRefund, RefundCheck, RefundOutcome,
-    RefundStatus, StripeMode,
-    WebhookHint, WebhookRefused,
+    RefundStatus, StripeMode, WebhookHint, WebhookRefused,
 };
 use payonce_protocol::headers::{IDEMPOTENCY_KEY, STRIPE_SIGNATURE};
 use payonce_protocol::problem::reason;

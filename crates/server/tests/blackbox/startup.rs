@@ -500,6 +500,8 @@ async fn the_deploy_guides_environment_file_and_unit_start_a_server_on_stripe() 
     let origin = get("PAYONCE_CORS_ORIGINS");
     env.push(("PAYONCE_PROVIDER_URL".into(), ls.url()));
     env.push(("PAYONCE_ALLOW_PLAINTEXT".into(), "database".into()));
+    // localstripe takes test keys only; the file is for live mode.
+    env.push(("PAYONCE_ALLOW_TEST_MODE".into(), "true".into()));
     // The production build (`--no-default-features`, release or not) when named.
     let bin = std::env::var("PAYONCE_TEST_DEPLOY_BIN")
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_payonce-server").to_owned());
