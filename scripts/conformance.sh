@@ -169,6 +169,9 @@ production() {
     --user "conformance-a-$RANDOM" --ttl-secs 600) || return 1
   tb=$("$bin/payonce-server" mint-jwt --secret "$secret" --issuer $iss --audience $aud \
     --user "conformance-b-$RANDOM" --ttl-secs 600) || return 1
+  # As a deployment does (docs/deploy.md, "Upgrading"): migrate as a step, then start; the
+  # start only checks the schema.
+  "$run_dir/payonce-server-prod" migrate --database-url "sqlite://$run_dir/prod.db" || return 1
   start production "payonce: api listening on" "$run_dir/payonce-server-prod" \
     --addr 127.0.0.1:0 --provider mock --provider-url "$provider" --database-url "sqlite://$run_dir/prod.db" \
     --webhook-secret "conformance-webhook-secret-0123456789abcdef" --no-session-tokens \

@@ -88,6 +88,8 @@ try {
   const provider = await start(devBin, ["mock-provider", "--addr", "127.0.0.1:0", "--webhook-secret", webhookSecret]);
   const jwt = ["--jwt-hs256-secret", "cors-browser-jwt-secret-0123456789abcdef01", "--jwt-issuer", "https://id.shop.test", "--jwt-audience", "payonce"];
   const token = execFileSync(devBin, ["mint-jwt", "--secret", jwt[1], "--issuer", jwt[3], "--audience", jwt[5], "--user", "alice", "--ttl-secs", "600"]).toString().trim();
+  // As a deployment does (docs/deploy.md, "Upgrading"): migrate as a step, then start.
+  execFileSync(prodBin, ["migrate", "--database-url", `sqlite://${join(dir, "prod.db")}`]);
   const api = await start(prodBin, [
     "--addr", "127.0.0.1:0", "--provider", "mock", "--provider-url", provider, "--database-url", `sqlite://${join(dir, "prod.db")}`,
     "--webhook-secret", webhookSecret, "--session-secret", "cors-browser-session-secret-0123456789abcdef",

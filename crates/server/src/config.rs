@@ -17,10 +17,29 @@ pub use crate::auth::session::SessionArgs;
 pub struct Cli {
     /// Run only a part of the system.
     #[command(subcommand)]
-    pub command: Option<crate::dev::args::Command>,
+    pub command: Option<Command>,
     /// The API server's options.
     #[command(flatten)]
     pub server: ServerArgs,
+}
+
+/// What to run instead of the API server.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Apply this binary's database migrations, print where the schema stands, and exit:
+    /// the step before starting a new release, whose start (`--migrate check`, the default
+    /// without `--dev`) refuses a schema it does not match (docs/deploy.md, "Upgrading").
+    Migrate {
+        /// The database (as the server's `--database-url`).
+        #[arg(long, env = "DATABASE_URL")]
+        database_url: SecretUrl,
+        /// A private CA for TLS to PostgreSQL (as the server's `--tls-ca-file`).
+        #[arg(long, env = "PAYONCE_TLS_CA_FILE")]
+        tls_ca_file: Option<PathBuf>,
+    },
+    /// The dev build's subcommands (`src/dev/args.rs`).
+    #[command(flatten)]
+    Dev(crate::dev::args::Command),
 }
 
 /// Options of the API server.
@@ -41,13 +60,16 @@ pub struct ServerArgs {
     pub provider_url: Option<SecretUrl>,
     /// `sqlite://PATH` (created if missing) or `postgres://...` (TLS with
     /// `?sslmode=verify-full`, CA with `&sslrootcert=PATH`; a weaker `sslmode` needs
-    /// `--allow-plaintext database` outside `--dev`).
-    #[arg(
-        long,
-        env = "DATABASE_URL",
-        default_value = "sqlite://.data/payonce.db"
-    )]
-    pub database_url: SecretUrl,
+    /// `--allow-plaintext database` outside `--dev`). Required outside `--dev`; with it the
+    /// default is `sqlite://.data/payonce.db`.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: Option<SecretUrl>,
+    /// What a start does about the database schema: `auto` applies the migrations this
+    /// binary has; `check` refuses to start until `payonce-server migrate` has brought the
+    /// schema to this binary's version (or a newer one declared compatible with it); `off`
+    /// neither migrates nor checks. Default `auto` with `--dev`, `check` without.
+    #[arg(long, env = "PAYONCE_MIGRATE", value_enum)]
+    pub migrate: Option<crate::store::MigrateMode>,
     /// Serve this directory's files for paths no API route claims (the demo page).
     #[arg(long)]
     pub static_dir: Option<PathBuf>,
@@ -309,6 +331,8 @@ pub struct Config {
     /// The `--catalog` file, checked; `None`: the built-in catalog.
     pub(crate) catalog: Option<crate::catalog::CatalogSource>,
     pub(crate) edge: Edge,
+    /// What the start does about the schema (`--migrate`).
+    pub(crate) migrate: crate::store::MigrateMode,
     /// Bearer JWT verification, when keys are configured.
     pub(crate) jwt: Option<std::sync::Arc<crate::auth::jwt::JwtVerifier>>,
     /// What `GET /metrics` requires, if anything (never empty).
@@ -439,6 +463,19 @@ pub enum ConfigError {
     ZeroEdgeLimit,
 }
 
+/// The database of a `--dev` start without `--database-url`. Outside `--dev` there is no
+/// default: two instances that each fell back to a file of their own would keep two key
+/// stores, and a retry routed to the other one would be a new key there.
+pub const DEV_DATABASE_URL: &str = "sqlite://.data/payonce.db";
+
+impl ServerArgs {
+    /// `--database-url`, or [`DEV_DATABASE_URL`] (a start outside `--dev` refuses its
+    /// absence: [`production_problems`]).
+    pub fn database(&self) -> &str {
+        self.database_url.as_deref().unwrap_or(DEV_DATABASE_URL)
+    }
+}
+
 /// Shortest session and webhook secret outside `--dev`: 256 bits, the HMAC-SHA256 key size.
 pub const MIN_SECRET: usize = 32;
 
@@ -449,6 +486,13 @@ pub const MIN_SECRET: usize = 32;
 fn production_problems(args: &ServerArgs) -> Vec<String> {
     use crate::provider::ProviderKind;
     let mut problems = Vec::new();
+    if args.database_url.is_none() {
+        problems.push(
+            "--database-url (DATABASE_URL) is required without --dev: sqlite://PATH or \
+             postgres://… (instances that share keys must name the same database)"
+                .to_owned(),
+        );
+    }
     if args.provider.is_none() {
         problems.push(
             "--provider (PAYONCE_PROVIDER) is required without --dev: mock or stripe".to_owned(),
@@ -545,7 +589,7 @@ fn scheme_problems(args: &ServerArgs) -> Vec<String> {
         let url = url.filter(|u| !schemes.iter().any(|s| u.starts_with(s)))?;
         Some(format!("{flag} scheme {:?}: use {usage}", scheme_of(url)))
     };
-    let (db, redis) = (Some(args.database_url.expose()), args.redis_url.as_deref());
+    let (db, redis) = (Some(args.database()), args.redis_url.as_deref());
     let pg = ["sqlite:", "postgres://", "postgresql://"];
     let rediss = ["redis://", "rediss://", "redis+unix://", "unix://"];
     let https = ["https://", "http://"];
@@ -567,14 +611,18 @@ fn scheme_problems(args: &ServerArgs) -> Vec<String> {
 /// `--database-url`, with `--tls-ca-file` as its `sslrootcert` when it is PostgreSQL and
 /// names none.
 pub(crate) fn database_url(args: &ServerArgs) -> String {
-    let db = &args.database_url;
-    match (&args.tls_ca_file, reqwest::Url::parse(db)) {
+    with_ca(args.database(), args.tls_ca_file.as_deref())
+}
+
+/// `db`, with `ca` as its `sslrootcert` when it is PostgreSQL and names none.
+pub(crate) fn with_ca(db: &str, ca: Option<&std::path::Path>) -> String {
+    match (ca, reqwest::Url::parse(db)) {
         (Some(ca), Ok(mut url)) if db.starts_with("postgres") && !db.contains("sslrootcert=") => {
             url.query_pairs_mut()
                 .append_pair("sslrootcert", &ca.display().to_string());
             url.into()
         }
-        _ => db.expose().to_owned(),
+        _ => db.to_owned(),
     }
 }
 
@@ -606,7 +654,7 @@ fn link_problems(args: &ServerArgs) -> Vec<String> {
             ));
         }
     }
-    let db = args.database_url.expose();
+    let db = args.database();
     if db.starts_with("postgres") && !allowed(Link::Database) {
         if let Some(mode) = weak_sslmode(db) {
             problems.push(format!(
@@ -826,9 +874,14 @@ impl Config {
             crate::provider::ProviderKind::Mock => provider_api_key(&args.links)?,
         };
         let cors = crate::http::cors::Cors::from_args(&args.cors).map_err(ConfigError::Cors)?;
+        let migrate = args.migrate.unwrap_or(match dev.dev {
+            true => crate::store::MigrateMode::Auto,
+            false => crate::store::MigrateMode::Check,
+        });
         Ok(Self {
             cors,
             edge,
+            migrate,
             jwt: jwt.map(std::sync::Arc::new),
             dev: dev.dev,
             redis_url: args.redis_url.clone(),
@@ -899,13 +952,18 @@ mod tests {
         "0123456789abcdef0123456789abcdef",
     ];
 
-    /// `extra` as the command line, naming the mock provider unless `extra` names one.
+    /// `extra` as the command line, naming the mock provider and a database unless `extra`
+    /// names them.
     fn args(extra: &[&str]) -> ServerArgs {
         let mock: &[&str] = match extra.contains(&"--provider") {
             true => &[],
             false => &["--provider", "mock"],
         };
-        raw_args(&[mock, extra].concat())
+        let db: &[&str] = match extra.contains(&"--database-url") {
+            true => &[],
+            false => &["--database-url", "sqlite://:memory:"],
+        };
+        raw_args(&[mock, db, extra].concat())
     }
 
     fn raw_args(extra: &[&str]) -> ServerArgs {
@@ -922,6 +980,21 @@ mod tests {
             Err(ConfigError::Unsafe(p)) => p,
             other => panic!("expected the start to be refused, got {other:?}"),
         }
+    }
+
+    /// Migrating is a step of its own outside dev (`payonce-server migrate`): a start only
+    /// checks the schema unless told otherwise; dev migrates as it starts.
+    #[test]
+    fn a_start_outside_dev_checks_the_schema_and_dev_migrates_it() {
+        use crate::store::MigrateMode;
+        let migrate = |a: &ServerArgs| Config::from_args(a).expect("a valid start").migrate;
+        assert_eq!(migrate(&prod(&[])), MigrateMode::Check);
+        assert_eq!(migrate(&prod(&["--migrate", "auto"])), MigrateMode::Auto);
+        assert_eq!(migrate(&raw_args(&["--dev"])), MigrateMode::Auto);
+        assert_eq!(
+            migrate(&raw_args(&["--dev", "--migrate", "check"])),
+            MigrateMode::Check
+        );
     }
 
     /// Outside dev an operator names the provider; Stripe needs its secret key and its

@@ -11,10 +11,34 @@ use tokio::net::TcpListener;
 
 /// Runs what the command line asks for until SIGINT/SIGTERM.
 pub async fn run(cli: Cli) -> Result<(), RunError> {
+    use crate::config::Command;
     match cli.command {
-        Some(command) => crate::dev::run_command(command).await,
+        Some(Command::Migrate {
+            database_url,
+            tls_ca_file,
+        }) => {
+            migrate(&crate::config::with_ca(
+                &database_url,
+                tls_ca_file.as_deref(),
+            ))
+            .await
+        }
+        Some(Command::Dev(command)) => crate::dev::run_command(command).await,
         None => run_api(cli.server).await,
     }
+}
+
+/// `payonce-server migrate`: one line on stdout with the schema's version when done.
+async fn migrate(url: &str) -> Result<(), RunError> {
+    let schema = Store::migrate_to_current(url).await?;
+    let version = crate::store::schema_version();
+    match schema {
+        crate::store::Schema::NewerCompatible { at } => println!(
+            "payonce: schema at version {at}, newer than this binary's {version} and declared compatible with it"
+        ),
+        _ => println!("payonce: schema at version {version}"),
+    }
+    Ok(())
 }
 
 async fn run_api(args: ServerArgs) -> Result<(), RunError> {
@@ -35,7 +59,7 @@ async fn run_api(args: ServerArgs) -> Result<(), RunError> {
         Some(default) => args.provider_url.as_deref().unwrap_or(default).to_owned(),
         None => crate::dev::provider_url(&args, &config.webhook_secret, local).await?,
     };
-    let store = Store::connect(&crate::config::database_url(&args)).await?;
+    let store = Store::open(&crate::config::database_url(&args), config.migrate).await?;
     let jobs_interval = config.jobs_interval;
     let state = AppState::new(store, &provider_url, config)?;
     // Never the URL as given: in dev it may still carry credentials (`src/secret.rs`).

@@ -122,7 +122,7 @@ pub(crate) async fn provider_url(
     } else {
         d.provider_state
             .clone()
-            .or_else(|| default_provider_state(&args.database_url))
+            .or_else(|| default_provider_state(args.database()))
     };
     let config = ProviderConfig {
         webhook_url,

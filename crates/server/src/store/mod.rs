@@ -133,12 +133,109 @@ pub enum StoreError {
     /// Connecting or migrating failed.
     #[error("database error: {0}")]
     Sql(#[from] sqlx::Error),
+    /// `--migrate check` and this binary's migrations are not all applied.
+    #[error(
+        "the schema is at version {at}, this binary needs {needs}: run `payonce-server migrate` \
+         first (or start with --migrate auto)"
+    )]
+    SchemaBehind {
+        /// The database's newest migration.
+        at: i64,
+        /// This binary's.
+        needs: i64,
+    },
+    /// A newer binary migrated the database past what this one can serve.
+    #[error(
+        "the schema is at version {at}, migrated by a newer payonce-server that needs schema \
+         {needs} or later; this binary has {binary}: run the newer release"
+    )]
+    SchemaNewer {
+        /// The database's newest migration.
+        at: i64,
+        /// The oldest binary that can serve it.
+        needs: i64,
+        /// This binary's newest migration.
+        binary: i64,
+    },
 }
 
 struct Migration {
     version: i64,
     name: &'static str,
     sql: &'static str,
+}
+
+impl Migration {
+    /// The oldest binary, by the newest migration it has, that can still serve a database
+    /// this migration was applied to. Every migration so far rebuilt or dropped what the
+    /// binaries before it read (`0010` rebuilds `attempts`, `0011` drops `outbox`), so each
+    /// needs its own version. A migration that only adds (a column with a default, a table,
+    /// an index) declares an older version here; the one that removes what that older
+    /// binary reads waits for a later release (docs/deploy.md, "Upgrading").
+    const fn compatible_from(&self) -> i64 {
+        self.version
+    }
+}
+
+/// What a start does about the schema (`--migrate`; docs/deploy.md, "Upgrading").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum MigrateMode {
+    /// Apply this binary's migrations that the database lacks (dev's default).
+    Auto,
+    /// Refuse to start unless the schema is at this binary's version, or at a newer one
+    /// declared compatible with it (the default without `--dev`: migrating is a step of its
+    /// own, `payonce-server migrate`).
+    Check,
+    /// Neither migrate nor check.
+    Off,
+}
+
+/// Where a database's schema stands for this binary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Schema {
+    /// Every migration of this binary is applied, and none newer.
+    Current,
+    /// Migrations of this binary are missing.
+    Behind {
+        /// The database's newest migration (0: none).
+        at: i64,
+    },
+    /// A newer binary migrated it, declaring this binary compatible.
+    NewerCompatible {
+        /// The database's newest migration.
+        at: i64,
+    },
+    /// A newer binary migrated it past what this one can serve.
+    NewerIncompatible {
+        /// The database's newest migration.
+        at: i64,
+        /// The oldest binary, by its newest migration, that can serve it.
+        needs: i64,
+    },
+}
+
+/// The newest migration this binary has.
+pub fn schema_version() -> i64 {
+    MIGRATIONS.last().map_or(0, |m| m.version)
+}
+
+/// Judges a schema from what the database records: the versions applied, each with the
+/// oldest binary that can serve it (`None`: not recorded, so none older than itself).
+fn judge(binary: i64, applied: &[(i64, Option<i64>)]) -> Schema {
+    let at = applied.iter().map(|&(v, _)| v).max().unwrap_or(0);
+    if at < binary {
+        return Schema::Behind { at };
+    }
+    let needs = applied
+        .iter()
+        .filter(|&&(v, _)| v > binary)
+        .map(|&(v, compatible_from)| compatible_from.unwrap_or(v))
+        .max();
+    match needs {
+        None => Schema::Current,
+        Some(needs) if needs <= binary => Schema::NewerCompatible { at },
+        Some(needs) => Schema::NewerIncompatible { at, needs },
+    }
 }
 
 /// Every migration, in order: one text for both backends (see [`Backend::dialect`]).
@@ -208,8 +305,76 @@ const IDLE_PING: Duration = Duration::from_secs(5);
 const PG_MIGRATION_LOCK: i64 = 0x7061_796f_6e63_6521; // "payonce!"
 
 impl Store {
-    /// Connects, prepares and migrates.
+    /// Connects, prepares and migrates (`--migrate auto`): for the tools, tests and benches.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::open(url, MigrateMode::Auto).await
+    }
+
+    /// Connects and prepares, then does what `mode` says about the schema. A database a
+    /// newer, incompatible binary migrated is refused in every mode but `off`.
+    pub async fn open(url: &str, mode: MigrateMode) -> Result<Self, StoreError> {
+        let store = Self::connect_only(url).await?;
+        if mode == MigrateMode::Off {
+            return Ok(store);
+        }
+        let binary = schema_version();
+        match (store.schema().await?, mode) {
+            (Schema::NewerIncompatible { at, needs }, _) => {
+                Err(StoreError::SchemaNewer { at, needs, binary })
+            }
+            (Schema::Behind { .. }, MigrateMode::Auto) => {
+                store.migrate().await?;
+                Ok(store)
+            }
+            (Schema::Behind { at }, _) => Err(StoreError::SchemaBehind { at, needs: binary }),
+            (Schema::Current | Schema::NewerCompatible { .. }, _) => Ok(store),
+        }
+    }
+
+    /// Applies this binary's migrations the database lacks (`payonce-server migrate`), and
+    /// says where the schema then stands.
+    pub async fn migrate_to_current(url: &str) -> Result<Schema, StoreError> {
+        let store = Self::connect_only(url).await?;
+        if let Schema::NewerIncompatible { at, needs } = store.schema().await? {
+            let binary = schema_version();
+            return Err(StoreError::SchemaNewer { at, needs, binary });
+        }
+        store.migrate().await?;
+        Ok(store.schema().await?)
+    }
+
+    /// Where the schema stands for this binary (read only).
+    pub async fn schema(&self) -> sqlx::Result<Schema> {
+        let exists = match self.backend {
+            Backend::Sqlite => {
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = $1"
+            }
+            Backend::Postgres => {
+                "SELECT COUNT(*) FROM information_schema.tables \
+                 WHERE table_schema = current_schema() AND table_name = $1"
+            }
+        };
+        let count = |table: &'static str| {
+            sqlx::query_as::<_, (i64,)>(exists)
+                .bind(table)
+                .fetch_one(&self.pool)
+        };
+        let mut applied: Vec<(i64, Option<i64>)> = Vec::new();
+        if count("payonce_migrations").await?.0 > 0 {
+            let compat = count("payonce_schema_compat").await?.0 > 0;
+            let sql = match compat {
+                true => {
+                    "SELECT m.version, c.compatible_from FROM payonce_migrations m \
+                     LEFT JOIN payonce_schema_compat c ON c.version = m.version"
+                }
+                false => "SELECT version, CAST(NULL AS BIGINT) FROM payonce_migrations",
+            };
+            applied = sqlx::query_as(sql).fetch_all(&self.pool).await?;
+        }
+        Ok(judge(schema_version(), &applied))
+    }
+
+    async fn connect_only(url: &str) -> Result<Self, StoreError> {
         sqlx::any::install_default_drivers();
         let (backend, url) = normalize_url(url)?;
         let options = AnyConnectOptions::from_str(&url)?;
@@ -254,13 +419,11 @@ impl Store {
             })
             .connect_with(options)
             .await?;
-        let store = Self {
+        Ok(Self {
             pool,
             backend,
             writer,
-        };
-        store.migrate().await?;
-        Ok(store)
+        })
     }
 
     /// The backend.
@@ -361,13 +524,25 @@ impl Store {
         let backend = self.backend;
         self.write(async move |tx| {
                 start_lock(tx, backend, PG_MIGRATION_LOCK).await?;
+                // The compatibility table is kept beside the list rather than as a column of
+                // it, so that the list keeps the shape every earlier release reads and writes.
                 sqlx::raw_sql(
                     "CREATE TABLE IF NOT EXISTS payonce_migrations (
-                        version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)",
+                        version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL);
+                     CREATE TABLE IF NOT EXISTS payonce_schema_compat (
+                        version BIGINT PRIMARY KEY, compatible_from BIGINT NOT NULL)",
                 )
                 .execute(&mut *tx)
                 .await?;
                 for m in MIGRATIONS {
+                    sqlx::query(
+                        "INSERT INTO payonce_schema_compat (version, compatible_from) \
+                         VALUES ($1, $2) ON CONFLICT (version) DO NOTHING",
+                    )
+                    .bind(m.version)
+                    .bind(m.compatible_from())
+                    .execute(&mut *tx)
+                    .await?;
                     let done: Option<(i64,)> =
                         sqlx::query_as("SELECT version FROM payonce_migrations WHERE version = $1")
                             .bind(m.version)
@@ -474,6 +649,25 @@ fn normalize_url(url: &str) -> Result<(Backend, String), StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A binary serves its own schema and a newer one only when every newer migration
+    /// declared it compatible; an unknown declaration counts as incompatible.
+    #[test]
+    fn a_schema_is_judged_by_the_newest_migrations_declarations() {
+        let own = |n: i64| (1..=n).map(|v| (v, Some(v))).collect::<Vec<_>>();
+        assert_eq!(judge(11, &[]), Schema::Behind { at: 0 });
+        assert_eq!(judge(11, &own(10)), Schema::Behind { at: 10 });
+        assert_eq!(judge(11, &own(11)), Schema::Current);
+        let expand = [own(11), vec![(12, Some(11)), (13, Some(10))]].concat();
+        assert_eq!(judge(11, &expand), Schema::NewerCompatible { at: 13 });
+        let contract = [own(11), vec![(12, Some(11)), (13, Some(13))]].concat();
+        let want = Schema::NewerIncompatible { at: 13, needs: 13 };
+        assert_eq!(judge(11, &contract), want);
+        let undeclared = [own(11), vec![(12, None)]].concat();
+        let want = Schema::NewerIncompatible { at: 12, needs: 12 };
+        assert_eq!(judge(11, &undeclared), want);
+        assert_eq!(schema_version(), MIGRATIONS.len() as i64);
+    }
 
     #[test]
     fn every_migration_is_complete_sql_in_both_dialects() {

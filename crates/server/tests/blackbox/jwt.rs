@@ -82,6 +82,8 @@ async fn a_jwt_only_server_needs_no_session_secret_and_refuses_session_tokens() 
         "127.0.0.1:0",
         "--database-url",
         &db.url,
+        "--migrate",
+        "auto",
         "--provider-url",
         &provider.provider(),
         "--webhook-secret",

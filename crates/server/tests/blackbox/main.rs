@@ -30,6 +30,9 @@
 //! - `stripe_edges`: `--provider stripe` against localstripe: Stripe's webhooks (settling,
 //!   forged, stale, re-stamped, duplicated, a dashboard refund) and a lost provider answer
 //!   settled by the jobs, through the fault proxy (`payonce_testkit::fault_proxy`).
+//! - `schema`: `--migrate` and `payonce-server migrate`: a production start refuses an
+//!   unmigrated schema, one migrated by a newer incompatible release, and a missing
+//!   `--database-url`.
 //! - `kill_batch`: SIGKILL while 16 clients' pays are committed together; nothing answered
 //!   is lost, no order is claimed or charged twice.
 
@@ -47,6 +50,7 @@ mod kill_batch;
 mod layout;
 mod retention;
 mod rules;
+mod schema;
 mod startup;
 mod stripe;
 mod stripe_edges;

@@ -99,6 +99,9 @@ async fn with_its_flags_a_server_without_dev_starts_and_is_healthy() {
         "127.0.0.1:0",
         "--database-url",
         &format!("sqlite://{}/p.db", dir.display()),
+        // A new file: migrate as the start's step (`schema.rs` tests the default, check).
+        "--migrate",
+        "auto",
         "--provider-url",
         provider.provider.as_deref().unwrap(),
         "--webhook-secret",
@@ -244,6 +247,9 @@ fn the_provider_api_key_is_sent_as_a_bearer_token_and_never_logged() {
         "127.0.0.1:0",
         "--database-url",
         &format!("sqlite://{}/p.db", dir.display()),
+        // A new file: migrate as the start's step (`schema.rs` tests the default, check).
+        "--migrate",
+        "auto",
         "--provider-url",
         &provider,
         "--webhook-secret",
@@ -336,6 +342,8 @@ fn stripe_start(
         .args([
             "--database-url",
             &format!("sqlite://{}/p.db", dir.display()),
+            "--migrate",
+            "auto",
         ])
         .args(extra)
         .stderr(std::fs::File::create(&log).unwrap());
@@ -505,6 +513,20 @@ async fn the_deploy_guides_environment_file_and_unit_start_a_server_on_stripe() 
     // The production build (`--no-default-features`, release or not) when named.
     let bin = std::env::var("PAYONCE_TEST_DEPLOY_BIN")
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_payonce-server").to_owned());
+    // The guide's command: `migrate` with the same environment, then the server (whose
+    // start only checks the schema).
+    let command = fenced_after(doc, "<!-- payonce.command -->");
+    assert!(
+        command.contains("\n/usr/local/bin/payonce-server migrate "),
+        "{command}"
+    );
+    let migrate = Command::new(&bin)
+        .arg("migrate")
+        .env_clear()
+        .envs(env.iter().cloned())
+        .output()
+        .unwrap();
+    assert!(migrate.status.success(), "migrate: {migrate:?}");
     let mut cmd = Command::new(bin);
     cmd.env_clear().envs(env).stdin(std::process::Stdio::null());
     cmd.stderr(std::process::Stdio::null());
