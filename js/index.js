@@ -101,3 +101,10 @@ export function version() {
   if (!ready) throw notReady("version()");
   return glue.version();
 }
+
+// The companion server's `next` shapes (docs/protocol.md, section 4): plain JS, no module needed.
+export function isNextAction(next) {
+  const s = (k) => typeof next[k] === "string";
+  return typeof next === "object" && next !== null
+    && ((next.type === "redirect" && s("url")) || (next.type === "stripe" && s("clientSecret")));
+}

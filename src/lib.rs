@@ -113,6 +113,44 @@ mod documented_options {
         }
     }
 
+    /// The README's TypeScript recipes are the blocks tools/ts-check compiles (with the package
+    /// imported from `pkg/` instead of `payonce`): a recipe that does not compile fails there.
+    #[test]
+    fn the_readme_recipes_are_the_ones_tsc_compiles() {
+        for (heading, file, compiled) in [
+            (
+                "### 3-D Secure",
+                "tools/ts-check/recipe-3ds.ts",
+                include_str!("../tools/ts-check/recipe-3ds.ts"),
+            ),
+            (
+                "### Your own backend",
+                "tools/ts-check/recipe-bearer.ts",
+                include_str!("../tools/ts-check/recipe-bearer.ts"),
+            ),
+        ] {
+            let section = NPM_README
+                .split(heading)
+                .nth(1)
+                .expect("npm/README.md has the recipe's section");
+            let block = section
+                .split("```ts\n")
+                .nth(1)
+                .and_then(|b| b.split("```").next())
+                .expect("the section has a ts block");
+            let block = block.replace("from \"payonce\"", "from \"../../pkg/payonce.js\"");
+            let between = compiled
+                .split("// README block start\n")
+                .nth(1)
+                .and_then(|b| b.split("// README block end").next())
+                .expect("the file marks the README's block");
+            assert_eq!(
+                between, block,
+                "{file} differs from npm/README.md's {heading} block"
+            );
+        }
+    }
+
     /// The option names of npm/README.md's options table (`retry.baseDelayMs` as `retry`).
     fn table_options() -> Vec<&'static str> {
         let table = NPM_README

@@ -220,6 +220,19 @@ pub fn adopt(
     }
 }
 
+/// True when `verdict` releases the attempt although it is a refusal: the server claimed no
+/// key ([`crate::core::classify::claims_no_key`]) and `before` (the record as it was before
+/// the answered request left) had never been sent, so that request was the only one with the
+/// key and nothing can be charged with it. The key is then removed and the next Pay mints
+/// one (another card pays without `cancel()`). A key sent before (a timeout, an adopted
+/// attempt) stays: an earlier request with it may still reach the server.
+pub fn released(before: &Attempt, verdict: &Verdict) -> bool {
+    let never_sent = before.state == AttemptState::Saved && before.sends == 0;
+    never_sent
+        && matches!(verdict, Verdict::Rejected { status, code }
+            if crate::core::classify::claims_no_key(*status, *code))
+}
+
 /// The stored record after an answer: `None` removes it (the outcome is final), `Some` is
 /// what to write back. The one place the client decides to drop a key.
 pub fn after_verdict(attempt: Attempt, verdict: &Verdict) -> Option<Attempt> {

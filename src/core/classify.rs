@@ -16,7 +16,8 @@
 //! | 429 / 503 with `Retry-After`                  | retry (server-paced)       | keep   |
 //! | no answer, timeout, 408, 429, 5xx             | retry (unknown outcome)    | keep   |
 //! | 200 whose body does not decode, another 2xx, an answer for another order, `ORDER_ALREADY_PAID` without a payment | protocol mismatch | keep |
-//! | any other answer (422, 401, 400, ...) | rejected | keep |
+//! | a refusal that claimed no key ([`claims_no_key`]: 401, 400, 404 `ORDER_NOT_FOUND`, ...) | rejected | remove if it was the key's first request, else keep |
+//! | any other answer (422, 403, ...) | rejected | keep |
 //!
 //! **Busy** (`PAYMENT_ALREADY_ACTIVE`): the server claimed nothing under this key, and another
 //! attempt holds the order. Sending the key again can only get the same refusal, or charge a
@@ -32,9 +33,13 @@
 //!
 //! `ORDER_CHANGED` removes the key although nothing "finished": versions only grow, so a key
 //! bound to an old version can never be accepted again (the server never accepted it, so
-//! nothing can be charged with it). Every other refusal keeps the key, because it proves nothing
-//! about requests with this key that may still be travelling (a request that timed out may
-//! reach the server later). The app resolves such a key with `cancel`, which tombstones it.
+//! nothing can be charged with it). A refusal that claimed no key ([`claims_no_key`], e.g. a
+//! 401 after the session expired) removes it only when that request was the first ever sent
+//! with the key ([`crate::core::attempt::released`]): then no request with it can be
+//! travelling, and another card can pay at once. Every other refusal keeps the key, because it
+//! proves nothing about requests with this key that may still be travelling (a request that
+//! timed out may reach the server later). The app resolves such a key with `cancel`, which
+//! tombstones it.
 //! In particular `KEY_REUSED_WITH_DIFFERENT_DETAILS` keeps it: the server holds an attempt under
 //! this key that may be live, and only cancel can tell.
 //!
@@ -231,6 +236,33 @@ fn code_of(status: u16, problem: Option<&Problem>) -> Option<ErrorCode> {
     problem
         .map(|p| p.code)
         .filter(|c| c.http_status() == status)
+}
+
+/// True for a refusal that `docs/protocol.md` (section 5) says claimed no key: the server
+/// refused the request before any rule that stores a key ran (authentication, the key's and
+/// the body's syntax, the order's existence, stock, the request's size). Any 401 counts, with
+/// or without a problem body: authentication is the protocol's first step, and a 401 from
+/// something in front of the server means the request never reached it. The other codes count
+/// only with their own status ([`code_of`]). Refusals that end the attempt on their own
+/// (`ORDER_CHANGED`, `ORDER_ALREADY_PAID`, `PAYMENT_ALREADY_ACTIVE`) and the retried
+/// `RATE_LIMITED` are decided elsewhere.
+pub fn claims_no_key(status: u16, code: Option<ErrorCode>) -> bool {
+    status == 401
+        || matches!(
+            code,
+            Some(
+                ErrorCode::IdempotencyKeyMissing
+                    | ErrorCode::IdempotencyKeyInvalid
+                    | ErrorCode::InvalidRequest
+                    | ErrorCode::Unauthenticated
+                    | ErrorCode::OrderNotFound
+                    | ErrorCode::OutOfStock
+                    | ErrorCode::PayloadTooLarge
+                    | ErrorCode::UriTooLong
+                    | ErrorCode::UnsupportedMediaType
+                    | ErrorCode::HeadersTooLarge
+            )
+        )
 }
 
 /// Classifies an answer to a pay request.
@@ -709,6 +741,39 @@ mod tests {
                 code: None
             }
         );
+    }
+
+    #[test]
+    fn the_refusals_that_claimed_no_key_are_those_docs_protocol_md_says() {
+        for code in ErrorCode::ALL {
+            // The protocol's table (section 5) marks these "no key claimed"; the ones that
+            // end the attempt or are retried are decided by `classify_pay` instead.
+            let listed = matches!(
+                code.as_str(),
+                "IDEMPOTENCY_KEY_MISSING"
+                    | "IDEMPOTENCY_KEY_INVALID"
+                    | "INVALID_REQUEST"
+                    | "UNAUTHENTICATED"
+                    | "ORDER_NOT_FOUND"
+                    | "OUT_OF_STOCK"
+                    | "PAYLOAD_TOO_LARGE"
+                    | "URI_TOO_LONG"
+                    | "UNSUPPORTED_MEDIA_TYPE"
+                    | "HEADERS_TOO_LARGE"
+            );
+            assert_eq!(
+                claims_no_key(code.http_status(), Some(*code)),
+                listed,
+                "{}",
+                code.as_str()
+            );
+        }
+        assert!(
+            claims_no_key(401, None),
+            "a bare 401 never reached the rules"
+        );
+        assert!(!claims_no_key(400, None), "a bare 400 may be a proxy's");
+        assert!(!claims_no_key(404, None), "a bare 404 may be a wrong URL");
     }
 
     #[test]

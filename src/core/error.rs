@@ -46,6 +46,11 @@ pub enum SdkError {
     /// the call ends at once (retrying would only fail the same way) with the stored attempt
     /// as it was before that request. The app's error is the `PayonceError`'s `cause`.
     TransportFailed(TransportStep),
+    /// The first two requests failed without an HTTP answer while the server answers this page
+    /// (a plain GET of the same URL without credentials got one): the browser refused them
+    /// ([`Warning::NetworkOrCors`] names what to check). The call ends at once instead of
+    /// retrying what would fail the same way; the key is kept.
+    NetworkOrCors,
 }
 
 /// Which of the app's transport options failed ([`SdkError::TransportFailed`]).
@@ -128,6 +133,7 @@ impl SdkError {
                 " option threw or rejected (see cause); the payment attempt is as it was",
             ]
             .concat(),
+            Self::NetworkOrCors => Warning::NetworkOrCors.message(),
         }
     }
 
@@ -144,6 +150,7 @@ impl SdkError {
             Self::Aborted => "ABORTED",
             Self::Unsupported(_) => "UNSUPPORTED",
             Self::TransportFailed(_) => "TRANSPORT_FAILED",
+            Self::NetworkOrCors => Warning::NetworkOrCors.code(),
         }
     }
 

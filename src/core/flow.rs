@@ -19,7 +19,7 @@
 //! an answer means ([`crate::core::classify::classify_pay`]), when a key is dropped
 //! ([`crate::core::attempt::after_verdict`]), and how long to wait ([`Schedule`]).
 
-use crate::core::attempt::{after_verdict, plan_pay, Attempt, Entry, PayPlan};
+use crate::core::attempt::{after_verdict, plan_pay, released, Attempt, Entry, PayPlan};
 use crate::core::classify::{classify_pay_for, Final, Reply, RetryCause, Verdict};
 use crate::core::error::{SdkError, TransportStep, Warning};
 use crate::core::retry::{Jitter, Next, PendingReason, RetryBudget, RetryPolicy, Schedule};
@@ -154,6 +154,8 @@ pub struct PayFlow {
     before_send: Attempt,
     /// This call minted the key (nothing was stored for the order before it).
     minted: bool,
+    /// The attempt is another tab's, taken over ([`PayFlow::start_adopted`]).
+    adopted: bool,
     /// True while every answer so far was a network failure (no HTTP answer, not our timeout).
     network_failures_only: bool,
     /// The last status handed out: `onStatus` hears a status only when it changes.
@@ -209,7 +211,9 @@ impl PayFlow {
         }]);
         // Saved by this call: a request that never leaves takes it out again, as `start`'s
         // minted key.
-        Self::begin(attempt, true, out, config, now_ms)
+        let mut flow = Self::begin(attempt, true, out, config, now_ms);
+        flow.adopted = true;
+        flow
     }
 
     fn begin(
@@ -226,6 +230,7 @@ impl PayFlow {
         Self {
             before_send: attempt.clone(),
             minted,
+            adopted: false,
             attempt,
             schedule: Schedule::new(
                 config.policy,
@@ -288,17 +293,38 @@ impl PayFlow {
         budget: &mut RetryBudget,
         jitter: &mut impl Jitter,
     ) {
+        self.on_answer(reply, false, now_ms, budget, jitter);
+    }
+
+    /// [`PayFlow::on_reply`] with what the answer's headers said: `replayed` when the server
+    /// replayed the stored answer of the key (`Idempotent-Replayed: true`). On an adopted
+    /// attempt a replayed receipt is the other tab's charge: `paid` with `byThisAttempt: false`,
+    /// so only the tab whose request charged says `true`.
+    pub fn on_answer(
+        &mut self,
+        reply: &Reply<PayResponse>,
+        replayed: bool,
+        now_ms: f64,
+        budget: &mut RetryBudget,
+        jitter: &mut impl Jitter,
+    ) {
         if self.phase == Phase::Over {
             return;
         }
-        let verdict = classify_pay_for(reply, &self.attempt.snapshot.order_id);
-        self.network_failures_only &= matches!(reply, Reply::NoAnswer { timed_out: false });
-        // The same network failure on the first two tries: most likely a CORS refusal or a
-        // wrong URL, not a passing outage. Said now, not when the call gives up (seconds later).
-        if self.network_failures_only && self.sends == 2 {
-            self.out.push_back(Effect::Warn(Warning::NetworkOrCors));
+        let mut verdict = classify_pay_for(reply, &self.attempt.snapshot.order_id);
+        if let Verdict::Final(Final::Paid {
+            by_this_attempt, ..
+        }) = &mut verdict
+        {
+            *by_this_attempt &= !(self.adopted && replayed);
         }
-        match after_verdict(self.attempt.clone(), &verdict) {
+        self.network_failures_only &= matches!(reply, Reply::NoAnswer { timed_out: false });
+        let kept = if released(&self.before_send, &verdict) {
+            None
+        } else {
+            after_verdict(self.attempt.clone(), &verdict)
+        };
+        match kept {
             None => self.out.push_back(Effect::Remove(self.attempt.key.clone())),
             Some(a) => {
                 self.attempt = a;
@@ -307,6 +333,13 @@ impl PayFlow {
                     new: false,
                 });
             }
+        }
+        // The same network failure on the first two tries: most likely a CORS refusal or a
+        // wrong URL, not a passing outage. Said now, not when the call gives up (seconds later).
+        // After the save: a driver that tells the two apart ([`PayFlow::on_cors_refused`])
+        // does it while handling this warning, with the attempt already stored.
+        if self.network_failures_only && self.sends == 2 {
+            self.out.push_back(Effect::Warn(Warning::NetworkOrCors));
         }
         let end = match verdict {
             Verdict::Final(f) => {
@@ -366,6 +399,24 @@ impl PayFlow {
                 }
             });
         self.finish(PayEnd::Failed(SdkError::TransportFailed(step)));
+    }
+
+    /// The driver found the failures behind [`Warning::NetworkOrCors`] to be a CORS refusal, not
+    /// a network failure: the server answers this page (in the browser, a plain GET of the
+    /// same URL without credentials or headers got a readable answer) while every request
+    /// failed without one. Retrying would
+    /// fail the same way until the backend's CORS answer or the `credentials` option changes,
+    /// so the call ends now with [`SdkError::NetworkOrCors`] instead of waiting out its
+    /// retries. The key is kept (a request may have reached the server before the browser
+    /// refused its answer): `resume` or `cancel` once the configuration is fixed. Called while
+    /// the warning is handled; a call with no wait queued (it is giving up anyway) is left as it is.
+    pub fn on_cors_refused(&mut self) {
+        if self.phase != Phase::Blocked || !self.network_failures_only {
+            return;
+        }
+        self.out
+            .retain(|e| !matches!(e, Effect::Wait { .. } | Effect::Status(_)));
+        self.finish(PayEnd::Failed(SdkError::NetworkOrCors));
     }
 
     /// The last [`Effect::Wait`] is over: the next request may leave.
@@ -634,6 +685,171 @@ mod tests {
                 "{after:?}"
             );
         }
+    }
+
+    fn refused(status: u16, code: Option<payonce_protocol::ErrorCode>) -> Reply<PayResponse> {
+        Reply::Http {
+            status,
+            retry_after: None,
+            ok: None,
+            problem: code.map(payonce_protocol::Problem::new),
+        }
+    }
+
+    #[test]
+    fn a_refusal_that_claimed_no_key_to_the_first_request_releases_the_attempt() {
+        use payonce_protocol::ErrorCode;
+        for reply in [
+            refused(401, Some(ErrorCode::Unauthenticated)),
+            refused(401, None),
+            refused(404, Some(ErrorCode::OrderNotFound)),
+            refused(409, Some(ErrorCode::OutOfStock)),
+        ] {
+            let mut f =
+                PayFlow::start(&Entry::Missing, snap(), config(), 0.0, || Some(key())).unwrap();
+            drain(&mut f, 0.0);
+            let mut budget = RetryBudget::new(BudgetConfig::default());
+            f.on_reply(&reply, 10.0, &mut budget, &mut || 0.5);
+            let end = drain(&mut f, 10.0);
+            assert_eq!(end[0], Effect::Remove(key()), "{reply:?}: {end:?}");
+            assert!(
+                matches!(
+                    &end[1],
+                    Effect::Done(PayEnd::Failed(SdkError::ServerRejected { .. }))
+                ),
+                "still the refusal: {end:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_refusal_that_claimed_no_key_keeps_a_key_sent_before() {
+        use payonce_protocol::ErrorCode;
+        // The first request timed out (it may still reach the server); the retry gets a 401.
+        let mut f = PayFlow::start(&Entry::Missing, snap(), config(), 0.0, || Some(key())).unwrap();
+        drain(&mut f, 0.0);
+        let mut budget = RetryBudget::new(BudgetConfig::default());
+        f.on_reply(
+            &Reply::NoAnswer { timed_out: true },
+            10.0,
+            &mut budget,
+            &mut || 0.5,
+        );
+        drain(&mut f, 10.0);
+        f.on_waited();
+        drain(&mut f, 6_000.0);
+        f.on_reply(
+            &refused(401, Some(ErrorCode::Unauthenticated)),
+            6_010.0,
+            &mut budget,
+            &mut || 0.5,
+        );
+        let end = drain(&mut f, 6_010.0);
+        assert!(
+            !end.iter().any(|e| matches!(e, Effect::Remove(_))),
+            "{end:?}"
+        );
+        // A stored attempt resumed after a reload (sent before) is kept too.
+        let stored = Attempt::new(key(), snap(), 1).sending();
+        let mut f = PayFlow::start(&Entry::Valid(stored), snap(), config(), 0.0, || None).unwrap();
+        drain(&mut f, 0.0);
+        f.on_reply(&refused(401, None), 10.0, &mut budget, &mut || 0.5);
+        let end = drain(&mut f, 10.0);
+        assert!(
+            !end.iter().any(|e| matches!(e, Effect::Remove(_))),
+            "{end:?}"
+        );
+        // And a refusal that proves nothing keeps even a fresh key.
+        let mut f = PayFlow::start(&Entry::Missing, snap(), config(), 0.0, || Some(key())).unwrap();
+        drain(&mut f, 0.0);
+        f.on_reply(
+            &refused(422, Some(ErrorCode::KeyReusedWithDifferentDetails)),
+            10.0,
+            &mut budget,
+            &mut || 0.5,
+        );
+        let end = drain(&mut f, 10.0);
+        assert!(
+            !end.iter().any(|e| matches!(e, Effect::Remove(_))),
+            "{end:?}"
+        );
+    }
+
+    fn paid_by(f: &mut PayFlow, replayed: bool) -> bool {
+        drain(f, 0.0);
+        let mut budget = RetryBudget::new(BudgetConfig::default());
+        f.on_answer(&paid(), replayed, 10.0, &mut budget, &mut || 0.5);
+        match drain(f, 10.0).last() {
+            Some(Effect::Done(PayEnd::Final(Final::Paid {
+                by_this_attempt, ..
+            }))) => *by_this_attempt,
+            other => panic!("not paid: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_adopted_attempt_answered_as_a_replay_was_paid_by_the_other_tab() {
+        let theirs = || Attempt::new(key(), snap(), 1);
+        let mut adopted = PayFlow::start_adopted(theirs(), config(), 0.0);
+        assert!(!paid_by(&mut adopted, true), "the other tab's charge");
+        let mut adopted = PayFlow::start_adopted(theirs(), config(), 0.0);
+        assert!(
+            paid_by(&mut adopted, false),
+            "not a replay: this call's request charged (the other tab was gone)"
+        );
+        let mut own =
+            PayFlow::start(&Entry::Missing, snap(), config(), 0.0, || Some(key())).unwrap();
+        assert!(
+            paid_by(&mut own, true),
+            "this tab's own key: a replay of its own earlier request"
+        );
+    }
+
+    #[test]
+    fn a_cors_refusal_ends_the_call_at_the_warning_with_the_key_kept() {
+        let mut f = PayFlow::start(&Entry::Missing, snap(), config(), 0.0, || Some(key())).unwrap();
+        drain(&mut f, 0.0);
+        let mut budget = RetryBudget::new(BudgetConfig::default());
+        let failed = Reply::NoAnswer { timed_out: false };
+        f.on_reply(&failed, 10.0, &mut budget, &mut || 0.5);
+        drain(&mut f, 10.0);
+        f.on_waited();
+        drain(&mut f, 600.0);
+        f.on_reply(&failed, 610.0, &mut budget, &mut || 0.5);
+        let save = f.poll(610.0, true);
+        assert!(
+            matches!(&save, Some(Effect::Save { attempt, new: false }) if attempt.key == key()),
+            "stored first: {save:?}"
+        );
+        assert_eq!(
+            f.poll(610.0, true),
+            Some(Effect::Warn(Warning::NetworkOrCors))
+        );
+        // The driver's probe found the server answering: a CORS refusal.
+        f.on_cors_refused();
+        assert_eq!(
+            drain(&mut f, 620.0),
+            [Effect::Done(PayEnd::Failed(SdkError::NetworkOrCors))],
+            "no wait, no further request"
+        );
+    }
+
+    #[test]
+    fn a_network_failure_is_never_ended_as_cors_before_the_warning() {
+        let mut f = PayFlow::start(&Entry::Missing, snap(), config(), 0.0, || Some(key())).unwrap();
+        drain(&mut f, 0.0);
+        let mut budget = RetryBudget::new(BudgetConfig::default());
+        f.on_reply(
+            &Reply::NoAnswer { timed_out: true },
+            10.0,
+            &mut budget,
+            &mut || 0.5,
+        );
+        f.on_cors_refused();
+        assert!(
+            matches!(drain(&mut f, 10.0).last(), Some(Effect::Wait { .. })),
+            "a timeout is no CORS refusal: still retrying"
+        );
     }
 
     /// A 503: an HTTP answer, retried.

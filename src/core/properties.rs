@@ -186,6 +186,7 @@ fn drive(
     let (mut now, mut step, mut saved, mut removed) = (0.0f64, 0usize, false, false);
     let mut t = Trace::default();
     let mut last_final = false;
+    let mut released = false;
     let mut last_status = None;
     for _ in 0..10_000 {
         let up = online
@@ -216,7 +217,13 @@ fn drive(
                     .get(step)
                     .cloned()
                     .unwrap_or(Reply::NoAnswer { timed_out: false });
-                last_final = matches!(classify_pay(&reply), Verdict::Final(_));
+                let verdict = classify_pay(&reply);
+                // A refusal that claimed no key, to the key's first request, releases it
+                // (`attempt::released`): no other request with it ever left.
+                released = t.sends == 1
+                    && matches!(verdict, Verdict::Rejected { status, code }
+                        if crate::core::classify::claims_no_key(status, code));
+                last_final = matches!(verdict, Verdict::Final(_)) || released;
                 now += gaps.get(step).copied().unwrap_or(1) as f64;
                 let u = units.get(step).copied().unwrap_or(0.5);
                 step += 1;
@@ -241,7 +248,12 @@ fn drive(
                 flow.on_network(back);
             }
             Effect::Done(end) => {
-                prop_assert_eq!(matches!(end, PayEnd::Final(_)), removed, "{:?}", end);
+                prop_assert_eq!(
+                    matches!(end, PayEnd::Final(_)) || released,
+                    removed,
+                    "{:?}",
+                    end
+                );
                 prop_assert_eq!(flow.poll(now, true), None, "nothing after Done");
                 t.end = Some(end);
                 return Ok(t);

@@ -40,6 +40,12 @@ extern "C" {
     /// `Promise.race(list)`.
     #[wasm_bindgen(js_namespace = Promise, js_name = race)]
     fn race(list: &Array) -> Promise;
+
+    /// `crypto.getRandomValues(bytes)`: the browser's (and Node's) CSPRNG, bound by hand so
+    /// the module carries no second randomness stack (uuid's `v4`/`js` features pull in
+    /// getrandom and its own bindings).
+    #[wasm_bindgen(catch, js_namespace = crypto, js_name = getRandomValues)]
+    fn get_random_values(bytes: &mut [u8]) -> Result<JsValue, JsValue>;
 }
 
 /// `Promise.race([a, b])`.
@@ -151,14 +157,18 @@ pub(crate) async fn wait_online(max_ms: u64, abort: &Abort) -> Result<bool, SdkE
     Ok(online.is_ok_and(|v| !v.is_undefined()) || !offline())
 }
 
-/// A fresh random v4 UUID (uuid's `js` feature draws it from `crypto.getRandomValues`),
-/// hyphenated, lower case.
-pub(crate) fn random_uuid() -> String {
+/// A fresh random v4 UUID from `crypto.getRandomValues`, hyphenated, lower case; `None`
+/// without a usable `crypto` (never in a browser or Node 20).
+pub(crate) fn random_uuid() -> Option<String> {
+    let mut bytes = [0u8; 16];
+    get_random_values(&mut bytes).ok()?;
     // `encode_lower` into a stack buffer: `to_string` would link Rust's formatting machinery.
-    uuid::Uuid::new_v4()
-        .hyphenated()
-        .encode_lower(&mut uuid::Uuid::encode_buffer())
-        .to_owned()
+    let id = uuid::Builder::from_random_bytes(bytes).into_uuid();
+    Some(
+        id.hyphenated()
+            .encode_lower(&mut uuid::Uuid::encode_buffer())
+            .to_owned(),
+    )
 }
 
 /// Holds a Web Lock until dropped.
@@ -176,16 +186,33 @@ fn lock_manager() -> Option<LockManager> {
     (!locks.is_undefined() && !locks.is_null()).then(|| locks.unchecked_into())
 }
 
-/// Whether the Web Lock `name` is free right now (`ifAvailable`, nothing queued): `Some(true)`
-/// when it was, `None` without Web Locks.
-pub(crate) async fn lock_free(name: &str) -> Option<bool> {
-    let locks = lock_manager()?;
-    // Granted at once (with the lock) or not at all (with `null`); released when the callback
-    // returns.
-    let callback = Closure::once_into_js(|lock: JsValue| !lock.is_null());
+/// Takes the Web Lock `name` if it is free right now (`ifAvailable`, nothing queued), in one
+/// step: between a "is it free?" probe and a request another tab could take it, and this tab
+/// would then queue without knowing it waits. `Ok(Some(guard))`: taken; `Ok(None)`: another
+/// tab holds it; `Err(())`: no Web Locks (or the request failed).
+pub(crate) async fn try_lock(name: &str) -> Result<Option<LockGuard>, ()> {
+    let locks = lock_manager().ok_or(())?;
+    let (held, release) = deferred();
+    let (answered, answer) = deferred();
+    // Granted at once (with the lock, kept until `held` resolves) or not at all (`null`).
+    let callback = Closure::once_into_js(move |lock: JsValue| -> JsValue {
+        let granted = !lock.is_null();
+        let _ = answer.call1(&JsValue::NULL, &granted.into());
+        if granted {
+            held.into()
+        } else {
+            JsValue::UNDEFINED
+        }
+    });
+    // Dropped unused when the lock was not granted: resolving a promise nobody holds.
+    let guard = LockGuard(release);
     let options = value::object(&[("ifAvailable", &JsValue::TRUE)]);
-    let p = locks.request_with(name, &options, callback.unchecked_ref());
-    Some(JsFuture::from(p).await.ok()?.is_truthy())
+    let request = locks.request_with(name, &options, callback.unchecked_ref());
+    match JsFuture::from(race2(&answered, &request)).await {
+        Ok(v) if v.is_truthy() => Ok(Some(guard)),
+        Ok(v) if v.is_falsy() && !v.is_undefined() => Ok(None),
+        _ => Err(()),
+    }
 }
 
 /// The names of the Web Locks held right now by every tab of the origin (empty without Web
@@ -303,6 +330,41 @@ pub(crate) fn describe(v: &JsValue) -> String {
         Some((at, _)) => text.get(..at).unwrap_or_default().to_owned(),
         None => text,
     }
+}
+
+/// Whether the server behind `url` answers this page at all: a plain `GET` (a CORS "simple"
+/// request: no body, no credentials, no headers of ours, so no preflight and nothing it could
+/// pay; the companion server answers it 405) through the global `fetch`, at most
+/// `timeout_ms`. `true` when an HTTP answer of any status could be read: the server is up and
+/// its CORS answer admits this page, so requests that fail without an answer are refused by
+/// the browser for what they add (`credentials`, headers). `false` on a network failure, a
+/// timeout, or a server whose CORS admits nothing from this page (then nothing tells the two
+/// apart). Not `mode: "no-cors"`: browsers block an opaque error answer (Opaque Response
+/// Blocking) with a network error, so it cannot tell them apart either.
+pub(crate) async fn answers(url: &str, timeout_ms: u32) -> bool {
+    let Some(fetch) = fetch_fn(&Transport {
+        fetch: None,
+        headers: JsValue::UNDEFINED,
+        credentials: JsValue::UNDEFINED,
+    }) else {
+        return false;
+    };
+    let Ok(controller) = AbortController::new() else {
+        return false;
+    };
+    let init = value::object(&[
+        ("credentials", &"omit".into()),
+        ("cache", &"no-store".into()),
+        ("signal", &controller.signal().into()),
+    ]);
+    let Ok(sent) = fetch.call2(&JsValue::NULL, &url.into(), &init) else {
+        return false;
+    };
+    let (slept, _timer) = sleep(timeout_ms.into());
+    let answered = JsFuture::from(race2(&Promise::resolve(&sent), &slept)).await;
+    controller.abort();
+    // The timer resolves with `undefined`, a fetch with a Response.
+    answered.is_ok_and(|r| r.is_object())
 }
 
 /// True for what `fetch` itself rejects with when no answer came: a `TypeError` (a network

@@ -71,14 +71,18 @@ export interface Payment {
  */
 export type PayOutcome =
   /**
-   * Charged once. `byThisAttempt` is false when another key paid the order (the server's
-   * `ORDER_ALREADY_PAID`: another device, or an attempt this tab never held): show the
-   * receipt, nothing more was charged.
+   * Charged once. `byThisAttempt` is true only for the call whose request charged: false when
+   * another key paid the order (the server's `ORDER_ALREADY_PAID`: another device, or an
+   * attempt this tab never held), or when this call only confirmed another call's payment (a
+   * receipt from another tab, or another tab's attempt it adopted, answered as a replay). Of
+   * two tabs paying one order, one says true. Show the receipt either way; count the purchase
+   * on true.
    */
   | { kind: "paid"; payment: Payment; byThisAttempt: boolean }
   /**
-   * The customer must act first (e.g. 3-D Secure). `next` is the server's opaque payload (for
-   * example `{ type: "redirect", url }`, or `{ type: "stripe", clientSecret }` for
+   * The customer must act first (e.g. 3-D Secure). `next` is the backend's payload, passed on
+   * untouched: `isNextAction(next)` narrows it to the companion server's shapes
+   * (`NextAction`: `{ type: "redirect", url }` or `{ type: "stripe", clientSecret }` for
    * `stripe.confirmCardPayment`). After the action, `pay` with the same checkout (or
    * `resume(orderId)`) sends the same key and finishes the attempt.
    */
@@ -100,6 +104,20 @@ export type PayOutcome =
    * again later (a later `pay` makes a new key).
    */
   | { kind: "busy" };
+/** `next` of an `actionRequired` outcome from the companion server's mock provider: open `url` (the 3-D Secure challenge), then pay again. */
+export interface RedirectNext {
+  type: "redirect";
+  /** The provider's page, absolute. */
+  url: string;
+}
+/** `next` with the companion server's `--provider stripe`: hand `clientSecret` to Stripe.js (`stripe.confirmCardPayment`), then pay again. */
+export interface StripeNext {
+  type: "stripe";
+  /** The PaymentIntent's client secret: for Stripe.js in this browser only; never log it. */
+  clientSecret: string;
+}
+/** The shapes of `next` the companion server sends (docs/protocol.md, section 4); `isNextAction` tells them from another backend's. */
+export type NextAction = RedirectNext | StripeNext;
 /**
  * The result of `cancel`. `processing` and `unknown` keep the key. `notFound`: the server does
  * not know this key for this order (the order is not this user's or is gone, or the key
@@ -154,8 +172,14 @@ export interface RetryOptions {
  * What `onWarning` hears (with a message for people). `NETWORK_OR_CORS`: the first two
  * requests of a `pay` call both failed at the network level, no HTTP answer (a CORS refusal,
  * e.g. `Access-Control-Allow-Origin: *` with `credentials: "include"`, or an unreachable
- * server); said at once, the message names `credentials` and the CORS headers to check. The
- * call goes on retrying (it resolves `pending` if nothing answers), key kept.
+ * server); said at once, the message names `credentials` and the CORS headers to check. Then
+ * the SDK asks whether the server answers this page at all: a plain GET of the pay URL (no
+ * body, no credentials, no headers: a CORS simple request, nothing it could pay), through the
+ * global `fetch`, at most 3 s. If an answer of any status can be read, the server is up and
+ * the browser refuses only what the SDK's requests add (`credentials`, headers): `pay`
+ * rejects at once with the error `NETWORK_OR_CORS` (key kept). If not (a network failure, the
+ * server down, or a server whose CORS admits nothing from this page), the call goes on
+ * retrying (it resolves `pending` if nothing answers), key kept.
  */
 export type PayonceWarningCode =
   | "STORAGE_UNAVAILABLE"
@@ -182,10 +206,16 @@ export interface ClientOptions {
    * called before every request, e.g. a Bearer token that refreshes or a CSRF token. The SDK
    * sets `Content-Type`, `Idempotency-Key` and `X-Request-Id` over them: the key is never the
    * app's to change. A function that throws or rejects (a failed token refresh) ends `pay` at
-   * once with `TRANSPORT_FAILED` (its error as `cause`); the request never leaves.
+   * once with `TRANSPORT_FAILED` (its error as `cause`); the request never leaves. With a
+   * Bearer token and no cookie, set `credentials: "omit"` too.
    */
   headers?: HeadersInit | (() => HeadersInit | Promise<HeadersInit>);
-  /** `RequestInit.credentials` of every request (default "include": the session cookie goes along). */
+  /**
+   * `RequestInit.credentials` of every request (default "include": the session cookie goes
+   * along). A backend that authenticates with `headers` (a Bearer token) and takes no cookie
+   * wants "omit": a cross-origin one that answers `Access-Control-Allow-Origin: *` refuses
+   * "include" (`NETWORK_OR_CORS`).
+   */
   credentials?: "include" | "same-origin" | "omit";
   /**
    * The URLs of an order's pay and cancel endpoints (defaults: `${baseUrl}/orders/${encodeURIComponent(orderId)}/pay`
@@ -320,6 +350,13 @@ export type PayonceErrorCode =
   | "SNAPSHOT_CONFLICT"
   | "UNREADABLE_ATTEMPT"
   | "KEY_REUSED_WITH_DIFFERENT_DETAILS"
+  /**
+   * The server refused the request (`status`, `problemCode`). A refusal that claimed no key
+   * (any 401, e.g. an expired session; 400, 404 `ORDER_NOT_FOUND`, `OUT_OF_STOCK`, 413, 414,
+   * 415, 431) to the key's first request releases the attempt: the next `pay`, with any
+   * checkout, makes a new key. Otherwise the key is kept: `pay` again with the same checkout
+   * (e.g. after signing in again), or `cancel(orderId)` to pay with other details.
+   */
   | "SERVER_REJECTED"
   /** The answer does not fit the protocol (a 2xx that is not a payonce answer, a payment for another order); key kept, `body` shows it. */
   | "PROTOCOL_MISMATCH"
@@ -327,6 +364,8 @@ export type PayonceErrorCode =
   | "UNSUPPORTED"
   /** The app's `headers` or `fetch` threw or rejected: the request never left; `cause` is the app's error, the stored attempt is as it was. */
   | "TRANSPORT_FAILED"
+  /** The first two requests failed without an answer while the server answers this page (a plain GET without credentials got an answer): the browser refused the SDK's requests (the message names what to check; `credentials` first). Key kept. */
+  | "NETWORK_OR_CORS"
   | "NOT_INITIALIZED";
 "#;
 
@@ -1003,12 +1042,6 @@ async fn pay(inner: &Inner, checkout: CheckoutSnapshot, call: PayCall) -> Result
     // the first one's receipt, its stored attempt, or the attempt the first tab was sending.
     let (_lock, seen) = order_lock(inner, &order_id, &call).await?;
     let pay_url = inner.url(inner.pay_endpoint.as_ref(), paths::pay, &order_id)?;
-    if let Some(r) = tabs::receipt(&inner.base_url, &checkout) {
-        let confirmed = confirm_receipt(inner, &r, &pay_url, &call.abort).await;
-        if let Some(paid) = confirmed.map_err(io::Unsent::into_js)? {
-            return Ok(paid);
-        }
-    }
     let config = FlowConfig {
         policy: inner.policy,
         deadline_ms: inner.deadline_ms,
@@ -1016,7 +1049,19 @@ async fn pay(inner: &Inner, checkout: CheckoutSnapshot, call: PayCall) -> Result
     };
     let entry = inner.store.get(&order_id);
     let seen = seen.map(|c| (c.key, c.snapshot));
-    let mut flow = match attempt::adopt(&entry, seen, js_sys::Date::now() as u64) {
+    // The attempt seen while waiting is adopted before any receipt is looked at: the other
+    // tab's receipt for it is that attempt's outcome, which the adopted flow's first request
+    // (a replay for its key) confirms the same way, and this call says `tabAdopt` every time.
+    let adopted = attempt::adopt(&entry, seen, js_sys::Date::now() as u64);
+    if adopted.is_none() {
+        if let Some(r) = tabs::receipt(&inner.base_url, &checkout) {
+            let confirmed = confirm_receipt(inner, &r, &pay_url, &call.abort).await;
+            if let Some(paid) = confirmed.map_err(io::Unsent::into_js)? {
+                return Ok(paid);
+            }
+        }
+    }
+    let mut flow = match adopted {
         Some(theirs) => {
             inner
                 .observer
@@ -1024,7 +1069,7 @@ async fn pay(inner: &Inner, checkout: CheckoutSnapshot, call: PayCall) -> Result
             PayFlow::start_adopted(theirs, config, js_sys::Date::now())
         }
         None => PayFlow::start(&entry, checkout, config, js_sys::Date::now(), || {
-            IdempotencyKey::parse(&io::random_uuid()).ok()
+            IdempotencyKey::parse(&io::random_uuid()?).ok()
         })?,
     };
     // Shown to the other tabs while this call sends the attempt (src/web/tabs.rs); released
@@ -1046,7 +1091,18 @@ async fn pay(inner: &Inner, checkout: CheckoutSnapshot, call: PayCall) -> Result
             return Ok(pending(PendingReason::Deadline));
         };
         match effect {
-            Effect::Warn(w) => inner.warn(w),
+            Effect::Warn(w) => {
+                inner.warn(w);
+                // Two network failures in a row: a CORS refusal if the server answers this
+                // page's plain GET (`io::answers`), and then retrying cannot help
+                // (src/core/flow.rs, `on_cors_refused`).
+                if w == Warning::NetworkOrCors
+                    && !io::offline()
+                    && io::answers(&pay_url, CORS_PROBE_MS).await
+                {
+                    flow.on_cors_refused();
+                }
+            }
             Effect::Save { attempt, new: true } => inner.note(inner.store.put(&attempt)),
             Effect::Save { attempt, .. } => inner.note(inner.store.update(&attempt)),
             Effect::Remove(key) => inner.store.remove(&order_id, Some(&key)),
@@ -1061,7 +1117,7 @@ async fn pay(inner: &Inner, checkout: CheckoutSnapshot, call: PayCall) -> Result
             }
             Effect::Send { attempt } => {
                 let key_str = flow.attempt().key.as_str().to_owned();
-                let request_id = io::random_uuid();
+                let request_id = io::random_uuid().unwrap_or_default();
                 let req = Req {
                     endpoint: "pay",
                     order_id: &order_id,
@@ -1109,8 +1165,9 @@ async fn pay(inner: &Inner, checkout: CheckoutSnapshot, call: PayCall) -> Result
                 let now = js_sys::Date::now();
                 inner.observer.answer(&req, &answer, now - sent_at);
                 let mut budget = inner.budget.borrow_mut();
-                flow.on_reply(
+                flow.on_answer(
                     &answer.reply,
+                    answer.seen.replayed,
                     js_sys::Date::now(),
                     &mut budget,
                     &mut js_sys::Math::random,
@@ -1175,9 +1232,15 @@ async fn pay(inner: &Inner, checkout: CheckoutSnapshot, call: PayCall) -> Result
 const CLAIM_POLL_MS: u64 = 50;
 const CLAIM_POLLS: u32 = 200;
 
-/// Takes the order's Web Lock. When another tab holds it, says so (status `waitingForOtherTab`,
-/// event `tabWait`) and looks at the held locks until it sees that tab's claim or the lock is
-/// free, then queues for it. The claim seen is the attempt this call adopts (`None`: none seen).
+/// The longest the plain GET behind a `NETWORK_OR_CORS` diagnosis may take: a server
+/// that does not answer within it counts as unreachable (a network failure: keep retrying).
+const CORS_PROBE_MS: u32 = 3_000;
+
+/// Takes the order's Web Lock. When another tab holds it, says so at once (status
+/// `waitingForOtherTab`, event `tabWait`) and looks at the held locks until it sees that tab's
+/// claim or the lock is free, then queues for it. The claim seen is the attempt this call
+/// adopts (`None`: none seen). The first take is `ifAvailable` and keeps the lock when it
+/// gets it, so a tab never queues behind another without having said that it waits.
 async fn order_lock(
     inner: &Inner,
     order_id: &str,
@@ -1185,7 +1248,13 @@ async fn order_lock(
 ) -> Result<(Option<io::LockGuard>, Option<Claim>), SdkError> {
     let name = ["payonce:", order_id].concat();
     let mut seen = None;
-    if io::lock_free(&name).await == Some(false) {
+    match io::try_lock(&name).await {
+        Ok(Some(guard)) => return Ok((Some(guard), None)),
+        // No Web Locks: the server's key and order rules still hold.
+        Err(()) => return Ok((None, None)),
+        Ok(None) => {}
+    }
+    {
         call.status(PayStatus::WaitingForOtherTab.as_str());
         inner.observer.tab("tabWait", order_id, None);
         for _ in 0..CLAIM_POLLS {
@@ -1213,7 +1282,7 @@ async fn confirm_receipt(
 ) -> Result<Option<JsValue>, io::Unsent> {
     let order_id = &r.snapshot.order_id;
     let key = r.key.as_str();
-    let request_id = io::random_uuid();
+    let request_id = io::random_uuid().unwrap_or_default();
     let req = Req {
         endpoint: "pay",
         order_id,
@@ -1240,10 +1309,11 @@ async fn confirm_receipt(
     inner
         .observer
         .answer(&req, &answer, js_sys::Date::now() - sent_at);
+    // Another call's payment (another tab's, or an earlier call's): this call charged nothing.
     let paid = receipt::confirmed(classify_pay_for(&answer.reply, order_id)).map(|payment| {
         outcome_js(&Final::Paid {
             payment,
-            by_this_attempt: true,
+            by_this_attempt: false,
         })
     });
     if let Some(v) = &paid {
@@ -1272,7 +1342,7 @@ async fn cancel(inner: &Inner, order_id: &str) -> CancelOutcome {
     };
     let body = value::to_json(&CancelRequest { key: key.clone() });
     let no_abort = Abort::new(None);
-    let request_id = io::random_uuid();
+    let request_id = io::random_uuid().unwrap_or_default();
     let req = Req {
         endpoint: "cancel",
         order_id,

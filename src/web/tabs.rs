@@ -208,7 +208,7 @@ fn session_tab_id() -> Option<String> {
 }
 
 fn new_tab_id() -> Option<String> {
-    let id = crate::web::io::random_uuid();
+    let id = crate::web::io::random_uuid()?;
     let s = web_sys::window()?.session_storage().ok()??;
     s.set_item(TAB_ID, &id).ok()?;
     Some(id)
