@@ -56,6 +56,13 @@ where
 }
 
 impl AttemptState {
+    /// The state spelled `s` (as [`AttemptState::as_str`] spells it), if any.
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Saved, Self::Sent, Self::Unknown]
+            .into_iter()
+            .find(|v| v.as_str() == s)
+    }
+
     /// The spelling used in storage and in `PendingAttempt.state`.
     pub fn as_str(self) -> &'static str {
         match self {

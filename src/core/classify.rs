@@ -113,6 +113,19 @@ pub enum Final {
     Expired,
 }
 
+impl Final {
+    /// The `kind` of the `PayOutcome` union member (the serde derive's tag).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Paid { .. } => "paid",
+            Self::Declined { .. } => "declined",
+            Self::OrderChanged { .. } => "orderChanged",
+            Self::Cancelled => "cancelled",
+            Self::Expired => "expired",
+        }
+    }
+}
+
 /// An [`ErrorCode`] as its wire spelling, through [`ErrorCode::as_str`]: the derived
 /// `Serialize` of the whole code list (only ever used here) is larger in the Wasm module.
 fn code_str<S: serde::Serializer>(code: &ErrorCode, s: S) -> Result<S::Ok, S::Error> {
@@ -403,6 +416,21 @@ pub enum CancelOutcome {
 }
 
 impl CancelOutcome {
+    /// The `kind` of the `CancelOutcome` union member (the serde derive's tag).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Cancelled => "cancelled",
+            Self::Declined => "declined",
+            Self::Failed => "failed",
+            Self::Expired => "expired",
+            Self::Paid { .. } => "paid",
+            Self::NotFound { .. } => "notFound",
+            Self::Processing => "processing",
+            Self::Unknown => "unknown",
+        }
+    }
+
     /// True when the stored key must be removed.
     pub fn removes_key(&self) -> bool {
         !matches!(self, Self::None | Self::Processing | Self::Unknown)
@@ -855,7 +883,11 @@ mod tests {
             },
             Final::Cancelled,
         ];
-        // The web layer hands these to JavaScript through their serde derives.
+        // The web layer builds these member by member with `kind()` (src/web/mod.rs,
+        // `outcome_js`): the derive's tag and `kind()` agree.
+        for f in &finals {
+            assert_eq!(serde_json::to_value(f).unwrap()["kind"], f.kind());
+        }
         let j = |s: &str| serde_json::from_str::<serde_json::Value>(s).unwrap();
         let finals: Vec<_> = finals
             .iter()
@@ -889,6 +921,9 @@ mod tests {
             CancelOutcome::Processing,
             CancelOutcome::Unknown,
         ];
+        for c in &cancels {
+            assert_eq!(serde_json::to_value(c).unwrap()["kind"], c.kind());
+        }
         let kinds: Vec<_> = cancels
             .iter()
             .map(|c| serde_json::to_value(c).unwrap())

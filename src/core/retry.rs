@@ -333,6 +333,17 @@ pub enum PendingReason {
     Budget,
 }
 
+impl PendingReason {
+    /// The `reason` of a `pending` outcome (the serde derive's spelling).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Deadline => "deadline",
+            Self::Attempts => "attempts",
+            Self::Budget => "budget",
+        }
+    }
+}
+
 /// The next thing a pay call does after an unknown outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Next {

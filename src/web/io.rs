@@ -326,8 +326,8 @@ pub(crate) fn describe(v: &JsValue) -> String {
             .dyn_ref::<js_sys::Error>()
             .map_or_else(|| "unknown error".into(), |e| e.to_string().into()),
     };
-    match text.char_indices().nth(200) {
-        Some((at, _)) => text.get(..at).unwrap_or_default().to_owned(),
+    match value::char_at(&text, 200) {
+        Some(at) => text.get(..at).unwrap_or_default().to_owned(),
         None => text,
     }
 }
@@ -517,11 +517,12 @@ fn decode<T: DeserializeOwned>(raw: Reply<JsValue>) -> Reply<T> {
 
 /// At most 2,000 characters of a body that is not JSON (an HTML error page): enough to tell
 /// what answered.
-fn cut(mut text: String) -> String {
-    if let Some((at, _)) = text.char_indices().nth(2_000) {
-        text.truncate(at);
+fn cut(text: String) -> String {
+    // `get`, not `truncate`: the latter's char-boundary assertion is a panic with its message.
+    match value::char_at(&text, 2_000) {
+        Some(at) => text.get(..at).unwrap_or_default().to_owned(),
+        None => text,
     }
-    text
 }
 
 /// The request itself, not generic over the answer type (one copy in the module). The raw

@@ -30,7 +30,6 @@ use io::{Abort, Call};
 use js_sys::{Function, Promise, Reflect};
 use payonce_protocol::body::{paths, DevFault};
 use payonce_protocol::{headers, CancelRequest, CheckoutSnapshot, IdempotencyKey, PayResponse};
-use serde::Serialize;
 use std::cell::RefCell;
 use std::rc::Rc;
 use store::Store;
@@ -701,13 +700,6 @@ fn retry_policy(retry: &JsValue) -> Result<RetryPolicy, ()> {
     })
 }
 
-/// `{ kind: "pending", reason }`: the call stopped asking, the key is kept.
-#[derive(Serialize)]
-struct Pending {
-    kind: &'static str,
-    reason: PendingReason,
-}
-
 fn callback(obj: &JsValue, name: &str) -> Option<Function> {
     Reflect::get(obj, &name.into())
         .ok()
@@ -850,9 +842,7 @@ impl PayonceClient {
     #[wasm_bindgen(unchecked_return_type = "Promise<CancelOutcome>")]
     pub fn cancel(&self, #[wasm_bindgen(js_name = orderId)] order_id: String) -> Promise {
         let inner = self.inner.clone();
-        spawn_promise(
-            async move { Ok::<_, JsValue>(value::to_js(&cancel(&inner, &order_id).await)) },
-        )
+        spawn_promise(async move { Ok::<_, JsValue>(cancel_js(&cancel(&inner, &order_id).await)) })
     }
 
     /// The unresolved attempt stored for `orderId`, if any.
@@ -1022,17 +1012,50 @@ where
     promise
 }
 
-/// A final outcome as the `PayOutcome` union member.
+/// A final outcome as the `PayOutcome` union member: `{ kind, ...members }`, the shape of
+/// [`Final`]'s serde derive (`src/core/classify.rs` tests it), built member by member. The
+/// outcomes, the cancel outcomes and the receipts were the only values serialized with a
+/// `Payment` in them: hand-built, the module carries no serializer for `Final`,
+/// `CancelOutcome`, `Receipt` or `Payment`.
 fn outcome_js(f: &Final) -> JsValue {
-    value::to_js(f)
+    let kind = ("kind", JsValue::from_str(f.kind()));
+    match f {
+        Final::Paid {
+            payment,
+            by_this_attempt,
+        } => value::object_owned(&[
+            kind,
+            ("payment", value::payment(payment)),
+            ("byThisAttempt", (*by_this_attempt).into()),
+        ]),
+        Final::Declined { code } => value::object_owned(&[kind, ("code", code.as_str().into())]),
+        Final::OrderChanged {
+            current_version: Some(v),
+        } => value::object_owned(&[kind, ("currentVersion", JsValue::from_f64(*v as f64))]),
+        _ => value::object_owned(&[kind]),
+    }
+}
+
+/// A cancel outcome as the `CancelOutcome` union member (the shape of its serde derive).
+fn cancel_js(c: &CancelOutcome) -> JsValue {
+    let kind = ("kind", JsValue::from_str(c.kind()));
+    match c {
+        CancelOutcome::Paid { payment: Some(p) } => {
+            value::object_owned(&[kind, ("payment", value::payment(p))])
+        }
+        CancelOutcome::NotFound { code } => {
+            value::object_owned(&[kind, ("problemCode", code.as_str().into())])
+        }
+        _ => value::object_owned(&[kind]),
+    }
 }
 
 /// `{ kind: "pending", reason }`: the call stopped asking, the key is kept.
 fn pending(reason: PendingReason) -> JsValue {
-    value::to_js(&Pending {
-        kind: "pending",
-        reason,
-    })
+    value::object_owned(&[
+        ("kind", "pending".into()),
+        ("reason", reason.as_str().into()),
+    ])
 }
 
 /// Performs the core's pay flow ([`crate::core::flow`]): storage, statuses, requests, waits.

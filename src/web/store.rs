@@ -10,10 +10,11 @@
 //! reports `STORAGE_UNAVAILABLE` once, and keeps going. Reads look in memory first, then in
 //! sessionStorage, so an attempt saved before the fallback still blocks a second payment.
 
-use crate::core::attempt::{storage_key, Attempt, Entry, STORAGE_PREFIX};
-use crate::web::value;
-use payonce_protocol::IdempotencyKey;
+use crate::core::attempt::{storage_key, Attempt, AttemptState, Entry, STORAGE_PREFIX};
+use crate::web::value::{self, Kind};
+use payonce_protocol::{CheckoutSnapshot, IdempotencyKey};
 use std::cell::{Cell, RefCell};
+use wasm_bindgen::JsValue;
 use web_sys::Storage;
 
 pub(crate) struct Store {
@@ -145,15 +146,40 @@ fn probe() -> Option<Storage> {
     Some(s)
 }
 
+/// The JSON of [`Attempt`]'s members as its serde derive spells them (the entry format
+/// above), written and read member by member: the module then carries no struct serializer or
+/// visitor for `Attempt` (the snapshot still goes through its derives).
 fn encode(a: &Attempt) -> String {
-    value::to_json(a)
+    let v = value::object_owned(&[
+        ("key", a.key.as_str().into()),
+        ("snapshot", value::to_js(&a.snapshot)),
+        ("state", a.state.as_str().into()),
+        ("createdAt", JsValue::from_f64(a.created_at as f64)),
+        ("sends", a.sends.into()),
+    ]);
+    js_sys::JSON::stringify(&v)
+        .ok()
+        .and_then(|s| s.as_string())
+        .unwrap_or_default()
+}
+
+/// [`encode`]'s value read back; `None` when a member is missing or of another kind.
+fn read(v: &JsValue) -> Option<Attempt> {
+    let int = |k, max| value::member(v, k, Kind::Int(max)).ok()?.as_f64();
+    Some(Attempt {
+        key: IdempotencyKey::parse(&value::get(v, "key").as_string()?).ok()?,
+        snapshot: value::from_js::<CheckoutSnapshot>(&value::get(v, "snapshot"))?,
+        state: AttemptState::parse(&value::get(v, "state").as_string()?)?,
+        created_at: int("createdAt", value::MAX_SAFE)? as u64,
+        sends: int("sends", value::MAX_U32)? as u32,
+    })
 }
 
 fn decode(text: &str) -> Entry {
     let Ok(v) = js_sys::JSON::parse(text) else {
         return Entry::Unreadable { key: None };
     };
-    let full = value::from_js::<Attempt>(&v);
+    let full = read(&v);
     let salvaged = if full.is_none() {
         // Just the key of a value whose other members do not read: one member, read directly.
         value::get(&v, "key")

@@ -23,7 +23,7 @@
 use crate::core::receipt::{Claim, Receipt};
 use crate::web::value;
 use js_sys::Function;
-use payonce_protocol::CheckoutSnapshot;
+use payonce_protocol::{CheckoutSnapshot, IdempotencyKey, Payment};
 use std::cell::{Cell, RefCell};
 use wasm_bindgen::prelude::*;
 use web_sys::{BroadcastChannel, MessageEvent};
@@ -32,9 +32,26 @@ const CHANNEL: &str = "payonce";
 const TAB_ID: &str = "payonce:tab";
 const CLAIM: &str = "payonce-claim:";
 
-/// The name of the Web Lock a pay call holds while it sends `claim`'s attempt.
+/// The name of the Web Lock a pay call holds while it sends `claim`'s attempt: the JSON of
+/// [`Claim`]'s members (as its serde derive spells them), built member by member like the
+/// receipts: the module carries no serializer or struct visitor for `Claim` or `Receipt`.
 pub(crate) fn claim_lock(claim: &Claim) -> String {
-    [CLAIM, &value::to_json(claim)].concat()
+    let v = value::object_owned(&[
+        ("baseUrl", claim.base_url.as_str().into()),
+        ("key", claim.key.as_str().into()),
+        ("snapshot", value::to_js(&claim.snapshot)),
+    ]);
+    let json = js_sys::JSON::stringify(&v).ok().and_then(|s| s.as_string());
+    [CLAIM, &json.unwrap_or_default()].concat()
+}
+
+/// The base URL, key and snapshot members of a claim or a receipt; `None` unless all three
+/// read.
+fn read_attempt(v: &JsValue) -> Option<(String, IdempotencyKey, CheckoutSnapshot)> {
+    let base_url = value::get(v, "baseUrl").as_string()?;
+    let key = IdempotencyKey::parse(&value::get(v, "key").as_string()?).ok()?;
+    let snapshot = value::from_js::<CheckoutSnapshot>(&value::get(v, "snapshot"))?;
+    Some((base_url, key, snapshot))
 }
 
 /// The claim for `order_id` through `base_url` among the held locks `names`, if any tab
@@ -43,8 +60,26 @@ pub(crate) fn claim_in(names: &[String], base_url: &str, order_id: &str) -> Opti
     names
         .iter()
         .filter_map(|n| n.strip_prefix(CLAIM))
-        .filter_map(|json| value::from_js::<Claim>(&js_sys::JSON::parse(json).ok()?))
+        .filter_map(|json| read_attempt(&js_sys::JSON::parse(json).ok()?))
+        .map(|(base_url, key, snapshot)| Claim {
+            base_url,
+            key,
+            snapshot,
+        })
         .find(|c| c.is_for(base_url, order_id))
+}
+
+/// A receipt member as [`receipt_js`] writes it; `None` when a member does not read.
+fn read_receipt(v: &JsValue) -> Option<Receipt> {
+    let (base_url, key, snapshot) = read_attempt(v)?;
+    let payment = value::get(v, "payment");
+    let payment = value::from_js::<Payment>(&payment).filter(|_| payment.is_object())?;
+    Some(Receipt {
+        base_url,
+        key,
+        snapshot,
+        payment,
+    })
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -95,7 +130,7 @@ impl Message {
         let receipt = if receipt.is_undefined() || receipt.is_null() {
             None
         } else {
-            Some(value::from_js::<Receipt>(&receipt)?)
+            Some(read_receipt(&receipt)?)
         };
         Some(Self { t, tab, receipt })
     }
@@ -103,7 +138,7 @@ impl Message {
     fn to_js(&self) -> JsValue {
         let mut members = vec![("t", JsValue::from_str(self.t.as_str()))];
         members.extend(self.tab.as_deref().map(|t| ("tab", t.into())));
-        members.extend(self.receipt.as_ref().map(|r| ("receipt", value::to_js(r))));
+        members.extend(self.receipt.as_ref().map(|r| ("receipt", receipt_js(r))));
         value::object_owned(&members)
     }
 }
@@ -192,6 +227,17 @@ impl Tabs {
             _ => {}
         }
     }
+}
+
+/// A receipt as the message's `receipt` member: the members of [`Receipt`]'s serde derive
+/// (which reads it back on the other side), the payment built by [`value::payment`].
+fn receipt_js(r: &Receipt) -> JsValue {
+    value::object_owned(&[
+        ("baseUrl", r.base_url.as_str().into()),
+        ("key", r.key.as_str().into()),
+        ("snapshot", value::to_js(&r.snapshot)),
+        ("payment", value::payment(&r.payment)),
+    ])
 }
 
 fn post(ch: &BroadcastChannel, m: &Message) {

@@ -47,6 +47,20 @@ pub(crate) fn get(o: &JsValue, k: &str) -> JsValue {
     Reflect::get(o, &JsValue::from_str(k)).unwrap_or(JsValue::UNDEFINED)
 }
 
+/// A `Payment` as the app reads it (the `Payment` interface; the members of its serde
+/// derive, in order), built member by member: nothing else in the module serializes one.
+pub(crate) fn payment(p: &payonce_protocol::Payment) -> JsValue {
+    object_owned(&[
+        ("id", p.id.as_str().into()),
+        ("orderId", p.order_id.as_str().into()),
+        ("amount", JsValue::from_f64(p.amount as f64)),
+        ("currency", p.currency.as_str().into()),
+        ("paymentMethodId", p.payment_method_id.as_str().into()),
+        ("chargeId", p.charge_id.as_str().into()),
+        ("status", p.status.as_str().into()),
+    ])
+}
+
 /// [`object`] of owned values.
 pub(crate) fn object_owned(members: &[(&str, JsValue)]) -> JsValue {
     let o = Object::new();
@@ -149,12 +163,29 @@ fn shown(v: &JsValue) -> String {
         .ok()
         .and_then(|s| s.as_string())
         .unwrap_or_else(|| "undefined".into());
-    match text.char_indices().nth(60) {
+    match char_at(&text, 60) {
         // `get`, not `[..at]`: `at` is a char boundary, but indexing links the slice panic and
         // its `{:?}` formatting of the string (char escaping, unicode tables): 4.0 KB gzip.
-        Some((at, _)) => [text.get(..at).unwrap_or_default(), "…"].concat(),
+        Some(at) => [text.get(..at).unwrap_or_default(), "…"].concat(),
         None => text,
     }
+}
+
+/// The byte offset of `s`'s character number `n` (0-based), `None` when it has no more than
+/// `n` characters: `s.char_indices().nth(n)`'s offset, without std's character counting
+/// (`str::count`, 0.8 KB of the module, which `nth` on a `CharIndices` links).
+pub(crate) fn char_at(s: &str, n: usize) -> Option<usize> {
+    let mut seen = 0;
+    for (at, b) in s.bytes().enumerate() {
+        // A character starts at every byte that is not a UTF-8 continuation byte (10xxxxxx).
+        if b & 0xC0 != 0x80 {
+            if seen == n {
+                return Some(at);
+            }
+            seen += 1;
+        }
+    }
+    None
 }
 
 /// `Ok` when `v` is absent or every own member of it is a string (the checkout's extras);
