@@ -27,6 +27,7 @@ ceiling=$(grep -v '^[[:space:]]*#' "$ceiling_file" | tr -d '[:space:]')
 printf 'size: %-16s %7s    %7d B gzip (ceiling %d B)\n' "sum" "" "$total" "$ceiling"
 if [ "$total" -gt "$ceiling" ]; then
   echo "size: FAILED: $total B gzip is above the ceiling of $ceiling B in tools/size-ceiling.txt." >&2
+  echo "size: what grew: scripts/size-report.sh on this branch and on main (docs/size.md, \"When the size suite fails\")." >&2
   echo "size: shrink the package, or raise the ceiling in a commit that says what the bytes buy." >&2
   exit 1
 fi

@@ -20,7 +20,7 @@
 //!
 //!   | outcome | when | key |
 //!   |---|---|---|
-//!   | `paid`, `byThisAttempt: true` | 200 `succeeded` for this key | removed |
+//!   | `paid`, `byThisAttempt: true` | 200 `succeeded` for this key (an adopted attempt's replayed 200 says `false`: the other tab charged) | removed |
 //!   | `paid`, `byThisAttempt: false` | 409 `ORDER_ALREADY_PAID`: another key paid the order; `payment` is its receipt | removed |
 //!   | `declined` | 402 `PAYMENT_DECLINED` / `PAYMENT_FAILED` | removed |
 //!   | `cancelled` | 409 `ATTEMPT_CANCELLED` | removed |
@@ -28,7 +28,8 @@
 //!   | `busy` | 409 `PAYMENT_ALREADY_ACTIVE`: another attempt runs; the key is tombstoned with a cancel first | removed by the cancel |
 //!   | `actionRequired` | 402 `ACTION_REQUIRED` (3-D Secure: the same key finishes it) | kept |
 //!   | `pending` | no final answer within the call's bounds | kept |
-//!   | error `SERVER_REJECTED`, `PROTOCOL_MISMATCH`, ... | other refusals (`KEY_REUSED_WITH_DIFFERENT_DETAILS`, 401, ...), answers that do not fit the protocol | kept |
+//!   | error `SERVER_REJECTED` | a refusal that claimed no key (401, ...: `core::classify::claims_no_key`) to the key's first request | removed |
+//!   | error `SERVER_REJECTED`, `PROTOCOL_MISMATCH`, `NETWORK_OR_CORS`, ... | other refusals (`KEY_REUSED_WITH_DIFFERENT_DETAILS`, a 401 to a key sent before, ...), answers that do not fit the protocol, a diagnosed CORS refusal | kept |
 //!
 //!   `cancel()` resolves a kept key (the server tombstones a key it never saw; a cancel
 //!   answered `ORDER_NOT_FOUND` or `KEY_REUSED_WITH_DIFFERENT_DETAILS` resolves it as
