@@ -7,8 +7,8 @@
 //! - [`store`]: sessionStorage / memory entries.
 //! - [`io`]: fetch with timeout, abortable waits, `online`, Web Locks, all as JS promises.
 //! - [`tabs`]: BroadcastChannel receipts and duplicate-tab detection.
-//! - [`value`]: JS values in and out through serde-wasm-bindgen (options, checkouts, answers,
-//!   stored attempts, outcomes).
+//! - [`value`]: JS values in and out (serde-wasm-bindgen reads checkouts and answers; the rest
+//!   is read and built member by member).
 
 mod error;
 mod io;
@@ -29,7 +29,7 @@ pub use error::PayonceError;
 use io::{Abort, Call};
 use js_sys::{Function, Promise, Reflect};
 use payonce_protocol::body::{paths, DevFault};
-use payonce_protocol::{headers, CancelRequest, CheckoutSnapshot, IdempotencyKey, PayResponse};
+use payonce_protocol::{headers, CheckoutSnapshot, IdempotencyKey, PayResponse};
 use std::cell::RefCell;
 use std::rc::Rc;
 use store::Store;
@@ -856,7 +856,7 @@ impl PayonceClient {
             Entry::Valid(a) => {
                 let extras = Some(&a.snapshot.extras)
                     .filter(|e| !e.is_empty())
-                    .map(value::to_js);
+                    .map(value::extras);
                 let mut members = vec![
                     ("state", a.state.as_str().into()),
                     ("orderId", order_id.as_str().into()),
@@ -1103,7 +1103,7 @@ async fn pay(inner: &Inner, checkout: CheckoutSnapshot, call: PayCall) -> Result
         snapshot: flow.attempt().snapshot.clone(),
     };
     let _claim = io::lock(&tabs::claim_lock(&claim), &call.abort).await?;
-    let body = value::to_json(&flow.attempt().snapshot.pay_body());
+    let body = value::pay_body(&flow.attempt().snapshot);
     let mut reminder = None;
     let mut last_body = JsValue::UNDEFINED;
     // The app's error when its `headers` or `fetch` failed: the rejection's `cause`.
@@ -1314,7 +1314,7 @@ async fn confirm_receipt(
         id: &request_id,
     };
     let sent_at = js_sys::Date::now();
-    let body = value::to_json(&r.snapshot.pay_body());
+    let body = value::pay_body(&r.snapshot);
     let answer = io::post::<PayResponse>(
         Call {
             url,
@@ -1363,7 +1363,8 @@ async fn cancel(inner: &Inner, order_id: &str) -> CancelOutcome {
     let Ok(url) = inner.url(inner.cancel_endpoint.as_ref(), paths::cancel, order_id) else {
         return CancelOutcome::Unknown;
     };
-    let body = value::to_json(&CancelRequest { key: key.clone() });
+    // `CancelRequest`'s JSON.
+    let body = value::json(&value::object(&[("key", &key.as_str().into())]));
     let no_abort = Abort::new(None);
     let request_id = io::random_uuid().unwrap_or_default();
     let req = Req {

@@ -1,8 +1,9 @@
 //! Where attempts are kept: sessionStorage (survives a reload, dies with the tab, never shared
 //! with other tabs, and written before the request is sent), or memory when storage is unavailable.
 //!
-//! Entry format: key `payonce:attempt:<orderId>`, value the JSON of [`Attempt`] (its serde
-//! derives, through serde-wasm-bindgen and the browser's `JSON`):
+//! Entry format: key `payonce:attempt:<orderId>`, value the JSON of [`Attempt`] (its members
+//! as its serde derives spell them, written and read member by member, through the browser's
+//! `JSON`):
 //! `{"key":"…","snapshot":{"orderId":"…","orderVersion":3,"paymentMethodId":"pm_…"},
 //! "state":"saved"|"sent"|"unknown","createdAt":1764466000000,"sends":1}`.
 //!
@@ -152,15 +153,12 @@ fn probe() -> Option<Storage> {
 fn encode(a: &Attempt) -> String {
     let v = value::object_owned(&[
         ("key", a.key.as_str().into()),
-        ("snapshot", value::to_js(&a.snapshot)),
+        ("snapshot", value::snapshot(&a.snapshot)),
         ("state", a.state.as_str().into()),
         ("createdAt", JsValue::from_f64(a.created_at as f64)),
         ("sends", a.sends.into()),
     ]);
-    js_sys::JSON::stringify(&v)
-        .ok()
-        .and_then(|s| s.as_string())
-        .unwrap_or_default()
+    value::json(&v)
 }
 
 /// [`encode`]'s value read back; `None` when a member is missing or of another kind.

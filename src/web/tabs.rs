@@ -39,10 +39,9 @@ pub(crate) fn claim_lock(claim: &Claim) -> String {
     let v = value::object_owned(&[
         ("baseUrl", claim.base_url.as_str().into()),
         ("key", claim.key.as_str().into()),
-        ("snapshot", value::to_js(&claim.snapshot)),
+        ("snapshot", value::snapshot(&claim.snapshot)),
     ]);
-    let json = js_sys::JSON::stringify(&v).ok().and_then(|s| s.as_string());
-    [CLAIM, &json.unwrap_or_default()].concat()
+    [CLAIM, &value::json(&v)].concat()
 }
 
 /// The base URL, key and snapshot members of a claim or a receipt; `None` unless all three
@@ -235,7 +234,7 @@ fn receipt_js(r: &Receipt) -> JsValue {
     value::object_owned(&[
         ("baseUrl", r.base_url.as_str().into()),
         ("key", r.key.as_str().into()),
-        ("snapshot", value::to_js(&r.snapshot)),
+        ("snapshot", value::snapshot(&r.snapshot)),
         ("payment", value::payment(&r.payment)),
     ])
 }

@@ -1,9 +1,11 @@
-//! JavaScript values in and out through serde-wasm-bindgen (the one JS boundary): the
-//! checkouts, server answers, stored attempts and tab messages the SDK reads, and the
-//! outcomes and pending attempts it hands back, all with serde derives (the SDK's own in
-//! `core` and here, the wire ones in `payonce_protocol`). The client options, a dozen numbers
-//! and strings already checked by [`check`], are read member by member ([`member`]): a derive
-//! per options struct cost more in the module. JSON text goes through the browser's `JSON`.
+//! JavaScript values in and out (the one JS boundary). Read with serde derives through
+//! serde-wasm-bindgen ([`from_js`]): the checkouts, the pay and cancel answers, payments and
+//! checkout snapshots (the wire types of `payonce_protocol`). Everything else is read member
+//! by member ([`get`], [`member`]: the client options, problems, tab messages, claims,
+//! receipts and stored attempts), and everything the SDK writes is built member by member
+//! ([`object_owned`], [`snapshot`], [`payment`], [`pay_body`]) in the shape of the types' serde
+//! derives: each derive crossing the boundary cost its own serializer or visitor in the module
+//! (docs/size.md). JSON text goes through the browser's `JSON`.
 //!
 //! A value that does not fit is `None`: serde-wasm-bindgen's error is dropped without being
 //! formatted, and the caller turns it into its own typed error or documented fallback.
@@ -13,8 +15,8 @@
 //! check of what the app passes in (options, checkouts), naming the member and the value.
 
 use js_sys::{Object, Reflect, JSON};
+use payonce_protocol::{CheckoutSnapshot, Extras};
 use serde::de::DeserializeOwned;
-use serde::Serialize;
 use wasm_bindgen::{JsCast, JsValue};
 
 /// `v` read as `T`; `None` when it does not fit.
@@ -22,21 +24,46 @@ pub(crate) fn from_js<T: DeserializeOwned>(v: &JsValue) -> Option<T> {
     serde_wasm_bindgen::from_value(v.clone()).ok()
 }
 
-/// `v` as a plain JS value (absent members are left out by the derives'
-/// `skip_serializing_if`). The SDK's values always serialize (integers within 2^53); the
-/// `undefined` fallback only keeps the error path free of formatting.
-pub(crate) fn to_js<T: Serialize + ?Sized>(v: &T) -> JsValue {
-    // Maps (a checkout's extras) as plain objects, as JSON and the app expect, not `Map`s.
-    let s = serde_wasm_bindgen::Serializer::new().serialize_maps_as_objects(true);
-    v.serialize(&s).unwrap_or(JsValue::UNDEFINED)
-}
-
 /// `v` as JSON text, via the browser's `JSON.stringify`.
-pub(crate) fn to_json<T: Serialize + ?Sized>(v: &T) -> String {
-    JSON::stringify(&to_js(v))
+pub(crate) fn json(v: &JsValue) -> String {
+    JSON::stringify(v)
         .ok()
         .and_then(|s| s.as_string())
         .unwrap_or_default()
+}
+
+/// A checkout's extras as a plain object of strings (the JSON of [`Extras`]).
+pub(crate) fn extras(e: &Extras) -> JsValue {
+    let o = Object::new();
+    for (k, v) in e.iter() {
+        let _ = Reflect::set(&o, &JsValue::from_str(k), &JsValue::from_str(v));
+    }
+    o.into()
+}
+
+/// A checkout snapshot as its serde derive writes it (`orderId`, `orderVersion`,
+/// `paymentMethodId`, and `extras` unless empty), built member by member: with the
+/// outcomes, receipts, claims and stored attempts built the same way, nothing in the module
+/// goes through serde-wasm-bindgen's serializer.
+pub(crate) fn snapshot(s: &CheckoutSnapshot) -> JsValue {
+    let mut members = vec![
+        ("orderId", s.order_id.as_str().into()),
+        ("orderVersion", JsValue::from_f64(s.order_version as f64)),
+        ("paymentMethodId", s.payment_method_id.as_str().into()),
+    ];
+    members.extend((!s.extras.is_empty()).then(|| ("extras", extras(&s.extras))));
+    object_owned(&members)
+}
+
+/// The pay request's body as JSON (`PayBody`: the snapshot without its order id, which is in
+/// the URL).
+pub(crate) fn pay_body(s: &CheckoutSnapshot) -> String {
+    let mut members = vec![
+        ("orderVersion", JsValue::from_f64(s.order_version as f64)),
+        ("paymentMethodId", s.payment_method_id.as_str().into()),
+    ];
+    members.extend((!s.extras.is_empty()).then(|| ("extras", extras(&s.extras))));
+    json(&object_owned(&members))
 }
 
 /// `o[k]`, or `undefined` when `o` is not an object.
