@@ -201,6 +201,11 @@ impl Opts {
                 a.extend(["--flaw".into(), flaw]);
             }
         }
+        if !self.dev && !self.extra.iter().any(|a| a == "--migrate") {
+            // The test's database is new: a production start checks the schema and would
+            // refuse it unmigrated (`schema.rs` tests that default).
+            a.extend(["--migrate".into(), "auto".into()]);
+        }
         if !self.webhooks {
             a.push("--no-provider-webhooks".into());
         }
@@ -238,11 +243,6 @@ impl TestApp {
             let url = provider.provider.clone().expect("provider url");
             args.extend(["--provider-url".into(), url, "--webhook-secret".into()]);
             args.push(WEBHOOK_SECRET.into());
-            // The test's database is new: a production start checks the schema and would
-            // refuse it unmigrated (`schema.rs` tests that default).
-            if !opts.extra.iter().any(|a| a == "--migrate") {
-                args.extend(["--migrate".into(), "auto".into()]);
-            }
             procs.push(provider);
         }
         let proc = spawn(&args, true);
