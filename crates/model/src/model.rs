@@ -1059,6 +1059,12 @@ impl Model {
                 let outcome = confirm(s, claim, choice);
                 w.flow.on_charge(outcome);
             }
+            // The model's provider never declines a confirm (two phases), so no uncharged
+            // payment object is left to cancel; what the provider holds is the answer.
+            srv::Effect::CancelLeftover(claim) => {
+                let lookup = lookup_saved(s, claim.attempt.provider_ref.as_deref());
+                w.flow.on_leftover(lookup);
+            }
             srv::Effect::Done(_) => {}
         }
         match w.flow.end().cloned() {

@@ -118,6 +118,11 @@ codes! {
     /// The order is already paid: it cannot be edited, and a new key cannot pay it (the
     /// problem's `payment` is the order's payment).
     OrderAlreadyPaid = ("ORDER_ALREADY_PAID", 409, "The order is already paid"),
+    /// A payment of this order succeeded at the provider for an attempt that had ended
+    /// without a charge (its customer confirmed the provider's payment outside the
+    /// checkout): the order is held for a person to review, and no new key may pay it
+    /// meanwhile, so it is never charged twice. Not retryable by the client.
+    OrderUnderReview = ("ORDER_UNDER_REVIEW", 409, "The order is held for a payment review"),
     /// Not enough stock for an item of the order.
     OutOfStock = ("OUT_OF_STOCK", 409, "An item is out of stock"),
     /// The payment cannot be refunded in its current state.

@@ -33,6 +33,14 @@
 //! was saved: an unsaved object was never confirmed, so a lost create answer leaves at worst
 //! an object nobody confirms, never a second charge.
 //!
+//! Nothing confirmable outlives its attempt: in two phases a declined payment object is one
+//! the customer's page could still confirm with another card (it holds the client secret).
+//! So before such an attempt settles uncharged, `CancelLeftover` has the provider cancel the
+//! saved object and reads it back ([`plan::after_leftover_cancel`]): cancelled → settle
+//! uncharged; charged meanwhile → settle that charge; anything else → the attempt stays
+//! processing (lease ended) and the next retry or job cancels again. The processing attempt
+//! with its saved id is what makes that retry durable.
+//!
 //! The decisions it composes stay where they are: rule 2 ([`crate::decide`]), the claim and
 //! settle plans ([`plan::plan_claim`], [`plan::plan_settle`]), what a lookup means
 //! ([`plan::reconcile`], [`plan::webhook`]) and the lease arithmetic ([`Policy`]).
@@ -73,6 +81,9 @@ pub enum Flaw {
     /// The claim plan is made for the order's current version, whatever the request named
     /// (the stale-version check of [`plan::plan_claim`] skipped).
     StaleClaim,
+    /// Two phases: a declined payment object is settled without being cancelled first, so
+    /// the customer can still confirm it outside the server after the attempt ended.
+    LeaveConfirmable,
 }
 
 /// How a provider starts a payment.
@@ -328,6 +339,11 @@ pub enum Effect<'a> {
     /// ([`Policy::action_deadline`]): ask the provider to cancel it, then report the payment
     /// as the provider holds it afterwards → [`ServerPay::on_action_cancelled`].
     CancelAction(&'a Claim),
+    /// Two phases: the claim's saved payment object did not charge (declined), and someone
+    /// else could still confirm it (the page holds its client secret): before the attempt
+    /// settles uncharged, ask the provider to cancel it, then report the object as the
+    /// provider holds it afterwards → [`ServerPay::on_leftover`].
+    CancelLeftover(&'a Claim),
     /// Run the settle transaction (rule 4) → [`ServerPay::on_settled`].
     Settle {
         /// The attempt.
@@ -385,6 +401,8 @@ enum Phase {
     CancelAction(Claim),
     Settle(Claim, Outcome),
     Settling(Claim, SettlePlan),
+    /// About to settle uncharged (this outcome): its payment object is cancelled first.
+    CancelLeftover(Claim, Outcome),
     Release(Claim, Open),
     Done(End),
 }
@@ -423,6 +441,8 @@ pub struct ServerPay {
     marker: Option<MarkerRole>,
     /// The end is the marker cache's final entry, replayed.
     replayed_from_marker: bool,
+    /// The uncharged payment object was cancelled (and read back) by this flow.
+    leftover_checked: bool,
 }
 
 impl ServerPay {
@@ -514,6 +534,7 @@ impl ServerPay {
             taken_over: false,
             marker: None,
             replayed_from_marker: false,
+            leftover_checked: false,
         }
     }
 
@@ -570,6 +591,7 @@ impl ServerPay {
             Phase::Confirm(_) => "Confirm",
             Phase::CancelAction(_) => "CancelAction",
             Phase::Settle(..) | Phase::Settling(..) | Phase::Release(..) => "Settle",
+            Phase::CancelLeftover(..) => "CancelLeftover",
             Phase::Done(_) => "Done",
         }
     }
@@ -584,6 +606,7 @@ impl ServerPay {
                 | Phase::Create(_)
                 | Phase::Confirm(_)
                 | Phase::CancelAction(_)
+                | Phase::CancelLeftover(..)
         )
     }
 
@@ -623,6 +646,12 @@ impl ServerPay {
                 // Cancelled by its customer, or abandoned past its deadline: the order must
                 // not stay locked for ever.
                 self.phase = Phase::CancelAction(claim);
+            }
+            Phase::Settle(claim, outcome @ (Outcome::Declined(_) | Outcome::Rejected(_)))
+                if self.leaves_confirmable(&claim) =>
+            {
+                // Nothing confirmable outlives its attempt: cancel the object first.
+                self.phase = Phase::CancelLeftover(claim, outcome);
             }
             Phase::Settle(claim, outcome) => {
                 let plan = plan::plan_settle(&claim, outcome, ids.payment_id(), now, &self.policy);
@@ -685,12 +714,23 @@ impl ServerPay {
             (Phase::Confirm(claim), _) => Effect::Confirm(claim),
             (Phase::CancelAction(claim), _) => Effect::CancelAction(claim),
             (Phase::Settling(claim, plan), _) => Effect::Settle { claim, plan, now },
+            (Phase::CancelLeftover(claim, _), _) => Effect::CancelLeftover(claim),
             (Phase::Release(claim, _), _) => Effect::Release { claim, now },
             (Phase::Done(end), _) => Effect::Done(end),
             (Phase::Claim | Phase::TakeOver(_) | Phase::Settle(..), _) => {
                 unreachable!("planned above")
             }
         }
+    }
+
+    /// True when `claim` is about to settle uncharged with a payment object saved at a
+    /// two-phase provider that was not cancelled yet by this flow: someone holding its client
+    /// secret could still confirm it.
+    fn leaves_confirmable(&self, claim: &Claim) -> bool {
+        self.phases == Phases::Two
+            && claim.attempt.provider_ref.is_some()
+            && !self.leftover_checked
+            && self.flaw != Some(Flaw::LeaveConfirmable)
     }
 
     fn who(&self) -> &'static str {
@@ -1007,6 +1047,19 @@ impl ServerPay {
             SettlePlan::Review { answer, .. } if settled => Phase::Done(End::Unknown(answer)),
             _ => self.lost(),
         };
+    }
+
+    /// The uncharged payment object as the provider holds it after the cancel call of
+    /// [`Effect::CancelLeftover`] (see [`plan::after_leftover_cancel`]); the outcome it
+    /// proves is settled as it is, without cancelling again.
+    pub fn on_leftover(&mut self, lookup: Lookup) {
+        let Phase::CancelLeftover(claim, uncharged) =
+            std::mem::replace(&mut self.phase, Phase::Read)
+        else {
+            return;
+        };
+        self.leftover_checked = true;
+        self.phase = Phase::Settle(claim, plan::after_leftover_cancel(lookup, uncharged));
     }
 
     /// The lease was ended; `final_meanwhile`: someone else (a webhook) settled the attempt,
@@ -1503,6 +1556,76 @@ mod tests {
         bad.poll(NOW, &mut ids);
         bad.on_created(Created::Id("pi_2".into()));
         assert!(matches!(bad.poll(NOW, &mut ids), Effect::Confirm(_)));
+    }
+
+    /// Two phases: a declined payment object is cancelled before the attempt settles:
+    /// cancelled → settled declined; charged meanwhile (another card) → settled succeeded;
+    /// not cancelled or no answer → stays processing, lease ended. One phase has nothing to
+    /// cancel; the flaw settles without cancelling.
+    #[test]
+    fn a_declined_two_phase_payment_is_cancelled_before_it_settles() {
+        let run = |after: Option<Lookup>, phases: Phases, flaw: Option<Flaw>| {
+            let mut ids = Counter(0);
+            let p = Processing {
+                provider_ref: Some("pi_1".into()),
+                ..processing(NOW)
+            };
+            let mut job = ServerPay::abandoned(&Record::Processing(p), order(1), "w", policy())
+                .with_phases(phases)
+                .with_flaw(flaw);
+            job.poll(NOW, &mut ids);
+            job.on_taken(true);
+            let Effect::Lookup(claim) = job.poll(NOW, &mut ids) else {
+                panic!("lookup")
+            };
+            let declined = charge(claim, ChargeStatus::Declined);
+            job.on_lookup(Lookup::Found(declined));
+            if let Some(after) = after {
+                match job.poll(NOW, &mut ids) {
+                    Effect::CancelLeftover(c) => {
+                        assert_eq!(c.attempt.provider_ref.as_deref(), Some("pi_1"))
+                    }
+                    e => panic!("{e:?}"),
+                }
+                job.on_leftover(after);
+            }
+            match job.poll(NOW, &mut ids) {
+                Effect::Settle { plan, .. } => Some(plan.clone()),
+                Effect::Release { .. } => None,
+                e => panic!("{e:?}"),
+            }
+        };
+        let held = |status| {
+            let mut c = charge(&processing_claim(), status);
+            c.id = "pi_1".into();
+            Lookup::Found(c)
+        };
+        let status = |plan: Option<SettlePlan>| match plan {
+            Some(SettlePlan::Uncharged { finish, .. } | SettlePlan::Charged { finish, .. }) => {
+                Some(finish.status)
+            }
+            p => panic!("{p:?}"),
+        };
+        let cancelled = run(Some(held(ChargeStatus::Canceled)), Phases::Two, None);
+        assert_eq!(status(cancelled), Some(AttemptStatus::Declined));
+        let charged = run(Some(held(ChargeStatus::Succeeded)), Phases::Two, None);
+        assert_eq!(status(charged), Some(AttemptStatus::Succeeded));
+        for open in [held(ChargeStatus::Declined), Lookup::Unknown("down".into())] {
+            assert_eq!(run(Some(open), Phases::Two, None), None, "stays processing");
+        }
+        let one = run(None, Phases::One, None);
+        assert_eq!(status(one), Some(AttemptStatus::Declined));
+        let flawed = run(None, Phases::Two, Some(Flaw::LeaveConfirmable));
+        assert_eq!(status(flawed), Some(AttemptStatus::Declined));
+    }
+
+    fn processing_claim() -> Claim {
+        let mut ids = Counter(10);
+        let mut m = ServerPay::pay(request(1), order(1), Some(None), NOW, false, policy());
+        let Effect::Claim { plan, .. } = m.poll(NOW, &mut ids) else {
+            panic!("claim")
+        };
+        plan.claim.clone()
     }
 
     /// A leased key is waited on while the request may wait, then answered in progress.

@@ -38,6 +38,9 @@ pub enum AuditState {
     Attempt(AttemptStatus),
     /// A processing attempt flagged for manual review.
     Review,
+    /// An attempt that ended in this status, flagged for manual review: the provider
+    /// charged the payment object it had left behind ([`Leftover::Charged`]).
+    Flagged(AttemptStatus),
     /// An order in this status (`unpaid`, `paid`, `refunded`).
     Order(OrderStatus),
     /// An unpaid order a processing attempt has locked.
@@ -51,6 +54,7 @@ impl std::fmt::Display for AuditState {
         match self {
             Self::Attempt(s) => f.write_str(s.as_str()),
             Self::Review => f.write_str("processing (needs review)"),
+            Self::Flagged(s) => write!(f, "{} (needs review)", s.as_str()),
             Self::Order(s) => f.write_str(s.as_str()),
             Self::UnpaidActive => f.write_str("unpaid (payment active)"),
             Self::Cart(version) => write!(f, "unpaid v{version}"),
@@ -240,6 +244,20 @@ pub fn order_conflict(current: Option<(i64, bool)>, expected_version: i64) -> Pr
     }
 }
 
+/// A claim refused by an order held for review (a payment succeeded at the provider for an
+/// attempt of it that had ended uncharged, [`Leftover::Charged`]): no new key may pay it
+/// until a person resolves it, or the customer would be charged twice. A paid order still
+/// answers `ORDER_ALREADY_PAID`.
+pub fn order_refusal(current: Option<(i64, bool)>, expected_version: i64, held: bool) -> Problem {
+    match current {
+        Some((_, false)) if held => Problem::new(ErrorCode::OrderUnderReview).with_detail(
+            "a payment of this order succeeded at the provider after its attempt had ended \
+             without a charge; the order is held until it is reviewed",
+        ),
+        _ => order_conflict(current, expected_version),
+    }
+}
+
 /// What a charge call (or a lookup) proved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -291,6 +309,106 @@ pub fn after_cancel(lookup: Lookup) -> Outcome {
         Lookup::NotFound | Lookup::Unconfirmed => {
             Outcome::Uncancelled("the provider has no such payment waiting".into())
         }
+    }
+}
+
+/// What the provider holds for a payment object that did not charge (declined, or refused)
+/// once asked to cancel it, or for one whose attempt settled without a charge once a success
+/// was reported for it: nothing confirmable may outlive its attempt, and a charge that
+/// happened anyway is never dropped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Leftover {
+    /// Cancelled: it can never charge.
+    Cancelled,
+    /// It succeeded: the customer confirmed it outside the checkout (Stripe.js's "try
+    /// another card" with the page's client secret) before the cancel took.
+    Charged(Charge),
+    /// Not cancelled: a new payment method can still confirm it.
+    Confirmable(String),
+    /// The provider could not tell.
+    Unknown(String),
+}
+
+/// Sorts the provider's answer about such a payment object ([`Leftover`]). Only `canceled`
+/// is done with; a declined one (Stripe's `requires_payment_method`) is exactly what a new
+/// card can still confirm.
+pub fn leftover(lookup: Lookup) -> Leftover {
+    match lookup {
+        Lookup::Found(charge) => match charge.status {
+            ChargeStatus::Succeeded | ChargeStatus::Refunded => Leftover::Charged(charge),
+            ChargeStatus::Canceled => Leftover::Cancelled,
+            ChargeStatus::Declined | ChargeStatus::RequiresAction => {
+                Leftover::Confirmable(format!("payment {} can still be confirmed", charge.id))
+            }
+        },
+        // One phase: the provider holds nothing under the key that could charge later.
+        Lookup::NotFound => Leftover::Cancelled,
+        Lookup::Unconfirmed => Leftover::Confirmable("the payment is unconfirmed".into()),
+        Lookup::Unknown(why) => Leftover::Unknown(why),
+    }
+}
+
+/// What the provider's answer, after the cancel of a declined (or refused) payment object
+/// the attempt saved, means for the attempt settling `uncharged` ([`Leftover`]): cancelled →
+/// that outcome stands; charged meanwhile (the customer confirmed it with another card) →
+/// settle that charge; otherwise nothing is known yet: the attempt stays processing, and
+/// whoever drives it next (a retry, the jobs) cancels again before it settles.
+pub fn after_leftover_cancel(lookup: Lookup, uncharged: Outcome) -> Outcome {
+    match leftover(lookup) {
+        Leftover::Cancelled => uncharged,
+        Leftover::Charged(charge) => Outcome::of(charge),
+        Leftover::Confirmable(why) | Leftover::Unknown(why) => Outcome::Unknown(format!(
+            "the uncharged payment is not cancelled at the provider yet: {why}"
+        )),
+    }
+}
+
+/// What a success the provider reports for an attempt settled without a charge (`status`)
+/// comes to, read back from the provider (`lookup`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stray {
+    /// The provider holds no charge: the event changes nothing.
+    Nothing,
+    /// The provider could not tell: the event must be delivered again.
+    Unknown(String),
+    /// Money moved for an attempt whose answer said nothing was charged: flag the attempt
+    /// for review and hold its order (its new keys are refused, [`order_refusal`]), with
+    /// this audit row; the caller logs and counts it.
+    Flag {
+        /// The provider's payment that succeeded.
+        charge: Box<Charge>,
+        /// The review flag's audit row, naming the payment.
+        audit: Box<AuditEntry>,
+    },
+}
+
+/// Plans [`Stray`] for attempt `attempt_id`, settled as `status`.
+pub fn plan_stray(attempt_id: &str, status: AttemptStatus, lookup: Lookup) -> Stray {
+    match leftover(lookup) {
+        Leftover::Charged(charge) => {
+            let reason = format!(
+                "provider payment {} succeeded ({} {}) after this attempt ended {} without a \
+                 charge: flagged for manual review; the order refuses new keys until resolved",
+                charge.id,
+                charge.amount,
+                charge.currency,
+                status.as_str()
+            );
+            let audit = Entry::change(
+                "system",
+                "attempt",
+                attempt_id,
+                Some(AuditState::Attempt(status)),
+                AuditState::Flagged(status),
+                &reason,
+            );
+            Stray::Flag {
+                charge: Box::new(charge),
+                audit: Box::new(audit),
+            }
+        }
+        Leftover::Unknown(why) => Stray::Unknown(why),
+        Leftover::Cancelled | Leftover::Confirmable(_) => Stray::Nothing,
     }
 }
 
@@ -697,6 +815,66 @@ pub fn cancel_from_store(
 mod tests {
     use super::*;
 
+    fn intent(status: ChargeStatus) -> Charge {
+        Charge {
+            id: "pi_1".into(),
+            provider_key: "pk".into(),
+            amount: 2_500,
+            currency: "USD".into(),
+            payment_method_id: "pm_1".into(),
+            order_id: "ord_1".into(),
+            status,
+            created_at: 0,
+            next_action_url: None,
+            decline_code: None,
+            client_secret: None,
+        }
+    }
+
+    /// A success for an attempt settled uncharged is flagged with the payment named; no
+    /// charge is nothing; no answer is asked again. A held unpaid order refuses new keys
+    /// with its own code; a paid one still answers `ORDER_ALREADY_PAID`.
+    #[test]
+    fn a_stray_success_is_flagged_and_holds_the_order() {
+        let declined = AttemptStatus::Declined;
+        match plan_stray(
+            "att_1",
+            declined,
+            Lookup::Found(intent(ChargeStatus::Succeeded)),
+        ) {
+            Stray::Flag { charge, audit } => {
+                assert_eq!(charge.id, "pi_1");
+                assert!(audit.reason.contains("pi_1"), "{}", audit.reason);
+                assert_eq!(
+                    (audit.from.as_deref(), audit.to.as_str()),
+                    (Some("declined"), "declined (needs review)")
+                );
+            }
+            s => panic!("{s:?}"),
+        }
+        for nothing in [
+            Lookup::Found(intent(ChargeStatus::Canceled)),
+            Lookup::Found(intent(ChargeStatus::Declined)),
+            Lookup::NotFound,
+        ] {
+            assert_eq!(plan_stray("att_1", declined, nothing), Stray::Nothing);
+        }
+        let down = plan_stray("att_1", declined, Lookup::Unknown("down".into()));
+        assert!(matches!(down, Stray::Unknown(_)), "{down:?}");
+        assert_eq!(
+            order_refusal(Some((1, false)), 1, true).code,
+            ErrorCode::OrderUnderReview
+        );
+        assert_eq!(
+            order_refusal(Some((1, true)), 1, true).code,
+            ErrorCode::OrderAlreadyPaid
+        );
+        assert_eq!(
+            order_refusal(Some((1, false)), 1, false).code,
+            ErrorCode::PaymentAlreadyActive
+        );
+    }
+
     /// The stored texts are what `crates/chaos` and the black-box tests read back.
     #[test]
     fn audit_states_keep_their_stored_text() {
@@ -708,6 +886,10 @@ mod tests {
             (AuditState::Order(OrderStatus::Paid), "paid"),
             (UNPAID_ACTIVE, "unpaid (payment active)"),
             (AuditState::Cart(3), "unpaid v3"),
+            (
+                AuditState::Flagged(AttemptStatus::Declined),
+                "declined (needs review)",
+            ),
         ];
         for (state, text) in texts {
             assert_eq!(state.to_string(), text);

@@ -77,6 +77,15 @@ label_values! {
     OutboxResult => outbox(outbox) {
         ExecutedInline => "executed_inline", Drained => "drained", Inconclusive => "inconclusive",
     }
+    /// A declined two-phase payment cancelled before its attempt settles, or a success for
+    /// an attempt settled uncharged (src/ops/leftovers.rs): `cancelled`; `charged_meanwhile`
+    /// (the customer confirmed it first: settled as charged); `retried` (not cancelled yet:
+    /// the attempt stays processing); `flagged` (it charged after the attempt settled: the
+    /// attempt flagged, its order held for review).
+    LeftoverResult => leftover(leftover_payments) {
+        Cancelled => "cancelled", ChargedMeanwhile => "charged_meanwhile", Retried => "retried",
+        Flagged => "flagged",
+    }
 }
 
 /// What a pay answer said: an attempt status, a problem code, or a body that names neither.
@@ -113,6 +122,7 @@ struct Metrics {
     emails: Counters,
     refunds: Counters,
     outbox: Counters,
+    leftover_payments: Counters,
     registry: Registry,
 }
 
@@ -158,6 +168,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         emails: reg(&mut r, "payonce_emails", "Confirmation email job runs by result (sent, already_sent)"),
         refunds: reg(&mut r, "payonce_refunds", "Refund requests by result (e.g. refunded, replayed, not_allowed)"),
         outbox: reg(&mut r, "payonce_outbox", "Outbox rows by result (executed_inline, drained, inconclusive)"),
+        leftover_payments: reg(&mut r, "payonce_leftover_payments", "Uncharged payment objects cancelled before their attempt settles, and successes for attempts settled uncharged, by result (cancelled, charged_meanwhile, retried, flagged)"),
         registry: r,
     };
     // The status × outcome product only where an answer of that status has that outcome.
@@ -190,6 +201,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         (&m.emails, EmailResult::NAMES),
         (&m.refunds, RefundResult::NAMES),
         (&m.outbox, OutboxResult::NAMES),
+        (&m.leftover_payments, LeftoverResult::NAMES),
     ] {
         zeros(family, "result", values);
     }

@@ -216,6 +216,18 @@ impl Localstripe {
         assert!(res.status().is_success(), "update refund: {}", res.status());
     }
 
+    /// Confirms PaymentIntent `intent_id` with PaymentMethod `pm` straight at localstripe,
+    /// outside payonce: what Stripe.js's "try another card" (`confirmCardPayment` with the
+    /// page's client secret and a new card) does. localstripe takes no `payment_method` on a
+    /// confirm, nor a new card with only the client secret, so the card is set on the intent
+    /// with the secret key, then the intent confirmed. `Err`: localstripe refused (the intent
+    /// is canceled, say), with its answer.
+    pub async fn confirm_with(&self, intent_id: &str, pm: &str) -> Result<Value, String> {
+        let path = format!("/v1/payment_intents/{intent_id}");
+        self.post(&path, &format!("payment_method={pm}")).await?;
+        self.post(&format!("{path}/confirm"), "").await
+    }
+
     /// Completes (or fails) the 3-D Secure step of an intent, as its Stripe.js stand-in does.
     pub async fn authenticate(&self, intent_id: &str, client_secret: &str, success: bool) {
         let res = self

@@ -64,7 +64,8 @@ pub struct DevArgs {
     /// Dev only, for the tests that show the Stripe suites can fail: drive the two phases
     /// in a deliberately wrong order (`confirm-unsaved`: confirm the created object before
     /// its id is saved; `recreate`: a take-over creates and confirms a new object instead
-    /// of looking up the saved one). Never a setting for anything else.
+    /// of looking up the saved one; `leave-confirmable`: settle a declined payment without
+    /// cancelling it first). Never a setting for anything else.
     #[arg(long = "flaw", hide = true, requires = "dev")]
     pub flaw: Option<FlawArg>,
 }
@@ -76,6 +77,8 @@ pub enum FlawArg {
     ConfirmUnsaved,
     /// [`payonce_rules::flow::Flaw::Recreate`].
     Recreate,
+    /// [`payonce_rules::flow::Flaw::LeaveConfirmable`].
+    LeaveConfirmable,
 }
 
 /// Subcommands.
@@ -153,6 +156,7 @@ pub(crate) fn settings(args: &DevArgs) -> Result<DevSettings, DevFlagError> {
         flaw: args.flaw.map(|f| match f {
             FlawArg::ConfirmUnsaved => Flaw::ConfirmUnsaved,
             FlawArg::Recreate => Flaw::Recreate,
+            FlawArg::LeaveConfirmable => Flaw::LeaveConfirmable,
         }),
         default_webhook_secret: args
             .dev

@@ -4,6 +4,7 @@
 
 pub(crate) mod cancel;
 pub(crate) mod jobs;
+pub(crate) mod leftovers;
 pub(crate) mod orders;
 pub(crate) mod pay;
 pub(crate) mod refunds;

@@ -358,6 +358,10 @@ async fn steps(
                 };
                 m.on_settled(settled);
             }
+            Effect::CancelLeftover(claim) => {
+                let lookup = crate::ops::leftovers::cancel(state, &claim.attempt).await;
+                m.on_leftover(lookup);
+            }
             Effect::Release { claim, now } => {
                 let open = release_unless_settled(state, claim, now).await?;
                 m.on_released(!open);
@@ -522,12 +526,12 @@ pub(crate) async fn exec_claim(
     match store::pay::claim(&state.store, plan, key.as_str(), now, before_commit).await? {
         ClaimOutcome::Claimed => Ok(Claimed::Won),
         ClaimOutcome::KeyTaken => Ok(Claimed::SlotTaken),
-        ClaimOutcome::OrderConflict { current } => {
+        ClaimOutcome::OrderConflict { current, held } => {
             // A paid order answers with its payment: the receipt a replay of the key that
             // paid carries (docs/protocol.md §7).
             let payment = current.as_ref().and_then(|(_, paid)| paid.clone());
             let current = current.map(|(version, paid)| (version, paid.is_some()));
-            let mut problem = plan::order_conflict(current, t.order_version);
+            let mut problem = plan::order_refusal(current, t.order_version, held);
             problem.payment = payment;
             Err(problem.into())
         }

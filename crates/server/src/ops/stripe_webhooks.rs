@@ -6,7 +6,10 @@
 //! - `payment_intent.succeeded`, `payment_intent.payment_failed`: the attempt whose saved
 //!   PaymentIntent id is the event's intent is settled through the pay machine's webhook
 //!   path ([`pay::settle_from_webhook`]), which asks Stripe for that intent: the event is a
-//!   hint, never the evidence;
+//!   hint, never the evidence. A success for an attempt already settled without a charge
+//!   (which the cancel made before every uncharged settle rules out, so this is the
+//!   backstop) is read back too and, if Stripe charged it, flagged for review
+//!   (src/ops/leftovers.rs);
 //! - `charge.refunded`, `refund.updated`, `refund.failed`: a payonce refund of the intent
 //!   still processing is driven by the refund machine (it reads Stripe's refunds: a pending
 //!   one that succeeded settles it, one that failed ends it `failed`), and a refund made
@@ -27,7 +30,7 @@ use crate::dev::failpoint;
 use crate::error::{AppError, AppResult};
 use crate::faults::Failpoint;
 use crate::metrics::{self, WebhookResult};
-use crate::ops::pay;
+use crate::ops::{leftovers, pay};
 use crate::provider::WebhookHint;
 use crate::state::AppState;
 use crate::store::attempts as db;
@@ -121,7 +124,20 @@ async fn handle(state: &AppState, event: &str, topic: Topic, intent: &str) -> Ap
         return crate::ops::refunds::reflect_provider_refund(state, event, &row, intent).await;
     }
     if row.is_final() {
-        metrics::webhook_event(WebhookResult::NoEffect);
+        // A success for an attempt settled without a charge is never dropped: the intent is
+        // read back, and a charge flags the attempt and holds its order (src/ops/leftovers.rs).
+        let applied = match topic {
+            Topic::IntentSucceeded => leftovers::after_final(state, &row, "", Some(intent)).await,
+            _ => Ok(false),
+        };
+        if let Err(e) = &applied {
+            tracing::warn!(%event, %intent, error = %e, "Stripe success for a settled attempt could not be confirmed; deliver it again");
+            metrics::webhook_event(WebhookResult::Unconfirmed);
+        }
+        metrics::webhook_event(match applied? {
+            true => WebhookResult::Applied,
+            false => WebhookResult::NoEffect,
+        });
         return Ok(());
     }
     let Some(order) = get_order(state.store.pool(), row.order_id(), row.user()).await? else {

@@ -139,6 +139,14 @@ async fn handle(state: &AppState, event: &WebhookEvent) -> AppResult<()> {
         ));
     };
     if row.is_final() {
+        // As for Stripe's events (src/ops/leftovers.rs): a success for an attempt settled
+        // without a charge is read back from the provider and flagged, never dropped.
+        if event.event_type == EventType::ChargeSucceeded {
+            let pk = &event.charge.provider_key;
+            if crate::ops::leftovers::after_final(state, &row, pk, None).await? {
+                metrics::webhook_event(metrics::WebhookResult::Applied);
+            }
+        }
         return Ok(());
     }
     let Some(order) = get_order(state.store.pool(), row.order_id(), row.user()).await? else {

@@ -191,10 +191,12 @@ pub(crate) async fn find_by_id<'c>(
 /// Which `attempts` rows retention may delete at `$1` (now), as
 /// `payonce_rules::policy::deletable` says: finished keys past their retention, and
 /// tombstones past theirs whose order is no longer payable at their version (a NULL version
-/// stands for every version). Processing rows never: their outcome is still unknown. The
-/// one place this condition is written.
+/// stands for every version). Processing rows never: their outcome is still unknown; nor an
+/// attempt flagged for review after it settled (a payment of it succeeded anyway:
+/// migrations/0012_orders_held_for_review.sql). The one place this condition is written.
 pub(crate) const EXPIRED: &str =
     "status <> 'processing' AND expires_at IS NOT NULL AND expires_at < $1
+    AND needs_review_at IS NULL
     AND NOT (status = 'cancelled' AND EXISTS (SELECT 1 FROM orders o WHERE o.id = attempts.order_id
         AND o.status = 'unpaid' AND o.version = COALESCE(attempts.order_version, o.version)))";
 
@@ -315,4 +317,23 @@ pub(crate) async fn processing_before<'c>(
     let q = before.iter().fold(sqlx::query_as(q), |q, at| q.bind(*at));
     let (a, b, c, d) = q.fetch_one(e).await?;
     Ok([a, b, c, d])
+}
+
+/// Flags attempt `id`, which settled without a charge, for review (a payment of it
+/// succeeded at the provider anyway, `payonce_rules::plan::Stray`), once. True when this
+/// call flagged it.
+pub(crate) async fn flag_settled<'c>(
+    e: impl AnyExecutor<'c>,
+    id: &str,
+    now: i64,
+) -> sqlx::Result<bool> {
+    let res = sqlx::query(
+        "UPDATE attempts SET needs_review_at = $1
+         WHERE id = $2 AND status <> 'processing' AND needs_review_at IS NULL",
+    )
+    .bind(now)
+    .bind(id)
+    .execute(e)
+    .await?;
+    Ok(res.rows_affected() == 1)
 }

@@ -295,6 +295,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "attempt_is_the_outbox",
         sql: include_str!("../../migrations/0011_attempt_is_the_outbox.sql"),
     },
+    Migration {
+        version: 12,
+        name: "orders_held_for_review",
+        sql: include_str!("../../migrations/0012_orders_held_for_review.sql"),
+    },
 ];
 
 /// A pool connection idle longer than this is pinged before it is used.

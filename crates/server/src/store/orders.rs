@@ -195,3 +195,28 @@ pub(crate) async fn order_summary<'c>(
         .fetch_optional(e)
         .await
 }
+
+/// Holds order `id` for review (a payment of it succeeded for an attempt settled uncharged,
+/// migrations/0012_orders_held_for_review.sql): the claim refuses its new keys while `review_at`
+/// is set. A person clears it once the payment is resolved.
+pub(crate) async fn hold_for_review<'c>(
+    e: impl AnyExecutor<'c>,
+    id: &str,
+    now: i64,
+) -> sqlx::Result<()> {
+    sqlx::query("UPDATE orders SET review_at = $1 WHERE id = $2 AND review_at IS NULL")
+        .bind(now)
+        .bind(id)
+        .execute(e)
+        .await?;
+    Ok(())
+}
+
+/// Whether order `id` is held for review (see [`hold_for_review`]).
+pub(crate) async fn held_for_review<'c>(e: impl AnyExecutor<'c>, id: &str) -> sqlx::Result<bool> {
+    let held: Option<(Option<i64>,)> = sqlx::query_as("SELECT review_at FROM orders WHERE id = $1")
+        .bind(id)
+        .fetch_optional(e)
+        .await?;
+    Ok(matches!(held, Some((Some(_),))))
+}

@@ -19,12 +19,14 @@ pub(crate) enum ClaimOutcome {
     /// The caller's `(user, key)` slot was taken meanwhile (another request claimed or
     /// cancelled the key): nothing was written; decide again with the record.
     KeyTaken,
-    /// The order could not be locked at the planned version (it changed, was paid, or
-    /// another attempt holds it): rolled back. Its version now and, when it is paid or
-    /// refunded, its payment; `None` if it is gone.
+    /// The order could not be locked at the planned version (it changed, was paid, is held
+    /// for review, or another attempt holds it): rolled back. Its version now and, when it
+    /// is paid or refunded, its payment; `None` if it is gone.
     OrderConflict {
         /// The order's version and payment as read in the transaction.
         current: Option<(i64, Option<Payment>)>,
+        /// The order is held for review (migrations/0012_orders_held_for_review.sql).
+        held: bool,
     },
     /// This SKU had too little stock left: rolled back.
     OutOfStock {
@@ -108,7 +110,8 @@ where
             }
             None => None,
         };
-        return Ok(ClaimOutcome::OrderConflict { current });
+        let held = super::orders::held_for_review(pool, order).await?;
+        return Ok(ClaimOutcome::OrderConflict { current, held });
     }
     let reserved = counts[2..2 + lines].iter().take_while(|&&n| n == 1).count();
     let sku = plan.stock[reserved].sku.clone();
@@ -146,12 +149,12 @@ fn claim_statements(plan: &ClaimPlan, key: &str, now: i64) -> Vec<Statement> {
         )
         .tail("ON CONFLICT DO NOTHING")
         .need(Need::Row),
-        // Only at the expected version, unpaid, and with no other active attempt: two
-        // claims for one order cannot both pass.
+        // Only at the expected version, unpaid, not held for review, and with no other
+        // active attempt: two claims for one order cannot both pass.
         Statement::new(
             "UPDATE orders SET active_attempt = $1, updated_at = $2
              WHERE id = $3 AND user_id = $4 AND version = $5 AND status = 'unpaid'
-               AND active_attempt IS NULL",
+               AND active_attempt IS NULL AND review_at IS NULL",
             vec![
                 (&a.id).into(),
                 now.into(),

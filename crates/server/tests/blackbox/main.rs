@@ -33,6 +33,9 @@
 //! - `schema`: `--migrate` and `payonce-server migrate`: a production start refuses an
 //!   unmigrated schema, one migrated by a newer incompatible release, and a missing
 //!   `--database-url`.
+//! - `stripe_leftovers`: nothing confirmable outlives its attempt: a declined intent is
+//!   cancelled at localstripe (a failed cancel retried by the jobs), and a success that
+//!   arrives for an attempt settled uncharged is flagged and refuses the order's new keys.
 //! - `kill_batch`: SIGKILL while 16 clients' pays are committed together; nothing answered
 //!   is lost, no order is claimed or charged twice.
 
@@ -54,6 +57,7 @@ mod schema;
 mod startup;
 mod stripe;
 mod stripe_edges;
+mod stripe_leftovers;
 mod three_ds;
 mod tls;
 mod webhooks;

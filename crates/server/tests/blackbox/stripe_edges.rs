@@ -43,11 +43,11 @@ const CREATE: &str = "/v1/payment_intents";
 /// The server with `--provider stripe` in front of localstripe, a fault proxy on each side:
 /// `to_stripe` between the server and localstripe's API, `to_us` between localstripe's
 /// webhook deliveries and the server (it keeps each delivery, to send it again).
-struct StripeApp {
+pub(crate) struct StripeApp {
     api: String,
     http: reqwest::Client,
-    ls: Localstripe,
-    to_stripe: FaultProxy,
+    pub(crate) ls: Localstripe,
+    pub(crate) to_stripe: FaultProxy,
     to_us: FaultProxy,
     _server: Proc,
     db: TestDb,
@@ -77,8 +77,18 @@ impl Checkout for StripeApp {
 impl StripeApp {
     /// `jobs`: run the background jobs fast (reconciliation after 300 ms); `webhooks`:
     /// register the server's route at localstripe.
-    async fn start(backend: Backend, jobs: bool, webhooks: bool) -> Option<StripeApp> {
-        Self::start_with_key(backend, jobs, webhooks, SECRET_KEY).await
+    pub(crate) async fn start(backend: Backend, jobs: bool, webhooks: bool) -> Option<StripeApp> {
+        Self::start_full(backend, jobs, webhooks, SECRET_KEY, &[]).await
+    }
+
+    /// [`StripeApp::start`] with `extra` server flags.
+    pub(crate) async fn start_with(
+        backend: Backend,
+        jobs: bool,
+        webhooks: bool,
+        extra: &[&str],
+    ) -> Option<StripeApp> {
+        Self::start_full(backend, jobs, webhooks, SECRET_KEY, extra).await
     }
 
     /// [`StripeApp::start`] with the secret key `key` (its prefix says the mode).
@@ -87,6 +97,16 @@ impl StripeApp {
         jobs: bool,
         webhooks: bool,
         key: &str,
+    ) -> Option<StripeApp> {
+        Self::start_full(backend, jobs, webhooks, key, &[]).await
+    }
+
+    async fn start_full(
+        backend: Backend,
+        jobs: bool,
+        webhooks: bool,
+        key: &str,
+        extra: &[&str],
     ) -> Option<StripeApp> {
         let ls = Localstripe::start().await?;
         let db = TestDb::create(backend).await?;
@@ -106,7 +126,9 @@ impl StripeApp {
                 "300",
             ]
             .map(String::from)
-            .to_vec(),
+            .into_iter()
+            .chain(extra.iter().map(|s| (*s).to_owned()))
+            .collect(),
             ..Opts::default()
         };
         let server = spawn(&opts.args(&db.url), true);
@@ -136,7 +158,7 @@ impl StripeApp {
     }
 
     /// An order of one tee for `user`: (token, order id).
-    async fn order(&self, user: &str) -> (String, String) {
+    pub(crate) async fn order(&self, user: &str) -> (String, String) {
         let t = self.session(user).await;
         let id = id_of(&self.create_order(&t, &[("tee-classic", 1)]).await);
         (t, id)
@@ -156,13 +178,13 @@ impl StripeApp {
     }
 
     /// The one intent localstripe holds for the order.
-    async fn only_intent(&self, order: &str) -> Value {
+    pub(crate) async fn only_intent(&self, order: &str) -> Value {
         let intents = self.ls.intents_of(order).await;
         assert_eq!(intents.len(), 1, "{intents:?}");
         intents[0].clone()
     }
 
-    async fn count(&self, sql: &'static str, bind: &str) -> i64 {
+    pub(crate) async fn count(&self, sql: &'static str, bind: &str) -> i64 {
         let pool = self.db.pool().await;
         let (n,): (i64,) = sqlx::query_as(sql)
             .bind(bind)

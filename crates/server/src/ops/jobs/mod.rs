@@ -19,6 +19,9 @@
 //!   held lease has passed) is driven by the refund machine
 //!   (`crate::ops::refunds::drive_due`): the provider's refunds are read, and it settles,
 //!   waits, or refunds only what is still unrefunded.
+//! - A declined two-phase payment is cancelled at the provider before its attempt settles
+//!   (src/ops/leftovers.rs): when that cancel fails the attempt stays processing, and these
+//!   same workers cancel it again on a later round.
 //! - **Confirmation emails**: the job queue, at least once; `confirmation_email_sent` makes
 //!   a redelivered job a no-op.
 //! - **Cleanup**: finished keys and tombstones after the key retention (never processing
