@@ -6,14 +6,14 @@
 use crate::model::{Action, Inst, Model, Msg, State, Told, USER};
 use crate::server::{provider_key, Record};
 use payonce_protocol::provider::ChargeStatus;
-use payonce_protocol::IdempotencyKey;
+use payonce_protocol::{AttemptStatus, IdempotencyKey};
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
 use std::hash::Hasher;
 
 /// The safety invariants, by name.
-pub const INVARIANTS: [&str; 8] = [
+pub const INVARIANTS: [&str; 9] = [
     "at most one successful charge per order",
     "no charge for an attempt after its tombstone",
     "told paid only if the ledger has the charge",
@@ -22,6 +22,7 @@ pub const INVARIANTS: [&str; 8] = [
     "a replayed answer equals the stored one",
     "a settle holds its order's lock",
     "a charge's amount and order version are those confirmed with its key",
+    "every succeeded provider payment is the order's payment, in flight, or flagged",
 ];
 
 /// The liveness property (bounded form).
@@ -85,6 +86,24 @@ pub fn violations(s: &State) -> Vec<&'static str> {
     if s.flags.charge_other_terms {
         v.push(INVARIANTS[7]);
     }
+    // A succeeded payment whose attempt ended without a charge, and is not flagged: money
+    // the order does not know of (a processing attempt's is in flight; a paid one's is the
+    // order's payment).
+    let stray = s
+        .ledger
+        .values()
+        .filter(|c| c.status == ChargeStatus::Succeeded)
+        .any(|c| {
+            s.slots.iter().any(|(k, sl)| {
+                pk_of(k) == c.provider_key
+                    && matches!(&sl.record, Record::Final(f)
+                        if !matches!(f.status, AttemptStatus::Succeeded | AttemptStatus::Refunded)
+                            && !s.flagged.contains(&f.id))
+            })
+        });
+    if stray {
+        v.push(INVARIANTS[8]);
+    }
     v
 }
 
@@ -104,7 +123,7 @@ pub fn fingerprint(s: &State) -> u64 {
     inst.sort();
     let _ = write!(
         w,
-        "{:?}{:?}{:?}{:?}{:?}{:?}{inst:?}{:?}{}{:?}{:?}{:?}",
+        "{:?}{:?}{:?}{:?}{:?}{:?}{inst:?}{:?}{}{:?}{:?}{:?}{:?}{}",
         s.now,
         s.tabs,
         s.slots,
@@ -115,7 +134,9 @@ pub fn fingerprint(s: &State) -> u64 {
         s.minted,
         s.left,
         s.flags,
-        s.intents
+        s.intents,
+        s.flagged,
+        s.held
     );
     w.0.finish()
 }
@@ -279,6 +300,12 @@ pub fn healthy_run(model: &Model, s: &State, steps: usize) -> Result<(), (String
         let cancel_in_flight = |t: u8| {
             s.net.iter().any(|m| matches!(m, Msg::Cancel { tab, .. } | Msg::CancelReply { tab, .. } if *tab == t))
         };
+        // A payment waiting for the customer: resuming only asks again; a healthy customer
+        // who does not act lets the clock run to the attempt's deadline.
+        let waits_for_customer = s
+            .ledger
+            .values()
+            .any(|c| c.status == ChargeStatus::RequiresAction);
         let rank = |a: &Action| -> u8 {
             match a {
                 Action::Step { choice: 0, .. } => 0,
@@ -290,11 +317,13 @@ pub fn healthy_run(model: &Model, s: &State, steps: usize) -> Result<(), (String
                 Action::CancelTimeout(t) if !cancel_in_flight(*t) => 5,
                 Action::Tick if lease_held => 6,
                 Action::Click(t)
-                    if s.tabs[*t as usize].storage.is_some() && !s.tabs[*t as usize].refused =>
+                    if s.tabs[*t as usize].storage.is_some()
+                        && !s.tabs[*t as usize].refused
+                        && !waits_for_customer =>
                 {
                     7
                 }
-                Action::CancelClick(_) => 8,
+                Action::CancelClick(_) if !waits_for_customer => 8,
                 Action::Tick => 9,
                 _ => u8::MAX,
             }
@@ -356,6 +385,7 @@ fn actor(a: &Action) -> String {
         Action::Deliver { .. } => "network".into(),
         Action::Step { inst, .. } | Action::Crash(inst) => format!("server {inst}"),
         Action::Webhook { .. } | Action::Redeliver(_) => "provider".into(),
+        Action::OutsideConfirm(_) | Action::Authenticate { .. } => "customer".into(),
         Action::Job { inst, .. } => format!("job@{inst}"),
         Action::Expire => "retention".into(),
         Action::Tick => "clock".into(),
@@ -426,6 +456,7 @@ fn describe(s: &State, a: &Action) -> String {
                 " (provider declines)",
                 " (provider charges, answer lost)",
                 " (provider down)",
+                " (provider asks the customer to act: 3-D Secure)",
             ];
             format!("step {what}{}", provider[*choice as usize])
         }

@@ -42,4 +42,7 @@ pub enum Flaw {
     /// Two phases: a take-over creates and confirms a new object instead of looking up the
     /// saved one.
     Recreate,
+    /// Two phases: a declined payment object is settled without being cancelled, so the
+    /// customer can still confirm it outside the server.
+    LeaveConfirmable,
 }

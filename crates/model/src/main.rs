@@ -62,6 +62,19 @@ pub fn scenarios() -> Vec<(&'static str, Bounds)> {
                 ..n
             },
         ),
+        (
+            "a two-phase provider without deduplication: 3-D Secure passed, failed or abandoned \
+             past its deadline, a declined payment confirmed outside the server, the jobs, a crash",
+            Bounds {
+                two_phase: true,
+                challenges: 1,
+                outside_confirms: 1,
+                ticks: 4,
+                jobs: 2,
+                crashes: 1,
+                ..n
+            },
+        ),
         ("everything at once (bounded by states)", Bounds::FULL),
     ]
 }

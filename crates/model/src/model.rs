@@ -59,6 +59,14 @@ pub struct Bounds {
     /// as localstripe): every create makes a new payment object, a confirm charges the one it
     /// names, lookups read the id saved on the attempt.
     pub two_phase: bool,
+    /// Times the customer confirms a declined two-phase payment object outside the server
+    /// (the page's client secret and another card, Stripe.js's "try another card"): it
+    /// charges unless the server cancelled it.
+    pub outside_confirms: u8,
+    /// Two-phase confirms that ask the customer to act first (3-D Secure): the customer then
+    /// passes or fails the challenge ([`Action::Authenticate`]), or never acts and the
+    /// attempt meets its deadline (`Policy::action_deadline`, four ticks).
+    pub challenges: u8,
 }
 
 impl Bounds {
@@ -78,6 +86,8 @@ impl Bounds {
         redeliveries: 0,
         jobs: 0,
         two_phase: false,
+        outside_confirms: 0,
+        challenges: 0,
     };
 
     /// The bounds of the test command's check (docs/model.md).
@@ -96,6 +106,8 @@ impl Bounds {
         redeliveries: 1,
         jobs: 2,
         two_phase: false,
+        outside_confirms: 0,
+        challenges: 0,
     };
 }
 
@@ -110,6 +122,8 @@ pub enum Told {
     Cancelled,
     /// The order changed.
     OrderChanged,
+    /// The payment expired waiting for the customer (nothing charged).
+    Expired,
 }
 
 /// A message on the network. Requests carry what the SDK sends; answers carry raw HTTP
@@ -256,6 +270,9 @@ pub struct Slot {
     pub record: Record,
     /// The lease token of whoever holds the lease.
     pub token: Option<String>,
+    /// When the jobs look at it again: its payment waits for the customer
+    /// (`attempts.next_check_at`, `payonce_rules::policy::next_customer_check`).
+    pub next_check: Option<i64>,
 }
 
 /// Violations found so far (history variables: set by the step that breaks a rule).
@@ -293,6 +310,11 @@ pub struct State {
     /// under, and whether they were confirmed (then their charge is in `ledger` under the
     /// object's id).
     pub intents: BTreeMap<String, (String, bool)>,
+    /// Attempts flagged for review after they settled without a charge, because a payment
+    /// of theirs succeeded anyway (`payonce_rules::plan::Stray`), sorted.
+    pub flagged: Vec<String>,
+    /// The order is held for review: the claim refuses new keys (`ORDER_UNDER_REVIEW`).
+    pub held: bool,
     /// Server instances.
     pub inst: [Inst; 2],
     /// The network, as a multiset.
@@ -364,6 +386,17 @@ pub enum Action {
     Expire,
     /// The clock advances one tick.
     Tick,
+    /// The customer confirms the declined payment object `id` outside the server, with
+    /// another card: it charges (the provider then reports the success).
+    OutsideConfirm(String),
+    /// The customer passes (`ok`) or fails the 3-D Secure challenge of payment object `id`
+    /// (the provider then reports the outcome).
+    Authenticate {
+        /// The payment object.
+        id: String,
+        /// Passed.
+        ok: bool,
+    },
 }
 
 /// The model: bounds and an optional injected flaw.
@@ -400,6 +433,7 @@ fn told_of(end: &PayEnd) -> Option<Told> {
         PayEnd::Final(SdkFinal::Declined { .. }) => Some(Told::Declined),
         PayEnd::Final(SdkFinal::Cancelled) => Some(Told::Cancelled),
         PayEnd::Final(SdkFinal::OrderChanged { .. }) => Some(Told::OrderChanged),
+        PayEnd::Final(SdkFinal::Expired) => Some(Told::Expired),
         _ => None,
     }
 }
@@ -435,6 +469,8 @@ impl Model {
             ledger: BTreeMap::new(),
             webhooks: Vec::new(),
             intents: BTreeMap::new(),
+            flagged: Vec::new(),
+            held: false,
             inst: [Inst::Idle, Inst::Idle],
             net: Vec::new(),
             minted: 0,
@@ -522,9 +558,14 @@ impl Model {
             match &s.inst[inst as usize] {
                 Inst::Busy(_, w) => {
                     let choices: &[u8] = match w.flow.next_step() {
-                        "Charge" if faults && s.left.provider_faults > 0 => &[0, 1, 2, 3],
-                        "Charge" => &[0, 1],
-                        "Lookup" if faults && s.left.provider_faults > 0 => &[0, 3],
+                        "Charge" | "Confirm" if faults && s.left.provider_faults > 0 => {
+                            &[0, 1, 2, 3]
+                        }
+                        "Confirm" if s.left.challenges > 0 => &[0, 1, 4],
+                        "Charge" | "Confirm" => &[0, 1],
+                        "Lookup" | "CancelLeftover" if faults && s.left.provider_faults > 0 => {
+                            &[0, 3]
+                        }
                         _ => &[0],
                     };
                     for &choice in choices {
@@ -550,7 +591,9 @@ impl Model {
                     if s.left.jobs > 0 || !faults {
                         for (key, slot) in &s.slots {
                             if let Record::Processing(p) = &slot.record {
-                                if p.locked_until.is_none_or(|u| u <= s.now) {
+                                if p.locked_until.is_none_or(|u| u <= s.now)
+                                    && slot.next_check.is_none_or(|t| t <= s.now)
+                                {
                                     out.push(Action::Job {
                                         inst,
                                         key: key.clone(),
@@ -577,6 +620,20 @@ impl Model {
         }
         if s.left.ticks > 0 || !faults {
             out.push(Action::Tick);
+        }
+        for (id, c) in &s.ledger {
+            if c.status == ChargeStatus::RequiresAction && faults {
+                for ok in [true, false] {
+                    out.push(Action::Authenticate { id: id.clone(), ok });
+                }
+            }
+        }
+        if faults && s.left.outside_confirms > 0 {
+            for (id, c) in &s.ledger {
+                if c.status == ChargeStatus::Declined && s.intents.contains_key(id) {
+                    out.push(Action::OutsideConfirm(id.clone()));
+                }
+            }
         }
     }
 
@@ -692,7 +749,12 @@ impl Model {
                             .with_phases(self.phases());
                         s.inst[*inst as usize] = Inst::Busy(Origin::Webhook(pk), Work::new(flow));
                     }
-                    None => ack(&mut s, &pk), // nothing processing for it: no effect
+                    // Nothing processing for it: a success for an attempt that settled without
+                    // a charge is flagged (crates/server/src/ops/leftovers.rs); else no effect.
+                    None => {
+                        stray(&mut s, &pk);
+                        ack(&mut s, &pk);
+                    }
                 }
             }
             Action::Redeliver(pk) => {
@@ -714,6 +776,25 @@ impl Model {
             Action::Tick => {
                 s.left.ticks = s.left.ticks.saturating_sub(1);
                 s.now += TICK_MS;
+            }
+            Action::Authenticate { id, ok } => {
+                let c = s.ledger.get_mut(id)?;
+                c.client_secret = None;
+                (c.status, c.decline_code) = match ok {
+                    true => (ChargeStatus::Succeeded, None),
+                    false => (ChargeStatus::Declined, Some("authentication_failed".into())),
+                };
+                let pk = c.provider_key.clone();
+                push_sorted(&mut s.webhooks, pk);
+            }
+            Action::OutsideConfirm(id) => {
+                s.left.outside_confirms -= 1;
+                let c = s.ledger.get_mut(id)?;
+                c.status = ChargeStatus::Succeeded;
+                c.decline_code = None;
+                // The provider reports it (at least once), by the object's provider key.
+                let pk = c.provider_key.clone();
+                push_sorted(&mut s.webhooks, pk);
             }
         }
         Some(s)
@@ -879,7 +960,16 @@ impl Model {
             // the key's claims in between).
             None if s.order.paid && srv::cancel_asks_provider(self.flaw) => {
                 let k = IdempotencyKey::parse(key).expect("model keys are valid");
-                let lookup = match s.ledger.get(&srv::provider_key(USER, &k, &s.order.id)) {
+                let pk = srv::provider_key(USER, &k, &s.order.id);
+                // One phase: the provider finds the charge by provider key. Two phases its
+                // objects have their own ids: the store's payment row names the provider key
+                // that paid (`plan::cancel_from_store`), which this stands for.
+                let charge = s.ledger.get(&pk).or_else(|| {
+                    s.ledger
+                        .values()
+                        .find(|c| c.provider_key == pk && c.status == ChargeStatus::Succeeded)
+                });
+                let lookup = match charge {
                     Some(c) => Lookup::Found(c.clone()),
                     None => Lookup::NotFound,
                 };
@@ -898,6 +988,7 @@ impl Model {
                         Slot {
                             record,
                             token: None,
+                            next_check: None,
                         },
                     );
                 }
@@ -911,6 +1002,7 @@ impl Model {
                         Slot {
                             record: Record::Tombstone(t),
                             token: None,
+                            next_check: None,
                         },
                     );
                 }
@@ -998,10 +1090,22 @@ impl Model {
                 };
                 w.flow.on_lookup(lookup);
             }
-            // The model's provider never asks the customer to act, so no attempt waits for a
-            // customer past its deadline; what the provider holds is the answer.
+            // Past its deadline the payment that waits for the customer is cancelled (two
+            // phases: its saved object; the one-phase provider never asks the customer to
+            // act); what the provider then holds is the answer.
             srv::Effect::CancelAction(claim) => {
-                let lookup = match s.ledger.get(&claim.attempt.provider_key) {
+                let a = &claim.attempt;
+                let id = match self.bounds.two_phase {
+                    true => a.provider_ref.clone().unwrap_or_default(),
+                    false => a.provider_key.clone(),
+                };
+                if let Some(c) = s.ledger.get_mut(&id) {
+                    if c.status == ChargeStatus::RequiresAction {
+                        c.status = ChargeStatus::Canceled;
+                        c.client_secret = None;
+                    }
+                }
+                let lookup = match s.ledger.get(&id) {
                     Some(c) => Lookup::Found(c.clone()),
                     None => Lookup::NotFound,
                 };
@@ -1059,10 +1163,13 @@ impl Model {
                 let outcome = confirm(s, claim, choice);
                 w.flow.on_charge(outcome);
             }
-            // The model's provider never declines a confirm (two phases), so no uncharged
-            // payment object is left to cancel; what the provider holds is the answer.
             srv::Effect::CancelLeftover(claim) => {
-                let lookup = lookup_saved(s, claim.attempt.provider_ref.as_deref());
+                let lookup = if choice == 3 {
+                    s.left.provider_faults -= 1;
+                    Lookup::Unknown("provider down".into())
+                } else {
+                    cancel_saved(s, claim.attempt.provider_ref.as_deref())
+                };
                 w.flow.on_leftover(lookup);
             }
             srv::Effect::Done(_) => {}
@@ -1095,6 +1202,7 @@ impl Model {
                 !one_processing
                     && s.order.active.is_none()
                     && !s.order.paid
+                    && !s.held
                     && s.order.version == read_version,
             )
         } else {
@@ -1104,7 +1212,7 @@ impl Model {
             return Claimed::SlotTaken;
         }
         if !order_ok {
-            let mut p = srv::order_conflict(s.order.version, s.order.paid, read_version);
+            let mut p = srv::order_refusal(s.order.version, s.order.paid, read_version, s.held);
             if p.code == ErrorCode::OrderAlreadyPaid {
                 p.payment = paid_payment(s);
             }
@@ -1114,6 +1222,7 @@ impl Model {
         let slot = Slot {
             record: Record::Processing(claim.attempt.clone()),
             token: Some(claim.lease_token.clone()),
+            next_check: None,
         };
         s.slots.insert(key.to_owned(), slot);
         Claimed::Won
@@ -1178,6 +1287,15 @@ impl Model {
     /// A flow ended: a pay request's tab gets its answer, a webhook is acknowledged unless
     /// the provider could not confirm it.
     fn end(&self, s: &mut State, origin: &Origin, key: &str, end: End) {
+        // The job found the payment waiting for the customer: it looks again later
+        // (crates/server/src/ops/jobs/mod.rs, `check_later`), at the latest at its deadline.
+        if let (Origin::Job(_), End::ActionRequired(_)) = (origin, &end) {
+            if let Some(slot) = s.slots.get_mut(key) {
+                if let Record::Processing(p) = &slot.record {
+                    slot.next_check = Some(srv::next_customer_check(p.created_at, s.now, TICK_MS));
+                }
+            }
+        }
         let problem = |code, status, retry| srv::problem_answer(&srv::problem(code, status, retry));
         let (answer, replayed) = match end {
             End::Replay { answer, .. } => {
@@ -1303,6 +1421,7 @@ fn settle(s: &mut State, claim: &Claim, plan: &srv::SettlePlan) -> Option<bool> 
         Slot {
             record,
             token: None,
+            next_check: None,
         },
     );
     Some(true)
@@ -1386,7 +1505,7 @@ fn create(s: &mut State, claim: &Claim, choice: u8) -> srv::Created {
 
 /// A two-phase provider's confirm of the object the attempt names: charges it once (a
 /// second confirm answers its charge). `choice`: 1 declines, 2 charges but loses the
-/// answer, 3 is down.
+/// answer, 3 is down, 4 asks the customer to act first (3-D Secure).
 fn confirm(s: &mut State, claim: &Claim, choice: u8) -> Outcome {
     if choice == 3 {
         s.left.provider_faults -= 1;
@@ -1401,6 +1520,9 @@ fn confirm(s: &mut State, claim: &Claim, choice: u8) -> Outcome {
     };
     if !confirmed {
         s.intents.insert(id.clone(), (pk.clone(), true));
+        if choice == 4 {
+            s.left.challenges -= 1;
+        }
         let charge = Charge {
             id: id.clone(),
             provider_key: pk,
@@ -1408,15 +1530,16 @@ fn confirm(s: &mut State, claim: &Claim, choice: u8) -> Outcome {
             currency: a.terms.currency.clone(),
             payment_method_id: a.payment_method_id.clone(),
             order_id: a.terms.order_id.clone(),
-            status: if choice == 1 {
-                ChargeStatus::Declined
-            } else {
-                ChargeStatus::Succeeded
+            status: match choice {
+                1 => ChargeStatus::Declined,
+                4 => ChargeStatus::RequiresAction,
+                _ => ChargeStatus::Succeeded,
             },
             created_at: s.now,
             next_action_url: None,
             decline_code: None,
-            client_secret: None,
+            // The page confirms a challenge with the object's client secret.
+            client_secret: (choice == 4).then(|| format!("{id}_secret")),
         };
         s.ledger.insert(id.clone(), charge);
     }
@@ -1425,6 +1548,42 @@ fn confirm(s: &mut State, claim: &Claim, choice: u8) -> Outcome {
         return Outcome::Unknown("timeout".into());
     }
     srv::outcome_of(s.ledger[&id].clone())
+}
+
+/// A two-phase cancel of the saved object (`Effect::CancelLeftover`): a declined one is
+/// cancelled, any other stays as it is; then the object as the provider holds it.
+fn cancel_saved(s: &mut State, saved: Option<&str>) -> Lookup {
+    if let Some(c) = saved.and_then(|id| s.ledger.get_mut(id)) {
+        if c.status == ChargeStatus::Declined {
+            c.status = ChargeStatus::Canceled;
+        }
+    }
+    lookup_saved(s, saved)
+}
+
+/// A success event for provider key `pk` whose attempt is no longer processing: the server
+/// reads the charge back and, for an attempt settled without a charge, flags it and holds
+/// the order (`payonce_rules::plan::plan_stray`, as crates/server/src/ops/leftovers.rs).
+fn stray(s: &mut State, pk: &str) {
+    let settled = s.slots.values().find_map(|sl| match &sl.record {
+        Record::Final(f) if sl_key_pk(sl, &s.slots).as_deref() == Some(pk) => Some(f.clone()),
+        _ => None,
+    });
+    let Some(f) = settled else {
+        return;
+    };
+    if matches!(f.status, AttemptStatus::Succeeded | AttemptStatus::Refunded) {
+        return;
+    }
+    let charged = s
+        .ledger
+        .values()
+        .find(|c| c.provider_key == pk && c.status == ChargeStatus::Succeeded);
+    let lookup = charged.map_or(Lookup::NotFound, |c| Lookup::Found(c.clone()));
+    if srv::is_stray(&f.id, f.status, lookup) && !s.flagged.contains(&f.id) {
+        push_sorted(&mut s.flagged, f.id.clone());
+        s.held = true;
+    }
 }
 
 /// A two-phase lookup by the saved id: none saved, nothing was ever confirmed.

@@ -131,6 +131,25 @@ pub fn order_conflict(current: i64, paid: bool, read: i64) -> Problem {
     plan::order_conflict(Some((current, paid)), read)
 }
 
+/// [`order_conflict`] for an order that may be held for review (`held`).
+pub fn order_refusal(current: i64, paid: bool, read: i64, held: bool) -> Problem {
+    plan::order_refusal(Some((current, paid)), read, held)
+}
+
+/// Whether the provider's answer (`lookup`) about a payment of attempt `id`, settled as
+/// `status`, is a charge to flag ([`plan::plan_stray`]).
+pub fn is_stray(id: &str, status: payonce_protocol::AttemptStatus, lookup: Lookup) -> bool {
+    matches!(
+        plan::plan_stray(id, status, lookup),
+        plan::Stray::Flag { .. }
+    )
+}
+
+/// When the jobs look again at an attempt whose payment waits for the customer.
+pub fn next_customer_check(created_at: i64, now: i64, tick_ms: i64) -> i64 {
+    payonce_rules::policy::next_customer_check(created_at, now, &policy(tick_ms))
+}
+
 /// What a charge means for its attempt.
 pub fn outcome_of(charge: Charge) -> Outcome {
     Outcome::of(charge)
@@ -245,6 +264,7 @@ pub fn flow_flaw(flaw: Option<Flaw>) -> Option<flow::Flaw> {
         Flaw::StaleClaim => Some(flow::Flaw::StaleClaim),
         Flaw::ConfirmUnsaved => Some(flow::Flaw::ConfirmUnsaved),
         Flaw::Recreate => Some(flow::Flaw::Recreate),
+        Flaw::LeaveConfirmable => Some(flow::Flaw::LeaveConfirmable),
         _ => None,
     }
 }

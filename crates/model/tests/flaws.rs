@@ -185,6 +185,56 @@ fn two_phases_re_creating_on_take_over_charges_twice() {
     caught(Flaw::Recreate, two_phase(), &[INVARIANTS[0]]);
 }
 
+/// A declined payment object settled without being cancelled: the customer confirms it
+/// with another card outside the server, and a succeeded payment belongs to an attempt that
+/// answered "declined" (caught as soon as the charge happens, before any webhook could flag
+/// it, or by the customer's second payment).
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "searched in release by the model suite (scripts/test.sh)"
+)]
+fn two_phases_leaving_a_declined_payment_confirmable_is_caught() {
+    let b = Bounds {
+        two_phase: true,
+        outside_confirms: 1,
+        ..Bounds::NONE
+    };
+    caught(
+        Flaw::LeaveConfirmable,
+        b,
+        &[INVARIANTS[8], INVARIANTS[3], INVARIANTS[0]],
+    );
+}
+
+/// The sequence with the real code: 3-D Secure failed or passed or abandoned past
+/// its deadline, a declined payment confirmed outside the server, the jobs and webhooks:
+/// no invariant breaks, in every state.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "searched in release by the model suite (scripts/test.sh)"
+)]
+fn two_phases_hold_with_challenges_and_outside_confirms() {
+    let good = Model {
+        bounds: Bounds {
+            two_phase: true,
+            challenges: 1,
+            outside_confirms: 1,
+            ticks: 4,
+            jobs: 1,
+            ..Bounds::NONE
+        },
+        flaw: None,
+    };
+    let r = check::run(&good, search());
+    assert!(r.violation.is_none(), "{:?}", r.violation);
+    println!(
+        "two phases, 3-D Secure, outside confirms: {} states",
+        r.states
+    );
+}
+
 /// The real sequencing on a provider that never deduplicates, with a crash, a lost or
 /// failed provider answer and the jobs: no invariant breaks, in every state.
 #[test]
