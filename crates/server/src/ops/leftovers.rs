@@ -28,7 +28,7 @@ use payonce_rules::{Processing, Record};
 pub(crate) async fn cancel(state: &AppState, a: &Processing) -> Lookup {
     let lookup = state
         .provider
-        .cancel_action(&a.provider_key, a.provider_ref.as_deref())
+        .cancel_uncharged(&a.provider_key, a.provider_ref.as_deref())
         .await;
     match plan::leftover(lookup.clone()) {
         Leftover::Cancelled => {

@@ -229,6 +229,21 @@ impl Provider {
         }
     }
 
+    /// Cancels the attempt's saved payment object that did not charge (declined) before the
+    /// attempt settles uncharged, then returns it as the provider holds it. Cancelling twice
+    /// changes nothing. One phase: nothing to cancel, the charge by key is the answer.
+    pub(crate) async fn cancel_uncharged(
+        &self,
+        provider_key: &str,
+        provider_ref: Option<&str>,
+    ) -> Lookup {
+        match (self, provider_ref) {
+            (Self::Mock(c), _) => c.charge_by_key(provider_key).await,
+            (Self::Stripe(c), Some(id)) => c.cancel_uncharged(id, provider_key).await,
+            (Self::Stripe(_), None) => Lookup::NotFound,
+        }
+    }
+
     /// A refund of `amount` of `charge_id` (the provider's id of the payment), carrying the
     /// saved refund key.
     pub(crate) async fn refund(

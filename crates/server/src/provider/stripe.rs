@@ -40,6 +40,10 @@ pub(crate) const API_VERSION: &str = "2024-06-20";
 pub(crate) const CONFIRM: &str = "-confirm";
 /// The suffix of a cancel's `Idempotency-Key` (the provider key's own is the create's).
 const CANCEL: &str = "-cancel";
+/// The suffix of the cancel of a declined intent before its attempt settles: another call
+/// than the deadline's cancel of the same intent, so it never gets that one's stored answer
+/// (a 400 when the customer acted meanwhile) replayed by Stripe's idempotency layer.
+const CANCEL_UNCHARGED: &str = "-cancel-uncharged";
 
 /// Metadata names on the intent: which order and attempt it pays, under which key.
 const META_ORDER: &str = "order_id";
@@ -274,10 +278,23 @@ impl StripeClient {
     /// the action past the deadline), under its own idempotency key; then the intent as it
     /// is. A refusal (400: it succeeded or failed meanwhile) is read back from the intent.
     pub(crate) async fn cancel(&self, intent_id: &str, provider_key: &str) -> Lookup {
+        self.cancel_under(intent_id, format!("{provider_key}{CANCEL}"))
+            .await
+    }
+
+    /// [`StripeClient::cancel`] of a declined intent before its attempt settles uncharged
+    /// (nothing confirmable outlives its attempt: docs/providers.md), under its own
+    /// idempotency key.
+    pub(crate) async fn cancel_uncharged(&self, intent_id: &str, provider_key: &str) -> Lookup {
+        self.cancel_under(intent_id, format!("{provider_key}{CANCEL_UNCHARGED}"))
+            .await
+    }
+
+    async fn cancel_under(&self, intent_id: &str, idempotency_key: String) -> Lookup {
         let res = self
             .http
             .post(self.url(&format!("/v1/payment_intents/{intent_id}/cancel")))
-            .header(IDEMPOTENCY_KEY, format!("{provider_key}{CANCEL}"))
+            .header(IDEMPOTENCY_KEY, idempotency_key)
             .header(reqwest::header::CONTENT_TYPE, FORM)
             .send()
             .await;

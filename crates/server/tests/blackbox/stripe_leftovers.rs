@@ -137,6 +137,21 @@ async fn a_cancel_that_failed_is_retried_by_the_jobs(b: Backend) {
         1,
         "the first was refused"
     );
+    // Its own idempotency key, never the deadline's cancel's (whose stored answer Stripe
+    // would replay), the same on every retry.
+    let keys: Vec<String> = app
+        .to_stripe
+        .seen()
+        .iter()
+        .filter(|s| s.method == "POST" && s.path.ends_with("/cancel"))
+        .filter_map(|s| s.header("idempotency-key").map(str::to_owned))
+        .collect();
+    assert!(keys.len() >= 2, "{keys:?}");
+    assert!(
+        keys.iter()
+            .all(|k| k.ends_with("-cancel-uncharged") && *k == keys[0]),
+        "{keys:?}"
+    );
     assert_eq!(status_of(&app.ls, &id).await, ["canceled"]);
     let stray = app.ls.confirm_with(&intent, &pm).await;
     assert!(
