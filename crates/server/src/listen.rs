@@ -3,6 +3,7 @@
 //! per-connection guards: the per-address connection cap, the write deadline, and the
 //! connection's lifetime (age and request count).
 
+use crate::config::Lifetime;
 use crate::state::RunError;
 use std::collections::HashMap;
 use std::future::Future;
@@ -212,16 +213,6 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<T> {
         let r = Pin::new(&mut self.io).poll_shutdown(cx);
         self.watch(cx, r)
     }
-}
-
-/// `--connection-max-age-ms` and `--max-requests-per-connection`. hyper's header timeout
-/// restarts at each request head, so a client sending a small request every few seconds
-/// would otherwise hold its connection (and its permit) for ever: two addresses with 512
-/// such connections each held all 1,024 permits and `/healthz` got no answer.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Lifetime {
-    pub(crate) max_age: Duration,
-    pub(crate) max_requests: u64,
 }
 
 /// The answers one connection may still give: its last one (the request count reached, or
