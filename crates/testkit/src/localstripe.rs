@@ -50,10 +50,22 @@ fn binary() -> PathBuf {
     "localstripe".into()
 }
 
+/// How many localstripes may be starting at once in one test process. Each start is a
+/// Python interpreter importing aiohttp (about a second of CPU): the Stripe suites start one
+/// per test, and a dozen starting together on a 2-core machine already busy with the other
+/// tests took longer than any fixed wait (a fresh-clone CI run failed on one). Starting them
+/// two at a time keeps each start about as fast as alone; tokio's semaphore works across the
+/// tests' separate runtimes.
+static STARTING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+
+/// How long one start may take once it is its turn.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
 impl Localstripe {
     /// Starts one and waits until it answers. `None` when it cannot run and skipping is
     /// allowed ([`crate::unavailable`]; under `CI=true` a failure).
     pub async fn start() -> Option<Self> {
+        let _turn = STARTING.acquire().await.expect("never closed");
         let port = crate::tls::free_port();
         let bin = binary();
         let child = Command::new(&bin)
@@ -74,18 +86,15 @@ impl Localstripe {
             port,
             http: reqwest::Client::new(),
         };
-        let up = crate::eventually(
-            Duration::from_secs(20),
-            Duration::from_millis(50),
-            || async {
-                let res = me.get("/v1/payment_intents?limit=1").await.ok()?;
-                Some(res)
-            },
-        )
+        let up = crate::eventually(START_TIMEOUT, Duration::from_millis(50), || async {
+            let res = me.get("/v1/payment_intents?limit=1").await.ok()?;
+            Some(res)
+        })
         .await;
         assert!(
             up.is_some(),
-            "localstripe did not answer on port {port} within 20 s"
+            "localstripe did not answer on port {port} within {} s",
+            START_TIMEOUT.as_secs()
         );
         Some(me)
     }
