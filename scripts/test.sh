@@ -119,23 +119,26 @@ rules_pure() {
   fi
 }
 prod_build() {
-  # A production build of the server (no `dev` feature, crates/server/README.md "Dev and
-  # production builds") links no mock provider and refuses --dev with one line.
-  local tree dir out rc target=${CARGO_TARGET_DIR:-target}
+  # The production build (no `dev` feature, crates/server/README.md "Dev and production
+  # builds"), in release as docs/deploy.md builds it: it links no mock provider, refuses --dev
+  # with one line, and starts from docs/deploy.md's environment file and unit against
+  # PostgreSQL, Redis and localstripe (the blackbox test that reads the guide, run on it;
+  # `--workspace` unifies features as the cargo-test suite does, so nothing is rebuilt).
+  local tree out rc target=${CARGO_TARGET_DIR:-target}
   tree=$(cargo tree "${locked[@]}" -p payonce-server --no-default-features -e normal --prefix none) || return 1
   if grep -E '^payonce-mock-provider ' <<<"$tree"; then
     echo "prod-build: payonce-server without the dev feature depends on the mock provider" >&2
     return 1
   fi
-  cargo build "${locked[@]}" -q -p payonce-server --no-default-features || return 1
-  dir=$(mktemp -d) && cp "$target/debug/payonce-server" "$dir/" || return 1
-  # That build replaced target/debug/payonce-server, which the other suites run: a fresh dev
-  # build puts the dev binary back without compiling anything.
-  cargo build "${locked[@]}" -q -p payonce-server || { rm -rf "$dir"; return 1; }
-  out=$("$dir/payonce-server" --dev 2>&1); rc=$?
-  rm -rf "$dir"
+  # target/release: the debug binary the other suites run stays as it is.
+  cargo build "${locked[@]}" -q --release -p payonce-server --no-default-features || return 1
+  local bin="$target/release/payonce-server"
+  out=$("$bin" --dev 2>&1); rc=$?
   echo "prod-build: payonce-server --dev -> exit $rc: $out"
-  [ "$rc" -ne 0 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q 'needs a dev build' <<<"$out"
+  [ "$rc" -ne 0 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q 'needs a dev build' <<<"$out" || return 1
+  PAYONCE_TEST_DEPLOY_BIN="$(cd "$(dirname "$bin")" && pwd)/payonce-server" \
+    cargo test "${locked[@]}" -q --workspace --test blackbox \
+    startup::the_deploy_guides_environment_file_and_unit_start_a_server_on_stripe -- --exact
 }
 chaos() {
   # The chaos audit at its small size (docs/chaos.md has the large run): a fixed seed, so a
