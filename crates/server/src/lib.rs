@@ -11,7 +11,8 @@
 //!   `orders`, `webhooks`, `stripe_webhooks`, and `jobs/` (the outbox worker,
 //!   reconciliation with manual review, confirmation emails, cleanup and retention).
 //! - Infrastructure, which never calls an operation or the edge (`tests/blackbox/layout.rs`):
-//!   [`store`] (SQL over SQLite or PostgreSQL, one file per table), `replay/` (a finished
+//!   [`store`] (SQL over SQLite or PostgreSQL, one file per table; every write a plan it
+//!   executes, `store/tx.rs`: the operations never open a transaction), `replay/` (a finished
 //!   attempt's answer from memory, then Redis, then the database; the claim marker's Redis
 //!   calls), `provider/` (the provider port, `mod.rs`, and one adapter per provider,
 //!   `mock.rs` and `stripe.rs`, each answer sorted by what it proves: docs/providers.md).

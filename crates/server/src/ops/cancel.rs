@@ -11,11 +11,12 @@
 
 use crate::error::{AppError, AppResult};
 use crate::state::AppState;
+use crate::store;
 use crate::store::attempts as db;
-use crate::store::audit;
-use crate::store::orders::{get_order, OrderRow};
+use crate::store::cancel::Tombstoned;
+use crate::store::orders::OrderRow;
 use crate::store::payments::{get_payment, paid_with, payment_of_attempt};
-use payonce_protocol::{AttemptStatus, CancelResponse, IdempotencyKey, OrderStatus, Payment};
+use payonce_protocol::{AttemptStatus, CancelResponse, IdempotencyKey, Payment};
 use payonce_rules::flow::End;
 use payonce_rules::ids::AttemptId;
 use payonce_rules::keyed::PAY;
@@ -33,46 +34,34 @@ pub(crate) async fn cancel(
     let id = AttemptId::mint(&*state.ids).into();
     let (tombstone, entry) =
         plan::plan_tombstone(user, &order.id, order.version, id, now, &state.policy);
-    // Inserts the tombstone (`Ok(false)`: the key's slot is taken). The first write undoes
-    // it when the order read in its transaction is no longer payable.
-    // `spend`: take a tombstone token (false when the lookup before it took one).
+    // Inserts the tombstone; the first insert only while the order is unpaid.
+    // `spend`: take a tombstone token before the commit (false when the lookup before it
+    // took one): only a cancel that keeps a tombstone (or asks the provider) spends one.
     let insert = |unless_paid: bool, spend: bool| {
-        let (limits, owner, order_id) = (state.limits.clone(), user.to_owned(), order.id.clone());
-        let (t, e, k) = (tombstone.clone(), entry.clone(), key.as_str().to_owned());
-        state.store.write(async move |tx| {
-            if !db::insert_tombstone(&mut *tx, &t, &k, now).await? {
-                return Ok(false);
-            }
-            let current = match unless_paid {
-                true => get_order(&mut *tx, &order_id, &owner).await?,
-                false => None,
-            };
-            if current
-                .as_ref()
-                .is_some_and(|o| o.status != OrderStatus::Unpaid)
-            {
-                return Err(Undo::Paid(current));
-            }
-            // Only a cancel that keeps a tombstone (or asks the provider) spends a token (an
-            // error undoes the write).
-            if spend {
-                limits
-                    .check(Bucket::Tombstones, &owner)
-                    .map_err(Undo::Failed)?;
-            }
-            audit::record(&mut *tx, &e, now).await?;
-            Ok(true)
-        })
+        let (limits, owner) = (state.limits.clone(), user.to_owned());
+        let before_commit = move || match spend {
+            true => limits.check(Bucket::Tombstones, &owner),
+            false => Ok::<_, AppError>(()),
+        };
+        let k = key.as_str();
+        store::cancel::tombstone(
+            &state.store,
+            &tombstone,
+            &entry,
+            k,
+            now,
+            unless_paid,
+            before_commit,
+        )
     };
     let cancelled = CancelResponse {
         status: AttemptStatus::Cancelled,
         payment: None,
     };
-    match insert(true, true).await {
-        Ok(true) => return Ok(cancelled),
-        Ok(false) => {}
-        Err(Undo::Failed(e)) => return Err(e),
-        Err(Undo::Paid(current)) => {
+    match insert(true, true).await? {
+        Tombstoned::Inserted => return Ok(cancelled),
+        Tombstoned::KeyTaken => {}
+        Tombstoned::OrderPaid(current) => {
             let id = current.and_then(|o| o.payment_id);
             let paid = match &id {
                 Some(id) => paid_with(state.store.pool(), id).await?,
@@ -97,9 +86,7 @@ pub(crate) async fn cancel(
             }
             // Never charged, and the paid order refuses it: the tombstone makes a late
             // pay's answer ATTEMPT_CANCELLED, as for any cancelled key.
-            if let Err(Undo::Failed(e)) = insert(false, !spent).await {
-                return Err(e);
-            }
+            insert(false, !spent).await?;
             return Ok(answer);
         }
     }
@@ -127,18 +114,6 @@ pub(crate) async fn cancel(
     };
     let payment = payment(state, id).await?;
     Ok(CancelResponse { status, payment })
-}
-
-/// Why the first write was undone: the order is no longer payable, or an error.
-enum Undo {
-    Paid(Option<OrderRow>),
-    Failed(AppError),
-}
-
-impl From<sqlx::Error> for Undo {
-    fn from(e: sqlx::Error) -> Self {
-        Self::Failed(e.into())
-    }
 }
 
 async fn payment(state: &AppState, id: Option<String>) -> AppResult<Option<Payment>> {

@@ -16,8 +16,7 @@
 use crate::error::{AppError, AppResult};
 use crate::metrics::{self, LeftoverResult};
 use crate::state::AppState;
-use crate::store::attempts as db;
-use crate::store::{audit, orders};
+use crate::store;
 use payonce_protocol::AttemptStatus;
 use payonce_rules::plan::{self, Leftover, Lookup, Stray};
 use payonce_rules::{Processing, Record};
@@ -76,19 +75,10 @@ pub(crate) async fn after_final(
         Stray::Flag { charge, audit } => (charge, audit),
     };
     let now = state.clock.now_ms();
-    let (id, order) = (f.id.clone(), f.terms.order_id.clone());
-    let flag = state.store.write(async move |tx| {
-        let flagged = db::flag_settled(&mut *tx, &id, now).await?;
-        if flagged {
-            orders::hold_for_review(&mut *tx, &order, now).await?;
-            audit::record(&mut *tx, &entry, now).await?;
-        }
-        Ok::<_, sqlx::Error>(flagged)
-    });
-    if !flag.await? {
+    let order = &f.terms.order_id;
+    if !store::pay::flag_stray(&state.store, &f.id, order, &entry, now).await? {
         return Ok(false);
     }
-    let order = &f.terms.order_id;
     tracing::error!(attempt = %f.id, %order, payment = %charge.id, amount = charge.amount, status = %f.status.as_str(), "a payment succeeded at the provider for an attempt settled without a charge; attempt flagged for review, order held");
     metrics::leftover(LeftoverResult::Flagged);
     Ok(true)

@@ -5,7 +5,7 @@
 use crate::catalog::{price_cart, MAX_ADDRESS};
 use crate::error::{AppError, AppResult};
 use crate::state::AppState;
-use crate::store::audit::{self, Entry};
+use crate::store::audit::Entry;
 use crate::store::orders::{self as db, OrderRow};
 use crate::store::payments::get_payment;
 use payonce_protocol::{CreateOrderRequest, ErrorCode, Order, OrderStatus, UpdateCartRequest};
@@ -74,12 +74,8 @@ pub(crate) async fn create(
     let id = String::from(OrderId::mint(&*state.ids));
     let now = state.clock.now_ms();
     let entry = Entry::change(user, "order", &id, None, Cart(1), "order created");
-    let (order, owner, address) = (id.clone(), user.to_owned(), req.address.clone());
-    let insert = state.store.write(async move |tx| {
-        db::insert_order(&mut *tx, &order, &owner, &priced, address.as_deref(), now).await?;
-        audit::record(&mut *tx, &entry, now).await
-    });
-    insert.await?;
+    let address = req.address.as_deref();
+    db::create(&state.store, &id, user, &priced, address, &entry, now).await?;
     load_owned(state, &id, user).await
 }
 
@@ -129,18 +125,9 @@ pub(crate) async fn change_cart(
         let now = state.clock.now_ms();
         let (from, to) = (Cart(current.version), Cart(current.version + 1));
         let entry = Entry::change(user, "order", id, Some(from), to, "cart changed");
-        let (order, owner, version) = (id.to_owned(), user.to_owned(), current.version);
-        let address = address.map(str::to_owned);
-        let update = state.store.write(async move |tx| {
-            let a = address.as_deref();
-            let updated =
-                db::update_cart(&mut *tx, &order, &owner, version, &priced, a, now).await?;
-            if updated {
-                audit::record(&mut *tx, &entry, now).await?;
-            }
-            Ok::<_, sqlx::Error>(updated)
-        });
-        if update.await? {
+        let version = current.version;
+        let store = &state.store;
+        if db::change_cart(store, id, user, version, &priced, address, &entry, now).await? {
             return load_owned(state, id, user).await;
         }
         // The order moved under us (paid, locked, or edited elsewhere): re-read and decide again.

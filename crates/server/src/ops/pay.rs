@@ -32,10 +32,10 @@ use crate::provider::ChargeOutcome;
 use crate::replay::marker;
 use crate::reply::Reply;
 use crate::state::AppState;
+use crate::store;
 use crate::store::attempts as db;
 use crate::store::orders::OrderRow;
 use crate::store::pay::ClaimOutcome;
-use crate::store::{self, audit, Leased};
 use payonce_protocol::provider::ChargeRequest;
 use payonce_protocol::{AttemptStatus, IdempotencyKey, PayRequest};
 use payonce_rules::flow::{self, Claimed, Effect, End, Marked, ServerPay, TakeOver, Unmark};
@@ -144,10 +144,7 @@ async fn reply(state: &AppState, user: &str, key: &IdempotencyKey, end: End) -> 
             if let Some(Record::Processing(p)) = attempt {
                 let now = state.clock.now_ms();
                 let at = next_customer_check(p.created_at, now, &state.policy);
-                let later = state
-                    .store
-                    .write(async move |tx| db::check_later(tx, &p.id, at).await);
-                later.await?;
+                store::pay::check_later(&state.store, &p.id, at).await?;
             }
             Ok(Reply::open(answer))
         }
@@ -374,16 +371,7 @@ async fn steps(
 /// Takes over the expired lease of a processing attempt (exactly one contender wins) and
 /// records why.
 async fn take_over(state: &AppState, take: &TakeOver, now: i64) -> AppResult<bool> {
-    let (id, until, lease) = (take.attempt_id.clone(), take.until, take.token.clone());
-    let entry = take.entry.clone();
-    let taken = state.store.write(async move |tx| {
-        let taken = store::take_lease(&mut *tx, Leased::Attempts, &id, &lease, now, until).await?;
-        if taken {
-            audit::record(&mut *tx, &entry, now).await?;
-        }
-        Ok::<_, sqlx::Error>(taken)
-    });
-    Ok(taken.await?)
+    Ok(store::pay::take_over(&state.store, take, now).await?)
 }
 
 /// The charge with the saved provider key, no transaction open.
@@ -428,12 +416,7 @@ async fn save_ref(
     provider_ref: &str,
     now: i64,
 ) -> AppResult<bool> {
-    let (id, lease) = (claim.attempt.id.clone(), claim.lease_token.clone());
-    let provider_ref = provider_ref.to_owned();
-    let save = state.store.write(async move |tx| {
-        db::save_provider_ref(&mut *tx, &id, &lease, &provider_ref, now).await
-    });
-    Ok(save.await?)
+    Ok(store::pay::save_ref(&state.store, claim, provider_ref, now).await?)
 }
 
 /// What a payment charges: the server's amount and currency, never the client's.
@@ -542,13 +525,8 @@ pub(crate) async fn exec_claim(
 /// Ends `claim`'s lease early (nobody is talking to the provider about the attempt any
 /// more). False when a webhook settled the attempt meanwhile: its stored answer stands.
 async fn release_unless_settled(state: &AppState, claim: &Claim, now: i64) -> AppResult<bool> {
-    let a = &claim.attempt;
-    let (id, token) = (a.id.clone(), claim.lease_token.clone());
-    let release = state
-        .store
-        .write(async move |tx| db::release_lease(tx, &id, &token, now).await);
-    release.await?;
-    let record = db::find_by_id(state.store.pool(), &a.id).await?;
+    store::pay::release(&state.store, claim, now).await?;
+    let record = db::find_by_id(state.store.pool(), &claim.attempt.id).await?;
     Ok(!record.is_some_and(|r| r.is_final()))
 }
 
@@ -561,20 +539,7 @@ async fn flag_mismatch(
     entry: &plan::AuditEntry,
     now: i64,
 ) -> AppResult<bool> {
-    let (id, token, entry) = (
-        claim.attempt.id.clone(),
-        claim.lease_token.clone(),
-        entry.clone(),
-    );
-    let flag = state.store.write(async move |tx| {
-        db::release_lease(&mut *tx, &id, &token, now).await?;
-        let flagged = db::flag_review(&mut *tx, &id, now).await?;
-        if flagged {
-            audit::record(&mut *tx, &entry, now).await?;
-        }
-        Ok::<_, sqlx::Error>(flagged)
-    });
-    if flag.await? {
+    if store::pay::flag_mismatch(&state.store, claim, entry, now).await? {
         let a = &claim.attempt;
         tracing::error!(attempt = %a.id, order = %a.terms.order_id, "the provider's charge differs from the attempt; flagged for manual review");
         crate::metrics::reconciliation(crate::metrics::ReconcileResult::ManualReview);

@@ -153,29 +153,6 @@ pub(crate) async fn find_by_provider_ref<'c>(
     row.map(record).transpose()
 }
 
-/// Saves the provider's id of the object `attempt` created there (a two-phase provider's
-/// payment), only while `lease` still holds the processing attempt and nothing was saved
-/// before: false otherwise, and then the object must not be confirmed.
-pub(crate) async fn save_provider_ref<'c>(
-    e: impl AnyExecutor<'c>,
-    attempt: &str,
-    lease: &str,
-    provider_ref: &str,
-    now: i64,
-) -> sqlx::Result<bool> {
-    let done = sqlx::query(
-        "UPDATE attempts SET provider_ref = $1, updated_at = $2
-         WHERE id = $3 AND status = 'processing' AND lease_token = $4 AND provider_ref IS NULL",
-    )
-    .bind(provider_ref)
-    .bind(now)
-    .bind(attempt)
-    .bind(lease)
-    .execute(e)
-    .await?;
-    Ok(done.rows_affected() == 1)
-}
-
 /// An attempt by id.
 pub(crate) async fn find_by_id<'c>(
     e: impl AnyExecutor<'c>,
@@ -199,86 +176,6 @@ pub(crate) const EXPIRED: &str =
     AND needs_review_at IS NULL
     AND NOT (status = 'cancelled' AND EXISTS (SELECT 1 FROM orders o WHERE o.id = attempts.order_id
         AND o.status = 'unpaid' AND o.version = COALESCE(attempts.order_version, o.version)))";
-
-/// The cancel tombstone: takes the `(user, key)` slot as `cancelled` if it is free.
-pub(crate) async fn insert_tombstone<'c>(
-    e: impl AnyExecutor<'c>,
-    t: &Tombstone,
-    key: &str,
-    now: i64,
-) -> sqlx::Result<bool> {
-    let row: Option<(String,)> = sqlx::query_as(
-        "INSERT INTO attempts (id, user_id, idem_key, order_id, status, order_version, created_at, updated_at, expires_at)
-         VALUES ($1, $2, $3, $4, 'cancelled', $5, $6, $6, $7)
-         ON CONFLICT (user_id, idem_key) DO NOTHING
-         RETURNING id",
-    )
-    .bind(&t.id)
-    .bind(&t.user)
-    .bind(key)
-    .bind(&t.order_id)
-    .bind(t.order_version)
-    .bind(now)
-    .bind(t.expires_at)
-    .fetch_optional(e)
-    .await?;
-    Ok(row.is_some())
-}
-
-/// Ends our lease early after an inconclusive provider call: nobody is talking to the
-/// provider about this attempt any more, so the next retry may ask it at once.
-pub(crate) async fn release_lease<'c>(
-    e: impl AnyExecutor<'c>,
-    id: &str,
-    token: &str,
-    now: i64,
-) -> sqlx::Result<()> {
-    sqlx::query(
-        "UPDATE attempts SET locked_until = $1, updated_at = $1
-         WHERE id = $2 AND status = 'processing' AND lease_token = $3",
-    )
-    .bind(now)
-    .bind(id)
-    .bind(token)
-    .execute(e)
-    .await?;
-    Ok(())
-}
-
-/// The charge of processing attempt `id` waits for the customer: the jobs look at it again
-/// at `at` ([`payonce_rules::policy::next_customer_check`]). False when it is no longer
-/// processing.
-pub(crate) async fn check_later<'c>(
-    e: impl AnyExecutor<'c>,
-    id: &str,
-    at: i64,
-) -> sqlx::Result<bool> {
-    let res = sqlx::query(
-        "UPDATE attempts SET next_check_at = $1 WHERE id = $2 AND status = 'processing'",
-    )
-    .bind(at)
-    .bind(id)
-    .execute(e)
-    .await?;
-    Ok(res.rows_affected() == 1)
-}
-
-/// Flags a processing attempt for manual review, once. True when this call flagged it.
-pub(crate) async fn flag_review<'c>(
-    e: impl AnyExecutor<'c>,
-    attempt_id: &str,
-    now: i64,
-) -> sqlx::Result<bool> {
-    let res = sqlx::query(
-        "UPDATE attempts SET needs_review_at = $1
-         WHERE id = $2 AND status = 'processing' AND needs_review_at IS NULL",
-    )
-    .bind(now)
-    .bind(attempt_id)
-    .execute(e)
-    .await?;
-    Ok(res.rows_affected() == 1)
-}
 
 /// Processing attempts created before `before` whose lease has expired: the
 /// reconciliation job's work list, and with `before = now` the outbox worker's. Oldest first.
@@ -317,23 +214,4 @@ pub(crate) async fn processing_before<'c>(
     let q = before.iter().fold(sqlx::query_as(q), |q, at| q.bind(*at));
     let (a, b, c, d) = q.fetch_one(e).await?;
     Ok([a, b, c, d])
-}
-
-/// Flags attempt `id`, which settled without a charge, for review (a payment of it
-/// succeeded at the provider anyway, `payonce_rules::plan::Stray`), once. True when this
-/// call flagged it.
-pub(crate) async fn flag_settled<'c>(
-    e: impl AnyExecutor<'c>,
-    id: &str,
-    now: i64,
-) -> sqlx::Result<bool> {
-    let res = sqlx::query(
-        "UPDATE attempts SET needs_review_at = $1
-         WHERE id = $2 AND status <> 'processing' AND needs_review_at IS NULL",
-    )
-    .bind(now)
-    .bind(id)
-    .execute(e)
-    .await?;
-    Ok(res.rows_affected() == 1)
 }

@@ -2,7 +2,6 @@
 //! Written in the same transaction as the change it describes, so the two cannot disagree.
 
 use super::tx::{Arg, Statement};
-use sqlx::any::AnyExecutor;
 
 pub(crate) use payonce_rules::plan::AuditEntry as Entry;
 
@@ -50,14 +49,4 @@ fn values(entry: &Entry) -> Vec<Arg> {
         (&entry.to).into(),
         (&entry.reason).into(),
     ]
-}
-
-/// Appends `entry`.
-pub(crate) async fn record<'c>(
-    e: impl AnyExecutor<'c>,
-    entry: &Entry,
-    now: i64,
-) -> sqlx::Result<()> {
-    insert(entry, now).execute(e).await?;
-    Ok(())
 }

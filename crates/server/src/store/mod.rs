@@ -12,12 +12,14 @@
 //! # Layout
 //! One file per table (`attempts`, `orders`, `catalog` with the coupons, `payments`,
 //! `outbox`, `jobs`, `mailbox`, `webhook_events`, `refunds`, `audit`); `pay`: what a pay
-//! writes (the claim and the settle); `tx`: a transaction as data and its two executors;
+//! writes (the claim, the settle, the take-over, the review flags, ...); `cancel`: what a
+//! cancel writes (the tombstone); `tx`: a transaction as data and its two executors;
 //! `sqlite_writer`: SQLite's one writer; this file: connecting, pragmas, write transactions,
 //! migrations, and retention across tables.
 
 pub(crate) mod attempts;
 pub(crate) mod audit;
+pub(crate) mod cancel;
 pub(crate) mod catalog;
 pub(crate) mod jobs;
 pub(crate) mod mailbox;
@@ -42,32 +44,27 @@ pub(crate) enum Leased {
     Refunds,
 }
 
-/// Takes the lease of processing row `id` of `table` until `until` under `token`, if nobody
-/// holds an unexpired one: exactly one of several concurrent contenders wins (true).
-pub(crate) async fn take_lease<'c>(
-    e: impl sqlx::any::AnyExecutor<'c>,
+/// The statement that takes the lease of processing row `id` of `table` until `until`
+/// under `token`, if nobody holds an unexpired one: exactly one of several concurrent
+/// contenders changes the row.
+pub(crate) fn take_lease(
     table: Leased,
     id: &str,
     token: &str,
     now: i64,
     until: i64,
-) -> sqlx::Result<bool> {
-    let table = match table {
-        Leased::Attempts => "attempts",
-        Leased::Refunds => "refunds",
+) -> tx::Statement {
+    let sql = match table {
+        Leased::Attempts => {
+            "UPDATE attempts SET locked_until = $1, lease_token = $2, updated_at = $3
+             WHERE id = $4 AND status = 'processing' AND (locked_until IS NULL OR locked_until <= $3)"
+        }
+        Leased::Refunds => {
+            "UPDATE refunds SET locked_until = $1, lease_token = $2, updated_at = $3
+             WHERE id = $4 AND status = 'processing' AND (locked_until IS NULL OR locked_until <= $3)"
+        }
     };
-    let sql = format!(
-        "UPDATE {table} SET locked_until = $1, lease_token = $2, updated_at = $3
-         WHERE id = $4 AND status = 'processing' AND (locked_until IS NULL OR locked_until <= $3)"
-    );
-    let res = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .bind(until)
-        .bind(token)
-        .bind(now)
-        .bind(id)
-        .execute(e)
-        .await?;
-    Ok(res.rows_affected() == 1)
+    tx::Statement::new(sql, vec![until.into(), token.into(), now.into(), id.into()])
 }
 
 /// A stored value this code cannot read back (a status, a JSON column), as sqlx reports one.
@@ -445,6 +442,10 @@ impl Store {
     /// (`sqlite_writer.rs`: batched with concurrent writes, each in its own savepoint); on
     /// PostgreSQL in a transaction of the pool, whose row locks and unique indexes serialize
     /// the conflicting statements themselves.
+    ///
+    /// Every write of the server is a plan of `store/` ([`Store::transact`], [`Store::run`]);
+    /// the layout test (tests/blackbox/layout.rs) names the few callers outside this folder
+    /// and fails on any other.
     pub(crate) async fn write<T, E, F>(&self, f: F) -> Result<T, E>
     where
         F: AsyncFnOnce(&mut AnyConnection) -> Result<T, E> + Send + 'static,

@@ -1,7 +1,10 @@
 //! The `orders` table: carts, versions, the order lock, paid and email flags.
 
 use super::attempts::{record, AttemptRow, ATTEMPT_COLUMNS};
+use super::audit::{self, Entry};
 use super::decode_err;
+use super::tx::{Arg, Need, Statement};
+use super::Store;
 use crate::catalog::Priced;
 use payonce_protocol::{CartLine, OrderLine, OrderStatus};
 use payonce_rules::Record;
@@ -114,59 +117,69 @@ pub(crate) async fn get_order_and_key<'c>(
     Ok(Some((order.transpose()?, record.transpose()?)))
 }
 
-/// Inserts a new unpaid order at version 1.
-pub(crate) async fn insert_order<'c>(
-    e: impl AnyExecutor<'c>,
+/// Inserts a new unpaid order at version 1 with its audit row `entry`, in one transaction.
+pub(crate) async fn create(
+    store: &Store,
     id: &str,
     user: &str,
     priced: &Priced,
     address: Option<&str>,
+    entry: &Entry,
     now: i64,
 ) -> sqlx::Result<()> {
-    let q = sqlx::query(
+    let mut args = cart_args(priced, address);
+    args.extend([id.into(), user.into(), now.into()]);
+    let insert = Statement::new(
         "INSERT INTO orders (items, coupon, address, subtotal, discount, amount, currency, id, user_id,
                              status, version, active_attempt, payment_id, created_at, updated_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'unpaid', 1, NULL, NULL, $10, $10)",
+         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, 'unpaid', 1, NULL, NULL, $10, $10 WHERE true",
+        args,
     );
-    let q = bind_cart(q, priced, address).bind(id).bind(user).bind(now);
-    q.execute(e).await?;
+    store.run(vec![insert, audit::insert(entry, now)]).await?;
     Ok(())
 }
 
-/// Replaces the cart and bumps the version, only if the order is still at `version`, unpaid
-/// and has no active attempt. Returns false when any of that no longer holds.
-pub(crate) async fn update_cart<'c>(
-    e: impl AnyExecutor<'c>,
+/// Replaces the cart and bumps the version, with its audit row `entry`, in one
+/// transaction, only if the order is still at `version`, unpaid and has no active attempt.
+/// False when any of that no longer holds; then nothing was written.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn change_cart(
+    store: &Store,
     id: &str,
     user: &str,
     version: i64,
     priced: &Priced,
     address: Option<&str>,
+    entry: &Entry,
     now: i64,
 ) -> sqlx::Result<bool> {
-    let q = sqlx::query(
+    let mut args = cart_args(priced, address);
+    args.extend([now.into(), id.into(), user.into(), version.into()]);
+    let update = Statement::new(
         "UPDATE orders SET items = $1, coupon = $2, address = $3, subtotal = $4, discount = $5, amount = $6,
                 currency = $7, version = version + 1, updated_at = $8
          WHERE id = $9 AND user_id = $10 AND version = $11 AND status = 'unpaid' AND active_attempt IS NULL",
-    );
-    let q = bind_cart(q, priced, address).bind(now).bind(id).bind(user);
-    Ok(q.bind(version).execute(e).await?.rows_affected() == 1)
+        args,
+    )
+    .need(Need::Row);
+    let counts = store.run(vec![update, audit::insert(entry, now)]).await?;
+    Ok(counts[0] == 1)
 }
 
-type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>;
-
-/// Binds `$1..=$7`: a priced cart's `items, coupon, address, subtotal, discount, amount,
+/// `$1..=$7`: a priced cart's `items, coupon, address, subtotal, discount, amount,
 /// currency`.
-fn bind_cart<'q>(q: AnyQuery<'q>, priced: &Priced, address: Option<&str>) -> AnyQuery<'q> {
+fn cart_args(priced: &Priced, address: Option<&str>) -> Vec<Arg> {
     // Vec of plain structs: serialization cannot fail.
     let items = serde_json::to_string(&priced.lines).unwrap_or_else(|_| "[]".to_owned());
-    q.bind(items)
-        .bind(priced.coupon.as_deref())
-        .bind(address)
-        .bind(priced.subtotal)
-        .bind(priced.discount)
-        .bind(priced.amount)
-        .bind(priced.currency.as_str())
+    vec![
+        Arg::Text(Some(items)),
+        priced.coupon.as_deref().into(),
+        address.into(),
+        priced.subtotal.into(),
+        priced.discount.into(),
+        priced.amount.into(),
+        priced.currency.as_str().into(),
+    ]
 }
 
 /// Sets the order's `confirmation_email_sent` flag if it was not set. True: this caller
@@ -196,23 +209,7 @@ pub(crate) async fn order_summary<'c>(
         .await
 }
 
-/// Holds order `id` for review (a payment of it succeeded for an attempt settled uncharged,
-/// migrations/0012_orders_held_for_review.sql): the claim refuses its new keys while `review_at`
-/// is set. A person clears it once the payment is resolved.
-pub(crate) async fn hold_for_review<'c>(
-    e: impl AnyExecutor<'c>,
-    id: &str,
-    now: i64,
-) -> sqlx::Result<()> {
-    sqlx::query("UPDATE orders SET review_at = $1 WHERE id = $2 AND review_at IS NULL")
-        .bind(now)
-        .bind(id)
-        .execute(e)
-        .await?;
-    Ok(())
-}
-
-/// Whether order `id` is held for review (see [`hold_for_review`]).
+/// Whether order `id` is held for review (`super::pay::flag_stray`).
 pub(crate) async fn held_for_review<'c>(e: impl AnyExecutor<'c>, id: &str) -> sqlx::Result<bool> {
     let held: Option<(Option<i64>,)> = sqlx::query_as("SELECT review_at FROM orders WHERE id = $1")
         .bind(id)

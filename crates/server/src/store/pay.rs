@@ -1,14 +1,18 @@
-//! What a pay writes: the claim and the settle transactions, each spelled once as a list of
-//! statements built from the rules' plan (`payonce_rules::plan`) and run by the backend's
-//! executor (`tx.rs`). Every statement is conditional, so the row counts decide the races.
+//! What a pay writes: the claim and the settle transactions, the take-over of an expired
+//! lease, the saved provider reference, the lease's early end, the review flags and the
+//! jobs' next look, each spelled once as a list of statements built from the rules' plan
+//! (`payonce_rules::plan`, `payonce_rules::flow`) and run by the backend's executor
+//! (`tx.rs`), each in one transaction. Every statement is conditional, so the row counts
+//! decide the races.
 
-use super::audit;
+use super::audit::{self, Entry};
 use super::orders::get_order;
 use super::tx::{Need, Statement};
-use super::{attempts, payments, Store};
+use super::{attempts, payments, take_lease, Leased, Store};
 use payonce_protocol::{OrderStatus, Payment};
+use payonce_rules::flow::TakeOver;
 use payonce_rules::ids::{IdSource, JobId};
-use payonce_rules::plan::{ClaimPlan, SettlePlan};
+use payonce_rules::plan::{Claim, ClaimPlan, SettlePlan};
 use payonce_rules::Processing;
 
 /// How a claim ended.
@@ -287,4 +291,151 @@ fn settle_statements(
     }
     list.extend(audit::insert_all(audit, now));
     Some(list)
+}
+
+/// Takes over the expired lease of a processing attempt (pay rule 5) and records why, in
+/// one transaction: exactly one of several contenders wins (true); the losers write nothing.
+pub(crate) async fn take_over(store: &Store, take: &TakeOver, now: i64) -> sqlx::Result<bool> {
+    let (id, token) = (&take.attempt_id, &take.token);
+    let list = vec![
+        take_lease(Leased::Attempts, id, token, now, take.until).need(Need::Row),
+        audit::insert(&take.entry, now),
+    ];
+    Ok(store.run(list).await?[0] == 1)
+}
+
+/// Saves the provider's id of the object `claim` created there (a two-phase provider's
+/// payment), only while its lease still holds the processing attempt and nothing was saved
+/// before: false otherwise, and then the object must not be confirmed.
+pub(crate) async fn save_ref(
+    store: &Store,
+    claim: &Claim,
+    provider_ref: &str,
+    now: i64,
+) -> sqlx::Result<bool> {
+    let save = Statement::new(
+        "UPDATE attempts SET provider_ref = $1, updated_at = $2
+         WHERE id = $3 AND status = 'processing' AND lease_token = $4 AND provider_ref IS NULL",
+        vec![
+            provider_ref.into(),
+            now.into(),
+            (&claim.attempt.id).into(),
+            (&claim.lease_token).into(),
+        ],
+    );
+    Ok(store.run(vec![save]).await?[0] == 1)
+}
+
+/// The statement that ends `claim`'s lease at `now`, if it still holds the processing
+/// attempt.
+fn release_statement(claim: &Claim, now: i64) -> Statement {
+    Statement::new(
+        "UPDATE attempts SET locked_until = $1, updated_at = $1
+         WHERE id = $2 AND status = 'processing' AND lease_token = $3",
+        vec![
+            now.into(),
+            (&claim.attempt.id).into(),
+            (&claim.lease_token).into(),
+        ],
+    )
+}
+
+/// Ends `claim`'s lease early after an inconclusive provider call: nobody is talking to the
+/// provider about the attempt any more, so the next retry may ask it at once.
+pub(crate) async fn release(store: &Store, claim: &Claim, now: i64) -> sqlx::Result<()> {
+    store.run(vec![release_statement(claim, now)]).await?;
+    Ok(())
+}
+
+/// A charge under `claim`'s provider key that is not the attempt's (`SettlePlan::Review`):
+/// in one transaction, the attempt flagged for review once (with `entry`) and the lease
+/// ended. True when this call flagged it.
+///
+/// The flag and the release touch one row, so they are one statement when the flag is new,
+/// and the release alone (the statement before it) when it was flagged before: exactly one
+/// of the two matches, read from one snapshot (PostgreSQL) or one after the other (SQLite).
+pub(crate) async fn flag_mismatch(
+    store: &Store,
+    claim: &Claim,
+    entry: &Entry,
+    now: i64,
+) -> sqlx::Result<bool> {
+    let (id, token) = (&claim.attempt.id, &claim.lease_token);
+    let list = vec![
+        Statement::new(
+            "UPDATE attempts SET locked_until = $1, updated_at = $1
+             WHERE id = $2 AND status = 'processing' AND lease_token = $3
+               AND needs_review_at IS NOT NULL",
+            vec![now.into(), id.into(), token.into()],
+        ),
+        Statement::new(
+            "UPDATE attempts SET needs_review_at = $1,
+               locked_until = CASE WHEN lease_token = $3 THEN $1 ELSE locked_until END,
+               updated_at = CASE WHEN lease_token = $3 THEN $1 ELSE updated_at END
+             WHERE id = $2 AND status = 'processing' AND needs_review_at IS NULL",
+            vec![now.into(), id.into(), token.into()],
+        )
+        .need(Need::Row),
+        audit::insert(entry, now),
+    ];
+    Ok(store.run(list).await?[1] == 1)
+}
+
+/// Flags processing attempt `id`, whose outcome the provider cannot tell, for manual review
+/// (the reconciliation job), once, with `entry`. True when this call flagged it.
+pub(crate) async fn flag_unknown(
+    store: &Store,
+    id: &str,
+    entry: &Entry,
+    now: i64,
+) -> sqlx::Result<bool> {
+    let list = vec![
+        Statement::new(
+            "UPDATE attempts SET needs_review_at = $1
+             WHERE id = $2 AND status = 'processing' AND needs_review_at IS NULL",
+            vec![now.into(), id.into()],
+        )
+        .need(Need::Row),
+        audit::insert(entry, now),
+    ];
+    Ok(store.run(list).await?[0] == 1)
+}
+
+/// Flags attempt `id`, which settled without a charge, for review (a payment of it
+/// succeeded at the provider anyway, `payonce_rules::plan::Stray`), once, and holds its
+/// order (`order`): the claim refuses the order's new keys while it is held
+/// (migrations/0012_orders_held_for_review.sql; a person clears it once the payment is
+/// resolved). True when this call flagged it.
+pub(crate) async fn flag_stray(
+    store: &Store,
+    id: &str,
+    order: &str,
+    entry: &Entry,
+    now: i64,
+) -> sqlx::Result<bool> {
+    let list = vec![
+        Statement::new(
+            "UPDATE attempts SET needs_review_at = $1
+             WHERE id = $2 AND status <> 'processing' AND needs_review_at IS NULL",
+            vec![now.into(), id.into()],
+        )
+        .need(Need::Row),
+        Statement::new(
+            "UPDATE orders SET review_at = $1 WHERE id = $2 AND review_at IS NULL",
+            vec![now.into(), order.into()],
+        ),
+        audit::insert(entry, now),
+    ];
+    Ok(store.run(list).await?[0] == 1)
+}
+
+/// The charge of processing attempt `id` waits for the customer: the jobs look at it again
+/// at `at` ([`payonce_rules::policy::next_customer_check`]). False when it is no longer
+/// processing.
+pub(crate) async fn check_later(store: &Store, id: &str, at: i64) -> sqlx::Result<bool> {
+    let later = Statement::new(
+        "UPDATE attempts SET next_check_at = $1 WHERE id = $2 AND status = 'processing'",
+        vec![at.into(), id.into()],
+    );
+    Ok(store.run(vec![later]).await?[0] == 1)
 }

@@ -110,11 +110,9 @@ pub(crate) async fn claim(
 /// Takes the processing refund's lease for one provider call, if nobody holds an
 /// unexpired one (exactly one contender wins).
 pub(crate) async fn take_lease(store: &Store, lease: &Lease, now: i64) -> sqlx::Result<bool> {
-    let (id, token, until) = (lease.refund_id.clone(), lease.token.clone(), lease.until);
-    let take = async move |tx: &mut sqlx::AnyConnection| {
-        super::take_lease(tx, Leased::Refunds, &id, &token, now, until).await
-    };
-    store.write(take).await
+    let (id, token) = (&lease.refund_id, &lease.token);
+    let take = super::take_lease(Leased::Refunds, id, token, now, lease.until);
+    Ok(store.run(vec![take]).await?[0] == 1)
 }
 
 /// Keeps the lease until `until`: a call whose answer was lost may land until then, and no

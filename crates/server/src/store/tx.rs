@@ -99,19 +99,6 @@ impl Statement {
         self.need = need;
         self
     }
-
-    /// Runs it alone; the rows it changed.
-    pub(crate) async fn execute<'c>(&self, e: impl AnyExecutor<'c>) -> sqlx::Result<u64> {
-        let sql = sqlx::AssertSqlSafe(format!("{} {}", self.sql, self.tail));
-        let mut args = AnyArguments::default();
-        for a in &self.args {
-            bind(&mut args, a);
-        }
-        Ok(sqlx::query_with(sql, args)
-            .execute(e)
-            .await?
-            .rows_affected())
-    }
 }
 
 fn bind(args: &mut AnyArguments, a: &Arg) {

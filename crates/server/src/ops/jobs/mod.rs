@@ -44,7 +44,7 @@ use crate::ops::pay;
 use crate::state::AppState;
 use crate::store::mailbox::{self, Mail};
 use crate::store::orders::{self, get_order};
-use crate::store::{attempts as db, audit, jobs, Horizon, RETENTION};
+use crate::store::{self, attempts as db, jobs, Horizon, RETENTION};
 use payonce_rules::flow::End;
 use payonce_rules::ids::MailId;
 use payonce_rules::Record;
@@ -133,11 +133,7 @@ pub(crate) async fn drive_abandoned(
                 let now = state.clock.now_ms();
                 let at =
                     payonce_rules::policy::next_customer_check(p.created_at, now, &state.policy);
-                let id = p.id.clone();
-                let later = state
-                    .store
-                    .write(async move |tx| db::check_later(&mut *tx, &id, at).await);
-                later.await?;
+                store::pay::check_later(&state.store, &p.id, at).await?;
                 Driven::AwaitingCustomer
             }
             End::Unknown(_) => Driven::Unknown,
@@ -212,18 +208,8 @@ fn per_row<T>(row: &Record, result: AppResult<T>) -> Option<T> {
 /// Manual review: the column, an audit row and a log line (the metric hook), once.
 async fn flag_for_review(state: &AppState, row: &Record) -> AppResult<()> {
     let now = state.clock.now_ms();
-    let (id, entry) = (
-        row.id().to_owned(),
-        payonce_rules::plan::review_entry(row.id()),
-    );
-    let flag = state.store.write(async move |tx| {
-        let flagged = db::flag_review(&mut *tx, &id, now).await?;
-        if flagged {
-            audit::record(&mut *tx, &entry, now).await?;
-        }
-        Ok::<_, sqlx::Error>(flagged)
-    });
-    if !flag.await? {
+    let entry = payonce_rules::plan::review_entry(row.id());
+    if !store::pay::flag_unknown(&state.store, row.id(), &entry, now).await? {
         return Ok(());
     }
     tracing::error!(attempt = %row.id(), order = %row.order_id(), "attempt flagged for manual review");
