@@ -149,3 +149,51 @@ fn the_infrastructure_never_calls_the_operations_and_they_never_call_the_edge() 
     }
     assert!(wrong.is_empty(), "imports against the layers: {wrong:#?}");
 }
+
+/// Every write the server makes is a plan the store executes (`src/store/tx.rs`,
+/// `src/store/pay.rs`): no file outside `store/` opens a write transaction of its own
+/// (`Store::write`, a `.write(…)` call with arguments; a lock's `.write()` takes none).
+///
+/// The sites in `PENDING` are the webhook routes' and the confirmation email's, each moved
+/// into `store/` by its own change; each entry names how many it may still have, so the
+/// list can only shrink.
+#[test]
+fn no_file_outside_the_store_opens_a_write_transaction() {
+    const PENDING: &[(&str, usize)] = &[
+        ("ops::webhooks", 2),
+        ("ops::stripe_webhooks", 2),
+        ("ops::jobs", 3),
+    ];
+    let mut files = BTreeMap::new();
+    modules(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        "",
+        &mut files,
+    );
+    let mut wrong = Vec::new();
+    for (module, code) in &files {
+        if module == "store" || module.starts_with("store::") {
+            continue;
+        }
+        let calls = code.matches("Store::write").count()
+            + code
+                .match_indices(".write(")
+                .filter(|(i, m)| !code[i + m.len()..].trim_start().starts_with(')'))
+                .count();
+        let allowed = PENDING
+            .iter()
+            .find(|(m, _)| m == module)
+            .map_or(0, |&(_, n)| n);
+        if calls > allowed {
+            wrong.push(format!("{module}: {calls} write transaction(s)"));
+        }
+    }
+    assert!(
+        files.len() > 20,
+        "the walk found the source files: {files:?}"
+    );
+    assert!(
+        wrong.is_empty(),
+        "writes outside src/store/ (make each a plan the store executes): {wrong:#?}"
+    );
+}
