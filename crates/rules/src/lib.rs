@@ -5,6 +5,8 @@
 //!
 //! - [`flow`]: the pay flow itself, [`flow::ServerPay`]: the sans-IO machine the server's
 //!   request path, jobs and webhook handler and the model checker all drive.
+//! - [`cancel`]: the cancel flow, [`cancel::ServerCancel`]: a sans-IO machine of the same
+//!   shape (the tombstone, the token spent before any provider call, the lookup, the answer).
 //! - [`ids`]: the ids the server mints, one type each, from an injected [`ids::IdSource`].
 //! - [`refund`]: the refund flow, [`refund::ServerRefund`]: a sans-IO machine of the same
 //!   shape, with its plans (the claim, the settle, a payment becoming refunded).
@@ -20,6 +22,7 @@
 
 #![deny(missing_docs)]
 
+pub mod cancel;
 pub mod flow;
 pub mod ids;
 pub mod keyed;

@@ -4,22 +4,11 @@
 
 use super::attempts;
 use super::audit::{self, Entry};
-use super::orders::{get_order, OrderRow};
+use super::orders::get_order;
 use super::tx::{Need, Statement};
 use super::Store;
+use payonce_rules::cancel::Tombstoned;
 use payonce_rules::Tombstone;
-
-/// How a tombstone's transaction ended.
-#[derive(Debug)]
-pub(crate) enum Tombstoned {
-    /// Committed: the key is cancelled.
-    Inserted,
-    /// The key's slot is taken (an attempt or a tombstone holds it): nothing was written.
-    KeyTaken,
-    /// The order is no longer payable (paid or refunded): nothing was written. The order as
-    /// read after the rollback.
-    OrderPaid(Option<OrderRow>),
-}
 
 /// Why a tombstone was rolled back.
 enum Abort<E> {
@@ -42,7 +31,7 @@ impl<E: From<sqlx::Error>> From<sqlx::Error> for Abort<E> {
 ///
 /// A tombstone that lost writes nothing, and only then are the rows read that say why (on
 /// the pool, after the rollback), as [`super::pay::claim`] does: the slot, which can never
-/// be freed, and otherwise the order.
+/// be freed, and otherwise the order's payment.
 pub(crate) async fn tombstone<E, F>(
     store: &Store,
     t: &Tombstone,
@@ -101,5 +90,6 @@ where
         return Ok(Tombstoned::KeyTaken);
     }
     let order = get_order(pool, &t.order_id, &t.user).await?;
-    Ok(Tombstoned::OrderPaid(order))
+    let payment_id = order.and_then(|o| o.payment_id);
+    Ok(Tombstoned::OrderPaid { payment_id })
 }
