@@ -35,16 +35,8 @@ pub(crate) const MAX_ADDRESS: usize = 500;
 /// bounded by this, so [`price`] checks its arithmetic anyway.
 pub(crate) const MAX_UNIT_PRICE: i64 = 1_000_000_000_000;
 
-/// A priced cart.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Priced {
-    pub lines: Vec<OrderLine>,
-    pub coupon: Option<String>,
-    pub subtotal: i64,
-    pub discount: i64,
-    pub amount: i64,
-    pub currency: String,
-}
+/// A priced cart, as an order stores it.
+pub(crate) use crate::store::orders::Priced;
 
 /// Why a cart cannot be priced. Each is a 400 `INVALID_REQUEST` with this text as detail.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -23,6 +23,11 @@
 //! - `dev/` (the `dev` feature): `--dev`, the embedded mock provider, dev sessions, the
 //!   dev mailbox, dev faults and failpoints; `dev_off.rs` stands in for it without the feature.
 //! - `state` ([`AppState`]), `server` ([`run`]), `listen`: wiring, listeners, graceful shutdown.
+//!
+//! Each module stands on a floor and imports only from its own and those below
+//! (`FLOORS` in tests/blackbox/layout.rs, lowest first: the base types, the infrastructure,
+//! `catalog`, `config`, `state`, `ops`, `http`, dev mode and `listen`, `server`); the
+//! imports that still climb one are listed there.
 
 #![deny(missing_docs)]
 

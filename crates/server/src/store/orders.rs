@@ -5,7 +5,6 @@ use super::audit::{self, Entry};
 use super::decode_err;
 use super::tx::{Arg, Need, Statement};
 use super::Store;
-use crate::catalog::Priced;
 use payonce_protocol::{CartLine, OrderLine, OrderStatus};
 use payonce_rules::Record;
 use sqlx::any::{AnyExecutor, AnyRow};
@@ -115,6 +114,17 @@ pub(crate) async fn get_order_and_key<'c>(
     let record = present("id")?.then(|| AttemptRow::from_row(&row).and_then(record));
     let order = present("o_id")?.then(|| order_from_row(&row));
     Ok(Some((order.transpose()?, record.transpose()?)))
+}
+
+/// A priced cart (`crate::catalog::price_cart`), as an order stores it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Priced {
+    pub lines: Vec<OrderLine>,
+    pub coupon: Option<String>,
+    pub subtotal: i64,
+    pub discount: i64,
+    pub amount: i64,
+    pub currency: String,
 }
 
 /// Inserts a new unpaid order at version 1 with its audit row `entry`, in one transaction.

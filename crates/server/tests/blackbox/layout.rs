@@ -197,3 +197,71 @@ fn no_file_outside_the_store_opens_a_write_transaction() {
         "writes outside src/store/ (make each a plan the store executes): {wrong:#?}"
     );
 }
+
+/// Every module's floor, lowest first; a module imports only from its own floor and those
+/// below it (src/lib.rs, "Layout"). Sub-modules stand on their folder's floor.
+const FLOORS: &[&[&str]] = &[
+    &[
+        "clock", "ids", "secret", "faults", "error", "reply", "openapi",
+    ],
+    &["store", "provider", "replay", "auth", "limits", "metrics"],
+    &["catalog"],
+    &["config"],
+    &["state"],
+    &["ops"],
+    &["http"],
+    &["dev", "dev_off", "listen"],
+    &["server", "", "main"],
+];
+
+/// Imports that climb a floor, each `(from, to)` as the test reports it; the list can only
+/// shrink (an entry that no longer occurs fails the test too, so it is removed).
+const CLIMBS: &[(&str, &str)] = &[
+    // The extractors and the replay cache take the whole state, not the part they need.
+    ("auth", "state"),
+    ("replay", "state"),
+    ("replay::marker", "state"),
+    // The flags of the CORS layer and of dev mode are declared beside their users.
+    ("config", "dev::args"),
+    ("config", "http::cors"),
+    // The failpoints and dev faults are dev mode's; the edge mounts dev mode's routes.
+    ("http", "dev"),
+    ("http::pay", "dev"),
+    ("ops::jobs", "dev"),
+    ("ops::pay", "dev"),
+    ("ops::stripe_webhooks", "dev"),
+    ("ops::webhooks", "dev"),
+];
+
+#[test]
+fn every_module_has_a_floor_and_no_import_climbs_one() {
+    let floor = |m: &str| {
+        let top = m.split("::").next().unwrap_or(m);
+        FLOORS.iter().position(|f| f.contains(&top))
+    };
+    let mut unplaced = Vec::new();
+    let mut climbs = BTreeSet::new();
+    for (module, deps) in imports() {
+        let Some(at) = floor(&module) else {
+            unplaced.push(module);
+            continue;
+        };
+        for d in deps {
+            if floor(&d).is_some_and(|to| to > at) {
+                climbs.insert((module.clone(), d));
+            }
+        }
+    }
+    assert!(unplaced.is_empty(), "modules without a floor: {unplaced:?}");
+    let known: BTreeSet<(String, String)> = CLIMBS
+        .iter()
+        .map(|&(a, b)| (a.to_owned(), b.to_owned()))
+        .collect();
+    let new: Vec<_> = climbs.difference(&known).collect();
+    let gone: Vec<_> = known.difference(&climbs).collect();
+    assert!(new.is_empty(), "imports that climb a floor: {new:#?}");
+    assert!(
+        gone.is_empty(),
+        "listed climbs that no longer occur (remove them): {gone:#?}"
+    );
+}
