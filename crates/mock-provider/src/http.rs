@@ -557,8 +557,20 @@ async fn ledger(
     query: Result<Query<LedgerQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(query) = query.map_err(bad_query)?;
-    let charges = p.inner.store.ledger(query.order_id.as_deref());
-    Ok(json(StatusCode::OK, &Ledger { charges }, false))
+    let mut charges = p.inner.store.ledger(query.order_id.as_deref());
+    if let Some(since) = query.since {
+        charges.retain(|c| c.created_at >= since);
+    }
+    if let Some(after) = &query.starting_after {
+        let at = charges.iter().position(|c| &c.id == after);
+        // An id it does not hold ends the list, so a pager cannot loop.
+        charges.drain(..at.map_or(charges.len(), |i| i + 1));
+    }
+    let has_more = query.limit.is_some_and(|n| charges.len() > n);
+    if let Some(n) = query.limit {
+        charges.truncate(n);
+    }
+    Ok(json(StatusCode::OK, &Ledger { charges, has_more }, false))
 }
 
 async fn redeliver(

@@ -186,8 +186,11 @@ pub struct Charge {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Ledger {
-    /// Every charge, oldest first.
+    /// Every charge the query asks for, oldest first.
     pub charges: Vec<Charge>,
+    /// More charges follow the last one (ask again with `startingAfter` = its id).
+    #[serde(default)]
+    pub has_more: bool,
 }
 
 /// A refund at the provider.
@@ -283,13 +286,24 @@ pub struct WebhookEvent {
     pub charge: Charge,
 }
 
-/// `GET /ledger` query: `?orderId=` keeps only that order's charges.
+/// `GET /ledger` query: `?orderId=` keeps only that order's charges; `?since=` (Unix ms)
+/// only those created then or later; `?startingAfter=` (a charge id) and `?limit=` page
+/// through them (the provider sweep, `payonce-server sweep`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct LedgerQuery {
     /// Only charges of this merchant order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub order_id: Option<String>,
+    /// Only charges created at this Unix time in milliseconds or later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<i64>,
+    /// Only charges after this one (in the ledger's order).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub starting_after: Option<String>,
+    /// At most this many charges (all when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
 }
 
 /// `POST /dev/webhooks/redeliver` query: the order whose events are sent again.

@@ -17,6 +17,8 @@
 //! - [`pay`]: the pay fingerprint, and rule 2 on a pay record ([`pay::decide`]).
 //! - [`plan`]: the claim, settle and tombstone plans (rows and audit entries), the
 //!   reconcile decision from what the provider says, and the cancel table.
+//! - [`sweep`]: the provider sweep's rule: a payment object the provider lists against what
+//!   the store knows of its key (cancel, flag for review, or leave it to its attempt).
 //! - [`policy`]: lease, retention and `Retry-After` arithmetic, and which rate-limit bucket
 //!   a request spends.
 
@@ -31,6 +33,7 @@ pub mod plan;
 pub mod policy;
 pub mod record;
 pub mod refund;
+pub mod sweep;
 
 pub use flow::ServerPay;
 pub use pay::{decide, fingerprint, provider_key, provider_refund_key, NextAction, PayRequest};

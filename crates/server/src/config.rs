@@ -37,6 +37,16 @@ pub enum Command {
         #[arg(long, env = "PAYONCE_TLS_CA_FILE")]
         tls_ca_file: Option<PathBuf>,
     },
+    /// Compare the provider's payments created since `--since` with the store, with the
+    /// server's own flags (given before `sweep`) or environment: cancel the unconfirmed
+    /// objects nothing saved, flag for review the payments the store does not account for,
+    /// print what it found, and exit (`src/ops/sweep.rs`; docs/deploy.md, "Restoring").
+    Sweep {
+        /// Unix time in seconds: the objects created then or later are compared (after a
+        /// restore: the backup's time, a little before).
+        #[arg(long)]
+        since: i64,
+    },
     /// The dev build's subcommands (`src/dev/args.rs`).
     #[command(flatten)]
     Dev(crate::dev::args::Command),
@@ -168,6 +178,9 @@ pub struct ServerArgs {
     /// endpoint is open; keep it off the public path then (docs/deploy.md).
     #[arg(long, env = "PAYONCE_METRICS_TOKEN", hide_env_values = true)]
     pub metrics_token: Option<Secret>,
+    /// The provider sweep's background job (`src/ops/sweep.rs`).
+    #[command(flatten)]
+    pub sweep: crate::ops::sweep::SweepArgs,
     /// Timeouts and limits of the HTTP edge (`src/server.rs`).
     #[command(flatten)]
     pub edge: EdgeArgs,

@@ -23,6 +23,7 @@ pub async fn run(cli: Cli) -> Result<(), RunError> {
             ))
             .await
         }
+        Some(Command::Sweep { since }) => sweep(cli.server, since).await,
         Some(Command::Dev(command)) => crate::dev::run_command(command).await,
         None => run_api(cli.server).await,
     }
@@ -38,6 +39,29 @@ async fn migrate(url: &str) -> Result<(), RunError> {
         ),
         _ => println!("payonce: schema at version {version}"),
     }
+    Ok(())
+}
+
+/// `payonce-server sweep --since T`: the provider sweep once, from `since` (Unix seconds)
+/// to now, to the end of the provider's list; its report on stdout, one line per object and
+/// the counts last.
+async fn sweep(args: ServerArgs, since: i64) -> Result<(), RunError> {
+    let config = Config::from_args(&args)?;
+    let provider_url = match (args.provider_url.as_deref(), config.default_provider_url()) {
+        (Some(url), _) => url.to_owned(),
+        (None, Some(default)) => default.to_owned(),
+        (None, None) => return Err(RunError::Sweep("--provider-url is required".into())),
+    };
+    let store = Store::open(&crate::config::database_url(&args), config.migrate).await?;
+    let state = AppState::new(store, &provider_url, config)?;
+    let since_ms = since.saturating_mul(1000);
+    let report = crate::ops::sweep::sweep(&state, since_ms, None, None)
+        .await
+        .map_err(|e| RunError::Sweep(e.to_string()))?;
+    for line in &report.lines {
+        println!("payonce: sweep: {line}");
+    }
+    println!("payonce: sweep since {since}: {}", report.summary());
     Ok(())
 }
 
@@ -79,6 +103,9 @@ async fn run_api(args: ServerArgs) -> Result<(), RunError> {
     }
     if let Some(every) = jobs_interval {
         tokio::spawn(crate::ops::jobs::run(state.clone(), every));
+    }
+    if let Some((every, window)) = args.sweep.job() {
+        tokio::spawn(crate::ops::sweep::run(state.clone(), every, window));
     }
     if let Some(jwt) = state.config.jwt.clone().filter(|j| j.has_jwks()) {
         tokio::spawn(reload_jwks(jwt));

@@ -9,4 +9,5 @@ pub(crate) mod orders;
 pub(crate) mod pay;
 pub(crate) mod refunds;
 pub(crate) mod stripe_webhooks;
+pub(crate) mod sweep;
 pub(crate) mod webhooks;

@@ -13,7 +13,10 @@ use payonce_protocol::provider::{
 
 use reqwest::StatusCode;
 
-use super::{ChargeOutcome, Lookup, ProviderRefund, RefundOutcome, RefundStatus};
+use super::{
+    ChargeOutcome, Listed, Lookup, ObjectState, Page, ProviderRefund, RefundOutcome,
+    RefundStatus, PAGE,
+};
 
 /// HTTP client for the mock provider.
 #[derive(Clone)]
@@ -103,7 +106,13 @@ impl MockClient {
             Lookup::Found(c) if c.status == ChargeStatus::RequiresAction => c,
             other => return other,
         };
-        let url = format!("{}{}", self.base, paths::charge_cancel(&charge.id));
+        self.cancel_charge(&charge.id).await
+    }
+
+    /// `POST /charges/{id}/cancel`: the charge as the provider holds it afterwards (a
+    /// charge no longer waiting for the customer is answered as it is).
+    pub(crate) async fn cancel_charge(&self, charge_id: &str) -> Lookup {
+        let url = format!("{}{}", self.base, paths::charge_cancel(charge_id));
         let res = match self.http.post(url).send().await {
             Ok(r) => r,
             Err(e) => return Lookup::Unknown(format!("cancel call failed: {e}")),
@@ -115,6 +124,44 @@ impl MockClient {
             },
             other => Lookup::Unknown(format!("cancel answered {other}")),
         }
+    }
+
+    /// `GET /ledger?since=…&startingAfter=…&limit=…`: one page of the charges created at
+    /// `since_ms` or later.
+    pub(crate) async fn list_since(
+        &self,
+        since_ms: i64,
+        after: Option<&str>,
+    ) -> Result<Page, String> {
+        let url = {
+            let mut query = form_urlencoded::Serializer::new(String::new());
+            query
+                .append_pair("since", &since_ms.to_string())
+                .append_pair("limit", &PAGE.to_string());
+            if let Some(id) = after {
+                query.append_pair("startingAfter", id);
+            }
+            format!("{}{}?{}", self.base, paths::LEDGER, query.finish())
+        };
+        let res = self
+            .http
+            .get(url)
+            .send()
+            .await
+            .map_err(|e| format!("ledger call failed: {e}"))?;
+        if res.status() != StatusCode::OK {
+            return Err(format!("ledger answered {}", res.status()));
+        }
+        let ledger = res
+            .json::<provider::Ledger>()
+            .await
+            .map_err(|e| format!("unreadable ledger: {e}"))?;
+        let next = ledger
+            .has_more
+            .then(|| ledger.charges.last().map(|c| c.id.clone()))
+            .flatten();
+        let objects = ledger.charges.into_iter().map(listed).collect();
+        Ok(Page { objects, next })
     }
 
     /// `GET /charges/{id}/refunds`: the charge's refunds, however they were made (ours, or
@@ -165,6 +212,29 @@ impl MockClient {
             return RefundOutcome::NotAllowed(res.text().await.unwrap_or_default());
         }
         RefundOutcome::Unknown(format!("provider answered {status}"))
+    }
+}
+
+/// A mock charge as the sweep reads it: every charge carries the provider key it was made
+/// under; one waiting for the customer can still charge.
+fn listed(c: Charge) -> Listed {
+    let state = match c.status {
+        ChargeStatus::RequiresAction => ObjectState::Unconfirmed,
+        ChargeStatus::Succeeded | ChargeStatus::Refunded => ObjectState::Charged,
+        ChargeStatus::Declined | ChargeStatus::Canceled => ObjectState::Other,
+    };
+    let status = serde_json::to_value(c.status)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    Listed {
+        id: c.id,
+        provider_key: Some(c.provider_key),
+        order_id: Some(c.order_id),
+        state,
+        status,
+        amount: c.amount,
+        currency: c.currency,
     }
 }
 

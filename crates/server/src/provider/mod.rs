@@ -23,6 +23,20 @@ use std::time::Duration;
 
 pub(crate) use payonce_rules::flow::{Created, Phases};
 pub(crate) use payonce_rules::plan::{Lookup, Outcome as ChargeOutcome};
+pub(crate) use payonce_rules::sweep::{Object as Listed, ObjectState};
+
+/// Payment objects listed per page (Stripe's largest page).
+pub(crate) const PAGE: usize = 100;
+
+/// One page of the provider's payment objects created since some time (the provider
+/// sweep, src/ops/sweep.rs).
+#[derive(Debug)]
+pub(crate) struct Page {
+    /// The objects of this page.
+    pub(crate) objects: Vec<Listed>,
+    /// Where the next page starts (`starting_after`); `None`: this was the last.
+    pub(crate) next: Option<String>,
+}
 
 /// Stripe's API origin, `--provider-url`'s default with `--provider stripe`.
 pub const STRIPE_API: &str = "https://api.stripe.com";
@@ -241,6 +255,29 @@ impl Provider {
             (Self::Mock(c), _) => c.charge_by_key(provider_key).await,
             (Self::Stripe(c), Some(id)) => c.cancel_uncharged(id, provider_key).await,
             (Self::Stripe(_), None) => Lookup::NotFound,
+        }
+    }
+
+    /// One page of the payment objects created at `since_ms` (Unix ms) or later, after the
+    /// object `after` (the previous page's `next`). `Err`: the provider could not tell.
+    pub(crate) async fn list_since(
+        &self,
+        since_ms: i64,
+        after: Option<&str>,
+    ) -> Result<Page, String> {
+        match self {
+            Self::Mock(c) => c.list_since(since_ms, after).await,
+            Self::Stripe(c) => c.list_since(since_ms, after).await,
+        }
+    }
+
+    /// Cancels a listed object nothing will confirm (the sweep's [`ObjectState::Unconfirmed`]
+    /// ones), under an idempotency key of its own id; then the object as the provider holds
+    /// it. Cancelling twice changes nothing.
+    pub(crate) async fn cancel_listed(&self, object: &Listed) -> Lookup {
+        match self {
+            Self::Mock(c) => c.cancel_charge(&object.id).await,
+            Self::Stripe(c) => c.cancel_listed(&object.id).await,
         }
     }
 

@@ -18,8 +18,8 @@
 //! proves nothing about money, so it settles nothing and reconciliation flags it.
 
 use super::{
-    ChargeOutcome, Created, Lookup, ProbeError, ProviderRefund, RefundCheck, RefundOutcome,
-    RefundStatus, StripeMode, WebhookHint, WebhookRefused,
+    ChargeOutcome, Created, Listed, Lookup, ObjectState, Page, ProbeError, ProviderRefund,
+    RefundCheck, RefundOutcome, RefundStatus, StripeMode, WebhookHint, WebhookRefused, PAGE,
 };
 use payonce_protocol::headers::{IDEMPOTENCY_KEY, STRIPE_SIGNATURE};
 use payonce_protocol::problem::reason;
@@ -44,6 +44,9 @@ const CANCEL: &str = "-cancel";
 /// than the deadline's cancel of the same intent, so it never gets that one's stored answer
 /// (a 400 when the customer acted meanwhile) replayed by Stripe's idempotency layer.
 const CANCEL_UNCHARGED: &str = "-cancel-uncharged";
+/// The suffix of the provider sweep's cancel, after the intent's own id (the sweep cancels
+/// intents no attempt saved, so there may be several under one provider key).
+const CANCEL_LISTED: &str = "-sweep-cancel";
 
 /// Metadata names on the intent: which order and attempt it pays, under which key.
 const META_ORDER: &str = "order_id";
@@ -102,6 +105,13 @@ struct StripeRefund {
     status: String,
     #[serde(default)]
     metadata: HashMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct IntentList {
+    data: Vec<Intent>,
+    #[serde(default)]
+    has_more: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -290,6 +300,54 @@ impl StripeClient {
             .await
     }
 
+    /// [`StripeClient::cancel`] of an intent the provider sweep found that no attempt saved
+    /// (src/ops/sweep.rs), under an idempotency key of the intent's own id.
+    pub(crate) async fn cancel_listed(&self, intent_id: &str) -> Lookup {
+        self.cancel_under(intent_id, format!("{intent_id}{CANCEL_LISTED}"))
+            .await
+    }
+
+    /// `GET /v1/payment_intents?created[gte]=…&limit=100&starting_after=…`: one page of the
+    /// intents created at `since_ms` (to the second) or later, newest first. An intent of
+    /// the other mode is not listed (it proves nothing about this key's money).
+    pub(crate) async fn list_since(
+        &self,
+        since_ms: i64,
+        after: Option<&str>,
+    ) -> Result<Page, String> {
+        let (since, limit) = (since_ms.div_euclid(1000).to_string(), PAGE.to_string());
+        let mut query = vec![("created[gte]", since.as_str()), ("limit", limit.as_str())];
+        if let Some(id) = after {
+            query.push(("starting_after", id));
+        }
+        let url = self.url(&format!("/v1/payment_intents?{}", form(&query)));
+        let res = self
+            .http
+            .get(url)
+            .send()
+            .await
+            .map_err(|e| format!("list call failed: {e}"))?;
+        let status = res.status();
+        if !status.is_success() {
+            return Err(format!("list answered {status}"));
+        }
+        let list = res
+            .json::<IntentList>()
+            .await
+            .map_err(|e| format!("unreadable list: {e}"))?;
+        let next = list
+            .has_more
+            .then(|| list.data.last().map(|i| i.id.clone()))
+            .flatten();
+        let objects = list
+            .data
+            .into_iter()
+            .filter_map(|i| self.in_mode(i).ok())
+            .map(listed)
+            .collect();
+        Ok(Page { objects, next })
+    }
+
     async fn cancel_under(&self, intent_id: &str, idempotency_key: String) -> Lookup {
         let res = self
             .http
@@ -464,6 +522,27 @@ fn charge_from(i: Intent, provider_key: &str) -> Result<Charge, String> {
             .filter(|_| status == ChargeStatus::RequiresAction),
     };
     Ok(charge)
+}
+
+/// An intent as the sweep reads it: ours when it carries our provider key; the statuses
+/// that can still be confirmed (docs/providers.md) are unconfirmed.
+fn listed(mut i: Intent) -> Listed {
+    let state = match i.status.as_str() {
+        "requires_payment_method" | "requires_confirmation" | "requires_action" => {
+            ObjectState::Unconfirmed
+        }
+        "succeeded" => ObjectState::Charged,
+        _ => ObjectState::Other,
+    };
+    Listed {
+        provider_key: i.metadata.remove(META_KEY),
+        order_id: i.metadata.remove(META_ORDER),
+        state,
+        status: i.status,
+        amount: i.amount,
+        currency: i.currency.to_ascii_uppercase(),
+        id: i.id,
+    }
 }
 
 fn plan_outcome(c: Charge) -> ChargeOutcome {

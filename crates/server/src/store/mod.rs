@@ -13,7 +13,8 @@
 //! One file per table (`attempts`, `orders`, `catalog` with the coupons, `payments`,
 //! `outbox`, `jobs`, `mailbox`, `webhook_events`, `refunds`, `audit`); `pay`: what a pay
 //! writes (the claim, the settle, the take-over, the review flags, ...); `cancel`: what a
-//! cancel writes (the tombstone); `tx`: a transaction as data and its two executors;
+//! cancel writes (the tombstone); `sweep`: what the provider sweep reads and writes; `tx`: a
+//! transaction as data and its two executors;
 //! `sqlite_writer`: SQLite's one writer; this file: connecting, pragmas, write transactions,
 //! migrations, and retention across tables.
 
@@ -28,6 +29,7 @@ pub(crate) mod pay;
 pub(crate) mod payments;
 pub(crate) mod refunds;
 mod sqlite_writer;
+pub(crate) mod sweep;
 mod tx;
 pub(crate) mod webhook_events;
 
