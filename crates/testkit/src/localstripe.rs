@@ -50,6 +50,19 @@ fn binary() -> PathBuf {
     "localstripe".into()
 }
 
+/// localstripe lists PaymentIntents without Stripe's `created` filter: when the venv's
+/// python3 sits beside the binary, it runs `localstripe_list.py`, which adds it and starts
+/// localstripe as is; else the binary itself (the filter then answers 400).
+fn command(bin: &std::path::Path) -> Command {
+    let python = bin.with_file_name("python3");
+    if !python.exists() {
+        return Command::new(bin);
+    }
+    let mut cmd = Command::new(python);
+    cmd.args(["-c", include_str!("localstripe_list.py")]);
+    cmd
+}
+
 /// How many localstripes may be starting at once in one test process. Each start is a
 /// Python interpreter importing aiohttp (about a second of CPU): the Stripe suites start one
 /// per test, and a dozen starting together on a 2-core machine already busy with the other
@@ -68,7 +81,7 @@ impl Localstripe {
         let _turn = STARTING.acquire().await.expect("never closed");
         let port = crate::tls::free_port();
         let bin = binary();
-        let child = Command::new(&bin)
+        let child = command(&bin)
             .args(["--port", &port.to_string(), "--from-scratch"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
