@@ -14,8 +14,8 @@ use payonce_protocol::provider::{
 use reqwest::StatusCode;
 
 use super::{
-    ChargeOutcome, Listed, Lookup, ObjectState, Page, ProviderRefund, RefundOutcome,
-    RefundStatus, PAGE,
+    ChargeOutcome, Listed, Lookup, ObjectState, Page, ProviderRefund, RefundOutcome, RefundStatus,
+    PAGE,
 };
 
 /// HTTP client for the mock provider.
@@ -146,6 +146,7 @@ impl MockClient {
         let res = self
             .http
             .get(url)
+            .timeout(super::LIST_TIMEOUT)
             .send()
             .await
             .map_err(|e| format!("ledger call failed: {e}"))?;

@@ -27,6 +27,9 @@ pub(crate) use payonce_rules::sweep::{Object as Listed, ObjectState};
 
 /// Payment objects listed per page (Stripe's largest page).
 pub(crate) const PAGE: usize = 100;
+/// Timeout of one list call: no customer waits on it, and a page of [`PAGE`] objects takes
+/// longer to answer than the one object of a pay's call (`--provider-timeout-ms`).
+pub(crate) const LIST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// One page of the provider's payment objects created since some time (the provider
 /// sweep, src/ops/sweep.rs).

@@ -324,6 +324,7 @@ impl StripeClient {
         let res = self
             .http
             .get(url)
+            .timeout(super::LIST_TIMEOUT)
             .send()
             .await
             .map_err(|e| format!("list call failed: {e}"))?;

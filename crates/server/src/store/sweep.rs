@@ -9,16 +9,33 @@ use payonce_protocol::AttemptStatus;
 use payonce_rules::sweep::Known;
 use sqlx::any::AnyExecutor;
 
+/// The columns the sweep reads of the attempt that owns a provider key.
+#[derive(sqlx::FromRow)]
+struct Owner {
+    id: String,
+    order_id: String,
+    status: String,
+    provider_ref: Option<String>,
+    charge_id: Option<String>,
+}
+
 /// What the store holds under `provider_key` (unique on attempts; a tombstone has none).
 pub(crate) async fn known<'c>(e: impl AnyExecutor<'c>, provider_key: &str) -> sqlx::Result<Known> {
-    let row: Option<(String, String, String, Option<String>, Option<String>)> = sqlx::query_as(
+    let row: Option<Owner> = sqlx::query_as(
         "SELECT id, order_id, status, provider_ref, charge_id FROM attempts
          WHERE provider_key = $1",
     )
     .bind(provider_key)
     .fetch_optional(e)
     .await?;
-    let Some((attempt, order, status, saved, charge)) = row else {
+    let Some(Owner {
+        id: attempt,
+        order_id: order,
+        status,
+        provider_ref: saved,
+        charge_id: charge,
+    }) = row
+    else {
         return Ok(Known::Nothing);
     };
     let status = AttemptStatus::parse(&status)
