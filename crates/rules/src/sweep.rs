@@ -186,14 +186,15 @@ fn flag(object: &Object, known: &Known) -> Action {
         } => {
             let why = match charge {
                 Some(c) => format!("attempt {attempt} settled with another payment, {c}"),
-                None => format!("attempt {attempt} ended {} without a charge", status.as_str()),
+                None => format!(
+                    "attempt {attempt} ended {} without a charge",
+                    status.as_str()
+                ),
             };
             (why, Some(order.clone()), Some(attempt.clone()))
         }
         // Left to the attempt by `decide`.
-        Known::Processing {
-            attempt, order, ..
-        } => (
+        Known::Processing { attempt, order, .. } => (
             format!("attempt {attempt} is processing another object"),
             Some(order.clone()),
             None,
@@ -280,7 +281,11 @@ mod tests {
         let o = object(ObjectState::Charged);
         let cases = [
             (Known::Nothing, Some("ord_1"), None),
-            (ended(AttemptStatus::Failed, None), Some("ord_1"), Some("att_1")),
+            (
+                ended(AttemptStatus::Failed, None),
+                Some("ord_1"),
+                Some("att_1"),
+            ),
             (
                 ended(AttemptStatus::Succeeded, Some("pi_2")),
                 Some("ord_1"),
@@ -299,7 +304,10 @@ mod tests {
             };
             assert_eq!(order.as_deref(), want_order, "{known:?}");
             assert_eq!(attempt.as_deref(), want_attempt, "{known:?}");
-            assert_eq!((audit.entity, audit.entity_id.as_str()), ("payment", "pi_1"));
+            assert_eq!(
+                (audit.entity, audit.entity_id.as_str()),
+                ("payment", "pi_1")
+            );
             assert_eq!(audit.to, "succeeded (needs review)");
         }
     }
@@ -308,7 +316,10 @@ mod tests {
     fn agreement_and_objects_not_ours_change_nothing() {
         let charged = object(ObjectState::Charged);
         for status in [AttemptStatus::Succeeded, AttemptStatus::Refunded] {
-            assert_eq!(decide(&charged, &ended(status, Some("pi_1"))), Action::Agree);
+            assert_eq!(
+                decide(&charged, &ended(status, Some("pi_1"))),
+                Action::Agree
+            );
         }
         let done = object(ObjectState::Other);
         assert_eq!(decide(&done, &Known::Nothing), Action::Agree);

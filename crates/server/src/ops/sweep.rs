@@ -142,25 +142,34 @@ async fn one(state: &AppState, object: &Listed, report: &mut Report) -> Result<(
             report.left += 1;
             action.name()
         }
-        Action::Cancel { audit } => match plan::leftover(state.provider.cancel_listed(object).await)
-        {
-            Leftover::Cancelled => {
-                db::cancelled(&state.store, audit, now).await?;
-                tracing::warn!(payment = %object.id, reason = %audit.reason, "provider sweep cancelled a payment object");
-                report.cancelled += 1;
-                action.name()
+        Action::Cancel { audit } => {
+            match plan::leftover(state.provider.cancel_listed(object).await) {
+                Leftover::Cancelled => {
+                    db::cancelled(&state.store, audit, now).await?;
+                    tracing::warn!(payment = %object.id, reason = %audit.reason, "provider sweep cancelled a payment object");
+                    report.cancelled += 1;
+                    action.name()
+                }
+                Leftover::Charged(_) | Leftover::Confirmable(_) | Leftover::Unknown(_) => {
+                    report.not_cancelled += 1;
+                    "not cancelled yet (the next sweep reads it again)"
+                }
             }
-            Leftover::Charged(_) | Leftover::Confirmable(_) | Leftover::Unknown(_) => {
-                report.not_cancelled += 1;
-                "not cancelled yet (the next sweep reads it again)"
-            }
-        },
+        }
         Action::Flag {
             audit,
             order,
             attempt,
         } => {
-            if db::flag(&state.store, audit, order.as_deref(), attempt.as_deref(), now).await? {
+            if db::flag(
+                &state.store,
+                audit,
+                order.as_deref(),
+                attempt.as_deref(),
+                now,
+            )
+            .await?
+            {
                 tracing::error!(payment = %object.id, order = ?order, reason = %audit.reason, "provider sweep flagged a payment for review");
                 report.flagged += 1;
                 action.name()

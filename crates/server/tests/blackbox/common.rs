@@ -298,3 +298,64 @@ impl Checkout for TestApp {
 pub fn provider_state(path: &std::path::Path) -> payonce_mock_provider::StateFileContents {
     payonce_mock_provider::read_state_file(path).expect("the provider's state file reads")
 }
+
+/// `payonce-server <args…> sweep --since <since>` (the server's own flags): its report
+/// (stdout). Panics when it fails. Waited for off the test's runtime, which may be serving
+/// a fault proxy the sweep goes through.
+pub async fn sweep(args: &[String], since: i64) -> String {
+    let mut cmd = payonce_testkit::server::command(env!("CARGO_BIN_EXE_payonce-server").as_ref());
+    cmd.args(args)
+        .args(["sweep", "--since", &since.to_string()]);
+    let out = tokio::task::spawn_blocking(move || cmd.output())
+        .await
+        .expect("the sweep's thread")
+        .expect("run payonce-server sweep");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "sweep failed: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// The SQLite file of a `sqlite://` URL.
+fn sqlite_file(url: &str) -> PathBuf {
+    PathBuf::from(url.strip_prefix("sqlite://").expect("a SQLite database"))
+}
+
+/// A backup of the SQLite database `db` while its server runs (`VACUUM INTO`: a consistent
+/// copy, docs/deploy.md "Backups"): the copy's path.
+pub async fn backup_sqlite(db: &TestDb) -> PathBuf {
+    let to = sqlite_file(&db.url).with_file_name("backup.db");
+    let pool = db.pool().await;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "VACUUM INTO '{}'",
+        to.display()
+    )))
+    .execute(&pool)
+    .await
+    .expect("VACUUM INTO");
+    pool.close().await;
+    to
+}
+
+/// Puts `backup` in place of the SQLite database `db` (its server stopped): the file, and
+/// no write-ahead log of the replaced one.
+pub fn restore_sqlite(db: &TestDb, backup: &Path) {
+    let file = sqlite_file(&db.url);
+    for suffix in ["-wal", "-shm"] {
+        let mut side = file.clone().into_os_string();
+        side.push(suffix);
+        let _ = std::fs::remove_file(side);
+    }
+    std::fs::copy(backup, &file).expect("restore the backup");
+}
+
+/// Unix seconds now.
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs() as i64
+}

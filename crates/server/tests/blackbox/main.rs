@@ -36,6 +36,9 @@
 //! - `stripe_leftovers`: nothing confirmable outlives its attempt: a declined intent is
 //!   cancelled at localstripe (a failed cancel retried by the jobs), and a success that
 //!   arrives for an attempt settled uncharged is flagged and refuses the order's new keys.
+//! - `sweep`: `payonce-server sweep` cancels the intent a lost create answer left, flags
+//!   one confirmed outside payonce, and after a restore keeps the lost keys from charging
+//!   twice (localstripe and the mock).
 //! - `kill_batch`: SIGKILL while 16 clients' pays are committed together; nothing answered
 //!   is lost, no order is claimed or charged twice.
 
@@ -58,6 +61,7 @@ mod startup;
 mod stripe;
 mod stripe_edges;
 mod stripe_leftovers;
+mod sweep;
 mod three_ds;
 mod tls;
 mod webhooks;

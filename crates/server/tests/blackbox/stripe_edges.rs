@@ -49,8 +49,10 @@ pub(crate) struct StripeApp {
     pub(crate) ls: Localstripe,
     pub(crate) to_stripe: FaultProxy,
     to_us: FaultProxy,
-    _server: Proc,
-    db: TestDb,
+    server: Proc,
+    /// The server's flags, for a restart and `payonce-server sweep` (`crate::sweep`).
+    pub(crate) args: Vec<String>,
+    pub(crate) db: TestDb,
 }
 
 impl HttpApi for StripeApp {
@@ -131,7 +133,8 @@ impl StripeApp {
             .collect(),
             ..Opts::default()
         };
-        let server = spawn(&opts.args(&db.url), true);
+        let args = opts.args(&db.url);
+        let server = spawn(&args, true);
         let api = server.api();
         let to_us = FaultProxy::start(&api).await;
         let http = payonce_testkit::checkout::client();
@@ -152,9 +155,18 @@ impl StripeApp {
             ls,
             to_stripe,
             to_us,
-            _server: server,
+            server,
+            args,
             db,
         })
+    }
+
+    /// Stops the server, runs `between` (a restore), and starts it again with its flags.
+    pub(crate) fn restart_after(&mut self, between: impl FnOnce(&TestDb)) {
+        self.server.kill();
+        between(&self.db);
+        self.server = spawn(&self.args, true);
+        self.api = self.server.api();
     }
 
     /// An order of one tee for `user`: (token, order id).
