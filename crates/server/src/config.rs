@@ -52,6 +52,33 @@ pub enum Command {
     Dev(crate::dev::args::Command),
 }
 
+/// The provider sweep's background job (`src/ops/sweep.rs`).
+#[derive(Debug, Clone, Args)]
+pub struct SweepArgs {
+    /// How often the provider sweep runs (0 disables it): each round compares the payments
+    /// the provider lists for the last `--sweep-window-secs` with the store, at most 1,000
+    /// of them (a longer list goes on the next round). The first round runs one interval
+    /// after the start.
+    #[arg(long, env = "PAYONCE_SWEEP_INTERVAL_SECS", default_value_t = 3600)]
+    pub sweep_interval_secs: u64,
+    /// How far back each round of the provider sweep looks.
+    #[arg(long, env = "PAYONCE_SWEEP_WINDOW_SECS", default_value_t = 2 * 86_400,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub sweep_window_secs: u64,
+}
+
+impl SweepArgs {
+    /// The job's period and window; `None`: off.
+    pub(crate) fn job(&self) -> Option<(Duration, Duration)> {
+        (self.sweep_interval_secs > 0).then(|| {
+            (
+                Duration::from_secs(self.sweep_interval_secs),
+                Duration::from_secs(self.sweep_window_secs),
+            )
+        })
+    }
+}
+
 /// Options of the API server.
 #[derive(Debug, Clone, Args)]
 pub struct ServerArgs {
@@ -178,9 +205,9 @@ pub struct ServerArgs {
     /// endpoint is open; keep it off the public path then (docs/deploy.md).
     #[arg(long, env = "PAYONCE_METRICS_TOKEN", hide_env_values = true)]
     pub metrics_token: Option<Secret>,
-    /// The provider sweep's background job (`src/ops/sweep.rs`).
+    /// The provider sweep's background job ([`SweepArgs`]).
     #[command(flatten)]
-    pub sweep: crate::ops::sweep::SweepArgs,
+    pub sweep: SweepArgs,
     /// Timeouts and limits of the HTTP edge (`src/server.rs`).
     #[command(flatten)]
     pub edge: EdgeArgs,

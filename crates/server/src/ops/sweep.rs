@@ -17,33 +17,6 @@ use payonce_rules::plan::{self, Leftover};
 use payonce_rules::sweep::{self, Action};
 use std::time::Duration;
 
-/// The provider sweep's background job.
-#[derive(Debug, Clone, clap::Args)]
-pub struct SweepArgs {
-    /// How often the provider sweep runs (0 disables it): each round compares the payments
-    /// the provider lists for the last `--sweep-window-secs` with the store, at most 1,000
-    /// of them (a longer list goes on the next round). The first round runs one interval
-    /// after the start.
-    #[arg(long, env = "PAYONCE_SWEEP_INTERVAL_SECS", default_value_t = 3600)]
-    pub sweep_interval_secs: u64,
-    /// How far back each round of the provider sweep looks.
-    #[arg(long, env = "PAYONCE_SWEEP_WINDOW_SECS", default_value_t = 2 * 86_400,
-          value_parser = clap::value_parser!(u64).range(1..))]
-    pub sweep_window_secs: u64,
-}
-
-impl SweepArgs {
-    /// The job's period and window; `None`: off.
-    pub(crate) fn job(&self) -> Option<(Duration, Duration)> {
-        (self.sweep_interval_secs > 0).then(|| {
-            (
-                Duration::from_secs(self.sweep_interval_secs),
-                Duration::from_secs(self.sweep_window_secs),
-            )
-        })
-    }
-}
-
 /// Pages one job round reads at most (the command reads to the end).
 const PAGES_PER_ROUND: usize = 10;
 
