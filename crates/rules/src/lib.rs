@@ -17,6 +17,7 @@
 //! - [`pay`]: the pay fingerprint, and rule 2 on a pay record ([`pay::decide`]).
 //! - [`plan`]: the claim, settle and tombstone plans (rows and audit entries), the
 //!   reconcile decision from what the provider says, and the cancel table.
+//! - [`erase`]: what erasing a user's personal data removes and keeps, and its audit row.
 //! - [`sweep`]: the provider sweep's rule: a payment object the provider lists against what
 //!   the store knows of its key (cancel, flag for review, or leave it to its attempt).
 //! - [`policy`]: lease, retention and `Retry-After` arithmetic, and which rate-limit bucket
@@ -25,6 +26,7 @@
 #![deny(missing_docs)]
 
 pub mod cancel;
+pub mod erase;
 pub mod flow;
 pub mod ids;
 pub mod keyed;

@@ -47,6 +47,19 @@ pub enum Command {
         #[arg(long)]
         since: i64,
     },
+    /// Erase a user's personal data (order addresses, mails), keep what a dispute or a
+    /// replay needs (ids, amounts, times, fingerprints, stored answers), record it in the
+    /// audit trail, print what it erased, and exit (docs/deploy.md, "Erasing a user").
+    EraseUser {
+        /// The user id (as the server's session tokens or JWTs name it).
+        user: String,
+        /// The database (as the server's `--database-url`).
+        #[arg(long, env = "DATABASE_URL")]
+        database_url: SecretUrl,
+        /// A private CA for TLS to PostgreSQL (as the server's `--tls-ca-file`).
+        #[arg(long, env = "PAYONCE_TLS_CA_FILE")]
+        tls_ca_file: Option<PathBuf>,
+    },
     /// The dev build's subcommands (`src/dev/args.rs`).
     #[command(flatten)]
     Dev(crate::dev::args::Command),

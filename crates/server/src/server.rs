@@ -24,6 +24,14 @@ pub async fn run(cli: Cli) -> Result<(), RunError> {
             .await
         }
         Some(Command::Sweep { since }) => sweep(cli.server, since).await,
+        Some(Command::EraseUser {
+            user,
+            database_url,
+            tls_ca_file,
+        }) => {
+            let url = crate::config::with_ca(&database_url, tls_ca_file.as_deref());
+            erase_user(&url, &user).await
+        }
         Some(Command::Dev(command)) => crate::dev::run_command(command).await,
         None => run_api(cli.server).await,
     }
@@ -62,6 +70,23 @@ async fn sweep(args: ServerArgs, since: i64) -> Result<(), RunError> {
         println!("payonce: sweep: {line}");
     }
     println!("payonce: sweep since {since}: {}", report.summary());
+    Ok(())
+}
+
+/// `payonce-server erase-user USER`: one line on stdout with what was erased. The schema
+/// must be this binary's (`--migrate check`).
+async fn erase_user(url: &str, user: &str) -> Result<(), RunError> {
+    use crate::clock::Clock;
+    let store = Store::open(url, crate::store::MigrateMode::Check).await?;
+    let now = crate::clock::SystemClock.now_ms();
+    let entry = payonce_rules::erase::entry(user);
+    let erased = crate::store::erase::erase_user(&store, user, &entry, now)
+        .await
+        .map_err(|e| RunError::Erase(e.to_string()))?;
+    println!(
+        "payonce: erased user {user}: {} order addresses, {} mails; ids, amounts, times and fingerprints kept",
+        erased.addresses, erased.mails
+    );
     Ok(())
 }
 

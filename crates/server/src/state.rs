@@ -40,6 +40,9 @@ pub enum RunError {
         /// What the TLS client said.
         detail: String,
     },
+    /// `payonce-server erase-user` could not write.
+    #[error("erase-user: {0}")]
+    Erase(String),
     /// `payonce-server sweep` could not finish (the provider's list, the store).
     #[error("sweep: {0}")]
     Sweep(String),

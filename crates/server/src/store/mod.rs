@@ -13,8 +13,8 @@
 //! One file per table (`attempts`, `orders`, `catalog` with the coupons, `payments`,
 //! `outbox`, `jobs`, `mailbox`, `webhook_events`, `refunds`, `audit`); `pay`: what a pay
 //! writes (the claim, the settle, the take-over, the review flags, ...); `cancel`: what a
-//! cancel writes (the tombstone); `sweep`: what the provider sweep reads and writes; `tx`: a
-//! transaction as data and its two executors;
+//! cancel writes (the tombstone); `erase`: a user's personal data erased; `sweep`: what the
+//! provider sweep reads and writes; `tx`: a transaction as data and its two executors;
 //! `sqlite_writer`: SQLite's one writer; this file: connecting, pragmas, write transactions,
 //! migrations, and retention across tables.
 
@@ -22,6 +22,7 @@ pub(crate) mod attempts;
 pub(crate) mod audit;
 pub(crate) mod cancel;
 pub(crate) mod catalog;
+pub(crate) mod erase;
 pub(crate) mod jobs;
 pub(crate) mod mailbox;
 pub(crate) mod orders;

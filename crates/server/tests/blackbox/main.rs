@@ -36,6 +36,8 @@
 //! - `stripe_leftovers`: nothing confirmable outlives its attempt: a declined intent is
 //!   cancelled at localstripe (a failed cancel retried by the jobs), and a success that
 //!   arrives for an attempt settled uncharged is flagged and refuses the order's new keys.
+//! - `erase`: `payonce-server erase-user` leaves no address or email in any text column;
+//!   the user's paid order still replays and refunds.
 //! - `sweep`: `payonce-server sweep` cancels the intent a lost create answer left, flags
 //!   one confirmed outside payonce, and after a restore keeps the lost keys from charging
 //!   twice (localstripe and the mock).
@@ -47,6 +49,7 @@ mod common;
 mod concurrency;
 mod crash;
 mod edge;
+mod erase;
 mod extras;
 mod fast_path;
 mod inproc;
