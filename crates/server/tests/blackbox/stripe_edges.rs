@@ -196,6 +196,13 @@ impl StripeApp {
         intents[0].clone()
     }
 
+    /// The status of intent `pi` of `order` at localstripe.
+    pub(crate) async fn intent_status(&self, order: &str, pi: &str) -> String {
+        let intents = self.ls.intents_of(order).await;
+        let i = intents.iter().find(|i| i["id"] == pi).expect("the intent");
+        i["status"].as_str().unwrap_or_default().to_owned()
+    }
+
     pub(crate) async fn count(&self, sql: &'static str, bind: &str) -> i64 {
         let pool = self.db.pool().await;
         let (n,): (i64,) = sqlx::query_as(sql)

@@ -13,12 +13,15 @@ use crate::common::{
 };
 use crate::on_both_backends;
 use crate::stripe_edges::StripeApp;
+use payonce_protocol::provider::methods;
 use payonce_protocol::{ErrorCode, OrderStatus};
 use payonce_testkit::checkout::Resp;
 use payonce_testkit::localstripe::cards;
 use serde_json::Value;
+use std::time::Duration;
 
 on_both_backends!(
+    the_sweep_job_cancels_the_intent_a_lost_create_answer_left,
     the_sweep_cancels_the_intent_a_lost_create_answer_left,
     the_sweep_flags_our_intent_confirmed_outside_payonce,
 );
@@ -126,6 +129,33 @@ async fn the_sweep_flags_our_intent_confirmed_outside_payonce(backend: Backend) 
     assert_eq!(app.count(SWEEP_AUDIT, &orphan).await, 1);
 }
 
+/// The job (`--sweep-interval-secs 1`) does what the command does, in the server.
+async fn the_sweep_job_cancels_the_intent_a_lost_create_answer_left(backend: Backend) {
+    let Some(app) =
+        StripeApp::start_with(backend, true, false, &["--sweep-interval-secs", "1"]).await
+    else {
+        return;
+    };
+    let (t, id) = app.order("erin").await;
+    let pm = app.ls.payment_method(cards::APPROVE).await;
+    app.to_stripe.drop_answers("POST", CREATE, 1);
+    let r = app.pay(&t, &id, Some(&key()), 1, &pm).await;
+    assert_eq!(r.status, 202, "{}", r.text());
+    app.wait_status(&t, &id, OrderStatus::Paid).await;
+    let intents = app.ls.intents_of(&id).await;
+    let orphan = intents.iter().find(|i| i["status"] != "succeeded").unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let what = "the orphan intent cancelled by the job";
+    payonce_testkit::wait_for(what, Duration::from_secs(20), || async {
+        let audited = app.count(SWEEP_AUDIT, &orphan).await == 1;
+        (audited && app.intent_status(&id, &orphan).await == "canceled").then_some(())
+    })
+    .await;
+    assert_eq!(app.ls.succeeded_for(&id).await, 1);
+}
+
 /// How many orders a restore test pays after its backup.
 const LOST: usize = 3;
 
@@ -211,7 +241,8 @@ impl Checkout for MockApp {
 }
 
 /// The restore of the test above on the mock provider: its ledger holds one charge per
-/// order after the retries. (The mock deduplicates provider keys, and a retry's provider
+/// order after the retries, and a 3-D Secure charge whose attempt the restore lost is
+/// cancelled. (The mock deduplicates provider keys, and a retry's provider
 /// key is the lost attempt's, so this one holds without the sweep too; the sweep still
 /// flags what the store lost, and the retries find the held order.)
 #[tokio::test]
@@ -245,9 +276,11 @@ async fn after_a_restore_the_sweep_keeps_lost_keys_from_charging_twice_on_the_mo
         let id = crate::common::id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
         orders.push((t, id));
     }
+    let t3ds = app.session("dee").await;
+    let waiting = crate::common::id_of(&app.create_order(&t3ds, &[("tee-classic", 1)]).await);
     let since = unix_now() - 1;
     let backup = backup_sqlite(&app.db).await;
-    let method = payonce_protocol::provider::methods::APPROVE;
+    let method = methods::APPROVE;
     let mut keys = Vec::new();
     for (t, id) in &orders {
         let k = key();
@@ -255,6 +288,11 @@ async fn after_a_restore_the_sweep_keeps_lost_keys_from_charging_twice_on_the_mo
         assert_eq!(r.status, 200, "{}", r.text());
         keys.push(k);
     }
+    // A 3-D Secure charge waiting for its customer, whose attempt the restore loses.
+    let r = app
+        .pay(&t3ds, &waiting, Some(&key()), 1, methods::THREE_DS)
+        .await;
+    assert_eq!(r.code(), ErrorCode::ActionRequired, "{}", r.text());
     app.server.kill();
     restore_sqlite(&app.db, &backup);
     app.server = spawn(&app.args, true);
@@ -265,6 +303,11 @@ async fn after_a_restore_the_sweep_keeps_lost_keys_from_charging_twice_on_the_mo
         summary(&report).contains(&format!(" {LOST} flagged for review")),
         "{report}"
     );
+    // Nothing will ever complete the waiting charge: cancelled, so no page can.
+    assert!(summary(&report).contains(" 1 cancelled"), "{report}");
+    let charges = app.ledger(&waiting).await;
+    assert_eq!(charges.len(), 1, "{charges:?}");
+    assert_eq!(charges[0]["status"], "canceled", "{charges:?}");
     for ((t, id), k) in orders.iter().zip(&keys) {
         let r = app.pay(t, id, Some(k), 1, method).await;
         assert_under_review(&r);
