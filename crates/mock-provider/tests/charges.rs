@@ -654,3 +654,51 @@ async fn local_dev_pages_may_call_it_from_the_browser() {
         .to_owned();
     assert!(exposed.contains("idempotent-replayed"), "{exposed}");
 }
+
+/// `GET /ledger?since=&startingAfter=&limit=` (the server's provider sweep): pages of the
+/// charges created since a time, oldest first, `hasMore` until the last; an unknown
+/// `startingAfter` ends the list rather than starting it again.
+#[tokio::test]
+async fn the_ledger_pages_charges_since_a_time() {
+    let p = spawn(fast_config()).await;
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let r = p
+            .charge(&key(&format!("page-{i}")), &approve("order-page"))
+            .await;
+        ids.push(r.json::<Charge>().await.unwrap().id);
+    }
+    let page = |query: String| {
+        let (client, url) = (
+            p.client.clone(),
+            p.url(&format!("{}?{query}", paths::LEDGER)),
+        );
+        async move {
+            let r = client.get(url).send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            r.json::<payonce_protocol::provider::Ledger>()
+                .await
+                .unwrap()
+        }
+    };
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let q = match &after {
+            Some(id) => format!("since=0&limit=2&startingAfter={id}"),
+            None => "since=0&limit=2".to_owned(),
+        };
+        let l = page(q).await;
+        assert!(l.charges.len() <= 2);
+        seen.extend(l.charges.iter().map(|c| c.id.clone()));
+        if !l.has_more {
+            break;
+        }
+        after = l.charges.last().map(|c| c.id.clone());
+    }
+    assert_eq!(seen, ids);
+    let future = page("since=99999999999999".to_owned()).await;
+    assert!(future.charges.is_empty() && !future.has_more);
+    let unknown = page("startingAfter=ch_unknown".to_owned()).await;
+    assert!(unknown.charges.is_empty());
+}
