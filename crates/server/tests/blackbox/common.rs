@@ -320,14 +320,29 @@ pub async fn sweep(args: &[String], since: i64) -> String {
 }
 
 /// The SQLite file of a `sqlite://` URL.
-fn sqlite_file(url: &str) -> PathBuf {
-    PathBuf::from(url.strip_prefix("sqlite://").expect("a SQLite database"))
+fn sqlite_file(url: &str) -> Option<PathBuf> {
+    url.strip_prefix("sqlite://").map(PathBuf::from)
 }
 
-/// A backup of the SQLite database `db` while its server runs (`VACUUM INTO`: a consistent
-/// copy, docs/deploy.md "Backups"): the copy's path.
-pub async fn backup_sqlite(db: &TestDb) -> PathBuf {
-    let to = sqlite_file(&db.url).with_file_name("backup.db");
+/// A backup of the database `db` while its server runs (docs/deploy.md, "Restoring"): on
+/// SQLite `VACUUM INTO` (a consistent copy), on PostgreSQL `pg_dump -Fc`. The copy's path.
+pub async fn backup(db: &TestDb) -> PathBuf {
+    let Some(file) = sqlite_file(&db.url) else {
+        let to = std::env::temp_dir().join(format!("payonce-{}.dump", uuid::Uuid::new_v4()));
+        let out = std::process::Command::new("pg_dump")
+            .args(["-Fc", "-f"])
+            .arg(&to)
+            .arg(&db.url)
+            .output()
+            .expect("run pg_dump");
+        assert!(
+            out.status.success(),
+            "pg_dump: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return to;
+    };
+    let to = file.with_file_name("backup.db");
     let pool = db.pool().await;
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "VACUUM INTO '{}'",
@@ -340,10 +355,22 @@ pub async fn backup_sqlite(db: &TestDb) -> PathBuf {
     to
 }
 
-/// Puts `backup` in place of the SQLite database `db` (its server stopped): the file, and
-/// no write-ahead log of the replaced one.
-pub fn restore_sqlite(db: &TestDb, backup: &Path) {
-    let file = sqlite_file(&db.url);
+/// Puts `backup` in place of the database `db` (its server stopped): on SQLite the file,
+/// and no write-ahead log of the replaced one; on PostgreSQL `pg_restore --clean`.
+pub fn restore(db: &TestDb, backup: &Path) {
+    let Some(file) = sqlite_file(&db.url) else {
+        let out = std::process::Command::new("pg_restore")
+            .args(["--clean", "--if-exists", "--no-owner", "-d", &db.url])
+            .arg(backup)
+            .output()
+            .expect("run pg_restore");
+        assert!(
+            out.status.success(),
+            "pg_restore: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    };
     for suffix in ["-wal", "-shm"] {
         let mut side = file.clone().into_os_string();
         side.push(suffix);

@@ -8,8 +8,8 @@
 //! provider's own list (localstripe's intents, the mock's ledger).
 
 use crate::common::{
-    backup_sqlite, key, mock_provider_args, restore_sqlite, spawn, sweep, unix_now, Backend,
-    Checkout, HttpApi, Opts, Proc, Req, TestDb, WEBHOOK_SECRET,
+    backup, key, mock_provider_args, restore, spawn, sweep, unix_now, Backend, Checkout, HttpApi,
+    Opts, Proc, Req, TestDb, WEBHOOK_SECRET,
 };
 use crate::on_both_backends;
 use crate::stripe_edges::StripeApp;
@@ -21,6 +21,8 @@ use serde_json::Value;
 use std::time::Duration;
 
 on_both_backends!(
+    after_a_restore_the_sweep_keeps_lost_keys_from_charging_twice_on_localstripe,
+    after_a_restore_the_sweep_keeps_lost_keys_from_charging_twice_on_the_mock,
     the_sweep_job_cancels_the_intent_a_lost_create_answer_left,
     the_sweep_cancels_the_intent_a_lost_create_answer_left,
     the_sweep_flags_our_intent_confirmed_outside_payonce,
@@ -164,9 +166,10 @@ const LOST: usize = 3;
 /// key is 409 `ORDER_UNDER_REVIEW` and charges nothing: localstripe holds one succeeded
 /// intent per order. (Without the sweep each retry makes and confirms a second intent:
 /// localstripe deduplicates nothing.)
-#[tokio::test]
-async fn after_a_restore_the_sweep_keeps_lost_keys_from_charging_twice_on_localstripe() {
-    let Some(mut app) = StripeApp::start(Backend::Sqlite, false, false).await else {
+async fn after_a_restore_the_sweep_keeps_lost_keys_from_charging_twice_on_localstripe(
+    backend: Backend,
+) {
+    let Some(mut app) = StripeApp::start(backend, false, false).await else {
         return;
     };
     let pm = app.ls.payment_method(cards::APPROVE).await;
@@ -175,7 +178,7 @@ async fn after_a_restore_the_sweep_keeps_lost_keys_from_charging_twice_on_locals
         orders.push(app.order(user).await);
     }
     let since = unix_now() - 1;
-    let backup = backup_sqlite(&app.db).await;
+    let backup = backup(&app.db).await;
     let mut keys = Vec::new();
     for (t, id) in &orders {
         let k = key();
@@ -183,7 +186,7 @@ async fn after_a_restore_the_sweep_keeps_lost_keys_from_charging_twice_on_locals
         assert_eq!(r.status, 200, "{}", r.text());
         keys.push(k);
     }
-    app.restart_after(|db| restore_sqlite(db, &backup));
+    app.restart_after(|db| restore(db, &backup));
     for (t, id) in &orders {
         assert_eq!(
             app.order_status(t, id).await,
@@ -240,14 +243,16 @@ impl Checkout for MockApp {
     }
 }
 
-/// The restore of the test above on the mock provider: its ledger holds one charge per
+/// The restore of the test above on the mock provider (a SQLite copy, or `pg_dump` and
+/// `pg_restore`): its ledger holds one charge per
 /// order after the retries, and a 3-D Secure charge whose attempt the restore lost is
 /// cancelled. (The mock deduplicates provider keys, and a retry's provider
 /// key is the lost attempt's, so this one holds without the sweep too; the sweep still
 /// flags what the store lost, and the retries find the held order.)
-#[tokio::test]
-async fn after_a_restore_the_sweep_keeps_lost_keys_from_charging_twice_on_the_mock() {
-    let Some(db) = TestDb::create(Backend::Sqlite).await else {
+async fn after_a_restore_the_sweep_keeps_lost_keys_from_charging_twice_on_the_mock(
+    backend: Backend,
+) {
+    let Some(db) = TestDb::create(backend).await else {
         return;
     };
     let provider = spawn(&mock_provider_args(), false);
@@ -279,7 +284,7 @@ async fn after_a_restore_the_sweep_keeps_lost_keys_from_charging_twice_on_the_mo
     let t3ds = app.session("dee").await;
     let waiting = crate::common::id_of(&app.create_order(&t3ds, &[("tee-classic", 1)]).await);
     let since = unix_now() - 1;
-    let backup = backup_sqlite(&app.db).await;
+    let backup = backup(&app.db).await;
     let method = methods::APPROVE;
     let mut keys = Vec::new();
     for (t, id) in &orders {
@@ -294,7 +299,7 @@ async fn after_a_restore_the_sweep_keeps_lost_keys_from_charging_twice_on_the_mo
         .await;
     assert_eq!(r.code(), ErrorCode::ActionRequired, "{}", r.text());
     app.server.kill();
-    restore_sqlite(&app.db, &backup);
+    restore(&app.db, &backup);
     app.server = spawn(&app.args, true);
     app.api = app.server.api();
 
