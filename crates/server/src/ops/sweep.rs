@@ -175,7 +175,12 @@ pub(crate) async fn run(state: AppState, every: Duration, window: Duration) {
         match sweep(&state, since, after.take(), Some(PAGES_PER_ROUND)).await {
             Ok(report) => {
                 after = report.next.clone();
-                tracing::info!(summary = %report.summary(), "provider sweep round");
+                // Quiet when the provider and the store agree, like the other jobs.
+                if report.cancelled + report.flagged + report.not_cancelled > 0 {
+                    tracing::info!(summary = %report.summary(), "provider sweep round");
+                } else {
+                    tracing::debug!(summary = %report.summary(), "provider sweep round");
+                }
             }
             Err(e) => tracing::warn!(error = %e, "provider sweep round failed"),
         }
