@@ -22,6 +22,8 @@
 //!   the store knows of its key (cancel, flag for review, or leave it to its attempt).
 //! - [`policy`]: lease, retention and `Retry-After` arithmetic, and which rate-limit bucket
 //!   a request spends.
+//! - [`receipt`]: the receipt email's job: a relay's answer sorted, the backoff of a
+//!   transient failure, and the deterministic `Message-ID`.
 
 #![deny(missing_docs)]
 
@@ -33,6 +35,7 @@ pub mod keyed;
 pub mod pay;
 pub mod plan;
 pub mod policy;
+pub mod receipt;
 pub mod record;
 pub mod refund;
 pub mod sweep;

@@ -236,6 +236,9 @@ pub struct ServerArgs {
     /// The dev build's flags (`--dev`, the embedded provider's, `--failpoint`).
     #[command(flatten)]
     pub dev: crate::dev::args::DevArgs,
+    /// Where receipts go (`src/mailer/`).
+    #[command(flatten)]
+    pub mail: crate::mailer::MailArgs,
 }
 
 /// Timeouts and the connection cap of the API listener: a client that is slow or silent
@@ -401,6 +404,8 @@ pub struct Config {
     pub(crate) stripe_mode: Option<crate::provider::StripeMode>,
     /// The `--cors-origin` grants, checked.
     pub(crate) cors: crate::http::cors::Cors,
+    /// Where receipts go (`--mailer`), checked.
+    pub(crate) mailer: crate::mailer::Mailer,
 }
 
 /// [`EdgeArgs`], checked.
@@ -867,9 +872,11 @@ impl Config {
                 None
             }
         };
-        if !problems.is_empty() {
+        let mailer = crate::mailer::Mailer::from_args(&args.mail, dev.dev, args.lease_ms);
+        let mailer = mailer.map_err(|lines| problems.extend(lines)).ok();
+        let (false, Some(mailer)) = (!problems.is_empty(), mailer) else {
             return Err(ConfigError::Unsafe(problems));
-        }
+        };
         if args.lease_ms <= args.provider_timeout_ms {
             return Err(ConfigError::LeaseTooShort {
                 lease: args.lease_ms,
@@ -942,6 +949,7 @@ impl Config {
             false => crate::store::MigrateMode::Check,
         });
         Ok(Self {
+            mailer,
             cors,
             edge,
             migrate,

@@ -9,13 +9,15 @@
 //! - `ops/`: the operations the endpoints and jobs call, each the I/O shell of the rules'
 //!   plans and machines: `pay` (the pay machine's interpreter), `refunds`, `cancel`,
 //!   `orders`, `webhooks`, `stripe_webhooks`, and `jobs/` (the outbox worker,
-//!   reconciliation with manual review, confirmation emails, cleanup and retention).
+//!   reconciliation with manual review, receipt emails, cleanup and retention).
 //! - Infrastructure, which never calls an operation or the edge (`tests/blackbox/layout.rs`):
 //!   [`store`] (SQL over SQLite or PostgreSQL, one file per table; every write a plan it
 //!   executes, `store/tx.rs`: the operations never open a transaction), `replay/` (a finished
 //!   attempt's answer from memory, then Redis, then the database; the claim marker's Redis
 //!   calls), `provider/` (the provider port, `mod.rs`, and one adapter per provider,
-//!   `mock.rs` and `stripe.rs`, each answer sorted by what it proves: docs/providers.md).
+//!   `mock.rs` and `stripe.rs`, each answer sorted by what it proves: docs/providers.md),
+//!   `mailer/` (the mailer port: the dev mailbox, SMTP through lettre, or none; the
+//!   receipt's text and HTML).
 //! - `auth/`: the extractor (`mod.rs`), session tokens (`session.rs`), JWTs (`jwt.rs`).
 //! - `catalog` (prices from the catalog, the `--catalog` file), `limits`, `metrics`, `faults`
 //!   (the failpoint names), `error`, `reply`, [`clock`], [`ids`] (where new ids come from),
@@ -51,6 +53,7 @@ mod error;
 mod faults;
 mod http;
 mod limits;
+mod mailer;
 mod listen;
 mod metrics;
 mod openapi;

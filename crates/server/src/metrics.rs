@@ -66,8 +66,13 @@ label_values! {
     ReconcileResult => reconciliation(reconciliation) {
         Settled => "settled", ManualReview => "manual_review",
     }
-    /// One run of the confirmation email job.
-    EmailResult => email(emails) { Sent => "sent", AlreadySent => "already_sent" }
+    /// One run of the receipt email job: delivered, already settled by another run, due
+    /// again after a transient failure, failed for good, or not sent (no address, or
+    /// `--mailer none`).
+    EmailResult => email(emails) {
+        Sent => "sent", AlreadySent => "already_sent", Retried => "retried", Failed => "failed",
+        NoAddress => "no_address", NotSent => "not_sent",
+    }
     /// One refund request.
     RefundResult => refund(refunds) {
         Refunded => "refunded", Replayed => "replayed", NotAllowed => "not_allowed",
@@ -165,7 +170,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         redis_lookups: reg(&mut r, "payonce_redis_lookups", "Redis fast path steps by result (claimed, replay, mismatch, processing, miss, skipped, error)"),
         webhook_events: reg(&mut r, "payonce_webhook_events", "Provider webhook deliveries by result (e.g. applied, duplicate, bad_signature)"),
         reconciliation: reg(&mut r, "payonce_reconciliation", "Reconciliation job results per attempt (settled, manual_review)"),
-        emails: reg(&mut r, "payonce_emails", "Confirmation email job runs by result (sent, already_sent)"),
+        emails: reg(&mut r, "payonce_emails", "Receipt email job runs by result (sent, already_sent, retried, failed, no_address, not_sent)"),
         refunds: reg(&mut r, "payonce_refunds", "Refund requests by result (e.g. refunded, replayed, not_allowed)"),
         outbox: reg(&mut r, "payonce_outbox", "Outbox rows by result (executed_inline, drained, inconclusive)"),
         leftover_payments: reg(&mut r, "payonce_leftover_payments", "Uncharged payment objects cancelled before their attempt settles, and successes for attempts settled uncharged, by result (cancelled, charged_meanwhile, retried, flagged)"),

@@ -1,43 +1,41 @@
-//! The `mailbox` table: the confirmation mails the email job "sends" (there is no real
-//! mailer; a dev build reads them back at `GET /dev/mailbox`, `src/dev/mailbox.rs`).
+//! The `mailbox` table: the receipts the dev mailer "sends" (`--mailer dev`,
+//! src/mailer/mod.rs); a dev build reads them back at `GET /dev/mailbox`
+//! (`src/dev/mailbox.rs`).
 
+use super::tx::Statement;
 use payonce_rules::ids::MailId;
-use sqlx::any::AnyExecutor;
 
 /// One mail in the dev mailbox.
-pub(crate) struct Mail<'a> {
+#[derive(Debug, Clone)]
+pub(crate) struct Mail {
     pub id: MailId,
-    pub order_id: &'a str,
-    pub user_id: &'a str,
-    pub subject: &'a str,
-    pub body: &'a str,
+    pub order_id: String,
+    pub user_id: String,
+    pub subject: String,
+    pub body: String,
 }
 
-/// Records a sent mail.
-pub(crate) async fn insert_mail<'c>(
-    e: impl AnyExecutor<'c>,
-    m: &Mail<'_>,
-    now: i64,
-) -> sqlx::Result<()> {
-    sqlx::query(
+/// The statement that records `m` as sent at `now` (one of the receipt's settle,
+/// `receipts.rs`).
+pub(crate) fn insert(m: &Mail, now: i64) -> Statement {
+    Statement::new(
         "INSERT INTO mailbox (id, order_id, user_id, subject, body, sent_at)
-         VALUES ($1, $2, $3, $4, $5, $6)",
+         SELECT $1, $2, $3, $4, $5, $6 WHERE true",
+        vec![
+            m.id.as_str().into(),
+            (&m.order_id).into(),
+            (&m.user_id).into(),
+            (&m.subject).into(),
+            (&m.body).into(),
+            now.into(),
+        ],
     )
-    .bind(m.id.as_str())
-    .bind(m.order_id)
-    .bind(m.user_id)
-    .bind(m.subject)
-    .bind(m.body)
-    .bind(now)
-    .execute(e)
-    .await?;
-    Ok(())
 }
 
 /// The mails sent to `user` about `order_id`, oldest first (the dev mailbox's read).
 #[cfg(feature = "dev")]
 pub(crate) async fn mails_of<'c>(
-    e: impl AnyExecutor<'c>,
+    e: impl sqlx::any::AnyExecutor<'c>,
     user: &str,
     order_id: &str,
 ) -> sqlx::Result<Vec<payonce_protocol::Mail>> {

@@ -300,6 +300,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "orders_held_for_review",
         sql: include_str!("../../migrations/0012_orders_held_for_review.sql"),
     },
+    Migration {
+        version: 13,
+        name: "receipt_outbox",
+        sql: include_str!("../../migrations/0013_receipt_outbox.sql"),
+    },
 ];
 
 /// A pool connection idle longer than this is pinged before it is used.

@@ -192,33 +192,6 @@ fn cart_args(priced: &Priced, address: Option<&str>) -> Vec<Arg> {
     ]
 }
 
-/// Sets the order's `confirmation_email_sent` flag if it was not set. True: this caller
-/// sends the mail; false: it was sent before (a redelivery), do nothing.
-pub(crate) async fn flag_email_sent<'c>(
-    e: impl AnyExecutor<'c>,
-    order_id: &str,
-) -> sqlx::Result<bool> {
-    let res = sqlx::query(
-        "UPDATE orders SET confirmation_email_sent = 1
-         WHERE id = $1 AND status IN ('paid', 'refunded') AND confirmation_email_sent = 0",
-    )
-    .bind(order_id)
-    .execute(e)
-    .await?;
-    Ok(res.rows_affected() == 1)
-}
-
-/// The owner, amount and currency of an order (for the confirmation mail).
-pub(crate) async fn order_summary<'c>(
-    e: impl AnyExecutor<'c>,
-    order_id: &str,
-) -> sqlx::Result<Option<(String, i64, String)>> {
-    sqlx::query_as("SELECT user_id, amount, currency FROM orders WHERE id = $1")
-        .bind(order_id)
-        .fetch_optional(e)
-        .await
-}
-
 /// Whether order `id` is held for review (`super::pay::flag_stray`).
 pub(crate) async fn held_for_review<'c>(e: impl AnyExecutor<'c>, id: &str) -> sqlx::Result<bool> {
     let held: Option<(Option<i64>,)> = sqlx::query_as("SELECT review_at FROM orders WHERE id = $1")

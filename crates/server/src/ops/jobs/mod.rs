@@ -22,8 +22,9 @@
 //! - A declined two-phase payment is cancelled at the provider before its attempt settles
 //!   (src/ops/leftovers.rs): when that cancel fails the attempt stays processing, and these
 //!   same workers cancel it again on a later round.
-//! - **Confirmation emails**: the job queue, at least once; `confirmation_email_sent` makes
-//!   a redelivered job a no-op.
+//! - **Receipt emails**: the job queue, at least once, through the mailer port
+//!   (`src/mailer/`): a job is settled only after the mailer answered; a transient failure
+//!   is due again later, a permanent one ends `failed` (docs/deploy.md, "Receipt emails").
 //! - **Cleanup**: finished keys and tombstones after the key retention (never processing
 //!   ones), audit rows and handled webhook events after the dispute window.
 //!
@@ -42,11 +43,14 @@ use crate::faults::Failpoint;
 use crate::metrics;
 use crate::ops::pay;
 use crate::state::AppState;
-use crate::store::mailbox::{self, Mail};
-use crate::store::orders::{self, get_order};
-use crate::store::{self, attempts as db, jobs, Horizon, RETENTION};
+use crate::mailer::receipt;
+use crate::store::jobs::{self, Due, FinalState, ReceiptFacts, Settle};
+use crate::store::mailbox::Mail;
+use crate::store::orders::get_order;
+use crate::store::{self, attempts as db, Horizon, RETENTION};
 use payonce_rules::flow::End;
 use payonce_rules::ids::MailId;
+use payonce_rules::receipt::ReceiptStep;
 use payonce_rules::Record;
 use std::time::Duration;
 
@@ -217,79 +221,110 @@ async fn flag_for_review(state: &AppState, row: &Record) -> AppResult<()> {
     Ok(())
 }
 
-/// Delivers due confirmation-email jobs. At least once: the lease is the redelivery timer,
-/// the ack comes after the send, and the flag set with the send makes a redelivery a no-op.
+/// Delivers the due receipt jobs (migrations/0013_receipt_outbox.sql). At least once: the
+/// lease is the redelivery timer, and the job is settled only after the mailer answered.
 pub(crate) async fn send_emails(state: &AppState) -> AppResult<usize> {
     let mut sent = 0;
-    for (job, order_id) in jobs::jobs_ready(state.store.pool(), state.clock.now_ms(), BATCH).await?
-    {
-        match send_email(state, &job, &order_id).await {
+    for job in jobs::due(state.store.pool(), state.clock.now_ms(), BATCH).await? {
+        match send_email(state, &job).await {
             Ok(one) => sent += usize::from(one),
             // Like an attempt's row (`per_row`): the next job is still sent; this one's
             // lease runs out and it is redelivered.
             Err(e) => {
-                tracing::warn!(%job, order = %order_id, error = %e, "email job failed; the round goes on")
+                tracing::warn!(job = %job.id, order = %job.order_id, error = %e, "email job failed; the round goes on")
             }
         }
     }
     Ok(sent)
 }
 
-/// One confirmation-email job; true when this run sent it.
-async fn send_email(state: &AppState, job: &str, order_id: &str) -> AppResult<bool> {
-    let pool = state.store.pool();
+/// One receipt job; true when this run delivered it. The mailer's answer decides what is
+/// written (`payonce_rules::receipt::after`); the write is `store::jobs::settle`, after the
+/// answer: a crash in between (the `email` failpoint) leaves the job to its lease, and the
+/// next run sends the same message, with the same `Message-ID`, once more.
+async fn send_email(state: &AppState, job: &Due) -> AppResult<bool> {
     let now = state.clock.now_ms();
-    let (id, until) = (job.to_owned(), state.policy.lease_until(now));
-    let lease = state
-        .store
-        .write(async move |tx| jobs::lease_job(tx, &id, now, until).await);
-    if !lease.await? {
+    if !jobs::lease(&state.store, &job.id, now, state.policy.lease_until(now)).await? {
         return Ok(false);
     }
-    let Some((user, amount, currency)) = orders::order_summary(pool, order_id).await? else {
-        ack(state, job).await?;
-        return Ok(false);
+    let settle = match jobs::receipt_facts(state.store.pool(), &job.order_id).await? {
+        Some(facts) => deliver(state, job, &facts).await,
+        None => Settle::Final {
+            state: FinalState::NoAddress,
+            error: "the order has no payment to send a receipt for".into(),
+        },
     };
-    // The "send" is the mailbox insert, in the transaction that sets the flag: the dev
-    // mailbox is our own table. A real mailer is outside the database; it would get the
-    // job id as its idempotency key, and the flag would be set right after it answers.
-    let (order, ids) = (order_id.to_owned(), state.ids.clone());
-    let send = state.store.write(async move |tx| {
-        if !orders::flag_email_sent(&mut *tx, &order).await? {
-            return Ok::<_, sqlx::Error>(false);
-        }
-        let subject = format!("Order {order}: payment received");
-        let body = format!(
-            "We received your payment of {amount} (minor units) {currency} for order {order}. Thank you!"
-        );
-        let mail = Mail {
-            id: MailId::mint(&*ids),
-            order_id: &order,
-            user_id: &user,
-            subject: &subject,
-            body: &body,
-        };
-        mailbox::insert_mail(tx, &mail, now).await?;
-        Ok(true)
-    });
-    let sent = send.await?;
-    if sent {
-        metrics::email(metrics::EmailResult::Sent);
-    } else {
-        tracing::info!(%job, order = %order_id, "confirmation already sent: redelivery is a no-op");
-        metrics::email(metrics::EmailResult::AlreadySent);
-    }
     failpoint(Failpoint::Email);
-    ack(state, job).await?;
-    Ok(sent)
+    let now = state.clock.now_ms();
+    let settled = jobs::settle(&state.store, &job.id, &job.order_id, &settle, now).await?;
+    if !settled {
+        tracing::info!(job = %job.id, order = %job.order_id, "receipt already settled: redelivery is a no-op");
+        metrics::email(metrics::EmailResult::AlreadySent);
+        return Ok(false);
+    }
+    Ok(report_receipt(job, &settle))
 }
 
-async fn ack(state: &AppState, job: &str) -> AppResult<()> {
-    let (id, now) = (job.to_owned(), state.clock.now_ms());
-    let ack = state
-        .store
-        .write(async move |tx| jobs::ack_job(tx, &id, now).await);
-    Ok(ack.await?)
+/// Asks the mailer to deliver `facts`' receipt; how the job ends.
+async fn deliver(state: &AppState, job: &Due, facts: &ReceiptFacts) -> Settle {
+    use crate::mailer::Mailer;
+    let final_ = |state, error: &str| Settle::Final {
+        state,
+        error: error.to_owned(),
+    };
+    let smtp = match &state.config.mailer {
+        Mailer::None => return final_(FinalState::NotSent, "--mailer none"),
+        // The dev mailbox is the user's: no address needed, written with the settle.
+        Mailer::Dev => {
+            let r = receipt::compose(facts, "payonce.dev");
+            return Settle::Sent(Some(Mail {
+                id: MailId::mint(&*state.ids),
+                order_id: facts.order_id.clone(),
+                user_id: facts.user_id.clone(),
+                subject: r.subject,
+                body: r.text,
+            }));
+        }
+        Mailer::Smtp(smtp) => smtp,
+    };
+    let to = facts.address.as_deref().map(str::parse::<lettre::message::Mailbox>);
+    let Some(Ok(to)) = to else {
+        return final_(FinalState::NoAddress, "the order's address is not a mail address");
+    };
+    let outgoing = receipt::compose(facts, smtp.domain());
+    let answer = smtp.send(to, &outgoing).await;
+    let spread = job.id.bytes().fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(b.into()));
+    match payonce_rules::receipt::after(answer, job.tries + 1, state.clock.now_ms(), spread) {
+        ReceiptStep::Sent => Settle::Sent(None),
+        ReceiptStep::RetryAt { at, error } => Settle::Retry { at, error },
+        ReceiptStep::Failed(error) => final_(FinalState::Failed, &error),
+    }
+}
+
+/// The metric and log line of a settled receipt; true when it was delivered.
+fn report_receipt(job: &Due, settle: &Settle) -> bool {
+    use metrics::EmailResult as R;
+    let (id, order) = (&job.id, &job.order_id);
+    match settle {
+        Settle::Sent(_) => {
+            metrics::email(R::Sent);
+            return true;
+        }
+        Settle::Retry { at, error } => {
+            tracing::warn!(job = %id, order = %order, retry_at = at, %error, "receipt not delivered; tried again later");
+            metrics::email(R::Retried);
+        }
+        Settle::Final { state: FinalState::Failed, error } => {
+            tracing::error!(job = %id, order = %order, %error, "receipt failed for good: an operator's to send");
+            metrics::email(R::Failed);
+        }
+        Settle::Final { state: FinalState::NoAddress, error } => {
+            tracing::info!(job = %id, order = %order, %error, "no receipt: no address");
+            metrics::email(R::NoAddress);
+        }
+        Settle::Final { state: FinalState::NotSent, .. } => metrics::email(R::NotSent),
+    }
+    false
 }
 
 /// Expired keys deleted per statement: each batch is one short transaction (a few ms), so
