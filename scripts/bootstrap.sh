@@ -8,9 +8,10 @@
 #   - www/ npm dependencies, when www/package.json exists and pkg/ is built
 #   - localstripe (PyPI, a Stripe emulator for the Stripe tests; GPL-3, a test tool we run,
 #     never ship) in .venv-localstripe/ (python3 -m venv; Debian refuses a global pip)
+#   - aiosmtpd (PyPI, the SMTP server of the receipt tests, tools/smtp-sink.py) in .venv-smtp/
 # usage: scripts/bootstrap.sh [--no-browser] [--no-localstripe]
-#   --no-browser: skip Chromium (the demo); --no-localstripe: skip localstripe and so python3
-#   (the demo on the mock provider)
+#   --no-browser: skip Chromium (the demo); --no-localstripe: skip localstripe and aiosmtpd,
+#   and so python3 (the demo on the mock provider)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -106,6 +107,22 @@ install_localstripe() {
 }
 if $localstripe; then
   step "localstripe $localstripe_version (PyPI, .venv-localstripe)" has_localstripe install_localstripe
+fi
+
+# The receipt tests start it per test (crates/testkit/src/smtp.rs runs tools/smtp-sink.py
+# with this venv's Python).
+aiosmtpd_version=1.4.6
+has_aiosmtpd() {
+  [ "$(.venv-smtp/bin/pip show aiosmtpd 2>/dev/null | sed -n 's/^Version: //p')" = "$aiosmtpd_version" ]
+}
+install_aiosmtpd() {
+  command -v python3 >/dev/null || fail "python3 not found; install it (apt-get install python3 python3-venv)"
+  python3 -m venv .venv-smtp \
+    || fail "python3 -m venv failed; install the venv module (apt-get install python3-venv)"
+  .venv-smtp/bin/pip install --quiet --disable-pip-version-check "aiosmtpd==$aiosmtpd_version"
+}
+if $localstripe; then
+  step "aiosmtpd $aiosmtpd_version (PyPI, .venv-smtp)" has_aiosmtpd install_aiosmtpd
 fi
 
 # www/ installs the SDK from ../pkg (a `file:` dependency), so its npm install needs the built

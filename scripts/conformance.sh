@@ -174,7 +174,7 @@ production() {
   "$run_dir/payonce-server-prod" migrate --database-url "sqlite://$run_dir/prod.db" || return 1
   start production "payonce: api listening on" "$run_dir/payonce-server-prod" \
     --addr 127.0.0.1:0 --provider mock --provider-url "$provider" --database-url "sqlite://$run_dir/prod.db" \
-    --webhook-secret "conformance-webhook-secret-0123456789abcdef" --no-session-tokens \
+    --webhook-secret "conformance-webhook-secret-0123456789abcdef" --no-session-tokens --mailer none \
     --jwt-hs256-secret "$secret" --jwt-issuer $iss --jwt-audience $aud || return 1
   companion_config "$run_dir/production.toml" "$url" "[]" "$provider"
   # Static bearer tokens instead of the dev login, which this build does not have.

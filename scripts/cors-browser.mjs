@@ -92,7 +92,7 @@ try {
   execFileSync(prodBin, ["migrate", "--database-url", `sqlite://${join(dir, "prod.db")}`]);
   const api = await start(prodBin, [
     "--addr", "127.0.0.1:0", "--provider", "mock", "--provider-url", provider, "--database-url", `sqlite://${join(dir, "prod.db")}`,
-    "--webhook-secret", webhookSecret, "--session-secret", "cors-browser-session-secret-0123456789abcdef",
+    "--webhook-secret", webhookSecret, "--session-secret", "cors-browser-session-secret-0123456789abcdef", "--mailer", "none",
     ...jwt, "--cors-origin", allowed.origin, "--cors-credentials",
   ]);
   browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS });

@@ -68,7 +68,9 @@ pub fn after(answer: RelayAnswer, tries: i64, now: i64, spread: u64) -> ReceiptS
 /// receipts a relay refused at once do not all come back at the same instant).
 pub fn retry_at(tries: i64, now: i64, spread: u64) -> i64 {
     let doublings = u32::try_from(tries.saturating_sub(1).clamp(0, 20)).unwrap_or(20);
-    let wait = FIRST_WAIT_MS.saturating_mul(1 << doublings).min(MAX_WAIT_MS);
+    let wait = FIRST_WAIT_MS
+        .saturating_mul(1 << doublings)
+        .min(MAX_WAIT_MS);
     let jitter = i64::try_from(spread % (wait as u64 / 4 + 1)).unwrap_or(0);
     now.saturating_add(wait).saturating_add(jitter)
 }
@@ -122,6 +124,9 @@ mod tests {
 
     #[test]
     fn the_message_id_is_the_payments() {
-        assert_eq!(message_id("pay_1", "shop.test"), "<receipt.pay_1@shop.test>");
+        assert_eq!(
+            message_id("pay_1", "shop.test"),
+            "<receipt.pay_1@shop.test>"
+        );
     }
 }

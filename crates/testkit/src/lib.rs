@@ -1,7 +1,8 @@
 //! The harness shared by the server's black-box tests (`crates/server/tests/blackbox`), the
 //! load benchmark (`crates/bench`) and the chaos audit (`crates/chaos`): `payonce-server`
 //! processes on port 0 ([`server`]), per-test PostgreSQL databases ([`pg`]), Redis
-//! namespaces ([`redis`]), a Stripe emulator ([`localstripe`]), local TLS services ([`tls`]),
+//! namespaces ([`redis`]), a Stripe emulator ([`localstripe`]), an SMTP server ([`smtp`]),
+//! local TLS services ([`tls`]),
 //! a fault proxy in front of the provider ([`fault_proxy`]), [`eventually`] and [`wait_for`]
 //! for real events, and checkout fixtures over both transports ([`checkout`]). Dev-only:
 //! nothing here ships in the server.
@@ -12,6 +13,7 @@ pub mod localstripe;
 pub mod pg;
 pub mod redis;
 pub mod server;
+pub mod smtp;
 pub mod tls;
 
 use std::future::Future;

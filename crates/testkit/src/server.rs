@@ -29,6 +29,10 @@ pub fn command(bin: &Path) -> Command {
         .env_remove("PAYONCE_PROVIDER_API_KEY")
         .env_remove("PAYONCE_PROVIDER_API_KEY_FILE")
         .env_remove("PAYONCE_SESSION_SECRET")
+        .env_remove("PAYONCE_MAILER")
+        .env_remove("PAYONCE_SMTP_URL")
+        .env_remove("PAYONCE_SMTP_PASSWORD")
+        .env_remove("PAYONCE_SMTP_PASSWORD_FILE")
         .stdin(Stdio::null());
     cmd
 }

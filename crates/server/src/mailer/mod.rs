@@ -96,7 +96,11 @@ impl Mailer {
     /// `--dev` (the default is then the dev mailbox, and plain text to any host is fine).
     /// `lease_ms`: a send must end before its job's lease, or a second worker could send
     /// the same receipt meanwhile.
-    pub(crate) fn from_args(args: &MailArgs, dev: bool, lease_ms: u64) -> Result<Self, Vec<String>> {
+    pub(crate) fn from_args(
+        args: &MailArgs,
+        dev: bool,
+        lease_ms: u64,
+    ) -> Result<Self, Vec<String>> {
         let kind = match (args.mailer, dev) {
             (Some(kind), _) => kind,
             (None, true) => MailerKind::Dev,

@@ -67,7 +67,12 @@ pub(crate) fn compose(facts: &ReceiptFacts, domain: &str) -> Outgoing {
 fn amount(minor: i64, currency: &str) -> String {
     let sign = if minor < 0 { "-" } else { "" };
     let m = minor.unsigned_abs();
-    format!("{sign}{}.{:02} {}", m / 100, m % 100, currency.to_uppercase())
+    format!(
+        "{sign}{}.{:02} {}",
+        m / 100,
+        m % 100,
+        currency.to_uppercase()
+    )
 }
 
 /// Text as HTML: the five characters that could open markup escaped.
@@ -113,7 +118,11 @@ mod tests {
     fn the_receipt_says_what_was_charged_in_both_parts() {
         let r = compose(&facts(), "shop.test");
         assert!(r.text.contains("Total paid: 22.50 EUR"), "{}", r.text);
-        assert!(r.text.contains("2 x Mug <enamel> (mug)  25.00 EUR"), "{}", r.text);
+        assert!(
+            r.text.contains("2 x Mug <enamel> (mug)  25.00 EUR"),
+            "{}",
+            r.text
+        );
         assert!(r.text.contains("pay_9"));
         assert!(r.html.contains("Mug &lt;enamel&gt;"), "{}", r.html);
         assert!(r.html.contains("22.50 EUR"));

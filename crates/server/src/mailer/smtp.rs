@@ -30,7 +30,9 @@ impl Smtp {
         let from = match args.mail_from.as_deref().map(str::parse::<Mailbox>) {
             Some(Ok(from)) => Some(from),
             Some(Err(e)) => {
-                problems.push(format!("--mail-from (PAYONCE_MAIL_FROM): not a mail address: {e}"));
+                problems.push(format!(
+                    "--mail-from (PAYONCE_MAIL_FROM): not a mail address: {e}"
+                ));
                 None
             }
             None => {
@@ -49,9 +51,14 @@ impl Smtp {
                 None
             }
         };
-        let password = super::password(args).map_err(|e| problems.push(e)).ok().flatten();
+        let password = super::password(args)
+            .map_err(|e| problems.push(e))
+            .ok()
+            .flatten();
         let credentials = match (&args.smtp_username, password) {
-            (Some(user), Some(pass)) => Some(Credentials::new(user.clone(), pass.expose().to_owned())),
+            (Some(user), Some(pass)) => {
+                Some(Credentials::new(user.clone(), pass.expose().to_owned()))
+            }
             (None, None) => None,
             _ => {
                 problems.push(

@@ -206,6 +206,11 @@ impl Opts {
             // refuse it unmigrated (`schema.rs` tests that default).
             a.extend(["--migrate".into(), "auto".into()]);
         }
+        if !self.dev && !self.extra.iter().any(|a| a == "--mailer") {
+            // A production start names its mailer; these tests count no receipts (`mail.rs`
+            // does, against a real SMTP server).
+            a.extend(["--mailer".into(), "none".into()]);
+        }
         if !self.webhooks {
             a.push("--no-provider-webhooks".into());
         }

@@ -88,6 +88,8 @@ async fn a_jwt_only_server_needs_no_session_secret_and_refuses_session_tokens() 
         &provider.provider(),
         "--webhook-secret",
         WEBHOOK_SECRET,
+        "--mailer",
+        "none",
         "--jwt-hs256-secret",
         SECRET_JWT,
         "--jwt-issuer",

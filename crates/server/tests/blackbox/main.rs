@@ -43,6 +43,9 @@
 //!   twice (localstripe and the mock).
 //! - `kill_batch`: SIGKILL while 16 clients' pays are committed together; nothing answered
 //!   is lost, no order is claimed or charged twice.
+//! - `mail`: receipt emails against a real SMTP server (`payonce_testkit::smtp`): one per
+//!   paid order, 451 retried on the clock, 550 final, a relay down and back, a crash between
+//!   the relay's 250 and the commit, a production start with AUTH.
 
 mod catalog;
 mod common;
@@ -57,6 +60,7 @@ mod input;
 mod jwt;
 mod kill_batch;
 mod layout;
+mod mail;
 mod retention;
 mod rules;
 mod schema;

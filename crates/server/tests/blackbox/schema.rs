@@ -50,6 +50,8 @@ fn production(db: &str, provider: &Proc, extra: &[&str]) -> Vec<String> {
         WEBHOOK_SECRET,
         "--session-secret",
         SECRET,
+        "--mailer",
+        "none",
         "--allow-plaintext",
         "database",
         "--database-url",
@@ -165,6 +167,8 @@ fn a_production_start_without_a_database_url_is_refused_naming_it() {
         WEBHOOK_SECRET,
         "--session-secret",
         SECRET,
+        "--mailer",
+        "none",
     ];
     let lines = refused(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>());
     assert_eq!(lines.len(), 1, "{lines:?}");

@@ -54,6 +54,7 @@ fn a_start_without_dev_and_its_flags_names_each_missing_one() {
         "--provider-url",
         "--webhook-secret",
         "--session-secret",
+        "--mailer (",
     ] {
         assert_eq!(
             lines_naming(&err, flag).len(),
@@ -108,6 +109,8 @@ async fn with_its_flags_a_server_without_dev_starts_and_is_healthy() {
         WEBHOOK_SECRET,
         "--session-secret",
         SECRET,
+        "--mailer",
+        "none",
     ]
     .map(String::from)
     .to_vec();
@@ -138,6 +141,8 @@ fn production_flags() -> Vec<&'static str> {
         WEBHOOK_SECRET,
         "--session-secret",
         SECRET,
+        "--mailer",
+        "none",
     ]
 }
 
@@ -258,6 +263,8 @@ fn the_provider_api_key_is_sent_as_a_bearer_token_and_never_logged() {
         SECRET,
         "--provider-api-key-file",
         key_file.to_str().unwrap(),
+        "--mailer",
+        "none",
     ]
     .map(String::from)
     .to_vec();
@@ -338,6 +345,8 @@ fn stripe_start(
             WEBHOOK_SECRET,
             "--session-secret",
             SECRET,
+            "--mailer",
+            "none",
         ])
         .args([
             "--database-url",

@@ -40,10 +40,10 @@
 use crate::dev::failpoint;
 use crate::error::AppResult;
 use crate::faults::Failpoint;
+use crate::mailer::receipt;
 use crate::metrics;
 use crate::ops::pay;
 use crate::state::AppState;
-use crate::mailer::receipt;
 use crate::store::jobs::{self, Due, FinalState, ReceiptFacts, Settle};
 use crate::store::mailbox::Mail;
 use crate::store::orders::get_order;
@@ -287,13 +287,22 @@ async fn deliver(state: &AppState, job: &Due, facts: &ReceiptFacts) -> Settle {
         }
         Mailer::Smtp(smtp) => smtp,
     };
-    let to = facts.address.as_deref().map(str::parse::<lettre::message::Mailbox>);
+    let to = facts
+        .address
+        .as_deref()
+        .map(str::parse::<lettre::message::Mailbox>);
     let Some(Ok(to)) = to else {
-        return final_(FinalState::NoAddress, "the order's address is not a mail address");
+        return final_(
+            FinalState::NoAddress,
+            "the order's address is not a mail address",
+        );
     };
     let outgoing = receipt::compose(facts, smtp.domain());
     let answer = smtp.send(to, &outgoing).await;
-    let spread = job.id.bytes().fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(b.into()));
+    let spread = job
+        .id
+        .bytes()
+        .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(b.into()));
     match payonce_rules::receipt::after(answer, job.tries + 1, state.clock.now_ms(), spread) {
         ReceiptStep::Sent => Settle::Sent(None),
         ReceiptStep::RetryAt { at, error } => Settle::Retry { at, error },
@@ -314,15 +323,24 @@ fn report_receipt(job: &Due, settle: &Settle) -> bool {
             tracing::warn!(job = %id, order = %order, retry_at = at, %error, "receipt not delivered; tried again later");
             metrics::email(R::Retried);
         }
-        Settle::Final { state: FinalState::Failed, error } => {
+        Settle::Final {
+            state: FinalState::Failed,
+            error,
+        } => {
             tracing::error!(job = %id, order = %order, %error, "receipt failed for good: an operator's to send");
             metrics::email(R::Failed);
         }
-        Settle::Final { state: FinalState::NoAddress, error } => {
+        Settle::Final {
+            state: FinalState::NoAddress,
+            error,
+        } => {
             tracing::info!(job = %id, order = %order, %error, "no receipt: no address");
             metrics::email(R::NoAddress);
         }
-        Settle::Final { state: FinalState::NotSent, .. } => metrics::email(R::NotSent),
+        Settle::Final {
+            state: FinalState::NotSent,
+            ..
+        } => metrics::email(R::NotSent),
     }
     false
 }
