@@ -247,31 +247,45 @@ const STUCK_AGES: [i64; 4] = [0, 60, 300, 3600];
 /// interval or number of scrapers can load the database.
 pub(crate) const GAUGE_MAX_AGE_MS: i64 = 10_000;
 
-/// The stuck-attempts figures and when (state clock, ms) they were read.
-pub(crate) type GaugeCache = tokio::sync::Mutex<Option<(i64, [i64; 4])>>;
+/// How long a receipt may wait for its delivery before the "receipts waiting" gauge counts
+/// it: longer than a few of its retries (`payonce_rules::receipt::retry_at`).
+pub(crate) const RECEIPT_LATE_SECS: i64 = 900;
 
-/// Attempts in `processing` created at least each of [`STUCK_AGES`] ago (the same for every
-/// process on the database), from the cache while it is young enough; else from `read`,
-/// which counts them created at or before each instant it is given (the store's
-/// `attempts::processing_before`).
-async fn stuck_attempts<E: std::fmt::Display>(
+/// The database figures of the gauges, read together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Figures {
+    /// Attempts in `processing` created at least each of [`STUCK_AGES`] ago.
+    pub(crate) processing: [i64; 4],
+    /// Receipts not settled whose job is older than [`RECEIPT_LATE_SECS`].
+    pub(crate) receipts_waiting: i64,
+}
+
+/// The figures and when (state clock, ms) they were read.
+pub(crate) type GaugeCache = tokio::sync::Mutex<Option<(i64, Figures)>>;
+
+/// The gauges' figures (the same for every process on the database), from the cache while
+/// it is young enough; else from `read`, which counts processing attempts created at or
+/// before each instant of its first argument (the store's `attempts::processing_before`)
+/// and pending receipts created at or before its second (`jobs::waiting_since`).
+async fn figures<E: std::fmt::Display>(
     cache: &GaugeCache,
     now: i64,
-    read: impl AsyncFnOnce([i64; 4]) -> Result<[i64; 4], E>,
-) -> Option<[i64; 4]> {
+    read: impl AsyncFnOnce([i64; 4], i64) -> Result<Figures, E>,
+) -> Option<Figures> {
     let mut cache = cache.lock().await;
     if let Some((at, figures)) = *cache {
         if now - at < GAUGE_MAX_AGE_MS {
             return Some(figures);
         }
     }
-    match read(STUCK_AGES.map(|age| now - age * 1000)).await {
+    let late = now - RECEIPT_LATE_SECS * 1000;
+    match read(STUCK_AGES.map(|age| now - age * 1000), late).await {
         Ok(figures) => {
             *cache = Some((now, figures));
             Some(figures)
         }
         Err(e) => {
-            tracing::warn!(error = %e, "metrics: cannot count processing attempts");
+            tracing::warn!(error = %e, "metrics: cannot count processing attempts and receipts");
             None
         }
     }
@@ -291,7 +305,7 @@ pub(crate) fn authorized(headers: &HeaderMap, token: &str) -> bool {
 
 /// The exposition text: every counter, and the gauges (served by `src/http/metrics.rs`).
 pub(crate) async fn text<E: std::fmt::Display>(
-    read: impl AsyncFnOnce([i64; 4]) -> Result<[i64; 4], E>,
+    read: impl AsyncFnOnce([i64; 4], i64) -> Result<Figures, E>,
     cache: &GaugeCache,
     redis: Option<&RedisCache>,
     now: i64,
@@ -302,12 +316,20 @@ pub(crate) async fn text<E: std::fmt::Display>(
         "payonce_attempts_processing",
         "Attempts still processing whose creation is older than older_than_seconds (0: all)",
     );
-    if let Some(figures) = stuck_attempts(cache, now, read).await {
-        for (age, n) in STUCK_AGES.into_iter().zip(figures) {
+    let waiting: Family<Labels, Gauge> = reg(
+        &mut gauges,
+        "payonce_receipts_waiting",
+        "Receipt emails not delivered nor given up whose job is older than older_than_seconds",
+    );
+    if let Some(figures) = figures(cache, now, read).await {
+        for (age, n) in STUCK_AGES.into_iter().zip(figures.processing) {
             processing
                 .get_or_create(&vec![("older_than_seconds", age.to_string())])
                 .set(n);
         }
+        waiting
+            .get_or_create(&vec![("older_than_seconds", RECEIPT_LATE_SECS.to_string())])
+            .set(figures.receipts_waiting);
     }
     if let Some(redis) = redis {
         let up: Gauge = reg(&mut gauges, "payonce_redis_up", "1 when the Redis fast path is configured and usable, 0 when degraded to the database, absent without --redis-url");

@@ -5,6 +5,7 @@ use crate::error::AppError;
 use crate::metrics;
 use crate::state::MetricsState;
 use crate::store::attempts::processing_before;
+use crate::store::jobs::waiting_since;
 use axum::extract::State;
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
@@ -19,7 +20,13 @@ pub(crate) async fn serve(State(state): State<MetricsState>, headers: HeaderMap)
         }
     }
     let now = state.clock.now_ms();
-    let read = async |before| processing_before(state.store.pool(), before).await;
+    let pool = state.store.pool();
+    let read = async |before, late| {
+        Ok::<_, sqlx::Error>(metrics::Figures {
+            processing: processing_before(pool, before).await?,
+            receipts_waiting: waiting_since(pool, late).await?,
+        })
+    };
     let text = metrics::text(read, &state.gauges, state.redis.as_deref(), now).await;
     ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response()
 }

@@ -250,11 +250,22 @@ async fn a_relay_down_then_back_gets_every_receipt_none_lost(backend: Backend) {
         s.advance(Duration::from_secs(20));
     }
     assert!(jobs(&pool).await.iter().all(|(_, st, _)| st == "pending"));
+    let waiting = || async {
+        let r = s.send("GET", "/metrics", "", None, Value::Null).await;
+        metric_in(
+            &r.text(),
+            r#"payonce_receipts_waiting{older_than_seconds="900"}"#,
+        )
+    };
+    assert_eq!(waiting().await, 0.0, "not late yet");
+    s.advance(Duration::from_secs(900));
+    assert_eq!(waiting().await, 3.0, "15 minutes without a delivery");
     sink.restart().await;
-    s.advance(Duration::from_secs(600));
     payonce_server::run_jobs(&s.state).await;
     assert_eq!(sink.messages().len(), 3, "every receipt delivered");
     assert!(jobs(&pool).await.iter().all(|(_, st, _)| st == "sent"));
+    s.advance(Duration::from_secs(11));
+    assert_eq!(waiting().await, 0.0, "none waiting once delivered");
 }
 
 async fn a_crash_between_the_relays_250_and_the_commit_resends_the_same_message_once(
