@@ -1034,7 +1034,11 @@ mod tests {
             true => &[],
             false => &["--database-url", "sqlite://:memory:"],
         };
-        raw_args(&[mock, db, extra].concat())
+        let mailer: &[&str] = match extra.contains(&"--mailer") {
+            true => &[],
+            false => &["--mailer", "none"],
+        };
+        raw_args(&[mock, db, mailer, extra].concat())
     }
 
     fn raw_args(extra: &[&str]) -> ServerArgs {

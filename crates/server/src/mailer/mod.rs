@@ -147,3 +147,93 @@ fn password(args: &MailArgs) -> Result<Option<Secret>, String> {
     }
     Ok(Some(Secret::from(text.to_owned())))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn mail(flags: &[&str]) -> MailArgs {
+        let argv = std::iter::once("payonce-server").chain(flags.iter().copied());
+        crate::config::Cli::try_parse_from(argv)
+            .expect("flags parse")
+            .server
+            .mail
+    }
+
+    fn refused(flags: &[&str], dev: bool) -> Vec<String> {
+        Mailer::from_args(&mail(flags), dev, 30_000).expect_err("refused")
+    }
+
+    #[test]
+    fn a_start_without_dev_must_choose_a_mailer() {
+        let lines = refused(&[], false);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].starts_with("--mailer (PAYONCE_MAILER) is required"),
+            "{lines:?}"
+        );
+        assert!(matches!(
+            Mailer::from_args(&mail(&[]), true, 30_000),
+            Ok(Mailer::Dev)
+        ));
+        let none = Mailer::from_args(&mail(&["--mailer", "none"]), false, 30_000);
+        assert!(matches!(none, Ok(Mailer::None)));
+        assert!(refused(&["--mailer", "dev"], false)[0].contains("needs --dev"));
+    }
+
+    #[test]
+    fn smtp_needs_a_relay_a_sender_and_tls_off_loopback() {
+        let lines = refused(&["--mailer", "smtp"], false);
+        assert!(
+            lines.iter().any(|l| l.starts_with("--smtp-url")),
+            "{lines:?}"
+        );
+        assert!(
+            lines.iter().any(|l| l.starts_with("--mail-from")),
+            "{lines:?}"
+        );
+        let from = [
+            "--mailer",
+            "smtp",
+            "--mail-from",
+            "shop@example.com",
+            "--smtp-url",
+        ];
+        let with = |url: &'static str| [&from[..], &[url]].concat();
+        let plain = refused(&with("smtp://relay.example.com"), false);
+        assert!(plain[0].contains("plain smtp://"), "{plain:?}");
+        let creds = refused(&with("smtps://u:pw@relay.example.com"), false);
+        assert!(creds[0].contains("carries credentials"), "{creds:?}");
+        for ok in [
+            "smtps://relay.example.com",
+            "smtp://relay.example.com:587?tls=required",
+            "smtp://127.0.0.1:2525",
+        ] {
+            assert!(
+                Mailer::from_args(&mail(&with(ok)), false, 30_000).is_ok(),
+                "{ok}"
+            );
+        }
+        let slow = [
+            &with("smtps://relay.example.com")[..],
+            &["--smtp-timeout-ms", "30000"],
+        ]
+        .concat();
+        assert!(refused(&slow, false)[0].starts_with("--smtp-timeout-ms"));
+    }
+
+    #[test]
+    fn the_password_needs_its_user_and_never_shows_in_debug() {
+        let base = ["--mailer", "smtp", "--mail-from", "shop@example.com"];
+        let url = ["--smtp-url", "smtps://relay.example.com"];
+        let pw = ["--smtp-password", "hunter2-smtp-secret"];
+        let lines = refused(&[&base[..], &url, &pw].concat(), false);
+        assert!(lines[0].contains("go together"), "{lines:?}");
+        let args = mail(&[&base[..], &url, &pw, &["--smtp-username", "shop"]].concat());
+        let mailer = Mailer::from_args(&args, false, 30_000).expect("valid");
+        for shown in [format!("{args:?}"), format!("{mailer:?}")] {
+            assert!(!shown.contains("hunter2"), "{shown}");
+        }
+    }
+}
