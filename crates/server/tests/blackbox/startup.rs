@@ -448,8 +448,9 @@ fn fenced_after<'a>(doc: &'a str, marker: &str) -> &'a str {
 /// PostgreSQL, Redis and localstripe, and each setting of the file takes effect (the Stripe
 /// key charges, the webhook secret verifies, `/metrics` wants its token, the shop's origin
 /// passes CORS with credentials). Only what must point at this machine is replaced: the
-/// listen address, the database, Redis and the two secret files' paths; the provider URL
-/// (Stripe's by default) and plain text to the test database are the only additions.
+/// listen address, the database, Redis, the SMTP relay and the three secret files' paths;
+/// the provider URL (Stripe's by default), plain text to the test database and a short jobs
+/// interval are the only additions.
 /// `PAYONCE_TEST_DEPLOY_BIN` runs another binary, e.g. the production build.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_deploy_guides_environment_file_and_unit_start_a_server_on_stripe() {
@@ -480,6 +481,12 @@ async fn the_deploy_guides_environment_file_and_unit_start_a_server_on_stripe() 
     let Some((redis_url, _redis)) = payonce_testkit::redis::shared_db(9).await else {
         return;
     };
+    const SMTP_PASSWORD: &str = "smtp-deploy-guide-password-0123";
+    let Some(sink) =
+        payonce_testkit::smtp::SmtpSink::start_with(Some(("payonce", SMTP_PASSWORD))).await
+    else {
+        return;
+    };
     let dir = std::env::temp_dir().join(format!("payonce-env-{}", uuid::Uuid::new_v4()));
     std::fs::create_dir_all(&dir).unwrap();
     const WHSEC: &str = "whsec_payonce_deploy_guide_0123456789abcdef";
@@ -492,6 +499,12 @@ async fn the_deploy_guides_environment_file_and_unit_start_a_server_on_stripe() 
             "PAYONCE_ADDR" => "127.0.0.1:0".to_owned(),
             "DATABASE_URL" => db.url.clone(),
             "REDIS_URL" => redis_url.clone(),
+            "PAYONCE_SMTP_URL" => sink.url(),
+            "PAYONCE_SMTP_PASSWORD_FILE" => {
+                let file = dir.join(k);
+                std::fs::write(&file, SMTP_PASSWORD).unwrap();
+                file.display().to_string()
+            }
             "PAYONCE_STRIPE_SECRET_KEY_FILE" | "PAYONCE_STRIPE_WEBHOOK_SECRET_FILE" => {
                 let secret = if k.contains("WEBHOOK") {
                     WHSEC
@@ -519,6 +532,8 @@ async fn the_deploy_guides_environment_file_and_unit_start_a_server_on_stripe() 
     env.push(("PAYONCE_ALLOW_PLAINTEXT".into(), "database".into()));
     // localstripe takes test keys only; the file is for live mode.
     env.push(("PAYONCE_ALLOW_TEST_MODE".into(), "true".into()));
+    // The receipt is sent within the test's patience, not at the next 30 s round.
+    env.push(("PAYONCE_JOBS_INTERVAL_MS".into(), "200".into()));
     // The production build (`--no-default-features`, release or not) when named.
     let bin = std::env::var("PAYONCE_TEST_DEPLOY_BIN")
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_payonce-server").to_owned());
@@ -594,7 +609,10 @@ async fn the_deploy_guides_environment_file_and_unit_start_a_server_on_stripe() 
     let order: serde_json::Value = http
         .post(format!("{api}/orders"))
         .bearer_auth(&token)
-        .json(&serde_json::json!({ "items": [{ "sku": "tee-classic", "quantity": 1 }] }))
+        .json(&serde_json::json!({
+            "items": [{ "sku": "tee-classic", "quantity": 1 }],
+            "address": "alice@example.com",
+        }))
         .send()
         .await
         .unwrap()
@@ -615,6 +633,15 @@ async fn the_deploy_guides_environment_file_and_unit_start_a_server_on_stripe() 
         .unwrap();
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
     assert_eq!(ls.succeeded_for(&id).await, 1);
+
+    // The mailer settings and the SMTP password file: the receipt reaches the relay.
+    let sent = payonce_testkit::eventually(
+        std::time::Duration::from_secs(30),
+        std::time::Duration::from_millis(100),
+        || async { (sink.messages().len() == 1).then_some(()) },
+    )
+    .await;
+    assert!(sent.is_some(), "the receipt was sent: {}", sink.log());
 
     // The webhook secret file: a signed event is verified (and, of no use, acknowledged).
     let body = br#"{"id":"evt_guide","object":"event","type":"customer.created","data":{"object":{"id":"cus_1","object":"customer"}}}"#;
