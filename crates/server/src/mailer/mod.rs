@@ -75,8 +75,8 @@ pub struct MailArgs {
 pub(crate) enum Mailer {
     /// The dev mailbox.
     Dev,
-    /// An SMTP relay.
-    Smtp(Smtp),
+    /// An SMTP relay (boxed: the transport is large, the other variants empty).
+    Smtp(Box<Smtp>),
     /// No receipts.
     None,
 }
@@ -127,7 +127,7 @@ impl Mailer {
                     )]);
                 }
                 let timeout = Duration::from_millis(args.smtp_timeout_ms);
-                Smtp::new(args, dev, timeout).map(Self::Smtp)
+                Smtp::new(args, dev, timeout).map(|s| Self::Smtp(Box::new(s)))
             }
         }
     }
