@@ -13,7 +13,10 @@
 //! - **customer view contradicted**: a receipt for an order that is not paid (or another
 //!   payment), or a final "not charged" for an order that is paid; two tabs of one customer
 //!   that disagree;
-//! - **emails**: a paid order without exactly one confirmation, or an unpaid one with any;
+//! - **emails**: receipts as the run's SMTP sink received them, by the payment their
+//!   `Message-ID` names: a paid order without one, an unpaid order with any, or more
+//!   duplicates than process crashes (a duplicate is a crash between the relay's 250 and
+//!   the commit, sent again with the same `Message-ID`);
 //! - **stock**: per SKU, stock taken ≠ quantities in paid orders, or stock below zero.
 
 use crate::customer::{Intent, View};
@@ -37,6 +40,7 @@ pub(crate) struct OrderRow {
 /// A payment as stored.
 #[derive(Debug, Clone)]
 pub(crate) struct PaymentRow {
+    pub id: String,
     pub order_id: String,
     pub charge_id: String,
 }
@@ -59,12 +63,28 @@ pub(crate) struct Facts {
     pub orders: Vec<OrderRow>,
     pub payments: Vec<PaymentRow>,
     pub attempts: Vec<AttemptRow>,
-    /// Confirmation mails per order.
+    /// Receipts the SMTP sink received, per order (by the payment their `Message-ID`
+    /// names; a payment nobody stored counts under its own id).
     pub mails: HashMap<String, u64>,
+    /// Instance processes that died during the run (killed, aborted at a failpoint or on
+    /// the crash fault): the most duplicate receipts the run may have.
+    pub crashes: u64,
     pub stock_before: Vec<(String, i64)>,
     pub stock_after: Vec<(String, i64)>,
     /// Audit-trail lines by entity id (order or attempt).
     pub trail: HashMap<String, Vec<String>>,
+}
+
+/// The payment a raw receipt is about: its `Message-ID` is `<receipt.{payment}@{domain}>`
+/// (`payonce_rules::receipt::message_id`).
+fn receipt_payment(message: &str) -> Option<&str> {
+    let id = message
+        .lines()
+        .take_while(|l| !l.is_empty())
+        .find_map(|l| l.strip_prefix("Message-ID: "))?;
+    id.strip_prefix("<receipt.")?
+        .split_once('@')
+        .map(|(p, _)| p)
 }
 
 /// Stock per SKU.
@@ -105,6 +125,7 @@ impl Facts {
         provider_url: &str,
         stock_before: Vec<(String, i64)>,
         stripe: Option<&crate::stripe::StripeSide>,
+        (receipts, crashes): (&[String], u64),
     ) -> Result<Facts, ChaosError> {
         let charges = match stripe {
             Some(stripe) => stripe.ledger().await?,
@@ -124,6 +145,7 @@ impl Facts {
             charges,
             stock_before,
             stock_after: read_stock(db).await?,
+            crashes,
             ..Facts::default()
         };
         for r in sqlx::query("SELECT id, status, payment_id, items FROM orders")
@@ -142,15 +164,28 @@ impl Facts {
                 })?,
             });
         }
-        for r in sqlx::query("SELECT order_id, charge_id FROM payments")
+        for r in sqlx::query("SELECT id, order_id, charge_id FROM payments")
             .fetch_all(db)
             .await?
         {
             f.payments.push(PaymentRow {
+                id: r.try_get("id")?,
                 order_id: r.try_get("order_id")?,
                 charge_id: r.try_get("charge_id")?,
             });
         }
+        let order_of: HashMap<&str, &str> = f
+            .payments
+            .iter()
+            .map(|p| (p.id.as_str(), p.order_id.as_str()))
+            .collect();
+        let mut mails: HashMap<String, u64> = HashMap::new();
+        for m in receipts {
+            let payment = receipt_payment(m).unwrap_or("(no receipt Message-ID)");
+            let order = order_of.get(payment).copied().unwrap_or(payment);
+            *mails.entry(order.to_owned()).or_default() += 1;
+        }
+        f.mails = mails;
         for r in sqlx::query(
             "SELECT id, order_id, idem_key, status, needs_review_at IS NOT NULL AS review, created_at
              FROM attempts ORDER BY created_at",
@@ -169,13 +204,6 @@ impl Facts {
                 needs_review: r.try_get("review")?,
                 created_at: r.try_get("created_at")?,
             });
-        }
-        for r in sqlx::query("SELECT order_id, count(*) AS n FROM mailbox GROUP BY order_id")
-            .fetch_all(db)
-            .await?
-        {
-            let n: i64 = r.try_get("n")?;
-            f.mails.insert(r.try_get("order_id")?, n.max(0) as u64);
         }
         for r in sqlx::query(
             "SELECT at, actor, entity, entity_id, from_state, to_state, reason FROM audit_log ORDER BY id",
@@ -232,8 +260,13 @@ pub(crate) struct Report {
     pub attempts: usize,
     /// Attempts flagged for manual review that settled afterwards.
     pub reviewed_then_settled: usize,
-    /// Paid orders by number of confirmation mails.
+    /// Paid orders by number of receipts.
     pub mails_per_paid: BTreeMap<u64, usize>,
+    /// Receipts beyond the first of their order (each a crash between the relay's 250
+    /// and the commit).
+    pub duplicate_receipts: u64,
+    /// [`Facts::crashes`].
+    pub crashes: u64,
     /// Intents by test payment method (the provider's behaviour) and by plan.
     pub methods: BTreeMap<&'static str, usize>,
     pub plans: BTreeMap<&'static str, usize>,
@@ -337,20 +370,28 @@ pub(crate) fn audit(f: &Facts, intents: &[Intent]) -> Report {
         }
         let mails = f.mails.get(&o.id).copied().unwrap_or(0);
         *r.mails_per_paid.entry(mails).or_default() += 1;
-        if mails != 1 {
-            bad(
-                Kind::Emails,
-                &o.id,
-                format!("paid order with {mails} confirmation mails"),
-            );
+        r.duplicate_receipts += mails.saturating_sub(1);
+        if mails == 0 {
+            bad(Kind::Emails, &o.id, "paid order without a receipt".into());
         }
+    }
+    r.crashes = f.crashes;
+    if r.duplicate_receipts > f.crashes {
+        bad(
+            Kind::Emails,
+            "receipts",
+            format!(
+                "{} duplicate receipts but {} crashes: a duplicate without a crash between the relay's 250 and the commit",
+                r.duplicate_receipts, f.crashes
+            ),
+        );
     }
     for (order, n) in &f.mails {
         if *n > 0 && !orders.get(order.as_str()).is_some_and(|o| is_paid(o)) {
             bad(
                 Kind::Emails,
                 order,
-                format!("{n} confirmation mails for an order that is not paid"),
+                format!("{n} receipts for an order that is not paid"),
             );
         }
     }
@@ -575,7 +616,7 @@ impl Report {
         let mails: Vec<String> = self
             .mails_per_paid
             .iter()
-            .map(|(n, orders)| format!("{n} mail(s) × {orders} orders"))
+            .map(|(n, orders)| format!("{n} receipt(s) × {orders} orders"))
             .collect();
         line(
             "emails per paid order",
@@ -584,6 +625,13 @@ impl Report {
             } else {
                 mails.join(", ")
             },
+        );
+        line(
+            "duplicate receipts",
+            format!(
+                "{} (each a crash between the relay's 250 and the commit; {} crashes)",
+                self.duplicate_receipts, self.crashes
+            ),
         );
         line("email errors", self.count(Kind::Emails).to_string());
         line("stock errors", self.count(Kind::Stock).to_string());
@@ -686,6 +734,7 @@ mod tests {
     }
     fn payment(order: &str, charge: &str) -> PaymentRow {
         PaymentRow {
+            id: format!("pay_{order}"),
             order_id: order.into(),
             charge_id: charge.into(),
         }
@@ -701,6 +750,7 @@ mod tests {
             payments: vec![payment("o1", "c1")],
             attempts: vec![],
             mails: HashMap::from([("o1".to_owned(), 1)]),
+            crashes: 0,
             stock_before: vec![("tee".into(), 10)],
             stock_after: vec![("tee".into(), 8)],
             trail: HashMap::new(),
@@ -802,13 +852,30 @@ mod tests {
     }
 
     #[test]
-    fn mails_must_be_one_per_paid_order_and_none_for_unpaid() {
+    fn receipts_at_least_one_per_paid_order_duplicates_only_from_crashes() {
         let mut f = healthy();
         f.mails.insert("o1".into(), 2);
         f.mails.insert("o2".into(), 1);
         let r = audit(&f, &[]);
+        // o1's duplicate without a crash, o2's receipt though it is unpaid.
         assert_eq!(kinds(&r), [Kind::Emails, Kind::Emails]);
         assert_eq!(r.mails_per_paid, BTreeMap::from([(2, 1)]));
+        f.crashes = 1;
+        assert_eq!(
+            kinds(&audit(&f, &[])),
+            [Kind::Emails],
+            "a crash explains o1's"
+        );
+        f.mails.remove("o1");
+        let r = audit(&f, &[]);
+        assert!(r.violations.iter().any(|v| v.subject == "o1"), "no receipt");
+    }
+
+    #[test]
+    fn a_receipt_is_counted_for_the_payment_its_message_id_names() {
+        let m = "From: x\r\nMessage-ID: <receipt.pay_7@shop.test>\r\n\r\nbody";
+        assert_eq!(receipt_payment(m), Some("pay_7"));
+        assert_eq!(receipt_payment("Message-ID: <abc@x>\n\n"), None);
     }
 
     #[test]

@@ -99,6 +99,8 @@ pub(crate) struct Cluster {
     pub db: sqlx::PgPool,
     pub provider_port: u16,
     pub lb_port: u16,
+    /// The relay every instance sends receipts to; the audit counts what it received.
+    pub sink: payonce_testkit::smtp::SmtpSink,
     secret: String,
     webhook_chaos: String,
     instances: Vec<Mutex<Slot>>,
@@ -164,6 +166,14 @@ impl Cluster {
             instances.push(slot(format!("api{i}"), free_port()?));
         }
         let provider_port = free_port()?;
+        let sink = payonce_testkit::smtp::SmtpSink::start()
+            .await
+            .ok_or_else(|| {
+                ChaosError::Setup(format!(
+                    "no SMTP sink: {}",
+                    payonce_testkit::smtp::HOW_TO_INSTALL
+                ))
+            })?;
         let pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(4)
             .connect(&db_url)
@@ -176,6 +186,7 @@ impl Cluster {
             db: pool,
             provider_port,
             lb_port,
+            sink,
             secret: format!("chaos-session-secret-{id}"),
             webhook_chaos,
             instances,
@@ -287,6 +298,14 @@ impl Cluster {
                 self.cfg.redis_url.clone(),
                 "--session-secret".into(),
                 self.secret.clone(),
+                "--mailer".into(),
+                "smtp".into(),
+                "--smtp-url".into(),
+                self.sink.url(),
+                "--mail-from".into(),
+                "receipts@chaos.payonce.test".into(),
+                "--smtp-timeout-ms".into(),
+                "1000".into(),
             ]);
             if self.cfg.stripe.is_some() {
                 args.extend(

@@ -847,10 +847,11 @@ pub(crate) async fn run_intent(ctx: &Ctx, worker: usize, index: usize) -> Intent
             return intent;
         }
     };
+    // A mail address, so each paid order's receipt goes to the run's SMTP sink.
     let create = CreateOrderRequest {
         items: script.items.clone(),
         coupon: None,
-        address: None,
+        address: Some(format!("{user}@chaos.payonce.test")),
     };
     let order: Result<Order, _> = until_ok(ctx, "create order", &hist, || {
         ctx.http

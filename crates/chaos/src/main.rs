@@ -339,16 +339,20 @@ async fn exercise(
     );
 
     // --- audit -------------------------------------------------------------------------------
+    let stats = cluster.stats();
+    let crashes = stats.killed
+        + stats.crash_after_charge
+        + stats.failpoint_crashes.iter().map(|(_, n)| n).sum::<u64>();
     let facts = audit::Facts::read(
         &cluster.db,
         &ctx.http,
         &cluster.provider_url(),
         stock_before,
         stripe.as_deref(),
+        (&cluster.sink.messages(), crashes),
     )
     .await?;
     let report = audit::audit(&facts, &settled);
-    let stats = cluster.stats();
     println!();
     println!(
         "faults: {}",
