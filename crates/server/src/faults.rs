@@ -28,7 +28,8 @@ pub(crate) enum Failpoint {
     /// Inside the outbox worker: it took over an abandoned attempt, before it asks the
     /// provider.
     Outbox,
-    /// Inside the email job: the mail is sent and flagged, the job not yet acknowledged.
+    /// Inside the email job: the mailer answered (with SMTP, the relay took the message),
+    /// the receipt not settled yet.
     Email,
 }
 

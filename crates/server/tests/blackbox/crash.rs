@@ -288,8 +288,9 @@ async fn scenario(backend: Backend, crash: Crash, method: &str) {
         .await;
     }
     if matches!(crash, Crash::Failpoint("email")) {
-        // The crash came between the send and the ack: the job was delivered again, and the
-        // flag made the second delivery a no-op.
+        // The crash came between the mailer's answer and the settle: the job was delivered
+        // again, and that delivery wrote the one mailbox row (the dev mailer's send is the
+        // settle's own row; with SMTP it is the same message again: tests/blackbox/mail.rs).
         let (deliveries,): (i64,) = wait_job_done(&pool, &id).await;
         assert!(
             deliveries >= 2,

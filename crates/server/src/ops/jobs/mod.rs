@@ -249,8 +249,10 @@ async fn send_email(state: &AppState, job: &Due) -> AppResult<bool> {
     }
     let settle = match jobs::receipt_facts(state.store.pool(), &job.order_id).await? {
         Some(facts) => deliver(state, job, &facts).await,
+        // Jobs are written with a payment (src/store/pay.rs): a row that lost it is a
+        // fault for an operator, not something a retry fixes.
         None => Settle::Final {
-            state: FinalState::NoAddress,
+            state: FinalState::Failed,
             error: "the order has no payment to send a receipt for".into(),
         },
     };
