@@ -75,6 +75,13 @@ pub fn retry_at(tries: i64, now: i64, spread: u64) -> i64 {
     now.saturating_add(wait).saturating_add(jitter)
 }
 
+/// The `spread` of [`retry_at`] for job `id`: a hash of it (FNV-1a), the same on every run.
+pub fn spread(id: &str) -> u64 {
+    id.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 /// A relay's reply code sorted by its class (RFC 5321, 4.2.1): 2xx accepted, 4xx
 /// transient, anything else permanent.
 pub fn answer_of(code: u16, text: &str) -> RelayAnswer {
@@ -120,6 +127,12 @@ mod tests {
         assert!(retry_at(3, 0, u64::MAX) <= 120_000 + 30_000);
         let last = after(RelayAnswer::Transient("451".into()), MAX_TRIES, 0, 0);
         assert!(matches!(last, ReceiptStep::Failed(_)), "{last:?}");
+    }
+
+    #[test]
+    fn the_spread_is_a_jobs_own() {
+        assert_eq!(spread("job_1"), spread("job_1"));
+        assert_ne!(spread("job_1"), spread("job_2"));
     }
 
     #[test]

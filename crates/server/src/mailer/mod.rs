@@ -23,6 +23,12 @@ use std::time::Duration;
 
 pub(crate) use smtp::Smtp;
 
+/// Where a receipt goes: the order's `address` when it is a mail address
+/// (`alice@example.com`, `Alice <alice@example.com>`); `None` for none or a postal one.
+pub(crate) fn recipient(address: Option<&str>) -> Option<lettre::message::Mailbox> {
+    address?.trim().parse().ok()
+}
+
 /// Which mailer delivers receipts (`--mailer`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum MailerKind {
@@ -221,6 +227,15 @@ mod tests {
         ]
         .concat();
         assert!(refused(&slow, false)[0].starts_with("--smtp-timeout-ms"));
+    }
+
+    #[test]
+    fn a_receipt_goes_to_a_mail_address_only() {
+        assert!(recipient(Some("alice@example.com")).is_some());
+        assert!(recipient(Some("Alice <alice@example.com>")).is_some());
+        for none in [None, Some(""), Some("1 Main Street, Springfield")] {
+            assert!(recipient(none).is_none(), "{none:?}");
+        }
     }
 
     #[test]

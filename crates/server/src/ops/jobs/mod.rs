@@ -289,11 +289,7 @@ async fn deliver(state: &AppState, job: &Due, facts: &ReceiptFacts) -> Settle {
         }
         Mailer::Smtp(smtp) => smtp,
     };
-    let to = facts
-        .address
-        .as_deref()
-        .map(str::parse::<lettre::message::Mailbox>);
-    let Some(Ok(to)) = to else {
+    let Some(to) = crate::mailer::recipient(facts.address.as_deref()) else {
         return final_(
             FinalState::NoAddress,
             "the order's address is not a mail address",
@@ -301,10 +297,7 @@ async fn deliver(state: &AppState, job: &Due, facts: &ReceiptFacts) -> Settle {
     };
     let outgoing = receipt::compose(facts, smtp.domain());
     let answer = smtp.send(to, &outgoing).await;
-    let spread = job
-        .id
-        .bytes()
-        .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(b.into()));
+    let spread = payonce_rules::receipt::spread(&job.id);
     match payonce_rules::receipt::after(answer, job.tries + 1, state.clock.now_ms(), spread) {
         ReceiptStep::Sent => Settle::Sent(None),
         ReceiptStep::RetryAt { at, error } => Settle::Retry { at, error },
