@@ -244,6 +244,14 @@ async fn a_relay_down_then_back_gets_every_receipt_none_lost(backend: Backend) {
     for qty in 1..=3 {
         paid_order(&s, &t, qty, Some(&format!("b{qty}@example.com"))).await;
     }
+    // The first refusal ends the round: the other receipts wait for the next one.
+    payonce_server::run_jobs(&s.state).await;
+    let tries: Vec<i64> = jobs(&pool).await.iter().map(|j| j.2).collect();
+    assert_eq!(
+        tries.iter().sum::<i64>(),
+        1,
+        "one try per round while down: {tries:?}"
+    );
     // A minute and more of refused connections.
     for _ in 0..4 {
         payonce_server::run_jobs(&s.state).await;

@@ -223,11 +223,17 @@ async fn flag_for_review(state: &AppState, row: &Record) -> AppResult<()> {
 
 /// Delivers the due receipt jobs (migrations/0013_receipt_outbox.sql). At least once: the
 /// lease is the redelivery timer, and the job is settled only after the mailer answered.
+///
+/// A transient failure ends the round's receipts: the relay is likely down for all of
+/// them, and a relay that never answers would otherwise hold the round (and the jobs after
+/// it) for `BATCH` × `--smtp-timeout-ms`. The rest are tried next round.
 pub(crate) async fn send_emails(state: &AppState) -> AppResult<usize> {
     let mut sent = 0;
     for job in jobs::due(state.store.pool(), state.clock.now_ms(), BATCH).await? {
         match send_email(state, &job).await {
-            Ok(one) => sent += usize::from(one),
+            Ok(Run::Sent) => sent += 1,
+            Ok(Run::Other) => {}
+            Ok(Run::RelayTrouble) => break,
             // Like an attempt's row (`per_row`): the next job is still sent; this one's
             // lease runs out and it is redelivered.
             Err(e) => {
@@ -238,14 +244,14 @@ pub(crate) async fn send_emails(state: &AppState) -> AppResult<usize> {
     Ok(sent)
 }
 
-/// One receipt job; true when this run delivered it. The mailer's answer decides what is
+/// One receipt job, and what its run came to. The mailer's answer decides what is
 /// written (`payonce_rules::receipt::after`); the write is `store::jobs::settle`, after the
 /// answer: a crash in between (the `email` failpoint) leaves the job to its lease, and the
 /// next run sends the same message, with the same `Message-ID`, once more.
-async fn send_email(state: &AppState, job: &Due) -> AppResult<bool> {
+async fn send_email(state: &AppState, job: &Due) -> AppResult<Run> {
     let now = state.clock.now_ms();
     if !jobs::lease(&state.store, &job.id, now, state.policy.lease_until(now)).await? {
-        return Ok(false);
+        return Ok(Run::Other);
     }
     let settle = match jobs::receipt_facts(state.store.pool(), &job.order_id).await? {
         Some(facts) => deliver(state, job, &facts).await,
@@ -262,9 +268,24 @@ async fn send_email(state: &AppState, job: &Due) -> AppResult<bool> {
     if !settled {
         tracing::info!(job = %job.id, order = %job.order_id, "receipt already settled: redelivery is a no-op");
         metrics::email(metrics::EmailResult::AlreadySent);
-        return Ok(false);
+        return Ok(Run::Other);
     }
-    Ok(report_receipt(job, &settle))
+    report_receipt(job, &settle);
+    Ok(match settle {
+        Settle::Sent(_) => Run::Sent,
+        Settle::Retry { .. } => Run::RelayTrouble,
+        Settle::Final { .. } => Run::Other,
+    })
+}
+
+/// What one receipt job's run came to, for the round.
+enum Run {
+    /// Delivered by this run.
+    Sent,
+    /// The relay failed transiently: the round's other receipts wait for the next round.
+    RelayTrouble,
+    /// Anything else (leased or settled by another run, failed for good, not sent).
+    Other,
 }
 
 /// Asks the mailer to deliver `facts`' receipt; how the job ends.
@@ -305,15 +326,12 @@ async fn deliver(state: &AppState, job: &Due, facts: &ReceiptFacts) -> Settle {
     }
 }
 
-/// The metric and log line of a settled receipt; true when it was delivered.
-fn report_receipt(job: &Due, settle: &Settle) -> bool {
+/// The metric and log line of a settled receipt.
+fn report_receipt(job: &Due, settle: &Settle) {
     use metrics::EmailResult as R;
     let (id, order) = (&job.id, &job.order_id);
     match settle {
-        Settle::Sent(_) => {
-            metrics::email(R::Sent);
-            return true;
-        }
+        Settle::Sent(_) => metrics::email(R::Sent),
         Settle::Retry { at, error } => {
             tracing::warn!(job = %id, order = %order, retry_at = at, %error, "receipt not delivered; tried again later");
             metrics::email(R::Retried);
@@ -337,7 +355,6 @@ fn report_receipt(job: &Due, settle: &Settle) -> bool {
             ..
         } => metrics::email(R::NotSent),
     }
-    false
 }
 
 /// Expired keys deleted per statement: each batch is one short transaction (a few ms), so
