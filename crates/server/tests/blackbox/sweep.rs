@@ -55,7 +55,9 @@ async fn with_orphan(backend: Backend) -> Option<(StripeApp, String, String, Str
     let pm = app.ls.payment_method(cards::APPROVE).await;
     app.to_stripe.drop_answers("POST", CREATE, 1);
     let r = app.pay(&t, &id, Some(&key()), 1, &pm).await;
-    assert_eq!(r.status, 202, "{}", r.text());
+    // 202 while the lost create is unresolved; 200 when the outbox worker settled it within
+    // the request's in-progress wait (a loaded machine): an orphan is left either way.
+    assert!(matches!(r.status, 200 | 202), "{}", r.text());
     app.wait_status(&t, &id, OrderStatus::Paid).await;
     let intents = app.ls.intents_of(&id).await;
     let orphans: Vec<&Value> = intents
@@ -142,7 +144,9 @@ async fn the_sweep_job_cancels_the_intent_a_lost_create_answer_left(backend: Bac
     let pm = app.ls.payment_method(cards::APPROVE).await;
     app.to_stripe.drop_answers("POST", CREATE, 1);
     let r = app.pay(&t, &id, Some(&key()), 1, &pm).await;
-    assert_eq!(r.status, 202, "{}", r.text());
+    // 202 while the lost create is unresolved; 200 when the outbox worker settled it within
+    // the request's in-progress wait (a loaded machine): an orphan is left either way.
+    assert!(matches!(r.status, 200 | 202), "{}", r.text());
     app.wait_status(&t, &id, OrderStatus::Paid).await;
     let intents = app.ls.intents_of(&id).await;
     let orphan = intents.iter().find(|i| i["status"] != "succeeded").unwrap()["id"]
