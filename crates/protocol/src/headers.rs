@@ -22,6 +22,10 @@ pub const STRIPE_SIGNATURE: &str = "Stripe-Signature";
 /// default version cannot change what an answer means. A request to the provider, not
 /// payonce's own API, so not in [`ALL`].
 pub const STRIPE_VERSION: &str = "Stripe-Version";
+/// Header on every answer of Stripe's API: Stripe's own id of the request, journaled with
+/// each provider call (`crates/server/src/journal.rs`) so that a call can be found in Stripe's
+/// dashboard logs. Not payonce's own API, so not in [`ALL`].
+pub const STRIPE_REQUEST_ID: &str = "Request-Id";
 /// Name of the HttpOnly session cookie set by `POST /dev/sessions`.
 pub const SESSION_COOKIE: &str = "payonce_session";
 /// Response header naming the request, for matching client reports to server logs.

@@ -16,6 +16,7 @@
 //! so a typo in a client is a clear 400 instead of a silently ignored field.
 #![deny(missing_docs)]
 
+pub mod admin;
 pub mod body;
 pub mod headers;
 pub mod key;

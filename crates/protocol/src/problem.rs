@@ -93,6 +93,9 @@ codes! {
     ActionExpired = ("ACTION_EXPIRED", 402, "The payment expired waiting for the customer"),
     /// The operation needs dev mode, which this server is not running in.
     DevModeRequired = ("DEV_MODE_REQUIRED", 403, "This endpoint exists only in dev mode"),
+    /// An operator endpoint (`/admin/…`) called with a customer's session or token: only
+    /// the operator credential (`--operator-token-file`) reaches it.
+    OperatorRequired = ("OPERATOR_REQUIRED", 403, "This endpoint needs the operator credential"),
     /// The order does not exist or belongs to someone else.
     OrderNotFound = ("ORDER_NOT_FOUND", 404, "Order not found"),
     /// The payment does not exist or belongs to someone else.

@@ -24,6 +24,8 @@
 //!   [`config`], [`secret`] (values `Debug` and logs never show).
 //! - `dev/` (the `dev` feature): `--dev`, the embedded mock provider, dev sessions, the
 //!   dev mailbox, dev faults and failpoints; `dev_off.rs` stands in for it without the feature.
+//! - `journal`: the journal's shell (a request's or job's scope, provider-call entries);
+//!   its table and reads are `store/journal.rs`, its request entries `http/journal.rs`.
 //! - `state` ([`AppState`]), `server` ([`run`]), `listen`: wiring, listeners, graceful shutdown.
 //!
 //! Each module stands on a floor and imports only from its own and those below
@@ -52,6 +54,7 @@ mod dev;
 mod error;
 mod faults;
 mod http;
+mod journal;
 mod limits;
 mod listen;
 mod mailer;

@@ -18,9 +18,16 @@ pub(crate) async fn handler(
     PathId(order_id): PathId,
     ApiJson(req): ApiJson<CancelRequest>,
 ) -> AppResult<Json<CancelResponse>> {
+    crate::journal::learn(|k| {
+        k.user = Some(user.clone());
+        k.order_id = Some(order_id.to_string());
+        k.key = Some(req.key.as_str().to_owned());
+    });
     let order = load_owned(&state, &order_id, &user).await?;
     // In its own task, like pay: a hang-up must not abort a half-written tombstone decision.
-    let task = tokio::spawn(async move { cancel::cancel(&state, &user, &order, &req.key).await });
+    let task = tokio::spawn(crate::journal::carry(async move {
+        cancel::cancel(&state, &user, &order, &req.key).await
+    }));
     let answer = task.await.map_err(AppError::task("cancel"))??;
     Ok(Json(answer))
 }

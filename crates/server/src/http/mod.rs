@@ -3,6 +3,7 @@
 
 mod cancel;
 mod catalog;
+pub(crate) mod journal;
 pub(crate) mod cors;
 pub(crate) mod extract;
 mod metrics;
@@ -102,6 +103,11 @@ pub fn app(state: AppState, static_dir: Option<PathBuf>) -> Router {
         .layer(axum::middleware::from_fn(move |req, next| {
             bound_and_announce((edge.request_timeout, retention.clone()), req, next)
         }))
+        // Outside the request timeout: a pay answered 408 is journaled too.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            journal::request,
+        ))
         .layer(axum::middleware::from_fn(request_id))
         .with_state(state);
     match cors {
@@ -113,7 +119,8 @@ pub fn app(state: AppState, static_dir: Option<PathBuf>) -> Router {
 /// Names every request: the client's `X-Request-Id` when it is a plausible id, else a new
 /// one. It is on the response and on every log line of the request, so a client's report of
 /// an opaque 500 can be matched to the logged detail.
-async fn request_id(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+/// The id is also a request extension, for the journal (`http/journal.rs`).
+async fn request_id(mut req: axum::extract::Request, next: axum::middleware::Next) -> Response {
     use tracing::Instrument;
     let id = req
         .headers()
@@ -126,6 +133,8 @@ async fn request_id(req: axum::extract::Request, next: axum::middleware::Next) -
         })
         .map(str::to_owned)
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    req.extensions_mut()
+        .insert(journal::RequestId(id.clone()));
     let span =
         tracing::info_span!("request", id = %id, method = %req.method(), path = %req.uri().path());
     let started = std::time::Instant::now();

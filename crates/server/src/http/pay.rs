@@ -67,6 +67,12 @@ pub(crate) async fn handler(
     DevFaultHeader(fault): DevFaultHeader,
     ApiJson(req): ApiJson<PayRequest>,
 ) -> Response {
+    crate::journal::learn(|k| {
+        k.user = Some(user.clone());
+        k.order_id = Some(order_id.to_string());
+        k.key = key.as_ref().ok().map(|k| k.as_str().to_owned());
+        k.detail.insert("orderVersion".into(), req.order_version.into());
+    });
     let refused = extras_problem(&req.extras).or_else(|| {
         (!method_is_valid(&req.payment_method_id))
             .then(|| "paymentMethodId must be 1..=64 characters of [A-Za-z0-9_]".to_owned())
@@ -99,6 +105,11 @@ pub(crate) async fn handler(
             Err(e) => return e.into_response(),
         },
     };
+    crate::journal::learn(|k| {
+        k.detail.insert("amount".into(), order.amount.into());
+        k.detail.insert("currency".into(), order.currency.clone().into());
+        k.detail.insert("currentVersion".into(), order.version.into());
+    });
     let key = match key {
         Ok(k) => k,
         Err(e) => return e.into_response(),
@@ -108,10 +119,10 @@ pub(crate) async fn handler(
     }
     // The work runs in its own task: if the client hangs up mid-charge, the attempt is still
     // settled and stored, ready to replay on the retry.
-    let task = tokio::spawn(crate::dev::with_fault(
+    let task = tokio::spawn(crate::journal::carry(crate::dev::with_fault(
         fault,
         run(state, user, order, key, req, first),
-    ));
+    )));
     let result = match task.await {
         Ok(r) => r,
         Err(e) => Err(AppError::task("pay")(e)),

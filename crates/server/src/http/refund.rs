@@ -19,16 +19,21 @@ pub(crate) async fn handler(
     PathId(payment_id): PathId,
     IdemKeyHeader(key): IdemKeyHeader,
 ) -> Response {
+    crate::journal::learn(|k| k.user = Some(user.clone()));
     let result = async {
         let (payment, attempt_id) = db::owned_payment(state.store.pool(), &user, &payment_id)
             .await?
             .ok_or_else(|| AppError::code(ErrorCode::PaymentNotFound))?;
+        crate::journal::learn(|k| {
+            k.order_id = Some(payment.order_id.clone());
+            k.detail.insert("amount".into(), payment.amount.into());
+            k.detail.insert("currency".into(), payment.currency.clone().into());
+        });
         let key = key?;
         // In its own task, like pay: a hang-up must not abort a half-stored refund.
-        let task =
-            tokio::spawn(
-                async move { refunds::run(&state, &user, &key, payment, &attempt_id).await },
-            );
+        let task = tokio::spawn(crate::journal::carry(async move {
+            refunds::run(&state, &user, &key, payment, &attempt_id).await
+        }));
         task.await.map_err(AppError::task("refund"))?
     }
     .await;

@@ -59,7 +59,10 @@ impl MockClient {
             .send()
             .await
         {
-            Ok(r) => r,
+            Ok(r) => {
+                crate::journal::http_seen(r.status().as_u16(), None);
+                r
+            }
             Err(e) => return ChargeOutcome::Unknown(format!("charge call failed: {e}")),
         };
         let status = res.status();
@@ -86,7 +89,10 @@ impl MockClient {
     pub(crate) async fn charge_by_key(&self, provider_key: &str) -> Lookup {
         let url = format!("{}{}", self.base, paths::charge_by_key(provider_key));
         let res = match self.http.get(url).send().await {
-            Ok(r) => r,
+            Ok(r) => {
+                crate::journal::http_seen(r.status().as_u16(), None);
+                r
+            }
             Err(e) => return Lookup::Unknown(format!("lookup failed: {e}")),
         };
         match res.status() {
@@ -114,7 +120,10 @@ impl MockClient {
     pub(crate) async fn cancel_charge(&self, charge_id: &str) -> Lookup {
         let url = format!("{}{}", self.base, paths::charge_cancel(charge_id));
         let res = match self.http.post(url).send().await {
-            Ok(r) => r,
+            Ok(r) => {
+                crate::journal::http_seen(r.status().as_u16(), None);
+                r
+            }
             Err(e) => return Lookup::Unknown(format!("cancel call failed: {e}")),
         };
         match res.status() {
@@ -199,7 +208,10 @@ impl MockClient {
             .send()
             .await
         {
-            Ok(r) => r,
+            Ok(r) => {
+                crate::journal::http_seen(r.status().as_u16(), None);
+                r
+            }
             Err(e) => return RefundOutcome::Unknown(format!("refund call failed: {e}")),
         };
         let status = res.status();

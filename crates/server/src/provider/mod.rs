@@ -17,6 +17,7 @@
 mod mock;
 mod stripe;
 
+use crate::journal::{self, Said};
 use payonce_protocol::headers::STRIPE_VERSION;
 use payonce_protocol::provider::ChargeRequest;
 use std::time::Duration;
@@ -190,10 +191,13 @@ impl Provider {
 
     /// One-phase start: charge under the saved provider key.
     pub(crate) async fn charge(&self, provider_key: &str, req: &ChargeRequest) -> ChargeOutcome {
-        match self {
-            Self::Mock(c) => c.charge(provider_key, req).await,
-            Self::Stripe(_) => ChargeOutcome::Rejected("a two-phase provider".into()),
-        }
+        let call = async {
+            match self {
+                Self::Mock(c) => c.charge(provider_key, req).await,
+                Self::Stripe(_) => ChargeOutcome::Rejected("a two-phase provider".into()),
+            }
+        };
+        journal::provider_call("charge", None, call, said_charge).await
     }
 
     /// Two-phase start, first half: create the payment object (nothing is charged yet)
@@ -204,31 +208,49 @@ impl Provider {
         req: &ChargeRequest,
         attempt_id: &str,
     ) -> Created {
-        match self {
-            Self::Mock(_) => Created::Refused("a one-phase provider".into()),
-            Self::Stripe(c) => c.create(provider_key, req, attempt_id).await,
-        }
+        let call = async {
+            match self {
+                Self::Mock(_) => Created::Refused("a one-phase provider".into()),
+                Self::Stripe(c) => c.create(provider_key, req, attempt_id).await,
+            }
+        };
+        let said = |c: &Created| {
+            let (outcome, object, why) = match c {
+                Created::Id(id) => ("created", Some(id.clone()), None),
+                Created::Refused(why) => ("refused", None, Some(why.clone())),
+                Created::Unknown(why) => ("unknown", None, Some(why.clone())),
+            };
+            let order_id = Some(req.order_id.clone());
+            Said { outcome, object, order_id, why }
+        };
+        journal::provider_call("create", None, call, said).await
     }
 
     /// Two-phase start, second half: confirm the payment object whose id is saved on the
     /// attempt, with its own idempotency key derived from the provider key.
     pub(crate) async fn confirm(&self, provider_ref: &str, provider_key: &str) -> ChargeOutcome {
-        match self {
-            Self::Mock(_) => ChargeOutcome::Rejected("a one-phase provider".into()),
-            Self::Stripe(c) => c.confirm(provider_ref, provider_key).await,
-        }
+        let call = async {
+            match self {
+                Self::Mock(_) => ChargeOutcome::Rejected("a one-phase provider".into()),
+                Self::Stripe(c) => c.confirm(provider_ref, provider_key).await,
+            }
+        };
+        journal::provider_call("confirm", Some(provider_ref), call, said_charge).await
     }
 
     /// What the provider has for an attempt: by our provider key (mock) or by the id saved
     /// on it (Stripe; never a search). `provider_ref`: the saved id, if any.
     pub(crate) async fn lookup(&self, provider_key: &str, provider_ref: Option<&str>) -> Lookup {
-        match (self, provider_ref) {
-            (Self::Mock(c), _) => c.charge_by_key(provider_key).await,
-            (Self::Stripe(c), Some(id)) => c.lookup(id).await,
-            // Only a saved id is ever confirmed (crates/rules/src/flow.rs): an attempt
-            // without one has charged nothing.
-            (Self::Stripe(_), None) => Lookup::NotFound,
-        }
+        let call = async {
+            match (self, provider_ref) {
+                (Self::Mock(c), _) => c.charge_by_key(provider_key).await,
+                (Self::Stripe(c), Some(id)) => c.lookup(id).await,
+                // Only a saved id is ever confirmed (crates/rules/src/flow.rs): an attempt
+                // without one has charged nothing.
+                (Self::Stripe(_), None) => Lookup::NotFound,
+            }
+        };
+        journal::provider_call("lookup", provider_ref, call, said_lookup).await
     }
 
     /// Cancels the attempt's payment that still waits for the customer (its deadline
@@ -239,11 +261,14 @@ impl Provider {
         provider_key: &str,
         provider_ref: Option<&str>,
     ) -> Lookup {
-        match (self, provider_ref) {
-            (Self::Mock(c), _) => c.cancel_action(provider_key).await,
-            (Self::Stripe(c), Some(id)) => c.cancel(id, provider_key).await,
-            (Self::Stripe(_), None) => Lookup::NotFound,
-        }
+        let call = async {
+            match (self, provider_ref) {
+                (Self::Mock(c), _) => c.cancel_action(provider_key).await,
+                (Self::Stripe(c), Some(id)) => c.cancel(id, provider_key).await,
+                (Self::Stripe(_), None) => Lookup::NotFound,
+            }
+        };
+        journal::provider_call("cancel", provider_ref, call, said_lookup).await
     }
 
     /// Cancels the attempt's saved payment object that did not charge (declined) before the
@@ -254,11 +279,14 @@ impl Provider {
         provider_key: &str,
         provider_ref: Option<&str>,
     ) -> Lookup {
-        match (self, provider_ref) {
-            (Self::Mock(c), _) => c.charge_by_key(provider_key).await,
-            (Self::Stripe(c), Some(id)) => c.cancel_uncharged(id, provider_key).await,
-            (Self::Stripe(_), None) => Lookup::NotFound,
-        }
+        let call = async {
+            match (self, provider_ref) {
+                (Self::Mock(c), _) => c.charge_by_key(provider_key).await,
+                (Self::Stripe(c), Some(id)) => c.cancel_uncharged(id, provider_key).await,
+                (Self::Stripe(_), None) => Lookup::NotFound,
+            }
+        };
+        journal::provider_call("cancel_uncharged", provider_ref, call, said_lookup).await
     }
 
     /// One page of the payment objects created at `since_ms` (Unix ms) or later, after the
@@ -292,29 +320,65 @@ impl Provider {
         refund_key: &str,
         amount: i64,
     ) -> RefundOutcome {
-        match self {
-            Self::Mock(c) => c.refund(charge_id, refund_key).await,
-            Self::Stripe(c) => c.refund(charge_id, refund_key, amount).await,
-        }
+        let call = async {
+            match self {
+                Self::Mock(c) => c.refund(charge_id, refund_key).await,
+                Self::Stripe(c) => c.refund(charge_id, refund_key, amount).await,
+            }
+        };
+        let said = |r: &RefundOutcome| match r {
+            RefundOutcome::Created(r) => Said {
+                outcome: refund_status(r.status),
+                object: Some(r.id.clone()),
+                ..Said::default()
+            },
+            RefundOutcome::NotAllowed(why) => said_why("not_allowed", why),
+            RefundOutcome::Unknown(why) => said_why("unknown", why),
+        };
+        journal::provider_call("refund", Some(charge_id), call, said).await
     }
 
     /// Every refund the provider holds for `charge_id`, failed ones too: read before each
     /// refund call (crates/rules/src/refund.rs, `standing`) and for a refund event. `Err`:
     /// the provider could not tell.
     pub(crate) async fn refunds_of(&self, charge_id: &str) -> Result<Vec<ProviderRefund>, String> {
-        match self {
-            Self::Mock(c) => c.refunds_of(charge_id).await,
-            Self::Stripe(c) => c.refunds_of(charge_id).await,
-        }
+        let call = async {
+            match self {
+                Self::Mock(c) => c.refunds_of(charge_id).await,
+                Self::Stripe(c) => c.refunds_of(charge_id).await,
+            }
+        };
+        let said = |r: &Result<Vec<ProviderRefund>, String>| match r {
+            Ok(list) => Said {
+                outcome: "listed",
+                why: Some(format!("{} refunds", list.len())),
+                ..Said::default()
+            },
+            Err(why) => said_why("unknown", why),
+        };
+        journal::provider_call("refunds_of", Some(charge_id), call, said).await
     }
 
     /// How much of the payment `provider_ref` (the saved id) the provider has refunded.
     pub(crate) async fn refunded(&self, provider_ref: &str) -> RefundCheck {
-        match self {
-            // The mock's refunds are all ours (its events have their own route).
-            Self::Mock(_) => RefundCheck::Unknown("the mock reports no outside refunds".into()),
-            Self::Stripe(c) => c.refunded(provider_ref).await,
-        }
+        let call = async {
+            match self {
+                // The mock's refunds are all ours (its events have their own route).
+                Self::Mock(_) => {
+                    RefundCheck::Unknown("the mock reports no outside refunds".into())
+                }
+                Self::Stripe(c) => c.refunded(provider_ref).await,
+            }
+        };
+        let said = |r: &RefundCheck| match r {
+            RefundCheck::Refunded { amount } => Said {
+                outcome: "refunded",
+                why: Some(format!("{amount} refunded")),
+                ..Said::default()
+            },
+            RefundCheck::Unknown(why) => said_why("unknown", why),
+        };
+        journal::provider_call("refunded", Some(provider_ref), call, said).await
     }
 
     /// Checks a webhook's signature with `secret` at `now_ms` and reads what it is about.
@@ -330,6 +394,59 @@ impl Provider {
             Self::Mock(_) => Err(WebhookRefused::Unreadable("not a Stripe event".into())),
             Self::Stripe(_) => stripe::webhook(secret, headers, body, now_ms),
         }
+    }
+}
+
+/// What a charge, a confirm or a lookup's charge proved, for the journal.
+fn said_charge(o: &ChargeOutcome) -> Said {
+    let charge = |outcome, c: &payonce_protocol::provider::Charge| Said {
+        outcome,
+        object: Some(c.id.clone()),
+        order_id: Some(c.order_id.clone()).filter(|o| !o.is_empty()),
+        why: None,
+    };
+    match o {
+        ChargeOutcome::Succeeded(c) => charge("succeeded", c),
+        ChargeOutcome::Declined(c) => charge("declined", c),
+        ChargeOutcome::ActionRequired(c) => charge("action_required", c),
+        ChargeOutcome::Rejected(why) => said_why("rejected", why),
+        ChargeOutcome::Unknown(why) => said_why("unknown", why),
+        ChargeOutcome::Uncancelled(why) => said_why("uncancelled", why),
+        ChargeOutcome::Expired => said_why("expired", ""),
+        ChargeOutcome::Withdrawn => said_why("withdrawn", ""),
+    }
+}
+
+fn said_lookup(l: &Lookup) -> Said {
+    match l {
+        Lookup::Found(c) => Said {
+            outcome: match c.status {
+                payonce_protocol::provider::ChargeStatus::Succeeded => "found_succeeded",
+                _ => "found",
+            },
+            object: Some(c.id.clone()),
+            order_id: Some(c.order_id.clone()).filter(|o| !o.is_empty()),
+            why: Some(format!("{:?}", c.status)),
+        },
+        Lookup::NotFound => said_why("not_found", ""),
+        Lookup::Unconfirmed => said_why("unconfirmed", ""),
+        Lookup::Unknown(why) => said_why("unknown", why),
+    }
+}
+
+fn said_why(outcome: &'static str, why: &str) -> Said {
+    Said {
+        outcome,
+        why: Some(why.to_owned()).filter(|w| !w.is_empty()),
+        ..Said::default()
+    }
+}
+
+fn refund_status(s: RefundStatus) -> &'static str {
+    match s {
+        RefundStatus::Succeeded => "refund_succeeded",
+        RefundStatus::Pending => "refund_pending",
+        RefundStatus::Failed => "refund_failed",
     }
 }
 

@@ -21,7 +21,7 @@ use super::{
     ChargeOutcome, Created, Listed, Lookup, ObjectState, Page, ProbeError, ProviderRefund,
     RefundCheck, RefundOutcome, RefundStatus, StripeMode, WebhookHint, WebhookRefused, PAGE,
 };
-use payonce_protocol::headers::{IDEMPOTENCY_KEY, STRIPE_SIGNATURE};
+use payonce_protocol::headers::{IDEMPOTENCY_KEY, STRIPE_REQUEST_ID, STRIPE_SIGNATURE};
 use payonce_protocol::problem::reason;
 use payonce_protocol::provider::{Charge, ChargeRequest, ChargeStatus};
 use reqwest::StatusCode;
@@ -200,7 +200,7 @@ impl StripeClient {
             .send()
             .await;
         let res = match res {
-            Ok(r) => r,
+            Ok(r) => seen(r),
             Err(e) => return Created::Unknown(format!("create call failed: {e}")),
         };
         let status = res.status();
@@ -230,7 +230,7 @@ impl StripeClient {
             .send()
             .await;
         let res = match res {
-            Ok(r) => r,
+            Ok(r) => seen(r),
             Err(e) => return ChargeOutcome::Unknown(format!("confirm call failed: {e}")),
         };
         let status = res.status();
@@ -262,7 +262,7 @@ impl StripeClient {
     pub(crate) async fn lookup(&self, intent_id: &str) -> Lookup {
         let url = self.url(&format!("/v1/payment_intents/{intent_id}"));
         let res = match self.http.get(url).send().await {
-            Ok(r) => r,
+            Ok(r) => seen(r),
             Err(e) => return Lookup::Unknown(format!("lookup failed: {e}")),
         };
         match res.status() {
@@ -356,7 +356,8 @@ impl StripeClient {
             .header(IDEMPOTENCY_KEY, idempotency_key)
             .header(reqwest::header::CONTENT_TYPE, FORM)
             .send()
-            .await;
+            .await
+            .map(seen);
         match res {
             Ok(r) if r.status().is_success() => {}
             Ok(r) if r.status() == StatusCode::BAD_REQUEST => {}
@@ -393,7 +394,7 @@ impl StripeClient {
             .send()
             .await;
         let res = match res {
-            Ok(r) => r,
+            Ok(r) => seen(r),
             Err(e) => return RefundOutcome::Unknown(format!("refund call failed: {e}")),
         };
         let status = res.status();
@@ -433,6 +434,7 @@ impl StripeClient {
             .get(url)
             .send()
             .await
+            .map(seen)
             .map_err(|e| format!("refund lookup failed: {e}"))?;
         let status = res.status();
         if !status.is_success() {
@@ -447,6 +449,13 @@ impl StripeClient {
 }
 
 const FORM: &str = "application/x-www-form-urlencoded";
+
+/// Notes an answer's status and Stripe's `Request-Id` for the journal (`src/journal.rs`).
+fn seen(r: reqwest::Response) -> reqwest::Response {
+    let id = r.headers().get(STRIPE_REQUEST_ID).and_then(|v| v.to_str().ok());
+    crate::journal::http_seen(r.status().as_u16(), id);
+    r
+}
 
 fn form(pairs: &[(&str, &str)]) -> String {
     let mut s = form_urlencoded::Serializer::new(String::new());

@@ -11,8 +11,8 @@
 //!
 //! # Layout
 //! One file per table (`attempts`, `orders`, `catalog` with the coupons, `payments`,
-//! `outbox`, `jobs`, `mailbox`, `webhook_events`, `refunds`, `audit`); `pay`: what a pay
-//! writes (the claim, the settle, the take-over, the review flags, ...); `cancel`: what a
+//! `outbox`, `jobs`, `mailbox`, `webhook_events`, `refunds`, `audit`, `journal`); `pay`: what
+//! a pay writes (the claim, the settle, the take-over, the review flags, ...); `cancel`: what a
 //! cancel writes (the tombstone); `erase`: a user's personal data erased; `sweep`: what the
 //! provider sweep reads and writes; `tx`: a transaction as data and its two executors;
 //! `sqlite_writer`: SQLite's one writer; this file: connecting, pragmas, write transactions,
@@ -24,6 +24,7 @@ pub(crate) mod cancel;
 pub(crate) mod catalog;
 pub(crate) mod erase;
 pub(crate) mod jobs;
+pub(crate) mod journal;
 pub(crate) mod mailbox;
 pub(crate) mod orders;
 pub(crate) mod pay;
@@ -304,6 +305,11 @@ const MIGRATIONS: &[Migration] = &[
         version: 13,
         name: "receipt_outbox",
         sql: include_str!("../../migrations/0013_receipt_outbox.sql"),
+    },
+    Migration {
+        version: 14,
+        name: "journal",
+        sql: include_str!("../../migrations/0014_journal.sql"),
     },
 ];
 
@@ -600,6 +606,7 @@ pub(crate) enum Horizon {
 pub(crate) const RETENTION: &[(&str, &str, Horizon)] = &[
     ("attempts", attempts::EXPIRED, Horizon::Now),
     ("audit_log", "at < $1", Horizon::AuditWindow),
+    ("journal", "at < $1", Horizon::AuditWindow),
     // Unhandled ones too (a key no attempt ever owned): the provider gave up long ago.
     ("webhook_events", "received_at < $1", Horizon::AuditWindow),
     (
@@ -680,7 +687,8 @@ mod tests {
         let undeclared = [own(11), vec![(12, None)]].concat();
         let want = Schema::NewerIncompatible { at: 12, needs: 12 };
         assert_eq!(judge(11, &undeclared), want);
-        assert_eq!(schema_version(), MIGRATIONS.len() as i64);
+        assert_eq!(schema_version(), MIGRATIONS.last().unwrap().version);
+        assert!(MIGRATIONS.windows(2).all(|w| w[0].version < w[1].version));
     }
 
     #[test]

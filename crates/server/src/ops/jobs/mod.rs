@@ -48,6 +48,7 @@ use crate::store::jobs::{self, Due, FinalState, ReceiptFacts, Settle};
 use crate::store::mailbox::Mail;
 use crate::store::orders::get_order;
 use crate::store::{self, attempts as db, Horizon, RETENTION};
+use payonce_protocol::admin::actor::JOB;
 use payonce_rules::flow::End;
 use payonce_rules::ids::MailId;
 use payonce_rules::receipt::ReceiptStep;
@@ -68,13 +69,19 @@ pub(crate) async fn run(state: AppState, every: Duration) {
 }
 
 /// One round of every job; failures are logged and retried next round.
+/// Its provider calls are journaled as the job's (`src/journal.rs`).
 pub async fn round(state: &AppState) {
-    let n = |r: AppResult<usize>| r.map(|n| n as u64);
-    report("outbox", n(drain_outbox(state).await));
-    report("reconciliation", n(reconcile_stuck(state).await));
-    report("refunds", n(drive_refunds(state).await));
-    report("email", n(send_emails(state).await));
-    report("cleanup", cleanup(state).await);
+    use crate::journal::{scoped, Scope};
+    let scope = Scope::immediate(JOB, None, state.store.clone(), state.clock.clone());
+    scoped(scope, async {
+        let n = |r: AppResult<usize>| r.map(|n| n as u64);
+        report("outbox", n(drain_outbox(state).await));
+        report("reconciliation", n(reconcile_stuck(state).await));
+        report("refunds", n(drive_refunds(state).await));
+        report("email", n(send_emails(state).await));
+        report("cleanup", cleanup(state).await);
+    })
+    .await
 }
 
 /// Logs what one job's round did (settled, sent or deleted rows), quiet when nothing.

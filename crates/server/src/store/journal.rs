@@ -1,0 +1,432 @@
+//! The `journal` table: one row per request answered, provider call made and operator read
+//! (docs/operating.md, "The journal"), with the ids that find it again. Every detail passes
+//! [`redact`] on its way in: the one place that decides what the journal never keeps (a
+//! card number, a secret key, a client secret, a webhook secret, a credential).
+//!
+//! The operator API's reads are here too: an order's timeline (its attempts, payments,
+//! refunds, mails, journal and audit rows), the look-ups, the review queue.
+
+use super::tx::{Arg, Statement};
+use super::Store;
+use serde_json::{Map, Value};
+use sqlx::any::AnyRow;
+use sqlx::{AnyPool, Row as _};
+
+/// One journal entry, before it is written.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Entry {
+    /// When it happened (unix ms, the injected clock).
+    pub at: i64,
+    /// `payonce_protocol::admin::actor`.
+    pub actor: &'static str,
+    /// `payonce_protocol::admin::kind`.
+    pub kind: &'static str,
+    pub request_id: Option<String>,
+    pub user: Option<String>,
+    pub order_id: Option<String>,
+    /// A client's idempotency key.
+    pub key: Option<String>,
+    /// A provider object id (`pi_…`, a charge or refund id).
+    pub provider_id: Option<String>,
+    /// A small JSON object; redacted when written.
+    pub detail: Value,
+}
+
+/// What replaces a value the journal must not keep.
+pub(crate) const REDACTED: &str = "[redacted]";
+
+/// Member names whose values are never kept, whatever they hold (compared lower-cased, as
+/// substrings: `client_secret`, `clientSecret`, `card_number`, `Authorization`).
+const SECRET_NAMES: &[&str] = &[
+    "secret",
+    "password",
+    "authorization",
+    "token",
+    "card",
+    "cvc",
+    "number",
+    "api_key",
+    "apikey",
+];
+
+/// Value prefixes that are credentials wherever they appear: Stripe's secret and restricted
+/// keys, webhook signing secrets.
+const SECRET_PREFIXES: &[&str] = &["sk_live_", "sk_test_", "rk_live_", "rk_test_", "whsec_"];
+
+/// The one redaction rule of the journal: members named like a secret or a card are
+/// replaced, and so is any string that holds a credential (`sk_…`, `whsec_…`), a client
+/// secret (`…_secret_…`) or a run of 12 to 19 digits (a card number, spaced or not).
+pub(crate) fn redact(v: Value) -> Value {
+    match v {
+        Value::Object(m) => {
+            let kept = m.into_iter().map(|(k, v)| {
+                let lower = k.to_ascii_lowercase();
+                let secret = SECRET_NAMES.iter().any(|n| lower.contains(n));
+                let v = if secret {
+                    Value::String(REDACTED.into())
+                } else {
+                    redact(v)
+                };
+                (k, v)
+            });
+            Value::Object(kept.collect::<Map<_, _>>())
+        }
+        Value::Array(a) => Value::Array(a.into_iter().map(redact).collect()),
+        Value::String(s) if string_is_secret(&s) => Value::String(REDACTED.into()),
+        other => other,
+    }
+}
+
+/// True when `s` holds a credential, a client secret or a card number anywhere in it.
+pub(crate) fn string_is_secret(s: &str) -> bool {
+    if SECRET_PREFIXES.iter().any(|p| s.contains(p)) || s.contains("_secret_") {
+        return true;
+    }
+    // Card numbers: 13 to 19 digits, possibly split by spaces or dashes, that pass the Luhn
+    // check (so a millisecond timestamp in a string is very likely kept).
+    let mut digits: Vec<u32> = Vec::new();
+    for c in s.chars().chain(std::iter::once('.')) {
+        match c {
+            '0'..='9' => digits.push(c.to_digit(10).unwrap_or(0)),
+            ' ' | '-' if !digits.is_empty() => {}
+            _ => {
+                if card_like(&digits) {
+                    return true;
+                }
+                digits.clear();
+            }
+        }
+    }
+    false
+}
+
+/// True when some 13-to-19-digit window of `run` passes the Luhn check.
+fn card_like(run: &[u32]) -> bool {
+    (13..=19.min(run.len())).any(|len| run.windows(len).any(luhn))
+}
+
+fn luhn(digits: &[u32]) -> bool {
+    let sum: u32 = digits
+        .iter()
+        .rev()
+        .enumerate()
+        .map(|(i, &d)| match i % 2 {
+            0 => d,
+            _ if d * 2 > 9 => d * 2 - 9,
+            _ => d * 2,
+        })
+        .sum();
+    sum % 10 == 0
+}
+
+/// The statement that appends `entry`, its detail redacted.
+pub(crate) fn insert(entry: &Entry) -> Statement {
+    let detail = redact(entry.detail.clone()).to_string();
+    Statement::new(
+        "INSERT INTO journal (at, actor, kind, request_id, user_id, order_id, idem_key,
+             provider_id, detail)
+         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9 WHERE true",
+        vec![
+            entry.at.into(),
+            entry.actor.into(),
+            entry.kind.into(),
+            // The client chose it: a card number sent as a request id is not kept either.
+            entry
+                .request_id
+                .as_deref()
+                .map(|r| if string_is_secret(r) { REDACTED } else { r })
+                .into(),
+            entry.user.as_deref().into(),
+            entry.order_id.as_deref().into(),
+            entry.key.as_deref().into(),
+            entry.provider_id.as_deref().into(),
+            Arg::Text(Some(detail)),
+        ],
+    )
+}
+
+/// Appends `entries` in their order, in one transaction of their own.
+pub(crate) async fn append(store: &Store, entries: &[Entry]) -> sqlx::Result<()> {
+    if entries.is_empty() {
+        return Ok(());
+    }
+    store
+        .run(entries.iter().map(insert).collect())
+        .await?;
+    Ok(())
+}
+
+/// A journal row as read back.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Row {
+    /// Ties in `at` are broken by the order of writing.
+    #[serde(skip)]
+    pub id: i64,
+    pub at: i64,
+    pub actor: String,
+    pub kind: String,
+    pub request_id: Option<String>,
+    pub user: Option<String>,
+    pub order_id: Option<String>,
+    pub key: Option<String>,
+    pub provider_id: Option<String>,
+    pub detail: Value,
+}
+
+const COLUMNS: &str =
+    "id, at, actor, kind, request_id, user_id, order_id, idem_key, provider_id, detail";
+
+/// The most rows one read returns: an order's whole story is tens of rows; a user's or a
+/// key's look-up is cut here (newest first is not needed: the cut is reported).
+pub(crate) const READ_LIMIT: i64 = 1000;
+
+fn row_of(r: &AnyRow) -> sqlx::Result<Row> {
+    let detail: String = r.try_get("detail")?;
+    Ok(Row {
+        id: r.try_get("id")?,
+        at: r.try_get("at")?,
+        actor: r.try_get("actor")?,
+        kind: r.try_get("kind")?,
+        request_id: r.try_get("request_id")?,
+        user: r.try_get("user_id")?,
+        order_id: r.try_get("order_id")?,
+        key: r.try_get("idem_key")?,
+        provider_id: r.try_get("provider_id")?,
+        detail: serde_json::from_str(&detail).unwrap_or(Value::Null),
+    })
+}
+
+/// Every journal row about order `id`: written with its id, or about a provider object one of
+/// its attempts, its payment or its refunds holds. In time order.
+pub(crate) async fn of_order(pool: &AnyPool, id: &str) -> sqlx::Result<Vec<Row>> {
+    let sql = sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM journal WHERE order_id = $1
+         UNION SELECT {COLUMNS} FROM journal WHERE provider_id IN (
+             SELECT provider_ref FROM attempts WHERE order_id = $1 AND provider_ref IS NOT NULL
+             UNION SELECT charge_id FROM attempts WHERE order_id = $1 AND charge_id IS NOT NULL
+             UNION SELECT charge_id FROM payments WHERE order_id = $1
+             UNION SELECT r.refund_id FROM refunds r JOIN payments p ON p.id = r.payment_id
+                 WHERE p.order_id = $1 AND r.refund_id IS NOT NULL)
+         ORDER BY at, id LIMIT $2"
+    ));
+    let rows = sqlx::query(sql)
+        .bind(id)
+        .bind(READ_LIMIT)
+        .fetch_all(pool)
+        .await?;
+    rows.iter().map(row_of).collect()
+}
+
+/// What `GET /admin/lookup` may search by: each a column of the journal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum By {
+    Key,
+    ProviderId,
+    RequestId,
+    User,
+}
+
+impl By {
+    fn column(self) -> &'static str {
+        match self {
+            By::Key => "idem_key",
+            By::ProviderId => "provider_id",
+            By::RequestId => "request_id",
+            By::User => "user_id",
+        }
+    }
+}
+
+/// The journal rows whose `by` is `value`, in time order (at most [`READ_LIMIT`]).
+pub(crate) async fn lookup(pool: &AnyPool, by: By, value: &str) -> sqlx::Result<Vec<Row>> {
+    let sql = sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM journal WHERE {} = $1 ORDER BY at, id LIMIT $2",
+        by.column()
+    ));
+    let rows = sqlx::query(sql)
+        .bind(value)
+        .bind(READ_LIMIT)
+        .fetch_all(pool)
+        .await?;
+    rows.iter().map(row_of).collect()
+}
+
+/// Runs `sql` (one `$1`, the order id) and returns each row as a JSON object of its
+/// columns, text and integers as they are stored.
+async fn objects(pool: &AnyPool, sql: &'static str, id: &str) -> sqlx::Result<Vec<Value>> {
+    use sqlx::{Column, TypeInfo};
+    let rows = sqlx::query(sql).bind(id).fetch_all(pool).await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let mut m = Map::new();
+        for (i, c) in r.columns().iter().enumerate() {
+            let v = match c.type_info().name() {
+                "TEXT" | "VARCHAR" => r.try_get::<Option<String>, _>(i)?.map(Value::from),
+                _ => r.try_get::<Option<i64>, _>(i)?.map(Value::from),
+            };
+            m.insert(c.name().to_owned(), v.unwrap_or(Value::Null));
+        }
+        out.push(Value::Object(m));
+    }
+    Ok(out)
+}
+
+/// The order as an operator sees it (any user's), or `None`.
+pub(crate) async fn order(pool: &AnyPool, id: &str) -> sqlx::Result<Option<Value>> {
+    const SQL: &str = "SELECT id, user_id AS \"userId\", status, version, items, coupon,
+        subtotal, discount, amount, currency, active_attempt AS \"activeAttempt\",
+        payment_id AS \"paymentId\", review_at AS \"reviewAt\", created_at AS \"createdAt\",
+        updated_at AS \"updatedAt\"
+        FROM orders WHERE id = $1";
+    let mut rows = objects(pool, SQL, id).await?;
+    if let Some(Value::Object(o)) = rows.first_mut() {
+        // The lines are stored as JSON text.
+        if let Some(Value::String(items)) = o.get("items") {
+            let parsed = serde_json::from_str(items).unwrap_or(Value::Null);
+            o.insert("items".into(), parsed);
+        }
+    }
+    Ok(rows.pop())
+}
+
+/// The order's attempts and cancel tombstones: each key with the version, amount and
+/// currency it bound, its provider ids and status; never the stored answer body.
+pub(crate) async fn attempts(pool: &AnyPool, id: &str) -> sqlx::Result<Vec<Value>> {
+    objects(
+        pool,
+        "SELECT id, user_id AS \"userId\", idem_key AS \"key\", status, fingerprint,
+            order_version AS \"orderVersion\", amount, currency,
+            payment_method_id AS \"paymentMethodId\", provider_key AS \"providerKey\",
+            provider_ref AS \"providerRef\", charge_id AS \"chargeId\",
+            response_status AS \"responseStatus\", needs_review_at AS \"needsReviewAt\",
+            created_at AS \"createdAt\", updated_at AS \"updatedAt\", expires_at AS \"expiresAt\"
+         FROM attempts WHERE order_id = $1 ORDER BY created_at",
+        id,
+    )
+    .await
+}
+
+/// The order's payment, if any.
+pub(crate) async fn payments(pool: &AnyPool, id: &str) -> sqlx::Result<Vec<Value>> {
+    objects(
+        pool,
+        "SELECT id, attempt_id AS \"attemptId\", amount, currency,
+            payment_method_id AS \"paymentMethodId\", charge_id AS \"chargeId\", status,
+            created_at AS \"createdAt\"
+         FROM payments WHERE order_id = $1",
+        id,
+    )
+    .await
+}
+
+/// The refunds of the order's payment.
+pub(crate) async fn refunds(pool: &AnyPool, id: &str) -> sqlx::Result<Vec<Value>> {
+    objects(
+        pool,
+        "SELECT r.id, r.idem_key AS \"key\", r.status, r.refund_id AS \"refundId\",
+            r.response_status AS \"responseStatus\", r.created_at AS \"createdAt\",
+            r.updated_at AS \"updatedAt\"
+         FROM refunds r JOIN payments p ON p.id = r.payment_id WHERE p.order_id = $1
+         ORDER BY r.created_at",
+        id,
+    )
+    .await
+}
+
+/// The mails sent about the order (subject and time; the body stays in the mailbox).
+pub(crate) async fn mails(pool: &AnyPool, id: &str) -> sqlx::Result<Vec<Value>> {
+    objects(
+        pool,
+        "SELECT id, subject, sent_at AS \"sentAt\" FROM mailbox WHERE order_id = $1
+         ORDER BY sent_at",
+        id,
+    )
+    .await
+}
+
+/// The audit rows of the order and of its attempts, in time order. The audit trail has no
+/// index by entity (migrations/0009_pay_rows.sql keeps pays lean): this read scans it, which
+/// an operator's read of one order can afford.
+pub(crate) async fn audit(pool: &AnyPool, id: &str) -> sqlx::Result<Vec<Value>> {
+    objects(
+        pool,
+        "SELECT at, actor, entity, entity_id AS \"entityId\", from_state AS \"from\",
+            to_state AS \"to\", reason
+         FROM audit_log WHERE entity_id = $1
+            OR entity_id IN (SELECT id FROM attempts WHERE order_id = $1)
+         ORDER BY at, id",
+        id,
+    )
+    .await
+}
+
+/// The review queue: orders held for a person and attempts flagged for review, oldest
+/// first, with the reason the audit trail gave (at most [`READ_LIMIT`]).
+pub(crate) async fn reviews(pool: &AnyPool) -> sqlx::Result<Vec<Value>> {
+    objects(
+        pool,
+        "SELECT 'order' AS \"kind\", o.id AS \"orderId\", NULL AS \"attemptId\",
+            o.review_at AS \"since\", o.user_id AS \"userId\", o.amount, o.currency
+         FROM orders o WHERE o.review_at IS NOT NULL AND o.id <> $1
+         UNION ALL
+         SELECT 'attempt', a.order_id, a.id, a.needs_review_at, a.user_id, a.amount, a.currency
+         FROM attempts a WHERE a.needs_review_at IS NOT NULL
+         ORDER BY 4 LIMIT 1000",
+        "",
+    )
+    .await
+}
+
+/// The latest audit reason about `entity_id`, for the review queue.
+pub(crate) async fn last_reason(pool: &AnyPool, entity_id: &str) -> sqlx::Result<Option<String>> {
+    let row: Option<(String,)> = sqlx::query_as(
+        "SELECT reason FROM audit_log WHERE entity_id = $1 ORDER BY at DESC, id DESC LIMIT 1",
+    )
+    .bind(entity_id)
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(|(r,)| r))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Secrets, client secrets and card numbers never reach a row, by name or by shape;
+    /// ids, amounts and codes do.
+    #[test]
+    fn the_journal_never_keeps_a_secret_or_a_card_number() {
+        let detail = json!({
+            "op": "confirm",
+            "status": 200,
+            "requestId": "req_abc123",
+            "providerId": "pi_3Pabc",
+            "clientSecret": "pi_3Pabc_secret_xyz",
+            "note": "paid with 4242 4242 4242 4242",
+            "pan": "4000002500003155",
+            "auth": { "Authorization": "Bearer sk_test_123" },
+            "why": "create answered 402 card_declined",
+            "key": "sk_live_abcdef",
+            "hook": ["whsec_0123456789", "evt_1"],
+            "amount": 2500,
+        });
+        let kept = redact(detail);
+        let text = kept.to_string();
+        for never in ["_secret_", "4242", "4000002500003155", "sk_test_", "sk_live_", "whsec_"] {
+            assert!(!text.contains(never), "{never} kept in {text}");
+        }
+        assert_eq!(kept["op"], "confirm");
+        assert_eq!(kept["requestId"], "req_abc123");
+        assert_eq!(kept["providerId"], "pi_3Pabc");
+        assert_eq!(kept["amount"], 2500);
+        assert_eq!(kept["hook"][1], "evt_1");
+        // "card_declined" is a code, but the member is named "why": its value stays.
+        assert_eq!(kept["why"], "create answered 402 card_declined");
+        // Numbers are not card numbers; a card number is one whatever separates its digits.
+        assert_eq!(redact(json!({ "at": 1_733_300_000_000_i64 }))["at"], 1_733_300_000_000_i64);
+        assert!(string_is_secret("4242-4242-4242-4242"));
+        assert!(!string_is_secret("order 1234-5678, 2 items"));
+    }
+}
