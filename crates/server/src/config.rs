@@ -60,6 +60,19 @@ pub enum Command {
         #[arg(long, env = "PAYONCE_TLS_CA_FILE")]
         tls_ca_file: Option<PathBuf>,
     },
+    /// Print an order's timeline (docs/operating.md) from the database as text: its attempts
+    /// and keys, then every journal and audit row in time order. Read only; works on a
+    /// stopped server's database.
+    Timeline {
+        /// The order's id.
+        order_id: String,
+        /// The database (as the server's `--database-url`).
+        #[arg(long, env = "DATABASE_URL")]
+        database_url: SecretUrl,
+        /// A private CA for TLS to PostgreSQL (as the server's `--tls-ca-file`).
+        #[arg(long, env = "PAYONCE_TLS_CA_FILE")]
+        tls_ca_file: Option<PathBuf>,
+    },
     /// The dev build's subcommands (`src/dev/args.rs`).
     #[command(flatten)]
     Dev(crate::dev::args::Command),
@@ -221,6 +234,11 @@ pub struct ServerArgs {
     /// The provider sweep's background job ([`SweepArgs`]).
     #[command(flatten)]
     pub sweep: SweepArgs,
+    /// A file holding the operator token the operator API (`/admin/…`) requires
+    /// (`Authorization: Bearer <token>`, at least 32 bytes; docs/operating.md). Unset: every
+    /// `/admin/` route answers 401. A customer's session or JWT never reaches it (403).
+    #[arg(long, env = "PAYONCE_OPERATOR_TOKEN_FILE")]
+    pub operator_token_file: Option<PathBuf>,
     /// Timeouts and limits of the HTTP edge (`src/server.rs`).
     #[command(flatten)]
     pub edge: EdgeArgs,
@@ -393,6 +411,8 @@ pub struct Config {
     pub(crate) jwt: Option<std::sync::Arc<crate::auth::jwt::JwtVerifier>>,
     /// What `GET /metrics` requires, if anything (never empty).
     pub(crate) metrics_token: Option<Secret>,
+    /// The operator API's token (`--operator-token-file`); `None`: `/admin/` is closed.
+    pub(crate) operator_token: Option<Secret>,
     /// The provider's API key (`--provider-api-key-file`, or Stripe's secret key), sent as
     /// a Bearer token.
     pub(crate) provider_api_key: Option<Secret>,
@@ -523,6 +543,9 @@ pub enum ConfigError {
     /// The provider's API key cannot be read or is not a header value.
     #[error("{0}")]
     ProviderApiKey(String),
+    /// The `--operator-token-file` cannot be read, or its token is too short.
+    #[error("{0}")]
+    OperatorToken(String),
     /// A `--cors-origin` that no browser would send.
     #[error("{0}")]
     Cors(String),
@@ -833,6 +856,25 @@ fn secret_of(
     Ok(Some(Secret::from(key.to_owned())))
 }
 
+/// The operator token from `--operator-token-file` (trimmed), at least
+/// [`OPERATOR_TOKEN_MIN`] bytes of printable ASCII.
+fn operator_token(file: Option<&std::path::Path>) -> Result<Option<Secret>, ConfigError> {
+    let flags = ["--operator-token-file", "--operator-token-file"];
+    let token = secret_of(flags, file, None).map_err(|e| match e {
+        ConfigError::ProviderApiKey(why) => ConfigError::OperatorToken(why),
+        other => other,
+    })?;
+    match token {
+        Some(t) if t.expose().len() < OPERATOR_TOKEN_MIN => Err(ConfigError::OperatorToken(
+            format!("--operator-token-file: the token must be at least {OPERATOR_TOKEN_MIN} bytes"),
+        )),
+        t => Ok(t),
+    }
+}
+
+/// The shortest operator token accepted: it opens every order's history.
+const OPERATOR_TOKEN_MIN: usize = 32;
+
 /// The `--tls-ca-file` contents, if it holds at least one PEM certificate.
 fn read_ca(path: &std::path::Path) -> Result<Vec<u8>, ConfigError> {
     let pem = std::fs::read(path).map_err(|source| ConfigError::TlsCa {
@@ -992,6 +1034,7 @@ impl Config {
             flaw: dev.flaw,
             catalog,
             metrics_token: args.metrics_token.clone().filter(|t| !t.is_empty()),
+            operator_token: operator_token(args.operator_token_file.as_deref())?,
             provider_api_key,
             provider,
             stripe_webhook_secret,

@@ -32,8 +32,32 @@ pub async fn run(cli: Cli) -> Result<(), RunError> {
             let url = crate::config::with_ca(&database_url, tls_ca_file.as_deref());
             erase_user(&url, &user).await
         }
+        Some(Command::Timeline {
+            order_id,
+            database_url,
+            tls_ca_file,
+        }) => {
+            let url = crate::config::with_ca(&database_url, tls_ca_file.as_deref());
+            timeline(&url, &order_id).await
+        }
         Some(Command::Dev(command)) => crate::dev::run_command(command).await,
         None => run_api(cli.server).await,
+    }
+}
+
+/// `payonce-server timeline ORDER_ID`: the order's timeline on stdout; an unknown order is
+/// an error.
+async fn timeline(url: &str, order_id: &str) -> Result<(), RunError> {
+    let store = Store::open(url, crate::store::MigrateMode::Check).await?;
+    let t = crate::ops::timeline::timeline(store.pool(), order_id)
+        .await
+        .map_err(crate::store::StoreError::from)?;
+    match t {
+        Some(t) => {
+            print!("{}", crate::ops::timeline::text(&t));
+            Ok(())
+        }
+        None => Err(RunError::NoSuchOrder(order_id.to_owned())),
     }
 }
 

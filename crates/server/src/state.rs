@@ -46,6 +46,9 @@ pub enum RunError {
     /// `payonce-server sweep` could not finish (the provider's list, the store).
     #[error("sweep: {0}")]
     Sweep(String),
+    /// `payonce-server timeline`: no such order in the database.
+    #[error("no order {0} in the database (the id is wrong, or the database is another one)")]
+    NoSuchOrder(String),
     /// The provider refused the API key at start (401): no call could succeed, so the
     /// start stops instead of every pay ending in review.
     #[error("--stripe-secret-key-file (PAYONCE_STRIPE_SECRET_KEY_FILE): the provider refused the key (HTTP {0} at start): revoked, mistyped, or for another account")]

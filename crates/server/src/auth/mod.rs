@@ -94,6 +94,33 @@ impl FromRequestParts<AppState> for AuthUser {
     }
 }
 
+/// An operator of the operator API (`/admin/…`): the caller sent the operator token
+/// (`--operator-token-file`). A customer's valid session or JWT is refused with 403
+/// `OPERATOR_REQUIRED`, anything else with 401, in every build.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Operator;
+
+impl FromRequestParts<AppState> for Operator {
+    type Rejection = AppError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        if let Some(token) = &state.config.operator_token {
+            if crate::metrics::authorized(&parts.headers, token.expose()) {
+                return Ok(Operator);
+            }
+        }
+        match AuthUser::from_request_parts(parts, state).await {
+            Ok(_) => Err(AppError::code(ErrorCode::OperatorRequired)),
+            Err(_) => Err(unauthenticated(
+                "/admin/ needs Authorization: Bearer <the operator token>",
+            )),
+        }
+    }
+}
+
 /// The user of a valid JWT whose user claim passes the user-id rule.
 fn jwt_user(jwt: &crate::auth::jwt::JwtVerifier, token: &str, now: u64) -> Option<String> {
     jwt.verify(token, now).filter(|u| valid_user_id(u))

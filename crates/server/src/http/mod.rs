@@ -1,6 +1,7 @@
 //! The HTTP edge: the router, the middleware every request passes, and one thin file per
 //! endpoint that turns requests into calls of the operations and results into answers.
 
+mod admin;
 mod cancel;
 mod catalog;
 pub(crate) mod journal;
@@ -79,6 +80,7 @@ pub fn app(state: AppState, static_dir: Option<PathBuf>) -> Router {
         .route(paths::STRIPE_WEBHOOKS, post(stripe_webhooks::handler))
         .route(paths::METRICS, get(metrics::serve))
         .route(&paths::refund("{id}"), post(refund::handler))
+        .merge(admin::routes())
         .merge(crate::dev::routes())
         .method_not_allowed_fallback(method_not_allowed);
     let router = match static_dir {

@@ -10,4 +10,5 @@ pub(crate) mod pay;
 pub(crate) mod refunds;
 pub(crate) mod stripe_webhooks;
 pub(crate) mod sweep;
+pub(crate) mod timeline;
 pub(crate) mod webhooks;

@@ -160,9 +160,6 @@ pub(crate) async fn append(store: &Store, entries: &[Entry]) -> sqlx::Result<()>
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Row {
-    /// Ties in `at` are broken by the order of writing.
-    #[serde(skip)]
-    pub id: i64,
     pub at: i64,
     pub actor: String,
     pub kind: String,
@@ -184,7 +181,6 @@ pub(crate) const READ_LIMIT: i64 = 1000;
 fn row_of(r: &AnyRow) -> sqlx::Result<Row> {
     let detail: String = r.try_get("detail")?;
     Ok(Row {
-        id: r.try_get("id")?,
         at: r.try_get("at")?,
         actor: r.try_get("actor")?,
         kind: r.try_get("kind")?,
@@ -255,15 +251,16 @@ pub(crate) async fn lookup(pool: &AnyPool, by: By, value: &str) -> sqlx::Result<
 /// Runs `sql` (one `$1`, the order id) and returns each row as a JSON object of its
 /// columns, text and integers as they are stored.
 async fn objects(pool: &AnyPool, sql: &'static str, id: &str) -> sqlx::Result<Vec<Value>> {
-    use sqlx::{Column, TypeInfo};
+    use sqlx::Column;
     let rows = sqlx::query(sql).bind(id).fetch_all(pool).await?;
     let mut out = Vec::with_capacity(rows.len());
     for r in &rows {
         let mut m = Map::new();
         for (i, c) in r.columns().iter().enumerate() {
-            let v = match c.type_info().name() {
-                "TEXT" | "VARCHAR" => r.try_get::<Option<String>, _>(i)?.map(Value::from),
-                _ => r.try_get::<Option<i64>, _>(i)?.map(Value::from),
+            // Text or an integer: the only column types of these tables.
+            let v = match r.try_get::<Option<String>, _>(i) {
+                Ok(t) => t.map(Value::from),
+                Err(_) => r.try_get::<Option<i64>, _>(i)?.map(Value::from),
             };
             m.insert(c.name().to_owned(), v.unwrap_or(Value::Null));
         }

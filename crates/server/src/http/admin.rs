@@ -1,0 +1,134 @@
+//! The operator API (`/admin/…`; docs/operating.md): behind the operator credential
+//! ([`Operator`]), read only, every read journaled. The reads themselves are
+//! `src/ops/timeline.rs`.
+
+use crate::auth::Operator;
+use crate::error::{AppError, AppResult};
+use crate::http::journal::RequestId;
+use crate::ops::timeline;
+use crate::state::AppState;
+use crate::store::journal::By;
+use crate::http::extract::PathId;
+use axum::extract::{RawQuery, State};
+use axum::http::Uri;
+use axum::routing::get;
+use axum::{Extension, Json, Router};
+use payonce_protocol::admin::{lookup, paths};
+use payonce_protocol::ErrorCode;
+use serde_json::Value;
+
+/// Longest accepted look-up value: every id and key is far shorter.
+const MAX_VALUE_LEN: usize = 255;
+
+/// The operator routes.
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route(&paths::timeline("{id}"), get(order_timeline))
+        .route(&paths::evidence("{id}"), get(order_evidence))
+        .route(paths::LOOKUP, get(find))
+        .route(paths::REVIEWS, get(reviews))
+}
+
+/// Journals the operator's read of `uri` (path and query).
+async fn journal_read(state: &AppState, id: Option<Extension<RequestId>>, uri: &Uri) {
+    let route = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
+    let id = id.as_ref().map(|Extension(r)| r.0.as_str());
+    crate::journal::operator_read(&state.store, state.clock.now_ms(), id, route).await;
+}
+
+async fn order_timeline(
+    State(state): State<AppState>,
+    _: Operator,
+    rid: Option<Extension<RequestId>>,
+    uri: Uri,
+    PathId(id): PathId,
+) -> AppResult<Json<Value>> {
+    journal_read(&state, rid, &uri).await;
+    let t = timeline::timeline(state.store.pool(), &id).await?;
+    t.map(Json)
+        .ok_or_else(|| AppError::code(ErrorCode::OrderNotFound))
+}
+
+async fn order_evidence(
+    State(state): State<AppState>,
+    _: Operator,
+    rid: Option<Extension<RequestId>>,
+    uri: Uri,
+    PathId(id): PathId,
+) -> AppResult<Json<Value>> {
+    journal_read(&state, rid, &uri).await;
+    let e = timeline::evidence(state.store.pool(), &id).await?;
+    e.map(Json)
+        .ok_or_else(|| AppError::code(ErrorCode::OrderNotFound))
+}
+
+/// `GET /admin/lookup?key=…` (or `provider_id`, `request_id`, `user`): exactly one.
+async fn find(
+    State(state): State<AppState>,
+    _: Operator,
+    rid: Option<Extension<RequestId>>,
+    uri: Uri,
+    RawQuery(query): RawQuery,
+) -> AppResult<Json<Value>> {
+    let (by, value) = lookup_query(query.as_deref().unwrap_or(""))?;
+    journal_read(&state, rid, &uri).await;
+    Ok(Json(timeline::lookup(state.store.pool(), by, &value).await?))
+}
+
+/// The one look-up parameter of a query, or why the query is refused.
+fn lookup_query(query: &str) -> AppResult<(By, String)> {
+    let pairs: Vec<(String, String)> = form_urlencoded::parse(query.as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    let refuse = |why: String| AppError::detail(ErrorCode::InvalidRequest, why);
+    let [(name, value)] = pairs.as_slice() else {
+        return Err(refuse(format!(
+            "give exactly one of {} as a query parameter",
+            lookup::ALL.join(", ")
+        )));
+    };
+    let by = match name.as_str() {
+        lookup::KEY => By::Key,
+        lookup::PROVIDER_ID => By::ProviderId,
+        lookup::REQUEST_ID => By::RequestId,
+        lookup::USER => By::User,
+        other => {
+            return Err(refuse(format!(
+                "unknown look-up {other:?}; use one of {}",
+                lookup::ALL.join(", ")
+            )))
+        }
+    };
+    if value.is_empty() || value.len() > MAX_VALUE_LEN || value.chars().any(char::is_control) {
+        return Err(refuse(format!(
+            "{name} must be 1..={MAX_VALUE_LEN} bytes without control characters"
+        )));
+    }
+    Ok((by, value.clone()))
+}
+
+async fn reviews(
+    State(state): State<AppState>,
+    _: Operator,
+    rid: Option<Extension<RequestId>>,
+    uri: Uri,
+) -> AppResult<Json<Value>> {
+    journal_read(&state, rid, &uri).await;
+    let now = state.clock.now_ms();
+    Ok(Json(timeline::reviews(state.store.pool(), now).await?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lookup_takes_exactly_one_known_parameter() {
+        assert_eq!(lookup_query("key=k1").unwrap().0, By::Key);
+        assert_eq!(lookup_query("provider_id=pi_1").unwrap().0, By::ProviderId);
+        for bad in ["", "key=a&user=b", "color=red", "key=", "user=%00x"] {
+            let e = lookup_query(bad).unwrap_err().to_problem();
+            assert_eq!(e.code, ErrorCode::InvalidRequest, "{bad}");
+        }
+    }
+}

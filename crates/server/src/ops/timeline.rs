@@ -1,0 +1,170 @@
+//! What happened to an order, from the store alone (docs/operating.md): the timeline that
+//! `GET /admin/orders/{id}/timeline` answers and `payonce-server timeline ORDER_ID` prints,
+//! the dispute evidence, the look-ups and the review queue. Read only; the operator's read is
+//! journaled by the edge (`src/http/admin.rs`).
+
+use crate::store::journal::{self as db, By, Row};
+use serde_json::{json, Value};
+use sqlx::AnyPool;
+
+/// The order's timeline, or `None` when no such order exists (past retention, or never).
+pub(crate) async fn timeline(pool: &AnyPool, id: &str) -> sqlx::Result<Option<Value>> {
+    let Some(order) = db::order(pool, id).await? else {
+        return Ok(None);
+    };
+    let journal = db::of_order(pool, id).await?;
+    let audit = db::audit(pool, id).await?;
+    Ok(Some(json!({
+        "order": order,
+        "attempts": db::attempts(pool, id).await?,
+        "payments": db::payments(pool, id).await?,
+        "refunds": db::refunds(pool, id).await?,
+        "mails": db::mails(pool, id).await?,
+        "events": events(journal, audit),
+    })))
+}
+
+/// The journal and audit rows as one list in time order, each marked with its source; at
+/// the same instant a journal row (a request, a provider call) comes before the audit rows
+/// of the state change it caused.
+fn events(journal: Vec<Row>, audit: Vec<Value>) -> Vec<Value> {
+    let mut all: Vec<(i64, u8, Value)> = journal
+        .into_iter()
+        .map(|r| {
+            let mut v = serde_json::to_value(&r).unwrap_or(Value::Null);
+            v["source"] = "journal".into();
+            (r.at, 0, v)
+        })
+        .collect();
+    all.extend(audit.into_iter().map(|mut a| {
+        let at = a["at"].as_i64().unwrap_or(0);
+        a["source"] = "audit".into();
+        (at, 1, a)
+    }));
+    all.sort_by_key(|(at, source, _)| (*at, *source));
+    all.into_iter().map(|(_, _, v)| v).collect()
+}
+
+/// One JSON document for a dispute answer: the checkout the customer confirmed (lines,
+/// amount, currency, version), the key that paid with the inputs its fingerprint binds,
+/// each request of that key with its time and answer, the provider's ids, the receipt
+/// mails and the refund history. `None`: no such order.
+pub(crate) async fn evidence(pool: &AnyPool, id: &str) -> sqlx::Result<Option<Value>> {
+    let Some(t) = timeline(pool, id).await? else {
+        return Ok(None);
+    };
+    let attempts = t["attempts"].as_array().cloned().unwrap_or_default();
+    let paid_by = t["payments"][0]["attemptId"].as_str().map(str::to_owned);
+    let confirmed = attempts
+        .iter()
+        .find(|a| paid_by.is_some() && a["id"].as_str() == paid_by.as_deref())
+        .cloned();
+    let key = confirmed.as_ref().and_then(|a| a["key"].as_str());
+    let requests: Vec<&Value> = t["events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["source"] == "journal" && e["actor"] == "request")
+        .filter(|e| key.is_none() || e["key"].as_str() == key)
+        .collect();
+    let mut provider_ids: Vec<String> = t["events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["providerId"].as_str().map(str::to_owned))
+        .collect();
+    provider_ids.sort();
+    provider_ids.dedup();
+    let o = &t["order"];
+    Ok(Some(json!({
+        "order": {
+            "id": o["id"], "userId": o["userId"], "status": o["status"],
+            "version": o["version"], "items": o["items"], "coupon": o["coupon"],
+            "subtotal": o["subtotal"], "discount": o["discount"],
+            "amount": o["amount"], "currency": o["currency"], "createdAt": o["createdAt"],
+        },
+        "confirmedAttempt": confirmed,
+        "requests": requests,
+        "providerIds": provider_ids,
+        "payments": t["payments"],
+        "mails": t["mails"],
+        "refunds": t["refunds"],
+    })))
+}
+
+/// The journal rows found by `by`, and the orders they name.
+pub(crate) async fn lookup(pool: &AnyPool, by: By, value: &str) -> sqlx::Result<Value> {
+    let rows = db::lookup(pool, by, value).await?;
+    let mut orders: Vec<&str> = rows.iter().filter_map(|r| r.order_id.as_deref()).collect();
+    orders.sort_unstable();
+    orders.dedup();
+    Ok(json!({ "orders": orders, "entries": rows, "limit": db::READ_LIMIT }))
+}
+
+/// The review queue, each with the latest reason the audit trail gives and its age at `now`.
+pub(crate) async fn reviews(pool: &AnyPool, now: i64) -> sqlx::Result<Value> {
+    let mut list = db::reviews(pool).await?;
+    for r in &mut list {
+        let entity = r["attemptId"].as_str().or(r["orderId"].as_str());
+        let reason = match entity {
+            Some(e) => db::last_reason(pool, e).await?,
+            None => None,
+        };
+        let since = r["since"].as_i64().unwrap_or(now);
+        r["reason"] = reason.into();
+        r["ageMs"] = (now - since).max(0).into();
+    }
+    Ok(json!({ "reviews": list }))
+}
+
+/// The timeline as text, one line per event, for an operator at a shell.
+pub(crate) fn text(t: &Value) -> String {
+    let o = &t["order"];
+    let mut out = format!(
+        "order {} user {} status {} version {} amount {} {}\n",
+        o["id"].as_str().unwrap_or("?"),
+        o["userId"].as_str().unwrap_or("?"),
+        o["status"].as_str().unwrap_or("?"),
+        o["version"],
+        o["amount"],
+        o["currency"].as_str().unwrap_or("?"),
+    );
+    for a in t["attempts"].as_array().into_iter().flatten() {
+        out += &format!(
+            "attempt {} key {} status {} version {} amount {} provider {}\n",
+            a["id"].as_str().unwrap_or("?"),
+            a["key"].as_str().unwrap_or("?"),
+            a["status"].as_str().unwrap_or("?"),
+            a["orderVersion"],
+            a["amount"],
+            a["providerRef"].as_str().or(a["chargeId"].as_str()).unwrap_or("-"),
+        );
+    }
+    let mut last: Option<i64> = None;
+    for e in t["events"].as_array().into_iter().flatten() {
+        let at = e["at"].as_i64().unwrap_or(0);
+        let gap = last.map_or(String::new(), |l| format!("+{}ms", at - l));
+        last = Some(at);
+        let what = match e["source"].as_str() {
+            Some("audit") => format!(
+                "audit {} {} {} -> {} ({})",
+                e["entity"].as_str().unwrap_or("?"),
+                e["entityId"].as_str().unwrap_or("?"),
+                e["from"].as_str().unwrap_or("-"),
+                e["to"].as_str().unwrap_or("?"),
+                e["reason"].as_str().unwrap_or(""),
+            ),
+            _ => format!(
+                "{} {} request {} key {} provider {} {}",
+                e["actor"].as_str().unwrap_or("?"),
+                e["kind"].as_str().unwrap_or("?"),
+                e["requestId"].as_str().unwrap_or("-"),
+                e["key"].as_str().unwrap_or("-"),
+                e["providerId"].as_str().unwrap_or("-"),
+                e["detail"],
+            ),
+        };
+        out += &format!("{at} {gap:>9} {what}\n");
+    }
+    out
+}
