@@ -4,6 +4,7 @@
 //! journaled by the edge (`src/http/admin.rs`).
 
 use crate::store::journal::{self as db, By, Row};
+use payonce_protocol::admin::{actor, kind};
 use serde_json::{json, Value};
 use sqlx::AnyPool;
 
@@ -64,7 +65,8 @@ pub(crate) async fn evidence(pool: &AnyPool, id: &str) -> sqlx::Result<Option<Va
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|e| e["source"] == "journal" && e["actor"] == "request")
+        .filter(|e| e["source"] == "journal" && e["actor"] == actor::REQUEST)
+        .filter(|e| e["kind"] != kind::PROVIDER_CALL)
         .filter(|e| key.is_none() || e["key"].as_str() == key)
         .collect();
     let mut provider_ids: Vec<String> = t["events"]

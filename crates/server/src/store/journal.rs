@@ -342,7 +342,8 @@ pub(crate) async fn mails(pool: &AnyPool, id: &str) -> sqlx::Result<Vec<Value>> 
     .await
 }
 
-/// The audit rows of the order and of its attempts, in time order. The audit trail has no
+/// The audit rows of the order and of its attempts (the one that paid is named by the
+/// payment after key retention deleted its row), in time order. The audit trail has no
 /// index by entity (migrations/0009_pay_rows.sql keeps pays lean): this read scans it, which
 /// an operator's read of one order can afford.
 pub(crate) async fn audit(pool: &AnyPool, id: &str) -> sqlx::Result<Vec<Value>> {
@@ -352,6 +353,7 @@ pub(crate) async fn audit(pool: &AnyPool, id: &str) -> sqlx::Result<Vec<Value>> 
             to_state AS \"to\", reason
          FROM audit_log WHERE entity_id = $1
             OR entity_id IN (SELECT id FROM attempts WHERE order_id = $1)
+            OR entity_id IN (SELECT attempt_id FROM payments WHERE order_id = $1)
          ORDER BY at, id",
         id,
     )

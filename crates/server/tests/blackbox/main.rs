@@ -23,6 +23,8 @@
 //!   customer acted, the webhook and reconciliation settling it, one charge.
 //! - `input`: malformed input of every kind, the OpenAPI fuzzer, CORS, the OpenAPI document.
 //! - `edge`: slow clients (silent, half-sent heads, missing bodies) against the timeouts.
+//! - `journal`: the journal and the operator API (`/admin/`): a lost answer and its replay
+//!   told by the operator API alone, its credential, the dispute-window retention.
 //! - `jwt`: Bearer JWTs (`mint-jwt`) create and pay an order; bad ones are 401.
 //! - `tls`: TLS PostgreSQL, `rediss://` and an `https://` provider on local services the
 //!   test makes; a wrong CA or a plain-text server is refused at start.
@@ -57,6 +59,7 @@ mod extras;
 mod fast_path;
 mod inproc;
 mod input;
+mod journal;
 mod jwt;
 mod kill_batch;
 mod layout;

@@ -1,0 +1,228 @@
+//! The journal and the operator API (docs/operating.md), in process with a manual clock: a
+//! lost answer and its replay reconstructed from `/admin/` alone, the operator credential
+//! (401 without one, 403 for a customer's), and the journal kept for the dispute window,
+//! then deleted.
+
+use crate::common::{key, Backend, Checkout, Req, TestDb};
+use crate::inproc::{provider, InProc};
+use crate::on_both_backends;
+use payonce_protocol::admin::paths as admin;
+use payonce_protocol::body::paths;
+use payonce_protocol::headers::REQUEST_ID;
+use payonce_protocol::ErrorCode;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::time::Duration;
+
+on_both_backends!(
+    a_lost_answer_then_a_replay_is_told_by_the_operator_api_alone,
+    every_admin_route_refuses_no_credential_and_a_customer_token,
+    the_journal_is_kept_for_the_dispute_window_then_deleted,
+);
+
+/// The operator token the tests' servers read from a file.
+pub const OPERATOR_TOKEN: &str = "operator-token-0123456789abcdef0123456789";
+
+/// A file holding [`OPERATOR_TOKEN`], removed with the returned guard's directory.
+pub fn token_file() -> (PathBuf, String) {
+    let dir = std::env::temp_dir().join(format!("payonce-op-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("operator.token");
+    std::fs::write(&file, format!("{OPERATOR_TOKEN}\n")).unwrap();
+    let path = file.display().to_string();
+    (dir, path)
+}
+
+async fn server(db: &TestDb) -> (InProc, PathBuf) {
+    let (dir, file) = token_file();
+    let flags = ["--operator-token-file", file.as_str()];
+    (InProc::start(db, &provider().await, &flags).await, dir)
+}
+
+async fn admin_get(s: &InProc, path: &str) -> Value {
+    let r = s.call(Req::get(path).bearer(OPERATOR_TOKEN)).await;
+    assert_eq!(r.status, 200, "{path}: {}", r.text());
+    r.json()
+}
+
+fn pay_req(t: &str, id: &str, k: &str, request_id: &str) -> Req {
+    Req::post(paths::pay(id))
+        .bearer(t)
+        .key(Some(k))
+        .header(REQUEST_ID, request_id)
+        .json(json!({ "orderVersion": 1, "paymentMethodId": "pm_card_approve" }))
+}
+
+/// The customer's first pay is charged but its answer never reaches the client; the client
+/// retries with the same key and gets the replay. An operator with only the order id finds
+/// both requests (their ids, key, amount, statuses, the replay flag), the provider's charge
+/// between them, and the state changes, in that order; each id looks the same story up.
+async fn a_lost_answer_then_a_replay_is_told_by_the_operator_api_alone(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let (s, _dir) = server(&db).await;
+    let t = s.session("alice").await;
+    let id = s.order(&t).await;
+    let k = key();
+    let first = s.call(pay_req(&t, &id, &k, "lost-answer-1")).await;
+    assert_eq!(first.status, 200, "{}", first.text());
+    assert_eq!(first.header(REQUEST_ID).as_deref(), Some("lost-answer-1"));
+    s.advance(Duration::from_secs(5));
+    let retry = s.call(pay_req(&t, &id, &k, "lost-answer-2")).await;
+    assert_eq!(retry.status, 200, "{}", retry.text());
+    let charge = first.json()["payment"]["chargeId"].as_str().unwrap().to_owned();
+
+    let tl = admin_get(&s, &admin::timeline(&id)).await;
+    assert_eq!(tl["order"]["id"], id.as_str());
+    assert_eq!(tl["order"]["userId"], "alice");
+    assert_eq!(tl["order"]["status"], "paid");
+    let attempts = tl["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 1, "one key, one attempt: {attempts:?}");
+    assert_eq!(attempts[0]["key"], k.as_str());
+    assert_eq!(attempts[0]["chargeId"], charge.as_str());
+    let journal: Vec<&Value> = tl["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["source"] == "journal")
+        .collect();
+    let story: Vec<(String, String)> = journal
+        .iter()
+        .map(|e| {
+            let tag = e["requestId"].as_str().unwrap_or("-").to_owned();
+            (e["kind"].as_str().unwrap().to_owned(), tag)
+        })
+        .collect();
+    let want = [
+        ("pay", "lost-answer-1"),
+        ("provider_call", "lost-answer-1"),
+        ("pay", "lost-answer-2"),
+    ]
+    .map(|(a, b)| (a.to_owned(), b.to_owned()));
+    assert_eq!(story, want, "{journal:#?}");
+    let (pay1, call, pay2) = (journal[0], journal[1], journal[2]);
+    assert_eq!(pay1["key"], k.as_str());
+    assert_eq!(pay1["user"], "alice");
+    assert_eq!(pay1["detail"]["status"], 200);
+    assert_eq!(pay1["detail"]["replayed"], false);
+    assert_eq!(pay1["detail"]["amount"], tl["order"]["amount"]);
+    assert_eq!(pay1["detail"]["orderVersion"], 1);
+    assert_eq!(call["detail"]["op"], "charge");
+    assert_eq!(call["detail"]["outcome"], "succeeded");
+    assert_eq!(call["providerId"], charge.as_str());
+    // The mock provider answers a new charge 201.
+    assert_eq!(call["detail"]["http"][0]["status"], 201);
+    assert_eq!(pay2["detail"]["replayed"], true);
+    assert_eq!(pay2["detail"]["status"], 200);
+    assert!(pay2["at"].as_i64() >= Some(pay1["at"].as_i64().unwrap() + 5_000));
+    // The state changes are there, after the request that made them.
+    let audit = tl["events"].as_array().unwrap().iter().position(|e| {
+        e["source"] == "audit" && e["to"] == "paid"
+    });
+    let audit = audit.expect("the order's change to paid");
+    let pos = |e: &Value| tl["events"].as_array().unwrap().iter().position(|x| x == e);
+    assert!(pos(pay1) < Some(audit) && Some(audit) < pos(pay2));
+
+    // Each id finds the story again.
+    let by_request = admin_get(&s, &format!("{}?request_id=lost-answer-2", admin::LOOKUP)).await;
+    assert_eq!(by_request["orders"], json!([id]));
+    let by_key = admin_get(&s, &format!("{}?key={k}", admin::LOOKUP)).await;
+    assert_eq!(by_key["entries"].as_array().unwrap().len(), 3);
+    let by_charge = admin_get(&s, &format!("{}?provider_id={charge}", admin::LOOKUP)).await;
+    assert_eq!(by_charge["orders"], json!([id]));
+    let by_user = admin_get(&s, &format!("{}?user=alice", admin::LOOKUP)).await;
+    assert_eq!(by_user["orders"], json!([id]));
+    // The dispute document: the confirmed key, its amount, both requests, the charge.
+    let ev = admin_get(&s, &admin::evidence(&id)).await;
+    assert_eq!(ev["confirmedAttempt"]["key"], k.as_str());
+    assert_eq!(ev["confirmedAttempt"]["amount"], tl["order"]["amount"]);
+    assert_eq!(ev["requests"].as_array().unwrap().len(), 2);
+    assert_eq!(ev["providerIds"], json!([charge]));
+    // The operator's reads are journaled too.
+    let reads = db_count(&db, "SELECT COUNT(*) FROM journal WHERE actor = 'operator'").await;
+    assert_eq!(reads, 6);
+}
+
+async fn db_count(db: &TestDb, sql: &'static str) -> i64 {
+    let pool = db.pool().await;
+    let (n,): (i64,) = sqlx::query_as(sql).fetch_one(&pool).await.unwrap();
+    pool.close().await;
+    n
+}
+
+/// Every operator route: no credential is 401, a customer's valid session is 403 (and so is
+/// a customer's JWT: `jwt.rs` covers the extractor they share), the operator token passes;
+/// bad look-ups are 400 problems. Nothing is journaled for a refused request.
+async fn every_admin_route_refuses_no_credential_and_a_customer_token(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let (s, _dir) = server(&db).await;
+    let t = s.session("alice").await;
+    let id = s.order(&t).await;
+    let routes = [
+        admin::timeline(&id),
+        admin::evidence(&id),
+        format!("{}?key=k", admin::LOOKUP),
+        admin::REVIEWS.to_owned(),
+    ];
+    for path in &routes {
+        let none = s.call(Req::get(path.as_str())).await;
+        assert_eq!(none.status, 401, "{path}: {}", none.text());
+        assert_eq!(none.code(), ErrorCode::Unauthenticated);
+        let customer = s.call(Req::get(path.as_str()).bearer(&t)).await;
+        assert_eq!(customer.status, 403, "{path}: {}", customer.text());
+        assert_eq!(customer.code(), ErrorCode::OperatorRequired);
+        let wrong = s.call(Req::get(path.as_str()).bearer("not-the-token")).await;
+        assert_eq!(wrong.status, 401, "{path}");
+        admin_get(&s, path).await;
+    }
+    for bad in ["", "?color=red", "?key=a&user=b", "?key="] {
+        let path = format!("{}{bad}", admin::LOOKUP);
+        let r = s.call(Req::get(path.as_str()).bearer(OPERATOR_TOKEN)).await;
+        assert_eq!(r.status, 400, "{path}: {}", r.text());
+        assert_eq!(r.code(), ErrorCode::InvalidRequest);
+    }
+    let r = s
+        .call(Req::get(admin::timeline("ord_missing").as_str()).bearer(OPERATOR_TOKEN))
+        .await;
+    assert_eq!(r.code(), ErrorCode::OrderNotFound);
+    let reads = db_count(&db, "SELECT COUNT(*) FROM journal").await;
+    assert_eq!(reads, 5, "the operator's five reads that passed, nothing else");
+}
+
+/// An order paid 179 days ago still has its whole journal and audit trail; past the
+/// retention (`--audit-retention-days`, 180 by default) the cleanup job deletes them.
+async fn the_journal_is_kept_for_the_dispute_window_then_deleted(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let (s, _dir) = server(&db).await;
+    let t = s.session("alice").await;
+    let id = s.order(&t).await;
+    let r = s.call(pay_req(&t, &id, &key(), "paid-long-ago")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let events = async || {
+        let tl = admin_get(&s, &admin::timeline(&id)).await;
+        let all = tl["events"].as_array().unwrap().clone();
+        let requests = all.iter().filter(|e| e["kind"] == "pay").count();
+        let audit = all.iter().filter(|e| e["source"] == "audit").count();
+        (requests, audit)
+    };
+    let before = events().await;
+    assert_eq!(before.0, 1);
+    assert!(before.1 >= 1, "{before:?}");
+    s.advance(Duration::from_secs(179 * 86_400));
+    payonce_server::run_cleanup(&s.state).await.unwrap();
+    assert_eq!(events().await, before, "179 days on, the whole story is kept");
+    s.advance(Duration::from_secs(2 * 86_400));
+    payonce_server::run_cleanup(&s.state).await.unwrap();
+    assert_eq!(events().await, (0, 0), "past the retention, deleted");
+    let left = db_count(
+        &db,
+        "SELECT COUNT(*) FROM journal WHERE kind <> 'operator_read'",
+    )
+    .await;
+    assert_eq!(left, 0);
+}
