@@ -226,3 +226,50 @@ async fn the_journal_is_kept_for_the_dispute_window_then_deleted(backend: Backen
     .await;
     assert_eq!(left, 0);
 }
+
+/// A proxy in front of `upstream` that adds `Request-Id: req_<n>` to every answer, as Stripe
+/// does (localstripe sends none).
+pub async fn request_id_proxy(upstream: &str) -> String {
+    use axum::body::Body;
+    use axum::extract::State;
+    use axum::http::Request;
+    use axum::response::IntoResponse;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    type Up = (String, Arc<AtomicUsize>, reqwest::Client);
+    async fn forward(
+        State((up, n, http)): State<Up>,
+        req: Request<Body>,
+    ) -> axum::response::Response {
+        let (parts, body) = req.into_parts();
+        let body = axum::body::to_bytes(body, usize::MAX)
+            .await
+            .unwrap_or_default();
+        let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let mut out = http.request(parts.method, format!("{up}{target}"));
+        for (name, value) in parts.headers.iter().filter(|(n, _)| *n != "host") {
+            out = out.header(name, value);
+        }
+        let Ok(res) = out.body(body).send().await else {
+            return axum::http::StatusCode::BAD_GATEWAY.into_response();
+        };
+        let (status, mut headers) = (res.status(), res.headers().clone());
+        let id = format!("req_{}", n.fetch_add(1, Ordering::SeqCst));
+        headers.insert(
+            payonce_protocol::headers::STRIPE_REQUEST_ID,
+            id.parse().unwrap(),
+        );
+        let bytes = res.bytes().await.unwrap_or_default();
+        (status, headers, bytes).into_response()
+    }
+    let state: Up = (
+        upstream.to_owned(),
+        Arc::new(AtomicUsize::new(0)),
+        crate::common::client(),
+    );
+    let router = axum::Router::new().fallback(forward).with_state(state);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    url
+}

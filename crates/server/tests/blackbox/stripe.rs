@@ -32,9 +32,11 @@ on_both_backends!(
     a_refund_raced_ten_ways_refunds_once,
     three_d_secure_by_stripe_js_then_the_same_key_pays_once,
     an_abandoned_challenge_expires_and_its_intent_is_cancelled,
+    a_two_phase_pay_is_journaled_with_its_intent_and_stripe_request_ids,
 );
 
-/// A Stripe test run: localstripe, the database, and where each server's log goes.
+/// A Stripe test run: localstripe, the database, and where each server's log goes. Its
+/// logs and its journal are checked for secrets when it ends.
 struct Run {
     ls: Localstripe,
     db: TestDb,
@@ -52,6 +54,15 @@ impl Drop for Run {
                 assert!(log.contains("payment provider"), "a real log: {log}");
                 assert_clean(&log);
             }
+        }
+        if self.logs > 0 && !std::thread::panicking() {
+            let rt = tokio::runtime::Handle::current();
+            let journal = tokio::task::block_in_place(|| rt.block_on(journal_text(&self.db)));
+            assert_clean(&journal);
+            assert!(
+                !journal.contains("_secret_"),
+                "a client secret in the journal: {journal}"
+            );
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -72,6 +83,30 @@ fn assert_clean(log: &str) {
     }
 }
 
+/// Every journal row of `db`, all columns, as one text.
+async fn journal_text(db: &TestDb) -> String {
+    type Line = (
+        String,
+        String,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        String,
+    );
+    let pool = db.pool().await;
+    let rows: Vec<Line> = sqlx::query_as(
+        "SELECT actor, kind, request_id, user_id, order_id, idem_key, provider_id, detail
+         FROM journal",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    rows.iter().map(|r| format!("{r:?}\n")).collect()
+}
+
 impl Run {
     async fn start(backend: Backend) -> Option<Self> {
         let ls = Localstripe::start().await?;
@@ -80,6 +115,8 @@ impl Run {
             std::env::temp_dir().join(format!("payonce-stripe-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("stripe.key"), format!("{SECRET_KEY}\n")).unwrap();
+        let token = format!("{}\n", crate::journal::OPERATOR_TOKEN);
+        std::fs::write(dir.join("operator.token"), token).unwrap();
         Some(Self {
             ls,
             db,
@@ -92,6 +129,11 @@ impl Run {
     /// secret key from a file, jobs every 100 ms and short leases so an abandoned attempt
     /// is taken over within a test's patience.
     fn args(&self, extra: &[&str]) -> Vec<String> {
+        self.args_at(&self.ls.url(), extra)
+    }
+
+    /// [`Run::args`] with Stripe's API at `stripe` (a proxy in front of localstripe).
+    fn args_at(&self, stripe: &str, extra: &[&str]) -> Vec<String> {
         let opts = Opts {
             jobs_interval_ms: 100,
             lease_ms: 1_500,
@@ -101,12 +143,15 @@ impl Run {
         };
         let mut a = opts.args(&self.db.url);
         let key_file = self.dir.join("stripe.key").display().to_string();
+        let token_file = self.dir.join("operator.token").display().to_string();
         a.extend(
             [
+                "--operator-token-file",
+                &token_file,
                 "--provider",
                 "stripe",
                 "--provider-url",
-                &self.ls.url(),
+                stripe,
                 "--stripe-secret-key-file",
                 &key_file,
                 "--stripe-webhook-secret",
@@ -120,9 +165,14 @@ impl Run {
 
     /// A server with `extra` flags, its log kept for [`assert_clean`].
     fn server(&mut self, extra: &[&str]) -> (Proc, TestApp) {
+        let args = self.args(extra);
+        self.spawn(&args)
+    }
+
+    fn spawn(&mut self, args: &[String]) -> (Proc, TestApp) {
         let log = self.dir.join(format!("server{}.log", self.logs));
         self.logs += 1;
-        let proc = spawn_logged(&self.args(extra), true, &log);
+        let proc = spawn_logged(args, true, &log);
         let app = TestApp {
             api: proc.api.clone().unwrap(),
             provider: self.ls.url(),
@@ -491,4 +541,53 @@ async fn an_abandoned_challenge_expires_and_its_intent_is_cancelled(b: Backend) 
     assert_eq!(r.status, 200, "{}", r.text());
     let intents = run.ls.intents_of(&id).await;
     assert_eq!((intents.len(), succeeded(&intents)), (2, 1), "{intents:?}");
+}
+
+/// A Stripe two-phase pay, told by the operator API: the create and the confirm calls, each
+/// with the intent's id, its HTTP status and Stripe's own request id (a proxy in front of
+/// localstripe, which sends none, adds `Request-Id` as Stripe does), and the intent id saved
+/// on the attempt between them.
+async fn a_two_phase_pay_is_journaled_with_its_intent_and_stripe_request_ids(b: Backend) {
+    let Some(mut run) = Run::start(b).await else {
+        return;
+    };
+    let proxy = crate::journal::request_id_proxy(&run.ls.url()).await;
+    let args = run.args_at(&proxy, &[]);
+    let (_p, app) = run.spawn(&args);
+    let t = app.session("alice").await;
+    let (id, _) = order(&app, &t).await;
+    let pm = run.ls.payment_method(cards::APPROVE).await;
+    let r = app.pay(&t, &id, Some(&key()), 1, &pm).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let intents = run.ls.intents_of(&id).await;
+    let intent = intents[0]["id"].as_str().unwrap().to_owned();
+    let path = payonce_protocol::admin::paths::timeline(&id);
+    let res = app
+        .http
+        .get(app.url(&path))
+        .bearer_auth(crate::journal::OPERATOR_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let tl: Value = res.json().await.unwrap();
+    assert_eq!(tl["attempts"][0]["providerRef"], intent.as_str(), "saved");
+    let calls: Vec<&Value> = tl["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "provider_call")
+        .collect();
+    let ops: Vec<&str> = calls.iter().map(|c| c["detail"]["op"].as_str().unwrap()).collect();
+    assert_eq!(ops, ["create", "confirm"], "{calls:#?}");
+    let outcomes: Vec<&str> = calls.iter().map(|c| c["detail"]["outcome"].as_str().unwrap()).collect();
+    assert_eq!(outcomes, ["created", "succeeded"]);
+    for c in &calls {
+        assert_eq!(c["providerId"], intent.as_str(), "{c}");
+        assert_eq!(c["actor"], "request");
+        assert_eq!(c["requestId"], r.header("x-request-id").unwrap().as_str());
+        assert_eq!(c["detail"]["http"][0]["status"], 200, "{c}");
+        let stripe_id = c["detail"]["http"][0]["providerRequestId"].as_str().unwrap_or("");
+        assert!(stripe_id.starts_with("req_"), "{c}");
+    }
 }
