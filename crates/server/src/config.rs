@@ -1737,6 +1737,10 @@ mod tests {
                 include_str!("../../../docs/integrate.md"),
             ),
             ("crates/server/README.md", include_str!("../README.md")),
+            (
+                "docs/operating.md",
+                include_str!("../../../docs/operating.md"),
+            ),
         ] {
             let wrong = doc_drift(doc);
             assert!(

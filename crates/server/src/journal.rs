@@ -47,7 +47,13 @@ pub(crate) struct Scope {
 impl Scope {
     /// A request's scope: its entries are written when it is answered.
     pub(crate) fn request(request_id: &str, store: Store, clock: Arc<dyn Clock>) -> Arc<Self> {
-        Arc::new(Self::new(actor::REQUEST, Some(request_id), store, clock, true))
+        Arc::new(Self::new(
+            actor::REQUEST,
+            Some(request_id),
+            store,
+            clock,
+            true,
+        ))
     }
 
     /// A job round's or a webhook's scope: each entry is written when it is made.
@@ -117,7 +123,11 @@ impl Scope {
 /// the pay's task goes on) are written when the last holder lets the scope go.
 impl Drop for Scope {
     fn drop(&mut self) {
-        let left = self.pending.get_mut().map(std::mem::take).unwrap_or_default();
+        let left = self
+            .pending
+            .get_mut()
+            .map(std::mem::take)
+            .unwrap_or_default();
         if left.is_empty() {
             return;
         }
@@ -142,7 +152,9 @@ pub(crate) async fn scoped<F: std::future::Future>(scope: Arc<Scope>, fut: F) ->
 }
 
 /// `fut` with the current scope, for a task of its own (`tokio::spawn` starts without it).
-pub(crate) fn carry<F: std::future::Future>(fut: F) -> impl std::future::Future<Output = F::Output> {
+pub(crate) fn carry<F: std::future::Future>(
+    fut: F,
+) -> impl std::future::Future<Output = F::Output> {
     let scope = SCOPE.try_with(Arc::clone).ok();
     async move {
         match scope {

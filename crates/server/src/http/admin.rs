@@ -4,11 +4,11 @@
 
 use crate::auth::Operator;
 use crate::error::{AppError, AppResult};
+use crate::http::extract::PathId;
 use crate::http::journal::RequestId;
 use crate::ops::timeline;
 use crate::state::AppState;
 use crate::store::journal::By;
-use crate::http::extract::PathId;
 use axum::extract::{RawQuery, State};
 use axum::http::Uri;
 use axum::routing::get;
@@ -72,7 +72,9 @@ async fn find(
 ) -> AppResult<Json<Value>> {
     let (by, value) = lookup_query(query.as_deref().unwrap_or(""))?;
     journal_read(&state, rid, &uri).await;
-    Ok(Json(timeline::lookup(state.store.pool(), by, &value).await?))
+    Ok(Json(
+        timeline::lookup(state.store.pool(), by, &value).await?,
+    ))
 }
 
 /// The one look-up parameter of a query, or why the query is refused.

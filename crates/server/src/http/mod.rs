@@ -4,9 +4,9 @@
 mod admin;
 mod cancel;
 mod catalog;
-pub(crate) mod journal;
 pub(crate) mod cors;
 pub(crate) mod extract;
+pub(crate) mod journal;
 mod metrics;
 mod orders;
 mod pay;
@@ -135,8 +135,7 @@ async fn request_id(mut req: axum::extract::Request, next: axum::middleware::Nex
         })
         .map(str::to_owned)
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-    req.extensions_mut()
-        .insert(journal::RequestId(id.clone()));
+    req.extensions_mut().insert(journal::RequestId(id.clone()));
     let span =
         tracing::info_span!("request", id = %id, method = %req.method(), path = %req.uri().path());
     let started = std::time::Instant::now();

@@ -71,7 +71,8 @@ pub(crate) async fn handler(
         k.user = Some(user.clone());
         k.order_id = Some(order_id.to_string());
         k.key = key.as_ref().ok().map(|k| k.as_str().to_owned());
-        k.detail.insert("orderVersion".into(), req.order_version.into());
+        k.detail
+            .insert("orderVersion".into(), req.order_version.into());
     });
     let refused = extras_problem(&req.extras).or_else(|| {
         (!method_is_valid(&req.payment_method_id))
@@ -107,8 +108,10 @@ pub(crate) async fn handler(
     };
     crate::journal::learn(|k| {
         k.detail.insert("amount".into(), order.amount.into());
-        k.detail.insert("currency".into(), order.currency.clone().into());
-        k.detail.insert("currentVersion".into(), order.version.into());
+        k.detail
+            .insert("currency".into(), order.currency.clone().into());
+        k.detail
+            .insert("currentVersion".into(), order.version.into());
     });
     let key = match key {
         Ok(k) => k,

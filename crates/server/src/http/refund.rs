@@ -27,7 +27,8 @@ pub(crate) async fn handler(
         crate::journal::learn(|k| {
             k.order_id = Some(payment.order_id.clone());
             k.detail.insert("amount".into(), payment.amount.into());
-            k.detail.insert("currency".into(), payment.currency.clone().into());
+            k.detail
+                .insert("currency".into(), payment.currency.clone().into());
         });
         let key = key?;
         // In its own task, like pay: a hang-up must not abort a half-stored refund.

@@ -139,7 +139,10 @@ pub(crate) fn text(t: &Value) -> String {
             a["status"].as_str().unwrap_or("?"),
             a["orderVersion"],
             a["amount"],
-            a["providerRef"].as_str().or(a["chargeId"].as_str()).unwrap_or("-"),
+            a["providerRef"]
+                .as_str()
+                .or(a["chargeId"].as_str())
+                .unwrap_or("-"),
         );
     }
     let mut last: Option<i64> = None;

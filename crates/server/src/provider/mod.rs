@@ -221,7 +221,12 @@ impl Provider {
                 Created::Unknown(why) => ("unknown", None, Some(why.clone())),
             };
             let order_id = Some(req.order_id.clone());
-            Said { outcome, object, order_id, why }
+            Said {
+                outcome,
+                object,
+                order_id,
+                why,
+            }
         };
         journal::provider_call("create", None, call, said).await
     }
@@ -364,9 +369,7 @@ impl Provider {
         let call = async {
             match self {
                 // The mock's refunds are all ours (its events have their own route).
-                Self::Mock(_) => {
-                    RefundCheck::Unknown("the mock reports no outside refunds".into())
-                }
+                Self::Mock(_) => RefundCheck::Unknown("the mock reports no outside refunds".into()),
                 Self::Stripe(c) => c.refunded(provider_ref).await,
             }
         };

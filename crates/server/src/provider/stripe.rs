@@ -452,7 +452,10 @@ const FORM: &str = "application/x-www-form-urlencoded";
 
 /// Notes an answer's status and Stripe's `Request-Id` for the journal (`src/journal.rs`).
 fn seen(r: reqwest::Response) -> reqwest::Response {
-    let id = r.headers().get(STRIPE_REQUEST_ID).and_then(|v| v.to_str().ok());
+    let id = r
+        .headers()
+        .get(STRIPE_REQUEST_ID)
+        .and_then(|v| v.to_str().ok());
     crate::journal::http_seen(r.status().as_u16(), id);
     r
 }

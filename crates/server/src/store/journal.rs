@@ -116,7 +116,7 @@ fn luhn(digits: &[u32]) -> bool {
             _ => d * 2,
         })
         .sum();
-    sum % 10 == 0
+    sum.is_multiple_of(10)
 }
 
 /// The statement that appends `entry`, its detail redacted.
@@ -150,9 +150,7 @@ pub(crate) async fn append(store: &Store, entries: &[Entry]) -> sqlx::Result<()>
     if entries.is_empty() {
         return Ok(());
     }
-    store
-        .run(entries.iter().map(insert).collect())
-        .await?;
+    store.run(entries.iter().map(insert).collect()).await?;
     Ok(())
 }
 
@@ -413,7 +411,14 @@ mod tests {
         });
         let kept = redact(detail);
         let text = kept.to_string();
-        for never in ["_secret_", "4242", "4000002500003155", "sk_test_", "sk_live_", "whsec_"] {
+        for never in [
+            "_secret_",
+            "4242",
+            "4000002500003155",
+            "sk_test_",
+            "sk_live_",
+            "whsec_",
+        ] {
             assert!(!text.contains(never), "{never} kept in {text}");
         }
         assert_eq!(kept["op"], "confirm");
@@ -424,7 +429,10 @@ mod tests {
         // "card_declined" is a code, but the member is named "why": its value stays.
         assert_eq!(kept["why"], "create answered 402 card_declined");
         // Numbers are not card numbers; a card number is one whatever separates its digits.
-        assert_eq!(redact(json!({ "at": 1_733_300_000_000_i64 }))["at"], 1_733_300_000_000_i64);
+        assert_eq!(
+            redact(json!({ "at": 1_733_300_000_000_i64 }))["at"],
+            1_733_300_000_000_i64
+        );
         assert!(string_is_secret("4242-4242-4242-4242"));
         assert!(!string_is_secret("order 1234-5678, 2 items"));
     }

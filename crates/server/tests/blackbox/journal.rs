@@ -71,7 +71,10 @@ async fn a_lost_answer_then_a_replay_is_told_by_the_operator_api_alone(backend: 
     s.advance(Duration::from_secs(5));
     let retry = s.call(pay_req(&t, &id, &k, "lost-answer-2")).await;
     assert_eq!(retry.status, 200, "{}", retry.text());
-    let charge = first.json()["payment"]["chargeId"].as_str().unwrap().to_owned();
+    let charge = first.json()["payment"]["chargeId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
 
     let tl = admin_get(&s, &admin::timeline(&id)).await;
     assert_eq!(tl["order"]["id"], id.as_str());
@@ -117,9 +120,11 @@ async fn a_lost_answer_then_a_replay_is_told_by_the_operator_api_alone(backend: 
     assert_eq!(pay2["detail"]["status"], 200);
     assert!(pay2["at"].as_i64() >= Some(pay1["at"].as_i64().unwrap() + 5_000));
     // The state changes are there, after the request that made them.
-    let audit = tl["events"].as_array().unwrap().iter().position(|e| {
-        e["source"] == "audit" && e["to"] == "paid"
-    });
+    let audit = tl["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|e| e["source"] == "audit" && e["to"] == "paid");
     let audit = audit.expect("the order's change to paid");
     let pos = |e: &Value| tl["events"].as_array().unwrap().iter().position(|x| x == e);
     assert!(pos(pay1) < Some(audit) && Some(audit) < pos(pay2));
@@ -174,7 +179,9 @@ async fn every_admin_route_refuses_no_credential_and_a_customer_token(backend: B
         let customer = s.call(Req::get(path.as_str()).bearer(&t)).await;
         assert_eq!(customer.status, 403, "{path}: {}", customer.text());
         assert_eq!(customer.code(), ErrorCode::OperatorRequired);
-        let wrong = s.call(Req::get(path.as_str()).bearer("not-the-token")).await;
+        let wrong = s
+            .call(Req::get(path.as_str()).bearer("not-the-token"))
+            .await;
         assert_eq!(wrong.status, 401, "{path}");
         admin_get(&s, path).await;
     }
@@ -189,7 +196,10 @@ async fn every_admin_route_refuses_no_credential_and_a_customer_token(backend: B
         .await;
     assert_eq!(r.code(), ErrorCode::OrderNotFound);
     let reads = db_count(&db, "SELECT COUNT(*) FROM journal").await;
-    assert_eq!(reads, 5, "the operator's five reads that passed, nothing else");
+    assert_eq!(
+        reads, 5,
+        "the operator's five reads that passed, nothing else"
+    );
 }
 
 /// An order paid 179 days ago still has its whole journal and audit trail; past the
@@ -215,7 +225,11 @@ async fn the_journal_is_kept_for_the_dispute_window_then_deleted(backend: Backen
     assert!(before.1 >= 1, "{before:?}");
     s.advance(Duration::from_secs(179 * 86_400));
     payonce_server::run_cleanup(&s.state).await.unwrap();
-    assert_eq!(events().await, before, "179 days on, the whole story is kept");
+    assert_eq!(
+        events().await,
+        before,
+        "179 days on, the whole story is kept"
+    );
     s.advance(Duration::from_secs(2 * 86_400));
     payonce_server::run_cleanup(&s.state).await.unwrap();
     assert_eq!(events().await, (0, 0), "past the retention, deleted");

@@ -578,16 +578,24 @@ async fn a_two_phase_pay_is_journaled_with_its_intent_and_stripe_request_ids(b: 
         .iter()
         .filter(|e| e["kind"] == "provider_call")
         .collect();
-    let ops: Vec<&str> = calls.iter().map(|c| c["detail"]["op"].as_str().unwrap()).collect();
+    let ops: Vec<&str> = calls
+        .iter()
+        .map(|c| c["detail"]["op"].as_str().unwrap())
+        .collect();
     assert_eq!(ops, ["create", "confirm"], "{calls:#?}");
-    let outcomes: Vec<&str> = calls.iter().map(|c| c["detail"]["outcome"].as_str().unwrap()).collect();
+    let outcomes: Vec<&str> = calls
+        .iter()
+        .map(|c| c["detail"]["outcome"].as_str().unwrap())
+        .collect();
     assert_eq!(outcomes, ["created", "succeeded"]);
     for c in &calls {
         assert_eq!(c["providerId"], intent.as_str(), "{c}");
         assert_eq!(c["actor"], "request");
         assert_eq!(c["requestId"], r.header("x-request-id").unwrap().as_str());
         assert_eq!(c["detail"]["http"][0]["status"], 200, "{c}");
-        let stripe_id = c["detail"]["http"][0]["providerRequestId"].as_str().unwrap_or("");
+        let stripe_id = c["detail"]["http"][0]["providerRequestId"]
+            .as_str()
+            .unwrap_or("");
         assert!(stripe_id.starts_with("req_"), "{c}");
     }
 }
