@@ -3,7 +3,10 @@
 //! (401 without one, 403 for a customer's), and the journal kept for the dispute window,
 //! then deleted.
 
-use crate::common::{key, Backend, Checkout, Req, TestDb};
+use crate::common::{
+    client, id_of, key, mock_provider_args, spawn, Backend, Checkout, Req, TestApp, TestDb, SECRET,
+    WEBHOOK_SECRET,
+};
 use crate::inproc::{provider, InProc};
 use crate::on_both_backends;
 use payonce_protocol::admin::paths as admin;
@@ -18,6 +21,7 @@ on_both_backends!(
     a_lost_answer_then_a_replay_is_told_by_the_operator_api_alone,
     every_admin_route_refuses_no_credential_and_a_customer_token,
     the_journal_is_kept_for_the_dispute_window_then_deleted,
+    a_production_start_keeps_admin_to_the_operator_and_the_command_prints_a_timeline,
 );
 
 /// The operator token the tests' servers read from a file.
@@ -286,4 +290,110 @@ pub async fn request_id_proxy(upstream: &str) -> String {
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, router).await });
     url
+}
+
+/// The binary, for its subcommands.
+fn binary() -> std::process::Command {
+    payonce_testkit::server::command(env!("CARGO_BIN_EXE_payonce-server").as_ref())
+}
+
+/// A start outside `--dev`, as a deployment runs it: `/admin/` answers 401 without a
+/// credential and 403 to a customer's session token there too; the operator token reads the
+/// timeline; and `payonce-server timeline ORDER_ID` prints it from the database alone.
+async fn a_production_start_keeps_admin_to_the_operator_and_the_command_prints_a_timeline(
+    backend: Backend,
+) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let provider = spawn(&mock_provider_args(), false);
+    let migrated = binary()
+        .args(["migrate", "--database-url", &db.url])
+        .output()
+        .unwrap();
+    assert!(migrated.status.success(), "{migrated:?}");
+    let (_dir, file) = token_file();
+    let provider_url = provider.provider.clone().unwrap();
+    let args: Vec<String> = [
+        "--addr",
+        "127.0.0.1:0",
+        "--provider",
+        "mock",
+        "--provider-url",
+        &provider_url,
+        "--webhook-secret",
+        WEBHOOK_SECRET,
+        "--session-secret",
+        SECRET,
+        "--allow-plaintext",
+        "database",
+        "--database-url",
+        &db.url,
+        "--operator-token-file",
+        &file,
+    ]
+    .map(String::from)
+    .to_vec();
+    let proc = spawn(&args, true);
+    let app = TestApp {
+        api: proc.api.clone().unwrap(),
+        provider: provider_url.clone(),
+        http: client(),
+        _procs: vec![],
+        db: None,
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let t = payonce_server::sign_token(SECRET.as_bytes(), "alice", now + 600);
+    let id = id_of(&app.create_order(&t, &[("tee-classic", 1)]).await);
+    let k = key();
+    let paid = app.pay(&t, &id, Some(&k), 1, "pm_card_approve").await;
+    assert_eq!(paid.status, 200, "{}", paid.text());
+    let path = admin::timeline(&id);
+    let none = app.call(Req::get(path.as_str())).await;
+    assert_eq!(
+        (none.status, none.code()),
+        (401, ErrorCode::Unauthenticated)
+    );
+    let customer = app.call(Req::get(path.as_str()).bearer(&t)).await;
+    assert_eq!(
+        (customer.status, customer.code()),
+        (403, ErrorCode::OperatorRequired)
+    );
+    let tl = app
+        .call(Req::get(path.as_str()).bearer(OPERATOR_TOKEN))
+        .await;
+    assert_eq!(tl.status, 200, "{}", tl.text());
+
+    let out = binary()
+        .args(["timeline", &id, "--database-url", &db.url])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let charge = paid.json()["payment"]["chargeId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for want in [
+        id.as_str(),
+        "alice",
+        k.as_str(),
+        "request pay",
+        "provider_call",
+        &charge,
+    ] {
+        assert!(text.contains(want), "{want} not in:\n{text}");
+    }
+    let unknown = binary()
+        .args(["timeline", "ord_missing", "--database-url", &db.url])
+        .output()
+        .unwrap();
+    assert!(!unknown.status.success());
 }
