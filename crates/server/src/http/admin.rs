@@ -10,7 +10,7 @@ use crate::ops::timeline;
 use crate::state::AppState;
 use crate::store::journal::By;
 use axum::extract::{RawQuery, State};
-use axum::http::Uri;
+use axum::http::{header, Uri};
 use axum::routing::get;
 use axum::{Extension, Json, Router};
 use payonce_protocol::admin::{lookup, paths};
@@ -23,10 +23,28 @@ const MAX_VALUE_LEN: usize = 255;
 /// The operator routes.
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
+        .route(paths::PAGE, get(page))
         .route(&paths::timeline("{id}"), get(order_timeline))
         .route(&paths::evidence("{id}"), get(order_evidence))
         .route(paths::LOOKUP, get(find))
         .route(paths::REVIEWS, get(reviews))
+}
+
+/// The page for people (`assets/admin.html`): no data in it, so no credential to load it;
+/// its script asks the routes below with the token the operator types. The policy lets it
+/// talk to this origin only.
+async fn page() -> impl axum::response::IntoResponse {
+    const PAGE: &str = include_str!("../../assets/admin.html");
+    const POLICY: &str = "default-src 'none'; script-src 'unsafe-inline'; \
+        style-src 'unsafe-inline'; connect-src 'self'; frame-ancestors 'none'";
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CONTENT_SECURITY_POLICY, POLICY),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        PAGE,
+    )
 }
 
 /// Journals the operator's read of `uri` (path and query).

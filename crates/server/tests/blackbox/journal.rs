@@ -204,6 +204,14 @@ async fn every_admin_route_refuses_no_credential_and_a_customer_token(backend: B
         reads, 5,
         "the operator's five reads that passed, nothing else"
     );
+    // The page for people holds no data: it loads without a credential, and its script
+    // asks the routes above with the token the operator types.
+    let page = s.call(Req::get(admin::PAGE)).await;
+    assert_eq!(page.status, 200);
+    let html = page.header("content-type").unwrap();
+    assert!(html.starts_with("text/html"), "{html}");
+    assert!(page.header("content-security-policy").is_some());
+    assert!(page.text().contains("/timeline"));
 }
 
 /// An order paid 179 days ago still has its whole journal and audit trail; past the
