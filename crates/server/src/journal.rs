@@ -197,7 +197,9 @@ pub(crate) struct Said {
 
 /// Runs provider call `op` (`fut`) and journals it under the current scope: operation,
 /// provider object, the HTTP answers with the provider's request ids, latency, and what the
-/// answer proved (`said`). `object`: the object the call is about, when known before it.
+/// answer proved (`said`). `object`: what the call is about when the answer names no object:
+/// the saved object id, else our provider key (a one-phase provider is asked by it), so a
+/// job's call is found from the attempt it drove.
 pub(crate) async fn provider_call<T>(
     op: &'static str,
     object: Option<&str>,

@@ -75,6 +75,13 @@ pub(crate) async fn evidence(pool: &AnyPool, id: &str) -> sqlx::Result<Option<Va
         .flatten()
         .filter_map(|e| e["providerId"].as_str().map(str::to_owned))
         .collect();
+    // A call about an attempt whose object the answer did not name carries its provider key:
+    // not a provider object.
+    let keys: Vec<&str> = attempts
+        .iter()
+        .filter_map(|a| a["providerKey"].as_str())
+        .collect();
+    provider_ids.retain(|p| !keys.contains(&p.as_str()));
     provider_ids.sort();
     provider_ids.dedup();
     let o = &t["order"];

@@ -197,7 +197,7 @@ impl Provider {
                 Self::Stripe(_) => ChargeOutcome::Rejected("a two-phase provider".into()),
             }
         };
-        journal::provider_call("charge", None, call, said_charge).await
+        journal::provider_call("charge", Some(provider_key), call, said_charge).await
     }
 
     /// Two-phase start, first half: create the payment object (nothing is charged yet)
@@ -228,7 +228,7 @@ impl Provider {
                 why,
             }
         };
-        journal::provider_call("create", None, call, said).await
+        journal::provider_call("create", Some(provider_key), call, said).await
     }
 
     /// Two-phase start, second half: confirm the payment object whose id is saved on the
@@ -255,7 +255,8 @@ impl Provider {
                 (Self::Stripe(_), None) => Lookup::NotFound,
             }
         };
-        journal::provider_call("lookup", provider_ref, call, said_lookup).await
+        let about = provider_ref.or(Some(provider_key));
+        journal::provider_call("lookup", about, call, said_lookup).await
     }
 
     /// Cancels the attempt's payment that still waits for the customer (its deadline
@@ -273,7 +274,8 @@ impl Provider {
                 (Self::Stripe(_), None) => Lookup::NotFound,
             }
         };
-        journal::provider_call("cancel", provider_ref, call, said_lookup).await
+        let about = provider_ref.or(Some(provider_key));
+        journal::provider_call("cancel", about, call, said_lookup).await
     }
 
     /// Cancels the attempt's saved payment object that did not charge (declined) before the
@@ -291,7 +293,8 @@ impl Provider {
                 (Self::Stripe(_), None) => Lookup::NotFound,
             }
         };
-        journal::provider_call("cancel_uncharged", provider_ref, call, said_lookup).await
+        let about = provider_ref.or(Some(provider_key));
+        journal::provider_call("cancel_uncharged", about, call, said_lookup).await
     }
 
     /// One page of the payment objects created at `since_ms` (Unix ms) or later, after the

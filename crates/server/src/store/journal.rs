@@ -26,7 +26,8 @@ pub(crate) struct Entry {
     pub order_id: Option<String>,
     /// A client's idempotency key.
     pub key: Option<String>,
-    /// A provider object id (`pi_…`, a charge or refund id).
+    /// A provider object id (`pi_…`, a charge or refund id), or for a call about an attempt
+    /// whose object the answer did not name, the attempt's provider key.
     pub provider_id: Option<String>,
     /// A small JSON object; redacted when written.
     pub detail: Value,
@@ -191,13 +192,17 @@ fn row_of(r: &AnyRow) -> sqlx::Result<Row> {
     })
 }
 
-/// Every journal row about order `id`: written with its id, or about a provider object one of
-/// its attempts, its payment or its refunds holds. In time order.
+/// Every journal row about order `id`: written with its id, or about a provider object or
+/// provider key one of its attempts, its payment or its refunds holds. In time order.
 pub(crate) async fn of_order(pool: &AnyPool, id: &str) -> sqlx::Result<Vec<Row>> {
     let sql = sqlx::AssertSqlSafe(format!(
         "SELECT {COLUMNS} FROM journal WHERE order_id = $1
          UNION SELECT {COLUMNS} FROM journal WHERE provider_id IN (
              SELECT provider_ref FROM attempts WHERE order_id = $1 AND provider_ref IS NOT NULL
+             UNION SELECT provider_key FROM attempts WHERE order_id = $1
+                 AND provider_key IS NOT NULL
+             UNION SELECT provider_key FROM payments WHERE order_id = $1
+                 AND provider_key IS NOT NULL
              UNION SELECT charge_id FROM attempts WHERE order_id = $1 AND charge_id IS NOT NULL
              UNION SELECT charge_id FROM payments WHERE order_id = $1
              UNION SELECT r.refund_id FROM refunds r JOIN payments p ON p.id = r.payment_id

@@ -22,6 +22,7 @@ on_both_backends!(
     every_admin_route_refuses_no_credential_and_a_customer_token,
     the_journal_is_kept_for_the_dispute_window_then_deleted,
     a_production_start_keeps_admin_to_the_operator_and_the_command_prints_a_timeline,
+    a_review_flag_is_queued_with_its_reason_and_the_jobs_calls_are_in_the_timeline,
 );
 
 /// The operator token the tests' servers read from a file.
@@ -404,4 +405,67 @@ async fn a_production_start_keeps_admin_to_the_operator_and_the_command_prints_a
         .output()
         .unwrap();
     assert!(!unknown.status.success());
+}
+
+/// The provider never answers: the pay is 202, the jobs ask the provider again and, past the
+/// reconcile window, flag the attempt for review. The review queue lists it with its reason
+/// and age; the order's timeline holds the request's call and the jobs' calls (actor `job`),
+/// each proving nothing.
+async fn a_review_flag_is_queued_with_its_reason_and_the_jobs_calls_are_in_the_timeline(
+    backend: Backend,
+) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let (_dir, file) = token_file();
+    let flags = [
+        "--operator-token-file",
+        file.as_str(),
+        "--provider-timeout-ms",
+        "300",
+        "--reconcile-after-ms",
+        "60000",
+    ];
+    let s = InProc::start(&db, "http://127.0.0.1:9", &flags).await;
+    let t = s.session("alice").await;
+    let id = s.order(&t).await;
+    let r = s.pay(&t, &id, Some(&key()), 1, "pm_card_approve").await;
+    assert_eq!(r.status, 202, "{}", r.text());
+    payonce_server::run_jobs(&s.state).await;
+    s.advance(Duration::from_millis(60_001));
+    payonce_server::run_jobs(&s.state).await;
+    s.advance(Duration::from_secs(30));
+    let q = admin_get(&s, admin::REVIEWS).await;
+    let flagged: Vec<&Value> = q["reviews"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["orderId"] == id.as_str())
+        .collect();
+    assert_eq!(flagged.len(), 1, "{q:#}");
+    assert_eq!(flagged[0]["kind"], "attempt");
+    assert!(
+        flagged[0]["reason"].as_str().is_some_and(|r| !r.is_empty()),
+        "{q:#}"
+    );
+    assert_eq!(flagged[0]["ageMs"], 30_000);
+    let tl = admin_get(&s, &admin::timeline(&id)).await;
+    let calls: Vec<(&str, &str)> = tl["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "provider_call")
+        .map(|e| {
+            (
+                e["actor"].as_str().unwrap(),
+                e["detail"]["outcome"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(calls[0], ("request", "unknown"), "{calls:?}");
+    assert!(calls.len() >= 2, "{calls:?}");
+    assert!(
+        calls[1..].iter().all(|c| *c == ("job", "unknown")),
+        "{calls:?}"
+    );
 }
