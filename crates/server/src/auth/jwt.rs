@@ -87,6 +87,18 @@ pub struct JwtArgs {
         default_value = "sub"
     )]
     pub user_claim: String,
+    /// A role that makes a valid JWT an operator's (the operator API, `/admin/…`;
+    /// docs/operating.md): its `--jwt-role-claim` is this string, or an array holding it.
+    /// Unset: no JWT reaches `/admin/`.
+    #[arg(long = "jwt-operator-role", env = "PAYONCE_JWT_OPERATOR_ROLE")]
+    pub operator_role: Option<String>,
+    /// The claim holding the roles (a string or an array of strings).
+    #[arg(
+        long = "jwt-role-claim",
+        env = "PAYONCE_JWT_ROLE_CLAIM",
+        default_value = "role"
+    )]
+    pub role_claim: String,
 }
 
 /// One verification key: the algorithm it is for and, from a JWKS, its `kid`.
@@ -108,6 +120,9 @@ pub(crate) struct JwtVerifier {
     max_lifetime_secs: u64,
     leeway_secs: u64,
     user_claim: String,
+    /// `--jwt-operator-role` (empty: none) and `--jwt-role-claim`.
+    operator_role: Option<String>,
+    role_claim: String,
 }
 
 impl std::fmt::Debug for JwtVerifier {
@@ -209,6 +224,8 @@ impl JwtVerifier {
             max_lifetime_secs: args.max_lifetime_secs,
             leeway_secs: args.leeway_secs,
             user_claim: args.user_claim.clone(),
+            operator_role: args.operator_role.clone().filter(|r| !r.is_empty()),
+            role_claim: args.role_claim.clone(),
         }))
     }
 
@@ -239,6 +256,32 @@ impl JwtVerifier {
 
     /// The user claim of a valid token, or `None`.
     pub(crate) fn verify(&self, token: &str, now_secs: u64) -> Option<String> {
+        let claims = self.claims(token, now_secs)?;
+        // The caller (`src/auth/mod.rs`) applies the user-id rule.
+        claims.get(&self.user_claim)?.as_str().map(str::to_owned)
+    }
+
+    /// True when `token` is valid and its role claim names `--jwt-operator-role`.
+    pub(crate) fn is_operator(&self, token: &str, now_secs: u64) -> bool {
+        let Some(role) = &self.operator_role else {
+            return false;
+        };
+        let Some(claims) = self.claims(token, now_secs) else {
+            return false;
+        };
+        match claims.get(&self.role_claim) {
+            Some(serde_json::Value::String(r)) => r == role,
+            Some(serde_json::Value::Array(rs)) => rs.iter().any(|r| r.as_str() == Some(role)),
+            _ => false,
+        }
+    }
+
+    /// The claims of a valid token (signature, issuer, audience, times), or `None`.
+    fn claims(
+        &self,
+        token: &str,
+        now_secs: u64,
+    ) -> Option<serde_json::Map<String, serde_json::Value>> {
         let header = jsonwebtoken::decode_header(token).ok()?;
         let mut validation = Validation::new(header.alg);
         validation.set_issuer(&[&self.issuer]);
@@ -279,8 +322,7 @@ impl JwtVerifier {
                 return None;
             }
         }
-        // The caller (`src/auth/mod.rs`) applies the user-id rule.
-        claims.get(&self.user_claim)?.as_str().map(str::to_owned)
+        Some(claims)
     }
 }
 
@@ -341,6 +383,8 @@ mod tests {
             max_lifetime_secs: 3600,
             leeway_secs: 0,
             user_claim: "sub".into(),
+            operator_role: None,
+            role_claim: "role".into(),
         }
     }
 
@@ -610,6 +654,39 @@ mod tests {
         c["uid"] = json!("user_42");
         assert_eq!(v.verify(&hs(NEW, &c), NOW).as_deref(), Some("user_42"));
         assert_eq!(v.verify(&hs(NEW, &claims(600)), NOW), None, "no uid claim");
+    }
+
+    /// Only a valid token whose role claim names the operator role is an operator's.
+    #[test]
+    fn the_operator_role_comes_from_the_role_claim() {
+        let args = JwtArgs {
+            operator_role: Some("payonce-operator".into()),
+            ..flags(&[NEW], &[], None)
+        };
+        let v = JwtVerifier::new(&args).unwrap().unwrap();
+        let with = |role: serde_json::Value| {
+            let mut c = claims(600);
+            c["role"] = role;
+            hs(NEW, &c)
+        };
+        assert!(v.is_operator(&with(json!("payonce-operator")), NOW));
+        assert!(v.is_operator(&with(json!(["support", "payonce-operator"])), NOW));
+        assert!(!v.is_operator(&with(json!("customer")), NOW));
+        assert!(!v.is_operator(&hs(NEW, &claims(600)), NOW), "no role claim");
+        assert!(
+            !v.is_operator(&with(json!("payonce-operator")), NOW + 601),
+            "expired"
+        );
+        let mut forged = claims(600);
+        forged["role"] = json!("payonce-operator");
+        assert!(!v.is_operator(&hs(OLD, &forged), NOW), "another key");
+        let none = JwtVerifier::new(&flags(&[NEW], &[], None))
+            .unwrap()
+            .unwrap();
+        assert!(
+            !none.is_operator(&with(json!("payonce-operator")), NOW),
+            "no role set"
+        );
     }
 
     #[test]

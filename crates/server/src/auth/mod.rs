@@ -95,8 +95,9 @@ impl FromRequestParts<AppState> for AuthUser {
 }
 
 /// An operator of the operator API (`/admin/…`): the caller sent the operator token
-/// (`--operator-token-file`). A customer's valid session or JWT is refused with 403
-/// `OPERATOR_REQUIRED`, anything else with 401, in every build.
+/// (`--operator-token-file`), or a valid JWT whose role claim names `--jwt-operator-role`.
+/// A customer's valid session or JWT is refused with 403 `OPERATOR_REQUIRED`, anything
+/// else with 401, in every build.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Operator;
 
@@ -109,6 +110,12 @@ impl FromRequestParts<AppState> for Operator {
     ) -> Result<Self, Self::Rejection> {
         if let Some(token) = &state.config.operator_token {
             if crate::metrics::authorized(&parts.headers, token.expose()) {
+                return Ok(Operator);
+            }
+        }
+        if let (Some(Ok(t)), Some(jwt)) = (bearer(parts), &state.config.jwt) {
+            let now = u64::try_from(state.clock.now_ms() / 1000).unwrap_or(0);
+            if t.split('.').count() == 3 && jwt.is_operator(t, now) {
                 return Ok(Operator);
             }
         }
@@ -147,6 +154,8 @@ mod tests {
             max_lifetime_secs: 600,
             leeway_secs: 0,
             user_claim: "sub".into(),
+            operator_role: None,
+            role_claim: "role".into(),
         };
         let v = crate::auth::jwt::JwtVerifier::new(&flags).unwrap().unwrap();
         let mint = |user: &str| {

@@ -13,6 +13,7 @@ use payonce_protocol::admin::paths as admin;
 use payonce_protocol::body::paths;
 use payonce_protocol::headers::REQUEST_ID;
 use payonce_protocol::ErrorCode;
+use payonce_server::clock::Clock;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -23,6 +24,7 @@ on_both_backends!(
     the_journal_is_kept_for_the_dispute_window_then_deleted,
     a_production_start_keeps_admin_to_the_operator_and_the_command_prints_a_timeline,
     a_review_flag_is_queued_with_its_reason_and_the_jobs_calls_are_in_the_timeline,
+    a_jwt_reaches_admin_only_with_the_operator_role,
 );
 
 /// The operator token the tests' servers read from a file.
@@ -468,4 +470,53 @@ async fn a_review_flag_is_queued_with_its_reason_and_the_jobs_calls_are_in_the_t
         calls[1..].iter().all(|c| *c == ("job", "unknown")),
         "{calls:?}"
     );
+}
+
+/// With `--jwt-operator-role`, a valid JWT whose `role` claim names it is an operator's; a
+/// customer's JWT (no role, another role) is 403, a forged one 401.
+async fn a_jwt_reaches_admin_only_with_the_operator_role(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    const KEY: &str = "jwt-secret-for-operators-0123456789abcdef";
+    let flags = [
+        "--jwt-hs256-secret",
+        KEY,
+        "--jwt-issuer",
+        "https://login.example",
+        "--jwt-audience",
+        "payonce",
+        "--jwt-operator-role",
+        "payonce-operator",
+    ];
+    let s = InProc::start(&db, &provider().await, &flags).await;
+    let now = s.clock.now_ms() / 1000;
+    let jwt = |key: &str, role: Option<Value>| {
+        let mut claims = json!({
+            "sub": "support_sam", "iss": "https://login.example", "aud": "payonce",
+            "iat": now, "exp": now + 300,
+        });
+        if let Some(r) = role {
+            claims["role"] = r;
+        }
+        let key = jsonwebtoken::EncodingKey::from_secret(key.as_bytes());
+        jsonwebtoken::encode(&jsonwebtoken::Header::default(), &claims, &key).unwrap()
+    };
+    let get = async |token: String| {
+        let r = s.call(Req::get(admin::REVIEWS).bearer(&token)).await;
+        (r.status, (r.status != 200).then(|| r.code()))
+    };
+    let operator = jwt(KEY, Some(json!(["support", "payonce-operator"])));
+    assert_eq!(get(operator).await, (200, None));
+    let forbidden = Some(ErrorCode::OperatorRequired);
+    assert_eq!(get(jwt(KEY, None)).await, (403, forbidden));
+    assert_eq!(
+        get(jwt(KEY, Some(json!("customer")))).await,
+        (403, forbidden)
+    );
+    let forged = jwt(
+        "another-secret-0123456789abcdef0123456",
+        Some(json!("payonce-operator")),
+    );
+    assert_eq!(get(forged).await, (401, Some(ErrorCode::Unauthenticated)));
 }
