@@ -11,7 +11,7 @@ use axum::extract::{MatchedPath, State};
 use axum::response::Response;
 use payonce_protocol::admin::{actor, kind};
 use payonce_protocol::body::paths;
-use payonce_protocol::headers::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
+use payonce_protocol::headers::IDEMPOTENT_REPLAYED;
 use serde_json::{json, Value};
 use std::sync::LazyLock;
 use std::time::Instant;
@@ -52,11 +52,6 @@ pub(crate) async fn request(
         .map_or_else(String::new, |r| r.0.clone());
     // The path's one id: the order's (pay, cancel) or the payment's (refund).
     let path_id = req.uri().path().split('/').nth(2).map(str::to_owned);
-    let header_key = req
-        .headers()
-        .get(IDEMPOTENCY_KEY)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
     let scope = Scope::request(&request_id, state.store.clone(), state.clock.clone());
     let (at, started) = (scope.now(), Instant::now());
     let res = journal::scoped(scope.clone(), next.run(req)).await;
@@ -91,7 +86,9 @@ pub(crate) async fn request(
         request_id: scope.request_id().map(str::to_owned),
         user: known.user,
         order_id,
-        key: known.key.or(header_key),
+        // Only a key the handler found well formed: a malformed header is the client's
+        // input, which the journal does not copy.
+        key: known.key,
         provider_id: None,
         detail,
     };

@@ -25,6 +25,7 @@ on_both_backends!(
     a_production_start_keeps_admin_to_the_operator_and_the_command_prints_a_timeline,
     a_review_flag_is_queued_with_its_reason_and_the_jobs_calls_are_in_the_timeline,
     a_jwt_reaches_admin_only_with_the_operator_role,
+    a_cancel_and_a_refund_are_journaled_with_their_keys_and_calls,
 );
 
 /// The operator token the tests' servers read from a file.
@@ -519,4 +520,60 @@ async fn a_jwt_reaches_admin_only_with_the_operator_role(backend: Backend) {
         Some(json!("payonce-operator")),
     );
     assert_eq!(get(forged).await, (401, Some(ErrorCode::Unauthenticated)));
+}
+
+/// A key cancelled before it was used, a pay with another key, a refund of the payment: the
+/// timeline holds the three requests in order, each with its key, and the refund's provider
+/// calls about the charge.
+async fn a_cancel_and_a_refund_are_journaled_with_their_keys_and_calls(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let (s, _dir) = server(&db).await;
+    let t = s.session("alice").await;
+    let id = s.order(&t).await;
+    let (dropped, paying, refund) = (key(), key(), key());
+    let c = s.cancel(&t, &id, &dropped).await;
+    assert_eq!(c.status, 200, "{}", c.text());
+    let paid = s.pay(&t, &id, Some(&paying), 1, "pm_card_approve").await;
+    assert_eq!(paid.status, 200, "{}", paid.text());
+    let payment = paid.json()["payment"]["id"].as_str().unwrap().to_owned();
+    let charge = paid.json()["payment"]["chargeId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let r = s.refund(&t, &payment, Some(&refund)).await;
+    assert!(r.status < 300, "{}", r.text());
+    let tl = admin_get(&s, &admin::timeline(&id)).await;
+    let events = tl["events"].as_array().unwrap();
+    let requests: Vec<(&str, &str, i64)> = events
+        .iter()
+        .filter(|e| e["actor"] == "request" && e["kind"] != "provider_call")
+        .map(|e| {
+            let kind = e["kind"].as_str().unwrap();
+            (
+                kind,
+                e["key"].as_str().unwrap(),
+                e["detail"]["status"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let want = [
+        ("cancel", dropped.as_str(), 200),
+        ("pay", paying.as_str(), 200),
+        ("refund", refund.as_str(), r.status.into()),
+    ];
+    assert_eq!(requests, want);
+    let refund_entry = events.iter().find(|e| e["kind"] == "refund").unwrap();
+    assert_eq!(refund_entry["detail"]["paymentId"], payment.as_str());
+    let refund_calls: Vec<&str> = events
+        .iter()
+        .filter(|e| e["kind"] == "provider_call" && e["key"] == refund.as_str())
+        .map(|e| e["detail"]["op"].as_str().unwrap())
+        .collect();
+    assert!(refund_calls.contains(&"refund"), "{refund_calls:?}");
+    assert!(events
+        .iter()
+        .filter(|e| e["kind"] == "provider_call" && e["key"] == refund.as_str())
+        .all(|e| e["providerId"] == charge.as_str() || e["detail"]["op"] == "refund"));
 }
