@@ -168,13 +168,17 @@ struct Migration {
 
 impl Migration {
     /// The oldest binary, by the newest migration it has, that can still serve a database
-    /// this migration was applied to. Every migration so far rebuilt or dropped what the
-    /// binaries before it read (`0010` rebuilds `attempts`, `0011` drops `outbox`), so each
-    /// needs its own version. A migration that only adds (a column with a default, a table,
-    /// an index) declares an older version here; the one that removes what that older
-    /// binary reads waits for a later release (docs/deploy.md, "Upgrading").
+    /// this migration was applied to. Most migrations rebuilt or dropped what the binaries
+    /// before them read (`0010` rebuilds `attempts`, `0011` drops `outbox`), so each needs
+    /// its own version. A migration that only adds (a column with a default, a table, an
+    /// index) declares an older version here; the one that removes what that older binary
+    /// reads waits for a later release (docs/deploy.md, "Upgrading").
     const fn compatible_from(&self) -> i64 {
-        self.version
+        match self.version {
+            // `0014` only adds the journal, a table no older binary reads or writes.
+            14 => 12,
+            v => v,
+        }
     }
 }
 
@@ -689,6 +693,8 @@ mod tests {
         assert_eq!(judge(11, &undeclared), want);
         assert_eq!(schema_version(), MIGRATIONS.last().unwrap().version);
         assert!(MIGRATIONS.windows(2).all(|w| w[0].version < w[1].version));
+        let journal = MIGRATIONS.iter().find(|m| m.name == "journal").unwrap();
+        assert_eq!(journal.compatible_from(), 12, "an added table only");
     }
 
     #[test]
