@@ -343,6 +343,9 @@ async fn a_production_start_keeps_admin_to_the_operator_and_the_command_prints_a
         &db.url,
         "--operator-token-file",
         &file,
+        // A production start names its mailer (docs/deploy.md, "Receipt emails").
+        "--mailer",
+        "none",
     ]
     .map(String::from)
     .to_vec();

@@ -203,7 +203,7 @@ const FLOORS: &[&[&str]] = &[
     &[
         "clock", "ids", "secret", "faults", "error", "reply", "openapi",
     ],
-    &["store", "provider", "mailer", "replay", "auth", "limits", "metrics"],
+    &["store", "journal", "provider", "mailer", "replay", "auth", "limits", "metrics"],
     &["catalog"],
     &["config"],
     &["state"],
