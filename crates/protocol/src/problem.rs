@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 pub mod reason {
     /// `WEBHOOK_SIGNATURE_INVALID`: the request has no signature header.
     pub const MISSING: &str = "missing";
-    /// `WEBHOOK_SIGNATURE_INVALID` from `POST /webhooks/stripe` on a server not running with
-    /// `--provider stripe`: it has no secret to check a signature with.
+    /// `WEBHOOK_SIGNATURE_INVALID` when the server holds no usable secret to check the
+    /// signature with (`crate::signature::verify`: shorter than its minimum).
     pub const NOT_CONFIGURED: &str = "not_configured";
     /// Every `reason` of 400 `WEBHOOK_SIGNATURE_INVALID`: the two above and the signature
     /// check's own (`crate::signature::SignatureError::reason`, held to this list by its tests).

@@ -8,8 +8,9 @@
 //!   (`http/extract.rs`).
 //! - `ops/`: the operations the endpoints and jobs call, each the I/O shell of the rules'
 //!   plans and machines: `pay` (the pay machine's interpreter), `refunds`, `cancel`,
-//!   `orders`, `webhooks`, `stripe_webhooks`, and `jobs/` (the outbox worker,
-//!   reconciliation with manual review, receipt emails, cleanup and retention).
+//!   `orders`, `webhooks` (every provider's events, one pipeline), `sweep`, `timeline`, and
+//!   `jobs/` (the outbox worker, reconciliation with manual review, receipt emails, cleanup
+//!   and retention).
 //! - Infrastructure, which never calls an operation or the edge (`tests/blackbox/layout.rs`):
 //!   [`store`] (SQL over SQLite or PostgreSQL, one file per table; every write a plan it
 //!   executes, `store/tx.rs`: the operations never open a transaction), `replay/` (a finished

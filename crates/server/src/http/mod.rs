@@ -11,7 +11,6 @@ mod metrics;
 mod orders;
 mod pay;
 mod refund;
-mod stripe_webhooks;
 mod webhooks;
 
 use crate::error::AppError;
@@ -76,8 +75,11 @@ pub fn app(state: AppState, static_dir: Option<PathBuf>) -> Router {
         .route(&paths::cancel("{id}"), post(cancel::handler))
         .route(paths::HEALTHZ, get(healthz))
         .route(paths::OPENAPI, get(crate::openapi::serve))
-        .route(paths::WEBHOOKS, post(webhooks::handler))
-        .route(paths::STRIPE_WEBHOOKS, post(stripe_webhooks::handler))
+        // The configured provider's events only: the other's route is an unknown path.
+        .route(
+            webhooks::route(state.config.provider),
+            post(webhooks::handler),
+        )
         .route(paths::METRICS, get(metrics::serve))
         .route(&paths::refund("{id}"), post(refund::handler))
         .merge(admin::routes())

@@ -8,7 +8,6 @@ pub(crate) mod leftovers;
 pub(crate) mod orders;
 pub(crate) mod pay;
 pub(crate) mod refunds;
-pub(crate) mod stripe_webhooks;
 pub(crate) mod sweep;
 pub(crate) mod timeline;
 pub(crate) mod webhooks;

@@ -35,7 +35,7 @@ use crate::ops::pay::Fresh;
 use crate::reply::Reply;
 use crate::state::AppState;
 use crate::store::refunds as db;
-use payonce_protocol::{AttemptStatus, IdempotencyKey, Payment};
+use payonce_protocol::{IdempotencyKey, Payment};
 use payonce_rules::refund::{self, Effect, End, RefundOutcome, RefundStatus, ServerRefund};
 
 /// Effects one refund may ask for: each read of the key ends the request or observes
@@ -200,67 +200,6 @@ pub(crate) async fn drive_due(
 pub(crate) async fn drive_payment(state: &AppState, payment_id: &str) -> AppResult<()> {
     if let Some(row) = db::processing_of_payment(state.store.pool(), payment_id).await? {
         drive(state, row).await?;
-    }
-    Ok(())
-}
-
-/// A provider webhook says `intent`, `record`'s payment at the provider, was refunded: a
-/// refund made outside payonce (Stripe's dashboard) is reflected, so the order does not stay
-/// `paid`. Like every webhook a hint only: the payment, its order and its attempt become
-/// `refunded` once the provider's succeeded refunds return the whole amount (a pending one
-/// counts once it succeeds), in one transaction conditional on the payment still being
-/// `succeeded` (a duplicate or a race changes nothing). A payonce refund of the payment
-/// still processing is driven first ([`drive_payment`]); a failed one changes nothing here.
-/// A partial refund is logged and changes nothing (the payment stays `succeeded`; a payonce
-/// refund then returns the remainder).
-pub(crate) async fn reflect_provider_refund(
-    state: &AppState,
-    event: &str,
-    record: &payonce_rules::Record,
-    intent: &str,
-) -> AppResult<()> {
-    use crate::provider::RefundCheck;
-    let pool = state.store.pool();
-    let payment_id = crate::store::payments::payment_of_attempt(pool, record.id()).await?;
-    if let Some(id) = &payment_id {
-        drive_payment(state, id).await?;
-    }
-    let payment = match payment_id {
-        Some(id) => crate::store::payments::get_payment(pool, &id).await?,
-        None => None,
-    };
-    let Some(payment) = payment.filter(|p| p.status == AttemptStatus::Succeeded) else {
-        // Not paid (yet), or refunded already: nothing to reflect.
-        metrics::webhook_event(metrics::WebhookResult::NoEffect);
-        return Ok(());
-    };
-    let refunded = match state.provider.refunded(intent).await {
-        RefundCheck::Refunded { amount } => amount,
-        RefundCheck::Unknown(why) => {
-            tracing::warn!(%event, %intent, %why, "the provider could not confirm a refund");
-            metrics::webhook_event(metrics::WebhookResult::Unconfirmed);
-            let detail = "the provider could not confirm this refund; deliver it again";
-            return Err(AppError::unavailable(detail, 1));
-        }
-    };
-    if refunded == 0 {
-        tracing::info!(%event, %intent, "no refund at the provider for this event; nothing to reflect");
-        metrics::webhook_event(metrics::WebhookResult::NoEffect);
-        return Ok(());
-    }
-    if refunded < payment.amount {
-        tracing::warn!(%event, payment = %payment.id, refunded, amount = payment.amount,
-            "partial refund at the provider: the payment stays succeeded (a payonce refund returns the remainder)");
-        metrics::webhook_event(metrics::WebhookResult::NoEffect);
-        return Ok(());
-    }
-    let reason = format!("refunded at the provider (intent {intent}), event {event}");
-    let moved = mark_refunded_at_provider(state, &payment, record.id(), &reason);
-    if moved.await? {
-        tracing::info!(%event, payment = %payment.id, "refund made at the provider reflected");
-        metrics::webhook_event(metrics::WebhookResult::Applied);
-    } else {
-        metrics::webhook_event(metrics::WebhookResult::NoEffect);
     }
     Ok(())
 }

@@ -1,173 +1,260 @@
-//! `POST /webhooks/provider`: the provider's signed, at-least-once event stream.
+//! A provider's signed, at-least-once events, one pipeline for every provider: the route
+//! (src/http/webhooks.rs, mounted for the configured provider only) has the adapter turn the
+//! delivery into a verified [`Hint`] (`Provider::webhook`: the signature, the body, which
+//! attempt it names), then [`receive`]:
+//! 1. an event type payonce does not act on is acknowledged, nothing stored;
+//! 2. the event id is recorded under its primary key (`store/webhook_events.rs`): an event
+//!    already *handled* is a duplicate, acknowledged, nothing applied;
+//! 3. the attempt it names is found (by our provider key, or by the provider's object id
+//!    saved on it: [`Subject`]) and the event applied:
+//!    - a success or a failure settles the attempt through the pay machine's webhook path
+//!      ([`pay::settle_from_webhook`]), which asks the provider: the event is a hint, never
+//!      the evidence. A success for an attempt already settled without a charge is read
+//!      back too and, if the provider charged it, flagged for review (src/ops/leftovers.rs);
+//!    - a refund drives the payonce refund of the payment still processing (the refund
+//!      machine reads the provider's refunds), then reflects a refund made outside payonce
+//!      (the provider's dashboard): the payment, its order and its attempt become `refunded`
+//!      once the provider's succeeded refunds return the whole amount ([`reflect_refund`]);
+//! 4. the event is marked handled, and only then answered 2xx.
 //!
-//! An event is only a hint that an attempt may be settled. The handler:
-//! 1. checks the `Payonce-Signature` (HMAC with the shared secret, timestamp within a
-//!    tolerance): bad or stale → 400, nothing stored;
-//! 2. records the event id under its primary key (the unique index deduplicates); an event
-//!    already *handled* is a duplicate: acknowledged, nothing applied;
-//! 3. links the event to our attempt through the provider key, and settles that attempt
-//!    from what the provider itself answers for the key ([`pay::settle_from_webhook`]);
-//! 4. marks the event handled, and only then answers 2xx.
-//!
-//! `charge.refunded`, `refund.updated`, `refund.failed` (our refund, or one made in the
-//! provider's dashboard) drive a payonce refund of the charge still processing, and mark the
-//! payment refunded once the provider's succeeded refunds return it all ([`refunded`]).
-//!
-//! Settling is a conditional update on a processing row, so a duplicate, delayed or
-//! reordered event matches nothing. An event for a provider key no attempt owns (404), one
-//! the provider cannot confirm now (503) and one whose handling crashed stay unhandled, and
-//! the provider's at-least-once redelivery is their queue: our claim commits the attempt
-//! before the provider is called, so an unknown key is a commit not yet visible or not
-//! ours (crates/server/README.md, "Webhooks").
+//! [`Verdict`] is what the event came to, known in one place ([`receive`]): the metric and
+//! the answer follow from it. Settling is a conditional update on a processing row, so a
+//! duplicate, delayed or reordered event matches nothing. An event the provider cannot
+//! confirm now (503), one whose handling failed, and one about an attempt we do not hold
+//! whose key may still become ours (404, [`Subject::unknown_may_become_ours`]) stay
+//! unhandled: the provider's redelivery is their queue (crates/server/README.md, "Webhooks").
 
 use crate::dev::failpoint;
 use crate::error::{AppError, AppResult};
 use crate::faults::Failpoint;
-use crate::metrics;
-use crate::ops::pay;
-use crate::provider::RefundStatus;
+use crate::metrics::{self, WebhookResult};
+use crate::ops::{leftovers, pay, refunds};
+use crate::provider::{Hint, RefundStatus, Subject, Topic};
 use crate::state::AppState;
 use crate::store::attempts as db;
 use crate::store::orders::get_order;
-use crate::store::refunds;
+use crate::store::payments;
 use crate::store::webhook_events;
-use payonce_protocol::provider::{EventType, WebhookEvent};
 use payonce_protocol::{AttemptStatus, ErrorCode};
+use payonce_rules::Record;
 
-/// `charge.refunded`: the charge was refunded, by our refund call or elsewhere (the
-/// provider's dashboard). A hint like any event: only the provider's own list of the
-/// charge's refunds marks the payment, its order and its attempt refunded, once, audited.
-/// A charge no payment of ours holds is nothing to apply.
-async fn refunded(state: &AppState, event: &WebhookEvent) -> AppResult<()> {
-    let pool = state.store.pool();
-    let Some((payment, attempt)) = refunds::payment_of_charge(pool, &event.charge.id).await? else {
-        metrics::webhook_event(metrics::WebhookResult::NoEffect);
-        return Ok(());
-    };
-    // A payonce refund of the payment still processing reads the provider now.
-    crate::ops::refunds::drive_payment(state, &payment.id).await?;
-    let payment = match crate::store::payments::get_payment(pool, &payment.id).await? {
-        Some(p) if p.status == AttemptStatus::Succeeded => p,
-        _ => {
-            metrics::webhook_event(metrics::WebhookResult::NoEffect);
-            return Ok(());
+/// What an event came to.
+#[derive(Debug)]
+pub(crate) enum Verdict {
+    /// A type payonce does not act on: acknowledged, not stored.
+    Ignored,
+    /// Handled before: acknowledged, not applied again.
+    Duplicate,
+    /// It changed an attempt, a payment or a refund.
+    Applied,
+    /// Nothing to apply (settled by someone else, a partial refund, …).
+    NoEffect,
+    /// No attempt of ours holds what it names.
+    Unknown,
+    /// The provider could not confirm it now: delivered again.
+    Unconfirmed(AppError),
+}
+
+impl Verdict {
+    /// Whether the event is done with: marked handled, answered 2xx. `subject`: what an
+    /// unknown event named.
+    fn acknowledged(&self, subject: &Subject) -> bool {
+        match self {
+            Self::Unknown => !subject.unknown_may_become_ours(),
+            Self::Unconfirmed(_) => false,
+            Self::Ignored | Self::Duplicate | Self::Applied | Self::NoEffect => true,
         }
+    }
+
+    fn metric(&self) -> Option<WebhookResult> {
+        Some(match self {
+            Self::Ignored => return None,
+            Self::Duplicate => WebhookResult::Duplicate,
+            Self::Applied => WebhookResult::Applied,
+            Self::NoEffect => WebhookResult::NoEffect,
+            Self::Unknown => WebhookResult::UnknownProviderKey,
+            Self::Unconfirmed(_) => WebhookResult::Unconfirmed,
+        })
+    }
+}
+
+/// The provider could not confirm the event now: it delivers it again.
+fn unconfirmed() -> Verdict {
+    Verdict::Unconfirmed(AppError::unavailable(
+        "the provider could not confirm this event; deliver it again",
+        1,
+    ))
+}
+
+/// Records an authentic event, applies it unless it was handled before, and marks it
+/// handled (see the module docs). `Ok`: answer 200.
+pub(crate) async fn receive(state: AppState, hint: Hint) -> AppResult<()> {
+    let verdict = match hint.topic {
+        None => Verdict::Ignored,
+        Some(topic) => record_and_apply(state, &hint, topic).await?,
+    };
+    // The one place an event's outcome is known.
+    let (event, subject) = (&hint.event_id, hint.subject.id());
+    tracing::debug!(%event, kind = %hint.kind, %subject, ?verdict, "webhook received");
+    if let Some(m) = verdict.metric() {
+        metrics::webhook_event(m);
+    }
+    let acknowledged = verdict.acknowledged(&hint.subject);
+    match verdict {
+        Verdict::Unconfirmed(e) => Err(e),
+        Verdict::Unknown if !acknowledged => {
+            // Not acknowledged: the provider redelivers (see `Subject::Key`).
+            Err(AppError::detail(
+                ErrorCode::PaymentNotFound,
+                "no payment attempt owns this provider key (yet); deliver the event again later",
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Steps 2–4 of the module docs.
+async fn record_and_apply(state: AppState, hint: &Hint, topic: Topic) -> AppResult<Verdict> {
+    let now = state.clock.now_ms();
+    let about = (
+        hint.event_id.as_str(),
+        hint.kind.as_str(),
+        hint.subject.id(),
+    );
+    if webhook_events::arrived(&state.store, about, now).await? {
+        return Ok(Verdict::Duplicate);
+    }
+    failpoint(Failpoint::Webhook);
+    // In its own task, like pay: a provider that hangs up must not abort a settle halfway.
+    let hint = hint.clone();
+    let task = tokio::spawn(async move {
+        let verdict = apply(&state, &hint, topic).await?;
+        if verdict.acknowledged(&hint.subject) {
+            let now = state.clock.now_ms();
+            webhook_events::handled(&state.store, &hint.event_id, now).await?;
+        }
+        Ok::<_, AppError>(verdict)
+    });
+    task.await.map_err(AppError::task("webhook"))?
+}
+
+/// Applies a recorded event to the attempt it names.
+async fn apply(state: &AppState, hint: &Hint, topic: Topic) -> AppResult<Verdict> {
+    let pool = state.store.pool();
+    let record = match &hint.subject {
+        Subject::Key(key) => db::find_by_provider_key(pool, key).await?,
+        Subject::Saved(id) => db::find_by_provider_ref(pool, id).await?,
+    };
+    let Some(record) = record else {
+        tracing::warn!(event = %hint.event_id, subject = %hint.subject.id(), "webhook about an attempt we do not hold");
+        return Ok(match topic {
+            // A refund of a charge no payment of ours holds is nothing to apply.
+            Topic::Refund if hint.subject.unknown_may_become_ours() => Verdict::NoEffect,
+            _ => Verdict::Unknown,
+        });
+    };
+    match topic {
+        Topic::Refund => reflect_refund(state, &hint.event_id, &record).await,
+        Topic::Succeeded | Topic::Failed if record.is_final() => {
+            after_final(state, hint, topic, &record).await
+        }
+        Topic::Succeeded | Topic::Failed => settle(state, &hint.event_id, &record).await,
+    }
+}
+
+/// A success for an attempt settled without a charge is never dropped: the provider is asked,
+/// and a charge flags the attempt and holds its order (src/ops/leftovers.rs).
+async fn after_final(
+    state: &AppState,
+    hint: &Hint,
+    topic: Topic,
+    record: &Record,
+) -> AppResult<Verdict> {
+    if topic != Topic::Succeeded {
+        return Ok(Verdict::NoEffect);
+    }
+    let (key, saved) = match &hint.subject {
+        Subject::Key(key) => (key.as_str(), None),
+        Subject::Saved(id) => ("", Some(id.as_str())),
+    };
+    Ok(
+        match leftovers::after_final(state, record, key, saved).await {
+            Ok(true) => Verdict::Applied,
+            Ok(false) => Verdict::NoEffect,
+            Err(e) => {
+                tracing::warn!(event = %hint.event_id, error = %e, "a success for a settled attempt could not be confirmed; deliver it again");
+                Verdict::Unconfirmed(e)
+            }
+        },
+    )
+}
+
+/// Settles `record`, processing, from what the provider answers for it.
+async fn settle(state: &AppState, event: &str, record: &Record) -> AppResult<Verdict> {
+    let pool = state.store.pool();
+    let Some(order) = get_order(pool, record.order_id(), record.user()).await? else {
+        return Err(AppError::internal(format!(
+            "attempt {} has no order",
+            record.id()
+        )));
+    };
+    Ok(
+        match pay::settle_from_webhook(state, record, &order).await? {
+            Some(true) => {
+                tracing::info!(%event, attempt = %record.id(), "attempt settled by webhook");
+                Verdict::Applied
+            }
+            Some(false) => Verdict::NoEffect,
+            None => unconfirmed(),
+        },
+    )
+}
+
+/// A refund event about `record`'s payment: a payonce refund of it still processing is
+/// driven now (the provider says something changed) instead of at the next job round; then
+/// a refund made outside payonce (the provider's dashboard) is reflected, so the order does
+/// not stay `paid`. Like every event a hint only: the payment, its order and its attempt
+/// become `refunded` once the provider's succeeded refunds return the whole amount (a
+/// pending one counts once it succeeds), in one transaction conditional on the payment still
+/// being `succeeded` (a duplicate or a race changes nothing). A partial refund changes
+/// nothing (the payment stays `succeeded`; a payonce refund then returns the remainder).
+async fn reflect_refund(state: &AppState, event: &str, record: &Record) -> AppResult<Verdict> {
+    let pool = state.store.pool();
+    let Some(payment_id) = payments::payment_of_attempt(pool, record.id()).await? else {
+        return Ok(Verdict::NoEffect); // not paid (yet)
+    };
+    refunds::drive_payment(state, &payment_id).await?;
+    let payment = payments::get_payment(pool, &payment_id).await?;
+    let Some(payment) = payment.filter(|p| p.status == AttemptStatus::Succeeded) else {
+        return Ok(Verdict::NoEffect); // refunded already
     };
     let refunds = match state.provider.refunds_of(&payment.charge_id).await {
         Ok(list) => list,
         Err(why) => {
-            tracing::warn!(event = %event.id, %why, "cannot confirm a refund event");
-            metrics::webhook_event(metrics::WebhookResult::Unconfirmed);
-            return Err(AppError::unavailable(
-                "the provider could not confirm this event; deliver it again",
-                1,
-            ));
+            tracing::warn!(%event, %why, "the provider could not confirm a refund");
+            return Ok(unconfirmed());
         }
     };
-    // Only succeeded refunds that return the whole payment make it refunded.
-    let succeeded: Vec<_> = refunds
+    let refunded: i64 = refunds
         .iter()
         .filter(|r| r.status == RefundStatus::Succeeded)
-        .collect();
-    let refunded: i64 = succeeded.iter().map(|r| r.amount).sum();
-    let Some(refund) = succeeded.first().filter(|_| refunded >= payment.amount) else {
-        metrics::webhook_event(metrics::WebhookResult::NoEffect);
-        return Ok(());
-    };
+        .map(|r| r.amount)
+        .sum();
+    if refunded < payment.amount {
+        tracing::info!(%event, payment = %payment.id, refunded, amount = payment.amount,
+            "not refunded in full at the provider: the payment stays succeeded");
+        return Ok(Verdict::NoEffect);
+    }
     let reason = format!(
-        "provider refund {} of charge {} (charge.refunded)",
-        refund.id, payment.charge_id
+        "refunded at the provider (charge {}), event {event}",
+        payment.charge_id
     );
-    let applied =
-        crate::ops::refunds::mark_refunded_at_provider(state, &payment, &attempt, &reason);
-    let result = match applied.await? {
-        true => metrics::WebhookResult::Applied,
-        false => metrics::WebhookResult::NoEffect,
-    };
-    metrics::webhook_event(result);
-    Ok(())
-}
-
-/// Records an authentic event, applies it unless it was handled before, and marks it
-/// handled (see the module docs).
-pub(crate) async fn receive(state: AppState, event: WebhookEvent) -> AppResult<()> {
-    let kind = event.event_type.as_str();
-    let (id, key, now) = (
-        event.id.clone(),
-        event.charge.provider_key.clone(),
-        state.clock.now_ms(),
-    );
-    let arrived = state
-        .store
-        .write(async move |tx| webhook_events::arrived(tx, &id, kind, &key, now).await);
-    if arrived.await? {
-        tracing::debug!(event = %event.id, "duplicate webhook acknowledged");
-        metrics::webhook_event(metrics::WebhookResult::Duplicate);
-        return Ok(());
-    }
-    failpoint(Failpoint::Webhook);
-    // In its own task, like pay: a provider that hangs up must not abort a settle.
-    let task = tokio::spawn(async move {
-        handle(&state, &event).await?;
-        let (id, now) = (event.id.clone(), state.clock.now_ms());
-        let handled = state
-            .store
-            .write(async move |tx| webhook_events::handled(tx, &id, now).await);
-        handled.await?;
-        Ok::<_, AppError>(())
-    });
-    task.await.map_err(AppError::task("webhook"))??;
-    Ok(())
-}
-
-async fn handle(state: &AppState, event: &WebhookEvent) -> AppResult<()> {
-    if matches!(
-        event.event_type,
-        EventType::ChargeRefunded | EventType::RefundUpdated | EventType::RefundFailed
-    ) {
-        return refunded(state, event).await;
-    }
-    let Some(row) =
-        db::find_by_provider_key(state.store.pool(), &event.charge.provider_key).await?
-    else {
-        // Not acknowledged: the provider redelivers (see the module docs for why).
-        tracing::warn!(event = %event.id, "webhook for a provider key no attempt owns (yet)");
-        metrics::webhook_event(metrics::WebhookResult::UnknownProviderKey);
-        return Err(AppError::detail(
-            ErrorCode::PaymentNotFound,
-            "no payment attempt owns this provider key (yet); deliver the event again later",
-        ));
-    };
-    if row.is_final() {
-        // As for Stripe's events (src/ops/leftovers.rs): a success for an attempt settled
-        // without a charge is read back from the provider and flagged, never dropped.
-        if event.event_type == EventType::ChargeSucceeded {
-            let pk = &event.charge.provider_key;
-            if crate::ops::leftovers::after_final(state, &row, pk, None).await? {
-                metrics::webhook_event(metrics::WebhookResult::Applied);
-            }
+    let moved = refunds::mark_refunded_at_provider(state, &payment, record.id(), &reason);
+    Ok(match moved.await? {
+        true => {
+            tracing::info!(%event, payment = %payment.id, "refund made at the provider reflected");
+            Verdict::Applied
         }
-        return Ok(());
-    }
-    let Some(order) = get_order(state.store.pool(), row.order_id(), row.user()).await? else {
-        return Err(AppError::internal(format!(
-            "attempt {} has no order",
-            row.id()
-        )));
-    };
-    match pay::settle_from_webhook(state, &row, &order).await? {
-        Some(true) => {
-            tracing::info!(event = %event.id, attempt = %row.id(), "attempt settled by webhook");
-            metrics::webhook_event(metrics::WebhookResult::Applied);
-        }
-        Some(false) => metrics::webhook_event(metrics::WebhookResult::NoEffect),
-        None => {
-            metrics::webhook_event(metrics::WebhookResult::Unconfirmed);
-            return Err(AppError::unavailable(
-                "the provider could not confirm this event; deliver it again",
-                1,
-            ));
-        }
-    }
-    Ok(())
+        false => Verdict::NoEffect,
+    })
 }

@@ -6,16 +6,16 @@
 //! outright. A timeout, a 5xx, a 409/422 or anything unexpected proves nothing, so the
 //! attempt stays `processing` and is never charged blindly.
 
-use payonce_protocol::headers::IDEMPOTENCY_KEY;
+use payonce_protocol::headers::{IDEMPOTENCY_KEY, WEBHOOK_SIGNATURE};
 use payonce_protocol::provider::{
-    self, paths, Charge, ChargeRequest, ChargeStatus, Refund, RefundList,
+    self, paths, Charge, ChargeRequest, ChargeStatus, EventType, Refund, RefundList, WebhookEvent,
 };
 
 use reqwest::StatusCode;
 
 use super::{
-    ChargeOutcome, Listed, Lookup, ObjectState, Page, ProviderRefund, RefundOutcome, RefundStatus,
-    PAGE,
+    ChargeOutcome, Hint, Listed, Lookup, ObjectState, Page, ProviderRefund, RefundOutcome,
+    RefundStatus, Subject, Topic, WebhookError, PAGE,
 };
 
 /// HTTP client for the mock provider.
@@ -263,4 +263,30 @@ fn provider_refund(r: Refund) -> ProviderRefund {
         },
         refund_key: None,
     }
+}
+
+/// Checks a mock webhook (`Payonce-Signature`, `payonce_protocol::signature`) and reads which
+/// provider key it names: the charge's, every event of the mock carries its charge.
+pub(crate) fn webhook(
+    secret: &str,
+    headers: &axum::http::HeaderMap,
+    body: &[u8],
+    now_ms: i64,
+) -> Result<Hint, WebhookError> {
+    super::verify_signature(headers, WEBHOOK_SIGNATURE, secret, body, now_ms)?;
+    let event: WebhookEvent = serde_json::from_slice(body)
+        .map_err(|e| WebhookError::Unreadable(format!("not a webhook event: {e}")))?;
+    let topic = match event.event_type {
+        EventType::ChargeSucceeded => Topic::Succeeded,
+        EventType::ChargeDeclined => Topic::Failed,
+        EventType::ChargeRefunded | EventType::RefundUpdated | EventType::RefundFailed => {
+            Topic::Refund
+        }
+    };
+    Ok(Hint {
+        event_id: event.id,
+        kind: event.event_type.as_str().to_owned(),
+        topic: Some(topic),
+        subject: Subject::Key(event.charge.provider_key),
+    })
 }

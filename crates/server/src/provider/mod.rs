@@ -99,38 +99,104 @@ pub(crate) enum ProbeError {
 /// inputs (`payonce_rules::refund`).
 pub(crate) use payonce_rules::refund::{ProviderRefund, RefundOutcome, RefundStatus};
 
-/// What the provider says was refunded of a payment (a refund made outside payonce, e.g. in
-/// its dashboard, is reflected from this: src/ops/refunds.rs, `reflect_provider_refund`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum RefundCheck {
-    /// Succeeded refunds add up to `amount` (0: none; a pending one counts once it succeeds).
-    Refunded { amount: i64 },
-    /// The provider could not tell (or cannot be asked this).
-    Unknown(String),
+/// What a webhook event reports, in payonce's terms: each adapter maps its provider's event
+/// types onto these (and drops the ones payonce does not act on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Topic {
+    /// The payment succeeded.
+    Succeeded,
+    /// The payment failed (declined).
+    Failed,
+    /// A refund of the payment was made, succeeded or failed (payonce's, or one made in the
+    /// provider's dashboard).
+    Refund,
 }
 
-/// A provider webhook, its signature checked: which of our objects it is a hint about.
-/// Never evidence: the handler reads the outcome back from the provider.
+/// Which attempt a webhook event is about, and so what an event about none of ours means.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct WebhookHint {
+pub(crate) enum Subject {
+    /// Our provider key (the mock: one phase). The claim commits the key before the provider
+    /// is called, so an unknown key may be our commit not visible yet: the event is not
+    /// acknowledged, and the provider's redelivery is the queue.
+    Key(String),
+    /// The provider's payment object saved on the attempt (Stripe's PaymentIntent id). The
+    /// adapter saves it in its own write before it confirms, and only a confirmed object
+    /// succeeds, fails or is refunded: an unknown one is not ours (another integration on the
+    /// same account), and no redelivery would make it ours, so the event is acknowledged.
+    Saved(String),
+}
+
+impl Subject {
+    /// The id the event names.
+    pub(crate) fn id(&self) -> &str {
+        match self {
+            Self::Key(id) | Self::Saved(id) => id,
+        }
+    }
+
+    /// What the id is, for a problem's detail.
+    pub(crate) fn label(&self) -> &'static str {
+        match self {
+            Self::Key(_) => "the provider key",
+            Self::Saved(_) => "the payment object id",
+        }
+    }
+
+    /// Whether an event about an attempt we do not hold should be delivered again (see the
+    /// variants).
+    pub(crate) fn unknown_may_become_ours(&self) -> bool {
+        matches!(self, Self::Key(_))
+    }
+}
+
+/// A provider webhook, its signature checked and its body read: which of our attempts it is
+/// a hint about. Never evidence: the handler reads the outcome back from the provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Hint {
     /// The provider's event id (deduplicated on it).
     pub(crate) event_id: String,
-    /// The provider's event type, as it spells it.
+    /// The provider's event type, as it spells it (stored with the event).
     pub(crate) kind: String,
-    /// The provider's payment object the event is about (Stripe's PaymentIntent id): the
-    /// attempt that saved it is the one to settle.
-    pub(crate) intent: String,
+    /// What it reports; `None`: a type payonce does not act on (acknowledged, not stored).
+    pub(crate) topic: Option<Topic>,
+    /// The attempt it is about.
+    pub(crate) subject: Subject,
 }
 
-/// Why a webhook was refused before anything was stored (400).
+/// Why a webhook delivery was refused before anything was stored (400).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum WebhookRefused {
-    /// No valid signature (forged, or another secret), or a stale timestamp.
+pub(crate) enum WebhookError {
+    /// No valid signature (forged, or another secret), or a stale timestamp: the reason
+    /// (`payonce_protocol::problem::reason`).
     #[error("signature: {0}")]
     Signature(String),
-    /// Signed, but not an event we can read.
+    /// Signed, but not an event we can read: the detail.
     #[error("unreadable event: {0}")]
     Unreadable(String),
+}
+
+/// How far a signature's timestamp may be from our clock: bounds how long a captured
+/// delivery can be replayed, while allowing the provider's retries with backoff.
+const WEBHOOK_TOLERANCE: Duration = Duration::from_secs(300);
+
+/// Checks the signature in `headers[name]` (`t=…,v1=…`, `payonce_protocol::signature`) over
+/// the raw `body` with `secret` at `now_ms`: the one check of both adapters.
+fn verify_signature(
+    headers: &axum::http::HeaderMap,
+    name: &str,
+    secret: &str,
+    body: &[u8],
+    now_ms: i64,
+) -> Result<(), WebhookError> {
+    use payonce_protocol::problem::reason;
+    let header = headers
+        .get(name)
+        .ok_or_else(|| WebhookError::Signature(reason::MISSING.into()))?
+        .to_str()
+        .map_err(|_| WebhookError::Signature("malformed".into()))?;
+    let now = now_ms / 1000;
+    payonce_protocol::signature::verify(secret, header, body, now, WEBHOOK_TOLERANCE)
+        .map_err(|e| WebhookError::Signature(e.reason().into()))
 }
 
 /// The provider behind `--provider-url`: one adapter per provider, chosen by `--provider`.
@@ -367,37 +433,17 @@ impl Provider {
         journal::provider_call("refunds_of", Some(charge_id), call, said).await
     }
 
-    /// How much of the payment `provider_ref` (the saved id) the provider has refunded.
-    pub(crate) async fn refunded(&self, provider_ref: &str) -> RefundCheck {
-        let call = async {
-            match self {
-                // The mock's refunds are all ours (its events have their own route).
-                Self::Mock(_) => RefundCheck::Unknown("the mock reports no outside refunds".into()),
-                Self::Stripe(c) => c.refunded(provider_ref).await,
-            }
-        };
-        let said = |r: &RefundCheck| match r {
-            RefundCheck::Refunded { amount } => Said {
-                outcome: "refunded",
-                why: Some(format!("{amount} refunded")),
-                ..Said::default()
-            },
-            RefundCheck::Unknown(why) => said_why("unknown", why),
-        };
-        journal::provider_call("refunded", Some(provider_ref), call, said).await
-    }
-
-    /// Checks a webhook's signature with `secret` at `now_ms` and reads what it is about.
+    /// Checks a delivery's signature with `secret` (this provider's webhook secret) at
+    /// `now_ms` and reads what it is a hint about.
     pub(crate) fn webhook(
         &self,
         secret: &str,
         headers: &axum::http::HeaderMap,
         body: &[u8],
         now_ms: i64,
-    ) -> Result<WebhookHint, WebhookRefused> {
+    ) -> Result<Hint, WebhookError> {
         match self {
-            // The mock's events have their own route (src/http/webhooks.rs).
-            Self::Mock(_) => Err(WebhookRefused::Unreadable("not a Stripe event".into())),
+            Self::Mock(_) => mock::webhook(secret, headers, body, now_ms),
             Self::Stripe(_) => stripe::webhook(secret, headers, body, now_ms),
         }
     }

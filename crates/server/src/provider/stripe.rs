@@ -18,11 +18,10 @@
 //! proves nothing about money, so it settles nothing and reconciliation flags it.
 
 use super::{
-    ChargeOutcome, Created, Listed, Lookup, ObjectState, Page, ProbeError, ProviderRefund,
-    RefundCheck, RefundOutcome, RefundStatus, StripeMode, WebhookHint, WebhookRefused, PAGE,
+    ChargeOutcome, Created, Hint, Listed, Lookup, ObjectState, Page, ProbeError, ProviderRefund,
+    RefundOutcome, RefundStatus, StripeMode, Subject, Topic, WebhookError, PAGE,
 };
 use payonce_protocol::headers::{IDEMPOTENCY_KEY, STRIPE_REQUEST_ID, STRIPE_SIGNATURE};
-use payonce_protocol::problem::reason;
 use payonce_protocol::provider::{Charge, ChargeRequest, ChargeStatus};
 use reqwest::StatusCode;
 use serde::Deserialize;
@@ -412,20 +411,6 @@ impl StripeClient {
         RefundOutcome::Unknown(format!("refund answered {status}"))
     }
 
-    /// How much of the intent its succeeded refunds return (a pending one may still fail).
-    pub(crate) async fn refunded(&self, intent_id: &str) -> RefundCheck {
-        match self.refunds_of(intent_id).await {
-            Ok(list) => RefundCheck::Refunded {
-                amount: list
-                    .iter()
-                    .filter(|r| r.status == RefundStatus::Succeeded)
-                    .map(|r| r.amount)
-                    .sum(),
-            },
-            Err(why) => RefundCheck::Unknown(why),
-        }
-    }
-
     /// `GET /v1/refunds?payment_intent=…`: every refund of the intent, failed ones too.
     pub(crate) async fn refunds_of(&self, intent_id: &str) -> Result<Vec<ProviderRefund>, String> {
         let url = self.url(&format!("/v1/refunds?payment_intent={intent_id}&limit=100"));
@@ -579,26 +564,34 @@ fn provider_refund(mut r: StripeRefund) -> ProviderRefund {
     }
 }
 
+/// The event types payonce acts on, as Stripe spells them (every other is acknowledged and
+/// ignored): `payment_intent.succeeded` and `payment_intent.payment_failed` settle the
+/// intent's attempt; `charge.refunded` (a full or partial refund of the intent's charge),
+/// `refund.updated` (a refund's status changed, e.g. pending → succeeded) and `refund.failed`
+/// (a refund failed after it was accepted) are refunds.
+const TOPICS: [(&str, Topic); 5] = [
+    ("payment_intent.succeeded", Topic::Succeeded),
+    ("payment_intent.payment_failed", Topic::Failed),
+    ("charge.refunded", Topic::Refund),
+    ("refund.updated", Topic::Refund),
+    ("refund.failed", Topic::Refund),
+];
+
+/// What Stripe's event type `kind` reports (`None`: nothing payonce acts on).
+fn topic(kind: &str) -> Option<Topic> {
+    TOPICS.iter().find(|(k, _)| *k == kind).map(|&(_, t)| t)
+}
+
 /// Checks a Stripe webhook (`Stripe-Signature: t=…,v1=…`, the scheme of
-/// `payonce_protocol::signature`) and reads which intent it names.
+/// `payonce_protocol::signature`) and reads which intent it names: the event's object, or
+/// the object's `payment_intent` (a charge's, a refund's).
 pub(crate) fn webhook(
     secret: &str,
     headers: &axum::http::HeaderMap,
     body: &[u8],
     now_ms: i64,
-) -> Result<WebhookHint, WebhookRefused> {
-    let header = headers
-        .get(STRIPE_SIGNATURE)
-        .and_then(|v| v.to_str().ok())
-        .ok_or_else(|| WebhookRefused::Signature(reason::MISSING.into()))?;
-    payonce_protocol::signature::verify(
-        secret,
-        header,
-        body,
-        now_ms / 1000,
-        std::time::Duration::from_secs(300),
-    )
-    .map_err(|e| WebhookRefused::Signature(e.reason().into()))?;
+) -> Result<Hint, WebhookError> {
+    super::verify_signature(headers, STRIPE_SIGNATURE, secret, body, now_ms)?;
     #[derive(Deserialize)]
     struct Event {
         id: String,
@@ -616,19 +609,35 @@ pub(crate) fn webhook(
         #[serde(default)]
         payment_intent: Option<String>,
     }
-    let e: Event =
-        serde_json::from_slice(body).map_err(|e| WebhookRefused::Unreadable(e.to_string()))?;
+    let e: Event = serde_json::from_slice(body)
+        .map_err(|e| WebhookError::Unreadable(format!("not a Stripe event: {e}")))?;
     let intent = e.data.object.payment_intent.unwrap_or(e.data.object.id);
-    Ok(WebhookHint {
+    Ok(Hint {
         event_id: e.id,
+        topic: topic(&e.kind),
         kind: e.kind,
-        intent,
+        subject: Subject::Saved(intent),
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_topics_are_stripes_five_types_and_nothing_else() {
+        for (kind, t) in TOPICS {
+            assert_eq!(topic(kind), Some(t));
+        }
+        for other in [
+            "payment_intent.created",
+            "charge.succeeded",
+            "",
+            "charge.refunded ",
+        ] {
+            assert_eq!(topic(other), None, "{other:?}");
+        }
+    }
 
     fn intent(livemode: Option<bool>) -> Intent {
         let mut v = serde_json::json!({

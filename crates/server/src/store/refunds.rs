@@ -243,22 +243,6 @@ pub(crate) async fn owned_payment<'c>(
     Ok(get_payment(e, payment_id).await?.map(|p| (p, attempt_id)))
 }
 
-/// The payment of provider charge `charge_id`, with its attempt's id.
-pub(crate) async fn payment_of_charge<'c>(
-    e: impl AnyExecutor<'c> + Copy,
-    charge_id: &str,
-) -> sqlx::Result<Option<(Payment, String)>> {
-    let row: Option<(String, String)> =
-        sqlx::query_as("SELECT id, attempt_id FROM payments WHERE charge_id = $1")
-            .bind(charge_id)
-            .fetch_optional(e)
-            .await?;
-    let Some((id, attempt_id)) = row else {
-        return Ok(None);
-    };
-    Ok(get_payment(e, &id).await?.map(|p| (p, attempt_id)))
-}
-
 /// A processing refund row with whose it is: what the refund job and provider refund
 /// events drive.
 #[derive(Debug, Clone)]

@@ -1,44 +1,42 @@
-//! Provider webhook events, deduplicated on their id.
+//! Provider webhook events, deduplicated on their id: recorded when they arrive, marked
+//! handled once applied (src/ops/webhooks.rs).
 
-use sqlx::any::AnyExecutor;
+use super::tx::Statement;
+use super::Store;
 
-/// Records that a webhook event arrived (its id is the primary key: a duplicate insert is a
-/// no-op). Returns true when the event was already handled: a duplicate to acknowledge.
+/// Records that the event `event_id` (of the provider's type `kind`, about `subject`, the
+/// provider key or saved id it names) arrived at `now`. Its id is the primary key: a second
+/// arrival inserts nothing. True when the event was handled already: a duplicate to
+/// acknowledge.
 pub(crate) async fn arrived(
-    tx: &mut sqlx::AnyConnection,
-    event_id: &str,
-    event_type: &str,
-    provider_key: &str,
+    store: &Store,
+    (event_id, kind, subject): (&str, &str, &str),
     now: i64,
 ) -> sqlx::Result<bool> {
-    sqlx::query(
-        "INSERT INTO webhook_events (id, event_type, provider_key, received_at) VALUES ($1, $2, $3, $4)
-         ON CONFLICT (id) DO NOTHING",
+    let insert = Statement::new(
+        "INSERT INTO webhook_events (id, event_type, provider_key, received_at)
+         SELECT $1, $2, $3, $4 WHERE true",
+        vec![event_id.into(), kind.into(), subject.into(), now.into()],
     )
-    .bind(event_id)
-    .bind(event_type)
-    .bind(provider_key)
-    .bind(now)
-    .execute(&mut *tx)
-    .await?;
+    .tail("ON CONFLICT (id) DO NOTHING");
+    if store.run(vec![insert]).await?[0] == 1 {
+        return Ok(false); // the first arrival: nothing handled it yet
+    }
+    // Read after the insert committed: `handled_at` is set once and never cleared.
     let row: Option<(Option<i64>,)> =
         sqlx::query_as("SELECT handled_at FROM webhook_events WHERE id = $1")
             .bind(event_id)
-            .fetch_optional(tx)
+            .fetch_optional(store.pool())
             .await?;
     Ok(matches!(row, Some((Some(_),))))
 }
 
-/// Marks a webhook event handled: from now on it is a duplicate.
-pub(crate) async fn handled<'c>(
-    e: impl AnyExecutor<'c>,
-    event_id: &str,
-    now: i64,
-) -> sqlx::Result<()> {
-    sqlx::query("UPDATE webhook_events SET handled_at = $1 WHERE id = $2 AND handled_at IS NULL")
-        .bind(now)
-        .bind(event_id)
-        .execute(e)
-        .await?;
+/// Marks the event `event_id` handled at `now`: from then on it is a duplicate.
+pub(crate) async fn handled(store: &Store, event_id: &str, now: i64) -> sqlx::Result<()> {
+    let mark = Statement::new(
+        "UPDATE webhook_events SET handled_at = $1 WHERE id = $2 AND handled_at IS NULL",
+        vec![now.into(), event_id.into()],
+    );
+    store.run(vec![mark]).await?;
     Ok(())
 }

@@ -430,8 +430,12 @@ async fn the_openapi_document_is_served_and_lists_every_route() {
             "{method} {path} missing from openapi.json"
         );
     }
-    // And every documented operation is routed (not a 404/405 fallback).
+    // And every documented operation is routed (not a 404/405 fallback), but Stripe's
+    // webhook route: mounted only with `--provider stripe` (stripe_edges.rs, startup.rs).
     for (method, path) in &ops {
+        if path == "/webhooks/stripe" {
+            continue;
+        }
         let url = app.url(&path.replace("{id}", "ord_x"));
         let m = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
         let r = app.send(app.http.request(m, url)).await;

@@ -5,7 +5,7 @@
 //! with one charge. Every count of charges is localstripe's own list of PaymentIntents, and
 //! every refunded amount its list of refunds. The refund tests whose rules a clock decides
 //! (a held lease, the refund job) run in process (`crate::inproc`) on a manual clock. A
-//! Stripe deployment refuses the mock provider's events, however they are signed.
+//! Stripe deployment has no route for the mock provider's events, however they are signed.
 
 use crate::common::{
     id_of, key, spawn, Backend, Checkout, HttpApi, Opts, Proc, Req, TestApp, TestDb,
@@ -28,7 +28,7 @@ on_both_backends!(
     a_refund_call_held_past_the_timeout_lands_once,
     a_pending_refund_that_fails_is_not_refunded_nor_blinds_the_dashboard,
     a_stuck_payonce_refund_does_not_blind_a_dashboard_refund,
-    forged_mock_events_on_a_stripe_deployment_are_refused_and_store_nothing,
+    a_stripe_deployment_has_no_mock_webhook_route_and_stores_nothing,
     a_test_mode_payment_on_a_live_key_pays_nothing_and_is_flagged,
     a_stripe_outage_on_the_webhook_path_is_provider_unavailable_and_redelivery_applies,
 );
@@ -435,7 +435,7 @@ async fn forged_stale_and_restamped_stripe_webhooks_are_refused_and_events_are_h
         .await;
     assert_eq!((r.status, r.code()), (400, ErrorCode::InvalidRequest));
 
-    // A server of the mock provider has no Stripe secret: nothing verifies, so refused.
+    // A server of the mock provider has no Stripe route: an unknown path.
     let Some(mock) = TestApp::spawn(backend).await else {
         return;
     };
@@ -446,11 +446,7 @@ async fn forged_stale_and_restamped_stripe_webhooks_are_refused_and_events_are_h
                 .body(body.clone()),
         )
         .await;
-    assert_eq!(
-        (r.status, r.code()),
-        (400, ErrorCode::WebhookSignatureInvalid)
-    );
-    assert_eq!(r.json()["reason"], "not_configured");
+    assert_eq!((r.status, r.code()), (404, ErrorCode::NotFound));
 }
 
 async fn a_refund_made_in_the_stripe_dashboard_is_reflected(backend: Backend) {
@@ -822,10 +818,10 @@ async fn a_pending_refund_that_fails_is_not_refunded_nor_blinds_the_dashboard(ba
     assert_eq!(refunded_at_stripe(&ls, &pi).await.1, amount);
 }
 
-/// A production Stripe deployment (no `--dev`) holds no mock webhook secret: the mock's
-/// route refuses every event, signed with the empty key or the mock's dev default, before
-/// anything is stored or anyone is asked.
-async fn forged_mock_events_on_a_stripe_deployment_are_refused_and_store_nothing(backend: Backend) {
+/// A production Stripe deployment (no `--dev`) has no mock webhook route: it answers every
+/// event there 404 like any unknown path, signed with the empty key or the mock's dev
+/// default, before anything is stored or anyone is asked.
+async fn a_stripe_deployment_has_no_mock_webhook_route_and_stores_nothing(backend: Backend) {
     let Some(ls) = Localstripe::start().await else {
         return;
     };
@@ -881,9 +877,8 @@ async fn forged_mock_events_on_a_stripe_deployment_are_refused_and_store_nothing
             .unwrap();
         let status = r.status().as_u16();
         let problem: Value = r.json().await.unwrap_or_default();
-        assert_eq!(status, 400, "{secret:?}: {problem}");
-        assert_eq!(problem["code"], "WEBHOOK_SIGNATURE_INVALID", "{problem}");
-        assert_eq!(problem["reason"], "not_configured", "{problem}");
+        assert_eq!(status, 404, "{secret:?}: {problem}");
+        assert_eq!(problem["code"], "NOT_FOUND", "{problem}");
     }
     let pool = db.pool().await;
     let (events,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM webhook_events")

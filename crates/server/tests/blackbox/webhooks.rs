@@ -1,5 +1,6 @@
 //! Provider webhooks: they settle attempts without any client retry, their signatures are
-//! checked, and a signed event is still only a hint (the provider is asked).
+//! checked, a signed event is still only a hint (the provider is asked), and only the
+//! configured provider's route exists (the Stripe side: `stripe_edges.rs`).
 
 use crate::common::{id_of, key, order_state_of, Backend, Checkout, HttpApi, Opts, TestApp};
 use crate::on_both_backends;
@@ -11,6 +12,7 @@ use std::time::Duration;
 on_both_backends!(
     webhooks_settle_attempts_without_any_retry,
     webhook_signatures_are_checked_and_events_are_only_hints,
+    a_mock_deployment_has_no_stripe_webhook_route,
 );
 
 async fn webhooks_settle_attempts_without_any_retry(backend: Backend) {
@@ -162,4 +164,42 @@ async fn webhook_signatures_are_checked_and_events_are_only_hints(backend: Backe
     let r = app.pay(&t, &id, Some(&k), 1, "pm_card_transient").await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(app.ledger(&id).await.len(), 1);
+}
+
+/// Only the configured provider's webhook route is mounted: a mock deployment answers
+/// Stripe's route 404 like any unknown path, for an event signed with any secret, and stores
+/// nothing.
+async fn a_mock_deployment_has_no_stripe_webhook_route(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let body = serde_json::to_vec(&json!({
+        "id": "evt_stripe_on_mock", "type": "payment_intent.succeeded",
+        "data": { "object": { "id": "pi_not_ours" } }
+    }))
+    .unwrap();
+    for sig in [signed(&body), String::new()] {
+        let req = app
+            .http
+            .post(app.url("/webhooks/stripe"))
+            .header("content-type", "application/json")
+            .header("Stripe-Signature", sig)
+            .body(body.clone());
+        let r = app.send(req).await;
+        assert_eq!(
+            (r.status, r.code()),
+            (404, ErrorCode::NotFound),
+            "{}",
+            r.text()
+        );
+    }
+    let pool = app.db_pool().await;
+    let (events,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM webhook_events")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        events, 0,
+        "an event on an unmounted route reached the store"
+    );
 }
