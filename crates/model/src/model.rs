@@ -1046,9 +1046,14 @@ impl Model {
                 // Only the flaw reads the order's lock state to act on it later.
                 w.read_free =
                     !srv::claim_is_atomic(self.flaw) && s.order.active.is_none() && !s.order.paid;
-                w.flow.on_record(record, now, false);
+                w.flow.on_record(record, now);
             }
-            srv::Effect::Wait => w.flow.on_waited(),
+            // The instance sleeps on the clock until the machine's `until`: time passes
+            // meanwhile for every actor (the other steps interleave before this one).
+            srv::Effect::Wait { until } => {
+                s.now = s.now.max(until);
+                w.flow.on_waited();
+            }
             // The model's server has no Redis: its pays start with `ServerPay::pay`, never
             // `pay_marked`, so the marker's effects cannot come (docs/model.md says why).
             srv::Effect::Mark { .. }

@@ -38,7 +38,9 @@ impl OrderRow {
 /// The currency every order uses.
 pub const CURRENCY: &str = "EUR";
 
-/// The server's time settings in the model: a lease of one clock tick, keys kept for two.
+/// The server's time settings in the model: a lease of one clock tick, keys kept for two;
+/// a request waits half a tick on its key in flight, in one look (so a wait ends inside the
+/// lease it met: the record settled meanwhile, or 409 `IN_PROGRESS`).
 pub fn policy(tick_ms: i64) -> Policy {
     Policy {
         lease_ms: tick_ms,
@@ -46,6 +48,8 @@ pub fn policy(tick_ms: i64) -> Policy {
         reconcile_after_ms: tick_ms,
         audit_retention_ms: 10 * tick_ms,
         action_deadline_ms: 4 * tick_ms,
+        in_progress_wait_ms: tick_ms / 2,
+        wait_poll_ms: tick_ms / 2,
     }
 }
 
@@ -79,9 +83,8 @@ pub fn pay(
         // The model's checkouts carry no extras (shipping option, coupon).
         extras: Extras::default(),
     };
-    // `may_wait` false: the server's in-progress wait is a loop of the same decision, and
-    // the model lets the client do that loop instead (see docs/model.md).
-    ServerPay::pay(req, self::order(order), None, 0, false, policy).with_flaw(flow_flaw(flaw))
+    // Read first: the flow's wait deadline starts at the first `now` it is polled with.
+    ServerPay::pay(req, self::order(order), None, 0, policy).with_flaw(flow_flaw(flaw))
 }
 
 /// The jobs' flow for an abandoned attempt.

@@ -3,7 +3,10 @@
 //! with its order and, if read, its record; an abandoned attempt for the jobs; an attempt a
 //! webhook names), performs each [`Effect`] [`ServerPay::poll`] asks for, and feeds the result
 //! back with the matching `on_*` call, until [`Effect::Done`]. Time (`now`) and new ids
-//! ([`Ids`]) are arguments of `poll`. The server's request path, its jobs, reconciliation and
+//! ([`Ids`]) are arguments of `poll`. The machine owns its timers as quinn's connections do:
+//! a pay request's wait on its key in flight ends at a deadline it fixes from the first `now`
+//! it sees ([`Policy::wait_ends`]), and each look is an [`Effect::Wait`] with the time to
+//! wake at ([`Policy::next_look`]); the caller only sleeps until then. The server's request path, its jobs, reconciliation and
 //! its webhook handler (`crates/server/src/ops/pay.rs`) and the model checker (`crates/model`)
 //! all drive this one machine, so the model checks the server's own order of steps.
 //!
@@ -278,13 +281,15 @@ pub enum Effect<'a> {
         /// The key.
         key: &'a IdempotencyKey,
     },
-    /// Wait a little, then read the cache's entry for `user`'s `key` again →
-    /// [`ServerPay::on_marked`].
+    /// Wait until the clock reads `until`, then read the cache's entry for `user`'s `key`
+    /// again → [`ServerPay::on_marked`].
     MarkWait {
         /// The caller.
         user: &'a str,
         /// The key.
         key: &'a IdempotencyKey,
+        /// When to look again ([`Policy::next_look`]).
+        until: i64,
     },
     /// The flow ended (`end`); leave the cache as `unmark` says → [`ServerPay::on_unmarked`].
     Unmark {
@@ -295,8 +300,13 @@ pub enum Effect<'a> {
         /// The key.
         key: &'a IdempotencyKey,
     },
-    /// Wait a little before reading again → [`ServerPay::on_waited`].
-    Wait,
+    /// Wait until the clock reads `until` (or the key's record changed), then read again →
+    /// [`ServerPay::on_waited`].
+    Wait {
+        /// When to look again ([`Policy::next_look`]): the machine's own deadline for the
+        /// request's wait ([`Policy::wait_ends`]) bounds it.
+        until: i64,
+    },
     /// Run the claim transaction of `key` (rule 3) → [`ServerPay::on_claim`].
     Claim {
         /// The rows.
@@ -443,6 +453,9 @@ pub struct ServerPay {
     replayed_from_marker: bool,
     /// The uncharged payment object was cancelled (and read back) by this flow.
     leftover_checked: bool,
+    /// When a pay request stops waiting on its key in flight ([`Policy::wait_ends`] of the
+    /// first `now` the flow sees): set once, so the wait is the flow's, not the caller's.
+    wait_ends: Option<i64>,
 }
 
 impl ServerPay {
@@ -453,12 +466,11 @@ impl ServerPay {
         order: Order,
         first: Option<Option<Record>>,
         now: i64,
-        may_wait: bool,
         policy: Policy,
     ) -> Self {
         let mut m = Self::new(Origin::Pay(Box::new(req)), order, Phase::Read, policy);
         if let Some(record) = first {
-            m.on_record(record, now, may_wait);
+            m.on_record(record, now);
         }
         m
     }
@@ -535,7 +547,19 @@ impl ServerPay {
             marker: None,
             replayed_from_marker: false,
             leftover_checked: false,
+            wait_ends: None,
         }
+    }
+
+    /// When this request stops waiting on its key in flight, counted from the first `now`
+    /// the flow sees.
+    fn wait_ends(&mut self, now: i64) -> i64 {
+        *self.wait_ends.get_or_insert(self.policy.wait_ends(now))
+    }
+
+    /// Whether the request may still wait on its key in flight at `now`.
+    fn may_wait(&mut self, now: i64) -> bool {
+        now < self.wait_ends(now)
     }
 
     /// How the provider starts a payment (the server's adapter says; default one call).
@@ -622,6 +646,7 @@ impl ServerPay {
     /// The next effect at `now`. Plans are made here, with ids from `ids`; asking again
     /// before the matching `on_*` call returns the same effect.
     pub fn poll(&mut self, now: i64, ids: &mut dyn Ids) -> Effect<'_> {
+        let wait_ends = self.wait_ends(now);
         if let (Phase::Done(end), Some(role)) = (&self.phase, self.marker) {
             if unmark_of(role, end).is_none() {
                 self.marker = None;
@@ -677,6 +702,7 @@ impl ServerPay {
             (Phase::MarkWait, Some(r)) => Effect::MarkWait {
                 user: &r.user,
                 key: &r.key,
+                until: self.policy.next_look(now, wait_ends),
             },
             (Phase::Done(end), Some(r)) if self.marker.is_some() => {
                 match self.marker.and_then(|role| unmark_of(role, end)) {
@@ -700,7 +726,9 @@ impl ServerPay {
             (Phase::Read | Phase::Claiming(..) | Phase::Mark(_) | Phase::MarkWait, None) => {
                 unreachable!("only a pay reads a key")
             }
-            (Phase::Wait, _) => Effect::Wait,
+            (Phase::Wait, _) => Effect::Wait {
+                until: self.policy.next_look(now, wait_ends),
+            },
             (Phase::ChargeFirst(plan), _) => Effect::Charge(&plan.claim),
             (Phase::TakingOver(_, take), _) => Effect::TakeOver { take, now },
             (Phase::Lookup(claim), _) => Effect::Lookup(claim),
@@ -778,9 +806,10 @@ impl ServerPay {
         }
     }
 
-    /// The caller's record for the key (rule 2) at `now`; `may_wait`: the request has
-    /// in-progress wait left.
-    pub fn on_record(&mut self, record: Option<Record>, now: i64, may_wait: bool) {
+    /// The caller's record for the key (rule 2) at `now`. A key in flight is waited on
+    /// until the flow's own deadline ([`Policy::wait_ends`]).
+    pub fn on_record(&mut self, record: Option<Record>, now: i64) {
+        let may_wait = self.may_wait(now);
         let Some(r) = self.view() else {
             return;
         };
@@ -821,15 +850,16 @@ impl ServerPay {
         })
     }
 
-    /// What the claim marker's cache held for the key at `now`; `may_wait`: the request has
-    /// in-progress wait left. Returns what the step came to, for the caller's metrics
+    /// What the claim marker's cache held for the key at `now` (a key in flight is waited
+    /// on until the flow's own deadline, [`Policy::wait_ends`]). Returns what the step came to, for the caller's metrics
     /// (`None` while it keeps waiting, or when the cache failed).
     ///
     /// A final entry answers only a request with its details (`replay_of`, the rule every
     /// copy of an answer is checked by); anything else goes on to the store. Only the
     /// marker's owner decides on the record read before it: a waiter's time has passed, it
     /// reads the key afresh.
-    pub fn on_marked(&mut self, seen: Marked, now: i64, may_wait: bool) -> Option<MarkerVerdict> {
+    pub fn on_marked(&mut self, seen: Marked, now: i64) -> Option<MarkerVerdict> {
+        let may_wait = self.may_wait(now);
         let (first, waited) = match std::mem::replace(&mut self.phase, Phase::Read) {
             Phase::Mark(first) => (first, false),
             Phase::MarkWait => (None, true),
@@ -864,7 +894,7 @@ impl ServerPay {
         };
         self.marker = role;
         match (role, first) {
-            (Some(MarkerRole::Owner) | None, Some(record)) => self.on_record(record, now, may_wait),
+            (Some(MarkerRole::Owner) | None, Some(record)) => self.on_record(record, now),
             _ => self.phase = Phase::Read,
         }
         verdict
@@ -1119,6 +1149,8 @@ mod tests {
             reconcile_after_ms: 1_000,
             audit_retention_ms: 10_000,
             action_deadline_ms: 60_000,
+            in_progress_wait_ms: 500,
+            wait_poll_ms: 25,
         }
     }
 
@@ -1163,7 +1195,7 @@ mod tests {
     #[test]
     fn a_new_key_is_claimed_charged_and_settled() {
         let mut ids = Counter(0);
-        let mut m = ServerPay::pay(request(2), order(2), Some(None), NOW, false, policy());
+        let mut m = ServerPay::pay(request(2), order(2), Some(None), NOW, policy());
         let claim = match m.poll(NOW, &mut ids) {
             Effect::Claim { plan, now, .. } => {
                 assert_eq!(now, NOW);
@@ -1204,10 +1236,7 @@ mod tests {
     fn settled_behind_the_marker(ids: &mut Counter) -> (ServerPay, Final) {
         let mut m = ServerPay::pay_marked(request(1), order(1), Some(None), policy());
         assert!(matches!(m.poll(NOW, ids), Effect::Mark { .. }));
-        assert_eq!(
-            m.on_marked(Marked::Ours, NOW, true),
-            Some(MarkerVerdict::Claimed)
-        );
+        assert_eq!(m.on_marked(Marked::Ours, NOW), Some(MarkerVerdict::Claimed));
         // The owner decides on the record read before the marker: no second read.
         let Effect::Claim { plan, .. } = m.poll(NOW, ids) else {
             panic!("claim")
@@ -1253,7 +1282,7 @@ mod tests {
         let mut same = ServerPay::pay_marked(request(1), order(1), None, policy());
         assert!(matches!(same.poll(NOW, &mut ids), Effect::Mark { .. }));
         let seen = Marked::Final(stored.clone());
-        assert_eq!(same.on_marked(seen, NOW, true), Some(MarkerVerdict::Replay));
+        assert_eq!(same.on_marked(seen, NOW), Some(MarkerVerdict::Replay));
         assert!(matches!(
             same.poll(NOW, &mut ids),
             Effect::Done(End::Replay { replayed: true, .. })
@@ -1265,10 +1294,10 @@ mod tests {
         let mut m = ServerPay::pay_marked(other, order(1), Some(None), policy());
         m.poll(NOW, &mut ids);
         let seen = Marked::Final(stored.clone());
-        assert_eq!(m.on_marked(seen, NOW, true), Some(MarkerVerdict::Mismatch));
+        assert_eq!(m.on_marked(seen, NOW), Some(MarkerVerdict::Mismatch));
         // A waiter reads the key afresh: the record read before the marker is old.
         assert!(matches!(m.poll(NOW, &mut ids), Effect::ReadKey { .. }));
-        m.on_record(Some(Record::Final(stored)), NOW, true);
+        m.on_record(Some(Record::Final(stored)), NOW);
         assert!(matches!(
             m.poll(NOW, &mut ids),
             Effect::Done(End::Mismatch(_))
@@ -1284,16 +1313,13 @@ mod tests {
         let (_, stored) = settled_behind_the_marker(&mut ids);
         let mut m = ServerPay::pay_marked(request(1), order(1), Some(None), policy());
         m.poll(NOW, &mut ids);
-        assert_eq!(m.on_marked(Marked::Theirs, NOW, true), None);
+        assert_eq!(m.on_marked(Marked::Theirs, NOW), None);
         assert!(matches!(m.poll(NOW, &mut ids), Effect::MarkWait { .. }));
-        assert_eq!(m.on_marked(Marked::Theirs, NOW, true), None);
+        assert_eq!(m.on_marked(Marked::Theirs, NOW), None);
         assert!(matches!(m.poll(NOW, &mut ids), Effect::MarkWait { .. }));
-        assert_eq!(
-            m.on_marked(Marked::Gone, NOW, true),
-            Some(MarkerVerdict::Miss)
-        );
+        assert_eq!(m.on_marked(Marked::Gone, NOW), Some(MarkerVerdict::Miss));
         assert!(matches!(m.poll(NOW, &mut ids), Effect::ReadKey { .. }));
-        m.on_record(Some(Record::Final(stored)), NOW, true);
+        m.on_record(Some(Record::Final(stored)), NOW);
         assert!(matches!(
             m.poll(NOW, &mut ids),
             Effect::Unmark {
@@ -1319,12 +1345,13 @@ mod tests {
         let mut ids = Counter(0);
         let mut m = ServerPay::pay_marked(request(1), order(1), None, policy());
         m.poll(NOW, &mut ids);
+        let late = NOW + policy().in_progress_wait_ms;
         assert_eq!(
-            m.on_marked(Marked::Theirs, NOW, false),
+            m.on_marked(Marked::Theirs, late),
             Some(MarkerVerdict::Processing)
         );
-        assert!(matches!(m.poll(NOW, &mut ids), Effect::ReadKey { .. }));
-        m.on_record(None, NOW, false);
+        assert!(matches!(m.poll(late, &mut ids), Effect::ReadKey { .. }));
+        m.on_record(None, late);
         assert!(matches!(m.poll(NOW, &mut ids), Effect::Claim { .. }));
     }
 
@@ -1335,7 +1362,7 @@ mod tests {
         let mut ids = Counter(0);
         let mut m = ServerPay::pay_marked(request(1), order(1), Some(None), policy());
         m.poll(NOW, &mut ids);
-        m.on_marked(Marked::Ours, NOW, true);
+        m.on_marked(Marked::Ours, NOW);
         m.poll(NOW, &mut ids);
         m.on_claim(Claimed::Won);
         m.on_charge(Outcome::Unknown("timeout".into()));
@@ -1356,7 +1383,7 @@ mod tests {
 
         let mut m = ServerPay::pay_marked(request(1), order(1), Some(None), policy());
         m.poll(NOW, &mut ids);
-        assert_eq!(m.on_marked(Marked::Failed, NOW, true), None);
+        assert_eq!(m.on_marked(Marked::Failed, NOW), None);
         assert!(matches!(m.poll(NOW, &mut ids), Effect::Claim { .. }));
         m.on_claim(Claimed::Refused(Box::new(Problem::new(
             ErrorCode::OrderChanged,
@@ -1370,7 +1397,7 @@ mod tests {
     /// A request for a version the order no longer has is refused before any write.
     #[test]
     fn a_stale_version_is_refused_without_a_claim() {
-        let mut m = ServerPay::pay(request(1), order(2), Some(None), NOW, false, policy());
+        let mut m = ServerPay::pay(request(1), order(2), Some(None), NOW, policy());
         match m.poll(NOW, &mut Counter(0)) {
             Effect::Done(End::Refused(p)) => assert_eq!(p.code, ErrorCode::OrderChanged),
             e => panic!("{e:?}"),
@@ -1382,9 +1409,9 @@ mod tests {
     #[test]
     fn a_settle_lost_to_a_webhook_answers_the_stored_answer_as_fresh() {
         let mut ids = Counter(0);
-        let mut m = ServerPay::pay(request(1), order(1), None, NOW, true, policy());
+        let mut m = ServerPay::pay(request(1), order(1), None, NOW, policy());
         assert!(matches!(m.poll(NOW, &mut ids), Effect::ReadKey { .. }));
-        m.on_record(None, NOW, true);
+        m.on_record(None, NOW);
         let Effect::Claim { plan, .. } = m.poll(NOW, &mut ids) else {
             panic!("claim")
         };
@@ -1411,7 +1438,7 @@ mod tests {
             answer: stored.answer.clone(),
             expires_at: stored.expires_at,
         });
-        m.on_record(Some(record), NOW, true);
+        m.on_record(Some(record), NOW);
         assert_eq!(
             m.end(),
             Some(&End::Replay {
@@ -1423,7 +1450,7 @@ mod tests {
 
     fn processing(locked_until: i64) -> Processing {
         let mut ids = Counter(10);
-        let mut m = ServerPay::pay(request(1), order(1), Some(None), NOW, false, policy());
+        let mut m = ServerPay::pay(request(1), order(1), Some(None), NOW, policy());
         let Effect::Claim { plan, .. } = m.poll(NOW, &mut ids) else {
             panic!("claim")
         };
@@ -1440,14 +1467,7 @@ mod tests {
         let p = processing(NOW);
         let record = Record::Processing(p.clone());
         let mut ids = Counter(0);
-        let mut m = ServerPay::pay(
-            request(1),
-            order(1),
-            Some(Some(record)),
-            NOW,
-            true,
-            policy(),
-        );
+        let mut m = ServerPay::pay(request(1), order(1), Some(Some(record)), NOW, policy());
         match m.poll(NOW, &mut ids) {
             Effect::TakeOver { take, .. } => {
                 assert_eq!(
@@ -1499,7 +1519,7 @@ mod tests {
     #[test]
     fn two_phases_confirm_only_a_saved_id() {
         let mut ids = Counter(0);
-        let mut m = ServerPay::pay(request(1), order(1), Some(None), NOW, false, policy())
+        let mut m = ServerPay::pay(request(1), order(1), Some(None), NOW, policy())
             .with_phases(Phases::Two);
         let Effect::Claim { .. } = m.poll(NOW, &mut ids) else {
             panic!("claim")
@@ -1517,7 +1537,7 @@ mod tests {
             e => panic!("{e:?}"),
         }
         // A lost create answer: nothing to confirm, the attempt stays processing.
-        let mut lost = ServerPay::pay(request(1), order(1), Some(None), NOW, false, policy())
+        let mut lost = ServerPay::pay(request(1), order(1), Some(None), NOW, policy())
             .with_phases(Phases::Two);
         lost.poll(NOW, &mut ids);
         lost.on_claim(Claimed::Won);
@@ -1548,7 +1568,7 @@ mod tests {
             }
         }
         // The flaw: confirmed with nothing saved.
-        let mut bad = ServerPay::pay(request(1), order(1), Some(None), NOW, false, policy())
+        let mut bad = ServerPay::pay(request(1), order(1), Some(None), NOW, policy())
             .with_phases(Phases::Two)
             .with_flaw(Some(Flaw::ConfirmUnsaved));
         bad.poll(NOW, &mut ids);
@@ -1621,32 +1641,37 @@ mod tests {
 
     fn processing_claim() -> Claim {
         let mut ids = Counter(10);
-        let mut m = ServerPay::pay(request(1), order(1), Some(None), NOW, false, policy());
+        let mut m = ServerPay::pay(request(1), order(1), Some(None), NOW, policy());
         let Effect::Claim { plan, .. } = m.poll(NOW, &mut ids) else {
             panic!("claim")
         };
         plan.claim.clone()
     }
 
-    /// A leased key is waited on while the request may wait, then answered in progress.
+    /// A leased key is waited on until the flow's own deadline, counted from the first
+    /// `now` it saw, one poll at a time; then answered in progress.
     #[test]
-    fn a_leased_key_is_waited_on_then_in_progress() {
-        let record = Record::Processing(processing(NOW + 500));
-        let mut m = ServerPay::pay(
-            request(1),
-            order(1),
-            Some(Some(record.clone())),
-            NOW,
-            true,
-            policy(),
-        );
-        assert_eq!(m.poll(NOW, &mut Counter(0)), Effect::Wait);
-        m.on_waited();
-        assert!(matches!(
-            m.poll(NOW, &mut Counter(0)),
-            Effect::ReadKey { .. }
-        ));
-        m.on_record(Some(record), NOW, false);
+    fn a_leased_key_is_waited_on_until_the_machines_deadline_then_in_progress() {
+        let p = policy();
+        let record = Record::Processing(processing(NOW + 10 * p.in_progress_wait_ms));
+        let first = Some(Some(record.clone()));
+        let mut m = ServerPay::pay(request(1), order(1), first, NOW, p);
+        let ends = NOW + p.in_progress_wait_ms;
+        let mut now = NOW;
+        let mut waits = 0;
+        while let Effect::Wait { until } = m.poll(now, &mut Counter(0)) {
+            assert_eq!(until, (now + p.wait_poll_ms).min(ends));
+            waits += 1;
+            now = until;
+            m.on_waited();
+            assert!(matches!(
+                m.poll(now, &mut Counter(0)),
+                Effect::ReadKey { .. }
+            ));
+            m.on_record(Some(record.clone()), now);
+        }
+        assert_eq!(now, ends, "it waited to its deadline, no longer");
+        assert_eq!(waits, p.in_progress_wait_ms / p.wait_poll_ms);
         assert_eq!(m.end(), Some(&End::InProgress));
     }
 

@@ -127,7 +127,8 @@ pub enum NextAction {
 /// The shared rule: a new key is claimed; a known key with another fingerprint is misuse
 /// (`request_fp` `None`: the request cannot be the stored one's); a final key replays; a
 /// processing one is waited on while leased, taken over once not; a tombstone blocks its
-/// own scope and is misuse for another. `may_wait`: the request has in-progress wait left.
+/// own scope and is misuse for another. `may_wait`: the request has in-progress wait left
+/// (the pay machine's own deadline, `Policy::wait_ends`).
 pub fn decide(
     stored: Option<Stored<'_>>,
     request_fp: Option<&str>,

@@ -18,7 +18,15 @@ pub struct Policy {
     /// How long an attempt may wait for the customer (3-D Secure) from its creation; past
     /// it the provider is asked to cancel the payment and the attempt ends `expired`.
     pub action_deadline_ms: i64,
+    /// How long a pay request waits on its key while another request holds it (a double
+    /// click then gets the same answer twice), before 409 `IN_PROGRESS`.
+    pub in_progress_wait_ms: i64,
+    /// How often a waiting request reads its key again (a settled key ends its wait).
+    pub wait_poll_ms: i64,
 }
+
+/// How often a waiting request reads its key again ([`Policy::wait_poll_ms`]).
+pub const WAIT_POLL_MS: i64 = 25;
 
 fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4)
@@ -32,6 +40,7 @@ impl Policy {
         reconcile_after: Duration,
         audit_retention: Duration,
         action_deadline: Duration,
+        in_progress_wait: Duration,
     ) -> Self {
         Self {
             lease_ms: ms(lease),
@@ -39,7 +48,20 @@ impl Policy {
             reconcile_after_ms: ms(reconcile_after),
             audit_retention_ms: ms(audit_retention),
             action_deadline_ms: ms(action_deadline),
+            in_progress_wait_ms: ms(in_progress_wait),
+            wait_poll_ms: WAIT_POLL_MS,
         }
+    }
+
+    /// When a pay request that started at `start` stops waiting on a key in flight.
+    pub fn wait_ends(&self, start: i64) -> i64 {
+        start.saturating_add(self.in_progress_wait_ms)
+    }
+
+    /// When a request that waits until `ends` reads its key again, at `now`: one poll
+    /// later, never past `ends`.
+    pub fn next_look(&self, now: i64, ends: i64) -> i64 {
+        now.saturating_add(self.wait_poll_ms).min(ends).max(now)
     }
 
     /// When an attempt created at `created_at` stops waiting for the customer.

@@ -757,6 +757,8 @@ mod tests {
             reconcile_after_ms: 1_000,
             audit_retention_ms: 10_000,
             action_deadline_ms: 60_000,
+            in_progress_wait_ms: 500,
+            wait_poll_ms: 25,
         }
     }
 

@@ -18,6 +18,8 @@ const POLICY: Policy = Policy {
     reconcile_after_ms: 120_000,
     audit_retention_ms: 1_000_000,
     action_deadline_ms: 3_600_000,
+    in_progress_wait_ms: 2_000,
+    wait_poll_ms: 25,
 };
 
 fn details<'a>(

@@ -10,6 +10,18 @@ pub trait Clock: Send + Sync + std::fmt::Debug {
     fn now_ms(&self) -> i64;
 }
 
+/// Sleeps until `clock` reads `until` (Unix ms), as far as the clock said when the sleep
+/// began: the system clock gets there by itself; a manual clock moves only when a test moves
+/// it, so after this the caller reads the clock again and the rules decide on what it reads
+/// (a waiting pay looks at its key again, and waits on while the clock has not reached the
+/// machine's deadline).
+pub(crate) async fn sleep_until(clock: &dyn Clock, until: i64) {
+    let left = until.saturating_sub(clock.now_ms());
+    if let Ok(ms @ 1..) = u64::try_from(left) {
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+    }
+}
+
 /// The system clock.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SystemClock;

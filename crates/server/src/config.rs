@@ -379,10 +379,9 @@ pub enum Link {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub(crate) dev: bool,
-    /// Leases and retention, from the flags.
+    /// Leases, retention and the in-progress wait, from the flags.
     pub(crate) policy: payonce_rules::Policy,
     pub(crate) provider_timeout: Duration,
-    pub(crate) in_progress_wait: Duration,
     pub(crate) retry_after_secs: u64,
     /// Session tokens; `None`: `--no-session-tokens`.
     pub(crate) sessions: Option<std::sync::Arc<crate::auth::session::Sessions>>,
@@ -1021,9 +1020,9 @@ impl Config {
                 Duration::from_millis(args.reconcile_after_ms),
                 Duration::from_secs(args.audit_retention_days.saturating_mul(86_400)),
                 Duration::from_secs(args.action_deadline_secs),
+                Duration::from_millis(args.in_progress_wait_ms),
             ),
             provider_timeout: Duration::from_millis(args.provider_timeout_ms),
-            in_progress_wait: Duration::from_millis(args.in_progress_wait_ms),
             retry_after_secs: args.retry_after_secs,
             sessions,
             key_retention: Duration::from_secs(args.key_retention_secs),

@@ -43,12 +43,6 @@ use payonce_rules::ids::{AttemptId, IdSource, LeaseToken, PaymentId, RefundId};
 use payonce_rules::plan::{self, Claim, ClaimPlan, SettlePlan};
 use payonce_rules::policy::{next_customer_check, Bucket};
 use payonce_rules::{Processing, Record};
-use std::time::Duration;
-use tokio::time::Instant;
-
-/// How often a request waiting for its own key in flight looks again.
-const POLL: Duration = Duration::from_millis(25);
-
 /// Effects one flow may ask for: each turn of a request either ends or observes progress
 /// by someone else (a row appeared, a lease was taken, an attempt settled); the bound only
 /// guards against a livelock bug.
@@ -66,8 +60,9 @@ pub(crate) fn order_of(order: &OrderRow) -> flow::Order {
 }
 
 /// Rules 2 to 5 for one request, behind the Redis claim marker when Redis is on
-/// (src/replay/marker.rs). A key in flight is waited on for `--in-progress-wait-ms`. The
-/// answer, and where a replayed one came from.
+/// (src/replay/marker.rs). A key in flight is waited on for `--in-progress-wait-ms`, a
+/// deadline the machine keeps (`Policy::wait_ends`). The answer, and where a replayed one
+/// came from.
 ///
 /// `first`: the caller's record as read with the order (`Some(None)`: no record), used for
 /// the first decision instead of a second lookup; `None` to look it up here. A record read a
@@ -83,7 +78,6 @@ pub(crate) async fn run(
     req: &PayRequest,
     first: Option<Option<Record>>,
 ) -> (AppResult<Reply>, ReplaySource) {
-    let deadline = Instant::now() + state.config.in_progress_wait;
     let request = flow::Request {
         user: user.to_owned(),
         key: key.clone(),
@@ -94,13 +88,10 @@ pub(crate) async fn run(
     let (order, policy) = (order_of(order), state.policy);
     let m = match &state.redis {
         Some(_) => ServerPay::pay_marked(request, order, first, policy),
-        None => {
-            let (now, may_wait) = (state.clock.now_ms(), Instant::now() < deadline);
-            ServerPay::pay(request, order, first, now, may_wait, policy)
-        }
+        None => ServerPay::pay(request, order, first, state.clock.now_ms(), policy),
     };
     let mut m = configured(state, m);
-    let reply = match drive(state, &mut m, Some(deadline), None).await {
+    let reply = match drive(state, &mut m, None).await {
         Ok(end) => reply(state, user, key, end).await,
         Err(e) => Err(e),
     };
@@ -168,7 +159,7 @@ pub(crate) async fn abandoned(
 ) -> AppResult<End> {
     let m = ServerPay::abandoned(row, order_of(order), worker, state.policy);
     let point = outbox.then_some(Failpoint::Outbox);
-    interpret(state, m, None, point).await
+    interpret(state, m, point).await
 }
 
 /// A customer's cancel of `row` while its payment may wait for them (src/ops/cancel.rs): the
@@ -181,7 +172,7 @@ pub(crate) async fn cancel_waiting(
     user: &str,
 ) -> AppResult<End> {
     let m = ServerPay::cancel(row, order_of(order), user, state.policy);
-    interpret(state, m, None, None).await
+    interpret(state, m, None).await
 }
 
 /// The machines' new ids (the refund machine's too, src/ops/refunds.rs), minted by the state's
@@ -203,15 +194,14 @@ impl flow::Ids for Fresh<'_> {
     }
 }
 
-/// Performs `m`'s effects until it ends. `deadline`: how long a request may wait on a key
-/// in flight; `taken`: the failpoint right after a take-over (the outbox worker's).
+/// Performs `m`'s effects until it ends. `taken`: the failpoint right after a take-over (the
+/// outbox worker's).
 pub(crate) async fn interpret(
     state: &AppState,
     m: ServerPay,
-    deadline: Option<Instant>,
     taken: Option<Failpoint>,
 ) -> AppResult<End> {
-    drive(state, &mut configured(state, m), deadline, taken).await
+    drive(state, &mut configured(state, m), taken).await
 }
 
 /// `m` as this server runs it: its provider's phases, and a flaw only a dev build sets.
@@ -222,14 +212,9 @@ fn configured(state: &AppState, m: ServerPay) -> ServerPay {
 
 /// [`interpret`] on a machine the caller keeps. A flow stopped by an error (the store
 /// failed) still deletes the claim marker it set, so duplicates need not wait it out.
-async fn drive(
-    state: &AppState,
-    m: &mut ServerPay,
-    deadline: Option<Instant>,
-    taken: Option<Failpoint>,
-) -> AppResult<End> {
+async fn drive(state: &AppState, m: &mut ServerPay, taken: Option<Failpoint>) -> AppResult<End> {
     let own = state.redis.as_ref().map(|_| marker::new_marker());
-    let r = steps(state, m, deadline, taken, own.as_deref()).await;
+    let r = steps(state, m, taken, own.as_deref()).await;
     if let (Err(_), Some((user, key)), Some(redis), Some(own)) =
         (&r, m.marker_held(), &state.redis, &own)
     {
@@ -241,11 +226,9 @@ async fn drive(
 async fn steps(
     state: &AppState,
     m: &mut ServerPay,
-    deadline: Option<Instant>,
     taken: Option<Failpoint>,
     own: Option<&str>,
 ) -> AppResult<End> {
-    let may_wait = || deadline.is_some_and(|d| Instant::now() < d);
     for _ in 0..MAX_EFFECTS {
         match m.poll(state.clock.now_ms(), &mut Fresh(&*state.ids)) {
             Effect::Mark { user, key } => {
@@ -253,17 +236,17 @@ async fn steps(
                     (Some(redis), Some(own)) => marker::mark(redis, state, user, key, own).await,
                     _ => Marked::Failed,
                 };
-                if let Some(verdict) = m.on_marked(seen, state.clock.now_ms(), may_wait()) {
+                if let Some(verdict) = m.on_marked(seen, state.clock.now_ms()) {
                     marker::count(verdict);
                 }
             }
-            Effect::MarkWait { user, key } => {
-                tokio::time::sleep(marker::POLL).await;
+            Effect::MarkWait { user, key, until } => {
+                crate::clock::sleep_until(&*state.clock, until).await;
                 let seen = match &state.redis {
                     Some(redis) => marker::look(redis, user, key).await,
                     None => Marked::Failed,
                 };
-                if let Some(verdict) = m.on_marked(seen, state.clock.now_ms(), may_wait()) {
+                if let Some(verdict) = m.on_marked(seen, state.clock.now_ms()) {
                     marker::count(verdict);
                 }
             }
@@ -276,10 +259,12 @@ async fn steps(
             Effect::Done(end) => return Ok(end.clone()),
             Effect::ReadKey { user, key } => {
                 let record = db::find(state.store.pool(), user, key.as_str()).await?;
-                m.on_record(record, state.clock.now_ms(), may_wait());
+                m.on_record(record, state.clock.now_ms());
             }
-            Effect::Wait => {
-                tokio::time::sleep(POLL).await;
+            Effect::Wait { until } => {
+                // Until the machine's next look: the record is read again then, so a key
+                // settled meanwhile ends the wait, and the machine's deadline bounds it.
+                crate::clock::sleep_until(&*state.clock, until).await;
                 m.on_waited();
             }
             Effect::Claim { plan, key, now } => {
@@ -478,7 +463,7 @@ pub(crate) async fn settle_from_webhook(
     // A token nobody holds: this path never releases or takes a lease.
     let token = LeaseToken::mint(&*state.ids).into();
     let m = ServerPay::webhook(record, order_of(order), token, state.policy);
-    Ok(match interpret(state, m, None, None).await? {
+    Ok(match interpret(state, m, None).await? {
         End::Unconfirmed => None,
         End::Skipped => Some(false),
         _ => Some(true),

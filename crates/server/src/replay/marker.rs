@@ -28,10 +28,6 @@ use crate::state::AppState;
 use payonce_protocol::IdempotencyKey;
 use payonce_rules::flow::{Marked, MarkerVerdict, Unmark};
 use payonce_rules::Record;
-use std::time::Duration;
-
-/// How often a request waiting on another request's marker looks again.
-pub(crate) const POLL: Duration = Duration::from_millis(25);
 
 /// Compare-and-delete: removes the key only if it still holds our marker.
 const RELEASE_SCRIPT: &str =
