@@ -178,6 +178,7 @@ on_both_backends!(
     an_abandoned_challenge_expires_at_its_deadline_and_frees_the_order,
     a_cancel_ends_a_challenge_the_customer_left,
     ids_come_from_the_injected_source,
+    a_wait_on_a_key_in_flight_ends_at_the_clocks_deadline,
 );
 
 /// Every id is minted by the state's id source (`src/ids.rs`), injected like the clock: with
@@ -753,6 +754,62 @@ async fn a_crashed_lease_is_taken_over_when_the_clock_passes_it(backend: Backend
     );
     assert_eq!(r.json()["payment"]["chargeId"], charges[0]["id"]);
     assert_eq!(second.order_status(&t, &id).await, OrderStatus::Paid);
+}
+
+/// The in-progress wait is timed by the pay machine on the injected clock, not by the
+/// shell's own: a duplicate of a key in flight, with a wait of 30 s, answers 409
+/// `IN_PROGRESS` as soon as the test moves the clock past its deadline, while its twin's
+/// slow charge (4 s) is still at the provider; the twin then settles with the one charge.
+async fn a_wait_on_a_key_in_flight_ends_at_the_clocks_deadline(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let provider = provider().await;
+    let flags = [
+        "--provider-timeout-ms",
+        "5000",
+        "--lease-ms",
+        "86400000",
+        "--in-progress-wait-ms",
+        "30000",
+    ];
+    let s = InProc::start(&db, &provider, &flags).await;
+    let t = s.session("alice").await;
+    let id = s.order(&t).await;
+    let k = key();
+    let first = s.pay(&t, &id, Some(&k), 1, "pm_card_slow");
+    let twin = async {
+        // The first request holds the key once its charge is at the provider.
+        wait_for(
+            "the slow charge at the provider",
+            Duration::from_secs(3),
+            || async { (!s.ledger(&id).await.is_empty()).then_some(()) },
+        )
+        .await;
+        let twin = s.pay(&t, &id, Some(&k), 1, "pm_card_slow");
+        // Past any deadline the twin may have fixed: a minute per turn, each turn a look.
+        let clock = async {
+            for _ in 0..1_000 {
+                s.advance(Duration::from_secs(60));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::select! {
+            r = twin => Some(r),
+            () = clock => None,
+        }
+    };
+    let (first, twin) = tokio::join!(first, twin);
+    let twin = twin.expect("the twin answered");
+    assert_eq!(
+        (twin.status, twin.code()),
+        (409, ErrorCode::InProgress),
+        "{}",
+        twin.text()
+    );
+    assert_eq!(first.status, 200, "{}", first.text());
+    assert_eq!(s.ledger(&id).await.len(), 1, "one charge");
+    assert_eq!(s.order_status(&t, &id).await, OrderStatus::Paid);
 }
 
 /// The client gives up after a 202 and never retries: the outbox worker finds the abandoned
