@@ -461,10 +461,10 @@ impl Store {
     /// PostgreSQL in a transaction of the pool, whose row locks and unique indexes serialize
     /// the conflicting statements themselves.
     ///
-    /// Every write of the server is a plan of `store/` ([`Store::transact`], [`Store::run`]);
-    /// the layout test (tests/blackbox/layout.rs) names the few callers outside this folder
-    /// and fails on any other.
-    pub(crate) async fn write<T, E, F>(&self, f: F) -> Result<T, E>
+    /// Every write of the server is a plan of `store/` ([`Store::transact`], [`Store::run`]):
+    /// private to this folder, and the layout test (tests/blackbox/layout.rs) fails on a
+    /// write transaction opened anywhere else.
+    pub(in crate::store) async fn write<T, E, F>(&self, f: F) -> Result<T, E>
     where
         F: AsyncFnOnce(&mut AnyConnection) -> Result<T, E> + Send + 'static,
         T: Send + 'static,
