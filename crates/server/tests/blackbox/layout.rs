@@ -219,7 +219,6 @@ const CLIMBS: &[(&str, &str)] = &[
     ("http::pay", "dev"),
     ("ops::jobs", "dev"),
     ("ops::pay", "dev"),
-    ("ops::stripe_webhooks", "dev"),
     ("ops::webhooks", "dev"),
 ];
 
