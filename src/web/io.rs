@@ -14,8 +14,7 @@ use crate::core::error::{SdkError, TransportStep};
 use crate::web::value;
 use gloo_timers::callback::Timeout;
 use js_sys::{Array, Function, Promise, Reflect};
-use payonce_protocol::{ErrorCode, Payment, Problem};
-use serde::de::DeserializeOwned;
+use payonce_protocol::{ErrorCode, Problem};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
@@ -418,9 +417,11 @@ fn fetch_fn(t: &Transport) -> Option<Function> {
     })
 }
 
-/// An answer decoded, with what the app may want to see of it.
-pub(crate) struct Answer<T> {
-    pub reply: Reply<T>,
+/// An answer as received, with what the app may want to see of it.
+pub(crate) struct Answer {
+    /// The status and the JSON-decoded body (in `ok`, whatever the status): [`decode`] reads
+    /// it as the endpoint's answer.
+    pub reply: Reply<JsValue>,
     /// The body as received (JSON-decoded, or the text when it is not JSON; `undefined`
     /// without one): what an error shows the app.
     pub body: JsValue,
@@ -440,23 +441,17 @@ pub(crate) struct Seen {
     pub error: Option<String>,
 }
 
-/// POSTs JSON through the app's transport with a per-request timeout and the caller's abort,
-/// and decodes the answer: 2xx as `T`, anything else as a problem. Fails only on abort or when
-/// the app's `headers` or `fetch` failed ([`Unsent`]).
-pub(crate) async fn post<T: DeserializeOwned>(
-    call: Call<'_>,
-    abort: &Abort,
-) -> Result<Answer<T>, Unsent> {
-    let (raw, seen) = exchange(call, abort).await?;
-    let body = match &raw {
+/// POSTs JSON through the app's transport with a per-request timeout and the caller's abort.
+/// Fails only on abort or when the app's `headers` or `fetch` failed ([`Unsent`]). Not
+/// generic over the answer's type: one copy of the request in the module, read by the caller
+/// with [`decode`].
+pub(crate) async fn post(call: Call<'_>, abort: &Abort) -> Result<Answer, Unsent> {
+    let (reply, seen) = exchange(call, abort).await?;
+    let body = match &reply {
         Reply::Http { ok: Some(b), .. } => b.clone(),
         _ => JsValue::UNDEFINED,
     };
-    Ok(Answer {
-        reply: decode(raw),
-        body,
-        seen,
-    })
+    Ok(Answer { reply, body, seen })
 }
 
 /// A problem body. One whose `code` is missing or unknown is no problem at all (the status
@@ -477,7 +472,7 @@ fn problem(v: &JsValue) -> Option<Problem> {
     // The order's receipt on `ORDER_ALREADY_PAID` (a pay that another key paid).
     let payment = Some(value::get(v, "payment"))
         .filter(|p| p.is_object())
-        .and_then(|p| value::from_js::<Payment>(&p));
+        .and_then(|p| value::payment_in(&p));
     Some(Problem {
         type_uri: String::new(),
         title: String::new(),
@@ -493,22 +488,25 @@ fn problem(v: &JsValue) -> Option<Problem> {
     })
 }
 
-/// Decodes the body: 2xx as `T`, anything else as a problem.
-fn decode<T: DeserializeOwned>(raw: Reply<JsValue>) -> Reply<T> {
+/// Decodes the body: 2xx with `read` (the endpoint's answer, read member by member in
+/// [`value`]), anything else as a problem.
+pub(crate) fn decode<T>(raw: &Reply<JsValue>, read: fn(&JsValue) -> Option<T>) -> Reply<T> {
     match raw {
-        Reply::NoAnswer { timed_out } => Reply::NoAnswer { timed_out },
+        Reply::NoAnswer { timed_out } => Reply::NoAnswer {
+            timed_out: *timed_out,
+        },
         Reply::Http {
             status,
             retry_after,
             ok: body,
             ..
         } => {
-            let success = (200..300).contains(&status);
+            let success = (200..300).contains(status);
             let body = body.as_ref();
             Reply::Http {
-                status,
-                retry_after,
-                ok: body.filter(|_| success).and_then(value::from_js),
+                status: *status,
+                retry_after: retry_after.clone(),
+                ok: body.filter(|_| success).and_then(read),
                 problem: body.filter(|_| !success).and_then(problem),
             }
         }

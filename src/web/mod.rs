@@ -29,7 +29,7 @@ pub use error::PayonceError;
 use io::{Abort, Call};
 use js_sys::{Function, Promise, Reflect};
 use payonce_protocol::body::{paths, DevFault};
-use payonce_protocol::{headers, CheckoutSnapshot, IdempotencyKey, PayResponse};
+use payonce_protocol::{headers, CheckoutSnapshot, IdempotencyKey};
 use std::cell::RefCell;
 use std::rc::Rc;
 use store::Store;
@@ -500,7 +500,7 @@ impl Observer {
 
     /// `{ type: "answer", ..., status?, retryAfter?, serverRequestId?, timedOut?, failure?,
     /// error?, replayed, problemCode?, elapsedMs }`.
-    fn answer<T>(&self, r: &Req, answer: &io::Answer<T>, elapsed_ms: f64) {
+    fn answer(&self, r: &Req, answer: &io::Answer, elapsed_ms: f64) {
         let text = |v: Option<&str>| v.map_or(JsValue::UNDEFINED, JsValue::from);
         let none = JsValue::UNDEFINED;
         let (status, retry_after, timed_out, failure) = match &answer.reply {
@@ -1139,43 +1139,29 @@ async fn pay(inner: &Inner, checkout: CheckoutSnapshot, call: PayCall) -> Result
                 });
             }
             Effect::Send { attempt } => {
-                let key_str = flow.attempt().key.as_str().to_owned();
-                let request_id = io::random_uuid().unwrap_or_default();
-                let req = Req {
-                    endpoint: "pay",
-                    order_id: &order_id,
-                    key: &key_str,
-                    attempt,
-                    id: &request_id,
-                };
-                let key = (headers::IDEMPOTENCY_KEY, key_str.as_str());
+                let key = flow.attempt().key.as_str().to_owned();
+                let idem = (headers::IDEMPOTENCY_KEY, key.as_str());
                 let fault = call.dev_fault.filter(|_| attempt == 1);
                 let with_fault;
                 let hdrs: &[(&str, &str)] = match fault {
                     Some(f) => {
-                        with_fault = [key, (headers::DEV_FAULT, f.as_str())];
+                        with_fault = [idem, (headers::DEV_FAULT, f.as_str())];
                         &with_fault
                     }
-                    None => std::slice::from_ref(&key),
+                    None => std::slice::from_ref(&idem),
                 };
-                let sent_at = js_sys::Date::now();
-                let posted = io::post(
-                    Call {
-                        url: &pay_url,
-                        headers: hdrs,
-                        body: &body,
-                        timeout_ms: inner.request_timeout_ms,
-                        transport: &inner.transport,
-                        request_id: &request_id,
-                        leaving: &|| inner.observer.request(&req, &pay_url),
-                    },
-                    &call.abort,
-                )
-                .await;
-                let answer = match posted {
+                let out = Out {
+                    endpoint: "pay",
+                    order_id: &order_id,
+                    key: &key,
+                    attempt,
+                    url: &pay_url,
+                    headers: hdrs,
+                    body: &body,
+                };
+                let answer = match send(inner, &out, &call.abort).await {
                     Ok(answer) => answer,
                     Err(unsent) => {
-                        inner.observer.request_failed(&req, &unsent);
                         let SdkError::TransportFailed(step) = unsent.error else {
                             return Err(unsent.into_js());
                         };
@@ -1185,11 +1171,9 @@ async fn pay(inner: &Inner, checkout: CheckoutSnapshot, call: PayCall) -> Result
                         continue;
                     }
                 };
-                let now = js_sys::Date::now();
-                inner.observer.answer(&req, &answer, now - sent_at);
                 let mut budget = inner.budget.borrow_mut();
                 flow.on_answer(
-                    &answer.reply,
+                    &io::decode(&answer.reply, value::pay_response),
                     answer.seen.replayed,
                     js_sys::Date::now(),
                     &mut budget,
@@ -1305,35 +1289,20 @@ async fn confirm_receipt(
 ) -> Result<Option<JsValue>, io::Unsent> {
     let order_id = &r.snapshot.order_id;
     let key = r.key.as_str();
-    let request_id = io::random_uuid().unwrap_or_default();
-    let req = Req {
+    let body = value::pay_body(&r.snapshot);
+    let out = Out {
         endpoint: "pay",
         order_id,
         key,
         attempt: 1,
-        id: &request_id,
+        url,
+        headers: &[(headers::IDEMPOTENCY_KEY, key)],
+        body: &body,
     };
-    let sent_at = js_sys::Date::now();
-    let body = value::pay_body(&r.snapshot);
-    let answer = io::post::<PayResponse>(
-        Call {
-            url,
-            headers: &[(headers::IDEMPOTENCY_KEY, key)],
-            body: &body,
-            timeout_ms: inner.request_timeout_ms,
-            transport: &inner.transport,
-            request_id: &request_id,
-            leaving: &|| inner.observer.request(&req, url),
-        },
-        abort,
-    )
-    .await
-    .inspect_err(|unsent| inner.observer.request_failed(&req, unsent))?;
-    inner
-        .observer
-        .answer(&req, &answer, js_sys::Date::now() - sent_at);
+    let answer = send(inner, &out, abort).await?;
+    let reply = io::decode(&answer.reply, value::pay_response);
     // Another call's payment (another tab's, or an earlier call's): this call charged nothing.
-    let paid = receipt::confirmed(classify_pay_for(&answer.reply, order_id)).map(|payment| {
+    let paid = receipt::confirmed(classify_pay_for(&reply, order_id)).map(|payment| {
         outcome_js(&Final::Paid {
             payment,
             by_this_attempt: false,
@@ -1343,6 +1312,53 @@ async fn confirm_receipt(
         inner.observer.outcome(order_id, Some(key), &Ok(v.clone()));
     }
     Ok(paid)
+}
+
+/// One request to send: what the events say of it, and what goes on the wire.
+struct Out<'a> {
+    endpoint: &'a str,
+    order_id: &'a str,
+    key: &'a str,
+    /// How many requests the call has sent, this one included.
+    attempt: u32,
+    url: &'a str,
+    headers: &'a [(&'a str, &'a str)],
+    body: &'a str,
+}
+
+/// Sends one request with its events (`request`, then `answer` or `requestFailed`). The pay
+/// loop, a receipt's confirmation and a cancel all send through here: one copy of the
+/// request's future in the module instead of one inlined into each caller (docs/size.md).
+async fn send(inner: &Inner, out: &Out<'_>, abort: &Abort) -> Result<io::Answer, io::Unsent> {
+    let request_id = io::random_uuid().unwrap_or_default();
+    let req = Req {
+        endpoint: out.endpoint,
+        order_id: out.order_id,
+        key: out.key,
+        attempt: out.attempt,
+        id: &request_id,
+    };
+    let sent_at = js_sys::Date::now();
+    let posted = io::post(
+        Call {
+            url: out.url,
+            headers: out.headers,
+            body: out.body,
+            timeout_ms: inner.request_timeout_ms,
+            transport: &inner.transport,
+            request_id: &request_id,
+            leaving: &|| inner.observer.request(&req, out.url),
+        },
+        abort,
+    )
+    .await;
+    match &posted {
+        Ok(answer) => inner
+            .observer
+            .answer(&req, answer, js_sys::Date::now() - sent_at),
+        Err(unsent) => inner.observer.request_failed(&req, unsent),
+    }
+    posted
 }
 
 /// Path segments are percent-encoded: an order id is data, never path syntax.
@@ -1365,40 +1381,18 @@ async fn cancel(inner: &Inner, order_id: &str) -> CancelOutcome {
     };
     // `CancelRequest`'s JSON.
     let body = value::json(&value::object(&[("key", &key.as_str().into())]));
-    let no_abort = Abort::new(None);
-    let request_id = io::random_uuid().unwrap_or_default();
-    let req = Req {
+    let out = Out {
         endpoint: "cancel",
         order_id,
         key: key.as_str(),
         attempt: 1,
-        id: &request_id,
+        url: &url,
+        headers: &[],
+        body: &body,
     };
-    let sent_at = js_sys::Date::now();
-    let reply = io::post(
-        Call {
-            url: &url,
-            headers: &[],
-            body: &body,
-            timeout_ms: inner.request_timeout_ms,
-            transport: &inner.transport,
-            request_id: &request_id,
-            leaving: &|| inner.observer.request(&req, &url),
-        },
-        &no_abort,
-    )
-    .await;
-    let outcome = match reply {
-        Ok(answer) => {
-            inner
-                .observer
-                .answer(&req, &answer, js_sys::Date::now() - sent_at);
-            classify_cancel(&answer.reply)
-        }
-        Err(unsent) => {
-            inner.observer.request_failed(&req, &unsent);
-            CancelOutcome::Unknown
-        }
+    let outcome = match send(inner, &out, &Abort::new(None)).await {
+        Ok(answer) => classify_cancel(&io::decode(&answer.reply, value::cancel_response)),
+        Err(_) => CancelOutcome::Unknown,
     };
     if outcome.removes_key() {
         inner.store.remove(order_id, Some(&key));

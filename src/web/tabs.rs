@@ -23,7 +23,7 @@
 use crate::core::receipt::{Claim, Receipt};
 use crate::web::value;
 use js_sys::Function;
-use payonce_protocol::{CheckoutSnapshot, IdempotencyKey, Payment};
+use payonce_protocol::{CheckoutSnapshot, IdempotencyKey};
 use std::cell::{Cell, RefCell};
 use wasm_bindgen::prelude::*;
 use web_sys::{BroadcastChannel, MessageEvent};
@@ -72,7 +72,7 @@ pub(crate) fn claim_in(names: &[String], base_url: &str, order_id: &str) -> Opti
 fn read_receipt(v: &JsValue) -> Option<Receipt> {
     let (base_url, key, snapshot) = read_attempt(v)?;
     let payment = value::get(v, "payment");
-    let payment = value::from_js::<Payment>(&payment).filter(|_| payment.is_object())?;
+    let payment = value::payment_in(&payment)?;
     Some(Receipt {
         base_url,
         key,

@@ -15,7 +15,9 @@
 //! check of what the app passes in (options, checkouts), naming the member and the value.
 
 use js_sys::{Object, Reflect, JSON};
-use payonce_protocol::{CheckoutSnapshot, Extras};
+use payonce_protocol::{
+    AttemptStatus, CancelResponse, CheckoutSnapshot, Extras, PayResponse, Payment,
+};
 use serde::de::DeserializeOwned;
 use wasm_bindgen::{JsCast, JsValue};
 
@@ -72,6 +74,62 @@ pub(crate) fn get(o: &JsValue, k: &str) -> JsValue {
         return JsValue::UNDEFINED;
     }
     Reflect::get(o, &JsValue::from_str(k)).unwrap_or(JsValue::UNDEFINED)
+}
+
+/// `o[k]` when it is a string.
+fn text(o: &JsValue, k: &str) -> Option<String> {
+    get(o, k).as_string()
+}
+
+/// `o[k]` as an [`AttemptStatus`] (its wire spelling).
+fn status(o: &JsValue, k: &str) -> Option<AttemptStatus> {
+    AttemptStatus::parse(&text(o, k)?)
+}
+
+/// A [`Payment`] from a server's answer, member by member (what its serde derive accepts:
+/// every member, `amount` an integer); `None` when it does not fit. The answers are read by
+/// hand, not through serde-wasm-bindgen: each derive read there brought its own struct visitor
+/// and field seeds into the module (docs/size.md).
+pub(crate) fn payment_in(v: &JsValue) -> Option<Payment> {
+    let amount = get(v, "amount")
+        .as_f64()
+        .filter(|n| n.fract() == 0.0 && n.abs() <= MAX_SAFE)?;
+    Some(Payment {
+        id: text(v, "id")?,
+        order_id: text(v, "orderId")?,
+        amount: amount as i64,
+        currency: text(v, "currency")?,
+        payment_method_id: text(v, "paymentMethodId")?,
+        charge_id: text(v, "chargeId")?,
+        status: status(v, "status")?,
+    })
+}
+
+/// `v.payment`: `Some(None)` when absent (`undefined` or `null`), `None` when present and not
+/// a [`Payment`] (the answer does not fit).
+fn optional_payment(v: &JsValue) -> Option<Option<Payment>> {
+    let p = get(v, "payment");
+    if p.is_undefined() || p.is_null() {
+        return Some(None);
+    }
+    payment_in(&p).map(Some)
+}
+
+/// A pay answer's 2xx body ([`PayResponse`]).
+pub(crate) fn pay_response(v: &JsValue) -> Option<PayResponse> {
+    Some(PayResponse {
+        status: status(v, "status")?,
+        order_id: text(v, "orderId")?,
+        payment: optional_payment(v)?,
+    })
+}
+
+/// A cancel answer's 2xx body ([`CancelResponse`]).
+pub(crate) fn cancel_response(v: &JsValue) -> Option<CancelResponse> {
+    Some(CancelResponse {
+        status: status(v, "status")?,
+        payment: optional_payment(v)?,
+    })
 }
 
 /// A `Payment` as the app reads it (the `Payment` interface; the members of its serde
