@@ -50,8 +50,9 @@
 //! - Storage that throws moves attempts to memory (`storageMode === "memory"`, warning
 //!   `STORAGE_UNAVAILABLE`); unresolved attempts still block other details on this page.
 //! - The foundations: wasm-bindgen, web-sys and js-sys for the browser,
-//!   serde with serde-wasm-bindgen reading checkouts and answers at the JS boundary
-//!   (`web::value`; what the SDK writes is built member by member), uuid (v4 keys built from
+//!   serde with serde-wasm-bindgen reading checkout snapshots at the JS boundary
+//!   (`web::value`; the server's answers are read, and what the SDK writes is built, member
+//!   by member), uuid (v4 keys built from
 //!   `crypto.getRandomValues` bytes, no features) for idempotency keys, gloo-timers for
 //!   every timer and wait. JSON text goes through the browser's `JSON` (no serde_json in the
 //!   module). The wasm32 allocator is talc, not the default dlmalloc (2.6 KB gzip smaller,

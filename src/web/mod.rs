@@ -7,7 +7,7 @@
 //! - [`store`]: sessionStorage / memory entries.
 //! - [`io`]: fetch with timeout, abortable waits, `online`, Web Locks, all as JS promises.
 //! - [`tabs`]: BroadcastChannel receipts and duplicate-tab detection.
-//! - [`value`]: JS values in and out (serde-wasm-bindgen reads checkouts and answers; the rest
+//! - [`value`]: JS values in and out (serde-wasm-bindgen reads checkout snapshots; the rest
 //!   is read and built member by member).
 
 mod error;

@@ -1,8 +1,9 @@
-//! JavaScript values in and out (the one JS boundary). Read with serde derives through
-//! serde-wasm-bindgen ([`from_js`]): the checkouts, the pay and cancel answers, payments and
-//! checkout snapshots (the wire types of `payonce_protocol`). Everything else is read member
-//! by member ([`get`], [`member`]: the client options, problems, tab messages, claims,
-//! receipts and stored attempts), and everything the SDK writes is built member by member
+//! JavaScript values in and out (the one JS boundary). One type is read with its serde derive
+//! through serde-wasm-bindgen ([`from_js`]): the checkout snapshot (the app's checkout, and
+//! the one inside stored attempts, claims and receipts). Everything else is read member by
+//! member ([`get`], [`member`]: the client options, the server's answers and problems
+//! ([`pay_response`], [`cancel_response`], [`payment_in`]), tab messages, claims, receipts
+//! and stored attempts), and everything the SDK writes is built member by member
 //! ([`object_owned`], [`snapshot`], [`payment`], [`pay_body`]) in the shape of the types' serde
 //! derives: each derive crossing the boundary cost its own serializer or visitor in the module
 //! (docs/size.md). JSON text goes through the browser's `JSON`.
