@@ -93,7 +93,8 @@ pub(crate) fn decimal(mut n: u64) -> String {
             break;
         }
     }
-    digits[at..].iter().map(|&d| char::from(d)).collect()
+    // `skip`, not `digits[at..]`: a slice index links its panic and the message's formatting.
+    digits.iter().skip(at).map(|&d| char::from(d)).collect()
 }
 
 impl SdkError {

@@ -155,6 +155,8 @@ struct Tabs {
     next_token: Cell<u32>,
 }
 
+// Read with `try_with`, never `with`: `with`'s panic formats an `AccessError` with `Debug`
+// (docs/size.md). On wasm32 the access cannot fail; the fallbacks are never used.
 thread_local! {
     static PAID: RefCell<Vec<Receipt>> = const { RefCell::new(Vec::new()) };
     static TABS: Tabs = const {
@@ -177,7 +179,7 @@ impl Tabs {
         };
         let on_message = Closure::<dyn Fn(MessageEvent)>::new(|e: MessageEvent| {
             if let Some(m) = Message::from_js(&e.data()) {
-                TABS.with(|t| t.receive(m));
+                let _ = TABS.try_with(|t| t.receive(m));
             }
         });
         ch.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
@@ -262,7 +264,7 @@ fn new_tab_id() -> Option<String> {
 /// Joins the page-wide tab coordination (opening the channel for the first client);
 /// `on_warning` hears `DUPLICATED_TAB`. The token is for [`leave`].
 pub(crate) fn join(on_warning: Option<Function>) -> u32 {
-    TABS.with(|t| {
+    TABS.try_with(|t| {
         let token = t.next_token.get();
         t.next_token.set(token.wrapping_add(1));
         t.clients.set(t.clients.get() + 1);
@@ -280,11 +282,12 @@ pub(crate) fn join(on_warning: Option<Function>) -> u32 {
         }
         token
     })
+    .unwrap_or_default()
 }
 
 /// A client is gone (`free()`): forget its listener, and close the channel with the last one.
 pub(crate) fn leave(token: u32) {
-    TABS.with(|t| {
+    let _ = TABS.try_with(|t| {
         t.listeners.borrow_mut().retain(|(k, _)| *k != token);
         let left = t.clients.get().saturating_sub(1);
         t.clients.set(left);
@@ -296,11 +299,11 @@ pub(crate) fn leave(token: u32) {
 
 /// True once this tab was found to be a duplicate.
 pub(crate) fn duplicated() -> bool {
-    TABS.with(|t| t.duplicated.get())
+    TABS.try_with(|t| t.duplicated.get()).unwrap_or_default()
 }
 
 fn remember_paid(r: Receipt) {
-    PAID.with(|p| {
+    let _ = PAID.try_with(|p| {
         let mut p = p.borrow_mut();
         p.retain(|o| {
             !(o.base_url == r.base_url
@@ -313,7 +316,7 @@ fn remember_paid(r: Receipt) {
 
 /// Records a payment made here and tells the other tabs.
 pub(crate) fn announce_paid(receipt: Receipt) {
-    TABS.with(|t| {
+    let _ = TABS.try_with(|t| {
         t.send(&Message {
             t: Kind::Paid,
             tab: None,
@@ -326,16 +329,18 @@ pub(crate) fn announce_paid(receipt: Receipt) {
 /// The latest hint that `checkout` was paid through `base_url` (this page or another tab), if
 /// one applies. A hint: the caller confirms it with the server.
 pub(crate) fn receipt(base_url: &str, checkout: &CheckoutSnapshot) -> Option<Receipt> {
-    PAID.with(|p| {
+    PAID.try_with(|p| {
         p.borrow()
             .iter()
             .rev()
             .find(|r| r.applies_to(base_url, checkout))
             .cloned()
     })
+    .ok()
+    .flatten()
 }
 
 /// Forgets every receipt (logout).
 pub(crate) fn forget_all() {
-    PAID.with(|p| p.borrow_mut().clear());
+    let _ = PAID.try_with(|p| p.borrow_mut().clear());
 }
