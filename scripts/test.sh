@@ -23,7 +23,7 @@ ci() { [ "${CI:-}" = true ]; }
 locked=(); ci && locked=(--locked)
 
 all_suites=(bootstrap services fmt rules-pure clippy clippy-wasm cargo-test prod-build cors-browser
-  model chaos conformance sdk-browser build-pkg smoke size ts-check fixtures www-e2e)
+  model chaos rolling-upgrade conformance sdk-browser build-pkg smoke size ts-check fixtures www-e2e)
 case "${1:-}" in
   --list) printf '%s\n' "${all_suites[@]}"; exit 0 ;;
   -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -35,7 +35,7 @@ for name in "$@"; do
   selected+=("$name")
   case $name in
     smoke|size|ts-check|fixtures|www-e2e) selected+=(build-pkg) ;;
-    cargo-test|model|chaos|conformance) selected+=(services) ;;
+    cargo-test|model|chaos|rolling-upgrade|conformance) selected+=(services) ;;
   esac
 done
 wanted() { # wanted NAME: true when NAME runs (every suite, unless some were named)
@@ -164,6 +164,16 @@ chaos_stripe() {
   fi
   "${CARGO_TARGET_DIR:-target}/debug/payonce-chaos" --provider stripe --seed 1 --intents 200
 }
+rolling_upgrade() {
+  # The previous release (built from git, cached under target/rolling/) and this one serve one
+  # PostgreSQL database at once, through this release's migration (scripts/rolling-upgrade.sh).
+  if ! { pg_up && redis_up; }; then
+    ci && { echo "rolling-upgrade: ERROR: PostgreSQL and Redis are needed and CI=true" >&2; return 1; }
+    echo "rolling-upgrade: PostgreSQL or Redis not reachable; skipped (CI=true fails instead)" >&2
+    return 77
+  fi
+  bash scripts/rolling-upgrade.sh
+}
 www_e2e() {
   # Contract with www/: its package.json has an `e2e` script that runs www/e2e.
   node -e 'process.exit(require("./www/package.json").scripts?.e2e ? 0 : 1)' 2>/dev/null \
@@ -191,16 +201,19 @@ model_check() {
     cargo run "${locked[@]}" --profile model -q -p payonce-model
 }
 suite model model_check
-if wanted chaos; then
-  printf '\n=== suite chaos\n'
-  t_chaos=$SECONDS
-  chaos; rc=$?
+skippable_suite() { # skippable_suite NAME FUNCTION: as suite, and exit status 77 is "skipped"
+  local name=$1 t0=$SECONDS rc
+  wanted "$name" || return 0
+  printf '\n=== suite %s\n' "$name"
+  "$2"; rc=$?
   case $rc in
-    0) summary+=("suite chaos: ok ($((SECONDS - t_chaos)) s)") ;;
-    77) note chaos "SKIPPED (PostgreSQL/Redis not reachable; CI=true fails instead)" ;;
-    *) summary+=("suite chaos: FAILED ($((SECONDS - t_chaos)) s)"); failed=1 ;;
+    0) summary+=("suite $name: ok ($((SECONDS - t0)) s)") ;;
+    77) note "$name" "SKIPPED (PostgreSQL/Redis not reachable; CI=true fails instead)" ;;
+    *) summary+=("suite $name: FAILED ($((SECONDS - t0)) s)"); failed=1 ;;
   esac
-fi
+}
+skippable_suite chaos chaos
+skippable_suite rolling-upgrade rolling_upgrade
 # payonce-conformance against examples/express and the companion server (SQLite; PostgreSQL
 # with three instances): every rule of docs/protocol.md must pass on each.
 suite conformance bash scripts/conformance.sh

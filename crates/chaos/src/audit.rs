@@ -18,6 +18,12 @@
 //!   duplicates than process crashes (a duplicate is a crash between the relay's 250 and
 //!   the commit, sent again with the same `Message-ID`);
 //! - **stock**: per SKU, stock taken ≠ quantities in paid orders, or stock below zero.
+//!
+//! With `--upgrade-from` (main.rs adds them, see [`Report::add_upgrade`]), also:
+//! - **server error**: an answer of 500 or more that is not a 503 with `Retry-After`;
+//! - **upgrade**: a step of the rolling upgrade failed (this release's `migrate`, the
+//!   previous release restarting on the migrated schema, a replacement starting), or an
+//!   instance exited by itself.
 
 use crate::customer::{Intent, View};
 use crate::ChaosError;
@@ -247,6 +253,8 @@ pub(crate) enum Kind {
     ViewContradicted,
     Emails,
     Stock,
+    ServerError,
+    Upgrade,
 }
 
 /// The audit's figures and findings.
@@ -275,6 +283,8 @@ pub(crate) struct Report {
     /// Final views by what they showed.
     pub views: BTreeMap<String, usize>,
     pub violations: Vec<Violation>,
+    /// `--upgrade-from`: what the upgrade did (one line).
+    pub upgrade: Option<String>,
 }
 
 /// The attempt's audit trail says it was flagged for manual review at some point (the
@@ -545,6 +555,31 @@ pub(crate) fn audit(f: &Facts, intents: &[Intent]) -> Report {
 }
 
 impl Report {
+    /// `--upgrade-from`: its summary line, the server errors a client must never see and the
+    /// upgrade's failed steps, as violations.
+    pub(crate) fn add_upgrade(
+        &mut self,
+        summary: String,
+        bad_server_errors: Vec<String>,
+        failed_steps: Vec<String>,
+    ) {
+        self.upgrade = Some(summary);
+        for e in bad_server_errors {
+            self.violations.push(Violation {
+                kind: Kind::ServerError,
+                subject: "answer".into(),
+                detail: e,
+            });
+        }
+        for e in failed_steps {
+            self.violations.push(Violation {
+                kind: Kind::Upgrade,
+                subject: "upgrade".into(),
+                detail: e,
+            });
+        }
+    }
+
     pub(crate) fn clean(&self) -> bool {
         self.violations.is_empty()
     }
@@ -635,6 +670,17 @@ impl Report {
         );
         line("email errors", self.count(Kind::Emails).to_string());
         line("stock errors", self.count(Kind::Stock).to_string());
+        if let Some(u) = &self.upgrade {
+            line("upgrade", u.clone());
+            line(
+                "5xx other than 503 + Retry-After",
+                self.count(Kind::ServerError).to_string(),
+            );
+            line(
+                "upgrade steps failed",
+                self.count(Kind::Upgrade).to_string(),
+            );
+        }
         let views: Vec<String> = self.views.iter().map(|(k, n)| format!("{k} {n}")).collect();
         line("customer views (per tab)", views.join(", "));
         line(

@@ -30,6 +30,46 @@ pub(crate) struct ClusterConfig {
     pub seed: u64,
     /// `--provider stripe`: localstripe behind a fault proxy instead of the mock provider.
     pub stripe: Option<Arc<crate::stripe::StripeSide>>,
+    /// `--upgrade-from`: the previous release's payonce-server, which the instances start on.
+    pub upgrade_from: Option<PathBuf>,
+}
+
+/// `--upgrade-from`: the previous release and the long flags its `--help` lists (a flag it
+/// lacks is left off its command line, so a run can cross a release that added one).
+struct OldRelease {
+    bin: PathBuf,
+    flags: std::collections::HashSet<String>,
+}
+
+impl OldRelease {
+    fn probe(bin: PathBuf) -> Result<OldRelease, ChaosError> {
+        let out = std::process::Command::new(&bin)
+            .arg("--help")
+            .output()
+            .map_err(|e| ChaosError::Spawn(bin.display().to_string(), e))?;
+        let help = String::from_utf8_lossy(&out.stdout);
+        let flags = help
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+            .filter(|w| w.starts_with("--") && w.len() > 2)
+            .map(str::to_owned)
+            .collect();
+        Ok(OldRelease { bin, flags })
+    }
+
+    /// `args` without the flags (and their values) this release does not know.
+    fn known(&self, args: Vec<String>) -> Vec<String> {
+        let mut kept = Vec::with_capacity(args.len());
+        let mut skipping = false;
+        for a in args {
+            if a.starts_with("--") {
+                skipping = !self.flags.contains(&a);
+            }
+            if !skipping {
+                kept.push(a);
+            }
+        }
+        kept
+    }
 }
 
 /// Timings the instances run with: short enough that a run settles in seconds, in the same
@@ -70,6 +110,10 @@ struct Slot {
     armed: Option<&'static str>,
     /// Keep it down (between `kill` and `start` of the provider fault, or at the end).
     held: bool,
+    /// `--upgrade-from`: it runs (and restarts on) the previous release.
+    old: bool,
+    /// A stop the upgrade asked for: its exit is not a finding.
+    stopping: bool,
 }
 
 /// What the supervisor saw die.
@@ -83,6 +127,8 @@ pub(crate) struct Stats {
     pub crash_after_charge: u64,
     /// Other exits (must be 0: an instance that dies by itself is a finding).
     pub other_exits: Vec<String>,
+    /// Stops the upgrade asked for (an instance restarted, or replaced by the new release).
+    pub upgrade_stops: u64,
     /// Provider kills.
     pub provider_kills: u64,
     pub restarts: u64,
@@ -114,6 +160,11 @@ pub(crate) struct Cluster {
     lb_listener: Mutex<Option<TcpListener>>,
     rr: AtomicUsize,
     pub lb_connections: AtomicU64,
+    /// `--upgrade-from`: the previous release.
+    old: Option<OldRelease>,
+    /// `--upgrade-from`: connections the balancer gave to the previous release, to this one.
+    pub lb_to_old: AtomicU64,
+    pub lb_to_new: AtomicU64,
 }
 
 fn free_port() -> Result<u16, ChaosError> {
@@ -133,6 +184,10 @@ impl Cluster {
             .await
             .map_err(|e| ChaosError::Setup(e.to_string()))?;
         let (db_name, db_url) = (pg.name.clone(), pg.url.clone());
+        let old = match &cfg.upgrade_from {
+            Some(bin) => Some(OldRelease::probe(bin.clone())?),
+            None => None,
+        };
 
         // Redis: the run's own database index, empty at the start.
         payonce_testkit::redis::flushed(&cfg.redis_url, Duration::from_secs(5))
@@ -150,7 +205,7 @@ impl Cluster {
         );
         let lb = TcpListener::bind("127.0.0.1:0").await?;
         let lb_port = lb.local_addr()?.port();
-        let slot = |name: String, port| {
+        let slot = |name: String, port, old: bool| {
             Mutex::new(Slot {
                 name,
                 port,
@@ -159,11 +214,13 @@ impl Cluster {
                 next_failpoint: None,
                 armed: None,
                 held: false,
+                old,
+                stopping: false,
             })
         };
         let mut instances = Vec::new();
         for i in 0..cfg.instances {
-            instances.push(slot(format!("api{i}"), free_port()?));
+            instances.push(slot(format!("api{i}"), free_port()?, old.is_some()));
         }
         let provider_port = free_port()?;
         let sink = payonce_testkit::smtp::SmtpSink::start()
@@ -190,7 +247,7 @@ impl Cluster {
             secret: format!("chaos-session-secret-{id}"),
             webhook_chaos,
             instances,
-            provider: slot("provider".into(), provider_port),
+            provider: slot("provider".into(), provider_port, false),
             stats: Mutex::new(Stats::default()),
             stop: AtomicBool::new(false),
             supervisor: Mutex::new(None),
@@ -198,6 +255,9 @@ impl Cluster {
             lb_listener: Mutex::new(Some(lb)),
             rr: AtomicUsize::new(0),
             lb_connections: AtomicU64::new(0),
+            old,
+            lb_to_old: AtomicU64::new(0),
+            lb_to_new: AtomicU64::new(0),
             cfg,
         };
         match &cluster.cfg.stripe {
@@ -213,6 +273,11 @@ impl Cluster {
                 cluster.spawn_into(&cluster.provider, true)?;
                 cluster.wait_port(provider_port).await?;
             }
+        }
+        if let Some(old) = &cluster.old {
+            // As in production: the release's own `migrate` step, then starts that check.
+            let line = cluster.migrate_with(&old.bin).await?;
+            println!("payonce-chaos: the previous release migrated the database: {line}");
         }
         for slot in &cluster.instances {
             cluster.spawn_into(slot, false)?;
@@ -326,8 +391,18 @@ impl Cluster {
             args.push("--failpoint".into());
             args.push(fp.into());
         }
+        let mut bin = &self.cfg.server_bin;
+        if let (Some(old), false) = (&self.old, provider) {
+            // The production start: `migrate` ran as a step, the start only checks that this
+            // binary may serve the schema (docs/deploy.md, "Upgrading").
+            args.extend(["--migrate".to_owned(), "check".into()]);
+            if s.old {
+                bin = &old.bin;
+                args = old.known(args);
+            }
+        }
         // Flags say everything; an inherited variable must not change the run.
-        let child = Command::from(payonce_testkit::server::command(&self.cfg.server_bin))
+        let child = Command::from(payonce_testkit::server::command(bin))
             .args(&args)
             .env_remove("PAYONCE_FAILPOINTS")
             .env("PAYONCE_LOG", "warn")
@@ -335,7 +410,7 @@ impl Cluster {
             .stderr(Stdio::from(log))
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| ChaosError::Spawn(self.cfg.server_bin.display().to_string(), e))?;
+            .map_err(|e| ChaosError::Spawn(bin.display().to_string(), e))?;
         s.child = Some(child);
         s.armed = fp;
         s.restart_at = None;
@@ -358,7 +433,7 @@ impl Cluster {
         })
     }
 
-    async fn wait_healthy(&self, port: u16) -> Result<(), ChaosError> {
+    pub(crate) async fn wait_healthy(&self, port: u16) -> Result<(), ChaosError> {
         let http = reqwest::Client::new();
         let url = format!(
             "http://127.0.0.1:{port}{}",
@@ -388,17 +463,29 @@ impl Cluster {
                 continue;
             };
             self.lb_connections.fetch_add(1, Ordering::Relaxed);
-            let ports = self.instance_ports();
+            let ports: Vec<(u16, bool)> = self
+                .instances
+                .iter()
+                .map(|s| {
+                    let s = lock(s);
+                    (s.port, s.old)
+                })
+                .collect();
             let start = self.rr.fetch_add(1, Ordering::Relaxed);
+            let me = self.clone();
             tokio::spawn(async move {
                 for k in 0..ports.len() {
-                    let port = ports[(start + k) % ports.len()];
+                    let (port, old) = ports[(start + k) % ports.len()];
                     let connect = TcpStream::connect(("127.0.0.1", port));
                     if let Ok(Ok(mut outbound)) =
                         tokio::time::timeout(Duration::from_millis(300), connect).await
                     {
                         let _ = outbound.set_nodelay(true);
                         let _ = inbound.set_nodelay(true);
+                        if me.old.is_some() {
+                            let to = if old { &me.lb_to_old } else { &me.lb_to_new };
+                            to.fetch_add(1, Ordering::Relaxed);
+                        }
                         let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
                         return;
                     }
@@ -420,14 +507,21 @@ impl Cluster {
                     match s.child.as_mut().map(|c| c.try_wait()) {
                         Some(Ok(Some(status))) => {
                             s.child = None;
-                            Some((status, s.armed.take(), s.name.clone()))
+                            let planned = std::mem::take(&mut s.stopping);
+                            Some((status, s.armed.take(), s.name.clone(), planned))
                         }
                         _ => None,
                     }
                 };
-                if let Some((status, armed, name)) = exited {
-                    self.record_exit(&name, status, armed, provider);
-                    let pause = Duration::from_millis(rng.gen_range(100..1200));
+                if let Some((status, armed, name, planned)) = exited {
+                    let pause = if planned {
+                        lock(&self.stats).upgrade_stops += 1;
+                        // The upgrade starts the replacement right away.
+                        Duration::ZERO
+                    } else {
+                        self.record_exit(&name, status, armed, provider);
+                        Duration::from_millis(rng.gen_range(100..1200))
+                    };
                     lock(slot).restart_at = Some(Instant::now() + pause);
                 }
                 let due = {
@@ -478,6 +572,88 @@ impl Cluster {
             }
             _ => st.other_exits.push(format!("{name}: {status}")),
         }
+    }
+
+    /// `BIN migrate` on the run's database: its one line, or why it failed.
+    pub(crate) async fn migrate_with(&self, bin: &std::path::Path) -> Result<String, ChaosError> {
+        let out = Command::new(bin)
+            .args(["migrate", "--database-url", &self.db_url])
+            .env("PAYONCE_LOG", "warn")
+            .output()
+            .await
+            .map_err(|e| ChaosError::Spawn(bin.display().to_string(), e))?;
+        let said = |b: &[u8]| String::from_utf8_lossy(b).trim().to_owned();
+        match out.status.success() {
+            true => Ok(said(&out.stdout)),
+            false => Err(ChaosError::Setup(format!(
+                "{} migrate: {}: {}",
+                bin.display(),
+                out.status,
+                said(&out.stderr)
+            ))),
+        }
+    }
+
+    /// `--upgrade-from`: this release's `migrate`, while the instances serve.
+    pub(crate) async fn migrate_new(&self) -> Result<String, ChaosError> {
+        self.migrate_with(&self.cfg.server_bin).await
+    }
+
+    /// `--upgrade-from`: stops instance `i` (SIGKILL when `crash`, else SIGTERM: a graceful
+    /// stop), and has the supervisor start it again at once, on this release when `to_new`,
+    /// else on the release it ran. Resolves when the new process answers `/healthz`, or with
+    /// the last line of its log when it does not within 60 s.
+    pub(crate) async fn restart_instance(
+        &self,
+        i: usize,
+        to_new: bool,
+        crash: bool,
+    ) -> Result<(), String> {
+        let (port, name) = {
+            let mut s = lock(&self.instances[i]);
+            s.stopping = true;
+            if to_new {
+                s.old = false;
+            }
+            match s.child.as_mut() {
+                Some(c) if crash => {
+                    let _ = c.start_kill();
+                }
+                Some(c) => {
+                    if let Some(pid) = c.id() {
+                        let _ = std::process::Command::new("kill")
+                            .args(["-TERM", &pid.to_string()])
+                            .status();
+                    }
+                }
+                None => s.stopping = false,
+            }
+            (s.port, s.name.clone())
+        };
+        // The supervisor sees the exit (clearing `stopping`) and starts the replacement.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while lock(&self.instances[i]).stopping {
+            if Instant::now() > deadline {
+                return Err(format!("{name} did not stop within 30 s"));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.wait_healthy(port).await.map_err(|_| {
+            let log = std::fs::read_to_string(self.dir.join(format!("{name}.log")));
+            let last = log
+                .ok()
+                .and_then(|l| l.lines().rev().find(|l| !l.trim().is_empty()).map(str::to_owned));
+            format!(
+                "{name} not healthy 60 s after its start on the {} release; its log's last line: {}",
+                if to_new { "new" } else { "previous" },
+                last.unwrap_or_default()
+            )
+        })
+    }
+
+    /// `--upgrade-from`: how many instances run the previous release.
+    pub(crate) fn old_instances(&self) -> usize {
+        self.instances.iter().filter(|s| lock(s).old).count()
     }
 
     /// Fault: SIGKILL instance `i` (the supervisor restarts it), arming `failpoint` for its
@@ -602,4 +778,35 @@ fn last_abort(log: &std::path::Path) -> Option<String> {
 /// best we have for the report.
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_old_release_gets_only_the_flags_it_lists() {
+        let old = OldRelease {
+            bin: PathBuf::from("old"),
+            flags: ["--dev", "--lease-ms", "--migrate"]
+                .map(String::from)
+                .into(),
+        };
+        let args = [
+            "--dev",
+            "--lease-ms",
+            "2500",
+            "--connection-max-age-ms",
+            "5000",
+            "--migrate",
+            "check",
+            "--newer-switch",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            old.known(args),
+            ["--dev", "--lease-ms", "2500", "--migrate", "check"].map(String::from)
+        );
+    }
 }

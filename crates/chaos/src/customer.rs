@@ -179,6 +179,8 @@ pub(crate) struct Counters {
     pub drop_asked: u64,
     pub crash_asked: u64,
     pub reloads: u64,
+    /// Answers with a status of 500 or more.
+    pub server_errors: u64,
 }
 
 #[derive(Default)]
@@ -190,6 +192,7 @@ struct AtomicCounters {
     drop_asked: AtomicU64,
     crash_asked: AtomicU64,
     reloads: AtomicU64,
+    server_errors: AtomicU64,
 }
 
 /// Shared by every customer.
@@ -202,6 +205,9 @@ pub(crate) struct Ctx {
     t0: Instant,
     /// `--provider stripe`: the localstripe payment methods the test methods stand for.
     stripe: Option<Arc<crate::stripe::StripeSide>>,
+    /// Answers of 500 or more that are not a 503 with `Retry-After` (the only server error
+    /// a client may meet: docs/protocol.md), each described.
+    bad_server_errors: Mutex<Vec<String>>,
 }
 
 impl Ctx {
@@ -220,6 +226,7 @@ impl Ctx {
             counters: AtomicCounters::default(),
             t0: Instant::now(),
             stripe,
+            bad_server_errors: Mutex::new(Vec::new()),
         })
     }
 
@@ -243,7 +250,16 @@ impl Ctx {
             drop_asked: g(&c.drop_asked),
             crash_asked: g(&c.crash_asked),
             reloads: g(&c.reloads),
+            server_errors: g(&c.server_errors),
         }
+    }
+
+    /// The answers of 500 or more that were not a 503 with `Retry-After`.
+    pub(crate) fn bad_server_errors(&self) -> Vec<String> {
+        self.bad_server_errors
+            .lock()
+            .map(|v| v.clone())
+            .unwrap_or_default()
     }
 
     fn now_ms(&self) -> f64 {
@@ -267,6 +283,7 @@ impl Ctx {
             .get(headers::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
+        let path = res.url().path().to_owned();
         let body = match res.bytes().await {
             Ok(b) => b,
             Err(e) => return self.no_answer(&e),
@@ -276,6 +293,21 @@ impl Ctx {
         } else {
             (None, serde_json::from_slice::<Problem>(&body).ok())
         };
+        if status >= 500 {
+            self.bump(|c| &c.server_errors);
+            if status != 503 || retry_after.is_none() {
+                let code = problem
+                    .as_ref()
+                    .map_or("(no problem body)", |p| p.code.as_str());
+                let line = format!(
+                    "t={:.3}s {path}: {status} {code}, Retry-After {retry_after:?}",
+                    self.now_ms() / 1000.0
+                );
+                if let Ok(mut v) = self.bad_server_errors.lock() {
+                    v.push(line);
+                }
+            }
+        }
         Reply::Http {
             status,
             retry_after,

@@ -162,15 +162,16 @@ pub(crate) fn summary(log: &[(f64, Fault)], stats: &Stats, c: &Counters) -> Stri
     }
     let _ = write!(
         s,
-        "; provider kills {}; restarts {}; unexpected exits {}",
+        "; provider kills {}; restarts {}; unexpected exits {}; upgrade stops {}",
         stats.provider_kills,
         stats.restarts,
-        stats.other_exits.len()
+        stats.other_exits.len(),
+        stats.upgrade_stops
     );
     let _ = write!(
         s,
-        "\n  requests: {} pays, {} cancels, {} without an answer ({} our timeouts), {} asked to drop the answer, {} asked to crash after the charge, {} page reloads",
-        c.pays, c.cancels, c.no_answer, c.timeouts, c.drop_asked, c.crash_asked, c.reloads
+        "\n  requests: {} pays, {} cancels, {} without an answer ({} our timeouts), {} asked to drop the answer, {} asked to crash after the charge, {} page reloads, {} answers of 500 or more",
+        c.pays, c.cancels, c.no_answer, c.timeouts, c.drop_asked, c.crash_asked, c.reloads, c.server_errors
     );
     s
 }

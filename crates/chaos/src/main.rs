@@ -31,12 +31,15 @@
 //! - `audit.rs`: the comparison (pure, unit-tested) and what it reads from the stores.
 //! - `stripe.rs`: `--provider stripe`: localstripe behind a fault proxy, its cards, its
 //!   list of intents as the ledger.
+//! - `upgrade.rs`: `--upgrade-from`: a rolling upgrade from the previous release during the
+//!   load phase (scripts/rolling-upgrade.sh builds that release).
 
 mod audit;
 mod cluster;
 mod customer;
 mod faults;
 mod stripe;
+mod upgrade;
 
 use clap::Parser;
 use std::path::PathBuf;
@@ -115,6 +118,12 @@ pub(crate) struct Args {
     /// else `.venv-localstripe/bin/localstripe` in the repository (scripts/bootstrap.sh).
     #[arg(long)]
     localstripe: Option<PathBuf>,
+    /// A rolling upgrade (`src/upgrade.rs`): the instances start on this payonce-server (the
+    /// previous release), this release's `migrate` runs while they serve, then they are
+    /// replaced one at a time by `--server-bin`. The audit also counts every answer of 500
+    /// or more that is not a 503 with `Retry-After`, and every failed step.
+    #[arg(long)]
+    upgrade_from: Option<PathBuf>,
 }
 
 /// `--provider`.
@@ -166,7 +175,11 @@ async fn run(args: Args) -> Result<bool, ChaosError> {
     } else {
         ""
     };
-    println!("payonce-chaos: replay with: payonce-chaos --seed {seed} --intents {} --concurrency {} --instances {} --fault-every-ms {}{}{stripe_flag}",
+    let upgrade_flag = match &args.upgrade_from {
+        Some(bin) => format!(" --upgrade-from {}", bin.display()),
+        None => String::new(),
+    };
+    println!("payonce-chaos: replay with: payonce-chaos --seed {seed} --intents {} --concurrency {} --instances {} --fault-every-ms {}{}{stripe_flag}{upgrade_flag}",
         args.intents, args.concurrency, args.instances, args.fault_every_ms,
         if args.no_faults { " --no-faults" } else { "" });
     let stripe = match args.provider {
@@ -195,6 +208,7 @@ async fn run(args: Args) -> Result<bool, ChaosError> {
             instances: args.instances.max(1),
             seed,
             stripe: stripe.clone(),
+            upgrade_from: args.upgrade_from.clone(),
         })
         .await?,
     );
@@ -293,10 +307,25 @@ async fn exercise(
             }
         })
     };
+    let upgrade = args.upgrade_from.is_some().then(|| {
+        tokio::spawn(upgrade::drive(
+            cluster.clone(),
+            finished.clone(),
+            args.intents,
+            t_load,
+        ))
+    });
     let mut intents = Vec::with_capacity(args.intents);
     while let Some(r) = workers.join_next().await {
         intents.extend(r.map_err(|e| ChaosError::Setup(format!("a customer task panicked: {e}")))?);
     }
+    let upgrade = match upgrade {
+        Some(h) => Some(
+            h.await
+                .map_err(|e| ChaosError::Setup(format!("the upgrade task panicked: {e}")))?,
+        ),
+        None => None,
+    };
     progress.abort();
     let fault_log = match injector {
         Some(i) => i.stop().await,
@@ -352,7 +381,37 @@ async fn exercise(
         (&cluster.sink.messages(), crashes),
     )
     .await?;
-    let report = audit::audit(&facts, &settled);
+    let mut report = audit::audit(&facts, &settled);
+    let stats = cluster.stats();
+    if let Some(u) = upgrade {
+        let mut failed = u.failed;
+        // An instance that keeps failing to start exits many times: once per kind of exit.
+        let mut exits: Vec<(&String, usize)> = Vec::new();
+        for e in &stats.other_exits {
+            match exits.iter_mut().find(|(x, _)| *x == e) {
+                Some((_, n)) => *n += 1,
+                None => exits.push((e, 1)),
+            }
+        }
+        failed.extend(
+            exits
+                .iter()
+                .map(|(e, n)| format!("an instance exited by itself: {e} ({n} times)")),
+        );
+        let (to_old, to_new) = (
+            cluster.lb_to_old.load(Ordering::Relaxed),
+            cluster.lb_to_new.load(Ordering::Relaxed),
+        );
+        report.add_upgrade(
+            format!(
+                "{} steps, {} failed; connections to the previous release {to_old}, to this one {to_new}",
+                u.log.len(),
+                failed.len()
+            ),
+            ctx.bad_server_errors(),
+            failed,
+        );
+    }
     println!();
     println!(
         "faults: {}",
