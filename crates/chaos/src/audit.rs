@@ -285,6 +285,9 @@ pub(crate) struct Report {
     pub violations: Vec<Violation>,
     /// `--upgrade-from`: what the upgrade did (one line).
     pub upgrade: Option<String>,
+    /// `--upgrade-from`: answers of 500 or more that were not a 503 with `Retry-After` (a
+    /// violation per route and answer).
+    pub bad_server_answers: u64,
 }
 
 /// The attempt's audit trail says it was flagged for manual review at some point (the
@@ -564,6 +567,10 @@ impl Report {
         failed_steps: Vec<String>,
     ) {
         self.upgrade = Some(summary);
+        self.bad_server_answers = bad_server_errors
+            .iter()
+            .filter_map(|l| l.split_once(' ')?.0.parse::<u64>().ok())
+            .sum();
         for e in bad_server_errors {
             self.violations.push(Violation {
                 kind: Kind::ServerError,
@@ -674,7 +681,11 @@ impl Report {
             line("upgrade", u.clone());
             line(
                 "5xx other than 503 + Retry-After",
-                self.count(Kind::ServerError).to_string(),
+                format!(
+                    "{} answers ({} routes and answers)",
+                    self.bad_server_answers,
+                    self.count(Kind::ServerError)
+                ),
             );
             line(
                 "upgrade steps failed",

@@ -206,8 +206,9 @@ pub(crate) struct Ctx {
     /// `--provider stripe`: the localstripe payment methods the test methods stand for.
     stripe: Option<Arc<crate::stripe::StripeSide>>,
     /// Answers of 500 or more that are not a 503 with `Retry-After` (the only server error
-    /// a client may meet: docs/protocol.md), each described.
-    bad_server_errors: Mutex<Vec<String>>,
+    /// a client may meet: docs/protocol.md), by route and answer: how many, first and last
+    /// seconds into the run.
+    bad_server_errors: Mutex<std::collections::BTreeMap<String, (u64, f64, f64)>>,
 }
 
 impl Ctx {
@@ -226,7 +227,7 @@ impl Ctx {
             counters: AtomicCounters::default(),
             t0: Instant::now(),
             stripe,
-            bad_server_errors: Mutex::new(Vec::new()),
+            bad_server_errors: Mutex::new(Default::default()),
         })
     }
 
@@ -254,12 +255,17 @@ impl Ctx {
         }
     }
 
-    /// The answers of 500 or more that were not a 503 with `Retry-After`.
+    /// The answers of 500 or more that were not a 503 with `Retry-After`, a line per route
+    /// and answer.
     pub(crate) fn bad_server_errors(&self) -> Vec<String> {
-        self.bad_server_errors
-            .lock()
-            .map(|v| v.clone())
-            .unwrap_or_default()
+        let Ok(m) = self.bad_server_errors.lock() else {
+            return Vec::new();
+        };
+        m.iter()
+            .map(|(what, (n, first, last))| {
+                format!("{n} × {what} (first at {first:.1} s, last at {last:.1} s)")
+            })
+            .collect()
     }
 
     fn now_ms(&self) -> f64 {
@@ -283,7 +289,17 @@ impl Ctx {
             .get(headers::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let path = res.url().path().to_owned();
+        // The route: ids (segments with a digit) left out, so answers group by route.
+        let route = res
+            .url()
+            .path()
+            .split('/')
+            .map(|seg| match seg.bytes().any(|b| b.is_ascii_digit()) {
+                true => "{id}",
+                false => seg,
+            })
+            .collect::<Vec<_>>()
+            .join("/");
         let body = match res.bytes().await {
             Ok(b) => b,
             Err(e) => return self.no_answer(&e),
@@ -299,12 +315,12 @@ impl Ctx {
                 let code = problem
                     .as_ref()
                     .map_or("(no problem body)", |p| p.code.as_str());
-                let line = format!(
-                    "t={:.3}s {path}: {status} {code}, Retry-After {retry_after:?}",
-                    self.now_ms() / 1000.0
-                );
-                if let Ok(mut v) = self.bad_server_errors.lock() {
-                    v.push(line);
+                let what = format!("{route}: {status} {code}, Retry-After {retry_after:?}");
+                let t = self.now_ms() / 1000.0;
+                if let Ok(mut m) = self.bad_server_errors.lock() {
+                    let e = m.entry(what).or_insert((0, t, t));
+                    e.0 += 1;
+                    e.2 = t;
                 }
             }
         }
