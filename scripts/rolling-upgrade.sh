@@ -16,49 +16,60 @@
 # never skipped; the build time is printed (a first build is a full debug build of the server).
 # Needs PostgreSQL and Redis (as the chaos suite).
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root"
-locked=(); [ "${CI:-}" = true ] && locked=(--locked)
-build_only=false
-if [ "${1:-}" = --build-only ]; then build_only=true; shift; fi
 
-migrations=crates/server/migrations
-if [ -n "${PAYONCE_ROLLING_FROM:-}" ]; then
-  old=$(git rev-parse --verify "$PAYONCE_ROLLING_FROM^{commit}")
-  why="PAYONCE_ROLLING_FROM=$PAYONCE_ROLLING_FROM"
-elif [ -n "$(git status --porcelain -- "$migrations")" ]; then
-  old=$(git rev-parse HEAD)
-  why="HEAD: the working tree changes $migrations"
-else
-  newest=$(git log -1 --format=%H -- "$migrations")
-  old=$(git rev-parse "$newest^")
-  why="the parent of $(git log -1 --format='%h (%s)' "$newest"), the newest commit that touched $migrations"
-fi
-target=${CARGO_TARGET_DIR:-$root/target}
-# One source tree and one target directory for every previous release, so that building the
-# next one recompiles the workspace, not its dependencies; one binary per commit.
-rolling=${PAYONCE_ROLLING_CACHE:-$target/rolling}
-old_bin=$rolling/$old/payonce-server
-echo "rolling-upgrade: previous release $(git rev-parse --short "$old"): $why"
+# All in a function, so that bash has read the whole script before running any of it.
+main() {
+  local root migrations old why newest target rolling old_bin t0 build_only=false locked=()
+  root=$(cd "$(dirname "$0")/.." && pwd)
+  cd "$root"
+  [ "${CI:-}" = true ] && locked=(--locked)
+  if [ "${1:-}" = --build-only ]; then build_only=true; shift; fi
 
-if [ -x "$old_bin" ]; then
-  echo "rolling-upgrade: reusing its build $old_bin"
-else
-  t0=$SECONDS
-  echo "rolling-upgrade: building it in $rolling (a first build compiles every dependency: minutes)"
-  if [ "$(cat "$rolling/src.commit" 2>/dev/null)" != "$old" ]; then
-    rm -rf "$rolling/src" "$rolling/src.commit"
-    mkdir -p "$rolling/src"
-    git archive "$old" | tar -x -C "$rolling/src"
-    echo "$old" >"$rolling/src.commit"
+  git rev-parse --git-dir >/dev/null 2>&1 \
+    || { echo "rolling-upgrade: ERROR: needs the git history (the previous release is built from it)" >&2; exit 1; }
+  migrations=crates/server/migrations
+  if [ -n "${PAYONCE_ROLLING_FROM:-}" ]; then
+    old=$(git rev-parse --verify "$PAYONCE_ROLLING_FROM^{commit}")
+    why="PAYONCE_ROLLING_FROM=$PAYONCE_ROLLING_FROM"
+  elif [ -n "$(git status --porcelain -- "$migrations")" ]; then
+    old=$(git rev-parse HEAD)
+    why="HEAD: the working tree changes $migrations"
+  else
+    newest=$(git log -1 --format=%H -- "$migrations")
+    old=$(git rev-parse --verify -q "$newest^{commit}^") || {
+      echo "rolling-upgrade: ERROR: the parent of $newest is not in this clone (shallow?); git fetch --unshallow" >&2
+      exit 1
+    }
+    why="the parent of $(git log -1 --format='%h (%s)' "$newest"), the newest commit that touched $migrations"
   fi
-  (cd "$rolling/src" && CARGO_TARGET_DIR="$rolling/target" cargo build "${locked[@]}" -p payonce-server)
-  mkdir -p "$rolling/$old"
-  cp "$rolling/target/debug/payonce-server" "$old_bin.part"
-  mv "$old_bin.part" "$old_bin"
-  echo "rolling-upgrade: built the previous release in $((SECONDS - t0)) s"
-fi
-$build_only && exit 0
+  target=${CARGO_TARGET_DIR:-$root/target}
+  # One source tree and one target directory for every previous release, so that building the
+  # next one recompiles the workspace, not its dependencies; one binary per commit.
+  rolling=${PAYONCE_ROLLING_CACHE:-$target/rolling}
+  old_bin=$rolling/$old/payonce-server
+  echo "rolling-upgrade: previous release $(git rev-parse --short "$old"): $why"
 
-cargo build "${locked[@]}" -p payonce-server -p payonce-chaos
-exec "$target/debug/payonce-chaos" --upgrade-from "$old_bin" --no-faults --seed 1 --intents 600 "$@"
+  if [ -x "$old_bin" ]; then
+    echo "rolling-upgrade: reusing its build $old_bin"
+  else
+    t0=$SECONDS
+    echo "rolling-upgrade: building it in $rolling (a first build compiles every dependency: minutes)"
+    if [ "$(cat "$rolling/src.commit" 2>/dev/null)" != "$old" ]; then
+      rm -rf "$rolling/src" "$rolling/src.commit"
+      mkdir -p "$rolling/src"
+      git archive "$old" | tar -x -C "$rolling/src"
+      echo "$old" >"$rolling/src.commit"
+    fi
+    (cd "$rolling/src" && CARGO_TARGET_DIR="$rolling/target" cargo build "${locked[@]}" -p payonce-server)
+    mkdir -p "$rolling/$old"
+    cp "$rolling/target/debug/payonce-server" "$old_bin.part"
+    mv "$old_bin.part" "$old_bin"
+    echo "rolling-upgrade: built the previous release in $((SECONDS - t0)) s"
+  fi
+  $build_only && exit 0
+
+  cargo build "${locked[@]}" -p payonce-server -p payonce-chaos
+  exec "$target/debug/payonce-chaos" --upgrade-from "$old_bin" --no-faults --seed 1 --intents 600 "$@"
+}
+
+main "$@"
