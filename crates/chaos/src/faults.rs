@@ -162,12 +162,14 @@ pub(crate) fn summary(log: &[(f64, Fault)], stats: &Stats, c: &Counters) -> Stri
     }
     let _ = write!(
         s,
-        "; provider kills {}; restarts {}; unexpected exits {}; upgrade stops {}",
+        "; provider kills {}; restarts {}; unexpected exits {}",
         stats.provider_kills,
         stats.restarts,
         stats.other_exits.len(),
-        stats.upgrade_stops
     );
+    if stats.upgrade_stops > 0 {
+        let _ = write!(s, "; stops of the upgrade {}", stats.upgrade_stops);
+    }
     let _ = write!(
         s,
         "\n  requests: {} pays, {} cancels, {} without an answer ({} our timeouts), {} asked to drop the answer, {} asked to crash after the charge, {} page reloads, {} answers of 500 or more",
