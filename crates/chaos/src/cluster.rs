@@ -620,6 +620,9 @@ impl Cluster {
                     let _ = c.start_kill();
                 }
                 Some(c) => {
+                    // tokio's `Child` only sends SIGKILL; a rollout stops an instance with
+                    // SIGTERM, which the server answers by draining
+                    // (crates/server/src/listen.rs).
                     if let Some(pid) = c.id() {
                         let _ = std::process::Command::new("kill")
                             .args(["-TERM", &pid.to_string()])
