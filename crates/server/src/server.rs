@@ -125,14 +125,17 @@ async fn run_api(args: ServerArgs) -> Result<(), RunError> {
             "no --metrics-token: /metrics is open; keep it off the public path (docs/deploy.md)"
         );
     }
-    // The API listener is bound first so the embedded provider can be told where to send
-    // its webhooks (port 0 allowed); it serves once the store is ready.
+    // The store before the listener: a start that refuses the schema (or cannot reach the
+    // database) exits without ever accepting a connection, so a load balancer's TCP check
+    // never routes to an instance that is about to exit (a rolling upgrade restarts them).
+    let store = Store::open(&crate::config::database_url(&args), config.migrate).await?;
+    // The API listener is bound before the embedded provider starts, so that it can be told
+    // where to send its webhooks (port 0 allowed); it serves once the state is ready.
     let (listener, local) = bind(args.addr).await?;
     let provider_url = match config.default_provider_url() {
         Some(default) => args.provider_url.as_deref().unwrap_or(default).to_owned(),
         None => crate::dev::provider_url(&args, &config.webhook_secret, local).await?,
     };
-    let store = Store::open(&crate::config::database_url(&args), config.migrate).await?;
     let jobs_interval = config.jobs_interval;
     let state = AppState::new(store, &provider_url, config)?;
     // Never the URL as given: in dev it may still carry credentials (`src/secret.rs`).
