@@ -194,7 +194,9 @@ const FLOORS: &[&[&str]] = &[
     &[
         "clock", "ids", "secret", "faults", "error", "reply", "openapi",
     ],
-    &["store", "journal", "provider", "mailer", "replay", "auth", "limits", "metrics"],
+    &[
+        "store", "journal", "provider", "mailer", "replay", "auth", "limits", "metrics",
+    ],
     &["catalog"],
     &["config"],
     &["state"],
