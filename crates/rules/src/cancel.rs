@@ -262,6 +262,8 @@ mod tests {
             reconcile_after_ms: 1_000,
             audit_retention_ms: 10_000,
             action_deadline_ms: 60_000,
+            in_progress_wait_ms: 500,
+            wait_poll_ms: crate::policy::WAIT_POLL_MS,
         };
         let key = IdempotencyKey::parse("0123456789abcdef0123456789abcdef").expect("valid");
         ServerCancel::new("u1", &key, ("ord_1", 3), "att_1".into(), NOW, &policy)
