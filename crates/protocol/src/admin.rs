@@ -20,12 +20,18 @@ pub mod paths {
     pub fn evidence(order_id: &str) -> String {
         format!("/admin/orders/{order_id}/evidence")
     }
+    /// `POST /admin/users/{id}/erase`: erase a user's personal data (docs/deploy.md,
+    /// "Erasing a user"), as `payonce-server erase-user` does.
+    pub fn erase_user(user: &str) -> String {
+        format!("/admin/users/{user}/erase")
+    }
     /// Every operator path as a template (`{id}` for a path segment).
     pub const ALL: &[&str] = &[
         REVIEWS,
         LOOKUP,
         "/admin/orders/{id}/timeline",
         "/admin/orders/{id}/evidence",
+        "/admin/users/{id}/erase",
     ];
 }
 
@@ -67,4 +73,6 @@ pub mod kind {
     pub const PROVIDER_CALL: &str = "provider_call";
     /// An operator read something through `/admin/…`.
     pub const OPERATOR_READ: &str = "operator_read";
+    /// An operator changed something through `/admin/…` (an erasure).
+    pub const OPERATOR_ACTION: &str = "operator_action";
 }

@@ -252,3 +252,24 @@ pub(crate) async fn operator_read(store: &Store, now: i64, request_id: Option<&s
     };
     write(store, vec![entry]).await;
 }
+
+/// An operator's action through `/admin/…` (`route`), with what it changed (`detail`).
+pub(crate) async fn operator_action(
+    store: &Store,
+    now: i64,
+    request_id: Option<&str>,
+    route: &str,
+    user: &str,
+    changed: Value,
+) {
+    let entry = Entry {
+        at: now,
+        actor: actor::OPERATOR,
+        kind: kind::OPERATOR_ACTION,
+        request_id: request_id.map(str::to_owned),
+        user: Some(user.to_owned()),
+        detail: json!({ "route": route, "changed": changed }),
+        ..Entry::default()
+    };
+    write(store, vec![entry]).await;
+}

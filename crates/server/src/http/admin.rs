@@ -1,6 +1,6 @@
 //! The operator API (`/admin/…`; docs/operating.md): behind the operator credential
-//! ([`Operator`]), read only, every read journaled. The reads themselves are
-//! `src/ops/timeline.rs`.
+//! ([`Operator`]), every read and action journaled. The reads themselves are
+//! `src/ops/timeline.rs`; the one action, a user's erasure, is `src/store/erase.rs`.
 
 use crate::auth::Operator;
 use crate::error::{AppError, AppResult};
@@ -11,11 +11,11 @@ use crate::state::AppState;
 use crate::store::journal::By;
 use axum::extract::{RawQuery, State};
 use axum::http::{header, Uri};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use payonce_protocol::admin::{lookup, paths};
 use payonce_protocol::ErrorCode;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 /// Longest accepted look-up value: every id and key is far shorter.
 const MAX_VALUE_LEN: usize = 255;
@@ -28,6 +28,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route(&paths::evidence("{id}"), get(order_evidence))
         .route(paths::LOOKUP, get(find))
         .route(paths::REVIEWS, get(reviews))
+        .route(&paths::erase_user("{id}"), post(erase_user))
 }
 
 /// The page for people (`assets/admin.html`): no data in it, so no credential to load it;
@@ -151,4 +152,30 @@ mod tests {
             assert_eq!(e.code, ErrorCode::InvalidRequest, "{bad}");
         }
     }
+}
+
+/// `POST /admin/users/{id}/erase`: the user's personal data erased (docs/deploy.md, "Erasing a
+/// user"), the same statements and audit row as `payonce-server erase-user`; the answer and
+/// the journal say what it changed. Erasing again changes nothing and answers zeros.
+async fn erase_user(
+    State(state): State<AppState>,
+    _: Operator,
+    rid: Option<Extension<RequestId>>,
+    uri: Uri,
+    axum::extract::Path(user): axum::extract::Path<String>,
+) -> AppResult<Json<Value>> {
+    if user.is_empty() || user.len() > MAX_VALUE_LEN || user.chars().any(char::is_control) {
+        return Err(AppError::detail(
+            ErrorCode::InvalidRequest,
+            format!("the user id must be 1..={MAX_VALUE_LEN} bytes without control characters"),
+        ));
+    }
+    let now = state.clock.now_ms();
+    let entry = payonce_rules::erase::entry(&user);
+    let erased = crate::store::erase::erase_user(&state.store, &user, &entry, now).await?;
+    let changed = json!({ "orderAddresses": erased.addresses, "mails": erased.mails });
+    let id = rid.as_ref().map(|Extension(r)| r.0.as_str());
+    crate::journal::operator_action(&state.store, now, id, uri.path(), &user, changed.clone())
+        .await;
+    Ok(Json(json!({ "user": user, "erased": changed })))
 }

@@ -26,6 +26,7 @@ on_both_backends!(
     a_review_flag_is_queued_with_its_reason_and_the_jobs_calls_are_in_the_timeline,
     a_jwt_reaches_admin_only_with_the_operator_role,
     a_cancel_and_a_refund_are_journaled_with_their_keys_and_calls,
+    an_operator_erases_a_user_through_the_api_and_the_journal_says_so,
 );
 
 /// The operator token the tests' servers read from a file.
@@ -579,4 +580,56 @@ async fn a_cancel_and_a_refund_are_journaled_with_their_keys_and_calls(backend: 
         .iter()
         .filter(|e| e["kind"] == "provider_call" && e["key"] == refund.as_str())
         .all(|e| e["providerId"] == charge.as_str() || e["detail"]["op"] == "refund"));
+}
+
+/// `POST /admin/users/{id}/erase` (docs/deploy.md, "Erasing a user"): 401 without a
+/// credential, 403 with the customer's own session (nothing erased); the operator's erases the
+/// user's order address (the order then answers `address: null`), answers and journals what
+/// it changed, and a second erasure changes nothing.
+async fn an_operator_erases_a_user_through_the_api_and_the_journal_says_so(backend: Backend) {
+    const ADDRESS: &str = "12 Rue des Erasures, 75001 Paris";
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let (s, _dir) = server(&db).await;
+    let t = s.session("ann").await;
+    let body = json!({ "items": [{ "sku": "tee-classic", "quantity": 1 }], "address": ADDRESS });
+    let r = s.call(Req::post(paths::ORDERS).bearer(&t).json(body)).await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    let id = id_of(&r.json());
+    let path = admin::erase_user("ann");
+
+    let none = s.call(Req::post(path.as_str())).await;
+    assert_eq!(none.status, 401, "{}", none.text());
+    let customer = s.call(Req::post(path.as_str()).bearer(&t)).await;
+    assert_eq!(customer.status, 403, "{}", customer.text());
+    assert_eq!(customer.code(), ErrorCode::OperatorRequired);
+    let order = s.call(Req::get(paths::order(&id)).bearer(&t)).await;
+    assert_eq!(
+        order.json()["address"],
+        ADDRESS,
+        "a refused erasure erases nothing"
+    );
+
+    let r = s
+        .call(Req::post(path.as_str()).bearer(OPERATOR_TOKEN))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["erased"]["orderAddresses"], 1, "{}", r.text());
+    let order = s.call(Req::get(paths::order(&id)).bearer(&t)).await;
+    assert!(order.json()["address"].is_null(), "{}", order.text());
+    let again = s
+        .call(Req::post(path.as_str()).bearer(OPERATOR_TOKEN))
+        .await;
+    assert_eq!(
+        again.json()["erased"]["orderAddresses"],
+        0,
+        "{}",
+        again.text()
+    );
+
+    let actions = "SELECT COUNT(*) FROM journal WHERE kind = 'operator_action' AND user_id = 'ann'";
+    assert_eq!(db_count(&db, actions).await, 2);
+    let audit = "SELECT COUNT(*) FROM audit_log WHERE entity = 'user' AND entity_id = 'ann'";
+    assert_eq!(db_count(&db, audit).await, 2);
 }
