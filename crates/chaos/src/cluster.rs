@@ -757,6 +757,13 @@ impl Cluster {
         }
     }
 
+    /// Keeps the database and the logs for a look afterwards (`--keep`).
+    pub(crate) fn keep(&self) {
+        if let Some(pg) = lock(&self.pg).take() {
+            pg.keep();
+        }
+    }
+
     /// Drops the database and the logs.
     pub(crate) async fn remove(&self) {
         self.db.close().await;

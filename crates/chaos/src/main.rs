@@ -229,6 +229,7 @@ async fn run(args: Args) -> Result<bool, ChaosError> {
     };
     cluster.stop().await;
     if args.keep {
+        cluster.keep();
         println!(
             "payonce-chaos: kept database {} and logs in {}",
             cluster.db_name,

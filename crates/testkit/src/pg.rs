@@ -70,6 +70,11 @@ impl PgDb {
         }
     }
 
+    /// Keeps the database after this value is gone (`payonce-chaos --keep`): no drop.
+    pub fn keep(mut self) {
+        self.admin = None;
+    }
+
     /// Drops the database now (callers that have a runtime at hand).
     pub async fn remove(mut self) {
         if let Some(admin) = self.admin.take() {
