@@ -139,21 +139,6 @@ async fn reviews(
     Ok(Json(timeline::reviews(state.store.pool(), now).await?))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_lookup_takes_exactly_one_known_parameter() {
-        assert_eq!(lookup_query("key=k1").unwrap().0, By::Key);
-        assert_eq!(lookup_query("provider_id=pi_1").unwrap().0, By::ProviderId);
-        for bad in ["", "key=a&user=b", "color=red", "key=", "user=%00x"] {
-            let e = lookup_query(bad).unwrap_err().to_problem();
-            assert_eq!(e.code, ErrorCode::InvalidRequest, "{bad}");
-        }
-    }
-}
-
 /// `POST /admin/users/{id}/erase`: the user's personal data erased (docs/deploy.md, "Erasing a
 /// user"), the same statements and audit row as `payonce-server erase-user`; the answer and
 /// the journal say what it changed. Erasing again changes nothing and answers zeros.
@@ -178,4 +163,19 @@ async fn erase_user(
     crate::journal::operator_action(&state.store, now, id, uri.path(), &user, changed.clone())
         .await;
     Ok(Json(json!({ "user": user, "erased": changed })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lookup_takes_exactly_one_known_parameter() {
+        assert_eq!(lookup_query("key=k1").unwrap().0, By::Key);
+        assert_eq!(lookup_query("provider_id=pi_1").unwrap().0, By::ProviderId);
+        for bad in ["", "key=a&user=b", "color=red", "key=", "user=%00x"] {
+            let e = lookup_query(bad).unwrap_err().to_problem();
+            assert_eq!(e.code, ErrorCode::InvalidRequest, "{bad}");
+        }
+    }
 }
