@@ -7,6 +7,8 @@
 //!   request path, jobs and webhook handler and the model checker all drive.
 //! - [`cancel`]: the cancel flow, [`cancel::ServerCancel`]: a sans-IO machine of the same
 //!   shape (the tombstone, the token spent before any provider call, the lookup, the answer).
+//! - [`decision`]: each machine decision as the journal names it (claim won or lost and
+//!   why, the settle plan, a review flag).
 //! - [`ids`]: the ids the server mints, one type each, from an injected [`ids::IdSource`].
 //! - [`refund`]: the refund flow, [`refund::ServerRefund`]: a sans-IO machine of the same
 //!   shape, with its plans (the claim, the settle, a payment becoming refunded).
@@ -28,6 +30,7 @@
 #![deny(missing_docs)]
 
 pub mod cancel;
+pub mod decision;
 pub mod erase;
 pub mod flow;
 pub mod ids;

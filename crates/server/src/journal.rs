@@ -11,7 +11,8 @@
 use crate::clock::Clock;
 use crate::store::journal::{self as db, Entry};
 use crate::store::Store;
-use payonce_protocol::admin::{actor, kind};
+use payonce_protocol::admin::{actor, kind, member};
+use payonce_rules::decision::Decision;
 use serde_json::{json, Value};
 use std::cell::RefCell;
 use std::sync::{Arc, Mutex};
@@ -117,6 +118,13 @@ impl Scope {
     pub(crate) fn request_id(&self) -> Option<&str> {
         self.request_id.as_deref()
     }
+
+    fn who(&self) -> db::Who {
+        db::Who {
+            actor: self.actor,
+            request_id: self.request_id.clone(),
+        }
+    }
 }
 
 /// Entries a request made after it was answered (its client hung up, the request timed out:
@@ -146,9 +154,11 @@ async fn write(store: &Store, entries: Vec<Entry>) {
     }
 }
 
-/// Runs `fut` under `scope`.
+/// Runs `fut` under `scope`; the decisions the store writes meanwhile name its actor and
+/// request id (`store::journal::Who`).
 pub(crate) async fn scoped<F: std::future::Future>(scope: Arc<Scope>, fut: F) -> F::Output {
-    SCOPE.scope(scope, fut).await
+    let who = scope.who();
+    SCOPE.scope(scope, db::as_who(who, fut)).await
 }
 
 /// `fut` with the current scope, for a task of its own (`tokio::spawn` starts without it).
@@ -158,7 +168,10 @@ pub(crate) fn carry<F: std::future::Future>(
     let scope = SCOPE.try_with(Arc::clone).ok();
     async move {
         match scope {
-            Some(s) => SCOPE.scope(s, fut).await,
+            Some(s) => {
+                let who = s.who();
+                SCOPE.scope(s, db::as_who(who, fut)).await
+            }
             None => fut.await,
         }
     }
@@ -209,7 +222,7 @@ pub(crate) async fn provider_call<T>(
     let Ok(scope) = SCOPE.try_with(Arc::clone) else {
         return fut.await;
     };
-    let (at, started) = (scope.now(), Instant::now());
+    let (at, seq, started) = (scope.now(), db::next_seq(), Instant::now());
     let (out, http) = HTTP
         .scope(RefCell::new(Vec::new()), async {
             let out = fut.await;
@@ -229,15 +242,26 @@ pub(crate) async fn provider_call<T>(
         key: known.key,
         provider_id: s.object.or(object.map(str::to_owned)),
         detail: json!({
-            "op": op,
-            "outcome": s.outcome,
-            "why": s.why,
+            (member::SEQ): seq,
+            (member::OP): op,
+            (member::OUTCOME): s.outcome,
+            (member::WHY): s.why,
             "ms": ms,
             "http": http,
         }),
     };
     scope.push(entry).await;
     out
+}
+
+/// Journals decision `d` about `about`, which changed nothing (a claim that lost), under the
+/// current scope: with the request's entries when it is answered, or at once.
+pub(crate) async fn decided(d: &Decision, about: &db::About<'_>) {
+    let Ok(scope) = SCOPE.try_with(Arc::clone) else {
+        return;
+    };
+    let entry = db::decision_entry(d, about, scope.now());
+    scope.push(entry).await;
 }
 
 /// Journals an operator's read of `route` (with its query) at once.

@@ -6,10 +6,10 @@
 
 use crate::journal::{self, Scope};
 use crate::state::AppState;
-use crate::store::journal::Entry;
+use crate::store::journal::{next_seq, Entry};
 use axum::extract::{MatchedPath, State};
 use axum::response::Response;
-use payonce_protocol::admin::{actor, kind};
+use payonce_protocol::admin::{actor, kind, member};
 use payonce_protocol::body::paths;
 use payonce_protocol::headers::IDEMPOTENT_REPLAYED;
 use serde_json::{json, Value};
@@ -53,7 +53,7 @@ pub(crate) async fn request(
     // The path's one id: the order's (pay, cancel) or the payment's (refund).
     let path_id = req.uri().path().split('/').nth(2).map(str::to_owned);
     let scope = Scope::request(&request_id, state.store.clone(), state.clock.clone());
-    let (at, started) = (scope.now(), Instant::now());
+    let (at, seq, started) = (scope.now(), next_seq(), Instant::now());
     let res = journal::scoped(scope.clone(), next.run(req)).await;
     let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let (res, code) = problem_code(res).await;
@@ -64,6 +64,7 @@ pub(crate) async fn request(
         return res;
     }
     let mut detail = json!({
+        (member::SEQ): seq,
         "status": res.status().as_u16(),
         "code": code,
         "replayed": res.headers().contains_key(IDEMPOTENT_REPLAYED),

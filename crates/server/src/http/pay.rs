@@ -13,6 +13,7 @@ use crate::ops::pay;
 use crate::replay::{self, First};
 use crate::reply::Reply;
 use crate::state::AppState;
+use crate::store::journal::About;
 use crate::store::orders::OrderRow;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -85,6 +86,13 @@ pub(crate) async fn handler(
     if let (Ok(k), None) = (&key, &refused) {
         match replay::first(&state, &user, &order_id, k, &req).await {
             First::Answered(answer, source) => {
+                let about = About {
+                    user: Some(&user),
+                    order_id: Some(&order_id),
+                    key: Some(k.as_str()),
+                    ..About::default()
+                };
+                crate::journal::decided(&payonce_rules::decision::replayed(), &about).await;
                 // Through the per-request rate limit, and counted like any other answer.
                 let result = state.limits.check(Bucket::Requests, &user).map(|()| answer);
                 if result.is_ok() && source == ReplaySource::Redis {

@@ -27,6 +27,7 @@
 use crate::dev::failpoint;
 use crate::error::{AppError, AppResult};
 use crate::faults::Failpoint;
+use crate::journal;
 use crate::metrics::ReplaySource;
 use crate::provider::ChargeOutcome;
 use crate::replay::marker;
@@ -34,10 +35,12 @@ use crate::reply::Reply;
 use crate::state::AppState;
 use crate::store;
 use crate::store::attempts as db;
+use crate::store::journal::About;
 use crate::store::orders::OrderRow;
 use crate::store::pay::ClaimOutcome;
 use payonce_protocol::provider::ChargeRequest;
-use payonce_protocol::{AttemptStatus, IdempotencyKey, PayRequest};
+use payonce_protocol::{AttemptStatus, ErrorCode, IdempotencyKey, PayRequest};
+use payonce_rules::decision;
 use payonce_rules::flow::{self, Claimed, Effect, End, Marked, ServerPay, TakeOver, Unmark};
 use payonce_rules::ids::{AttemptId, IdSource, LeaseToken, PaymentId, RefundId};
 use payonce_rules::plan::{self, Claim, ClaimPlan, SettlePlan};
@@ -86,13 +89,25 @@ pub(crate) async fn run(
         extras: req.extras.clone(),
     };
     let (order, policy) = (order_of(order), state.policy);
+    let order = &order;
     let m = match &state.redis {
-        Some(_) => ServerPay::pay_marked(request, order, first, policy),
-        None => ServerPay::pay(request, order, first, state.clock.now_ms(), policy),
+        Some(_) => ServerPay::pay_marked(request, order.clone(), first, policy),
+        None => ServerPay::pay(request, order.clone(), first, state.clock.now_ms(), policy),
     };
     let mut m = configured(state, m);
     let reply = match drive(state, &mut m, None).await {
-        Ok(end) => reply(state, user, key, end).await,
+        Ok(end) => {
+            if let Some(lost) = decision::claim_lost(&end) {
+                let about = About {
+                    user: Some(user),
+                    order_id: Some(&order.id),
+                    key: Some(key.as_str()),
+                    ..About::default()
+                };
+                journal::decided(&lost, &about).await;
+            }
+            reply(state, user, key, end).await
+        }
         Err(e) => Err(e),
     };
     let source = match m.replayed_from_marker() {
@@ -135,7 +150,7 @@ async fn reply(state: &AppState, user: &str, key: &IdempotencyKey, end: End) -> 
             if let Some(Record::Processing(p)) = attempt {
                 let now = state.clock.now_ms();
                 let at = next_customer_check(p.created_at, now, &state.policy);
-                store::pay::check_later(&state.store, &p.id, at).await?;
+                store::pay::check_later(&state.store, &p, at, now).await?;
             }
             Ok(Reply::open(answer))
         }
@@ -501,10 +516,26 @@ pub(crate) async fn exec_claim(
             let current = current.map(|(version, paid)| (version, paid.is_some()));
             let mut problem = plan::order_refusal(current, t.order_version, held);
             problem.payment = payment;
+            claim_lost(plan, key, problem.code).await;
             Err(problem.into())
         }
-        ClaimOutcome::OutOfStock { sku } => Err(AppError::out_of_stock(sku)),
+        ClaimOutcome::OutOfStock { sku } => {
+            claim_lost(plan, key, ErrorCode::OutOfStock).await;
+            Err(AppError::out_of_stock(sku))
+        }
     }
+}
+
+/// Journals why the claim of `plan` was rolled back: the code it is answered with.
+async fn claim_lost(plan: &ClaimPlan, key: &IdempotencyKey, code: ErrorCode) {
+    let a = &plan.claim.attempt;
+    let about = About {
+        user: Some(&a.terms.user),
+        order_id: Some(&a.terms.order_id),
+        key: Some(key.as_str()),
+        ..About::default()
+    };
+    journal::decided(&decision::refused(code), &about).await;
 }
 
 /// Ends `claim`'s lease early (nobody is talking to the provider about the attempt any

@@ -4,7 +4,7 @@
 //! journaled by the edge (`src/http/admin.rs`).
 
 use crate::store::journal::{self as db, By, Row};
-use payonce_protocol::admin::{actor, kind};
+use payonce_protocol::admin::{actor, kind, member};
 use serde_json::{json, Value};
 use sqlx::AnyPool;
 
@@ -26,24 +26,26 @@ pub(crate) async fn timeline(pool: &AnyPool, id: &str) -> sqlx::Result<Option<Va
 }
 
 /// The journal and audit rows as one list in time order, each marked with its source; at
-/// the same instant a journal row (a request, a provider call) comes before the audit rows
-/// of the state change it caused.
+/// the same instant the journal's rows come in the order they happened (`detail.seq`: a
+/// request's entry and its provider calls are written when it is answered, after the
+/// decisions of its transactions), then the audit rows of the state changes they caused.
 fn events(journal: Vec<Row>, audit: Vec<Value>) -> Vec<Value> {
-    let mut all: Vec<(i64, u8, Value)> = journal
+    let mut all: Vec<(i64, u8, u64, Value)> = journal
         .into_iter()
         .map(|r| {
+            let seq = r.detail[member::SEQ].as_u64().unwrap_or(0);
             let mut v = serde_json::to_value(&r).unwrap_or(Value::Null);
             v["source"] = "journal".into();
-            (r.at, 0, v)
+            (r.at, 0, seq, v)
         })
         .collect();
     all.extend(audit.into_iter().map(|mut a| {
         let at = a["at"].as_i64().unwrap_or(0);
         a["source"] = "audit".into();
-        (at, 1, a)
+        (at, 1, 0, a)
     }));
-    all.sort_by_key(|(at, source, _)| (*at, *source));
-    all.into_iter().map(|(_, _, v)| v).collect()
+    all.sort_by_key(|(at, source, seq, _)| (*at, *source, *seq));
+    all.into_iter().map(|(_, _, _, v)| v).collect()
 }
 
 /// One JSON document for a dispute answer: the checkout the customer confirmed (lines,
@@ -66,7 +68,11 @@ pub(crate) async fn evidence(pool: &AnyPool, id: &str) -> sqlx::Result<Option<Va
         .into_iter()
         .flatten()
         .filter(|e| e["source"] == "journal" && e["actor"] == actor::REQUEST)
-        .filter(|e| e["kind"] != kind::PROVIDER_CALL)
+        .filter(|e| {
+            [kind::PAY, kind::CANCEL, kind::REFUND]
+                .map(Value::from)
+                .contains(&e["kind"])
+        })
         .filter(|e| key.is_none() || e["key"].as_str() == key)
         .collect();
     let mut provider_ids: Vec<String> = t["events"]

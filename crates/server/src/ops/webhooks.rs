@@ -32,9 +32,11 @@ use crate::ops::{leftovers, pay, refunds};
 use crate::provider::{Hint, RefundStatus, Subject, Topic};
 use crate::state::AppState;
 use crate::store::attempts as db;
+use crate::store::journal::Event;
 use crate::store::orders::get_order;
 use crate::store::payments;
 use crate::store::webhook_events;
+use payonce_protocol::admin::verdict;
 use payonce_protocol::{AttemptStatus, ErrorCode};
 use payonce_rules::Record;
 
@@ -66,6 +68,24 @@ impl Verdict {
         }
     }
 
+    /// Its name in the journal.
+    fn wire(&self) -> &'static str {
+        match self {
+            Self::Ignored => verdict::IGNORED,
+            Self::Duplicate => verdict::DUPLICATE,
+            Self::Applied => verdict::APPLIED,
+            Self::NoEffect => verdict::NO_EFFECT,
+            Self::Unknown => verdict::UNKNOWN_OBJECT,
+            Self::Unconfirmed(_) => verdict::UNCONFIRMED,
+        }
+    }
+
+    /// Whether the handled mark journaled it (`store/webhook_events.rs`): an event that
+    /// was applied and acknowledged.
+    fn journaled_when_handled(&self, subject: &Subject) -> bool {
+        !matches!(self, Self::Ignored | Self::Duplicate) && self.acknowledged(subject)
+    }
+
     fn metric(&self) -> Option<WebhookResult> {
         Some(match self {
             Self::Ignored => return None,
@@ -75,6 +95,16 @@ impl Verdict {
             Self::Unknown => WebhookResult::UnknownProviderKey,
             Self::Unconfirmed(_) => WebhookResult::Unconfirmed,
         })
+    }
+}
+
+/// Event `hint` as the journal keeps it, with its verdict.
+fn event<'a>(hint: &'a Hint, verdict: &Verdict) -> Event<'a> {
+    Event {
+        id: &hint.event_id,
+        kind: &hint.kind,
+        subject: hint.subject.id(),
+        verdict: verdict.wire(),
     }
 }
 
@@ -89,10 +119,15 @@ fn unconfirmed() -> Verdict {
 /// Records an authentic event, applies it unless it was handled before, and marks it
 /// handled (see the module docs). `Ok`: answer 200.
 pub(crate) async fn receive(state: AppState, hint: Hint) -> AppResult<()> {
+    let store = state.store.clone();
+    let clock = state.clock.clone();
     let verdict = match hint.topic {
         None => Verdict::Ignored,
         Some(topic) => record_and_apply(state, &hint, topic).await?,
     };
+    if !verdict.journaled_when_handled(&hint.subject) {
+        webhook_events::unhandled(&store, &event(&hint, &verdict), clock.now_ms()).await?;
+    }
     // The one place an event's outcome is known.
     let (event, subject) = (&hint.event_id, hint.subject.id());
     tracing::debug!(%event, kind = %hint.kind, %subject, ?verdict, "webhook received");
@@ -127,14 +162,16 @@ async fn record_and_apply(state: AppState, hint: &Hint, topic: Topic) -> AppResu
     failpoint(Failpoint::Webhook);
     // In its own task, like pay: a provider that hangs up must not abort a settle halfway.
     let hint = hint.clone();
-    let task = tokio::spawn(async move {
+    // The task keeps the delivery's journal scope: its decisions and provider calls are the
+    // webhook's.
+    let task = tokio::spawn(crate::journal::carry(async move {
         let verdict = apply(&state, &hint, topic).await?;
         if verdict.acknowledged(&hint.subject) {
             let now = state.clock.now_ms();
-            webhook_events::handled(&state.store, &hint.event_id, now).await?;
+            webhook_events::handled(&state.store, &event(&hint, &verdict), now).await?;
         }
         Ok::<_, AppError>(verdict)
-    });
+    }));
     task.await.map_err(AppError::task("webhook"))?
 }
 

@@ -18,6 +18,7 @@ mod mock;
 mod stripe;
 
 use crate::journal::{self, Said};
+use payonce_protocol::admin::op;
 use payonce_protocol::headers::STRIPE_VERSION;
 use payonce_protocol::provider::ChargeRequest;
 use std::time::Duration;
@@ -263,7 +264,7 @@ impl Provider {
                 Self::Stripe(_) => ChargeOutcome::Rejected("a two-phase provider".into()),
             }
         };
-        journal::provider_call("charge", Some(provider_key), call, said_charge).await
+        journal::provider_call(op::CHARGE, Some(provider_key), call, said_charge).await
     }
 
     /// Two-phase start, first half: create the payment object (nothing is charged yet)
@@ -294,7 +295,7 @@ impl Provider {
                 why,
             }
         };
-        journal::provider_call("create", Some(provider_key), call, said).await
+        journal::provider_call(op::CREATE, Some(provider_key), call, said).await
     }
 
     /// Two-phase start, second half: confirm the payment object whose id is saved on the
@@ -306,7 +307,7 @@ impl Provider {
                 Self::Stripe(c) => c.confirm(provider_ref, provider_key).await,
             }
         };
-        journal::provider_call("confirm", Some(provider_ref), call, said_charge).await
+        journal::provider_call(op::CONFIRM, Some(provider_ref), call, said_charge).await
     }
 
     /// What the provider has for an attempt: by our provider key (mock) or by the id saved
@@ -322,7 +323,7 @@ impl Provider {
             }
         };
         let about = provider_ref.or(Some(provider_key));
-        journal::provider_call("lookup", about, call, said_lookup).await
+        journal::provider_call(op::LOOKUP, about, call, said_lookup).await
     }
 
     /// Cancels the attempt's payment that still waits for the customer (its deadline
@@ -341,7 +342,7 @@ impl Provider {
             }
         };
         let about = provider_ref.or(Some(provider_key));
-        journal::provider_call("cancel", about, call, said_lookup).await
+        journal::provider_call(op::CANCEL, about, call, said_lookup).await
     }
 
     /// Cancels the attempt's saved payment object that did not charge (declined) before the
@@ -360,7 +361,7 @@ impl Provider {
             }
         };
         let about = provider_ref.or(Some(provider_key));
-        journal::provider_call("cancel_uncharged", about, call, said_lookup).await
+        journal::provider_call(op::CANCEL_UNCHARGED, about, call, said_lookup).await
     }
 
     /// One page of the payment objects created at `since_ms` (Unix ms) or later, after the
@@ -409,7 +410,7 @@ impl Provider {
             RefundOutcome::NotAllowed(why) => said_why("not_allowed", why),
             RefundOutcome::Unknown(why) => said_why("unknown", why),
         };
-        journal::provider_call("refund", Some(charge_id), call, said).await
+        journal::provider_call(op::REFUND, Some(charge_id), call, said).await
     }
 
     /// Every refund the provider holds for `charge_id`, failed ones too: read before each
@@ -430,7 +431,7 @@ impl Provider {
             },
             Err(why) => said_why("unknown", why),
         };
-        journal::provider_call("refunds_of", Some(charge_id), call, said).await
+        journal::provider_call(op::REFUNDS_OF, Some(charge_id), call, said).await
     }
 
     /// Checks a delivery's signature with `secret` (this provider's webhook secret) at

@@ -4,10 +4,12 @@
 
 use super::attempts;
 use super::audit::{self, Entry};
+use super::journal::{self as log, About};
 use super::orders::get_order;
 use super::tx::{Need, Statement};
 use super::Store;
 use payonce_rules::cancel::Tombstoned;
+use payonce_rules::decision;
 use payonce_rules::Tombstone;
 
 /// Why a tombstone was rolled back.
@@ -59,6 +61,13 @@ where
              SELECT $1, $2, $3, $4, 'cancelled', $5, $6, $6, $7 WHERE true"
         }
     };
+    let about = About {
+        user: Some(&t.user),
+        order_id: Some(&t.order_id),
+        key: Some(key),
+        attempt_id: Some(&t.id),
+        ..About::default()
+    };
     let list = vec![
         Statement::new(
             insert,
@@ -75,6 +84,7 @@ where
         .tail("ON CONFLICT (user_id, idem_key) DO NOTHING")
         .need(Need::Row),
         audit::insert(entry, now),
+        log::decision(&decision::tombstone(entry), &about, now),
     ];
     let decide = move |c: &[u64]| match c[0] {
         1 => before_commit().map_err(Abort::Err),

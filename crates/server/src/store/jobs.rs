@@ -3,10 +3,13 @@
 //! later, or final without a delivery. At least once: the lease is the redelivery timer,
 //! and the settle is written only after the mailer answered (src/ops/jobs/mod.rs).
 
+use super::journal::{self as log, About};
 use super::mailbox::{self, Mail};
 use super::tx::{Need, Statement};
 use super::Store;
+use payonce_protocol::admin::{decision, email};
 use payonce_protocol::OrderLine;
+use payonce_rules::decision::Decision;
 use sqlx::any::AnyExecutor;
 use sqlx::Row;
 
@@ -135,12 +138,33 @@ pub(crate) async fn settle(
     how: &Settle,
     now: i64,
 ) -> sqlx::Result<bool> {
-    let counts = store.run(settle_statements(id, order_id, how, now)).await?;
+    let mut list = settle_statements(id, order_id, how, now);
+    let about = About {
+        order_id: Some(order_id),
+        ..About::default()
+    };
+    list.push(log::decision(&how.decision(), &about, now));
+    let counts = store.run(list).await?;
     Ok(counts[0] == 1)
 }
 
-/// `[the job's row, …what a delivery writes]`: the job's update gates the rest, so a job
-/// settled twice flags and fills the mailbox once.
+impl Settle {
+    /// The run's end as the journal keeps it.
+    fn decision(&self) -> Decision {
+        let (outcome, why) = match self {
+            Self::Sent(_) => (email::SENT, "delivered"),
+            Self::Retry { error, .. } => (email::RETRY, error.as_str()),
+            Self::Final { state, error } => {
+                let why = format!("{}: {error}", state.as_str());
+                return Decision::new(decision::EMAIL, Some(email::FAILED), &why);
+            }
+        };
+        Decision::new(decision::EMAIL, Some(outcome), why)
+    }
+}
+
+/// `[the job's row, …what a delivery writes]` (the caller adds the journal's row): the job's
+/// update gates the rest, so a job settled twice flags and fills the mailbox once.
 fn settle_statements(id: &str, order_id: &str, how: &Settle, now: i64) -> Vec<Statement> {
     match how {
         Settle::Sent(mail) => {
@@ -164,7 +188,8 @@ fn settle_statements(id: &str, order_id: &str, how: &Settle, now: i64) -> Vec<St
                  last_error = $2
              WHERE id = $3 AND done_at IS NULL",
             vec![(*at).into(), error.as_str().into(), id.into()],
-        )],
+        )
+        .need(Need::Row)],
         Settle::Final { state, error } => vec![Statement::new(
             "UPDATE jobs SET state = $1, done_at = $2, locked_until = NULL, tries = tries + 1,
                  last_error = $3
@@ -175,7 +200,8 @@ fn settle_statements(id: &str, order_id: &str, how: &Settle, now: i64) -> Vec<St
                 error.as_str().into(),
                 id.into(),
             ],
-        )],
+        )
+        .need(Need::Row)],
     }
 }
 

@@ -3,14 +3,184 @@
 //! [`redact`] on its way in: the one place that decides what the journal never keeps (a
 //! card number, a secret key, a client secret, a webhook secret, a credential).
 //!
+//! The machine decisions and webhook verdicts are entries too, each made by [`decision`] or
+//! [`verdict`] as one more statement of the transaction that writes the change it explains,
+//! with the actor and request id of the task's journal scope ([`Who`], set by
+//! `src/journal.rs`).
+//!
 //! The operator API's reads are here too: an order's timeline (its attempts, payments,
 //! refunds, mails, journal and audit rows), the look-ups, the review queue.
 
 use super::tx::{Arg, Statement};
 use super::Store;
+use payonce_protocol::admin::{actor, kind, member};
+use payonce_rules::decision::Decision;
 use serde_json::{Map, Value};
 use sqlx::any::AnyRow;
 use sqlx::{AnyPool, Row as _};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::LazyLock;
+
+/// Who is acting in the current task: the journal scope's actor and request id.
+#[derive(Debug, Clone)]
+pub(crate) struct Who {
+    pub actor: &'static str,
+    pub request_id: Option<String>,
+}
+
+tokio::task_local! {
+    static WHO: Who;
+}
+
+/// Runs `fut` with `who` as the actor of the decisions it writes.
+pub(crate) async fn as_who<F: std::future::Future>(who: Who, fut: F) -> F::Output {
+    WHO.scope(who, fut).await
+}
+
+/// The current task's actor and request id; outside any scope, the system's.
+pub(crate) fn who() -> Who {
+    WHO.try_with(Clone::clone).unwrap_or(Who {
+        actor: actor::SYSTEM,
+        request_id: None,
+    })
+}
+
+/// The order of entries made in the same millisecond of the injected clock (a request's
+/// entry and its provider calls are written when it is answered, after the decisions of its
+/// transactions): a process-wide counter, started from the wall clock's microseconds so a
+/// restarted process counts on from above the previous one's.
+static SEQ: LazyLock<AtomicU64> = LazyLock::new(|| {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    AtomicU64::new(since.map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(0)))
+});
+
+/// The next value of [`SEQ`], for an entry's `detail.seq` when its event happens.
+pub(crate) fn next_seq() -> u64 {
+    SEQ.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The ids a decision is about, that find it again.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct About<'a> {
+    pub user: Option<&'a str>,
+    pub order_id: Option<&'a str>,
+    pub key: Option<&'a str>,
+    /// The attempt's provider key or object, a charge or a refund id.
+    pub provider_id: Option<&'a str>,
+    pub attempt_id: Option<&'a str>,
+    pub refund_id: Option<&'a str>,
+}
+
+/// The entry of decision `d` about `about`, made at `now` by the current [`who`].
+pub(crate) fn decision_entry(d: &Decision, about: &About<'_>, now: i64) -> Entry {
+    let who = who();
+    let mut detail = Map::new();
+    let mut put = |name: &str, v: Option<&str>| {
+        if let Some(v) = v {
+            detail.insert(name.to_owned(), v.into());
+        }
+    };
+    put(member::OUTCOME, d.outcome);
+    put(member::WHY, Some(&d.why));
+    put(member::ATTEMPT_ID, about.attempt_id);
+    put(member::REFUND_ID, about.refund_id);
+    detail.insert(member::SEQ.to_owned(), next_seq().into());
+    Entry {
+        at: now,
+        actor: who.actor,
+        kind: d.kind,
+        request_id: who.request_id,
+        user: about.user.map(str::to_owned),
+        order_id: about.order_id.map(str::to_owned),
+        key: about.key.map(str::to_owned),
+        provider_id: about.provider_id.map(str::to_owned),
+        detail: Value::Object(detail),
+    }
+}
+
+/// The statement that journals decision `d`: one more of the transaction it explains.
+pub(crate) fn decision(d: &Decision, about: &About<'_>, now: i64) -> Statement {
+    insert(&decision_entry(d, about, now))
+}
+
+/// The statement that journals decision `d` about refund row `refund`, with the ids its row
+/// and its payment name (its order, user, key and provider refund key), made at `now` by
+/// the current [`who`]: a refund's plan names only the row.
+pub(crate) fn refund_decision(d: &Decision, refund: &str, now: i64) -> Statement {
+    let mut e = decision_entry(d, &About::default(), now);
+    if let Value::Object(m) = &mut e.detail {
+        m.insert(member::REFUND_ID.to_owned(), refund.into());
+    }
+    Statement::new(
+        "INSERT INTO journal (at, actor, kind, request_id, user_id, order_id, idem_key,
+             provider_id, detail)
+         SELECT $1, $2, $3, $4, r.user_id, p.order_id, r.idem_key, NULL, $5
+         FROM refunds r JOIN payments p ON p.id = r.payment_id WHERE r.id = $6",
+        vec![
+            e.at.into(),
+            e.actor.into(),
+            e.kind.into(),
+            e.request_id.as_deref().into(),
+            Arg::Text(Some(redact(e.detail).to_string())),
+            refund.into(),
+        ],
+    )
+}
+
+/// The statement that journals decision `d` about attempt `attempt`, with the ids its row
+/// names (its user, order, key and provider key), made at `now` by the current [`who`]: a
+/// take-over's or a flag's plan names only the attempt.
+pub(crate) fn attempt_decision(d: &Decision, attempt: &str, now: i64) -> Statement {
+    let about = About {
+        attempt_id: Some(attempt),
+        ..About::default()
+    };
+    let e = decision_entry(d, &about, now);
+    Statement::new(
+        "INSERT INTO journal (at, actor, kind, request_id, user_id, order_id, idem_key,
+             provider_id, detail)
+         SELECT $1, $2, $3, $4, a.user_id, a.order_id, a.idem_key, a.provider_key, $5
+         FROM attempts a WHERE a.id = $6",
+        vec![
+            e.at.into(),
+            e.actor.into(),
+            e.kind.into(),
+            e.request_id.as_deref().into(),
+            Arg::Text(Some(redact(e.detail).to_string())),
+            attempt.into(),
+        ],
+    )
+}
+
+/// A verified webhook event: its id, its provider type and what it came to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Event<'a> {
+    pub id: &'a str,
+    pub kind: &'a str,
+    /// The provider key or object id it names.
+    pub subject: &'a str,
+    /// `payonce_protocol::admin::verdict`.
+    pub verdict: &'static str,
+}
+
+/// The statement that journals webhook event `e` at `now`.
+pub(crate) fn verdict(e: &Event<'_>, now: i64) -> Statement {
+    let who = who();
+    let mut detail = Map::new();
+    detail.insert(member::EVENT_ID.to_owned(), e.id.into());
+    detail.insert(member::TYPE.to_owned(), e.kind.into());
+    detail.insert(member::VERDICT.to_owned(), e.verdict.into());
+    detail.insert(member::SEQ.to_owned(), next_seq().into());
+    insert(&Entry {
+        at: now,
+        actor: who.actor,
+        kind: kind::WEBHOOK,
+        request_id: who.request_id,
+        provider_id: Some(e.subject.to_owned()),
+        detail: Value::Object(detail),
+        ..Entry::default()
+    })
+}
 
 /// One journal entry, before it is written.
 #[derive(Debug, Clone, Default)]

@@ -6,10 +6,12 @@
 //! decide the races.
 
 use super::audit::{self, Entry};
+use super::journal::{self as log, About};
 use super::orders::get_order;
 use super::tx::{Need, Statement};
 use super::{attempts, payments, take_lease, Leased, Store};
 use payonce_protocol::{OrderStatus, Payment};
+use payonce_rules::decision;
 use payonce_rules::flow::TakeOver;
 use payonce_rules::ids::{IdSource, JobId};
 use payonce_rules::plan::{Claim, ClaimPlan, SettlePlan};
@@ -122,7 +124,7 @@ where
     Ok(ClaimOutcome::OutOfStock { sku })
 }
 
-/// The claim's statements: `[attempt, order lock, stock…, audit…]`.
+/// The claim's statements: `[attempt, order lock, stock…, audit…, journal]`.
 fn claim_statements(plan: &ClaimPlan, key: &str, now: i64) -> Vec<Statement> {
     let a = &plan.claim.attempt;
     let t = &a.terms;
@@ -177,7 +179,28 @@ fn claim_statements(plan: &ClaimPlan, key: &str, now: i64) -> Vec<Statement> {
         .need(Need::Row)
     }));
     list.extend(audit::insert_all(&plan.audit, now));
+    let about = About {
+        user: Some(&t.user),
+        key: Some(key),
+        ..about(a)
+    };
+    list.push(log::decision(
+        &decision::claim_won(&plan.audit),
+        &about,
+        now,
+    ));
     list
+}
+
+/// What a decision about attempt `a` is about: its order, its id, its provider key.
+fn about(a: &Processing) -> About<'_> {
+    About {
+        user: Some(&a.terms.user),
+        order_id: Some(&a.terms.order_id),
+        provider_id: Some(&a.provider_key),
+        attempt_id: Some(&a.id),
+        ..About::default()
+    }
 }
 
 /// The settle of `a` (rule 4) with a plan that writes rows (`Charged` or `Uncharged`), in
@@ -199,7 +222,7 @@ pub(crate) async fn settle(
     Ok(counts[0] == 1)
 }
 
-/// The settle's statements: `[finish, …what the outcome writes, audit…]`;
+/// The settle's statements: `[finish, …what the outcome writes, audit…, journal…]`;
 /// `None` for a plan that writes nothing (the outcome is not known yet).
 fn settle_statements(
     a: &Processing,
@@ -290,6 +313,10 @@ fn settle_statements(
         | SettlePlan::Review { .. } => return None,
     }
     list.extend(audit::insert_all(audit, now));
+    list.push(log::decision(&decision::of_settle(plan), &about(a), now));
+    if let SettlePlan::Charged { .. } = plan {
+        list.push(log::decision(&decision::email_queued(), &about(a), now));
+    }
     Some(list)
 }
 
@@ -300,6 +327,7 @@ pub(crate) async fn take_over(store: &Store, take: &TakeOver, now: i64) -> sqlx:
     let list = vec![
         take_lease(Leased::Attempts, id, token, now, take.until).need(Need::Row),
         audit::insert(&take.entry, now),
+        log::attempt_decision(&decision::lease_taken_over(take), id, now),
     ];
     Ok(store.run(list).await?[0] == 1)
 }
@@ -343,7 +371,11 @@ fn release_statement(claim: &Claim, now: i64) -> Statement {
 /// Ends `claim`'s lease early after an inconclusive provider call: nobody is talking to the
 /// provider about the attempt any more, so the next retry may ask it at once.
 pub(crate) async fn release(store: &Store, claim: &Claim, now: i64) -> sqlx::Result<()> {
-    store.run(vec![release_statement(claim, now)]).await?;
+    let list = vec![
+        release_statement(claim, now).need(Need::Row),
+        log::decision(&decision::released(), &about(&claim.attempt), now),
+    ];
+    store.run(list).await?;
     Ok(())
 }
 
@@ -377,6 +409,7 @@ pub(crate) async fn flag_mismatch(
         )
         .need(Need::Row),
         audit::insert(entry, now),
+        log::decision(&decision::review_flag(entry), &about(&claim.attempt), now),
     ];
     Ok(store.run(list).await?[1] == 1)
 }
@@ -397,6 +430,7 @@ pub(crate) async fn flag_unknown(
         )
         .need(Need::Row),
         audit::insert(entry, now),
+        log::attempt_decision(&decision::review_flag(entry), id, now),
     ];
     Ok(store.run(list).await?[0] == 1)
 }
@@ -425,6 +459,7 @@ pub(crate) async fn flag_stray(
             vec![now.into(), order.into()],
         ),
         audit::insert(entry, now),
+        log::attempt_decision(&decision::review_flag(entry), id, now),
     ];
     Ok(store.run(list).await?[0] == 1)
 }
@@ -432,10 +467,17 @@ pub(crate) async fn flag_stray(
 /// The charge of processing attempt `id` waits for the customer: the jobs look at it again
 /// at `at` ([`payonce_rules::policy::next_customer_check`]). False when it is no longer
 /// processing.
-pub(crate) async fn check_later(store: &Store, id: &str, at: i64) -> sqlx::Result<bool> {
+pub(crate) async fn check_later(
+    store: &Store,
+    a: &Processing,
+    at: i64,
+    now: i64,
+) -> sqlx::Result<bool> {
     let later = Statement::new(
         "UPDATE attempts SET next_check_at = $1 WHERE id = $2 AND status = 'processing'",
-        vec![at.into(), id.into()],
-    );
-    Ok(store.run(vec![later]).await?[0] == 1)
+        vec![at.into(), a.id.as_str().into()],
+    )
+    .need(Need::Row);
+    let journal = log::decision(&decision::check_later(), &about(a), now);
+    Ok(store.run(vec![later, journal]).await?[0] == 1)
 }

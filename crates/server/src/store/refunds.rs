@@ -4,10 +4,12 @@
 //! payment becoming refunded); each plan is a list of conditional statements here, run by
 //! the backend's executor (`tx.rs`), so the row counts decide the races.
 
+use super::journal as log;
 use super::payments::get_payment;
 use super::tx::{Need, Statement};
 use super::{audit, decode_err, Leased, Store};
 use payonce_protocol::{IdempotencyKey, Payment};
+use payonce_rules::decision;
 use payonce_rules::refund::{
     Claimed, Lease, MarkRefunded, RefundClaimPlan, RefundRecord, RefundState, SettleRefund,
 };
@@ -111,8 +113,9 @@ pub(crate) async fn claim(
 /// unexpired one (exactly one contender wins).
 pub(crate) async fn take_lease(store: &Store, lease: &Lease, now: i64) -> sqlx::Result<bool> {
     let (id, token) = (&lease.refund_id, &lease.token);
-    let take = super::take_lease(Leased::Refunds, id, token, now, lease.until);
-    Ok(store.run(vec![take]).await?[0] == 1)
+    let take = super::take_lease(Leased::Refunds, id, token, now, lease.until).need(Need::Row);
+    let journal = log::refund_decision(&decision::refund_lease(), id, now);
+    Ok(store.run(vec![take, journal]).await?[0] == 1)
 }
 
 /// Keeps the lease until `until`: a call whose answer was lost may land until then, and no
@@ -186,6 +189,11 @@ pub(crate) async fn settle(store: &Store, plan: &SettleRefund, now: i64) -> sqlx
         SettleRefund::Refunded { mark, .. } => list.extend(mark_statements(mark, now)),
         SettleRefund::Failed { audit, .. } => list.push(audit::insert(audit, now)),
     }
+    list.push(log::refund_decision(
+        &decision::refund_settle(plan),
+        id,
+        now,
+    ));
     Ok(store.run(list).await?[0] == 1)
 }
 
@@ -197,7 +205,18 @@ pub(crate) async fn mark_refunded(
     mark: &MarkRefunded,
     now: i64,
 ) -> sqlx::Result<bool> {
-    Ok(store.run(mark_statements(mark, now)).await?[0] == 1)
+    let mut list = mark_statements(mark, now);
+    let about = log::About {
+        order_id: Some(&mark.order_id),
+        attempt_id: Some(&mark.attempt_id),
+        ..log::About::default()
+    };
+    list.push(log::decision(
+        &decision::refunded_at_provider(mark),
+        &about,
+        now,
+    ));
+    Ok(store.run(list).await?[0] == 1)
 }
 
 /// `[payment, order, attempt, audit…]`: everything after the payment's conditional update

@@ -1,6 +1,7 @@
 //! Provider webhook events, deduplicated on their id: recorded when they arrive, marked
 //! handled once applied (src/ops/webhooks.rs).
 
+use super::journal::{self as log, Event};
 use super::tx::Statement;
 use super::Store;
 
@@ -31,12 +32,20 @@ pub(crate) async fn arrived(
     Ok(matches!(row, Some((Some(_),))))
 }
 
-/// Marks the event `event_id` handled at `now`: from then on it is a duplicate.
-pub(crate) async fn handled(store: &Store, event_id: &str, now: i64) -> sqlx::Result<()> {
+/// Marks event `e` handled at `now` (from then on it is a duplicate) and journals its
+/// verdict, in one transaction.
+pub(crate) async fn handled(store: &Store, e: &Event<'_>, now: i64) -> sqlx::Result<()> {
     let mark = Statement::new(
         "UPDATE webhook_events SET handled_at = $1 WHERE id = $2 AND handled_at IS NULL",
-        vec![now.into(), event_id.into()],
+        vec![now.into(), e.id.into()],
     );
-    store.run(vec![mark]).await?;
+    store.run(vec![mark, log::verdict(e, now)]).await?;
+    Ok(())
+}
+
+/// Journals the verdict of event `e`, which no handled mark records (a duplicate, a type
+/// payonce does not act on, one to be delivered again).
+pub(crate) async fn unhandled(store: &Store, e: &Event<'_>, now: i64) -> sqlx::Result<()> {
+    store.run(vec![log::verdict(e, now)]).await?;
     Ok(())
 }

@@ -10,6 +10,7 @@ use crate::common::{
 use crate::inproc::{provider, InProc};
 use crate::on_both_backends;
 use payonce_protocol::admin::paths as admin;
+use payonce_protocol::admin::{decision, lost, settle};
 use payonce_protocol::body::paths;
 use payonce_protocol::headers::REQUEST_ID;
 use payonce_protocol::ErrorCode;
@@ -108,12 +109,26 @@ async fn a_lost_answer_then_a_replay_is_told_by_the_operator_api_alone(backend: 
         .collect();
     let want = [
         ("pay", "lost-answer-1"),
+        (decision::CLAIM_WON, "lost-answer-1"),
         ("provider_call", "lost-answer-1"),
+        (decision::SETTLE, "lost-answer-1"),
+        (decision::EMAIL_QUEUED, "lost-answer-1"),
         ("pay", "lost-answer-2"),
+        (decision::CLAIM_LOST, "lost-answer-2"),
     ]
     .map(|(a, b)| (a.to_owned(), b.to_owned()));
     assert_eq!(story, want, "{journal:#?}");
-    let (pay1, call, pay2) = (journal[0], journal[1], journal[2]);
+    let (pay1, won, call, settled, pay2, lost) = (
+        journal[0], journal[1], journal[2], journal[3], journal[5], journal[6],
+    );
+    // The machine's decisions, each with the request that made it and what it was about.
+    assert_eq!(won["actor"], "request");
+    assert_eq!(won["key"], k.as_str());
+    assert_eq!(won["detail"]["attemptId"], attempts[0]["id"]);
+    assert_eq!(settled["detail"]["outcome"], settle::PAID);
+    assert_eq!(settled["detail"]["attemptId"], attempts[0]["id"]);
+    assert_eq!(lost["detail"]["outcome"], lost::REPLAY);
+    assert_eq!(lost["key"], k.as_str());
     assert_eq!(pay1["key"], k.as_str());
     assert_eq!(pay1["user"], "alice");
     assert_eq!(pay1["detail"]["status"], 200);
@@ -142,7 +157,8 @@ async fn a_lost_answer_then_a_replay_is_told_by_the_operator_api_alone(backend: 
     let by_request = admin_get(&s, &format!("{}?request_id=lost-answer-2", admin::LOOKUP)).await;
     assert_eq!(by_request["orders"], json!([id]));
     let by_key = admin_get(&s, &format!("{}?key={k}", admin::LOOKUP)).await;
-    assert_eq!(by_key["entries"].as_array().unwrap().len(), 3);
+    // Both requests, the claim, the charge and the replay's lost claim name the key.
+    assert_eq!(by_key["entries"].as_array().unwrap().len(), 5);
     let by_charge = admin_get(&s, &format!("{}?provider_id={charge}", admin::LOOKUP)).await;
     assert_eq!(by_charge["orders"], json!([id]));
     let by_user = admin_get(&s, &format!("{}?user=alice", admin::LOOKUP)).await;
@@ -552,7 +568,7 @@ async fn a_cancel_and_a_refund_are_journaled_with_their_keys_and_calls(backend: 
     let events = tl["events"].as_array().unwrap();
     let requests: Vec<(&str, &str, i64)> = events
         .iter()
-        .filter(|e| e["actor"] == "request" && e["kind"] != "provider_call")
+        .filter(|e| ["pay", "cancel", "refund"].contains(&e["kind"].as_str().unwrap_or("")))
         .map(|e| {
             let kind = e["kind"].as_str().unwrap();
             (
@@ -568,6 +584,35 @@ async fn a_cancel_and_a_refund_are_journaled_with_their_keys_and_calls(backend: 
         ("refund", refund.as_str(), r.status.into()),
     ];
     assert_eq!(requests, want);
+    // The machines' decisions, in order, each made under the request it answered.
+    let request_of = |kind: &str| {
+        let e = events.iter().find(|e| e["kind"] == kind).unwrap();
+        e["requestId"].as_str().unwrap().to_owned()
+    };
+    let decisions: Vec<(&str, Option<&str>, String)> = events
+        .iter()
+        .filter(|e| decision::ALL.contains(&e["kind"].as_str().unwrap_or("")))
+        .filter(|e| e["kind"] != decision::EMAIL)
+        .map(|e| {
+            let kind = e["kind"].as_str().unwrap();
+            let by = e["requestId"].as_str().unwrap_or("-").to_owned();
+            (kind, e["detail"]["outcome"].as_str(), by)
+        })
+        .collect();
+    let (cancel, pay, refunding) = (
+        request_of("cancel"),
+        request_of("pay"),
+        request_of("refund"),
+    );
+    let want = [
+        (decision::TOMBSTONE, None, cancel),
+        (decision::CLAIM_WON, None, pay.clone()),
+        (decision::SETTLE, Some(settle::PAID), pay.clone()),
+        (decision::EMAIL_QUEUED, None, pay),
+        (decision::REFUND_LEASE, None, refunding.clone()),
+        (decision::REFUND_SETTLE, Some("succeeded"), refunding),
+    ];
+    assert_eq!(decisions, want, "{events:#?}");
     let refund_entry = events.iter().find(|e| e["kind"] == "refund").unwrap();
     assert_eq!(refund_entry["detail"]["paymentId"], payment.as_str());
     let refund_calls: Vec<&str> = events

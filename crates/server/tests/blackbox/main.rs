@@ -25,6 +25,9 @@
 //! - `edge`: slow clients (silent, half-sent heads, missing bodies) against the timeouts.
 //! - `journal`: the journal and the operator API (`/admin/`): a lost answer and its replay
 //!   told by the operator API alone, its credential, the dispute-window retention.
+//! - `journal_scenarios`: the machines' decisions and the webhooks' verdicts told by the
+//!   operator API alone: a crash after the charge, an expired challenge, a cancel meeting its
+//!   pay, a dashboard refund, a webhook delivered twice, forged deliveries.
 //! - `jwt`: Bearer JWTs (`mint-jwt`) create and pay an order; bad ones are 401.
 //! - `tls`: TLS PostgreSQL, `rediss://` and an `https://` provider on local services the
 //!   test makes; a wrong CA or a plain-text server is refused at start.
@@ -60,6 +63,7 @@ mod fast_path;
 mod inproc;
 mod input;
 mod journal;
+mod journal_scenarios;
 mod jwt;
 mod kill_batch;
 mod layout;

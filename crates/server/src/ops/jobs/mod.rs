@@ -147,7 +147,7 @@ pub(crate) async fn drive_abandoned(
                 let now = state.clock.now_ms();
                 let at =
                     payonce_rules::policy::next_customer_check(p.created_at, now, &state.policy);
-                store::pay::check_later(&state.store, &p.id, at).await?;
+                store::pay::check_later(&state.store, p, at, now).await?;
                 Driven::AwaitingCustomer
             }
             End::Unknown(_) => Driven::Unknown,
