@@ -219,6 +219,53 @@ pub mod op {
     pub const REFUNDS_OF: &str = "refunds_of";
 }
 
+/// Member names of the operator API's answers that the server composes (the rows inside them
+/// carry the columns' names, `crates/server/src/store/journal.rs`).
+pub mod answer {
+    /// The order (timeline, evidence).
+    pub const ORDER: &str = "order";
+    /// The order's attempts and tombstones (timeline).
+    pub const ATTEMPTS: &str = "attempts";
+    /// The order's payment (timeline, evidence).
+    pub const PAYMENTS: &str = "payments";
+    /// The payment's refunds (timeline, evidence).
+    pub const REFUNDS: &str = "refunds";
+    /// The mails sent about the order (timeline, evidence).
+    pub const MAILS: &str = "mails";
+    /// The journal and audit rows in time order (timeline).
+    pub const EVENTS: &str = "events";
+    /// Where an event comes from: [`SOURCE_JOURNAL`] or [`SOURCE_AUDIT`].
+    pub const SOURCE: &str = "source";
+    /// An event of the journal.
+    pub const SOURCE_JOURNAL: &str = "journal";
+    /// An event of the audit trail.
+    pub const SOURCE_AUDIT: &str = "audit";
+    /// The attempt that paid (evidence).
+    pub const CONFIRMED_ATTEMPT: &str = "confirmedAttempt";
+    /// The requests of the key that paid (evidence).
+    pub const REQUESTS: &str = "requests";
+    /// The provider's object ids (evidence).
+    pub const PROVIDER_IDS: &str = "providerIds";
+    /// The orders the found entries name (look-up).
+    pub const ORDERS: &str = "orders";
+    /// The entries found (look-up).
+    pub const ENTRIES: &str = "entries";
+    /// The most entries one look-up returns.
+    pub const LIMIT: &str = "limit";
+    /// The review queue.
+    pub const REVIEWS: &str = "reviews";
+    /// A review's latest reason.
+    pub const REASON: &str = "reason";
+    /// A review's age at the read, in milliseconds.
+    pub const AGE_MS: &str = "ageMs";
+    /// The user erased.
+    pub const USER: &str = "user";
+    /// What an erasure changed.
+    pub const ERASED: &str = "erased";
+    /// Order addresses erased.
+    pub const ORDER_ADDRESSES: &str = "orderAddresses";
+}
+
 /// Member names of a journal entry's `detail` that the decisions and verdicts write.
 pub mod member {
     /// Why (a [`super::lost`] name, or the audit trail's reason).

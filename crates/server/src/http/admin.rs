@@ -158,11 +158,17 @@ async fn erase_user(
     let now = state.clock.now_ms();
     let entry = payonce_rules::erase::entry(&user);
     let erased = crate::store::erase::erase_user(&state.store, &user, &entry, now).await?;
-    let changed = json!({ "orderAddresses": erased.addresses, "mails": erased.mails });
+    use payonce_protocol::admin::answer;
+    let changed = json!({
+        (answer::ORDER_ADDRESSES): erased.addresses,
+        (answer::MAILS): erased.mails,
+    });
     let id = rid.as_ref().map(|Extension(r)| r.0.as_str());
     crate::journal::operator_action(&state.store, now, id, uri.path(), &user, changed.clone())
         .await;
-    Ok(Json(json!({ "user": user, "erased": changed })))
+    Ok(Json(
+        json!({ (answer::USER): user, (answer::ERASED): changed }),
+    ))
 }
 
 #[cfg(test)]

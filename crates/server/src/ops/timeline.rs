@@ -4,7 +4,7 @@
 //! journaled by the edge (`src/http/admin.rs`).
 
 use crate::store::journal::{self as db, By, Row};
-use payonce_protocol::admin::{actor, kind, member};
+use payonce_protocol::admin::{actor, answer, kind, member};
 use serde_json::{json, Value};
 use sqlx::AnyPool;
 
@@ -16,12 +16,12 @@ pub(crate) async fn timeline(pool: &AnyPool, id: &str) -> sqlx::Result<Option<Va
     let journal = db::of_order(pool, id).await?;
     let audit = db::audit(pool, id).await?;
     Ok(Some(json!({
-        "order": order,
-        "attempts": db::attempts(pool, id).await?,
-        "payments": db::payments(pool, id).await?,
-        "refunds": db::refunds(pool, id).await?,
-        "mails": db::mails(pool, id).await?,
-        "events": events(journal, audit),
+        (answer::ORDER): order,
+        (answer::ATTEMPTS): db::attempts(pool, id).await?,
+        (answer::PAYMENTS): db::payments(pool, id).await?,
+        (answer::REFUNDS): db::refunds(pool, id).await?,
+        (answer::MAILS): db::mails(pool, id).await?,
+        (answer::EVENTS): events(journal, audit),
     })))
 }
 
@@ -35,13 +35,13 @@ fn events(journal: Vec<Row>, audit: Vec<Value>) -> Vec<Value> {
         .map(|r| {
             let seq = r.detail[member::SEQ].as_u64().unwrap_or(0);
             let mut v = serde_json::to_value(&r).unwrap_or(Value::Null);
-            v["source"] = "journal".into();
+            v[answer::SOURCE] = answer::SOURCE_JOURNAL.into();
             (r.at, 0, seq, v)
         })
         .collect();
     all.extend(audit.into_iter().map(|mut a| {
         let at = a["at"].as_i64().unwrap_or(0);
-        a["source"] = "audit".into();
+        a[answer::SOURCE] = answer::SOURCE_AUDIT.into();
         (at, 1, 0, a)
     }));
     all.sort_by_key(|(at, source, seq, _)| (*at, *source, *seq));
@@ -56,18 +56,20 @@ pub(crate) async fn evidence(pool: &AnyPool, id: &str) -> sqlx::Result<Option<Va
     let Some(t) = timeline(pool, id).await? else {
         return Ok(None);
     };
-    let attempts = t["attempts"].as_array().cloned().unwrap_or_default();
-    let paid_by = t["payments"][0]["attemptId"].as_str().map(str::to_owned);
+    let attempts = t[answer::ATTEMPTS].as_array().cloned().unwrap_or_default();
+    let paid_by = t[answer::PAYMENTS][0]["attemptId"]
+        .as_str()
+        .map(str::to_owned);
     let confirmed = attempts
         .iter()
         .find(|a| paid_by.is_some() && a["id"].as_str() == paid_by.as_deref())
         .cloned();
     let key = confirmed.as_ref().and_then(|a| a["key"].as_str());
-    let requests: Vec<&Value> = t["events"]
+    let requests: Vec<&Value> = t[answer::EVENTS]
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|e| e["source"] == "journal" && e["actor"] == actor::REQUEST)
+        .filter(|e| e[answer::SOURCE] == answer::SOURCE_JOURNAL && e["actor"] == actor::REQUEST)
         .filter(|e| {
             [kind::PAY, kind::CANCEL, kind::REFUND]
                 .map(Value::from)
@@ -75,7 +77,7 @@ pub(crate) async fn evidence(pool: &AnyPool, id: &str) -> sqlx::Result<Option<Va
         })
         .filter(|e| key.is_none() || e["key"].as_str() == key)
         .collect();
-    let mut provider_ids: Vec<String> = t["events"]
+    let mut provider_ids: Vec<String> = t[answer::EVENTS]
         .as_array()
         .into_iter()
         .flatten()
@@ -90,20 +92,20 @@ pub(crate) async fn evidence(pool: &AnyPool, id: &str) -> sqlx::Result<Option<Va
     provider_ids.retain(|p| !keys.contains(&p.as_str()));
     provider_ids.sort();
     provider_ids.dedup();
-    let o = &t["order"];
+    let o = &t[answer::ORDER];
     Ok(Some(json!({
-        "order": {
+        (answer::ORDER): {
             "id": o["id"], "userId": o["userId"], "status": o["status"],
             "version": o["version"], "items": o["items"], "coupon": o["coupon"],
             "subtotal": o["subtotal"], "discount": o["discount"],
             "amount": o["amount"], "currency": o["currency"], "createdAt": o["createdAt"],
         },
-        "confirmedAttempt": confirmed,
-        "requests": requests,
-        "providerIds": provider_ids,
-        "payments": t["payments"],
-        "mails": t["mails"],
-        "refunds": t["refunds"],
+        (answer::CONFIRMED_ATTEMPT): confirmed,
+        (answer::REQUESTS): requests,
+        (answer::PROVIDER_IDS): provider_ids,
+        (answer::PAYMENTS): t[answer::PAYMENTS],
+        (answer::MAILS): t[answer::MAILS],
+        (answer::REFUNDS): t[answer::REFUNDS],
     })))
 }
 
@@ -113,7 +115,11 @@ pub(crate) async fn lookup(pool: &AnyPool, by: By, value: &str) -> sqlx::Result<
     let mut orders: Vec<&str> = rows.iter().filter_map(|r| r.order_id.as_deref()).collect();
     orders.sort_unstable();
     orders.dedup();
-    Ok(json!({ "orders": orders, "entries": rows, "limit": db::READ_LIMIT }))
+    Ok(json!({
+        (answer::ORDERS): orders,
+        (answer::ENTRIES): rows,
+        (answer::LIMIT): db::READ_LIMIT,
+    }))
 }
 
 /// The review queue, each with the latest reason the audit trail gives and its age at `now`.
@@ -126,15 +132,15 @@ pub(crate) async fn reviews(pool: &AnyPool, now: i64) -> sqlx::Result<Value> {
             None => None,
         };
         let since = r["since"].as_i64().unwrap_or(now);
-        r["reason"] = reason.into();
-        r["ageMs"] = (now - since).max(0).into();
+        r[answer::REASON] = reason.into();
+        r[answer::AGE_MS] = (now - since).max(0).into();
     }
-    Ok(json!({ "reviews": list }))
+    Ok(json!({ (answer::REVIEWS): list }))
 }
 
 /// The timeline as text, one line per event, for an operator at a shell.
 pub(crate) fn text(t: &Value) -> String {
-    let o = &t["order"];
+    let o = &t[answer::ORDER];
     let mut out = format!(
         "order {} user {} status {} version {} amount {} {}\n",
         o["id"].as_str().unwrap_or("?"),
@@ -144,7 +150,7 @@ pub(crate) fn text(t: &Value) -> String {
         o["amount"],
         o["currency"].as_str().unwrap_or("?"),
     );
-    for a in t["attempts"].as_array().into_iter().flatten() {
+    for a in t[answer::ATTEMPTS].as_array().into_iter().flatten() {
         out += &format!(
             "attempt {} key {} status {} version {} amount {} provider {}\n",
             a["id"].as_str().unwrap_or("?"),
@@ -159,12 +165,12 @@ pub(crate) fn text(t: &Value) -> String {
         );
     }
     let mut last: Option<i64> = None;
-    for e in t["events"].as_array().into_iter().flatten() {
+    for e in t[answer::EVENTS].as_array().into_iter().flatten() {
         let at = e["at"].as_i64().unwrap_or(0);
         let gap = last.map_or(String::new(), |l| format!("+{}ms", at - l));
         last = Some(at);
-        let what = match e["source"].as_str() {
-            Some("audit") => format!(
+        let what = match e[answer::SOURCE].as_str() {
+            Some(answer::SOURCE_AUDIT) => format!(
                 "audit {} {} {} -> {} ({})",
                 e["entity"].as_str().unwrap_or("?"),
                 e["entityId"].as_str().unwrap_or("?"),
