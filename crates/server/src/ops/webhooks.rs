@@ -126,7 +126,12 @@ pub(crate) async fn receive(state: AppState, hint: Hint) -> AppResult<()> {
         Some(topic) => record_and_apply(state, &hint, topic).await?,
     };
     if !verdict.journaled_when_handled(&hint.subject) {
-        webhook_events::unhandled(&store, &event(&hint, &verdict), clock.now_ms()).await?;
+        // Nothing else is written with it: a failure is logged, never the delivery's (the
+        // journal explains what happened, it never decides it).
+        let e = event(&hint, &verdict);
+        if let Err(err) = webhook_events::unhandled(&store, &e, clock.now_ms()).await {
+            tracing::warn!(event = %hint.event_id, error = %err, "journal write failed");
+        }
     }
     // The one place an event's outcome is known.
     let (event, subject) = (&hint.event_id, hint.subject.id());
