@@ -3,9 +3,11 @@
 //! conditional statements (`tx.rs`).
 
 use super::audit::Entry;
+use super::journal::{self as log, About};
 use super::tx::{Need, Statement};
 use super::Store;
 use payonce_protocol::AttemptStatus;
+use payonce_rules::decision;
 use payonce_rules::sweep::Known;
 use sqlx::any::AnyExecutor;
 
@@ -96,6 +98,14 @@ pub(crate) async fn flag(
             vec![now.into(), attempt.into()],
         ));
     }
+    // A payment of no order of ours is found again by its provider id.
+    let about = About {
+        order_id: order,
+        attempt_id: attempt,
+        provider_id: order.is_none().then_some(audit.entity_id.as_str()),
+        ..About::default()
+    };
+    list.push(log::decision(&decision::review_flag(audit), &about, now));
     let counts = store.run(list).await?;
     Ok(counts[0] == 1)
 }

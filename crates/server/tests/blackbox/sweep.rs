@@ -33,6 +33,9 @@ const CREATE: &str = "/v1/payment_intents";
 const SWEEP_AUDIT: &str =
     "SELECT COUNT(*) FROM audit_log WHERE actor = 'provider-sweep' AND entity_id = $1";
 const HELD: &str = "SELECT COUNT(*) FROM orders WHERE id = $1 AND review_at IS NOT NULL";
+/// The journal's review flags of an order (docs/operating.md, "The journal").
+const FLAG_JOURNALED: &str =
+    "SELECT COUNT(*) FROM journal WHERE kind = 'review_flag' AND order_id = $1";
 
 /// The summary line of a sweep's report.
 fn summary(report: &str) -> &str {
@@ -117,6 +120,7 @@ async fn the_sweep_flags_our_intent_confirmed_outside_payonce(backend: Backend) 
     );
     assert_eq!(app.count(SWEEP_AUDIT, &orphan).await, 1);
     assert_eq!(app.count(HELD, &id).await, 1);
+    assert_eq!(app.count(FLAG_JOURNALED, &id).await, 1);
     assert_eq!(app.ls.succeeded_for(&id).await, 2, "nothing cancelled");
     assert!(
         app.ls.refunds_of(&orphan).await.is_empty(),
@@ -131,6 +135,7 @@ async fn the_sweep_flags_our_intent_confirmed_outside_payonce(backend: Backend) 
         "{again}"
     );
     assert_eq!(app.count(SWEEP_AUDIT, &orphan).await, 1);
+    assert_eq!(app.count(FLAG_JOURNALED, &id).await, 1, "flagged once");
 }
 
 /// The job (`--sweep-interval-secs 1`) does what the command does, in the server.
