@@ -9,7 +9,7 @@ use crate::inproc::{provider, InProc};
 use crate::journal::{token_file, OPERATOR_TOKEN};
 use crate::on_both_backends;
 use payonce_protocol::admin::paths as admin;
-use payonce_protocol::admin::{decision, kind, lost, refund, settle, verdict};
+use payonce_protocol::admin::{decision, email, kind, lost, refund, settle, verdict};
 use payonce_protocol::body::paths;
 use payonce_protocol::headers::{REQUEST_ID, WEBHOOK_SIGNATURE};
 use payonce_protocol::{ErrorCode, OrderStatus};
@@ -271,9 +271,9 @@ async fn deliver(s: &InProc, event: &Value, secret: &str) -> crate::common::Resp
 
 const SECRET: &str = payonce_mock_provider::DEFAULT_WEBHOOK_SECRET;
 
-/// The merchant refunds the charge in the provider's dashboard; the provider's
-/// `charge.refunded` event is applied: the payment marked refunded at the provider, under
-/// the webhook's request id.
+/// A job round sends the paid order's receipt. The merchant then refunds the charge in the
+/// provider's dashboard; the provider's `charge.refunded` event is applied: the payment
+/// marked refunded at the provider, under the webhook's request id.
 async fn a_refund_made_in_the_providers_dashboard_is_told_by_its_webhook(backend: Backend) {
     let Some(db) = TestDb::create(backend).await else {
         return;
@@ -284,6 +284,8 @@ async fn a_refund_made_in_the_providers_dashboard_is_told_by_its_webhook(backend
     let r = s.pay(&t, &id, Some(&key()), 1, "pm_card_approve").await;
     assert_eq!(r.status, 200, "{}", r.text());
     let pay = request_id(&r);
+    // A job round sends the receipt (the dev mailbox).
+    payonce_server::run_jobs(&s.state).await;
     let charge = r.json()["payment"]["chargeId"].as_str().unwrap().to_owned();
     let url = format!("{}/dev/charges/{charge}/refund", s.provider);
     let dash = s.http.post(url).send().await.unwrap();
@@ -304,6 +306,8 @@ async fn a_refund_made_in_the_providers_dashboard_is_told_by_its_webhook(backend
         &story,
         &[
             step(decision::SETTLE, settle::PAID, req, &pay),
+            step(decision::EMAIL_QUEUED, "-", req, &pay),
+            step(decision::EMAIL, email::SENT, "job", "-"),
             step(kind::PROVIDER_CALL, "refunds_of", wh, &hook),
             step(decision::REFUND_SETTLE, refund::AT_PROVIDER, wh, &hook),
             step(kind::WEBHOOK, verdict::APPLIED, wh, &hook),
