@@ -104,13 +104,14 @@ pub(crate) fn decision(d: &Decision, about: &About<'_>, now: i64) -> Statement {
 }
 
 /// The statement that journals decision `d` about refund row `refund`, with the ids its row
-/// and its payment name (its order, user, key and provider refund key), made at `now` by
-/// the current [`who`]: a refund's plan names only the row.
+/// and its payment name (its order, user and key), made at `now` by the current [`who`]: a
+/// refund's plan names only the row.
 pub(crate) fn refund_decision(d: &Decision, refund: &str, now: i64) -> Statement {
-    let mut e = decision_entry(d, &About::default(), now);
-    if let Value::Object(m) = &mut e.detail {
-        m.insert(member::REFUND_ID.to_owned(), refund.into());
-    }
+    let about = About {
+        refund_id: Some(refund),
+        ..About::default()
+    };
+    let e = decision_entry(d, &about, now);
     Statement::new(
         "INSERT INTO journal (at, actor, kind, request_id, user_id, order_id, idem_key,
              provider_id, detail)
@@ -120,11 +121,17 @@ pub(crate) fn refund_decision(d: &Decision, refund: &str, now: i64) -> Statement
             e.at.into(),
             e.actor.into(),
             e.kind.into(),
-            e.request_id.as_deref().into(),
+            kept_request_id(e.request_id.as_deref()).into(),
             Arg::Text(Some(redact(e.detail).to_string())),
             refund.into(),
         ],
     )
+}
+
+/// A request id as the journal keeps it: the client chose it, so one that looks like a card
+/// number or a secret is not kept (as [`insert`] does).
+fn kept_request_id(r: Option<&str>) -> Option<&str> {
+    r.map(|r| if string_is_secret(r) { REDACTED } else { r })
 }
 
 /// The statement that journals decision `d` about attempt `attempt`, with the ids its row
@@ -145,7 +152,7 @@ pub(crate) fn attempt_decision(d: &Decision, attempt: &str, now: i64) -> Stateme
             e.at.into(),
             e.actor.into(),
             e.kind.into(),
-            e.request_id.as_deref().into(),
+            kept_request_id(e.request_id.as_deref()).into(),
             Arg::Text(Some(redact(e.detail).to_string())),
             attempt.into(),
         ],
