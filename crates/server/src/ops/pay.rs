@@ -18,7 +18,9 @@
 //!    says about its provider key; only "no such charge" re-drives it. The jobs
 //!    ([`ServerPay::abandoned`], src/ops/jobs/mod.rs) and webhooks ([`ServerPay::webhook`]) run
 //!    the same machine from that step.
-//! 6. Every change is written to the audit trail in the same transaction.
+//! 6. Every change is written to the audit trail and the journal (its decision,
+//!    `payonce_rules::decision`) in the same transaction; a claim that lost is journaled
+//!    with the request's entries.
 //!
 //! A retry of a finished attempt is answered before rule 1 from its record alone
 //! ([`payonce_rules::pay::replay_of`]: one `SELECT`, or none when Redis or memory holds the

@@ -17,8 +17,8 @@
 //!      once the provider's succeeded refunds return the whole amount ([`reflect_refund`]);
 //! 4. the event is marked handled, and only then answered 2xx.
 //!
-//! [`Verdict`] is what the event came to, known in one place ([`receive`]): the metric and
-//! the answer follow from it. Settling is a conditional update on a processing row, so a
+//! [`Verdict`] is what the event came to, known in one place ([`receive`]): the metric, the
+//! answer and the journal's verdict entry (with the handled mark, or alone) follow from it. Settling is a conditional update on a processing row, so a
 //! duplicate, delayed or reordered event matches nothing. An event the provider cannot
 //! confirm now (503), one whose handling failed, and one about an attempt we do not hold
 //! whose key may still become ours (404, [`Subject::unknown_may_become_ours`]) stay
