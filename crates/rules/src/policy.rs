@@ -172,3 +172,62 @@ impl Bucket {
     /// The pay buckets (`payonce_pay_rate_limited` counts their refusals).
     pub const ALL: [Self; 2] = [Self::Requests, Self::NewAttempts];
 }
+
+/// A log line allowed at a bounded rate: at most one per `every_ms`, the next one saying how
+/// many were held back meanwhile. A forged webhook is counted in metrics and logged through
+/// one of these, never written to the store (docs/operating.md, "The journal"): an
+/// unauthenticated client must grow neither the store nor the log.
+#[derive(Debug, Clone)]
+pub struct LogGate {
+    every_ms: i64,
+    last_ms: Option<i64>,
+    held: u64,
+}
+
+impl LogGate {
+    /// A gate that lets one line through per `every_ms` milliseconds.
+    pub const fn new(every_ms: i64) -> Self {
+        Self {
+            every_ms,
+            last_ms: None,
+            held: 0,
+        }
+    }
+
+    /// Whether a line may be logged at `now`: `Some(held)`, the lines held back since the
+    /// last one, or `None` (this one is held back and counted).
+    pub fn admit(&mut self, now: i64) -> Option<u64> {
+        match self.last_ms {
+            Some(last) if now < last.saturating_add(self.every_ms) => {
+                self.held = self.held.saturating_add(1);
+                None
+            }
+            _ => {
+                self.last_ms = Some(now);
+                Some(std::mem::take(&mut self.held))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LogGate;
+
+    #[test]
+    fn a_gate_lets_one_line_through_per_period_and_counts_the_rest() {
+        let mut gate = LogGate::new(10_000);
+        assert_eq!(gate.admit(1_000), Some(0));
+        // A flood within the period: held back, counted.
+        for t in 1_001..1_501 {
+            assert_eq!(gate.admit(t), None);
+        }
+        assert_eq!(gate.admit(10_999), None);
+        // The period is over: one line, saying how many were held back.
+        assert_eq!(gate.admit(11_000), Some(501));
+        assert_eq!(gate.admit(11_001), None);
+        assert_eq!(gate.admit(30_000), Some(1));
+        // A clock that went back does not open the gate.
+        assert_eq!(gate.admit(5_000), None);
+    }
+}

@@ -17,6 +17,8 @@ use axum::http::{HeaderMap, StatusCode};
 use payonce_protocol::body::paths;
 use payonce_protocol::problem::reason;
 use payonce_protocol::ErrorCode;
+use payonce_rules::policy::LogGate;
+use std::sync::Mutex;
 
 /// The path of `provider`'s events.
 pub(crate) fn route(provider: ProviderKind) -> &'static str {
@@ -26,8 +28,21 @@ pub(crate) fn route(provider: ProviderKind) -> &'static str {
     }
 }
 
-fn signature_invalid(reason: &str) -> AppError {
+/// One warning per minute at most about refused deliveries, whoever sends them: a flood of
+/// forged events must not grow the log any more than the store.
+static REFUSED_LOG: Mutex<LogGate> = Mutex::new(LogGate::new(60_000));
+
+fn signature_invalid(reason: &str, now: i64) -> AppError {
     metrics::webhook_event(metrics::WebhookResult::BadSignature);
+    let admitted = REFUSED_LOG.lock().map(|mut gate| gate.admit(now));
+    if let Ok(Some(held)) = admitted {
+        tracing::warn!(
+            reason,
+            held_back = held,
+            "webhook delivery refused: its signature does not verify (nothing stored; \
+             payonce_webhook_events_total{{result=\"bad_signature\"}} counts every one)"
+        );
+    }
     AppError::webhook_signature_invalid(reason)
 }
 
@@ -45,7 +60,10 @@ pub(crate) async fn handler(
     };
     let Some(secret) = secret else {
         // Nothing could verify a signature here: refused like a wrong one.
-        return Err(signature_invalid(reason::NOT_CONFIGURED));
+        return Err(signature_invalid(
+            reason::NOT_CONFIGURED,
+            state.clock.now_ms(),
+        ));
     };
     let body = body.map_err(|e| match e.status() {
         StatusCode::PAYLOAD_TOO_LARGE => AppError::code(ErrorCode::PayloadTooLarge),
@@ -56,7 +74,7 @@ pub(crate) async fn handler(
         .provider
         .webhook(secret, &headers, &body, now)
         .map_err(|e| match e {
-            WebhookError::Signature(reason) => signature_invalid(&reason),
+            WebhookError::Signature(reason) => signature_invalid(&reason, now),
             WebhookError::Unreadable(detail) => AppError::detail(ErrorCode::InvalidRequest, detail),
         })?;
     // The ids are the only strings of the event that reach the store.
