@@ -15,6 +15,7 @@ use crate::server::{
 use crate::Flaw;
 use payonce_protocol::provider::{Charge, ChargeStatus};
 use payonce_protocol::{AttemptStatus, ErrorCode, IdempotencyKey, PayResponse, Problem};
+use payonce_rules::ids::{AttemptId, LeaseToken, OrderId};
 use std::collections::BTreeMap;
 
 /// The one customer.
@@ -269,7 +270,7 @@ pub struct Slot {
     /// The attempt.
     pub record: Record,
     /// The lease token of whoever holds the lease.
-    pub token: Option<String>,
+    pub token: Option<LeaseToken>,
     /// When the jobs look at it again: its payment waits for the customer
     /// (`attempts.next_check_at`, `payonce_rules::policy::next_customer_check`).
     pub next_check: Option<i64>,
@@ -312,7 +313,7 @@ pub struct State {
     pub intents: BTreeMap<String, (String, bool)>,
     /// Attempts flagged for review after they settled without a charge, because a payment
     /// of theirs succeeded anyway (`payonce_rules::plan::Stray`), sorted.
-    pub flagged: Vec<String>,
+    pub flagged: Vec<AttemptId>,
     /// The order is held for review: the claim refuses new keys (`ORDER_UNDER_REVIEW`).
     pub held: bool,
     /// Server instances.
@@ -461,7 +462,7 @@ impl Model {
             tabs: [tab0(), tab0()],
             slots: BTreeMap::new(),
             order: OrderRow {
-                id: ORDER.into(),
+                id: OrderId::from_stored(ORDER),
                 version: 1,
                 active: None,
                 paid: false,
@@ -1036,11 +1037,7 @@ impl Model {
             Origin::Pay { key, .. } | Origin::Job(key) => key.clone(),
             Origin::Webhook(pk) => key_of_pk(s, pk),
         };
-        let mut ids = srv::Ids {
-            suffix: key.get(24..).unwrap_or(""),
-            now,
-        };
-        match w.flow.poll(now, &mut ids) {
+        match w.flow.poll(now, &srv::KeyIds::new(&key, now)) {
             srv::Effect::ReadKey { .. } => {
                 let record = s.slots.get(&key).map(|sl| sl.record.clone());
                 // Only the flaw reads the order's lock state to act on it later.
@@ -1128,7 +1125,7 @@ impl Model {
             }
             srv::Effect::Release { claim, .. } => {
                 let a = &claim.attempt;
-                let slot = s.slots.values_mut().find(|sl| sl.record.id() == a.id);
+                let slot = s.slots.values_mut().find(|sl| *sl.record.id() == a.id);
                 let mut processing = false;
                 if let Some(slot) = slot {
                     if slot.token.as_deref() == Some(claim.lease_token.as_str()) {
@@ -1151,7 +1148,7 @@ impl Model {
                 ..
             } => {
                 let a = &claim.attempt;
-                let slot = s.slots.values_mut().find(|sl| sl.record.id() == a.id);
+                let slot = s.slots.values_mut().find(|sl| *sl.record.id() == a.id);
                 let mut saved = false;
                 if let Some(slot) = slot {
                     let holds = slot.token.as_deref() == Some(claim.lease_token.as_str());
@@ -1266,7 +1263,7 @@ impl Model {
                 amount: a.terms.amount,
                 currency: a.terms.currency.clone(),
                 payment_method_id: a.payment_method_id.clone(),
-                order_id: a.terms.order_id.clone(),
+                order_id: a.terms.order_id.to_string(),
                 status: if choice == 1 {
                     ChargeStatus::Declined
                 } else {
@@ -1399,7 +1396,7 @@ fn settle(s: &mut State, claim: &Claim, plan: &srv::SettlePlan) -> Option<bool> 
     let key = s
         .slots
         .iter()
-        .find(|(_, sl)| sl.record.id() == a.id && matches!(sl.record, Record::Processing(_)))
+        .find(|(_, sl)| *sl.record.id() == a.id && matches!(sl.record, Record::Processing(_)))
         .map(|(k, _)| k.clone());
     let Some(k) = key else {
         return Some(false); // lost the conditional finish
@@ -1475,7 +1472,7 @@ fn push(net: &mut Vec<Msg>, m: Msg) {
     net.insert(i, m);
 }
 
-fn push_sorted(v: &mut Vec<String>, x: String) {
+fn push_sorted<T: Ord>(v: &mut Vec<T>, x: T) {
     let i = v.partition_point(|y| *y <= x);
     v.insert(i, x);
 }
@@ -1534,7 +1531,7 @@ fn confirm(s: &mut State, claim: &Claim, choice: u8) -> Outcome {
             amount: a.terms.amount,
             currency: a.terms.currency.clone(),
             payment_method_id: a.payment_method_id.clone(),
-            order_id: a.terms.order_id.clone(),
+            order_id: a.terms.order_id.to_string(),
             status: match choice {
                 1 => ChargeStatus::Declined,
                 4 => ChargeStatus::RequiresAction,

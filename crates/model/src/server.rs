@@ -11,6 +11,7 @@ use payonce_protocol::{
 };
 use payonce_rules::flow;
 pub use payonce_rules::flow::{Claimed, Created, Effect, End, Phases, ServerPay};
+use payonce_rules::ids::{AttemptId, IdSource, LeaseToken, OrderId, PaymentId};
 use payonce_rules::plan;
 pub use payonce_rules::plan::{Claim, Lookup, Outcome, SettlePlan};
 pub use payonce_rules::{Answer, Final, Policy, Record, Tombstone};
@@ -19,11 +20,11 @@ pub use payonce_rules::{Answer, Final, Policy, Record, Tombstone};
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct OrderRow {
     /// Order id.
-    pub id: String,
+    pub id: OrderId,
     /// Its version (every cart change bumps it).
     pub version: i64,
     /// The processing attempt holding the order's lock (`active_attempt`).
-    pub active: Option<String>,
+    pub active: Option<AttemptId>,
     /// Paid.
     pub paid: bool,
 }
@@ -100,31 +101,43 @@ pub fn abandoned(
 
 /// A webhook's flow for a processing attempt.
 pub fn webhook(flaw: Option<Flaw>, record: &Record, order: &OrderRow, policy: Policy) -> ServerPay {
-    ServerPay::webhook(record, self::order(order), "webhook".into(), policy)
-        .with_flaw(flow_flaw(flaw))
+    ServerPay::webhook(
+        record,
+        self::order(order),
+        LeaseToken::from_stored("webhook"),
+        policy,
+    )
+    .with_flaw(flow_flaw(flaw))
 }
 
-/// The model's ids, derived from the key (`att_…`, `pay_…` from its last characters) and
-/// the clock, so equal histories give equal states.
-pub struct Ids<'a> {
-    /// The key's last characters.
-    pub suffix: &'a str,
-    /// The clock.
-    pub now: i64,
+/// The model's id source: every id derived from the key (the number its last characters
+/// spell) and, for a lease token, the clock, so equal histories give equal states. An
+/// attempt, its payment and a refund share the key's bits (their prefixes tell them apart);
+/// a lease taken at another time is another token.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyIds {
+    key: u64,
+    now: i64,
 }
 
-impl flow::Ids for Ids<'_> {
-    fn attempt_id(&mut self) -> String {
-        format!("att_{}", self.suffix)
+impl KeyIds {
+    /// The ids of `key` at `now`.
+    pub fn new(key: &str, now: i64) -> Self {
+        let key = key.get(24..).and_then(|s| s.parse().ok()).unwrap_or(0);
+        Self { key, now }
     }
-    fn lease_token(&mut self) -> String {
-        format!("lease_{}_{}", self.suffix, self.now)
+}
+
+impl IdSource for KeyIds {
+    fn next_bits(&self) -> u128 {
+        u128::from(self.key)
     }
-    fn payment_id(&mut self) -> String {
-        format!("pay_{}", self.suffix)
-    }
-    fn refund_id(&mut self) -> String {
-        format!("rfd_{}", self.suffix)
+
+    fn bits_for(&self, kind: &str) -> u128 {
+        match kind {
+            LeaseToken::KIND => u128::from(self.key) << 64 | u128::from(self.now as u64),
+            _ => self.next_bits(),
+        }
     }
 }
 
@@ -166,7 +179,7 @@ pub fn plan_tombstone(
     now: i64,
     policy: &Policy,
 ) -> Tombstone {
-    let id = format!("att_{}", &key[24..]);
+    let id = AttemptId::mint(&KeyIds::new(key, now));
     plan::plan_tombstone(user, &order.id, order.version, id, now, policy).0
 }
 
@@ -222,7 +235,7 @@ pub fn cancel_body(status: AttemptStatus, payment: Option<Payment>) -> String {
 /// no payments table: the order's succeeded charge stands for it).
 pub fn payment_of(charge: &Charge) -> Payment {
     Payment {
-        id: format!("pay_{}", &charge.id[3..]),
+        id: format!("{}_{}", PaymentId::PREFIX, &charge.id[3..]),
         order_id: charge.order_id.clone(),
         amount: charge.amount,
         currency: charge.currency.clone(),

@@ -13,6 +13,7 @@
 //! slot is taken is answered from its record; a processing attempt nobody holds is first
 //! cancelled as a retry would ask the provider (`crate::flow::ServerPay::cancel`).
 
+use crate::ids::{AttemptId, IdSource, OrderId, PaymentId};
 use crate::keyed::PAY;
 use crate::pay::provider_key;
 use crate::plan::{self, AuditEntry, Lookup};
@@ -30,7 +31,7 @@ pub enum Tombstoned {
     /// The order is no longer payable (paid or refunded): nothing was written.
     OrderPaid {
         /// The order's payment, as read after the rollback.
-        payment_id: Option<String>,
+        payment_id: Option<PaymentId>,
     },
 }
 
@@ -55,7 +56,7 @@ pub enum Effect {
     /// (none of either without an id). Answer with [`ServerCancel::on_paid`].
     ReadPaid {
         /// The order's payment.
-        payment_id: Option<String>,
+        payment_id: Option<PaymentId>,
     },
     /// Spend a tombstone token before the provider is asked (a refusal ends the cancel
     /// with it). Answer with [`ServerCancel::on_spent`].
@@ -76,7 +77,7 @@ pub enum Effect {
     /// Read the payment of attempt `attempt_id`. Answer with [`ServerCancel::on_payment`].
     ReadPayment {
         /// The attempt.
-        attempt_id: String,
+        attempt_id: AttemptId,
     },
     /// The answer.
     Done(Result<CancelResponse, Box<Problem>>),
@@ -85,20 +86,20 @@ pub enum Effect {
 #[derive(Debug, Clone)]
 enum Phase {
     Insert,
-    ReadPaid(Option<String>),
+    ReadPaid(Option<PaymentId>),
     Spend(Option<Payment>),
     Lookup(Option<Payment>),
     Keep(CancelResponse, bool),
     ReadKey,
     CancelWaiting(Record, AttemptStatus, bool),
-    ReadPayment(String, AttemptStatus),
+    ReadPayment(AttemptId, AttemptStatus),
     Done(Result<CancelResponse, Box<Problem>>),
 }
 
 /// One cancel of the caller's key on an order already checked to be theirs.
 #[derive(Debug, Clone)]
 pub struct ServerCancel {
-    order_id: String,
+    order_id: OrderId,
     provider_key: String,
     legacy_key: String,
     tombstone: Tombstone,
@@ -108,19 +109,20 @@ pub struct ServerCancel {
 
 impl ServerCancel {
     /// The cancel of `key` by `user` on order `order_id` at `order_version`, as read at
-    /// `now`; `id`: the tombstone's attempt id.
+    /// `now`; the tombstone's attempt id is minted from `ids`.
     pub fn new(
         user: &str,
         key: &IdempotencyKey,
-        (order_id, order_version): (&str, i64),
-        id: String,
+        (order_id, order_version): (&OrderId, i64),
+        ids: &dyn IdSource,
         now: i64,
         policy: &Policy,
     ) -> Self {
+        let id = AttemptId::mint(ids);
         let (tombstone, entry) =
             plan::plan_tombstone(user, order_id, order_version, id, now, policy);
         Self {
-            order_id: order_id.to_owned(),
+            order_id: order_id.clone(),
             provider_key: provider_key(user, key, order_id),
             legacy_key: PAY.legacy_provider_key(user, key),
             tombstone,
@@ -228,9 +230,9 @@ impl ServerCancel {
         }
     }
 
-    fn answer(attempt_id: &str, status: AttemptStatus, with_payment: bool) -> Phase {
+    fn answer(attempt_id: &AttemptId, status: AttemptStatus, with_payment: bool) -> Phase {
         match with_payment {
-            true => Phase::ReadPayment(attempt_id.to_owned(), status),
+            true => Phase::ReadPayment(attempt_id.clone(), status),
             false => Phase::Done(Ok(CancelResponse {
                 status,
                 payment: None,
@@ -252,6 +254,7 @@ impl ServerCancel {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::Sequence;
 
     const NOW: i64 = 1_000_000;
 
@@ -266,7 +269,14 @@ mod tests {
             wait_poll_ms: crate::policy::WAIT_POLL_MS,
         };
         let key = IdempotencyKey::parse("0123456789abcdef0123456789abcdef").expect("valid");
-        ServerCancel::new("u1", &key, ("ord_1", 3), "att_1".into(), NOW, &policy)
+        ServerCancel::new(
+            "u1",
+            &key,
+            (&OrderId::from_stored("ord_1"), 3),
+            &Sequence::starting_at(1),
+            NOW,
+            &policy,
+        )
     }
 
     fn insert(m: &ServerCancel) -> (bool, bool) {
@@ -303,10 +313,10 @@ mod tests {
     fn on_a_paid_order_the_token_is_spent_before_the_provider_is_asked() {
         let mut m = cancel();
         m.on_tombstone(Tombstoned::OrderPaid {
-            payment_id: Some("pay_1".into()),
+            payment_id: Some(PaymentId::from_stored("pay_1")),
         });
         let read = Effect::ReadPaid {
-            payment_id: Some("pay_1".into()),
+            payment_id: Some(PaymentId::from_stored("pay_1")),
         };
         assert_eq!(m.poll(), read);
         // The store does not know which key paid: the provider decides, after a token.
@@ -344,9 +354,9 @@ mod tests {
         m.on_tombstone(Tombstoned::KeyTaken);
         assert_eq!(m.poll(), Effect::ReadKey);
         let tombstone = Record::Tombstone(Tombstone {
-            id: "att_0".into(),
+            id: AttemptId::from_stored("att_0"),
             user: "u1".into(),
-            order_id: "ord_1".into(),
+            order_id: OrderId::from_stored("ord_1"),
             order_version: Some(2),
             expires_at: NOW,
         });
@@ -358,7 +368,7 @@ mod tests {
         let Record::Tombstone(mut t) = tombstone else {
             unreachable!()
         };
-        t.order_id = "ord_2".into();
+        t.order_id = OrderId::from_stored("ord_2");
         other.on_record(Record::Tombstone(t), NOW);
         assert!(matches!(other.poll(), Effect::Done(Err(_))));
     }

@@ -3,7 +3,7 @@
 //! with its order and, if read, its record; an abandoned attempt for the jobs; an attempt a
 //! webhook names), performs each [`Effect`] [`ServerPay::poll`] asks for, and feeds the result
 //! back with the matching `on_*` call, until [`Effect::Done`]. Time (`now`) and new ids
-//! ([`Ids`]) are arguments of `poll`. The machine owns its timers as quinn's connections do:
+//! (an [`IdSource`], `crates/rules/src/ids.rs`) are arguments of `poll`. The machine owns its timers as quinn's connections do:
 //! a pay request's wait on its key in flight ends at a deadline it fixes from the first `now`
 //! it sees ([`Policy::wait_ends`]), and each look is an [`Effect::Wait`] with the time to
 //! wake at ([`Policy::next_look`]); the caller only sleeps until then. The server's request path, its jobs, reconciliation and
@@ -48,24 +48,13 @@
 //! settle plans ([`plan::plan_claim`], [`plan::plan_settle`]), what a lookup means
 //! ([`plan::reconcile`], [`plan::webhook`]) and the lease arithmetic ([`Policy`]).
 
+use crate::ids::{AttemptId, IdSource, LeaseToken, OrderId, PaymentId};
 use crate::keyed::NextAction;
 use crate::pay::{replay_of, Current, PayRequest};
 use crate::plan::{self, AuditEntry, Claim, ClaimPlan, Lookup, OrderTerms, Outcome, SettlePlan};
 use crate::policy::Policy;
 use crate::record::{Answer, Final, Processing, Record};
 use payonce_protocol::{AttemptStatus, Extras, IdempotencyKey, OrderLine, Problem};
-
-/// New ids, minted by the caller: random in the server, derived from the key in the model.
-pub trait Ids {
-    /// The id of a new attempt.
-    fn attempt_id(&mut self) -> String;
-    /// A new lease token.
-    fn lease_token(&mut self) -> String;
-    /// The id of a new payment.
-    fn payment_id(&mut self) -> String;
-    /// The id of a new refund ([`crate::refund::ServerRefund`]).
-    fn refund_id(&mut self) -> String;
-}
 
 /// A deliberately broken variant of the sequencing, set only by the model's tests
 /// (`crates/model/tests/flaws.rs`) to show the model catches it; the server never sets one.
@@ -119,7 +108,7 @@ pub enum Created {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Order {
     /// Order id.
-    pub id: String,
+    pub id: OrderId,
     /// Its version.
     pub version: i64,
     /// The amount for that version.
@@ -149,9 +138,9 @@ pub struct Request {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TakeOver {
     /// The attempt.
-    pub attempt_id: String,
+    pub attempt_id: AttemptId,
     /// The new lease's token.
-    pub token: String,
+    pub token: LeaseToken,
     /// The new lease's end.
     pub until: i64,
     /// Its audit row, written only when the lease is taken.
@@ -518,7 +507,7 @@ impl ServerPay {
 
     /// A webhook names `record`'s charge: ask the provider and settle from its answer, with
     /// `token`, a lease token nobody holds (this path never takes or releases a lease).
-    pub fn webhook(record: &Record, order: Order, token: String, policy: Policy) -> Self {
+    pub fn webhook(record: &Record, order: Order, token: LeaseToken, policy: Policy) -> Self {
         let phase = match record {
             Record::Processing(p) => {
                 Phase::Lookup(Self::claim_of(p, &order, "provider-webhook", token))
@@ -581,7 +570,7 @@ impl ServerPay {
         }
     }
 
-    fn claim_of(p: &Processing, order: &Order, actor: &str, token: String) -> Claim {
+    fn claim_of(p: &Processing, order: &Order, actor: &str, token: LeaseToken) -> Claim {
         Claim {
             attempt: p.clone(),
             actor: actor.to_owned(),
@@ -645,7 +634,7 @@ impl ServerPay {
 
     /// The next effect at `now`. Plans are made here, with ids from `ids`; asking again
     /// before the matching `on_*` call returns the same effect.
-    pub fn poll(&mut self, now: i64, ids: &mut dyn Ids) -> Effect<'_> {
+    pub fn poll(&mut self, now: i64, ids: &dyn IdSource) -> Effect<'_> {
         let wait_ends = self.wait_ends(now);
         if let (Phase::Done(end), Some(role)) = (&self.phase, self.marker) {
             if unmark_of(role, end).is_none() {
@@ -657,7 +646,7 @@ impl ServerPay {
             Phase::TakeOver(p) => {
                 let t = TakeOver {
                     attempt_id: p.id.clone(),
-                    token: ids.lease_token(),
+                    token: LeaseToken::mint(ids),
                     until: self.policy.lease_until(now),
                     entry: plan::take_over_entry(self.actor(), &p.id, self.who()),
                 };
@@ -679,7 +668,8 @@ impl ServerPay {
                 self.phase = Phase::CancelLeftover(claim, outcome);
             }
             Phase::Settle(claim, outcome) => {
-                let plan = plan::plan_settle(&claim, outcome, ids.payment_id(), now, &self.policy);
+                let plan =
+                    plan::plan_settle(&claim, outcome, PaymentId::mint(ids), now, &self.policy);
                 self.phase = match plan {
                     SettlePlan::Unknown { answer } => Phase::Release(claim, Open::Unknown(answer)),
                     SettlePlan::ActionRequired { answer } => {
@@ -769,7 +759,7 @@ impl ServerPay {
         }
     }
 
-    fn plan_claim(&self, now: i64, ids: &mut dyn Ids) -> Phase {
+    fn plan_claim(&self, now: i64, ids: &dyn IdSource) -> Phase {
         let Origin::Pay(req) = &self.origin else {
             return Phase::Done(End::Skipped);
         };
@@ -792,8 +782,8 @@ impl ServerPay {
             version,
             &req.payment_method_id,
             &req.extras,
-            ids.attempt_id(),
-            ids.lease_token(),
+            AttemptId::mint(ids),
+            LeaseToken::mint(ids),
             now,
             &self.policy,
         );
@@ -1117,29 +1107,15 @@ impl ServerPay {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::Sequence;
     use payonce_protocol::provider::{Charge, ChargeStatus};
     use payonce_protocol::ErrorCode;
 
     const NOW: i64 = 1_000_000;
 
-    struct Counter(u32);
-    impl Ids for Counter {
-        fn attempt_id(&mut self) -> String {
-            self.0 += 1;
-            format!("att_{}", self.0)
-        }
-        fn lease_token(&mut self) -> String {
-            self.0 += 1;
-            format!("lease_{}", self.0)
-        }
-        fn payment_id(&mut self) -> String {
-            self.0 += 1;
-            format!("pay_{}", self.0)
-        }
-        fn refund_id(&mut self) -> String {
-            self.0 += 1;
-            format!("rfd_{}", self.0)
-        }
+    /// The `n`-th id a test's [`Sequence`] mints (every id of a run counts once).
+    fn nth<T>(mint: fn(&dyn IdSource) -> T, n: u64) -> T {
+        mint(&Sequence::starting_at(n))
     }
 
     fn policy() -> Policy {
@@ -1156,7 +1132,7 @@ mod tests {
 
     fn order(version: i64) -> Order {
         Order {
-            id: "ord_1".into(),
+            id: OrderId::from_stored("ord_1"),
             version,
             amount: 1_000 + 500 * version,
             currency: "EUR".into(),
@@ -1182,7 +1158,7 @@ mod tests {
             amount: a.terms.amount,
             currency: a.terms.currency.clone(),
             payment_method_id: a.payment_method_id.clone(),
-            order_id: a.terms.order_id.clone(),
+            order_id: a.terms.order_id.to_string(),
             status,
             created_at: NOW,
             next_action_url: None,
@@ -1194,13 +1170,13 @@ mod tests {
     /// A new key: claimed with the caller's ids and `now`, charged, settled, answered.
     #[test]
     fn a_new_key_is_claimed_charged_and_settled() {
-        let mut ids = Counter(0);
+        let ids = Sequence::starting_at(1);
         let mut m = ServerPay::pay(request(2), order(2), Some(None), NOW, policy());
-        let claim = match m.poll(NOW, &mut ids) {
+        let claim = match m.poll(NOW, &ids) {
             Effect::Claim { plan, now, .. } => {
                 assert_eq!(now, NOW);
-                assert_eq!(plan.claim.attempt.id, "att_1");
-                assert_eq!(plan.claim.lease_token, "lease_2");
+                assert_eq!(plan.claim.attempt.id, nth(AttemptId::mint, 1));
+                assert_eq!(plan.claim.lease_token, nth(LeaseToken::mint, 2));
                 assert_eq!(plan.claim.attempt.locked_until, Some(NOW + 1_000));
                 assert_eq!(plan.claim.attempt.terms.amount, 2_000);
                 plan.claim.clone()
@@ -1208,21 +1184,24 @@ mod tests {
             e => panic!("{e:?}"),
         };
         m.on_claim(Claimed::Won);
-        assert_eq!(m.poll(NOW, &mut ids), Effect::Charge(&claim));
+        assert_eq!(m.poll(NOW, &ids), Effect::Charge(&claim));
         m.on_charge(Outcome::Succeeded(charge(&claim, ChargeStatus::Succeeded)));
         let later = NOW + 10;
-        match m.poll(later, &mut ids) {
+        match m.poll(later, &ids) {
             Effect::Settle {
                 plan: SettlePlan::Charged { payment, .. },
                 now,
                 ..
             } => {
-                assert_eq!((payment.id.as_str(), now), ("pay_3", later));
+                assert_eq!(
+                    (payment.id.as_str(), now),
+                    (nth(PaymentId::mint, 3).as_str(), later)
+                );
             }
             e => panic!("{e:?}"),
         }
         m.on_settled(true);
-        match m.poll(later, &mut ids) {
+        match m.poll(later, &ids) {
             Effect::Done(End::Settled(f)) => {
                 assert_eq!(f.status, AttemptStatus::Succeeded);
                 assert_eq!(f.expires_at, later + 5_000);
@@ -1233,7 +1212,7 @@ mod tests {
 
     /// Runs a marked pay for a new key that this request marked, to its settle; the final
     /// row it stored.
-    fn settled_behind_the_marker(ids: &mut Counter) -> (ServerPay, Final) {
+    fn settled_behind_the_marker(ids: &Sequence) -> (ServerPay, Final) {
         let mut m = ServerPay::pay_marked(request(1), order(1), Some(None), policy());
         assert!(matches!(m.poll(NOW, ids), Effect::Mark { .. }));
         assert_eq!(m.on_marked(Marked::Ours, NOW), Some(MarkerVerdict::Claimed));
@@ -1260,16 +1239,13 @@ mod tests {
     /// then ends.
     #[test]
     fn the_marker_owner_caches_the_row_it_stored() {
-        let mut ids = Counter(0);
-        let (mut m, stored) = settled_behind_the_marker(&mut ids);
+        let ids = Sequence::starting_at(1);
+        let (mut m, stored) = settled_behind_the_marker(&ids);
         assert_eq!(stored.status, AttemptStatus::Succeeded);
         assert!(m.marker_held().is_some());
         m.on_unmarked();
         assert!(m.marker_held().is_none());
-        assert!(matches!(
-            m.poll(NOW, &mut ids),
-            Effect::Done(End::Settled(_))
-        ));
+        assert!(matches!(m.poll(NOW, &ids), Effect::Done(End::Settled(_))));
         assert!(!m.replayed_from_marker());
     }
 
@@ -1277,14 +1253,14 @@ mod tests {
     /// other details go on to the store, which answers the 422, and nothing is cached.
     #[test]
     fn a_cached_final_replays_only_the_same_details() {
-        let mut ids = Counter(0);
-        let (_, stored) = settled_behind_the_marker(&mut ids);
+        let ids = Sequence::starting_at(1);
+        let (_, stored) = settled_behind_the_marker(&ids);
         let mut same = ServerPay::pay_marked(request(1), order(1), None, policy());
-        assert!(matches!(same.poll(NOW, &mut ids), Effect::Mark { .. }));
+        assert!(matches!(same.poll(NOW, &ids), Effect::Mark { .. }));
         let seen = Marked::Final(stored.clone());
         assert_eq!(same.on_marked(seen, NOW), Some(MarkerVerdict::Replay));
         assert!(matches!(
-            same.poll(NOW, &mut ids),
+            same.poll(NOW, &ids),
             Effect::Done(End::Replay { replayed: true, .. })
         ));
         assert!(same.replayed_from_marker());
@@ -1292,16 +1268,13 @@ mod tests {
         let mut other = request(1);
         other.payment_method_id = "pm_card_other".into();
         let mut m = ServerPay::pay_marked(other, order(1), Some(None), policy());
-        m.poll(NOW, &mut ids);
+        m.poll(NOW, &ids);
         let seen = Marked::Final(stored.clone());
         assert_eq!(m.on_marked(seen, NOW), Some(MarkerVerdict::Mismatch));
         // A waiter reads the key afresh: the record read before the marker is old.
-        assert!(matches!(m.poll(NOW, &mut ids), Effect::ReadKey { .. }));
+        assert!(matches!(m.poll(NOW, &ids), Effect::ReadKey { .. }));
         m.on_record(Some(Record::Final(stored)), NOW);
-        assert!(matches!(
-            m.poll(NOW, &mut ids),
-            Effect::Done(End::Mismatch(_))
-        ));
+        assert!(matches!(m.poll(NOW, &ids), Effect::Done(End::Mismatch(_))));
         assert!(!m.replayed_from_marker());
     }
 
@@ -1309,19 +1282,19 @@ mod tests {
     /// store answers, and a final answer the cache lost is refilled.
     #[test]
     fn a_waiter_reads_the_store_once_the_marker_is_gone_and_refills_the_cache() {
-        let mut ids = Counter(0);
-        let (_, stored) = settled_behind_the_marker(&mut ids);
+        let ids = Sequence::starting_at(1);
+        let (_, stored) = settled_behind_the_marker(&ids);
         let mut m = ServerPay::pay_marked(request(1), order(1), Some(None), policy());
-        m.poll(NOW, &mut ids);
+        m.poll(NOW, &ids);
         assert_eq!(m.on_marked(Marked::Theirs, NOW), None);
-        assert!(matches!(m.poll(NOW, &mut ids), Effect::MarkWait { .. }));
+        assert!(matches!(m.poll(NOW, &ids), Effect::MarkWait { .. }));
         assert_eq!(m.on_marked(Marked::Theirs, NOW), None);
-        assert!(matches!(m.poll(NOW, &mut ids), Effect::MarkWait { .. }));
+        assert!(matches!(m.poll(NOW, &ids), Effect::MarkWait { .. }));
         assert_eq!(m.on_marked(Marked::Gone, NOW), Some(MarkerVerdict::Miss));
-        assert!(matches!(m.poll(NOW, &mut ids), Effect::ReadKey { .. }));
+        assert!(matches!(m.poll(NOW, &ids), Effect::ReadKey { .. }));
         m.on_record(Some(Record::Final(stored)), NOW);
         assert!(matches!(
-            m.poll(NOW, &mut ids),
+            m.poll(NOW, &ids),
             Effect::Unmark {
                 unmark: Unmark::Remember {
                     unless_cached: true
@@ -1333,7 +1306,7 @@ mod tests {
         assert!(m.marker_held().is_none());
         m.on_unmarked();
         assert!(matches!(
-            m.poll(NOW, &mut ids),
+            m.poll(NOW, &ids),
             Effect::Done(End::Replay { .. })
         ));
     }
@@ -1342,63 +1315,57 @@ mod tests {
     /// decides (here: a new key for it, claimed).
     #[test]
     fn a_marker_held_past_the_wait_leaves_the_decision_to_the_store() {
-        let mut ids = Counter(0);
+        let ids = Sequence::starting_at(1);
         let mut m = ServerPay::pay_marked(request(1), order(1), None, policy());
-        m.poll(NOW, &mut ids);
+        m.poll(NOW, &ids);
         let late = NOW + policy().in_progress_wait_ms;
         assert_eq!(
             m.on_marked(Marked::Theirs, late),
             Some(MarkerVerdict::Processing)
         );
-        assert!(matches!(m.poll(late, &mut ids), Effect::ReadKey { .. }));
+        assert!(matches!(m.poll(late, &ids), Effect::ReadKey { .. }));
         m.on_record(None, late);
-        assert!(matches!(m.poll(NOW, &mut ids), Effect::Claim { .. }));
+        assert!(matches!(m.poll(NOW, &ids), Effect::Claim { .. }));
     }
 
     /// An owner whose outcome is not final releases its marker; a cache that failed leaves
     /// the flow as it would be without one (nothing to cache, nothing to release).
     #[test]
     fn an_open_outcome_releases_the_marker_and_a_failed_cache_is_no_marker() {
-        let mut ids = Counter(0);
+        let ids = Sequence::starting_at(1);
         let mut m = ServerPay::pay_marked(request(1), order(1), Some(None), policy());
-        m.poll(NOW, &mut ids);
+        m.poll(NOW, &ids);
         m.on_marked(Marked::Ours, NOW);
-        m.poll(NOW, &mut ids);
+        m.poll(NOW, &ids);
         m.on_claim(Claimed::Won);
         m.on_charge(Outcome::Unknown("timeout".into()));
-        assert!(matches!(m.poll(NOW, &mut ids), Effect::Release { .. }));
+        assert!(matches!(m.poll(NOW, &ids), Effect::Release { .. }));
         m.on_released(false);
         assert!(matches!(
-            m.poll(NOW, &mut ids),
+            m.poll(NOW, &ids),
             Effect::Unmark {
                 unmark: Unmark::Release,
                 ..
             }
         ));
         m.on_unmarked();
-        assert!(matches!(
-            m.poll(NOW, &mut ids),
-            Effect::Done(End::Unknown(_))
-        ));
+        assert!(matches!(m.poll(NOW, &ids), Effect::Done(End::Unknown(_))));
 
         let mut m = ServerPay::pay_marked(request(1), order(1), Some(None), policy());
-        m.poll(NOW, &mut ids);
+        m.poll(NOW, &ids);
         assert_eq!(m.on_marked(Marked::Failed, NOW), None);
-        assert!(matches!(m.poll(NOW, &mut ids), Effect::Claim { .. }));
+        assert!(matches!(m.poll(NOW, &ids), Effect::Claim { .. }));
         m.on_claim(Claimed::Refused(Box::new(Problem::new(
             ErrorCode::OrderChanged,
         ))));
-        assert!(matches!(
-            m.poll(NOW, &mut ids),
-            Effect::Done(End::Refused(_))
-        ));
+        assert!(matches!(m.poll(NOW, &ids), Effect::Done(End::Refused(_))));
     }
 
     /// A request for a version the order no longer has is refused before any write.
     #[test]
     fn a_stale_version_is_refused_without_a_claim() {
         let mut m = ServerPay::pay(request(1), order(2), Some(None), NOW, policy());
-        match m.poll(NOW, &mut Counter(0)) {
+        match m.poll(NOW, &Sequence::starting_at(1)) {
             Effect::Done(End::Refused(p)) => assert_eq!(p.code, ErrorCode::OrderChanged),
             e => panic!("{e:?}"),
         }
@@ -1408,23 +1375,23 @@ mod tests {
     /// is this request's outcome, not a replay.
     #[test]
     fn a_settle_lost_to_a_webhook_answers_the_stored_answer_as_fresh() {
-        let mut ids = Counter(0);
+        let ids = Sequence::starting_at(1);
         let mut m = ServerPay::pay(request(1), order(1), None, NOW, policy());
-        assert!(matches!(m.poll(NOW, &mut ids), Effect::ReadKey { .. }));
+        assert!(matches!(m.poll(NOW, &ids), Effect::ReadKey { .. }));
         m.on_record(None, NOW);
-        let Effect::Claim { plan, .. } = m.poll(NOW, &mut ids) else {
+        let Effect::Claim { plan, .. } = m.poll(NOW, &ids) else {
             panic!("claim")
         };
         let claim = plan.claim.clone();
         m.on_claim(Claimed::Won);
         m.on_charge(Outcome::Unknown("timeout".into()));
-        assert!(matches!(m.poll(NOW, &mut ids), Effect::Release { .. }));
+        assert!(matches!(m.poll(NOW, &ids), Effect::Release { .. }));
         m.on_released(true);
-        assert!(matches!(m.poll(NOW, &mut ids), Effect::ReadKey { .. }));
+        assert!(matches!(m.poll(NOW, &ids), Effect::ReadKey { .. }));
         let stored = match plan::plan_settle(
             &claim,
             Outcome::Succeeded(charge(&claim, ChargeStatus::Succeeded)),
-            "pay_w".into(),
+            PaymentId::from_stored("pay_w"),
             NOW,
             &policy(),
         ) {
@@ -1449,9 +1416,9 @@ mod tests {
     }
 
     fn processing(locked_until: i64) -> Processing {
-        let mut ids = Counter(10);
+        let ids = Sequence::starting_at(10);
         let mut m = ServerPay::pay(request(1), order(1), Some(None), NOW, policy());
-        let Effect::Claim { plan, .. } = m.poll(NOW, &mut ids) else {
+        let Effect::Claim { plan, .. } = m.poll(NOW, &ids) else {
             panic!("claim")
         };
         Processing {
@@ -1466,9 +1433,9 @@ mod tests {
     fn a_take_over_asks_the_provider_before_charging_again() {
         let p = processing(NOW);
         let record = Record::Processing(p.clone());
-        let mut ids = Counter(0);
+        let ids = Sequence::starting_at(1);
         let mut m = ServerPay::pay(request(1), order(1), Some(Some(record)), NOW, policy());
-        match m.poll(NOW, &mut ids) {
+        match m.poll(NOW, &ids) {
             Effect::TakeOver { take, .. } => {
                 assert_eq!(
                     (take.attempt_id.as_str(), take.until),
@@ -1478,12 +1445,12 @@ mod tests {
             e => panic!("{e:?}"),
         }
         m.on_taken(true);
-        let Effect::Lookup(claim) = m.poll(NOW, &mut ids) else {
+        let Effect::Lookup(claim) = m.poll(NOW, &ids) else {
             panic!("lookup first")
         };
         assert_eq!(claim.attempt.provider_key, p.provider_key);
         m.on_lookup(Lookup::NotFound);
-        let Effect::Charge(claim) = m.poll(NOW, &mut ids) else {
+        let Effect::Charge(claim) = m.poll(NOW, &ids) else {
             panic!("re-drive")
         };
         assert_eq!(claim.attempt.provider_key, p.provider_key);
@@ -1494,9 +1461,9 @@ mod tests {
     #[test]
     fn jobs_and_webhooks_end_when_someone_else_won() {
         let record = Record::Processing(processing(NOW));
-        let mut ids = Counter(0);
+        let ids = Sequence::starting_at(1);
         let mut job = ServerPay::abandoned(&record, order(1), "the outbox worker", policy());
-        match job.poll(NOW, &mut ids) {
+        match job.poll(NOW, &ids) {
             Effect::TakeOver { take, .. } => {
                 assert!(take.entry.reason.contains("the outbox worker"))
             }
@@ -1504,11 +1471,21 @@ mod tests {
         }
         job.on_taken(false);
         assert_eq!(job.end(), Some(&End::Skipped));
-        let mut hook = ServerPay::webhook(&record, order(1), "nobody".into(), policy());
-        assert!(matches!(hook.poll(NOW, &mut ids), Effect::Lookup(_)));
+        let mut hook = ServerPay::webhook(
+            &record,
+            order(1),
+            LeaseToken::from_stored("nobody"),
+            policy(),
+        );
+        assert!(matches!(hook.poll(NOW, &ids), Effect::Lookup(_)));
         hook.on_lookup(Lookup::Unknown("down".into()));
         assert_eq!(hook.end(), Some(&End::Unconfirmed));
-        let mut hook = ServerPay::webhook(&record, order(1), "nobody".into(), policy());
+        let mut hook = ServerPay::webhook(
+            &record,
+            order(1),
+            LeaseToken::from_stored("nobody"),
+            policy(),
+        );
         hook.on_lookup(Lookup::NotFound);
         assert_eq!(hook.end(), Some(&End::Skipped));
     }
@@ -1518,32 +1495,32 @@ mod tests {
     /// flaw confirms before saving.
     #[test]
     fn two_phases_confirm_only_a_saved_id() {
-        let mut ids = Counter(0);
+        let ids = Sequence::starting_at(1);
         let mut m = ServerPay::pay(request(1), order(1), Some(None), NOW, policy())
             .with_phases(Phases::Two);
-        let Effect::Claim { .. } = m.poll(NOW, &mut ids) else {
+        let Effect::Claim { .. } = m.poll(NOW, &ids) else {
             panic!("claim")
         };
         m.on_claim(Claimed::Won);
-        assert!(matches!(m.poll(NOW, &mut ids), Effect::Create(_)));
+        assert!(matches!(m.poll(NOW, &ids), Effect::Create(_)));
         m.on_created(Created::Id("pi_1".into()));
-        match m.poll(NOW, &mut ids) {
+        match m.poll(NOW, &ids) {
             Effect::SaveRef { provider_ref, .. } => assert_eq!(provider_ref, "pi_1"),
             e => panic!("{e:?}"),
         }
         m.on_ref_saved(true);
-        match m.poll(NOW, &mut ids) {
+        match m.poll(NOW, &ids) {
             Effect::Confirm(c) => assert_eq!(c.attempt.provider_ref.as_deref(), Some("pi_1")),
             e => panic!("{e:?}"),
         }
         // A lost create answer: nothing to confirm, the attempt stays processing.
         let mut lost = ServerPay::pay(request(1), order(1), Some(None), NOW, policy())
             .with_phases(Phases::Two);
-        lost.poll(NOW, &mut ids);
+        lost.poll(NOW, &ids);
         lost.on_claim(Claimed::Won);
-        lost.poll(NOW, &mut ids);
+        lost.poll(NOW, &ids);
         lost.on_created(Created::Unknown("timeout".into()));
-        assert!(matches!(lost.poll(NOW, &mut ids), Effect::Release { .. }));
+        assert!(matches!(lost.poll(NOW, &ids), Effect::Release { .. }));
         // Take-overs: a saved, unconfirmed id is confirmed; no saved id creates again.
         for (saved, lookup) in [
             (Some("pi_1"), Lookup::Unconfirmed),
@@ -1555,11 +1532,11 @@ mod tests {
             };
             let mut job = ServerPay::abandoned(&Record::Processing(p), order(1), "w", policy())
                 .with_phases(Phases::Two);
-            job.poll(NOW, &mut ids);
+            job.poll(NOW, &ids);
             job.on_taken(true);
-            assert!(matches!(job.poll(NOW, &mut ids), Effect::Lookup(_)));
+            assert!(matches!(job.poll(NOW, &ids), Effect::Lookup(_)));
             job.on_lookup(lookup);
-            match (saved, job.poll(NOW, &mut ids)) {
+            match (saved, job.poll(NOW, &ids)) {
                 (Some(_), Effect::Confirm(c)) => {
                     assert_eq!(c.attempt.provider_ref.as_deref(), saved)
                 }
@@ -1571,11 +1548,11 @@ mod tests {
         let mut bad = ServerPay::pay(request(1), order(1), Some(None), NOW, policy())
             .with_phases(Phases::Two)
             .with_flaw(Some(Flaw::ConfirmUnsaved));
-        bad.poll(NOW, &mut ids);
+        bad.poll(NOW, &ids);
         bad.on_claim(Claimed::Won);
-        bad.poll(NOW, &mut ids);
+        bad.poll(NOW, &ids);
         bad.on_created(Created::Id("pi_2".into()));
-        assert!(matches!(bad.poll(NOW, &mut ids), Effect::Confirm(_)));
+        assert!(matches!(bad.poll(NOW, &ids), Effect::Confirm(_)));
     }
 
     /// Two phases: a declined payment object is cancelled before the attempt settles:
@@ -1585,7 +1562,7 @@ mod tests {
     #[test]
     fn a_declined_two_phase_payment_is_cancelled_before_it_settles() {
         let run = |after: Option<Lookup>, phases: Phases, flaw: Option<Flaw>| {
-            let mut ids = Counter(0);
+            let ids = Sequence::starting_at(1);
             let p = Processing {
                 provider_ref: Some("pi_1".into()),
                 ..processing(NOW)
@@ -1593,15 +1570,15 @@ mod tests {
             let mut job = ServerPay::abandoned(&Record::Processing(p), order(1), "w", policy())
                 .with_phases(phases)
                 .with_flaw(flaw);
-            job.poll(NOW, &mut ids);
+            job.poll(NOW, &ids);
             job.on_taken(true);
-            let Effect::Lookup(claim) = job.poll(NOW, &mut ids) else {
+            let Effect::Lookup(claim) = job.poll(NOW, &ids) else {
                 panic!("lookup")
             };
             let declined = charge(claim, ChargeStatus::Declined);
             job.on_lookup(Lookup::Found(declined));
             if let Some(after) = after {
-                match job.poll(NOW, &mut ids) {
+                match job.poll(NOW, &ids) {
                     Effect::CancelLeftover(c) => {
                         assert_eq!(c.attempt.provider_ref.as_deref(), Some("pi_1"))
                     }
@@ -1609,7 +1586,7 @@ mod tests {
                 }
                 job.on_leftover(after);
             }
-            match job.poll(NOW, &mut ids) {
+            match job.poll(NOW, &ids) {
                 Effect::Settle { plan, .. } => Some(plan.clone()),
                 Effect::Release { .. } => None,
                 e => panic!("{e:?}"),
@@ -1640,9 +1617,9 @@ mod tests {
     }
 
     fn processing_claim() -> Claim {
-        let mut ids = Counter(10);
+        let ids = Sequence::starting_at(10);
         let mut m = ServerPay::pay(request(1), order(1), Some(None), NOW, policy());
-        let Effect::Claim { plan, .. } = m.poll(NOW, &mut ids) else {
+        let Effect::Claim { plan, .. } = m.poll(NOW, &ids) else {
             panic!("claim")
         };
         plan.claim.clone()
@@ -1659,13 +1636,13 @@ mod tests {
         let ends = NOW + p.in_progress_wait_ms;
         let mut now = NOW;
         let mut waits = 0;
-        while let Effect::Wait { until } = m.poll(now, &mut Counter(0)) {
+        while let Effect::Wait { until } = m.poll(now, &Sequence::starting_at(1)) {
             assert_eq!(until, (now + p.wait_poll_ms).min(ends));
             waits += 1;
             now = until;
             m.on_waited();
             assert!(matches!(
-                m.poll(now, &mut Counter(0)),
+                m.poll(now, &Sequence::starting_at(1)),
                 Effect::ReadKey { .. }
             ));
             m.on_record(Some(record.clone()), now);
@@ -1692,12 +1669,12 @@ mod tests {
             ..order(1)
         };
         let job_at = |now: i64| {
-            let mut ids = Counter(0);
+            let ids = Sequence::starting_at(1);
             let mut job =
                 ServerPay::abandoned(&Record::Processing(p.clone()), with_tee(), "w", policy());
-            job.poll(now, &mut ids);
+            job.poll(now, &ids);
             job.on_taken(true);
-            let Effect::Lookup(claim) = job.poll(now, &mut ids) else {
+            let Effect::Lookup(claim) = job.poll(now, &ids) else {
                 panic!("lookup first")
             };
             let found = waiting(claim);
@@ -1706,7 +1683,7 @@ mod tests {
         };
         let mut early = job_at(deadline - 1);
         assert!(matches!(
-            early.poll(deadline - 1, &mut Counter(0)),
+            early.poll(deadline - 1, &Sequence::starting_at(1)),
             Effect::Release { .. }
         ));
         early.on_released(false);
@@ -1719,12 +1696,12 @@ mod tests {
         ];
         for (after, settled) in cases {
             let mut job = job_at(deadline);
-            let Effect::CancelAction(claim) = job.poll(deadline, &mut Counter(0)) else {
+            let Effect::CancelAction(claim) = job.poll(deadline, &Sequence::starting_at(1)) else {
                 panic!("cancel at the deadline")
             };
             let held = charge(claim, after);
             job.on_action_cancelled(Lookup::Found(held));
-            match (job.poll(deadline, &mut Counter(0)), settled) {
+            match (job.poll(deadline, &Sequence::starting_at(1)), settled) {
                 (
                     Effect::Settle {
                         plan:
@@ -1769,16 +1746,16 @@ mod tests {
         let mut hook = ServerPay::webhook(
             &Record::Processing(p.clone()),
             order(1),
-            "t".into(),
+            LeaseToken::from_stored("t"),
             policy(),
         );
-        let Effect::Lookup(claim) = hook.poll(deadline + 1, &mut Counter(0)) else {
+        let Effect::Lookup(claim) = hook.poll(deadline + 1, &Sequence::starting_at(1)) else {
             panic!("lookup")
         };
         let found = waiting(claim);
         hook.on_lookup(Lookup::Found(found));
         assert!(matches!(
-            hook.poll(deadline + 1, &mut Counter(0)),
+            hook.poll(deadline + 1, &Sequence::starting_at(1)),
             Effect::Release { .. }
         ));
     }

@@ -3,14 +3,29 @@
 //! v4 in the server, `crates/server/src/ids.rs`; a [`Sequence`] where a run must repeat), so
 //! the rules stay pure and a test can predict every id. The text is what the store and the
 //! wire carry: `att_` and 32 lowercase hex digits (a UUID's "simple" form).
+//!
+//! The machines (`crates/rules/src/flow.rs`, `refund.rs`) mint from the source they are
+//! handed, and records, claims and plans hold these types; the store and the wire turn
+//! them into text ([`AttemptId::as_str`], `String::from`) and back
+//! ([`AttemptId::from_stored`]) and nowhere else.
 
+use serde::{Deserialize, Serialize};
 use std::fmt;
+use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Where new ids come from: 128 bits per id, never the same twice in one store.
 pub trait IdSource: Send + Sync + fmt::Debug {
     /// The bits of the next id.
     fn next_bits(&self) -> u128;
+
+    /// The bits of the next id of kind `kind` (its prefix, or [`LeaseToken::KIND`]). A
+    /// random source ignores the kind; a source that derives ids from what it knows (the
+    /// model's, `crates/model/src/server.rs`) tells a lease token from the rest by it.
+    fn bits_for(&self, kind: &str) -> u128 {
+        let _ = kind;
+        self.next_bits()
+    }
 }
 
 /// A deterministic source: 1, 2, 3, … (tests and simulations that replay a run).
@@ -30,26 +45,45 @@ impl IdSource for Sequence {
     }
 }
 
-/// Declares an id type: a private `String` in the form `PREFIX_<32 hex>`, minted only
-/// through an [`IdSource`].
-macro_rules! prefixed_id {
-    ($(#[$doc:meta])* $name:ident = $prefix:literal) => {
-        $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-        pub struct $name(String);
-
+/// Declares the text of an id type: read back from the store, shown, compared to text.
+macro_rules! text_id {
+    ($name:ident) => {
         impl $name {
-            /// What every id of this kind starts with, before its `_`.
-            pub const PREFIX: &'static str = $prefix;
-
-            /// A new id from `ids`.
-            pub fn mint(ids: &dyn IdSource) -> Self {
-                Self(format!("{}_{:032x}", Self::PREFIX, ids.next_bits()))
+            /// The id as the store or the wire holds it, taken as is: ids minted before this
+            /// type (and the fixtures') keep their text. The store's and the wire's
+            /// conversion; the rules mint.
+            pub fn from_stored(text: impl Into<String>) -> Self {
+                Self(text.into())
             }
 
             /// The id's text, as stored.
             pub fn as_str(&self) -> &str {
                 &self.0
+            }
+        }
+
+        impl Deref for $name {
+            type Target = str;
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.0 == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.0 == *other
+            }
+        }
+
+        impl PartialEq<$name> for String {
+            fn eq(&self, other: &$name) -> bool {
+                *self == other.0
             }
         }
 
@@ -70,6 +104,31 @@ macro_rules! prefixed_id {
                 id.0
             }
         }
+    };
+}
+
+/// Declares an id type: a private `String` in the form `PREFIX_<32 hex>`, minted only
+/// through an [`IdSource`] (or read back with `from_stored`). Serialized as its text (the
+/// Redis copy of a final attempt, `crates/server/src/replay/mod.rs`); the empty default
+/// stands for an id a copy written before it was kept lacks.
+macro_rules! prefixed_id {
+    ($(#[$doc:meta])* $name:ident = $prefix:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            /// What every id of this kind starts with, before its `_`.
+            pub const PREFIX: &'static str = $prefix;
+
+            /// A new id from `ids`.
+            pub fn mint(ids: &dyn IdSource) -> Self {
+                Self(format!("{}_{:032x}", Self::PREFIX, ids.bits_for(Self::PREFIX)))
+            }
+        }
+
+        text_id!($name);
     };
 }
 
@@ -100,13 +159,16 @@ prefixed_id!(
 
 /// A lease token: the claim that holds an attempt's lease names itself by it. No prefix; a
 /// UUID's hyphenated form.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LeaseToken(String);
 
 impl LeaseToken {
+    /// The kind a source is asked for a token's bits with ([`IdSource::bits_for`]).
+    pub const KIND: &'static str = "lease";
+
     /// A new token from `ids`.
     pub fn mint(ids: &dyn IdSource) -> Self {
-        let b = ids.next_bits();
+        let b = ids.bits_for(Self::KIND);
         Self(format!(
             "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
             b >> 96,
@@ -118,11 +180,7 @@ impl LeaseToken {
     }
 }
 
-impl From<LeaseToken> for String {
-    fn from(t: LeaseToken) -> String {
-        t.0
-    }
-}
+text_id!(LeaseToken);
 
 #[cfg(test)]
 mod tests {

@@ -2,6 +2,7 @@
 //! executes a plan as conditional statements (`crates/server/src/store/`); these functions
 //! only decide what the rows say.
 
+use crate::ids::{AttemptId, LeaseToken, OrderId, PaymentId};
 use crate::pay::{fingerprint, provider_key, Details};
 use crate::policy::Policy;
 use crate::record::{Answer, Processing, Record, Terms};
@@ -95,7 +96,7 @@ const PROCESSING: AuditState = AuditState::Attempt(AttemptStatus::Processing);
 #[derive(Debug, Clone, Copy)]
 pub struct OrderTerms<'a> {
     /// Order id.
-    pub id: &'a str,
+    pub id: &'a OrderId,
     /// Version read by rule 1.
     pub version: i64,
     /// Amount for that version.
@@ -114,7 +115,7 @@ pub struct Claim {
     /// Who the audit trail names for this claim's changes.
     pub actor: String,
     /// The lease this claim holds.
-    pub lease_token: String,
+    pub lease_token: LeaseToken,
     /// The order's lines at the attempt's version (the order is locked, so they cannot
     /// have changed): the stock to give back if nothing is charged.
     pub lines: Vec<OrderLine>,
@@ -126,7 +127,7 @@ impl Claim {
         record: &Record,
         lines: &[OrderLine],
         actor: &str,
-        lease_token: String,
+        lease_token: LeaseToken,
     ) -> Option<Self> {
         match record {
             Record::Processing(p) => Some(Self {
@@ -164,8 +165,8 @@ pub fn plan_claim(
     order_version: u64,
     payment_method_id: &str,
     extras: &Extras,
-    attempt_id: String,
-    lease_token: String,
+    attempt_id: AttemptId,
+    lease_token: LeaseToken,
     now: i64,
     policy: &Policy,
 ) -> Result<ClaimPlan, Box<Problem>> {
@@ -197,7 +198,7 @@ pub fn plan_claim(
         id: attempt_id,
         terms: Terms {
             user: user.to_owned(),
-            order_id: order.id.to_owned(),
+            order_id: order.id.clone(),
             fingerprint,
             order_version: order.version,
             amount: order.amount,
@@ -518,7 +519,7 @@ pub enum SettlePlan {
 pub fn plan_settle(
     claim: &Claim,
     outcome: Outcome,
-    payment_id: String,
+    payment_id: PaymentId,
     now: i64,
     policy: &Policy,
 ) -> SettlePlan {
@@ -564,7 +565,7 @@ pub fn plan_settle(
         status: 202,
         body: json(&PayResponse {
             status: AttemptStatus::Processing,
-            order_id: a.terms.order_id.clone(),
+            order_id: a.terms.order_id.to_string(),
             payment: None,
         }),
     };
@@ -575,8 +576,8 @@ pub fn plan_settle(
         },
         Outcome::Succeeded(charge) => {
             let payment = Payment {
-                id: payment_id,
-                order_id: a.terms.order_id.clone(),
+                id: payment_id.into(),
+                order_id: a.terms.order_id.to_string(),
                 amount: charge.amount,
                 currency: charge.currency.clone(),
                 payment_method_id: a.payment_method_id.clone(),
@@ -585,7 +586,7 @@ pub fn plan_settle(
             };
             let body = json(&PayResponse {
                 status: AttemptStatus::Succeeded,
-                order_id: a.terms.order_id.clone(),
+                order_id: a.terms.order_id.to_string(),
                 payment: Some(payment.clone()),
             });
             let reason = format!("provider charge {} succeeded", charge.id);
@@ -663,7 +664,7 @@ pub fn plan_settle(
 
 /// True when `charge` is the one the attempt asked for: its order, amount and currency.
 pub fn charges_the_terms(charge: &Charge, terms: &Terms) -> bool {
-    charge.order_id == terms.order_id
+    charge.order_id == terms.order_id.as_str()
         && charge.amount == terms.amount
         && charge.currency == terms.currency
 }
@@ -726,9 +727,9 @@ pub fn review_entry(attempt_id: &str) -> AuditEntry {
 /// cancel read it, and its audit row.
 pub fn plan_tombstone(
     user: &str,
-    order_id: &str,
+    order_id: &OrderId,
     order_version: i64,
-    id: String,
+    id: AttemptId,
     now: i64,
     policy: &Policy,
 ) -> (crate::Tombstone, AuditEntry) {
@@ -743,7 +744,7 @@ pub fn plan_tombstone(
     let t = crate::Tombstone {
         id,
         user: user.to_owned(),
-        order_id: order_id.to_owned(),
+        order_id: order_id.clone(),
         order_version: Some(order_version),
         expires_at: policy.expires_at(now),
     };
@@ -757,7 +758,7 @@ pub fn cancel_answer(
     record: &Record,
     order_id: &str,
 ) -> Result<(AttemptStatus, bool), Box<Problem>> {
-    if record.order_id() != order_id {
+    if record.order_id().as_str() != order_id {
         let mut p = Problem::new(ErrorCode::KeyReusedWithDifferentDetails)
             .with_detail("this key belongs to another order");
         p.attempt_status = Some(record.status());

@@ -1,6 +1,7 @@
 //! One `(user, key)` attempt as the store holds it. The store converts each row to a
 //! [`Record`] once, refusing rows that fit no variant, so nothing downstream guesses.
 
+use crate::ids::{AttemptId, OrderId};
 use payonce_protocol::AttemptStatus;
 use serde::{Deserialize, Serialize};
 
@@ -12,7 +13,7 @@ pub struct Terms {
     /// The caller.
     pub user: String,
     /// The order paid.
-    pub order_id: String,
+    pub order_id: OrderId,
     /// [`crate::fingerprint`] of the request that claimed it.
     pub fingerprint: String,
     /// The order's version at claim time.
@@ -37,7 +38,7 @@ pub struct Answer {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Processing {
     /// Attempt id.
-    pub id: String,
+    pub id: AttemptId,
     /// What it charges.
     pub terms: Terms,
     /// The payment method.
@@ -63,7 +64,7 @@ pub struct Processing {
 pub struct Final {
     /// Attempt id (absent in copies written before it was kept).
     #[serde(default)]
-    pub id: String,
+    pub id: AttemptId,
     /// What it was made from.
     #[serde(flatten)]
     pub terms: Terms,
@@ -83,11 +84,11 @@ pub struct Final {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tombstone {
     /// Attempt id.
-    pub id: String,
+    pub id: AttemptId,
     /// The caller.
     pub user: String,
     /// The order it was cancelled for.
-    pub order_id: String,
+    pub order_id: OrderId,
     /// The order's version when cancelled: a late pay can only charge at this version
     /// (`None`: written before tombstones kept it; it then stands for every version).
     pub order_version: Option<i64>,
@@ -118,7 +119,7 @@ impl Record {
     }
 
     /// Attempt id.
-    pub fn id(&self) -> &str {
+    pub fn id(&self) -> &AttemptId {
         match self {
             Self::Processing(p) => &p.id,
             Self::Final(f) => &f.id,
@@ -136,7 +137,7 @@ impl Record {
     }
 
     /// The order.
-    pub fn order_id(&self) -> &str {
+    pub fn order_id(&self) -> &OrderId {
         match self {
             Self::Processing(p) => &p.terms.order_id,
             Self::Final(f) => &f.terms.order_id,

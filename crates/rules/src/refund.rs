@@ -2,7 +2,7 @@
 //! the pay machine ([`crate::flow`]): no clock, no store, no provider, no randomness of its
 //! own. The caller (`crates/server/src/ops/refunds.rs`) starts it from the request, performs
 //! each [`Effect`] [`ServerRefund::poll`] asks for and feeds the result back with the
-//! matching `on_*` call, until [`Effect::Done`]. Time (`now`) and new ids ([`Ids`]) are
+//! matching `on_*` call, until [`Effect::Done`]. Time (`now`) and new ids (an [`IdSource`]) are
 //! arguments of `poll`. The rows it writes are plans built here ([`plan_refund`],
 //! [`settle_refund`], [`mark_refunded`]); the store only executes them.
 //!
@@ -43,7 +43,7 @@
 //! with the refund's fingerprint over the caller and the payment) and the lease arithmetic
 //! ([`Policy`]).
 
-use crate::flow::Ids;
+use crate::ids::{AttemptId, IdSource, LeaseToken, OrderId, PaymentId, RefundId};
 use crate::keyed::{self, NextAction, Stored, REFUND};
 use crate::plan::{self, AuditEntry, AuditState};
 use crate::policy::Policy;
@@ -62,7 +62,7 @@ pub struct Request {
     /// The caller's payment to refund.
     pub payment: Payment,
     /// The attempt that made the payment (it becomes `refunded` with it).
-    pub attempt_id: String,
+    pub attempt_id: AttemptId,
 }
 
 /// Where a refund key stands.
@@ -80,9 +80,9 @@ pub enum RefundState {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RefundRecord {
     /// Refund id.
-    pub id: String,
+    pub id: RefundId,
     /// The payment it refunds.
-    pub payment_id: String,
+    pub payment_id: PaymentId,
     /// The provider's idempotency key, saved before any call.
     pub provider_refund_key: String,
     /// Its state.
@@ -117,25 +117,25 @@ impl RefundRecord {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RefundClaimPlan {
     /// Refund id.
-    pub id: String,
+    pub id: RefundId,
     /// The caller.
     pub user: String,
     /// Its refund key.
     pub key: IdempotencyKey,
     /// The payment refunded.
-    pub payment_id: String,
+    pub payment_id: PaymentId,
     /// The provider refund key ([`REFUND`]'s, over the user, the key and the payment), saved
     /// before any call so every retry reaches the provider as the same refund.
     pub provider_refund_key: String,
 }
 
 /// Plans the claim of `req`'s refund key under the new refund `id`.
-pub fn plan_refund(req: &Request, id: String) -> RefundClaimPlan {
+pub fn plan_refund(req: &Request, id: RefundId) -> RefundClaimPlan {
     RefundClaimPlan {
         id,
         user: req.user.clone(),
         key: req.key.clone(),
-        payment_id: req.payment.id.clone(),
+        payment_id: PaymentId::from_stored(req.payment.id.clone()),
         provider_refund_key: REFUND.provider_key(&req.user, &req.key, &req.payment.id),
     }
 }
@@ -155,11 +155,11 @@ pub enum Claimed {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
     /// The refund.
-    pub refund_id: String,
+    pub refund_id: RefundId,
     /// Its provider refund key.
     pub provider_refund_key: String,
     /// The lease's token.
-    pub token: String,
+    pub token: LeaseToken,
     /// The lease's end.
     pub until: i64,
 }
@@ -250,11 +250,11 @@ pub fn standing(refunds: &[ProviderRefund], key: &str, amount: i64) -> Standing 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MarkRefunded {
     /// The payment.
-    pub payment_id: String,
+    pub payment_id: PaymentId,
     /// Its order.
-    pub order_id: String,
+    pub order_id: OrderId,
     /// Its attempt.
-    pub attempt_id: String,
+    pub attempt_id: AttemptId,
     /// The payment's and the order's audit rows.
     pub audit: Vec<AuditEntry>,
 }
@@ -265,7 +265,7 @@ pub struct MarkRefunded {
 pub fn mark_refunded(
     actor: &str,
     payment: &Payment,
-    attempt_id: &str,
+    attempt_id: &AttemptId,
     reason: &str,
 ) -> MarkRefunded {
     let audit = [
@@ -284,9 +284,9 @@ pub fn mark_refunded(
     ]
     .map(|(entity, id, from, to)| AuditEntry::change(actor, entity, id, Some(from), to, reason));
     MarkRefunded {
-        payment_id: payment.id.clone(),
-        order_id: payment.order_id.clone(),
-        attempt_id: attempt_id.to_owned(),
+        payment_id: PaymentId::from_stored(payment.id.clone()),
+        order_id: OrderId::from_stored(payment.order_id.clone()),
+        attempt_id: attempt_id.clone(),
         audit: audit.to_vec(),
     }
 }
@@ -298,7 +298,7 @@ pub enum SettleRefund {
     /// with the provider's refund id and the 200 answer, and the payment moves.
     Refunded {
         /// Refund id.
-        id: String,
+        id: RefundId,
         /// The provider's refund id.
         provider_refund_id: String,
         /// The answer to store and replay.
@@ -312,7 +312,7 @@ pub enum SettleRefund {
     /// answer, which frees the payment's refund slot for a new key.
     Failed {
         /// Refund id.
-        id: String,
+        id: RefundId,
         /// The answer to store and replay.
         answer: Answer,
         /// When the key may be deleted.
@@ -336,7 +336,7 @@ impl SettleRefund {
 /// key refunded nothing.
 pub fn settle_refund(
     req: &Request,
-    id: &str,
+    id: &RefundId,
     refund: Option<&ProviderRefund>,
     now: i64,
     policy: &Policy,
@@ -347,7 +347,7 @@ pub fn settle_refund(
             .with_detail("the provider refused or failed this refund; nothing was refunded by it");
         let why = format!("refund {id} refused or failed at the provider; nothing refunded");
         return SettleRefund::Failed {
-            id: id.to_owned(),
+            id: id.clone(),
             answer: Answer {
                 status: problem.status,
                 body: plan::problem_body(&problem),
@@ -372,7 +372,7 @@ pub fn settle_refund(
     };
     let reason = format!("provider refund {} of charge {}", refund.id, p.charge_id);
     SettleRefund::Refunded {
-        id: id.to_owned(),
+        id: id.clone(),
         provider_refund_id: refund.id.clone(),
         answer: Answer {
             status: 200,
@@ -477,7 +477,7 @@ enum Phase {
     Claim,
     Claiming(RefundClaimPlan),
     /// Take the lease of refund `(id, provider refund key)`.
-    Lease(String, String),
+    Lease(RefundId, String),
     Leasing(Lease),
     /// List the charge's refunds; `true` after the provider refused a call.
     List(Lease, bool),
@@ -537,13 +537,13 @@ impl ServerRefund {
 
     /// The next effect at `now`. Plans are made here, with ids from `ids`; asking again
     /// before the matching `on_*` call returns the same effect.
-    pub fn poll(&mut self, now: i64, ids: &mut dyn Ids) -> Effect<'_> {
+    pub fn poll(&mut self, now: i64, ids: &dyn IdSource) -> Effect<'_> {
         self.phase = match std::mem::replace(&mut self.phase, Phase::Read) {
-            Phase::Claim => Phase::Claiming(plan_refund(&self.req, ids.refund_id())),
+            Phase::Claim => Phase::Claiming(plan_refund(&self.req, RefundId::mint(ids))),
             Phase::Lease(refund_id, provider_refund_key) => Phase::Leasing(Lease {
                 refund_id,
                 provider_refund_key,
-                token: ids.lease_token(),
+                token: LeaseToken::mint(ids),
                 until: self.policy.lease_until(now),
             }),
             // The unknown call may land until its timeout, shorter than a lease (a start
@@ -729,25 +729,13 @@ fn not_allowed(detail: &str) -> End {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::Sequence;
 
     const NOW: i64 = 1_000_000;
 
-    struct Counter(u32);
-    impl Ids for Counter {
-        fn attempt_id(&mut self) -> String {
-            unreachable!("a refund makes no attempt")
-        }
-        fn lease_token(&mut self) -> String {
-            self.0 += 1;
-            format!("lease_{}", self.0)
-        }
-        fn payment_id(&mut self) -> String {
-            unreachable!("a refund makes no payment")
-        }
-        fn refund_id(&mut self) -> String {
-            self.0 += 1;
-            format!("rfd_{}", self.0)
-        }
+    /// The `n`-th id a test's [`Sequence`] mints (every id of a run counts once).
+    fn nth<T>(mint: fn(&dyn IdSource) -> T, n: u64) -> T {
+        mint(&Sequence::starting_at(n))
     }
 
     fn policy() -> Policy {
@@ -779,7 +767,7 @@ mod tests {
             user: "u1".into(),
             key: IdempotencyKey::parse("0123456789abcdef0123456789abcdef").expect("valid"),
             payment: payment(payment_id, AttemptStatus::Succeeded),
-            attempt_id: "att_1".into(),
+            attempt_id: AttemptId::from_stored("att_1"),
         }
     }
 
@@ -813,8 +801,8 @@ mod tests {
     fn record(payment_id: &str, state: RefundState) -> RefundRecord {
         let req = request(payment_id);
         RefundRecord {
-            id: "rfd_9".into(),
-            payment_id: payment_id.into(),
+            id: RefundId::from_stored("rfd_9"),
+            payment_id: PaymentId::from_stored(payment_id),
             provider_refund_key: REFUND.provider_key(&req.user, &req.key, payment_id),
             state,
         }
@@ -822,7 +810,7 @@ mod tests {
 
     /// A machine that read the caller's processing row and holds its lease (taken with
     /// `ids`), about to list the charge's refunds.
-    fn leased(ids: &mut Counter) -> ServerRefund {
+    fn leased(ids: &Sequence) -> ServerRefund {
         let mut m = ServerRefund::new(request("pay_1"), policy());
         m.on_record(Some(record("pay_1", RefundState::Processing)), NOW);
         assert!(matches!(m.poll(NOW, ids), Effect::TakeLease { .. }));
@@ -831,7 +819,7 @@ mod tests {
     }
 
     /// [`leased`], the provider listing nothing: about to refund the whole payment.
-    fn calling(ids: &mut Counter) -> ServerRefund {
+    fn calling(ids: &Sequence) -> ServerRefund {
         let mut m = leased(ids);
         assert!(matches!(m.poll(NOW, ids), Effect::ListRefunds { .. }));
         m.on_refunds(Ok(vec![]));
@@ -860,7 +848,7 @@ mod tests {
         for state in [RefundState::Processing, RefundState::Refunded(answer)] {
             let mut m = ServerRefund::new(request("pay_2"), policy());
             assert!(matches!(
-                m.poll(NOW, &mut Counter(0)),
+                m.poll(NOW, &Sequence::starting_at(1)),
                 Effect::ReadKey { .. }
             ));
             m.on_record(Some(record("pay_1", state)), NOW);
@@ -890,7 +878,7 @@ mod tests {
             let mut m = ServerRefund::new(request("pay_1"), policy());
             m.on_record(Some(record("pay_1", state)), NOW);
             assert_eq!(
-                m.poll(NOW, &mut Counter(0)),
+                m.poll(NOW, &Sequence::starting_at(1)),
                 Effect::Done(&End::Replay(answer.clone()))
             );
         }
@@ -900,26 +888,26 @@ mod tests {
     /// refund key; a lease held by another request is 409 `IN_PROGRESS`.
     #[test]
     fn a_processing_key_is_called_again_under_its_lease() {
-        let mut ids = Counter(0);
+        let ids = Sequence::starting_at(1);
         let mut m = ServerRefund::new(request("pay_1"), policy());
         let row = record("pay_1", RefundState::Processing);
         m.on_record(Some(row.clone()), NOW);
-        match m.poll(NOW, &mut ids) {
+        match m.poll(NOW, &ids) {
             Effect::TakeLease { lease, now } => {
                 assert_eq!(now, NOW);
                 assert_eq!(lease.refund_id, "rfd_9");
-                assert_eq!(lease.token, "lease_1");
+                assert_eq!(lease.token, nth(LeaseToken::mint, 1));
                 assert_eq!(lease.until, NOW + 1_000);
             }
             e => panic!("{e:?}"),
         }
         m.on_leased(true);
-        match m.poll(NOW, &mut ids) {
+        match m.poll(NOW, &ids) {
             Effect::ListRefunds { charge_id, .. } => assert_eq!(charge_id, "ch_1"),
             e => panic!("{e:?}"),
         }
         m.on_refunds(Ok(vec![]));
-        match m.poll(NOW, &mut ids) {
+        match m.poll(NOW, &ids) {
             Effect::Refund {
                 lease,
                 charge_id,
@@ -932,7 +920,7 @@ mod tests {
         }
         let mut busy = ServerRefund::new(request("pay_1"), policy());
         busy.on_record(Some(row), NOW);
-        busy.poll(NOW, &mut ids);
+        busy.poll(NOW, &ids);
         busy.on_leased(false);
         assert_eq!(busy.end(), Some(&End::InProgress));
     }
@@ -942,13 +930,16 @@ mod tests {
     /// `succeeded`, the payment, order and attempt `refunded`, audited by `system`.
     #[test]
     fn a_new_key_is_claimed_called_and_settled() {
-        let mut ids = Counter(0);
+        let ids = Sequence::starting_at(1);
         let req = request("pay_1");
         let mut m = ServerRefund::new(req.clone(), policy());
         m.on_record(None, NOW);
-        let key = match m.poll(NOW, &mut ids) {
+        let key = match m.poll(NOW, &ids) {
             Effect::Claim { plan, now } => {
-                assert_eq!((plan.id.as_str(), now), ("rfd_1", NOW));
+                assert_eq!(
+                    (plan.id.as_str(), now),
+                    (nth(RefundId::mint, 1).as_str(), NOW)
+                );
                 assert_eq!(plan.payment_id, "pay_1");
                 assert_eq!(
                     plan.provider_refund_key,
@@ -959,26 +950,26 @@ mod tests {
             e => panic!("{e:?}"),
         };
         m.on_claim(Claimed::Won);
-        match m.poll(NOW, &mut ids) {
+        match m.poll(NOW, &ids) {
             Effect::TakeLease { lease, .. } => {
                 assert_eq!(
                     (lease.refund_id.as_str(), lease.provider_refund_key.as_str()),
-                    ("rfd_1", key.as_str())
+                    (nth(RefundId::mint, 1).as_str(), key.as_str())
                 );
             }
             e => panic!("{e:?}"),
         }
         m.on_leased(true);
-        assert!(matches!(m.poll(NOW, &mut ids), Effect::ListRefunds { .. }));
+        assert!(matches!(m.poll(NOW, &ids), Effect::ListRefunds { .. }));
         m.on_refunds(Ok(vec![]));
-        assert!(matches!(m.poll(NOW, &mut ids), Effect::Refund { .. }));
+        assert!(matches!(m.poll(NOW, &ids), Effect::Refund { .. }));
         m.on_refund(RefundOutcome::Created(ours(
             "re_1",
             1_500,
             RefundStatus::Succeeded,
         )));
         let later = NOW + 10;
-        let answer = match m.poll(later, &mut ids) {
+        let answer = match m.poll(later, &ids) {
             Effect::Settle {
                 plan:
                     SettleRefund::Refunded {
@@ -993,7 +984,7 @@ mod tests {
             } => {
                 assert_eq!(
                     (id.as_str(), provider_refund_id.as_str()),
-                    ("rfd_1", "re_1")
+                    (nth(RefundId::mint, 1).as_str(), "re_1")
                 );
                 assert_eq!((now, *expires_at), (later, later + 5_000));
                 assert_eq!(answer.status, 200);
@@ -1027,10 +1018,10 @@ mod tests {
     fn a_key_claimed_meanwhile_is_read_again() {
         let mut m = ServerRefund::new(request("pay_1"), policy());
         m.on_record(None, NOW);
-        m.poll(NOW, &mut Counter(0));
+        m.poll(NOW, &Sequence::starting_at(1));
         m.on_claim(Claimed::KeyTaken);
         assert!(matches!(
-            m.poll(NOW, &mut Counter(0)),
+            m.poll(NOW, &Sequence::starting_at(1)),
             Effect::ReadKey { .. }
         ));
     }
@@ -1052,7 +1043,7 @@ mod tests {
 
         let mut m = ServerRefund::new(request("pay_1"), policy());
         m.on_record(None, NOW);
-        m.poll(NOW, &mut Counter(0));
+        m.poll(NOW, &Sequence::starting_at(1));
         m.on_claim(Claimed::PaymentTaken);
         let (_, code, detail) = problem(m.end());
         assert_eq!(code, ErrorCode::RefundNotAllowed);
@@ -1066,12 +1057,12 @@ mod tests {
     /// answers 409 `IN_PROGRESS`; the refund stays processing.
     #[test]
     fn an_unknown_list_releases_the_lease_and_is_in_progress() {
-        let mut ids = Counter(0);
-        let mut m = leased(&mut ids);
-        m.poll(NOW, &mut ids);
+        let ids = Sequence::starting_at(1);
+        let mut m = leased(&ids);
+        m.poll(NOW, &ids);
         m.on_refunds(Err("down".into()));
-        match m.poll(NOW, &mut ids) {
-            Effect::Release(lease) => assert_eq!(lease.token, "lease_1"),
+        match m.poll(NOW, &ids) {
+            Effect::Release(lease) => assert_eq!(lease.token, nth(LeaseToken::mint, 1)),
             e => panic!("{e:?}"),
         }
         m.on_released();
@@ -1083,13 +1074,13 @@ mod tests {
     /// the answer is 409 `IN_PROGRESS`.
     #[test]
     fn an_unknown_answer_holds_the_lease_past_the_call() {
-        let mut ids = Counter(0);
-        let mut m = calling(&mut ids);
+        let ids = Sequence::starting_at(1);
+        let mut m = calling(&ids);
         m.on_refund(RefundOutcome::Unknown("timeout".into()));
         let later = NOW + 1_200;
-        match m.poll(later, &mut ids) {
+        match m.poll(later, &ids) {
             Effect::HoldLease { lease, until } => {
-                assert_eq!(lease.token, "lease_1");
+                assert_eq!(lease.token, nth(LeaseToken::mint, 1));
                 assert_eq!(until, later + 1_000);
             }
             e => panic!("{e:?}"),
@@ -1102,14 +1093,14 @@ mod tests {
     /// stays processing (409 `IN_PROGRESS`); a later read settles it.
     #[test]
     fn a_pending_refund_stays_processing() {
-        let mut ids = Counter(0);
-        let mut m = calling(&mut ids);
+        let ids = Sequence::starting_at(1);
+        let mut m = calling(&ids);
         m.on_refund(RefundOutcome::Created(ours(
             "re_1",
             1_500,
             RefundStatus::Pending,
         )));
-        assert!(matches!(m.poll(NOW, &mut ids), Effect::Release(_)));
+        assert!(matches!(m.poll(NOW, &ids), Effect::Release(_)));
         m.on_released();
         assert_eq!(m.end(), Some(&End::InProgress));
     }
@@ -1126,11 +1117,11 @@ mod tests {
             (vec![refund("re_dash")], "settle"),
         ];
         for (list, want) in cases {
-            let mut ids = Counter(0);
-            let mut m = leased(&mut ids);
-            m.poll(NOW, &mut ids);
+            let ids = Sequence::starting_at(1);
+            let mut m = leased(&ids);
+            m.poll(NOW, &ids);
             m.on_refunds(Ok(list.clone()));
-            let got = match m.poll(NOW, &mut ids) {
+            let got = match m.poll(NOW, &ids) {
                 Effect::Settle {
                     plan: SettleRefund::Refunded { .. },
                     ..
@@ -1144,16 +1135,16 @@ mod tests {
             };
             assert_eq!(got, want, "{list:?}");
         }
-        let mut ids = Counter(0);
-        let mut m = leased(&mut ids);
-        m.poll(NOW, &mut ids);
+        let ids = Sequence::starting_at(1);
+        let mut m = leased(&ids);
+        m.poll(NOW, &ids);
         let partial = ProviderRefund {
             amount: 600,
             ..refund("re_dash")
         };
         m.on_refunds(Ok(vec![partial]));
         assert!(matches!(
-            m.poll(NOW, &mut ids),
+            m.poll(NOW, &ids),
             Effect::Refund { amount: 900, .. }
         ));
     }
@@ -1223,7 +1214,7 @@ mod tests {
     fn a_processing_row_is_resumed_at_its_lease() {
         let row = record("pay_1", RefundState::Processing);
         let mut m = ServerRefund::resume(request("pay_1"), &row, policy());
-        match m.poll(NOW, &mut Counter(0)) {
+        match m.poll(NOW, &Sequence::starting_at(1)) {
             Effect::TakeLease { lease, .. } => assert_eq!(lease.refund_id, "rfd_9"),
             e => panic!("{e:?}"),
         }
@@ -1241,12 +1232,12 @@ mod tests {
     /// 409 to replay, its audit row on the payment.
     #[test]
     fn a_refusal_is_decided_by_the_providers_list() {
-        let mut ids = Counter(0);
-        let mut m = calling(&mut ids);
+        let ids = Sequence::starting_at(1);
+        let mut m = calling(&ids);
         m.on_refund(RefundOutcome::NotAllowed("already refunded".into()));
-        assert!(matches!(m.poll(NOW, &mut ids), Effect::ListRefunds { .. }));
+        assert!(matches!(m.poll(NOW, &ids), Effect::ListRefunds { .. }));
         m.on_refunds(Ok(vec![refund("re_dash")]));
-        match m.poll(NOW, &mut ids) {
+        match m.poll(NOW, &ids) {
             Effect::Settle {
                 plan:
                     SettleRefund::Refunded {
@@ -1257,11 +1248,11 @@ mod tests {
             e => panic!("{e:?}"),
         }
 
-        let mut m = calling(&mut ids);
+        let mut m = calling(&ids);
         m.on_refund(RefundOutcome::NotAllowed("declined".into()));
-        m.poll(NOW, &mut ids);
+        m.poll(NOW, &ids);
         m.on_refunds(Ok(vec![]));
-        let answer = match m.poll(NOW, &mut ids) {
+        let answer = match m.poll(NOW, &ids) {
             Effect::Settle {
                 plan:
                     SettleRefund::Failed {
@@ -1293,21 +1284,21 @@ mod tests {
     /// stored answer is then replayed.
     #[test]
     fn a_settle_lost_releases_and_replays() {
-        let mut ids = Counter(0);
-        let mut m = calling(&mut ids);
+        let ids = Sequence::starting_at(1);
+        let mut m = calling(&ids);
         m.on_refund(RefundOutcome::Created(ours(
             "re_1",
             1_500,
             RefundStatus::Succeeded,
         )));
-        let Effect::Settle { plan, .. } = m.poll(NOW, &mut ids) else {
+        let Effect::Settle { plan, .. } = m.poll(NOW, &ids) else {
             panic!("settle")
         };
         let stored = plan.answer().clone();
         m.on_settled(false);
-        assert!(matches!(m.poll(NOW, &mut ids), Effect::Release(_)));
+        assert!(matches!(m.poll(NOW, &ids), Effect::Release(_)));
         m.on_released();
-        assert!(matches!(m.poll(NOW, &mut ids), Effect::ReadKey { .. }));
+        assert!(matches!(m.poll(NOW, &ids), Effect::ReadKey { .. }));
         m.on_record(
             Some(record("pay_1", RefundState::Refunded(stored.clone()))),
             NOW,
@@ -1320,7 +1311,12 @@ mod tests {
     #[test]
     fn a_providers_refund_marks_the_same_rows() {
         let p = payment("pay_1", AttemptStatus::Succeeded);
-        let mark = mark_refunded("provider-webhook", &p, "att_1", "dashboard");
+        let mark = mark_refunded(
+            "provider-webhook",
+            &p,
+            &AttemptId::from_stored("att_1"),
+            "dashboard",
+        );
         assert_eq!(
             (mark.payment_id.as_str(), mark.order_id.as_str()),
             ("pay_1", "ord_1")

@@ -2,6 +2,7 @@
 
 use payonce_protocol::provider::{Charge, ChargeStatus};
 use payonce_protocol::{AttemptStatus, ErrorCode, IdempotencyKey, OrderLine, Payment};
+use payonce_rules::ids::{AttemptId, LeaseToken, OrderId, PaymentId};
 use payonce_rules::pay::{replay_of, Current, Details};
 use payonce_rules::plan::{
     cancel_answer, cancel_forgotten, order_conflict, plan_claim, plan_settle, reconcile, webhook,
@@ -46,7 +47,7 @@ static NO_EXTRAS: std::sync::LazyLock<payonce_protocol::Extras> =
 fn terms(user: &str, version: i64, amount: i64, method: &str) -> Terms {
     Terms {
         user: user.into(),
-        order_id: "o1".into(),
+        order_id: OrderId::from_stored("o1"),
         fingerprint: fingerprint(&details(user, "o1", version, amount, method)),
         order_version: version,
         amount,
@@ -56,7 +57,7 @@ fn terms(user: &str, version: i64, amount: i64, method: &str) -> Terms {
 
 fn processing(locked_until: Option<i64>) -> Record {
     Record::Processing(Processing {
-        id: "att".into(),
+        id: AttemptId::from_stored("att"),
         terms: terms("alice", 1, 100, "pm"),
         payment_method_id: "pm".into(),
         provider_key: "pk".into(),
@@ -68,7 +69,7 @@ fn processing(locked_until: Option<i64>) -> Record {
 
 fn final_(status: AttemptStatus) -> Record {
     Record::Final(Final {
-        id: "att".into(),
+        id: AttemptId::from_stored("att"),
         terms: terms("alice", 1, 100, "pm"),
         status,
         answer: Answer {
@@ -81,9 +82,9 @@ fn final_(status: AttemptStatus) -> Record {
 
 fn tombstone() -> Record {
     Record::Tombstone(Tombstone {
-        id: "att".into(),
+        id: AttemptId::from_stored("att"),
         user: "alice".into(),
-        order_id: "o1".into(),
+        order_id: OrderId::from_stored("o1"),
         order_version: Some(1),
         expires_at: 1_000,
     })
@@ -269,7 +270,7 @@ fn key() -> IdempotencyKey {
 fn a_claim_plan_reserves_in_sku_order_and_binds_the_request() {
     let lines = [line("b", 1), line("a", 2)];
     let order = OrderTerms {
-        id: "o1",
+        id: &OrderId::from_stored("o1"),
         version: 3,
         amount: 40,
         currency: "USD",
@@ -282,8 +283,8 @@ fn a_claim_plan_reserves_in_sku_order_and_binds_the_request() {
         3,
         "pm",
         &NO_EXTRAS,
-        "att".into(),
-        "tok".into(),
+        AttemptId::from_stored("att"),
+        LeaseToken::from_stored("tok"),
         1_000,
         &POLICY,
     )
@@ -318,8 +319,8 @@ fn a_claim_plan_reserves_in_sku_order_and_binds_the_request() {
         2,
         "pm",
         &NO_EXTRAS,
-        "att".into(),
-        "tok".into(),
+        AttemptId::from_stored("att"),
+        LeaseToken::from_stored("tok"),
         0,
         &POLICY,
     )
@@ -368,7 +369,7 @@ fn claim() -> payonce_rules::plan::Claim {
         &processing(Some(5)),
         &[line("b", 1), line("a", 1)],
         "alice",
-        "tok".into(),
+        LeaseToken::from_stored("tok"),
     )
     .unwrap()
 }
@@ -378,7 +379,7 @@ fn settle_plans_by_outcome() {
     match plan_settle(
         &claim(),
         Outcome::Succeeded(charge(ChargeStatus::Succeeded)),
-        "pay_1".into(),
+        PaymentId::from_stored("pay_1"),
         10,
         &POLICY,
     ) {
@@ -410,7 +411,13 @@ fn settle_plans_by_outcome() {
             "PAYMENT_FAILED",
         ),
     ] {
-        match plan_settle(&claim(), outcome, "pay_1".into(), 10, &POLICY) {
+        match plan_settle(
+            &claim(),
+            outcome,
+            PaymentId::from_stored("pay_1"),
+            10,
+            &POLICY,
+        ) {
             SettlePlan::Uncharged {
                 finish,
                 release,
@@ -427,7 +434,7 @@ fn settle_plans_by_outcome() {
     match plan_settle(
         &claim(),
         Outcome::Unknown("timeout".into()),
-        "pay_1".into(),
+        PaymentId::from_stored("pay_1"),
         10,
         &POLICY,
     ) {
@@ -450,7 +457,13 @@ fn a_charge_waiting_for_the_customer_stays_open_with_its_page_in_next() {
         reconcile(Lookup::Found(waiting.clone())),
         Ok(outcome.clone())
     );
-    match plan_settle(&claim(), outcome, "pay_1".into(), 10, &POLICY) {
+    match plan_settle(
+        &claim(),
+        outcome,
+        PaymentId::from_stored("pay_1"),
+        10,
+        &POLICY,
+    ) {
         SettlePlan::ActionRequired { answer } => {
             assert_eq!(answer.status, 402);
             let body: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
@@ -466,7 +479,13 @@ fn a_charge_waiting_for_the_customer_stays_open_with_its_page_in_next() {
     }
     // A provider that asks for an action without a page has told us nothing usable.
     let nameless = charge(ChargeStatus::RequiresAction);
-    match plan_settle(&claim(), Outcome::of(nameless), "pay_1".into(), 10, &POLICY) {
+    match plan_settle(
+        &claim(),
+        Outcome::of(nameless),
+        PaymentId::from_stored("pay_1"),
+        10,
+        &POLICY,
+    ) {
         SettlePlan::Unknown { answer } => assert_eq!(answer.status, 202),
         other => panic!("{other:?}"),
     }
@@ -736,7 +755,13 @@ fn a_charge_for_other_terms_is_reviewed_not_paid() {
     for change in changed {
         let mut c = charge(ChargeStatus::Succeeded);
         change(&mut c);
-        match plan_settle(&claim(), Outcome::Succeeded(c), "pay_1".into(), 10, &POLICY) {
+        match plan_settle(
+            &claim(),
+            Outcome::Succeeded(c),
+            PaymentId::from_stored("pay_1"),
+            10,
+            &POLICY,
+        ) {
             SettlePlan::Review { answer, audit } => {
                 assert_eq!(answer.status, 202);
                 assert_eq!(audit.to, "processing (needs review)");

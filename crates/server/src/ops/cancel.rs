@@ -14,7 +14,7 @@ use crate::store::payments::{get_payment, paid_with, payment_of_attempt};
 use payonce_protocol::{CancelResponse, IdempotencyKey, Payment};
 use payonce_rules::cancel::{Effect, ServerCancel};
 use payonce_rules::flow::End;
-use payonce_rules::ids::AttemptId;
+use payonce_rules::ids::{OrderId, PaymentId};
 use payonce_rules::policy::Bucket;
 
 /// Effects one cancel may ask for: it asks for at most eight; the bound only guards against
@@ -29,9 +29,9 @@ pub(crate) async fn cancel(
     key: &IdempotencyKey,
 ) -> AppResult<CancelResponse> {
     let now = state.clock.now_ms();
-    let id = AttemptId::mint(&*state.ids).into();
-    let at = (order.id.as_str(), order.version);
-    let mut m = ServerCancel::new(user, key, at, id, now, &state.policy);
+    let order_id = OrderId::from_stored(order.id.as_str());
+    let at = (&order_id, order.version);
+    let mut m = ServerCancel::new(user, key, at, &*state.ids, now, &state.policy);
     for _ in 0..MAX_EFFECTS {
         match m.poll() {
             Effect::Done(answer) => return Ok(answer?),
@@ -99,7 +99,7 @@ pub(crate) async fn cancel(
     Err(AppError::internal("the cancel did not end"))
 }
 
-async fn payment(state: &AppState, id: Option<String>) -> AppResult<Option<Payment>> {
+async fn payment(state: &AppState, id: Option<PaymentId>) -> AppResult<Option<Payment>> {
     Ok(match id {
         Some(id) => get_payment(state.store.pool(), &id).await?,
         None => None,

@@ -44,7 +44,7 @@ use payonce_protocol::provider::ChargeRequest;
 use payonce_protocol::{AttemptStatus, ErrorCode, IdempotencyKey, PayRequest};
 use payonce_rules::decision;
 use payonce_rules::flow::{self, Claimed, Effect, End, Marked, ServerPay, TakeOver, Unmark};
-use payonce_rules::ids::{AttemptId, IdSource, LeaseToken, PaymentId, RefundId};
+use payonce_rules::ids::{LeaseToken, OrderId};
 use payonce_rules::plan::{self, Claim, ClaimPlan, SettlePlan};
 use payonce_rules::policy::{next_customer_check, Bucket};
 use payonce_rules::{Processing, Record};
@@ -56,7 +56,7 @@ const MAX_EFFECTS: usize = 100_000;
 /// The machine's view of the order as read.
 pub(crate) fn order_of(order: &OrderRow) -> flow::Order {
     flow::Order {
-        id: order.id.clone(),
+        id: OrderId::from_stored(order.id.as_str()),
         version: order.version,
         amount: order.amount,
         currency: order.currency.clone(),
@@ -192,25 +192,6 @@ pub(crate) async fn cancel_waiting(
     interpret(state, m, None).await
 }
 
-/// The machines' new ids (the refund machine's too, src/ops/refunds.rs), minted by the state's
-/// id source (`src/ids.rs`).
-pub(crate) struct Fresh<'a>(pub(crate) &'a dyn IdSource);
-
-impl flow::Ids for Fresh<'_> {
-    fn attempt_id(&mut self) -> String {
-        AttemptId::mint(self.0).into()
-    }
-    fn lease_token(&mut self) -> String {
-        LeaseToken::mint(self.0).into()
-    }
-    fn payment_id(&mut self) -> String {
-        PaymentId::mint(self.0).into()
-    }
-    fn refund_id(&mut self) -> String {
-        RefundId::mint(self.0).into()
-    }
-}
-
 /// Performs `m`'s effects until it ends. `taken`: the failpoint right after a take-over (the
 /// outbox worker's).
 pub(crate) async fn interpret(
@@ -247,7 +228,7 @@ async fn steps(
     own: Option<&str>,
 ) -> AppResult<End> {
     for _ in 0..MAX_EFFECTS {
-        match m.poll(state.clock.now_ms(), &mut Fresh(&*state.ids)) {
+        match m.poll(state.clock.now_ms(), &*state.ids) {
             Effect::Mark { user, key } => {
                 let seen = match (&state.redis, own) {
                     (Some(redis), Some(own)) => marker::mark(redis, state, user, key, own).await,
@@ -427,7 +408,7 @@ fn charge_request(a: &Processing) -> ChargeRequest {
         amount: a.terms.amount,
         currency: a.terms.currency.clone(),
         payment_method_id: a.payment_method_id.clone(),
-        order_id: a.terms.order_id.clone(),
+        order_id: a.terms.order_id.to_string(),
     }
 }
 
@@ -478,7 +459,7 @@ pub(crate) async fn settle_from_webhook(
     order: &OrderRow,
 ) -> AppResult<Option<bool>> {
     // A token nobody holds: this path never releases or takes a lease.
-    let token = LeaseToken::mint(&*state.ids).into();
+    let token = LeaseToken::mint(&*state.ids);
     let m = ServerPay::webhook(record, order_of(order), token, state.policy);
     Ok(match interpret(state, m, None).await? {
         End::Unconfirmed => None,

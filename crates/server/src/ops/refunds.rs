@@ -31,11 +31,11 @@
 
 use crate::error::{AppError, AppResult};
 use crate::metrics::{self, RefundResult};
-use crate::ops::pay::Fresh;
 use crate::reply::Reply;
 use crate::state::AppState;
 use crate::store::refunds as db;
 use payonce_protocol::{IdempotencyKey, Payment};
+use payonce_rules::ids::AttemptId;
 use payonce_rules::refund::{self, Effect, End, RefundOutcome, RefundStatus, ServerRefund};
 
 /// Effects one refund may ask for: each read of the key ends the request or observes
@@ -52,13 +52,13 @@ pub(crate) async fn run(
     user: &str,
     key: &IdempotencyKey,
     payment: Payment,
-    attempt_id: &str,
+    attempt_id: AttemptId,
 ) -> AppResult<Reply> {
     let req = refund::Request {
         user: user.to_owned(),
         key: key.clone(),
         payment,
-        attempt_id: attempt_id.to_owned(),
+        attempt_id,
     };
     let end = interpret(state, ServerRefund::new(req, state.policy)).await?;
     let (result, reply) = match end {
@@ -77,7 +77,7 @@ pub(crate) async fn run(
 async fn interpret(state: &AppState, mut m: ServerRefund) -> AppResult<End> {
     let store = &state.store;
     for _ in 0..MAX_EFFECTS {
-        match m.poll(state.clock.now_ms(), &mut Fresh(&*state.ids)) {
+        match m.poll(state.clock.now_ms(), &*state.ids) {
             Effect::Done(end) => return Ok(end.clone()),
             Effect::ReadKey { user, key } => {
                 let record = db::find(store.pool(), user, key.as_str()).await?;
@@ -211,7 +211,7 @@ pub(crate) async fn drive_payment(state: &AppState, payment_id: &str) -> AppResu
 pub(crate) async fn mark_refunded_at_provider(
     state: &AppState,
     payment: &Payment,
-    attempt: &str,
+    attempt: &AttemptId,
     reason: &str,
 ) -> AppResult<bool> {
     let mark = refund::mark_refunded("provider-webhook", payment, attempt, reason);

@@ -104,7 +104,7 @@ mod tests {
     fn terms(user: &str) -> Terms {
         Terms {
             user: user.into(),
-            order_id: "o1".into(),
+            order_id: payonce_rules::ids::OrderId::from_stored("o1"),
             fingerprint: "fp".into(),
             order_version: 1,
             amount: 100,
@@ -114,7 +114,7 @@ mod tests {
 
     fn row(user: &str, status: AttemptStatus, expires_at: i64) -> Record {
         Record::Final(Final {
-            id: "att_1".into(),
+            id: payonce_rules::ids::AttemptId::from_stored("att_1"),
             terms: terms(user),
             status,
             answer: Answer {
@@ -135,7 +135,7 @@ mod tests {
         );
         assert_eq!(
             c.get("alice", "k1", 999).map(|r| r.0.id().to_owned()),
-            Some("att_1".into())
+            Some(payonce_rules::ids::AttemptId::from_stored("att_1"))
         );
         assert!(c.get("bob", "k1", 0).is_none(), "scoped by user");
         assert!(
@@ -144,7 +144,7 @@ mod tests {
         );
         assert!(c.get("alice", "k1", 0).is_none(), "and gone");
         let processing = Record::Processing(Processing {
-            id: "att_2".into(),
+            id: payonce_rules::ids::AttemptId::from_stored("att_2"),
             terms: terms("alice"),
             payment_method_id: "pm".into(),
             provider_key: "pk".into(),
@@ -154,9 +154,9 @@ mod tests {
         });
         c.put("alice", "k2", &processing);
         let tomb = Record::Tombstone(Tombstone {
-            id: "att_3".into(),
+            id: payonce_rules::ids::AttemptId::from_stored("att_3"),
             user: "alice".into(),
-            order_id: "o1".into(),
+            order_id: payonce_rules::ids::OrderId::from_stored("o1"),
             order_version: Some(1),
             expires_at: 1_000,
         });

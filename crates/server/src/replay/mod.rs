@@ -184,10 +184,10 @@ mod tests {
     #[test]
     fn entries_round_trip_with_exact_body_bytes() {
         let f = Final {
-            id: "att".into(),
+            id: payonce_rules::ids::AttemptId::from_stored("att"),
             terms: Terms {
                 user: "alice".into(),
-                order_id: "o1".into(),
+                order_id: payonce_rules::ids::OrderId::from_stored("o1"),
                 fingerprint: "fp".into(),
                 order_version: 1,
                 amount: 100,

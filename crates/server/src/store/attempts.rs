@@ -3,6 +3,7 @@
 
 use super::decode_err;
 use payonce_protocol::AttemptStatus;
+use payonce_rules::ids::{AttemptId, OrderId};
 use payonce_rules::{Answer, Final, Processing, Record, Terms, Tombstone};
 use sqlx::any::AnyExecutor;
 
@@ -54,9 +55,9 @@ pub(crate) fn record(r: AttemptRow) -> sqlx::Result<Record> {
                 .expires_at
                 .ok_or_else(|| bad("tombstone without expiry"))?,
             order_version: r.order_version,
-            id: r.id,
+            id: AttemptId::from_stored(r.id),
             user: r.user_id,
-            order_id: r.order_id,
+            order_id: OrderId::from_stored(r.order_id),
         }));
     }
     let terms = Terms {
@@ -65,7 +66,7 @@ pub(crate) fn record(r: AttemptRow) -> sqlx::Result<Record> {
         amount: r.amount.ok_or_else(|| bad("no amount"))?,
         currency: r.currency.clone().ok_or_else(|| bad("no currency"))?,
         user: r.user_id.clone(),
-        order_id: r.order_id.clone(),
+        order_id: OrderId::from_stored(r.order_id.as_str()),
     };
     if status == AttemptStatus::Processing {
         return Ok(Record::Processing(Processing {
@@ -80,7 +81,7 @@ pub(crate) fn record(r: AttemptRow) -> sqlx::Result<Record> {
             provider_ref: r.provider_ref.clone(),
             locked_until: r.locked_until,
             created_at: r.created_at,
-            id: r.id,
+            id: AttemptId::from_stored(r.id),
             terms,
         }));
     }
@@ -93,7 +94,7 @@ pub(crate) fn record(r: AttemptRow) -> sqlx::Result<Record> {
     };
     Ok(Record::Final(Final {
         expires_at: r.expires_at.ok_or_else(|| bad("final without expiry"))?,
-        id: r.id,
+        id: AttemptId::from_stored(r.id),
         terms,
         status,
         answer,

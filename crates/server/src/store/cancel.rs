@@ -10,6 +10,7 @@ use super::tx::{Need, Statement};
 use super::Store;
 use payonce_rules::cancel::Tombstoned;
 use payonce_rules::decision;
+use payonce_rules::ids::PaymentId;
 use payonce_rules::Tombstone;
 
 /// Why a tombstone was rolled back.
@@ -100,6 +101,6 @@ where
         return Ok(Tombstoned::KeyTaken);
     }
     let order = get_order(pool, &t.order_id, &t.user).await?;
-    let payment_id = order.and_then(|o| o.payment_id);
+    let payment_id = order.and_then(|o| o.payment_id).map(PaymentId::from_stored);
     Ok(Tombstoned::OrderPaid { payment_id })
 }

@@ -2,6 +2,7 @@
 
 use super::decode_err;
 use payonce_protocol::{AttemptStatus, Payment};
+use payonce_rules::ids::PaymentId;
 use sqlx::any::AnyExecutor;
 
 /// A payment by id.
@@ -36,12 +37,12 @@ pub(crate) async fn get_payment<'c>(
 pub(crate) async fn payment_of_attempt<'c>(
     e: impl AnyExecutor<'c>,
     attempt: &str,
-) -> sqlx::Result<Option<String>> {
+) -> sqlx::Result<Option<PaymentId>> {
     let row: Option<(String,)> = sqlx::query_as("SELECT id FROM payments WHERE attempt_id = $1")
         .bind(attempt)
         .fetch_optional(e)
         .await?;
-    Ok(row.map(|r| r.0))
+    Ok(row.map(|r| PaymentId::from_stored(r.0)))
 }
 
 /// The provider key payment `id` was charged under (`None`: a payment older than the

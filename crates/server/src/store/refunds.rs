@@ -10,6 +10,7 @@ use super::tx::{Need, Statement};
 use super::{audit, decode_err, Leased, Store};
 use payonce_protocol::{IdempotencyKey, Payment};
 use payonce_rules::decision;
+use payonce_rules::ids::{AttemptId, PaymentId, RefundId};
 use payonce_rules::refund::{
     Claimed, Lease, MarkRefunded, RefundClaimPlan, RefundRecord, RefundState, SettleRefund,
 };
@@ -51,8 +52,8 @@ impl RefundRow {
             }
         };
         Ok(RefundRecord {
-            id: self.id,
-            payment_id: self.payment_id,
+            id: RefundId::from_stored(self.id),
+            payment_id: PaymentId::from_stored(self.payment_id),
             provider_refund_key: self.provider_refund_key,
             state,
         })
@@ -247,7 +248,7 @@ pub(crate) async fn owned_payment<'c>(
     e: impl AnyExecutor<'c> + Copy,
     user: &str,
     payment_id: &str,
-) -> sqlx::Result<Option<(Payment, String)>> {
+) -> sqlx::Result<Option<(Payment, AttemptId)>> {
     let owner: Option<(String,)> = sqlx::query_as(
         "SELECT p.attempt_id FROM payments p JOIN orders o ON o.id = p.order_id
          WHERE p.id = $1 AND o.user_id = $2",
@@ -259,6 +260,7 @@ pub(crate) async fn owned_payment<'c>(
     let Some((attempt_id,)) = owner else {
         return Ok(None);
     };
+    let attempt_id = AttemptId::from_stored(attempt_id);
     Ok(get_payment(e, payment_id).await?.map(|p| (p, attempt_id)))
 }
 
@@ -292,7 +294,7 @@ impl ProcessingRow {
         Ok(Processing {
             user: self.user_id,
             key,
-            payment_id: record.payment_id.clone(),
+            payment_id: record.payment_id.to_string(),
             record,
         })
     }

@@ -18,6 +18,7 @@
 //! its row, so the order of row locks is the list's. Its statements share one snapshot: no
 //! two statements of a transaction may touch the same row.
 
+use payonce_rules::ids::{AttemptId, LeaseToken, OrderId, PaymentId, RefundId};
 use sqlx::any::{AnyArguments, AnyExecutor};
 use sqlx::{Arguments, Row};
 
@@ -38,6 +39,18 @@ impl From<&String> for Arg {
         Self::Text(Some(v.clone()))
     }
 }
+/// The plans' typed ids bind as their text (`payonce_rules::ids`): the store boundary.
+macro_rules! id_arg {
+    ($($id:ty),*) => {$(
+        impl From<&$id> for Arg {
+            fn from(v: &$id) -> Self {
+                Self::Text(Some(v.as_str().to_owned()))
+            }
+        }
+    )*};
+}
+id_arg!(AttemptId, LeaseToken, OrderId, PaymentId, RefundId);
+
 impl From<Option<&str>> for Arg {
     fn from(v: Option<&str>) -> Self {
         Self::Text(v.map(str::to_owned))
