@@ -15,7 +15,7 @@
 
 use crate::ids::{AttemptId, IdSource, OrderId, PaymentId};
 use crate::keyed::PAY;
-use crate::pay::provider_key;
+use crate::pay_key::provider_key;
 use crate::plan::{self, AuditEntry, Lookup};
 use crate::policy::Policy;
 use crate::record::{Record, Tombstone};

@@ -50,7 +50,7 @@
 
 use crate::ids::{AttemptId, IdSource, LeaseToken, OrderId, PaymentId};
 use crate::keyed::NextAction;
-use crate::pay::{replay_of, Current, PayRequest};
+use crate::pay_key::{replay_of, Current, PayRequest};
 use crate::plan::{self, AuditEntry, Claim, ClaimPlan, Lookup, OrderTerms, Outcome, SettlePlan};
 use crate::policy::Policy;
 use crate::record::{Answer, Final, Processing, Record};

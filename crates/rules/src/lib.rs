@@ -16,7 +16,7 @@
 //!   without its stored answer cannot be represented.
 //! - [`keyed`]: the idempotency mechanism pay and refund share: an operation's fingerprint
 //!   and provider keys, and the one rule for a stored key ([`keyed::decide`]).
-//! - [`pay`]: the pay fingerprint, and rule 2 on a pay record ([`pay::decide`]).
+//! - [`pay_key`]: the pay fingerprint, and rule 2 on a pay record ([`pay_key::decide`]).
 //! - [`plan`]: the claim, settle and tombstone plans (rows and audit entries), the
 //!   reconcile decision from what the provider says, and the cancel table.
 //! - [`erase`]: what erasing a user's personal data removes and keeps, and its audit row.
@@ -35,7 +35,7 @@ pub mod erase;
 pub mod flow;
 pub mod ids;
 pub mod keyed;
-pub mod pay;
+pub mod pay_key;
 pub mod plan;
 pub mod policy;
 pub mod receipt;
@@ -44,6 +44,6 @@ pub mod refund;
 pub mod sweep;
 
 pub use flow::ServerPay;
-pub use pay::{decide, fingerprint, provider_key, provider_refund_key, NextAction, PayRequest};
+pub use pay_key::{decide, fingerprint, provider_key, provider_refund_key, NextAction, PayRequest};
 pub use policy::Policy;
 pub use record::{Answer, Final, Processing, Record, Terms, Tombstone};

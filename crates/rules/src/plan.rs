@@ -3,7 +3,7 @@
 //! only decide what the rows say.
 
 use crate::ids::{AttemptId, LeaseToken, OrderId, PaymentId};
-use crate::pay::{fingerprint, provider_key, Details};
+use crate::pay_key::{fingerprint, provider_key, Details};
 use crate::policy::Policy;
 use crate::record::{Answer, Processing, Record, Terms};
 use payonce_protocol::provider::{Charge, ChargeStatus};

@@ -3,7 +3,7 @@
 use payonce_protocol::provider::{Charge, ChargeStatus};
 use payonce_protocol::{AttemptStatus, ErrorCode, IdempotencyKey, OrderLine, Payment};
 use payonce_rules::ids::{AttemptId, LeaseToken, OrderId, PaymentId};
-use payonce_rules::pay::{replay_of, Current, Details};
+use payonce_rules::pay_key::{replay_of, Current, Details};
 use payonce_rules::plan::{
     cancel_answer, cancel_forgotten, order_conflict, plan_claim, plan_settle, reconcile, webhook,
     Lookup, OrderTerms, Outcome, Redrive, SettlePlan,

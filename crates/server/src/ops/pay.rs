@@ -23,7 +23,7 @@
 //!    with the request's entries.
 //!
 //! A retry of a finished attempt is answered before rule 1 from its record alone
-//! ([`payonce_rules::pay::replay_of`]: one `SELECT`, or none when Redis or memory holds the
+//! ([`payonce_rules::pay_key::replay_of`]: one `SELECT`, or none when Redis or memory holds the
 //! answer), but only when rule 1 and rule 2 could give no other answer.
 
 use crate::dev::failpoint;

@@ -9,7 +9,7 @@
 //!   are never kept.
 //! - An entry **expires with its key** (`expires_at`): past it the row may be deleted by the
 //!   cleanup job and the key become new again, so the entry is dropped, never served.
-//! - It is only a shortcut for `replay_of` (crates/rules/src/pay.rs): the same checks (the caller's
+//! - It is only a shortcut for `replay_of` (crates/rules/src/pay_key.rs): the same checks (the caller's
 //!   own key, the URL's order, the same details) run on the copy; anything else goes on to
 //!   Redis and the database as before, and the database stays the only guard of claims.
 //!
@@ -21,7 +21,7 @@
 
 use moka::sync::Cache;
 use payonce_protocol::Extras;
-use payonce_rules::pay::{replay_of, PayRequest};
+use payonce_rules::pay_key::{replay_of, PayRequest};
 use payonce_rules::{Answer, Record};
 use std::sync::{Arc, OnceLock};
 
@@ -176,7 +176,7 @@ mod tests {
         coupon.set("couponCode".into(), "TEAM20".into());
         let mut kept = row("alice", AttemptStatus::Succeeded, 1_000);
         if let Record::Final(f) = &mut kept {
-            f.terms.fingerprint = payonce_rules::fingerprint(&payonce_rules::pay::Details {
+            f.terms.fingerprint = payonce_rules::fingerprint(&payonce_rules::pay_key::Details {
                 user: "alice",
                 order_id: "o1",
                 order_version: 1,

@@ -1,6 +1,6 @@
 //! A finished attempt's answer, from the nearest copy that has it: this process's memory
 //! (`memory.rs`), then Redis (`--redis-url`, `redis.rs`), then the caller's key row. Every
-//! copy is a [`Record`] checked by the same rule (`replay_of`, crates/rules/src/pay.rs), so
+//! copy is a [`Record`] checked by the same rule (`replay_of`, crates/rules/src/pay_key.rs), so
 //! every copy answers as the database would; anything a copy cannot answer goes on to the pay
 //! rules (`src/ops/pay.rs`).
 //!
@@ -23,7 +23,7 @@ use crate::state::AppState;
 use crate::store::attempts as db;
 use crate::store::orders::{get_order_and_key, OrderRow};
 use payonce_protocol::{IdempotencyKey, PayRequest};
-use payonce_rules::pay::replay_of;
+use payonce_rules::pay_key::replay_of;
 use payonce_rules::policy::ttl_ms;
 use payonce_rules::{Final, Record};
 use serde::{Deserialize, Serialize};
