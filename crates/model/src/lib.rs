@@ -11,7 +11,7 @@ pub mod sdk;
 pub mod server;
 
 /// A deliberately broken variant, injected at an adapter or set on the server's machine
-/// (`payonce_rules::flow::Flaw`, which only tests set), never an edit to the real code, so
+/// (`payonce_rules::pay::Flaw`, which only tests set), never an edit to the real code, so
 /// the model's own tests show that the checker catches it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flaw {

@@ -3,7 +3,7 @@
 //! a clock and a lossy network. [`State`] is everything; [`Action`] is one atomic step of
 //! one actor; [`Model::next`] applies it. The decisions inside each step are the real ones
 //! (`crate::sdk`, `crate::server`). A pay, a job's abandoned attempt and a webhook are the
-//! server's own machine (`payonce_rules::flow::ServerPay`): one [`Action::Step`] performs
+//! server's own machine (`payonce_rules::pay::ServerPay`): one [`Action::Step`] performs
 //! one of its effects against the model's store and provider and feeds the result back, so
 //! the model checks the server's order of steps, not a copy of it. The cancel handler
 //! (`crates/server/src/ops/cancel.rs`) is one transaction, modelled in [`Model::next`].
@@ -56,7 +56,7 @@ pub struct Bounds {
     pub redeliveries: u8,
     /// Background job runs.
     pub jobs: u8,
-    /// The provider is two-phase and does not deduplicate (`payonce_rules::flow::Phases::Two`,
+    /// The provider is two-phase and does not deduplicate (`payonce_rules::pay::Phases::Two`,
     /// as localstripe): every create makes a new payment object, a confirm charges the one it
     /// names, lookups read the id saved on the attempt.
     pub two_phase: bool,
@@ -213,7 +213,7 @@ pub struct Tab {
     pub told: Vec<(String, Told)>,
 }
 
-/// A server instance's work: the server's own pay machine (`payonce_rules::flow`), and
+/// A server instance's work: the server's own pay machine (`payonce_rules::pay`), and
 /// what the flow's last read saw of the order (used only by [`Flaw::ClaimReadThenWrite`]).
 #[derive(Debug, Clone)]
 pub struct Work {

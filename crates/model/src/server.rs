@@ -2,16 +2,16 @@
 //! (`crates/rules`) goes through this file, so an API change there is a one-file fix here.
 //! A pay, a job and a webhook are the server's own machine ([`ServerPay`]), which the model
 //! drives against its own store and provider; the flaws of the server's sequencing are the
-//! machine's test-only [`flow::Flaw`]s, the others are injected here, never in the rules.
+//! machine's test-only [`pay::Flaw`]s, the others are injected here, never in the rules.
 
 use crate::Flaw;
 use payonce_protocol::provider::Charge;
 use payonce_protocol::{
     AttemptStatus, CancelResponse, ErrorCode, Extras, IdempotencyKey, Payment, Problem,
 };
-use payonce_rules::flow;
-pub use payonce_rules::flow::{Claimed, Created, Effect, End, Phases, ServerPay};
 use payonce_rules::ids::{AttemptId, IdSource, LeaseToken, OrderId, PaymentId};
+use payonce_rules::pay;
+pub use payonce_rules::pay::{Claimed, Created, Effect, End, Phases, ServerPay};
 use payonce_rules::plan;
 pub use payonce_rules::plan::{Claim, Lookup, Outcome, SettlePlan};
 pub use payonce_rules::{Answer, Final, Policy, Record, Tombstone};
@@ -55,8 +55,8 @@ pub fn policy(tick_ms: i64) -> Policy {
 }
 
 /// The machine's view of the order as just read (the model's orders have no lines).
-pub fn order(row: &OrderRow) -> flow::Order {
-    flow::Order {
+pub fn order(row: &OrderRow) -> pay::Order {
+    pay::Order {
         id: row.id.clone(),
         version: row.version,
         amount: row.amount(),
@@ -76,7 +76,7 @@ pub fn pay(
     order: &OrderRow,
     policy: Policy,
 ) -> ServerPay {
-    let req = flow::Request {
+    let req = pay::Request {
         user: user.to_owned(),
         key: IdempotencyKey::parse(key).expect("model keys are valid"),
         order_version: version,
@@ -272,15 +272,15 @@ pub fn cancel_asks_provider(flaw: Option<Flaw>) -> bool {
 }
 
 /// The flaws that live in the server's sequencing are the machine's own
-/// ([`flow::Flaw`]); the others are injected at this adapter or in the model's store.
-pub fn flow_flaw(flaw: Option<Flaw>) -> Option<flow::Flaw> {
+/// ([`pay::Flaw`]); the others are injected at this adapter or in the model's store.
+pub fn flow_flaw(flaw: Option<Flaw>) -> Option<pay::Flaw> {
     match flaw? {
-        Flaw::BlindRecharge => Some(flow::Flaw::BlindRecharge),
-        Flaw::ChargeBeforeClaim => Some(flow::Flaw::ChargeBeforeClaim),
-        Flaw::StaleClaim => Some(flow::Flaw::StaleClaim),
-        Flaw::ConfirmUnsaved => Some(flow::Flaw::ConfirmUnsaved),
-        Flaw::Recreate => Some(flow::Flaw::Recreate),
-        Flaw::LeaveConfirmable => Some(flow::Flaw::LeaveConfirmable),
+        Flaw::BlindRecharge => Some(pay::Flaw::BlindRecharge),
+        Flaw::ChargeBeforeClaim => Some(pay::Flaw::ChargeBeforeClaim),
+        Flaw::StaleClaim => Some(pay::Flaw::StaleClaim),
+        Flaw::ConfirmUnsaved => Some(pay::Flaw::ConfirmUnsaved),
+        Flaw::Recreate => Some(pay::Flaw::Recreate),
+        Flaw::LeaveConfirmable => Some(pay::Flaw::LeaveConfirmable),
         _ => None,
     }
 }

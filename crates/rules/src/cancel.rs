@@ -11,7 +11,7 @@
 //! is the provider asked ([`plan::cancel_forgotten`]), and a token is spent before that
 //! lookup, so a loop of fresh keys cannot spend the merchant's provider quota. A key whose
 //! slot is taken is answered from its record; a processing attempt nobody holds is first
-//! cancelled as a retry would ask the provider (`crate::flow::ServerPay::cancel`).
+//! cancelled as a retry would ask the provider (`crate::pay::ServerPay::cancel`).
 
 use crate::ids::{AttemptId, IdSource, OrderId, PaymentId};
 use crate::keyed::PAY;
@@ -72,7 +72,7 @@ pub enum Effect {
     /// Answer with [`ServerCancel::on_record`].
     ReadKey,
     /// Nobody holds the processing attempt's lease: drive the pay machine's cancel of it
-    /// (`crate::flow::ServerPay::cancel`). Answer with [`ServerCancel::on_waiting_cancelled`].
+    /// (`crate::pay::ServerPay::cancel`). Answer with [`ServerCancel::on_waiting_cancelled`].
     CancelWaiting(Record),
     /// Read the payment of attempt `attempt_id`. Answer with [`ServerCancel::on_payment`].
     ReadPayment {

@@ -4,7 +4,7 @@
 //! (crates/server/src/store/journal.rs); the names are the operator API's
 //! (`payonce_protocol::admin`).
 
-use crate::flow::{End, TakeOver};
+use crate::pay::{End, TakeOver};
 use crate::plan::{AuditEntry, SettlePlan};
 use crate::refund::{MarkRefunded, SettleRefund};
 use payonce_protocol::admin::{decision, lost, refund, settle};

@@ -4,7 +4,7 @@
 //! the rules stay pure and a test can predict every id. The text is what the store and the
 //! wire carry: `att_` and 32 lowercase hex digits (a UUID's "simple" form).
 //!
-//! The machines (`crates/rules/src/flow.rs`, `refund.rs`) mint from the source they are
+//! The machines (`crates/rules/src/pay.rs`, `refund.rs`) mint from the source they are
 //! handed, and records, claims and plans hold these types; the store and the wire turn
 //! them into text ([`AttemptId::as_str`], `String::from`) and back
 //! ([`AttemptId::from_stored`]) and nowhere else.
@@ -114,7 +114,8 @@ macro_rules! text_id {
 macro_rules! prefixed_id {
     ($(#[$doc:meta])* $name:ident = $prefix:literal) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[derive(Serialize, Deserialize)]
         #[serde(transparent)]
         pub struct $name(String);
 

@@ -3,7 +3,7 @@
 //! to these functions; they answer with the next action or a plan of rows to write, which
 //! the server executes in one transaction.
 //!
-//! - [`flow`]: the pay flow itself, [`flow::ServerPay`]: the sans-IO machine the server's
+//! - [`pay`]: the pay flow itself, [`pay::ServerPay`]: the sans-IO machine the server's
 //!   request path, jobs and webhook handler and the model checker all drive.
 //! - [`cancel`]: the cancel flow, [`cancel::ServerCancel`]: a sans-IO machine of the same
 //!   shape (the tombstone, the token spent before any provider call, the lookup, the answer).
@@ -32,9 +32,9 @@
 pub mod cancel;
 pub mod decision;
 pub mod erase;
-pub mod flow;
 pub mod ids;
 pub mod keyed;
+pub mod pay;
 pub mod pay_key;
 pub mod plan;
 pub mod policy;
@@ -43,7 +43,7 @@ pub mod record;
 pub mod refund;
 pub mod sweep;
 
-pub use flow::ServerPay;
+pub use pay::ServerPay;
 pub use pay_key::{decide, fingerprint, provider_key, provider_refund_key, NextAction, PayRequest};
 pub use policy::Policy;
 pub use record::{Answer, Final, Processing, Record, Terms, Tombstone};

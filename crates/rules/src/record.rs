@@ -46,7 +46,7 @@ pub struct Processing {
     /// The provider's idempotency key, saved before any call.
     pub provider_key: String,
     /// A two-phase provider's id of the payment object created for this attempt, saved
-    /// before it is confirmed (`crate::flow::Phases::Two`); `None` before, and always for a
+    /// before it is confirmed (`crate::pay::Phases::Two`); `None` before, and always for a
     /// one-phase provider.
     pub provider_ref: Option<String>,
     /// Unix ms the lease ends; `None` or past: nobody holds it.

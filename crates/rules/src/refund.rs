@@ -1,9 +1,9 @@
 //! The server's refund flow as a sans-IO state machine ([`ServerRefund`]), in the shape of
-//! the pay machine ([`crate::flow`]): no clock, no store, no provider, no randomness of its
+//! the pay machine ([`crate::pay`]): no clock, no store, no provider, no randomness of its
 //! own. The caller (`crates/server/src/ops/refunds.rs`) starts it from the request, performs
 //! each [`Effect`] [`ServerRefund::poll`] asks for and feeds the result back with the
-//! matching `on_*` call, until [`Effect::Done`]. Time (`now`) and new ids (an [`IdSource`]) are
-//! arguments of `poll`. The rows it writes are plans built here ([`plan_refund`],
+//! matching `on_*` call, until [`Effect::Done`]. Time (`now`) and the source of new ids (an
+//! [`IdSource`]) are arguments of `poll`. The rows it writes are plans built here ([`plan_refund`],
 //! [`settle_refund`], [`mark_refunded`]); the store only executes them.
 //!
 //! ```text

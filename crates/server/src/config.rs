@@ -400,7 +400,7 @@ pub struct Config {
     pub(crate) rates: Vec<(payonce_rules::policy::Bucket, Option<governor::Quota>)>,
     pub(crate) failpoints: Vec<crate::faults::Failpoint>,
     /// A broken variant of the pay machine (`--flaw`, dev builds with `--dev` only).
-    pub(crate) flaw: Option<payonce_rules::flow::Flaw>,
+    pub(crate) flaw: Option<payonce_rules::pay::Flaw>,
     /// The `--catalog` file, checked; `None`: the built-in catalog.
     pub(crate) catalog: Option<crate::catalog::CatalogSource>,
     pub(crate) edge: Edge,

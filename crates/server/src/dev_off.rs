@@ -58,7 +58,7 @@ pub(crate) mod args {
     pub(crate) struct DevSettings {
         pub dev: bool,
         pub failpoints: Vec<crate::faults::Failpoint>,
-        pub flaw: Option<payonce_rules::flow::Flaw>,
+        pub flaw: Option<payonce_rules::pay::Flaw>,
         pub default_webhook_secret: Option<&'static str>,
     }
 

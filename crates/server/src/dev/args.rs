@@ -70,14 +70,14 @@ pub struct DevArgs {
     pub flaw: Option<FlawArg>,
 }
 
-/// `--flaw`: a broken variant of the two-phase sequencing (`crates/rules/src/flow.rs`).
+/// `--flaw`: a broken variant of the two-phase sequencing (`crates/rules/src/pay.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum FlawArg {
-    /// [`payonce_rules::flow::Flaw::ConfirmUnsaved`].
+    /// [`payonce_rules::pay::Flaw::ConfirmUnsaved`].
     ConfirmUnsaved,
-    /// [`payonce_rules::flow::Flaw::Recreate`].
+    /// [`payonce_rules::pay::Flaw::Recreate`].
     Recreate,
-    /// [`payonce_rules::flow::Flaw::LeaveConfirmable`].
+    /// [`payonce_rules::pay::Flaw::LeaveConfirmable`].
     LeaveConfirmable,
 }
 
@@ -132,7 +132,7 @@ pub(crate) struct DevSettings {
     pub dev: bool,
     pub failpoints: Vec<Failpoint>,
     /// `--flaw`, as the pay machine's flaw.
-    pub flaw: Option<payonce_rules::flow::Flaw>,
+    pub flaw: Option<payonce_rules::pay::Flaw>,
     /// The webhook secret when none was given: the mock provider's own default, dev only.
     pub default_webhook_secret: Option<&'static str>,
 }
@@ -149,7 +149,7 @@ pub(crate) fn settings(args: &DevArgs) -> Result<DevSettings, DevFlagError> {
     if !failpoints.is_empty() && !args.dev {
         return Err(DevFlagError::FailpointsNeedDev);
     }
-    use payonce_rules::flow::Flaw;
+    use payonce_rules::pay::Flaw;
     Ok(DevSettings {
         dev: args.dev,
         failpoints,

@@ -13,8 +13,8 @@ use crate::store::orders::OrderRow;
 use crate::store::payments::{get_payment, paid_with, payment_of_attempt};
 use payonce_protocol::{CancelResponse, IdempotencyKey, Payment};
 use payonce_rules::cancel::{Effect, ServerCancel};
-use payonce_rules::flow::End;
 use payonce_rules::ids::{OrderId, PaymentId};
+use payonce_rules::pay::End;
 use payonce_rules::policy::Bucket;
 
 /// Effects one cancel may ask for: it asks for at most eight; the bound only guards against

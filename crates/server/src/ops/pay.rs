@@ -1,5 +1,5 @@
 //! `POST /orders/{id}/pay`, the jobs' abandoned attempts and the webhook settle: the I/O
-//! shell of the pay machine [`payonce_rules::flow::ServerPay`] (crates/server/README.md).
+//! shell of the pay machine [`payonce_rules::pay::ServerPay`] (crates/server/README.md).
 //! The machine decides every step, in order (rule 2, the claim, the charge, the lookup, the
 //! settle); [`interpret`] performs each effect it asks for (a read, a transaction, a provider
 //! call, a wait) and feeds the result back. The two transactions are [`exec_claim`] and
@@ -43,8 +43,8 @@ use crate::store::pay::ClaimOutcome;
 use payonce_protocol::provider::ChargeRequest;
 use payonce_protocol::{AttemptStatus, ErrorCode, IdempotencyKey, PayRequest};
 use payonce_rules::decision;
-use payonce_rules::flow::{self, Claimed, Effect, End, Marked, ServerPay, TakeOver, Unmark};
 use payonce_rules::ids::{LeaseToken, OrderId};
+use payonce_rules::pay::{self, Claimed, Effect, End, Marked, ServerPay, TakeOver, Unmark};
 use payonce_rules::plan::{self, Claim, ClaimPlan, SettlePlan};
 use payonce_rules::policy::{next_customer_check, Bucket};
 use payonce_rules::{Processing, Record};
@@ -54,8 +54,8 @@ use payonce_rules::{Processing, Record};
 const MAX_EFFECTS: usize = 100_000;
 
 /// The machine's view of the order as read.
-pub(crate) fn order_of(order: &OrderRow) -> flow::Order {
-    flow::Order {
+pub(crate) fn order_of(order: &OrderRow) -> pay::Order {
+    pay::Order {
         id: OrderId::from_stored(order.id.as_str()),
         version: order.version,
         amount: order.amount,
@@ -83,7 +83,7 @@ pub(crate) async fn run(
     req: &PayRequest,
     first: Option<Option<Record>>,
 ) -> (AppResult<Reply>, ReplaySource) {
-    let request = flow::Request {
+    let request = pay::Request {
         user: user.to_owned(),
         key: key.clone(),
         order_version: req.order_version,
@@ -371,21 +371,21 @@ async fn charge(state: &AppState, claim: &Claim) -> ChargeOutcome {
 
 /// Two phases, first half: create the payment object under the saved provider key; nothing
 /// is charged yet.
-async fn create(state: &AppState, claim: &Claim) -> flow::Created {
+async fn create(state: &AppState, claim: &Claim) -> pay::Created {
     let a = &claim.attempt;
     let created = state
         .provider
         .create(&a.provider_key, &charge_request(a), &a.id)
         .await;
     match &created {
-        flow::Created::Id(id) => {
+        pay::Created::Id(id) => {
             tracing::info!(attempt = %a.id, provider_ref = %id, "payment object created");
             failpoint(Failpoint::AfterCreate);
         }
-        flow::Created::Refused(why) => {
+        pay::Created::Refused(why) => {
             tracing::warn!(attempt = %a.id, %why, "provider refused to create the payment")
         }
-        flow::Created::Unknown(why) => {
+        pay::Created::Unknown(why) => {
             tracing::warn!(attempt = %a.id, %why, "create outcome unknown; nothing will confirm it; attempt stays processing")
         }
     }

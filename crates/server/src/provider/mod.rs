@@ -1,4 +1,4 @@
-//! The payment provider port: what the pay machine (`crates/rules/src/flow.rs`) and the
+//! The payment provider port: what the pay machine (`crates/rules/src/pay.rs`) and the
 //! refund path need from a provider, and one adapter per provider behind it. The contract
 //! every adapter keeps (what each answer proves, what is never retried blindly) is
 //! docs/providers.md.
@@ -23,7 +23,7 @@ use payonce_protocol::headers::STRIPE_VERSION;
 use payonce_protocol::provider::ChargeRequest;
 use std::time::Duration;
 
-pub(crate) use payonce_rules::flow::{Created, Phases};
+pub(crate) use payonce_rules::pay::{Created, Phases};
 pub(crate) use payonce_rules::plan::{Lookup, Outcome as ChargeOutcome};
 pub(crate) use payonce_rules::sweep::{Object as Listed, ObjectState};
 
@@ -317,7 +317,7 @@ impl Provider {
             match (self, provider_ref) {
                 (Self::Mock(c), _) => c.charge_by_key(provider_key).await,
                 (Self::Stripe(c), Some(id)) => c.lookup(id).await,
-                // Only a saved id is ever confirmed (crates/rules/src/flow.rs): an attempt
+                // Only a saved id is ever confirmed (crates/rules/src/pay.rs): an attempt
                 // without one has charged nothing.
                 (Self::Stripe(_), None) => Lookup::NotFound,
             }

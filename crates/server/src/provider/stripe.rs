@@ -1,6 +1,6 @@
 //! Stripe's PaymentIntents API (its test or live mode, or the localstripe emulator).
 //!
-//! A payment is two calls, and the pay machine (`crates/rules/src/flow.rs`, `Phases::Two`)
+//! A payment is two calls, and the pay machine (`crates/rules/src/pay.rs`, `Phases::Two`)
 //! writes between them: `POST /v1/payment_intents` creates the intent (nothing is charged;
 //! `Idempotency-Key` = the attempt's saved provider key), its id is saved on the attempt in
 //! its own write, and only then `POST /v1/payment_intents/{saved id}/confirm` charges it

@@ -4,7 +4,7 @@
 //! the database path's own in-flight wait, for one Redis round trip per new key.
 //!
 //! The policy is a phase of the pay machine (`ServerPay::pay_marked`,
-//! crates/rules/src/flow.rs: `Mark`, `MarkWait`, `Unmark`); this file performs its three
+//! crates/rules/src/pay.rs: `Mark`, `MarkWait`, `Unmark`); this file performs its three
 //! effects on Redis:
 //!
 //! 1. [`mark`]: `SET idem:{user}:{key} <processing marker> NX PX <lease> GET` claims the key
@@ -26,7 +26,7 @@ use super::{get, lookup_label, put, redis_key, remember, Entry};
 use crate::metrics::{self, RedisLookup};
 use crate::state::AppState;
 use payonce_protocol::IdempotencyKey;
-use payonce_rules::flow::{Marked, MarkerVerdict, Unmark};
+use payonce_rules::pay::{Marked, MarkerVerdict, Unmark};
 use payonce_rules::Record;
 
 /// Compare-and-delete: removes the key only if it still holds our marker.

@@ -1,7 +1,7 @@
 //! What a pay writes: the claim and the settle transactions, the take-over of an expired
 //! lease, the saved provider reference, the lease's early end, the review flags and the
 //! jobs' next look, each spelled once as a list of statements built from the rules' plan
-//! (`payonce_rules::plan`, `payonce_rules::flow`) and run by the backend's executor
+//! (`payonce_rules::plan`, `payonce_rules::pay`) and run by the backend's executor
 //! (`tx.rs`), each in one transaction. Every statement is conditional, so the row counts
 //! decide the races.
 
@@ -12,8 +12,8 @@ use super::tx::{Need, Statement};
 use super::{attempts, payments, take_lease, Leased, Store};
 use payonce_protocol::{OrderStatus, Payment};
 use payonce_rules::decision;
-use payonce_rules::flow::TakeOver;
 use payonce_rules::ids::{IdSource, JobId};
+use payonce_rules::pay::TakeOver;
 use payonce_rules::plan::{Claim, ClaimPlan, SettlePlan};
 use payonce_rules::Processing;
 

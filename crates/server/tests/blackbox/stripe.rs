@@ -5,7 +5,7 @@
 //! PaymentIntents: that list is the ledger. Payment methods are made at localstripe, as
 //! Stripe.js would in a browser: no card number passes through payonce.
 //!
-//! The deliberately wrong sequencings (`--flaw`, dev builds only; crates/rules/src/flow.rs
+//! The deliberately wrong sequencings (`--flaw`, dev builds only; crates/rules/src/pay.rs
 //! `Flaw::ConfirmUnsaved`, `Flaw::Recreate`) charge twice here, which shows the ledger
 //! checks can fail.
 

@@ -29,7 +29,7 @@
 //!   ones), audit rows and handled webhook events after the dispute window.
 //!
 //! One rule, one place: both the outbox worker and reconciliation call [`drive_abandoned`],
-//! which runs the pay machine (`payonce_rules::flow::ServerPay::abandoned`, interpreted by
+//! which runs the pay machine (`payonce_rules::pay::ServerPay::abandoned`, interpreted by
 //! src/ops/pay.rs) from the retry's own step (pay rule 5): take the expired lease, ask the provider about
 //! the provider key, settle from its answer (succeeded → paid; declined → unlocked), and
 //! only when the provider has *no* charge, re-drive with the *same* provider key. We chose
@@ -49,8 +49,8 @@ use crate::store::mailbox::Mail;
 use crate::store::orders::get_order;
 use crate::store::{self, attempts as db, Horizon, RETENTION};
 use payonce_protocol::admin::actor::JOB;
-use payonce_rules::flow::End;
 use payonce_rules::ids::MailId;
+use payonce_rules::pay::End;
 use payonce_rules::receipt::ReceiptStep;
 use payonce_rules::Record;
 use std::time::Duration;

@@ -2,13 +2,14 @@
 //! provider, no randomness of its own. The caller starts it from what it read (a pay request
 //! with its order and, if read, its record; an abandoned attempt for the jobs; an attempt a
 //! webhook names), performs each [`Effect`] [`ServerPay::poll`] asks for, and feeds the result
-//! back with the matching `on_*` call, until [`Effect::Done`]. Time (`now`) and new ids
-//! (an [`IdSource`], `crates/rules/src/ids.rs`) are arguments of `poll`. The machine owns its timers as quinn's connections do:
-//! a pay request's wait on its key in flight ends at a deadline it fixes from the first `now`
-//! it sees ([`Policy::wait_ends`]), and each look is an [`Effect::Wait`] with the time to
-//! wake at ([`Policy::next_look`]); the caller only sleeps until then. The server's request path, its jobs, reconciliation and
-//! its webhook handler (`crates/server/src/ops/pay.rs`) and the model checker (`crates/model`)
-//! all drive this one machine, so the model checks the server's own order of steps.
+//! back with the matching `on_*` call, until [`Effect::Done`]. Time (`now`) and the source of
+//! new ids (an [`IdSource`], `crates/rules/src/ids.rs`) are arguments of `poll`. The machine
+//! owns its timers as quinn's connections do: a pay request's wait on its key in flight ends
+//! at a deadline it fixes from the first `now` it sees ([`Policy::wait_ends`]), and each look
+//! is an [`Effect::Wait`] with the time to wake at ([`Policy::next_look`]); the caller only
+//! sleeps until then. The server's request path, its jobs, reconciliation and its webhook
+//! handler (`crates/server/src/ops/pay.rs`) and the model checker (`crates/model`) all drive
+//! this one machine, so the model checks the server's own order of steps.
 //!
 //! ```text
 //!  pay ──▶ ReadKey ──▶ decide (rule 2) ─┬─ new key ──▶ Claim ─┬─ won ──────────▶ Charge ──┐
