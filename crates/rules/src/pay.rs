@@ -642,8 +642,16 @@ impl ServerPay {
                 self.marker = None;
             }
         }
-        match std::mem::replace(&mut self.phase, Phase::Read) {
-            Phase::Claim => self.phase = self.plan_claim(now, ids),
+        let phase = std::mem::replace(&mut self.phase, Phase::Read);
+        self.phase = self.plan(phase, now, ids);
+        self.ask(now, wait_ends)
+    }
+
+    /// `phase` with the plan it is due made (a claim, a take-over, a settle, with ids from
+    /// `ids`); any other phase as it is.
+    fn plan(&self, phase: Phase, now: i64, ids: &dyn IdSource) -> Phase {
+        match phase {
+            Phase::Claim => self.plan_claim(now, ids),
             Phase::TakeOver(p) => {
                 let t = TakeOver {
                     attempt_id: p.id.clone(),
@@ -651,7 +659,7 @@ impl ServerPay {
                     until: self.policy.lease_until(now),
                     entry: plan::take_over_entry(self.actor(), &p.id, self.who()),
                 };
-                self.phase = Phase::TakingOver(p, t);
+                Phase::TakingOver(p, t)
             }
             Phase::Settle(claim, Outcome::ActionRequired(_))
                 if matches!(self.origin, Origin::Cancel(_))
@@ -660,27 +668,32 @@ impl ServerPay {
             {
                 // Cancelled by its customer, or abandoned past its deadline: the order must
                 // not stay locked for ever.
-                self.phase = Phase::CancelAction(claim);
+                Phase::CancelAction(claim)
             }
             Phase::Settle(claim, outcome @ (Outcome::Declined(_) | Outcome::Rejected(_)))
                 if self.leaves_confirmable(&claim) =>
             {
                 // Nothing confirmable outlives its attempt: cancel the object first.
-                self.phase = Phase::CancelLeftover(claim, outcome);
+                Phase::CancelLeftover(claim, outcome)
             }
             Phase::Settle(claim, outcome) => {
                 let plan =
                     plan::plan_settle(&claim, outcome, PaymentId::mint(ids), now, &self.policy);
-                self.phase = match plan {
+                match plan {
                     SettlePlan::Unknown { answer } => Phase::Release(claim, Open::Unknown(answer)),
                     SettlePlan::ActionRequired { answer } => {
                         Phase::Release(claim, Open::ActionRequired(answer))
                     }
                     plan => Phase::Settling(claim, plan),
-                };
+                }
             }
-            other => self.phase = other,
+            other => other,
         }
+    }
+
+    /// The effect the current phase asks for at `now` (`wait_ends`: the request's deadline
+    /// for waiting on its key in flight).
+    fn ask(&self, now: i64, wait_ends: i64) -> Effect<'_> {
         let req = match &self.origin {
             Origin::Pay(r) => Some(&**r),
             _ => None,

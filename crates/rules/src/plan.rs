@@ -525,87 +525,14 @@ pub fn plan_settle(
 ) -> SettlePlan {
     let a = &claim.attempt;
     let expires_at = policy.expires_at(now);
-    // The attempt leaves processing; the order moves `from` → `to`.
-    let audit = |status: AttemptStatus,
-                 why: &str,
-                 (from, to): (AuditState, AuditState),
-                 order_why: &str| {
-        let (actor, order) = (&claim.actor, &a.terms.order_id);
-        let status = AuditState::Attempt(status);
-        vec![
-            Entry::change(actor, "attempt", &a.id, Some(PROCESSING), status, why),
-            Entry::change(actor, "order", order, Some(from), to, order_why),
-        ]
-    };
-    let uncharged = |status: AttemptStatus, code: ErrorCode, detail: &str| {
-        let mut problem = Problem::new(code).with_detail(detail);
-        problem.attempt_status = Some(status);
-        let mut release = claim.lines.clone();
-        release.sort_by(|x, y| x.sku.cmp(&y.sku));
-        SettlePlan::Uncharged {
-            finish: Finish {
-                status,
-                answer: Answer {
-                    status: problem.status,
-                    body: problem_body(&problem),
-                },
-                charge_id: None,
-                expires_at,
-            },
-            release,
-            audit: audit(
-                status,
-                detail,
-                (UNPAID_ACTIVE, UNPAID),
-                "attempt ended without a charge; cart unlocked; stock released",
-            ),
-        }
-    };
-    let processing = || Answer {
-        status: 202,
-        body: json(&PayResponse {
-            status: AttemptStatus::Processing,
-            order_id: a.terms.order_id.to_string(),
-            payment: None,
-        }),
-    };
+    let uncharged =
+        |status, code, detail: &str| plan_uncharged(claim, (status, code), detail, expires_at);
     match outcome {
         Outcome::Succeeded(charge) if !charges_the_terms(&charge, &a.terms) => SettlePlan::Review {
-            answer: processing(),
+            answer: processing_answer(a),
             audit: mismatch_entry(&a.id, &charge),
         },
-        Outcome::Succeeded(charge) => {
-            let payment = Payment {
-                id: payment_id.into(),
-                order_id: a.terms.order_id.to_string(),
-                amount: charge.amount,
-                currency: charge.currency.clone(),
-                payment_method_id: a.payment_method_id.clone(),
-                charge_id: charge.id.clone(),
-                status: AttemptStatus::Succeeded,
-            };
-            let body = json(&PayResponse {
-                status: AttemptStatus::Succeeded,
-                order_id: a.terms.order_id.to_string(),
-                payment: Some(payment.clone()),
-            });
-            let reason = format!("provider charge {} succeeded", charge.id);
-            SettlePlan::Charged {
-                finish: Finish {
-                    status: AttemptStatus::Succeeded,
-                    answer: Answer { status: 200, body },
-                    charge_id: Some(charge.id),
-                    expires_at,
-                },
-                payment,
-                audit: audit(
-                    AttemptStatus::Succeeded,
-                    &reason,
-                    (UNPAID, AuditState::Order(OrderStatus::Paid)),
-                    &reason,
-                ),
-            }
-        }
+        Outcome::Succeeded(charge) => plan_charged(claim, charge, payment_id, expires_at),
         Outcome::Declined(charge) => {
             let detail = match &charge.decline_code {
                 Some(code) => format!("the card was declined ({code})"),
@@ -631,7 +558,7 @@ pub fn plan_settle(
              provider cancelled it and nothing was charged",
         ),
         Outcome::Uncancelled(why) => SettlePlan::Review {
-            answer: processing(),
+            answer: processing_answer(a),
             audit: flagged(
                 &a.id,
                 &format!(
@@ -644,22 +571,126 @@ pub fn plan_settle(
             next_action_url,
             client_secret,
             ..
-        }) if next_action_url.is_some() || client_secret.is_some() => {
-            let next = match (next_action_url, client_secret) {
-                (Some(url), _) => ActionRequiredProblem::redirect(url),
-                (None, secret) => ActionRequiredProblem::stripe(secret.unwrap_or_default()),
-            };
-            let body = serde_json::to_string(&next)
-                .unwrap_or_else(|_| problem_body(&Problem::new(ErrorCode::Internal)));
-            SettlePlan::ActionRequired {
-                answer: Answer { status: 402, body },
-            }
-        }
+        }) if next_action_url.is_some() || client_secret.is_some() => SettlePlan::ActionRequired {
+            answer: action_answer(next_action_url, client_secret),
+        },
         // A provider that wants an action but names no page: as good as no answer.
         Outcome::Unknown(_) | Outcome::ActionRequired(_) => SettlePlan::Unknown {
-            answer: processing(),
+            answer: processing_answer(a),
         },
     }
+}
+
+/// The settle's audit rows: `claim`'s attempt leaves processing for `status` (`why`); its
+/// order moves `from` → `to` (`order_why`).
+fn settle_entries(
+    claim: &Claim,
+    (status, why): (AttemptStatus, &str),
+    (from, to): (AuditState, AuditState),
+    order_why: &str,
+) -> Vec<AuditEntry> {
+    let (actor, a) = (&claim.actor, &claim.attempt);
+    let status = AuditState::Attempt(status);
+    vec![
+        Entry::change(actor, "attempt", &a.id, Some(PROCESSING), status, why),
+        Entry::change(actor, "order", &a.terms.order_id, Some(from), to, order_why),
+    ]
+}
+
+/// [`SettlePlan::Charged`]: the payment `payment_id` of `charge`, the 200 answer naming it.
+fn plan_charged(
+    claim: &Claim,
+    charge: Charge,
+    payment_id: PaymentId,
+    expires_at: i64,
+) -> SettlePlan {
+    let a = &claim.attempt;
+    let payment = Payment {
+        id: payment_id.into(),
+        order_id: a.terms.order_id.to_string(),
+        amount: charge.amount,
+        currency: charge.currency.clone(),
+        payment_method_id: a.payment_method_id.clone(),
+        charge_id: charge.id.clone(),
+        status: AttemptStatus::Succeeded,
+    };
+    let body = json(&PayResponse {
+        status: AttemptStatus::Succeeded,
+        order_id: a.terms.order_id.to_string(),
+        payment: Some(payment.clone()),
+    });
+    let reason = format!("provider charge {} succeeded", charge.id);
+    SettlePlan::Charged {
+        finish: Finish {
+            status: AttemptStatus::Succeeded,
+            answer: Answer { status: 200, body },
+            charge_id: Some(charge.id),
+            expires_at,
+        },
+        payment,
+        audit: settle_entries(
+            claim,
+            (AttemptStatus::Succeeded, &reason),
+            (UNPAID, AuditState::Order(OrderStatus::Paid)),
+            &reason,
+        ),
+    }
+}
+
+/// [`SettlePlan::Uncharged`]: the attempt ends `status` with the problem `code` and
+/// `detail`, its order's lines given back in SKU order.
+fn plan_uncharged(
+    claim: &Claim,
+    (status, code): (AttemptStatus, ErrorCode),
+    detail: &str,
+    expires_at: i64,
+) -> SettlePlan {
+    let mut problem = Problem::new(code).with_detail(detail);
+    problem.attempt_status = Some(status);
+    let mut release = claim.lines.clone();
+    release.sort_by(|x, y| x.sku.cmp(&y.sku));
+    SettlePlan::Uncharged {
+        finish: Finish {
+            status,
+            answer: Answer {
+                status: problem.status,
+                body: problem_body(&problem),
+            },
+            charge_id: None,
+            expires_at,
+        },
+        release,
+        audit: settle_entries(
+            claim,
+            (status, detail),
+            (UNPAID_ACTIVE, UNPAID),
+            "attempt ended without a charge; cart unlocked; stock released",
+        ),
+    }
+}
+
+/// The 202 `processing` answer of an attempt that stays open (never stored).
+fn processing_answer(a: &Processing) -> Answer {
+    Answer {
+        status: 202,
+        body: json(&PayResponse {
+            status: AttemptStatus::Processing,
+            order_id: a.terms.order_id.to_string(),
+            payment: None,
+        }),
+    }
+}
+
+/// The 402 `ACTION_REQUIRED` answer: the provider's page (`url`), else Stripe's client
+/// secret for the SDK to confirm with.
+fn action_answer(url: Option<String>, secret: Option<String>) -> Answer {
+    let next = match (url, secret) {
+        (Some(url), _) => ActionRequiredProblem::redirect(url),
+        (None, secret) => ActionRequiredProblem::stripe(secret.unwrap_or_default()),
+    };
+    let body = serde_json::to_string(&next)
+        .unwrap_or_else(|_| problem_body(&Problem::new(ErrorCode::Internal)));
+    Answer { status: 402, body }
 }
 
 /// True when `charge` is the one the attempt asked for: its order, amount and currency.
