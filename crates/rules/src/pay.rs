@@ -47,7 +47,7 @@
 //!
 //! The decisions it composes stay where they are: rule 2 ([`crate::decide`]), the claim and
 //! settle plans ([`plan::plan_claim`], [`plan::plan_settle`]), what a lookup means
-//! ([`plan::reconcile`], [`plan::webhook`]) and the lease arithmetic ([`Policy`]).
+//! ([`plan::reconcile`], [`plan::apply_hint`]) and the lease arithmetic ([`Policy`]).
 
 use crate::ids::{AttemptId, IdSource, LeaseToken, OrderId, PaymentId};
 use crate::keyed::NextAction;
@@ -990,7 +990,7 @@ impl ServerPay {
             return;
         };
         self.phase = match self.origin {
-            Origin::Webhook => match plan::webhook(lookup) {
+            Origin::Webhook => match plan::apply_hint(lookup) {
                 Some(Some(outcome)) => Phase::Settle(claim, outcome),
                 Some(None) => Phase::Done(End::Skipped),
                 None => Phase::Done(End::Unconfirmed),

@@ -445,7 +445,7 @@ pub struct Redrive;
 /// A webhook is a hint: only a charge the provider itself reports settles anything, and
 /// "no such charge" is nothing to apply (never a re-drive: the claimant may be mid-call).
 /// `None`: the provider could not be asked; the event must be delivered again.
-pub fn webhook(lookup: Lookup) -> Option<Option<Outcome>> {
+pub fn apply_hint(lookup: Lookup) -> Option<Option<Outcome>> {
     match lookup {
         Lookup::Found(charge) => Some(Some(Outcome::of(charge))),
         Lookup::NotFound | Lookup::Unconfirmed => Some(None),

@@ -5,8 +5,8 @@ use payonce_protocol::{AttemptStatus, ErrorCode, IdempotencyKey, OrderLine, Paym
 use payonce_rules::ids::{AttemptId, LeaseToken, OrderId, PaymentId};
 use payonce_rules::pay_key::{replay_of, Current, Details};
 use payonce_rules::plan::{
-    cancel_answer, cancel_forgotten, order_conflict, plan_claim, plan_settle, reconcile, webhook,
-    Lookup, OrderTerms, Outcome, Redrive, SettlePlan,
+    apply_hint, cancel_answer, cancel_forgotten, order_conflict, plan_claim, plan_settle,
+    reconcile, Lookup, OrderTerms, Outcome, Redrive, SettlePlan,
 };
 use payonce_rules::policy::{deletable, retry_after_secs, ttl_ms, Bucket};
 use payonce_rules::*;
@@ -511,11 +511,15 @@ fn reconcile_and_webhook_tables() {
         Ok(Outcome::Unknown("x".into()))
     );
     assert_eq!(
-        webhook(Lookup::NotFound),
+        apply_hint(Lookup::NotFound),
         Some(None),
         "a hint for no charge applies nothing"
     );
-    assert_eq!(webhook(Lookup::Unknown("x".into())), None, "deliver again");
+    assert_eq!(
+        apply_hint(Lookup::Unknown("x".into())),
+        None,
+        "deliver again"
+    );
 }
 
 #[test]
