@@ -206,6 +206,11 @@ mod tests {
             (value["state"].as_str(), value["body"].as_str()),
             (Some("final"), Some(f.answer.body.as_str()))
         );
+        // The typed ids are stored as their text, as before they were typed.
+        assert_eq!(
+            (value["id"].as_str(), value["orderId"].as_str()),
+            (Some("att"), Some("o1"))
+        );
         assert_eq!(
             serde_json::from_str::<Entry>(&json).unwrap(),
             Entry::Final(f)
