@@ -13,7 +13,7 @@ use crate::store::orders::OrderRow;
 use crate::store::payments::{get_payment, paid_with, payment_of_attempt};
 use payonce_protocol::{CancelResponse, IdempotencyKey, Payment};
 use payonce_rules::cancel::{Effect, ServerCancel};
-use payonce_rules::ids::{OrderId, PaymentId};
+use payonce_rules::ids::PaymentId;
 use payonce_rules::pay::End;
 use payonce_rules::policy::Bucket;
 
@@ -29,8 +29,7 @@ pub(crate) async fn cancel(
     key: &IdempotencyKey,
 ) -> AppResult<CancelResponse> {
     let now = state.clock.now_ms();
-    let order_id = OrderId::from_stored(order.id.as_str());
-    let at = (&order_id, order.version);
+    let at = (&order.id, order.version);
     let mut m = ServerCancel::new(user, key, at, &*state.ids, now, &state.policy);
     for _ in 0..MAX_EFFECTS {
         match m.poll() {

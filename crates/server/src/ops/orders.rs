@@ -28,7 +28,7 @@ pub(crate) async fn view(state: &AppState, row: OrderRow) -> AppResult<Order> {
         None => None,
     };
     Ok(Order {
-        id: row.id,
+        id: row.id.into(),
         status: row.status,
         version: u64::try_from(row.version).unwrap_or(0),
         items: row.items,

@@ -43,7 +43,7 @@ use crate::store::pay::ClaimOutcome;
 use payonce_protocol::provider::ChargeRequest;
 use payonce_protocol::{AttemptStatus, ErrorCode, IdempotencyKey, PayRequest};
 use payonce_rules::decision;
-use payonce_rules::ids::{LeaseToken, OrderId};
+use payonce_rules::ids::LeaseToken;
 use payonce_rules::pay::{self, Claimed, Effect, End, Marked, ServerPay, TakeOver, Unmark};
 use payonce_rules::plan::{self, Claim, ClaimPlan, SettlePlan};
 use payonce_rules::policy::{next_customer_check, Bucket};
@@ -56,7 +56,7 @@ const MAX_EFFECTS: usize = 100_000;
 /// The machine's view of the order as read.
 pub(crate) fn order_of(order: &OrderRow) -> pay::Order {
     pay::Order {
-        id: OrderId::from_stored(order.id.as_str()),
+        id: order.id.clone(),
         version: order.version,
         amount: order.amount,
         currency: order.currency.clone(),

@@ -6,6 +6,7 @@ use super::decode_err;
 use super::tx::{Arg, Need, Statement};
 use super::Store;
 use payonce_protocol::{CartLine, OrderLine, OrderStatus};
+use payonce_rules::ids::OrderId;
 use payonce_rules::Record;
 use sqlx::any::{AnyExecutor, AnyRow};
 use sqlx::{FromRow, Row};
@@ -13,7 +14,7 @@ use sqlx::{FromRow, Row};
 /// An order as stored.
 #[derive(Debug, Clone)]
 pub(crate) struct OrderRow {
-    pub id: String,
+    pub id: OrderId,
     pub status: OrderStatus,
     pub version: i64,
     pub items: Vec<OrderLine>,
@@ -51,7 +52,7 @@ fn order_from_row(row: &AnyRow) -> sqlx::Result<OrderRow> {
     let status: String = row.try_get("o_status")?;
     let items: String = row.try_get("o_items")?;
     Ok(OrderRow {
-        id: row.try_get("o_id")?,
+        id: OrderId::from_stored(row.try_get::<String, _>("o_id")?),
         status: OrderStatus::parse(&status)
             .ok_or_else(|| decode_err(format!("bad order status {status}")))?,
         version: row.try_get("o_version")?,
