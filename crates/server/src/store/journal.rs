@@ -260,27 +260,45 @@ pub(crate) fn string_is_secret(s: &str) -> bool {
     if SECRET_PREFIXES.iter().any(|p| s.contains(p)) || s.contains("_secret_") {
         return true;
     }
-    // Card numbers: 13 to 19 digits, possibly split by spaces or dashes, that pass the Luhn
-    // check (so a millisecond timestamp in a string is very likely kept).
-    let mut digits: Vec<u32> = Vec::new();
-    for c in s.chars().chain(std::iter::once('.')) {
-        match c {
-            '0'..='9' => digits.push(c.to_digit(10).unwrap_or(0)),
-            ' ' | '-' if !digits.is_empty() => {}
-            _ => {
-                if card_like(&digits) {
-                    return true;
-                }
-                digits.clear();
-            }
-        }
-    }
-    false
+    card_number_in(s)
 }
 
-/// True when some 13-to-19-digit window of `run` passes the Luhn check.
-fn card_like(run: &[u32]) -> bool {
-    (13..=19.min(run.len())).any(|len| run.windows(len).any(luhn))
+/// True when `s` holds a card number: 13 to 19 digits that pass the Luhn check, written
+/// whole or in groups split by one space or dash, and standing as a token of their own (not
+/// preceded or followed by a letter or a digit). The boundary is what keeps our own ids: a
+/// UUID or a random id mixes hex letters with digit groups, and
+/// `75f424cf-a1c8-4c50-8882-85790432301d` holds 17 digits (`50-8882-85790432301`) among
+/// which a reading without boundaries found 13 that pass Luhn; a card number a person or a client writes stands apart
+/// (`4242 4242 4242 4242`, `card:4242424242424242`, `pm_card_4000002500003155`).
+fn card_number_in(s: &str) -> bool {
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        let starts = b[i].is_ascii_digit() && (i == 0 || !b[i - 1].is_ascii_alphanumeric());
+        if !starts {
+            i += 1;
+            continue;
+        }
+        // Read digits, allowing one separator between two digits.
+        let mut digits: Vec<u32> = Vec::new();
+        let mut j = i;
+        while j < b.len() {
+            if b[j].is_ascii_digit() {
+                digits.push(u32::from(b[j] - b'0'));
+                j += 1;
+            } else if matches!(b[j], b' ' | b'-') && b.get(j + 1).is_some_and(u8::is_ascii_digit) {
+                j += 1;
+            } else {
+                break;
+            }
+        }
+        let stands_apart = b.get(j).is_none_or(|c| !c.is_ascii_alphanumeric());
+        if stands_apart && (13..=19).contains(&digits.len()) && luhn(&digits) {
+            return true;
+        }
+        i = j.max(i + 1);
+    }
+    false
 }
 
 fn luhn(digits: &[u32]) -> bool {
@@ -616,6 +634,12 @@ mod tests {
             1_733_300_000_000_i64
         );
         assert!(string_is_secret("4242-4242-4242-4242"));
+        assert!(string_is_secret("card:4242424242424242."));
+        assert!(string_is_secret("pm_card_4000002500003155"));
         assert!(!string_is_secret("order 1234-5678, 2 items"));
+        // Our own ids are not card numbers, even when a run of their digits passes Luhn
+        // (the request id a test once saw redacted).
+        assert!(!string_is_secret("75f424cf-a1c8-4c50-8882-85790432301d"));
+        assert!(!string_is_secret("pay_4242424242424242x"));
     }
 }
