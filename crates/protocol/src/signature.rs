@@ -25,7 +25,7 @@ const SCHEME: &str = "v1";
 /// Shortest secret [`verify`] checks with (bytes). HMAC takes any key, the empty one too, so
 /// a receiver left without its secret would accept whatever an attacker signs with the same
 /// empty key; a short one can be guessed. Stripe's `whsec_…` secrets are 38 bytes; a server
-/// outside `--dev` asks for more than this at start (crates/server/src/config.rs).
+/// outside `--dev` asks for more than this at start (crates/server/src/config/checks.rs).
 pub const MIN_SECRET: usize = 16;
 
 /// Why a signature header was rejected. Each variant has a stable [`SignatureError::reason`].

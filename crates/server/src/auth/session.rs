@@ -1,5 +1,5 @@
 //! Session tokens: their flags, signing and verification. A leaf (the command line in
-//! `src/config.rs` and the extractor in `src/auth/mod.rs` read it; it reads nothing of the crate
+//! `src/config/flags.rs` and the extractor in `src/auth/mod.rs` read it; it reads nothing of the crate
 //! but [`Secret`]).
 //!
 //! A token is `v1.<userId>.<expiresUnixSecs>.<hex HMAC-SHA256(secret, "v1.<userId>.<exp>")>`.

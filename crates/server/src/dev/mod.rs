@@ -3,12 +3,11 @@
 //! embedded mock provider and the `mock-provider` subcommand, `POST /dev/sessions`,
 //! `GET /dev/config`, `GET /dev/mailbox`, the `Payonce-Dev-Fault` header and failpoints.
 
-pub(crate) mod args;
 mod faults;
 mod mailbox;
 mod sessions;
 
-pub use args::{Command, DevArgs};
+pub use crate::config::dev::{Command, DevArgs};
 pub(crate) use faults::{after_charge, dropped_response, failpoint, with_fault};
 
 use crate::config::ServerArgs;
@@ -154,7 +153,7 @@ pub(crate) fn routes() -> Router<AppState> {
 
 #[cfg(test)]
 mod tests {
-    use super::args::DevFlagError;
+    use crate::config::dev::DevFlagError;
     use crate::config::{Cli, Config, ConfigError, ServerArgs};
     use clap::Parser;
 

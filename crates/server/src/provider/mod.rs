@@ -56,7 +56,7 @@ pub enum ProviderKind {
 }
 
 /// Stripe's mode: a live key moves money, a test key takes test cards. Read from the secret
-/// key's prefix at start (`src/config.rs`), and every intent's `livemode` must match it.
+/// key's prefix at start (`src/config/checks.rs`), and every intent's `livemode` must match it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum StripeMode {
     /// `sk_live_…`, `rk_live_…`.
@@ -214,8 +214,8 @@ impl Provider {
     /// system's roots, sending `api_key` (the mock's `--provider-api-key-file`, Stripe's
     /// secret key) on every request as `Authorization: Bearer <key>`, marked sensitive so
     /// that no debug output of reqwest or hyper shows it. (Credentials in `base` itself are
-    /// refused outside `--dev`: `src/config.rs`, `link_problems`.)
-    /// `mode`: Stripe's, from its key (`src/config.rs`); every Stripe request carries the
+    /// refused outside `--dev`: `src/config/checks.rs`, `link_problems`.)
+    /// `mode`: Stripe's, from its key (`src/config/checks.rs`); every Stripe request carries the
     /// API version the adapter is written for (`stripe::API_VERSION`).
     pub(crate) fn new(
         kind: ProviderKind,

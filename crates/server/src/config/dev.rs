@@ -1,5 +1,5 @@
 //! The dev build's flags and subcommand, and what they come to. A leaf: the rest of the
-//! crate (the command line in `src/config.rs`) reads it, it reads nothing of the crate but
+//! crate (the command line in `flags.rs`) reads it, it reads nothing of the crate but
 //! the failpoint names and `src/secret.rs`.
 
 use crate::faults::{Failpoint, NAMES};
