@@ -7,17 +7,13 @@ use crate::config::dev::DevFlagError;
 use crate::config::{ConfigError, ServerArgs};
 use crate::error::AppError;
 use crate::state::{AppState, RunError};
-use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
-use payonce_protocol::body::{paths, DevFault};
+use payonce_protocol::body::paths;
 use payonce_protocol::ErrorCode;
-use std::future::Future;
 use std::net::SocketAddr;
 
 pub use crate::config::dev::{Command, DevArgs};
-
-pub(crate) fn arm(_: &[crate::faults::Failpoint]) {}
 
 pub(crate) async fn run_command(_: Command) -> Result<(), RunError> {
     Err(RunError::Config(ConfigError::Dev(
@@ -41,18 +37,4 @@ pub(crate) fn routes() -> Router<AppState> {
         .route(paths::DEV_SESSIONS, post(refuse))
         .route(paths::DEV_CONFIG, get(refuse))
         .route(paths::DEV_MAILBOX, get(refuse))
-}
-
-#[inline(always)]
-pub(crate) fn failpoint(_: crate::faults::Failpoint) {}
-
-#[inline(always)]
-pub(crate) fn after_charge() {}
-
-pub(crate) fn dropped_response(_: Option<DevFault>) -> Option<Response> {
-    None
-}
-
-pub(crate) fn with_fault<F: Future>(_: Option<DevFault>, task: F) -> F {
-    task
 }

@@ -21,18 +21,18 @@
 //!   receipt's text and HTML).
 //! - `auth/`: the extractor (`mod.rs`), session tokens (`session.rs`), JWTs (`jwt.rs`).
 //! - `catalog` (prices from the catalog, the `--catalog` file), `limits`, `metrics`, `faults`
-//!   (the failpoint names), `error`, `reply`, [`clock`], [`ids`] (where new ids come from),
+//!   (the failpoint names and their hooks, no-ops without the `dev` feature), `error`, `reply`, [`clock`], [`ids`] (where new ids come from),
 //!   [`config`], [`secret`] (values `Debug` and logs never show).
-//! - `dev/` (the `dev` feature): `--dev`, the embedded mock provider, dev sessions, the
-//!   dev mailbox, dev faults and failpoints; `dev_off.rs` stands in for it without the feature.
+//! - `dev/` (the `dev` feature): the embedded mock provider, dev sessions, the dev mailbox
+//!   (its flags are `config/dev.rs`); `dev_off.rs` stands in for it without the feature.
 //! - `journal`: the journal's shell (a request's or job's scope, provider-call entries);
 //!   its table and reads are `store/journal.rs`, its request entries `http/journal.rs`.
 //! - `state` ([`AppState`]), `server` ([`run`]), `listen`: wiring, listeners, graceful shutdown.
 //!
 //! Each module stands on a floor and imports only from its own and those below
 //! (`FLOORS` in tests/blackbox/layout.rs, lowest first: the base types, the infrastructure,
-//! `catalog`, `config`, `state`, `ops`, `http`, dev mode and `listen`, `server`); the
-//! imports that still climb one are listed there.
+//! `catalog`, `config` (its flags, its checks, then the rest), `state`, `ops`, `http`, dev
+//! mode and `listen`, `server`); no import climbs one.
 
 #![deny(missing_docs)]
 
@@ -71,9 +71,9 @@ mod state;
 pub use auth::session::{sign_token, SESSION_SECS};
 pub use config::{Cli, Config, ServerArgs};
 pub use dev::{Command, DevArgs};
-pub use http::{app, MAX_BODY_BYTES, ROUTES};
+pub use http::{MAX_BODY_BYTES, ROUTES};
 #[doc(hidden)]
 pub use ops::jobs::{cleanup as run_cleanup, round as run_jobs};
-pub use server::run;
+pub use server::{app, run};
 pub use state::{AppState, RunError};
 pub use store::{Backend, Store};

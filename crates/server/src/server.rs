@@ -2,12 +2,17 @@
 //! the "listening on" lines the tests and scripts parse, and graceful shutdown.
 
 use crate::config::{Cli, Config, ServerArgs};
-use crate::http::app;
 use crate::listen::{bind, drive, shutdown_signal, Budget, PeerCap, WriteDeadline};
 use crate::provider::ProbeError;
 use crate::state::{AppState, RunError};
 use crate::store::Store;
 use tokio::net::TcpListener;
+
+/// The API as a router, dev mode's routes included (each answers 403 `DEV_MODE_REQUIRED`
+/// without `--dev`). `static_dir` files are served for paths no route claims.
+pub fn app(state: AppState, static_dir: Option<std::path::PathBuf>) -> axum::Router {
+    crate::http::router(state, static_dir, crate::dev::routes())
+}
 
 /// Runs what the command line asks for until SIGINT/SIGTERM.
 pub async fn run(cli: Cli) -> Result<(), RunError> {
@@ -116,7 +121,7 @@ async fn erase_user(url: &str, user: &str) -> Result<(), RunError> {
 
 async fn run_api(args: ServerArgs) -> Result<(), RunError> {
     let config = Config::from_args(&args)?;
-    crate::dev::arm(&config.failpoints);
+    crate::faults::arm(&config.failpoints);
     if args.sessions.secrets.is_empty() && config.sessions.is_some() {
         tracing::warn!("no --session-secret: tokens are signed with a random per-process secret");
     }

@@ -77,6 +77,8 @@ pub struct AppState {
     pub(crate) policy: payonce_rules::Policy,
     /// The database figures of `GET /metrics`, read at most once per their max age.
     pub(crate) gauges: Arc<crate::metrics::GaugeCache>,
+    /// The operator API's token, shared by every request's extractor (`src/auth/mod.rs`).
+    pub(crate) operator_token: Option<Arc<crate::secret::Secret>>,
 }
 
 impl AppState {
@@ -107,6 +109,7 @@ impl AppState {
             clock: Arc::new(SystemClock),
             ids: Arc::new(RandomIds),
             policy: config.policy,
+            operator_token: config.operator_token.clone().map(Arc::new),
             config: Arc::new(config),
             gauges: Arc::default(),
         })
@@ -150,6 +153,31 @@ impl FromRef<AppState> for Arc<Config> {
 impl FromRef<AppState> for Arc<dyn Clock> {
     fn from_ref(s: &AppState) -> Self {
         s.clock.clone()
+    }
+}
+
+/// What the auth extractors read (`src/auth/mod.rs`).
+impl FromRef<AppState> for crate::auth::AuthState {
+    fn from_ref(s: &AppState) -> Self {
+        Self {
+            sessions: s.config.sessions.clone(),
+            jwt: s.config.jwt.clone(),
+            operator_token: s.operator_token.clone(),
+            clock: s.clock.clone(),
+        }
+    }
+}
+
+/// What the replay path reads (`src/replay/mod.rs`).
+impl FromRef<AppState> for crate::replay::Replays {
+    fn from_ref(s: &AppState) -> Self {
+        Self {
+            store: s.store.clone(),
+            redis: s.redis.clone(),
+            memory: s.replays.clone(),
+            clock: s.clock.clone(),
+            lease_ms: s.policy.lease_ms,
+        }
     }
 }
 

@@ -4,16 +4,31 @@
 pub(crate) mod jwt;
 pub(crate) mod session;
 
+use crate::clock::Clock;
 use crate::error::AppError;
-use crate::state::AppState;
-use axum::extract::FromRequestParts;
+use crate::secret::Secret;
+use axum::extract::{FromRef, FromRequestParts};
 use axum::http::header;
 use axum::http::request::Parts;
 use payonce_protocol::headers::SESSION_COOKIE;
 use payonce_protocol::ErrorCode;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub(crate) use crate::auth::session::valid_user_id;
+
+/// What the extractors read: the verifiers of the flags and the clock. A sub-state: the
+/// extractors work on any state it is taken from (`FromRef`, `src/state.rs`).
+#[derive(Clone)]
+pub(crate) struct AuthState {
+    /// Session tokens; `None`: `--no-session-tokens`.
+    pub(crate) sessions: Option<Arc<session::Sessions>>,
+    /// Bearer JWT verification, when keys are configured.
+    pub(crate) jwt: Option<Arc<jwt::JwtVerifier>>,
+    /// The operator API's token; `None`: `/admin/` is closed.
+    pub(crate) operator_token: Option<Arc<Secret>>,
+    pub(crate) clock: Arc<dyn Clock>,
+}
 
 /// The authenticated caller.
 #[derive(Debug, Clone)]
@@ -53,13 +68,14 @@ fn cookie(parts: &Parts) -> Option<&str> {
         .map(|(_, v)| v)
 }
 
-impl FromRequestParts<AppState> for AuthUser {
+impl<S: Send + Sync> FromRequestParts<S> for AuthUser
+where
+    AuthState: FromRef<S>,
+{
     type Rejection = AppError;
 
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &AppState,
-    ) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let state = AuthState::from_ref(state);
         let now = u64::try_from(state.clock.now_ms() / 1000).unwrap_or(0);
         // An Authorization header wins over the cookie, and a bad one is not rescued by a
         // good cookie: the caller said who it is, and that claim failed.
@@ -67,7 +83,7 @@ impl FromRequestParts<AppState> for AuthUser {
             // A JWT (three dot-separated parts) goes to the JWT verifier only; dev session
             // tokens have four parts and start with `v1.`, so the two never overlap.
             Some(Ok(t)) if t.split('.').count() == 3 => {
-                let Some(jwt) = &state.config.jwt else {
+                let Some(jwt) = &state.jwt else {
                     return Err(unauthenticated("JWT authentication is not configured"));
                 };
                 return jwt_user(jwt, t, now)
@@ -82,7 +98,7 @@ impl FromRequestParts<AppState> for AuthUser {
             }
             None => cookie(parts).ok_or_else(|| unauthenticated("no session token or cookie"))?,
         };
-        let Some(sessions) = &state.config.sessions else {
+        let Some(sessions) = &state.sessions else {
             return Err(unauthenticated(
                 "session tokens are turned off on this server (--no-session-tokens)",
             ));
@@ -101,20 +117,21 @@ impl FromRequestParts<AppState> for AuthUser {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Operator;
 
-impl FromRequestParts<AppState> for Operator {
+impl<S: Send + Sync> FromRequestParts<S> for Operator
+where
+    AuthState: FromRef<S>,
+{
     type Rejection = AppError;
 
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &AppState,
-    ) -> Result<Self, Self::Rejection> {
-        if let Some(token) = &state.config.operator_token {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let auth = AuthState::from_ref(state);
+        if let Some(token) = &auth.operator_token {
             if crate::metrics::authorized(&parts.headers, token.expose()) {
                 return Ok(Operator);
             }
         }
-        if let (Some(Ok(t)), Some(jwt)) = (bearer(parts), &state.config.jwt) {
-            let now = u64::try_from(state.clock.now_ms() / 1000).unwrap_or(0);
+        if let (Some(Ok(t)), Some(jwt)) = (bearer(parts), &auth.jwt) {
+            let now = u64::try_from(auth.clock.now_ms() / 1000).unwrap_or(0);
             if t.split('.').count() == 3 && jwt.is_operator(t, now) {
                 return Ok(Operator);
             }

@@ -3,12 +3,10 @@
 //! embedded mock provider and the `mock-provider` subcommand, `POST /dev/sessions`,
 //! `GET /dev/config`, `GET /dev/mailbox`, the `Payonce-Dev-Fault` header and failpoints.
 
-mod faults;
 mod mailbox;
 mod sessions;
 
 pub use crate::config::dev::{Command, DevArgs};
-pub(crate) use faults::{after_charge, dropped_response, failpoint, with_fault};
 
 use crate::config::ServerArgs;
 use crate::state::{AppState, RunError};
@@ -18,11 +16,6 @@ use payonce_mock_provider::{MockProvider, ProviderConfig};
 use payonce_protocol::body::paths;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-
-/// Arms the failpoints for the life of the process.
-pub(crate) fn arm(failpoints: &[crate::faults::Failpoint]) {
-    faults::arm(failpoints);
-}
 
 /// Runs a subcommand until SIGINT/SIGTERM.
 pub(crate) async fn run_command(command: Command) -> Result<(), RunError> {

@@ -63,8 +63,14 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/dev/mailbox"),
 ];
 
-/// The API as a router. `static_dir` files are served for paths no route claims.
-pub fn app(state: AppState, static_dir: Option<PathBuf>) -> Router {
+/// The API as a router, with `more` routes beside its own (dev mode's: the edge does not
+/// reach up to `src/dev/`, `src/server.rs` hands them in). `static_dir` files are served
+/// for paths no route claims.
+pub(crate) fn router(
+    state: AppState,
+    static_dir: Option<PathBuf>,
+    more: Router<AppState>,
+) -> Router {
     let cors = cors::layer(&state.config.cors, state.config.dev);
     let router = Router::new()
         .route(paths::CATALOG, get(catalog::list))
@@ -83,7 +89,7 @@ pub fn app(state: AppState, static_dir: Option<PathBuf>) -> Router {
         .route(paths::METRICS, get(metrics::serve))
         .route(&paths::refund("{id}"), post(refund::handler))
         .merge(admin::routes())
-        .merge(crate::dev::routes())
+        .merge(more)
         .method_not_allowed_fallback(method_not_allowed);
     let router = match static_dir {
         Some(dir) => {

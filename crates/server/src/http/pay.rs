@@ -3,8 +3,8 @@
 //! faults that act on the answer.
 
 use crate::auth::AuthUser;
-use crate::dev::failpoint;
 use crate::error::{AppError, AppResult};
+use crate::faults::failpoint;
 use crate::faults::Failpoint;
 use crate::http::extract::{ApiJson, DevFaultHeader, IdemKeyHeader, PathId};
 use crate::metrics::{self, PayOutcome, RedisLookup, ReplaySource};
@@ -130,7 +130,7 @@ pub(crate) async fn handler(
     }
     // The work runs in its own task: if the client hangs up mid-charge, the attempt is still
     // settled and stored, ready to replay on the retry.
-    let task = tokio::spawn(crate::journal::carry(crate::dev::with_fault(
+    let task = tokio::spawn(crate::journal::carry(crate::faults::with_fault(
         fault,
         run(state, user, order, key, req, first),
     )));
@@ -188,7 +188,7 @@ fn respond(result: AppResult<Reply>, fault: Option<DevFault>) -> Response {
     if matches!(&result, Ok(a) if a.is_final() && !a.replayed) {
         failpoint(Failpoint::AfterSave);
     }
-    if let Some(dropped) = crate::dev::dropped_response(fault) {
+    if let Some(dropped) = crate::faults::dropped_response(fault) {
         return dropped;
     }
     match result {

@@ -26,8 +26,8 @@
 //! ([`payonce_rules::pay_key::replay_of`]: one `SELECT`, or none when Redis or memory holds the
 //! answer), but only when rule 1 and rule 2 could give no other answer.
 
-use crate::dev::failpoint;
 use crate::error::{AppError, AppResult};
+use crate::faults::failpoint;
 use crate::faults::Failpoint;
 use crate::journal;
 use crate::metrics::ReplaySource;
@@ -364,7 +364,7 @@ async fn charge(state: &AppState, claim: &Claim) -> ChargeOutcome {
         .provider
         .charge(&a.provider_key, &charge_request(a))
         .await;
-    crate::dev::after_charge();
+    crate::faults::after_charge();
     failpoint(Failpoint::AfterCharge);
     outcome
 }

@@ -24,8 +24,8 @@
 //! whose key may still become ours (404, [`Subject::unknown_may_become_ours`]) stay
 //! unhandled: the provider's redelivery is their queue (crates/server/README.md, "Webhooks").
 
-use crate::dev::failpoint;
 use crate::error::{AppError, AppResult};
+use crate::faults::failpoint;
 use crate::faults::Failpoint;
 use crate::metrics::{self, WebhookResult};
 use crate::ops::{leftovers, pay, refunds};

@@ -22,9 +22,9 @@
 //! Any Redis failure → the rules. Nothing here can fail a request.
 
 use super::redis::RedisCache;
-use super::{get, lookup_label, put, redis_key, remember, Entry};
+use super::{get, lookup_label, put, redis_key, remember, Entry, Replays};
 use crate::metrics::{self, RedisLookup};
-use crate::state::AppState;
+use axum::extract::FromRef;
 use payonce_protocol::IdempotencyKey;
 use payonce_rules::pay::{Marked, MarkerVerdict, Unmark};
 use payonce_rules::Record;
@@ -42,14 +42,19 @@ pub(crate) fn new_marker() -> String {
 }
 
 /// Sets `marker` for `(user, key)` where nothing is, for one lease; what was there.
-pub(crate) async fn mark(
+pub(crate) async fn mark<S>(
     redis: &RedisCache,
-    state: &AppState,
+    state: &S,
     user: &str,
     key: &IdempotencyKey,
     marker: &str,
-) -> Marked {
-    let lease = u64::try_from(state.policy.lease_ms).unwrap_or(1).max(1);
+) -> Marked
+where
+    Replays: FromRef<S>,
+{
+    let lease = u64::try_from(Replays::from_ref(state).lease_ms)
+        .unwrap_or(1)
+        .max(1);
     let mut set = ::redis::cmd("SET");
     set.arg(redis_key(user, key))
         .arg(marker)
@@ -92,14 +97,17 @@ fn seen(entry: Option<Entry>) -> Marked {
 
 /// Leaves the cache of `(user, key)` as the machine says once the flow ended; `marker`: this
 /// request's own.
-pub(crate) async fn unmark(
+pub(crate) async fn unmark<S: Sync>(
     redis: &RedisCache,
-    state: &AppState,
+    state: &S,
     user: &str,
     key: &IdempotencyKey,
     marker: &str,
     unmark: Unmark<'_>,
-) {
+) where
+    Replays: FromRef<S>,
+{
+    let state = &Replays::from_ref(state);
     let rkey = redis_key(user, key);
     match unmark {
         // Settled by this request: the final row it stored, no second read.

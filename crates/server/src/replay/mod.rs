@@ -17,16 +17,33 @@ pub(crate) mod memory;
 pub(crate) mod redis;
 
 use self::redis::{CacheError, RedisCache};
+use crate::clock::Clock;
 use crate::metrics::{RedisLookup, ReplaySource};
 use crate::reply::Reply;
-use crate::state::AppState;
 use crate::store::attempts as db;
 use crate::store::orders::{get_order_and_key, OrderRow};
+use crate::store::Store;
+use axum::extract::FromRef;
 use payonce_protocol::{IdempotencyKey, PayRequest};
 use payonce_rules::pay_key::replay_of;
 use payonce_rules::policy::ttl_ms;
 use payonce_rules::{Final, Record};
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// What the replay path reads: the store, the two caches and the clock. A sub-state: the
+/// callers hand in any state it is taken from (`FromRef`, `src/state.rs`).
+#[derive(Clone)]
+pub(crate) struct Replays {
+    pub(crate) store: Store,
+    /// The Redis fast path, when `--redis-url` is set.
+    pub(crate) redis: Option<Arc<RedisCache>>,
+    /// Final attempts this process has replayed.
+    pub(crate) memory: Arc<memory::ReplayCache>,
+    pub(crate) clock: Arc<dyn Clock>,
+    /// How long a claim is leased (`Policy::lease_ms`): a claim marker lives as long.
+    pub(crate) lease_ms: i64,
+}
 
 /// What Redis holds under `idem:{user}:{key}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,7 +83,7 @@ pub(crate) async fn get(redis: &RedisCache, rkey: &str) -> Result<Option<Entry>,
 /// nothing is (a marker or entry written meanwhile is newer than this copy).
 pub(crate) async fn put(
     redis: &RedisCache,
-    state: &AppState,
+    state: &Replays,
     rkey: &str,
     record: &Record,
     nx: bool,
@@ -90,7 +107,7 @@ pub(crate) async fn put(
 }
 
 /// Caches the stored final record of `(user, key)`, if any; `nx` as in [`put`].
-pub(crate) async fn remember(state: &AppState, user: &str, key: &IdempotencyKey, nx: bool) {
+pub(crate) async fn remember(state: &Replays, user: &str, key: &IdempotencyKey, nx: bool) {
     let Some(redis) = &state.redis else { return };
     if let Ok(Some(record)) = db::find(state.store.pool(), user, key.as_str()).await {
         put(redis, state, &redis_key(user, key), &record, nx).await;
@@ -116,13 +133,17 @@ pub(crate) enum First {
 /// The replay of a finished attempt, before the order is read (`replay_of` says why that is
 /// safe). A miss, a failure, a mismatch, a key in flight or a new key all continue to the
 /// pay rules, which answer exactly as they would have.
-pub(crate) async fn first(
-    state: &AppState,
+pub(crate) async fn first<S: Sync>(
+    state: &S,
     user: &str,
     order_id: &str,
     key: &IdempotencyKey,
     req: &PayRequest,
-) -> First {
+) -> First
+where
+    Replays: FromRef<S>,
+{
+    let state = &Replays::from_ref(state);
     // The order is not read yet: `replay_of` needs only the record and the request.
     let r = payonce_rules::PayRequest {
         user,
@@ -132,7 +153,7 @@ pub(crate) async fn first(
         extras: &req.extras,
         current: None,
     };
-    if let Some(answer) = state.replays.replay(key.as_str(), state.clock.now_ms(), &r) {
+    if let Some(answer) = state.memory.replay(key.as_str(), state.clock.now_ms(), &r) {
         return First::Answered(Reply::replay(answer), ReplaySource::Memory);
     }
     let mut refill = None;
@@ -142,7 +163,7 @@ pub(crate) async fn first(
             Ok(Some(Entry::Final(f))) => {
                 let record = Record::Final(f);
                 if let Some(answer) = replay_of(&record, &r) {
-                    state.replays.put(user, key.as_str(), &record);
+                    state.memory.put(user, key.as_str(), &record);
                     return First::Answered(Reply::replay(answer), ReplaySource::Redis);
                 }
             }
@@ -168,7 +189,7 @@ pub(crate) async fn first(
     let Some((rec, answer)) = rec.and_then(|rec| replay_of(&rec, &r).map(|a| (rec, a))) else {
         return First::Continue;
     };
-    state.replays.put(user, key.as_str(), &rec);
+    state.memory.put(user, key.as_str(), &rec);
     if let Some((redis, rkey)) = refill {
         put(redis, state, &rkey, &rec, true).await;
     }

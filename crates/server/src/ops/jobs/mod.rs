@@ -37,8 +37,8 @@
 //! charge that the customer committed to, the order is still locked for it, and the same
 //! provider key makes the re-drive safe even if an earlier call lands late.
 
-use crate::dev::failpoint;
 use crate::error::AppResult;
+use crate::faults::failpoint;
 use crate::faults::Failpoint;
 use crate::mailer::receipt;
 use crate::metrics;
