@@ -4,7 +4,6 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, ConfigError};
 use crate::ids::{IdSource, RandomIds};
 use crate::store::{Store, StoreError};
-use axum::extract::FromRef;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -77,8 +76,8 @@ pub struct AppState {
     pub(crate) policy: payonce_rules::Policy,
     /// The database figures of `GET /metrics`, read at most once per their max age.
     pub(crate) gauges: Arc<crate::metrics::GaugeCache>,
-    /// The operator API's token, shared by every request's extractor (`src/auth/mod.rs`).
-    pub(crate) operator_token: Option<Arc<crate::secret::Secret>>,
+    /// What the auth extractors read (`src/auth/mod.rs`), built once.
+    pub(crate) auth: crate::auth::AuthState,
 }
 
 impl AppState {
@@ -109,7 +108,12 @@ impl AppState {
             clock: Arc::new(SystemClock),
             ids: Arc::new(RandomIds),
             policy: config.policy,
-            operator_token: config.operator_token.clone().map(Arc::new),
+            auth: crate::auth::AuthState {
+                sessions: config.sessions.clone(),
+                jwt: config.jwt.clone(),
+                operator_token: config.operator_token.clone().map(Arc::new),
+                clock: Arc::new(SystemClock),
+            },
             config: Arc::new(config),
             gauges: Arc::default(),
         })
@@ -123,6 +127,7 @@ impl AppState {
             &self.config.rates,
             &limiter_clock,
         ));
+        self.auth.clock = clock.clone();
         self.clock = clock;
         self
     }
@@ -138,48 +143,57 @@ impl AppState {
 // Sub-states: a handler that needs one part of the state says so in its signature
 // (`State<Store>`, `State<Arc<Config>>`, …) instead of taking all of it.
 
-impl FromRef<AppState> for Store {
-    fn from_ref(s: &AppState) -> Self {
-        s.store.clone()
-    }
-}
-
-impl FromRef<AppState> for Arc<Config> {
-    fn from_ref(s: &AppState) -> Self {
-        s.config.clone()
-    }
-}
-
-impl FromRef<AppState> for Arc<dyn Clock> {
-    fn from_ref(s: &AppState) -> Self {
-        s.clock.clone()
-    }
-}
-
-/// What the auth extractors read (`src/auth/mod.rs`).
-impl FromRef<AppState> for crate::auth::AuthState {
-    fn from_ref(s: &AppState) -> Self {
-        Self {
-            sessions: s.config.sessions.clone(),
-            jwt: s.config.jwt.clone(),
-            operator_token: s.operator_token.clone(),
-            clock: s.clock.clone(),
+/// `impl FromRef<AppState>` for a sub-state whose fields are the state's fields of the same
+/// names (each cloned: handles and `Arc`s).
+macro_rules! sub_state {
+    ($sub:ty { $($field:ident),+ $(,)? }) => {
+        impl axum::extract::FromRef<$crate::state::AppState> for $sub {
+            fn from_ref(s: &$crate::state::AppState) -> Self {
+                Self { $($field: s.$field.clone()),+ }
+            }
         }
-    }
+    };
+    // One field of the state as it is.
+    ($sub:ty = $field:ident) => {
+        impl axum::extract::FromRef<$crate::state::AppState> for $sub {
+            fn from_ref(s: &$crate::state::AppState) -> Self {
+                s.$field.clone()
+            }
+        }
+    };
+}
+pub(crate) use sub_state;
+
+sub_state!(Store = store);
+sub_state!(Arc<Config> = config);
+sub_state!(Arc<dyn Clock> = clock);
+// What the auth extractors read (`src/auth/mod.rs`).
+sub_state!(crate::auth::AuthState = auth);
+
+// What the replay path reads (`src/replay/mod.rs`).
+sub_state!(crate::replay::Replays {
+    store,
+    redis,
+    replays,
+    clock,
+    policy
+});
+
+/// Both ledgers and the clock: the store, the provider and `now`, what an operation that
+/// reads the provider and writes what it found needs (`src/ops/leftovers.rs`,
+/// `src/ops/sweep.rs`).
+#[derive(Clone)]
+pub(crate) struct Ledgers {
+    pub(crate) store: Store,
+    pub(crate) provider: crate::provider::Provider,
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
-/// What the replay path reads (`src/replay/mod.rs`).
-impl FromRef<AppState> for crate::replay::Replays {
-    fn from_ref(s: &AppState) -> Self {
-        Self {
-            store: s.store.clone(),
-            redis: s.redis.clone(),
-            memory: s.replays.clone(),
-            clock: s.clock.clone(),
-            lease_ms: s.policy.lease_ms,
-        }
-    }
-}
+sub_state!(Ledgers {
+    store,
+    provider,
+    clock
+});
 
 /// What `GET /metrics` reads: the store's figures, the gauges' cache, Redis's and the clock.
 #[derive(Clone)]
@@ -191,17 +205,13 @@ pub(crate) struct MetricsState {
     pub(crate) redis: Option<Arc<crate::replay::redis::RedisCache>>,
 }
 
-impl FromRef<AppState> for MetricsState {
-    fn from_ref(s: &AppState) -> Self {
-        Self {
-            store: s.store.clone(),
-            config: s.config.clone(),
-            clock: s.clock.clone(),
-            gauges: s.gauges.clone(),
-            redis: s.redis.clone(),
-        }
-    }
-}
+sub_state!(MetricsState {
+    store,
+    config,
+    clock,
+    gauges,
+    redis
+});
 
 /// What dev mode's own endpoints read: the config (is it dev mode, the sessions) and where
 /// the embedded provider listens.
@@ -214,12 +224,8 @@ pub(crate) struct DevState {
 }
 
 #[cfg(feature = "dev")]
-impl FromRef<AppState> for DevState {
-    fn from_ref(s: &AppState) -> Self {
-        Self {
-            config: s.config.clone(),
-            clock: s.clock.clone(),
-            provider_url: s.provider_url.clone(),
-        }
-    }
-}
+sub_state!(DevState {
+    config,
+    clock,
+    provider_url
+});

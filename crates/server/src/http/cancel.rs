@@ -23,7 +23,7 @@ pub(crate) async fn handler(
         k.order_id = Some(order_id.to_string());
         k.key = Some(req.key.as_str().to_owned());
     });
-    let order = load_owned(&state, &order_id, &user).await?;
+    let order = load_owned(&state.store, &order_id, &user).await?;
     // In its own task, like pay: a hang-up must not abort a half-written tombstone decision.
     let task = tokio::spawn(crate::journal::carry(async move {
         cancel::cancel(&state, &user, &order, &req.key).await

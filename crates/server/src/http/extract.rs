@@ -2,11 +2,11 @@
 //! header and the dev fault header. Every rejection is an [`AppError`] problem with a stable
 //! code, never axum's plain-text default.
 
+use crate::config::Config;
 use crate::error::AppError;
-use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::rejection::{JsonRejection, PathRejection};
-use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{header::CONTENT_TYPE, StatusCode};
 use axum::Json;
@@ -200,10 +200,10 @@ impl<S: Send + Sync> FromRequestParts<S> for PathId {
 /// the order first (404) and only then the key (400), so the verdict is kept for the handler.
 pub(crate) struct IdemKeyHeader(pub Result<IdempotencyKey, AppError>);
 
-impl FromRequestParts<AppState> for IdemKeyHeader {
+impl<S: Send + Sync> FromRequestParts<S> for IdemKeyHeader {
     type Rejection = std::convert::Infallible;
 
-    async fn from_request_parts(parts: &mut Parts, _: &AppState) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
         Ok(Self(parse_key_header(parts)))
     }
 }
@@ -234,17 +234,17 @@ pub(crate) fn parse_key_header(parts: &Parts) -> Result<IdempotencyKey, AppError
 /// `DEV_MODE_REQUIRED`): a production server must never drop responses on request.
 pub(crate) struct DevFaultHeader(pub Option<DevFault>);
 
-impl FromRequestParts<AppState> for DevFaultHeader {
+impl<S: Send + Sync> FromRequestParts<S> for DevFaultHeader
+where
+    std::sync::Arc<Config>: FromRef<S>,
+{
     type Rejection = AppError;
 
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &AppState,
-    ) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         let Some(value) = parts.headers.get(DEV_FAULT) else {
             return Ok(Self(None));
         };
-        if !state.config.dev {
+        if !std::sync::Arc::<Config>::from_ref(state).dev {
             return Err(AppError::detail(
                 ErrorCode::DevModeRequired,
                 "fault injection is available only when the server runs with --dev",

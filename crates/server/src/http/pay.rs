@@ -109,7 +109,7 @@ pub(crate) async fn handler(
     let (order, first) = match read {
         Some(Ok((order, record))) => (order, Some(record)),
         Some(Err(code)) => return AppError::code(code).into_response(),
-        None => match load_owned(&state, &order_id, &user).await {
+        None => match load_owned(&state.store, &order_id, &user).await {
             Ok(o) => (o, None),
             Err(e) => return e.into_response(),
         },

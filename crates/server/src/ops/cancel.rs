@@ -64,7 +64,7 @@ pub(crate) async fn cancel(
                     Some(id) => paid_with(pool, id).await?,
                     None => None,
                 };
-                let payment = payment(state, payment_id).await?;
+                let payment = payment(&state.store, payment_id).await?;
                 m.on_paid(paid.as_deref(), payment);
             }
             Effect::Spend => {
@@ -91,16 +91,16 @@ pub(crate) async fn cancel(
             }
             Effect::ReadPayment { attempt_id } => {
                 let id = payment_of_attempt(state.store.pool(), &attempt_id).await?;
-                m.on_payment(payment(state, id).await?);
+                m.on_payment(payment(&state.store, id).await?);
             }
         }
     }
     Err(AppError::internal("the cancel did not end"))
 }
 
-async fn payment(state: &AppState, id: Option<PaymentId>) -> AppResult<Option<Payment>> {
+async fn payment(store: &crate::store::Store, id: Option<PaymentId>) -> AppResult<Option<Payment>> {
     Ok(match id {
-        Some(id) => get_payment(state.store.pool(), &id).await?,
+        Some(id) => get_payment(store.pool(), &id).await?,
         None => None,
     })
 }

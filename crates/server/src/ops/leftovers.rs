@@ -15,8 +15,10 @@
 
 use crate::error::{AppError, AppResult};
 use crate::metrics::{self, LeftoverResult};
-use crate::state::AppState;
+use crate::provider::Provider;
+use crate::state::Ledgers;
 use crate::store;
+use axum::extract::FromRef;
 use payonce_protocol::AttemptStatus;
 use payonce_rules::plan::{self, Leftover, Lookup, Stray};
 use payonce_rules::{Processing, Record};
@@ -24,9 +26,8 @@ use payonce_rules::{Processing, Record};
 /// Cancels attempt `a`'s uncharged payment object at the provider (idempotent: the cancel
 /// has its own idempotency key, and cancelling a canceled object changes nothing), then
 /// returns the object as the provider holds it.
-pub(crate) async fn cancel(state: &AppState, a: &Processing) -> Lookup {
-    let lookup = state
-        .provider
+pub(crate) async fn cancel(provider: &Provider, a: &Processing) -> Lookup {
+    let lookup = provider
         .cancel_uncharged(&a.provider_key, a.provider_ref.as_deref())
         .await;
     match plan::leftover(lookup.clone()) {
@@ -50,12 +51,16 @@ pub(crate) async fn cancel(state: &AppState, a: &Processing) -> Lookup {
 /// `provider_ref`: how the provider finds it). For an attempt settled without a charge the
 /// provider is asked (the event is a hint) and a charge is flagged ([`Stray`]). True when
 /// the event had an effect; `Err` when the provider could not tell (deliver it again).
-pub(crate) async fn after_final(
-    state: &AppState,
+pub(crate) async fn after_final<S: Sync>(
+    state: &S,
     row: &Record,
     provider_key: &str,
     provider_ref: Option<&str>,
-) -> AppResult<bool> {
+) -> AppResult<bool>
+where
+    Ledgers: FromRef<S>,
+{
+    let state = &Ledgers::from_ref(state);
     let Record::Final(f) = row else {
         return Ok(false);
     };

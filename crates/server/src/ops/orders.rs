@@ -3,28 +3,53 @@
 //! conditional update, the checks before it only pick the right error.
 
 use crate::catalog::{price_cart, MAX_ADDRESS};
+use crate::clock::Clock;
+use crate::config::Config;
 use crate::error::{AppError, AppResult};
-use crate::state::AppState;
+use crate::ids::IdSource;
+use crate::limits::Limits;
 use crate::store::audit::Entry;
 use crate::store::orders::{self as db, OrderRow};
 use crate::store::payments::get_payment;
+use crate::store::Store;
 use payonce_protocol::{CreateOrderRequest, ErrorCode, Order, OrderStatus, UpdateCartRequest};
 use payonce_rules::ids::OrderId;
 use payonce_rules::plan::AuditState::Cart;
 use payonce_rules::policy::Bucket;
+use std::sync::Arc;
+
+/// What the order operations read: the store, the clock, the id source, the per-user rate
+/// limits and the catalog (`--catalog`, in the config). A sub-state: the handlers of
+/// `src/http/orders.rs` take it, not the whole state.
+#[derive(Clone)]
+pub(crate) struct Orders {
+    pub(crate) store: Store,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) ids: Arc<dyn IdSource>,
+    pub(crate) limits: Arc<Limits>,
+    pub(crate) config: Arc<Config>,
+}
+
+crate::state::sub_state!(Orders {
+    store,
+    clock,
+    ids,
+    limits,
+    config
+});
 
 /// Loads the caller's order or answers 404 (also for someone else's order: its existence is
 /// not the caller's business).
-pub(crate) async fn load_owned(state: &AppState, id: &str, user: &str) -> AppResult<OrderRow> {
-    db::get_order(state.store.pool(), id, user)
+pub(crate) async fn load_owned(store: &Store, id: &str, user: &str) -> AppResult<OrderRow> {
+    db::get_order(store.pool(), id, user)
         .await?
         .ok_or_else(|| AppError::code(ErrorCode::OrderNotFound))
 }
 
 /// The wire view of an order.
-pub(crate) async fn view(state: &AppState, row: OrderRow) -> AppResult<Order> {
+pub(crate) async fn view(store: &Store, row: OrderRow) -> AppResult<Order> {
     let payment = match &row.payment_id {
-        Some(id) => get_payment(state.store.pool(), id).await?,
+        Some(id) => get_payment(store.pool(), id).await?,
         None => None,
     };
     Ok(Order {
@@ -55,7 +80,7 @@ fn check_address(address: Option<&str>) -> AppResult<()> {
 
 /// Creates an unpaid order at version 1, priced from the catalog.
 pub(crate) async fn create(
-    state: &AppState,
+    state: &Orders,
     user: &str,
     req: &CreateOrderRequest,
 ) -> AppResult<OrderRow> {
@@ -76,7 +101,7 @@ pub(crate) async fn create(
     let entry = Entry::change(user, "order", &id, None, Cart(1), "order created");
     let address = req.address.as_deref();
     db::create(&state.store, &id, user, &priced, address, &entry, now).await?;
-    load_owned(state, &id, user).await
+    load_owned(&state.store, &id, user).await
 }
 
 /// An optional member after a cart edit: an empty string removes it, an absent one keeps it.
@@ -93,7 +118,7 @@ const CART_RETRIES: usize = 5;
 /// The cart rule: edits bump the version; refused while an attempt is active
 /// (`PAYMENT_IN_PROGRESS`) and once paid (`ORDER_ALREADY_PAID`).
 pub(crate) async fn change_cart(
-    state: &AppState,
+    state: &Orders,
     user: &str,
     id: &str,
     req: &UpdateCartRequest,
@@ -101,7 +126,7 @@ pub(crate) async fn change_cart(
     check_address(req.address.as_deref())?;
     let catalog = state.config.catalog.as_ref();
     for _ in 0..CART_RETRIES {
-        let current = load_owned(state, id, user).await?;
+        let current = load_owned(&state.store, id, user).await?;
         if current.status != OrderStatus::Unpaid {
             return Err(AppError::code(ErrorCode::OrderAlreadyPaid));
         }
@@ -128,7 +153,7 @@ pub(crate) async fn change_cart(
         let version = current.version;
         let store = &state.store;
         if db::change_cart(store, id, user, version, &priced, address, &entry, now).await? {
-            return load_owned(state, id, user).await;
+            return load_owned(&state.store, id, user).await;
         }
         // The order moved under us (paid, locked, or edited elsewhere): re-read and decide again.
     }

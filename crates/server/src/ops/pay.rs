@@ -339,7 +339,7 @@ async fn steps(
                 m.on_settled(settled);
             }
             Effect::CancelLeftover(claim) => {
-                let lookup = crate::ops::leftovers::cancel(state, &claim.attempt).await;
+                let lookup = crate::ops::leftovers::cancel(&state.provider, &claim.attempt).await;
                 m.on_leftover(lookup);
             }
             Effect::Release { claim, now } => {

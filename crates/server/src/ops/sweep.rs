@@ -11,8 +11,9 @@
 //! write is conditional (`src/store/sweep.rs`), and a cancel is idempotent at the provider.
 
 use crate::provider::Listed;
-use crate::state::AppState;
+use crate::state::{AppState, Ledgers};
 use crate::store::sweep as db;
+use axum::extract::FromRef;
 use payonce_rules::plan::{self, Leftover};
 use payonce_rules::sweep::{self, Action};
 use std::time::Duration;
@@ -72,12 +73,16 @@ impl Report {
 
 /// Sweeps the objects created at `since_ms` or later, from the page after `after`, at most
 /// `pages` pages (`None`: to the end).
-pub(crate) async fn sweep(
-    state: &AppState,
+pub(crate) async fn sweep<S: Sync>(
+    state: &S,
     since_ms: i64,
     mut after: Option<String>,
     pages: Option<usize>,
-) -> Result<Report, SweepError> {
+) -> Result<Report, SweepError>
+where
+    Ledgers: FromRef<S>,
+{
+    let state = &Ledgers::from_ref(state);
     let mut report = Report::default();
     for _ in 0..pages.unwrap_or(usize::MAX) {
         let page = state
@@ -98,7 +103,7 @@ pub(crate) async fn sweep(
 }
 
 /// Decides and performs one object, and reports it.
-async fn one(state: &AppState, object: &Listed, report: &mut Report) -> Result<(), SweepError> {
+async fn one(state: &Ledgers, object: &Listed, report: &mut Report) -> Result<(), SweepError> {
     let known = match &object.provider_key {
         Some(key) => db::known(state.store.pool(), key).await?,
         None => payonce_rules::sweep::Known::Nothing,

@@ -52,7 +52,7 @@ pub(crate) async fn mark<S>(
 where
     Replays: FromRef<S>,
 {
-    let lease = u64::try_from(Replays::from_ref(state).lease_ms)
+    let lease = u64::try_from(Replays::from_ref(state).policy.lease_ms)
         .unwrap_or(1)
         .max(1);
     let mut set = ::redis::cmd("SET");

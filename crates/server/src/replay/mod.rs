@@ -39,10 +39,10 @@ pub(crate) struct Replays {
     /// The Redis fast path, when `--redis-url` is set.
     pub(crate) redis: Option<Arc<RedisCache>>,
     /// Final attempts this process has replayed.
-    pub(crate) memory: Arc<memory::ReplayCache>,
+    pub(crate) replays: Arc<memory::ReplayCache>,
     pub(crate) clock: Arc<dyn Clock>,
-    /// How long a claim is leased (`Policy::lease_ms`): a claim marker lives as long.
-    pub(crate) lease_ms: i64,
+    /// The lease of a claim (`Policy::lease_ms`): a claim marker lives as long.
+    pub(crate) policy: payonce_rules::Policy,
 }
 
 /// What Redis holds under `idem:{user}:{key}`.
@@ -153,7 +153,7 @@ where
         extras: &req.extras,
         current: None,
     };
-    if let Some(answer) = state.memory.replay(key.as_str(), state.clock.now_ms(), &r) {
+    if let Some(answer) = state.replays.replay(key.as_str(), state.clock.now_ms(), &r) {
         return First::Answered(Reply::replay(answer), ReplaySource::Memory);
     }
     let mut refill = None;
@@ -163,7 +163,7 @@ where
             Ok(Some(Entry::Final(f))) => {
                 let record = Record::Final(f);
                 if let Some(answer) = replay_of(&record, &r) {
-                    state.memory.put(user, key.as_str(), &record);
+                    state.replays.put(user, key.as_str(), &record);
                     return First::Answered(Reply::replay(answer), ReplaySource::Redis);
                 }
             }
@@ -189,7 +189,7 @@ where
     let Some((rec, answer)) = rec.and_then(|rec| replay_of(&rec, &r).map(|a| (rec, a))) else {
         return First::Continue;
     };
-    state.memory.put(user, key.as_str(), &rec);
+    state.replays.put(user, key.as_str(), &rec);
     if let Some((redis, rkey)) = refill {
         put(redis, state, &rkey, &rec, true).await;
     }
