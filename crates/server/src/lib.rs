@@ -27,7 +27,7 @@
 //!   (its flags are `config/dev.rs`); `dev_off.rs` stands in for it without the feature.
 //! - `journal`: the journal's shell (a request's or job's scope, provider-call entries);
 //!   its table and reads are `store/journal.rs`, its request entries `http/journal.rs`.
-//! - `state` ([`AppState`]), `server` ([`run`]), `listen`: wiring, listeners, graceful shutdown.
+//! - `state` ([`AppState`]), `server` ([`dispatch`]), `listen`: wiring, listeners, graceful shutdown.
 //!
 //! Each module stands on a floor and imports only from its own and those below
 //! (`FLOORS` in tests/blackbox/layout.rs, lowest first: the base types, the infrastructure,
@@ -74,6 +74,6 @@ pub use dev::{Command, DevArgs};
 pub use http::{MAX_BODY_BYTES, ROUTES};
 #[doc(hidden)]
 pub use ops::jobs::{cleanup as run_cleanup, round as run_jobs};
-pub use server::{app, run};
+pub use server::{app, dispatch};
 pub use state::{AppState, RunError};
 pub use store::{Backend, Store};

@@ -16,7 +16,7 @@ async fn main() -> ExitCode {
         .with_ansi(false)
         .init();
     let cli = payonce_server::Cli::parse();
-    match payonce_server::run(cli).await {
+    match payonce_server::dispatch(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // One line per problem (an unsafe configuration names each of them).

@@ -15,7 +15,7 @@ pub fn app(state: AppState, static_dir: Option<std::path::PathBuf>) -> axum::Rou
 }
 
 /// Runs what the command line asks for until SIGINT/SIGTERM.
-pub async fn run(cli: Cli) -> Result<(), RunError> {
+pub async fn dispatch(cli: Cli) -> Result<(), RunError> {
     use crate::config::Command;
     match cli.command {
         Some(Command::Migrate {
@@ -46,7 +46,7 @@ pub async fn run(cli: Cli) -> Result<(), RunError> {
             timeline(&url, &order_id).await
         }
         Some(Command::Dev(command)) => crate::dev::run_command(command).await,
-        None => run_api(cli.server).await,
+        None => serve_api(cli.server).await,
     }
 }
 
@@ -119,7 +119,7 @@ async fn erase_user(url: &str, user: &str) -> Result<(), RunError> {
     Ok(())
 }
 
-async fn run_api(args: ServerArgs) -> Result<(), RunError> {
+async fn serve_api(args: ServerArgs) -> Result<(), RunError> {
     let config = Config::from_args(&args)?;
     crate::faults::arm(&config.failpoints);
     if args.sessions.secrets.is_empty() && config.sessions.is_some() {
@@ -159,10 +159,10 @@ async fn run_api(args: ServerArgs) -> Result<(), RunError> {
         redis.announce().await.map_err(handshake("--redis-url"))?;
     }
     if let Some(every) = jobs_interval {
-        tokio::spawn(crate::ops::jobs::run(state.clone(), every));
+        tokio::spawn(crate::ops::jobs::work_every(state.clone(), every));
     }
     if let Some((every, window)) = args.sweep.job() {
-        tokio::spawn(crate::ops::sweep::run(state.clone(), every, window));
+        tokio::spawn(crate::ops::sweep::sweep_every(state.clone(), every, window));
     }
     if let Some(jwt) = state.config.jwt.clone().filter(|j| j.has_jwks()) {
         tokio::spawn(reload_jwks(jwt));

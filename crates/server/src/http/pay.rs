@@ -84,25 +84,9 @@ pub(crate) async fn handler(
     // record read here, so the full path does not look the key up twice.
     let mut read = None;
     if let (Ok(k), None) = (&key, &refused) {
-        match replay::first(&state, &user, &order_id, k, &req).await {
-            First::Answered(answer, source) => {
-                let about = About {
-                    user: Some(&user),
-                    order_id: Some(&order_id),
-                    key: Some(k.as_str()),
-                    ..About::default()
-                };
-                crate::journal::decided(&payonce_rules::decision::replayed(), &about).await;
-                // Through the per-request rate limit, and counted like any other answer.
-                let result = state.limits.check(Bucket::Requests, &user).map(|()| answer);
-                if result.is_ok() && source == ReplaySource::Redis {
-                    metrics::redis_lookup(RedisLookup::Replay);
-                }
-                count(&result, source);
-                return respond(result, fault);
-            }
-            First::Read(r) => read = Some(r.ok_or(ErrorCode::OrderNotFound)),
-            First::Continue => {}
+        match replay_first(&state, &user, &order_id, k, &req).await {
+            Ok(r) => read = r,
+            Err(replayed) => return respond(replayed, fault),
         }
     }
     // Rule 1: the order must be the caller's, then the key must be there and well formed.
@@ -132,7 +116,7 @@ pub(crate) async fn handler(
     // settled and stored, ready to replay on the retry.
     let task = tokio::spawn(crate::journal::carry(crate::faults::with_fault(
         fault,
-        run(state, user, order, key, req, first),
+        answer(state, user, order, key, req, first),
     )));
     let result = match task.await {
         Ok(r) => r,
@@ -141,9 +125,41 @@ pub(crate) async fn handler(
     respond(result, fault)
 }
 
+/// What the replay path read for the rules (`None`: nothing, they read it themselves;
+/// `Some(Err)`: the order is not the caller's), or `Err` with the answer of a finished
+/// attempt it replayed, through the per-request rate limit and counted like any other.
+async fn replay_first(
+    state: &AppState,
+    user: &str,
+    order_id: &str,
+    key: &IdempotencyKey,
+    req: &PayRequest,
+) -> Result<Option<Result<(OrderRow, Option<Record>), ErrorCode>>, AppResult<Reply>> {
+    match replay::first(state, user, order_id, key, req).await {
+        First::Answered(answer, source) => {
+            let about = About {
+                user: Some(user),
+                order_id: Some(order_id),
+                key: Some(key.as_str()),
+                ..About::default()
+            };
+            crate::journal::decided(&payonce_rules::decision::replayed(), &about).await;
+            // Through the per-request rate limit, and counted like any other answer.
+            let result = state.limits.check(Bucket::Requests, user).map(|()| answer);
+            if result.is_ok() && source == ReplaySource::Redis {
+                metrics::redis_lookup(RedisLookup::Replay);
+            }
+            count(&result, source);
+            Err(result)
+        }
+        First::Read(r) => Ok(Some(r.ok_or(ErrorCode::OrderNotFound))),
+        First::Continue => Ok(None),
+    }
+}
+
 /// One pay request after authentication and input checks: the rate limit, the rules (behind
 /// the Redis claim marker when Redis is on), and the metrics of the answer.
-async fn run(
+async fn answer(
     state: AppState,
     user: String,
     order: OrderRow,
@@ -156,7 +172,7 @@ async fn run(
         count(&result, ReplaySource::Database);
         return result;
     }
-    let (result, source) = pay::run(&state, &user, &order, &key, &req, first).await;
+    let (result, source) = pay::pay(&state, &user, &order, &key, &req, first).await;
     count(&result, source);
     result
 }

@@ -34,7 +34,7 @@ pub(crate) async fn handler(
         crate::journal::learn(|k| k.key = Some(key.as_str().to_owned()));
         // In its own task, like pay: a hang-up must not abort a half-stored refund.
         let task = tokio::spawn(crate::journal::carry(async move {
-            refunds::run(&state, &user, &key, payment, attempt_id).await
+            refunds::refund(&state, &user, &key, payment, attempt_id).await
         }));
         task.await.map_err(AppError::task("refund"))?
     }

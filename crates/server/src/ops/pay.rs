@@ -75,7 +75,7 @@ pub(crate) fn order_of(order: &OrderRow) -> pay::Order {
 /// deleted at the end of retention), a missing one is claimed under the unique index (a lost
 /// slot decides again), and every decision taken on a processing record is a conditional
 /// write (take-over) or a wait, which looks again when the row moved meanwhile.
-pub(crate) async fn run(
+pub(crate) async fn pay(
     state: &AppState,
     user: &str,
     order: &OrderRow,

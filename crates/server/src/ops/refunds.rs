@@ -47,7 +47,7 @@ const MAX_EFFECTS: usize = 1_000;
 /// `key`, by the rule every keyed operation shares (`crates/rules/src/keyed.rs`): the
 /// refund's fingerprint is the caller and the payment, so the key on another payment is a
 /// 422; a final key replays; a processing one reads the provider again under its lease.
-pub(crate) async fn run(
+pub(crate) async fn refund(
     state: &AppState,
     user: &str,
     key: &IdempotencyKey,

@@ -4,7 +4,7 @@
 //! payment the store does not account for is flagged for review (an audit row, the order
 //! held), never refunded nor marked paid. `payonce-server sweep --since T` runs it once
 //! and prints a [`Report`] (docs/deploy.md, "Restoring"); the background job
-//! ([`run`], `--sweep-interval-secs`) runs it over the last `--sweep-window-secs`, a
+//! ([`sweep_every`], `--sweep-interval-secs`) runs it over the last `--sweep-window-secs`, a
 //! bounded number of pages per round.
 //!
 //! Safe beside live traffic: an object whose attempt is processing is left to it, every
@@ -169,7 +169,7 @@ async fn one(state: &Ledgers, object: &Listed, report: &mut Report) -> Result<()
 /// [`PAGES_PER_ROUND`] pages of `crate::provider::PAGE` objects; a round that stops at its bound goes on
 /// from there the next time, and the one after the last page starts again from the newest.
 /// The first round runs one `every` after the start.
-pub(crate) async fn run(state: AppState, every: Duration, window: Duration) {
+pub(crate) async fn sweep_every(state: AppState, every: Duration, window: Duration) {
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut after = None;

@@ -29,7 +29,7 @@ pub(crate) async fn erase_user(
         Statement::new("DELETE FROM mailbox WHERE user_id = $1", vec![user.into()]),
         audit::insert(entry, now),
     ];
-    let counts = store.run(list).await?;
+    let counts = store.commit(list).await?;
     Ok(Erased {
         addresses: counts[0],
         mails: counts[1],

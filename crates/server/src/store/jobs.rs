@@ -54,7 +54,7 @@ pub(crate) async fn lease(store: &Store, id: &str, now: i64, until: i64) -> sqlx
          WHERE id = $2 AND done_at IS NULL AND (locked_until IS NULL OR locked_until <= $3)",
         vec![until.into(), id.into(), now.into()],
     );
-    Ok(store.run(vec![lease]).await?[0] == 1)
+    Ok(store.commit(vec![lease]).await?[0] == 1)
 }
 
 /// What a receipt says, read from the stored order and payment (never recomputed).
@@ -144,7 +144,7 @@ pub(crate) async fn settle(
         ..About::default()
     };
     list.push(log::decision(&how.decision(), &about, now));
-    let counts = store.run(list).await?;
+    let counts = store.commit(list).await?;
     Ok(counts[0] == 1)
 }
 

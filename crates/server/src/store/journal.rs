@@ -346,7 +346,7 @@ pub(crate) async fn append(store: &Store, entries: &[Entry]) -> sqlx::Result<()>
     if entries.is_empty() {
         return Ok(());
     }
-    store.run(entries.iter().map(insert).collect()).await?;
+    store.commit(entries.iter().map(insert).collect()).await?;
     Ok(())
 }
 

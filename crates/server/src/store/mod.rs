@@ -461,7 +461,7 @@ impl Store {
     /// PostgreSQL in a transaction of the pool, whose row locks and unique indexes serialize
     /// the conflicting statements themselves.
     ///
-    /// Every write of the server is a plan of `store/` ([`Store::transact`], [`Store::run`]):
+    /// Every write of the server is a plan of `store/` ([`Store::transact`], [`Store::commit`]):
     /// private to this folder, and the layout test (tests/blackbox/layout.rs) fails on a
     /// write transaction opened anywhere else.
     pub(in crate::store) async fn write<T, E, F>(&self, f: F) -> Result<T, E>
@@ -505,10 +505,10 @@ impl Store {
         }
     }
 
-    /// Runs `list` as one transaction of its own (`tx.rs`): on SQLite in the writer, on
+    /// Commits `list` as one transaction of its own (`tx.rs`): on SQLite in the writer, on
     /// PostgreSQL as one statement on the pool (atomic by itself: no `BEGIN`/`COMMIT`
     /// round trips). How many rows each statement changed.
-    async fn run(&self, list: Vec<tx::Statement>) -> sqlx::Result<Vec<u64>> {
+    async fn commit(&self, list: Vec<tx::Statement>) -> sqlx::Result<Vec<u64>> {
         match self.backend {
             Backend::Sqlite => self.transact(list, |counts| Ok(counts.to_vec())).await,
             Backend::Postgres => tx::chained(&self.pool, &list).await,

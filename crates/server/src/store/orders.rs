@@ -146,7 +146,9 @@ pub(crate) async fn create(
          SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, 'unpaid', 1, NULL, NULL, $10, $10 WHERE true",
         args,
     );
-    store.run(vec![insert, audit::insert(entry, now)]).await?;
+    store
+        .commit(vec![insert, audit::insert(entry, now)])
+        .await?;
     Ok(())
 }
 
@@ -173,7 +175,9 @@ pub(crate) async fn change_cart(
         args,
     )
     .need(Need::Row);
-    let counts = store.run(vec![update, audit::insert(entry, now)]).await?;
+    let counts = store
+        .commit(vec![update, audit::insert(entry, now)])
+        .await?;
     Ok(counts[0] == 1)
 }
 

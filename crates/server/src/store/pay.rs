@@ -218,7 +218,7 @@ pub(crate) async fn settle(
     let list = settle_statements(a, plan, ids, now).ok_or_else(|| {
         sqlx::Error::Protocol("a settle plan without rows to write reached the store".into())
     })?;
-    let counts = store.run(list).await?;
+    let counts = store.commit(list).await?;
     Ok(counts[0] == 1)
 }
 
@@ -329,7 +329,7 @@ pub(crate) async fn take_over(store: &Store, take: &TakeOver, now: i64) -> sqlx:
         audit::insert(&take.entry, now),
         log::attempt_decision(&decision::lease_taken_over(take), id, now),
     ];
-    Ok(store.run(list).await?[0] == 1)
+    Ok(store.commit(list).await?[0] == 1)
 }
 
 /// Saves the provider's id of the object `claim` created there (a two-phase provider's
@@ -351,7 +351,7 @@ pub(crate) async fn save_ref(
             (&claim.lease_token).into(),
         ],
     );
-    Ok(store.run(vec![save]).await?[0] == 1)
+    Ok(store.commit(vec![save]).await?[0] == 1)
 }
 
 /// The statement that ends `claim`'s lease at `now`, if it still holds the processing
@@ -375,7 +375,7 @@ pub(crate) async fn release(store: &Store, claim: &Claim, now: i64) -> sqlx::Res
         release_statement(claim, now).need(Need::Row),
         log::decision(&decision::released(), &about(&claim.attempt), now),
     ];
-    store.run(list).await?;
+    store.commit(list).await?;
     Ok(())
 }
 
@@ -411,7 +411,7 @@ pub(crate) async fn flag_mismatch(
         audit::insert(entry, now),
         log::decision(&decision::review_flag(entry), &about(&claim.attempt), now),
     ];
-    Ok(store.run(list).await?[1] == 1)
+    Ok(store.commit(list).await?[1] == 1)
 }
 
 /// Flags processing attempt `id`, whose outcome the provider cannot tell, for manual review
@@ -432,7 +432,7 @@ pub(crate) async fn flag_unknown(
         audit::insert(entry, now),
         log::attempt_decision(&decision::review_flag(entry), id, now),
     ];
-    Ok(store.run(list).await?[0] == 1)
+    Ok(store.commit(list).await?[0] == 1)
 }
 
 /// Flags attempt `id`, which settled without a charge, for review (a payment of it
@@ -461,7 +461,7 @@ pub(crate) async fn flag_stray(
         audit::insert(entry, now),
         log::attempt_decision(&decision::review_flag(entry), id, now),
     ];
-    Ok(store.run(list).await?[0] == 1)
+    Ok(store.commit(list).await?[0] == 1)
 }
 
 /// The charge of processing attempt `id` waits for the customer: the jobs look at it again
@@ -479,5 +479,5 @@ pub(crate) async fn check_later(
     )
     .need(Need::Row);
     let journal = log::decision(&decision::check_later(), &about(a), now);
-    Ok(store.run(vec![later, journal]).await?[0] == 1)
+    Ok(store.commit(vec![later, journal]).await?[0] == 1)
 }

@@ -99,7 +99,7 @@ pub(crate) async fn claim(
         ],
     )
     .tail("ON CONFLICT DO NOTHING");
-    if store.run(vec![insert]).await?[0] == 1 {
+    if store.commit(vec![insert]).await?[0] == 1 {
         return Ok(Claimed::Won);
     }
     Ok(
@@ -116,7 +116,7 @@ pub(crate) async fn take_lease(store: &Store, lease: &Lease, now: i64) -> sqlx::
     let (id, token) = (&lease.refund_id, &lease.token);
     let take = super::take_lease(Leased::Refunds, id, token, now, lease.until).need(Need::Row);
     let journal = log::refund_decision(&decision::refund_lease(), id, now);
-    Ok(store.run(vec![take, journal]).await?[0] == 1)
+    Ok(store.commit(vec![take, journal]).await?[0] == 1)
 }
 
 /// Keeps the lease until `until`: a call whose answer was lost may land until then, and no
@@ -130,7 +130,7 @@ pub(crate) async fn hold_lease(store: &Store, lease: &Lease, until: i64) -> sqlx
             (&lease.token).into(),
         ],
     );
-    store.run(vec![hold]).await?;
+    store.commit(vec![hold]).await?;
     Ok(())
 }
 
@@ -141,7 +141,7 @@ pub(crate) async fn release_lease(store: &Store, lease: &Lease) -> sqlx::Result<
          WHERE id = $1 AND lease_token = $2",
         vec![(&lease.refund_id).into(), (&lease.token).into()],
     );
-    store.run(vec![release]).await?;
+    store.commit(vec![release]).await?;
     Ok(())
 }
 
@@ -195,7 +195,7 @@ pub(crate) async fn settle(store: &Store, plan: &SettleRefund, now: i64) -> sqlx
         id,
         now,
     ));
-    Ok(store.run(list).await?[0] == 1)
+    Ok(store.commit(list).await?[0] == 1)
 }
 
 /// Marks the payment, its order and its attempt refunded with their audit rows, in one
@@ -217,7 +217,7 @@ pub(crate) async fn mark_refunded(
         &about,
         now,
     ));
-    Ok(store.run(list).await?[0] == 1)
+    Ok(store.commit(list).await?[0] == 1)
 }
 
 /// `[payment, order, attempt, audit…]`: everything after the payment's conditional update

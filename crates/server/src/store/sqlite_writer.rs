@@ -65,7 +65,7 @@ impl Writer {
             .build()?;
         std::thread::Builder::new()
             .name("sqlite-writer".into())
-            .spawn(move || rt.block_on(run(conn, direct, rx)))?;
+            .spawn(move || rt.block_on(write_batches(conn, direct, rx)))?;
         Ok(Self(tx))
     }
 
@@ -122,7 +122,11 @@ impl Writer {
     }
 }
 
-async fn run(mut conn: AnyConnection, direct: rusqlite::Connection, mut rx: mpsc::Receiver<Job>) {
+async fn write_batches(
+    mut conn: AnyConnection,
+    direct: rusqlite::Connection,
+    mut rx: mpsc::Receiver<Job>,
+) {
     let mut jobs = Vec::with_capacity(BATCH);
     // Whatever is queued when the last batch ends: no waiting for more to arrive.
     while rx.recv_many(&mut jobs, BATCH).await > 0 {

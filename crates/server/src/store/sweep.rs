@@ -106,12 +106,12 @@ pub(crate) async fn flag(
         ..About::default()
     };
     list.push(log::decision(&decision::review_flag(audit), &about, now));
-    let counts = store.run(list).await?;
+    let counts = store.commit(list).await?;
     Ok(counts[0] == 1)
 }
 
 /// Records a cancel the provider made for the sweep (`audit`).
 pub(crate) async fn cancelled(store: &Store, audit: &Entry, now: i64) -> sqlx::Result<()> {
-    store.run(vec![super::audit::insert(audit, now)]).await?;
+    store.commit(vec![super::audit::insert(audit, now)]).await?;
     Ok(())
 }

@@ -20,7 +20,7 @@ pub(crate) async fn arrived(
         vec![event_id.into(), kind.into(), subject.into(), now.into()],
     )
     .tail("ON CONFLICT (id) DO NOTHING");
-    if store.run(vec![insert]).await?[0] == 1 {
+    if store.commit(vec![insert]).await?[0] == 1 {
         return Ok(false); // the first arrival: nothing handled it yet
     }
     // Read after the insert committed: `handled_at` is set once and never cleared.
@@ -39,13 +39,13 @@ pub(crate) async fn handled(store: &Store, e: &Event<'_>, now: i64) -> sqlx::Res
         "UPDATE webhook_events SET handled_at = $1 WHERE id = $2 AND handled_at IS NULL",
         vec![now.into(), e.id.into()],
     );
-    store.run(vec![mark, log::verdict(e, now)]).await?;
+    store.commit(vec![mark, log::verdict(e, now)]).await?;
     Ok(())
 }
 
 /// Journals the verdict of event `e`, which no handled mark records (a duplicate, a type
 /// payonce does not act on, one to be delivered again).
 pub(crate) async fn unhandled(store: &Store, e: &Event<'_>, now: i64) -> sqlx::Result<()> {
-    store.run(vec![log::verdict(e, now)]).await?;
+    store.commit(vec![log::verdict(e, now)]).await?;
     Ok(())
 }

@@ -62,7 +62,7 @@ const BATCH: i64 = 20;
 const EMAIL_BATCHES: usize = 10;
 
 /// Runs every job every `every` until the process ends.
-pub(crate) async fn run(state: AppState, every: Duration) {
+pub(crate) async fn work_every(state: AppState, every: Duration) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
