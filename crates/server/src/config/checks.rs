@@ -440,8 +440,164 @@ pub(super) fn origin(text: &str) -> Option<HeaderValue> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::testing::{args, prod, PROD};
+    use super::super::Config;
     use super::*;
     use proptest::prelude::*;
+
+    /// One problem line per plain-text link outside dev, none with `--allow-plaintext` for
+    /// it, none on loopback (but for PostgreSQL, whose `sslmode` is judged on any host).
+    #[test]
+    fn plain_text_links_are_refused_without_dev_unless_allowed() {
+        let cases: &[(&str, &str, Option<&str>)] = &[
+            // (flag, value, the line's start when refused)
+            (
+                "--provider-url",
+                "http://psp.example",
+                Some("--provider-url"),
+            ),
+            (
+                "--provider-url",
+                "http://10.0.0.7:8081",
+                Some("--provider-url"),
+            ),
+            ("--provider-url", "http://127.0.0.1:8081", None),
+            ("--provider-url", "http://localhost:8081", None),
+            ("--provider-url", "http://[::1]:8081", None),
+            ("--provider-url", "https://psp.example", None),
+            (
+                "--database-url",
+                "postgres://db/pay",
+                Some("--database-url"),
+            ),
+            (
+                "--database-url",
+                "postgres://127.0.0.1/pay",
+                Some("--database-url"),
+            ),
+            (
+                "--database-url",
+                "postgres://db/pay?sslmode=prefer",
+                Some("--database-url"),
+            ),
+            (
+                "--database-url",
+                "postgres://db/pay?sslmode=require",
+                Some("--database-url"),
+            ),
+            (
+                "--database-url",
+                "postgres://db/pay?sslmode=verify-ca",
+                Some("--database-url"),
+            ),
+            (
+                "--database-url",
+                "postgresql://db/pay?sslmode=disable",
+                Some("--database-url"),
+            ),
+            (
+                "--database-url",
+                "postgres://db/pay?sslmode=verify-full",
+                None,
+            ),
+            (
+                "--database-url",
+                "postgres:///pay?host=/var/run/postgresql",
+                None,
+            ),
+            ("--database-url", "sqlite://.data/payonce.db", None),
+            ("--redis-url", "redis://cache:6379/0", Some("--redis-url")),
+            (
+                "--redis-url",
+                "rediss://cache:6380/0#insecure",
+                Some("--redis-url"),
+            ),
+            ("--redis-url", "redis://127.0.0.1:6379/0", None),
+            ("--redis-url", "rediss://cache:6380/0", None),
+            ("--redis-url", "unix:///run/redis.sock", None),
+        ];
+        // The production flags with `flag` set to `value` (a provider on https otherwise).
+        let with = |flag: &str, value: &str, extra: &[&str]| {
+            let provider: &[&str] = match flag {
+                "--provider-url" => &[],
+                _ => &["--provider-url", "https://psp.example"],
+            };
+            args(&[&PROD[2..], provider, &[flag, value], extra].concat())
+        };
+        for (flag, value, refused) in cases {
+            let a = with(flag, value, &[]);
+            let lines = link_problems(&a);
+            match refused {
+                Some(start) => {
+                    assert_eq!(lines.len(), 1, "{flag} {value}: {lines:?}");
+                    assert!(lines[0].starts_with(start), "{lines:?}");
+                    let link = &flag[2..flag.find("-url").unwrap()];
+                    let allowed = with(flag, value, &["--allow-plaintext", link]);
+                    assert_eq!(link_problems(&allowed), Vec::<String>::new(), "{value}");
+                    assert!(matches!(
+                        Config::from_args(&a),
+                        Err(ConfigError::Unsafe(p)) if p == lines
+                    ));
+                }
+                None => assert_eq!(lines, Vec::<String>::new(), "{flag} {value}"),
+            }
+        }
+        // Several links at once, one comma list allowing them; dev mode asks nothing.
+        let all = [
+            "--provider-url",
+            "http://psp.example",
+            "--database-url",
+            "postgres://db/pay",
+            "--redis-url",
+            "redis://cache:6379/0",
+        ];
+        assert_eq!(link_problems(&args(&[&PROD[2..], &all].concat())).len(), 3);
+        let allow = ["--allow-plaintext", "provider,database,redis"];
+        let allowed = args(&[&PROD[2..], &all, &allow].concat());
+        assert!(link_problems(&allowed).is_empty());
+        assert!(Config::from_args(&args(&[&all[..], &["--dev"]].concat())).is_ok());
+    }
+
+    /// The driver reads every `sslmode`/`ssl-mode` pair and keeps the last: a URL naming a
+    /// mode twice or through the alias is judged as the driver reads it (each refused one
+    /// is shown weak by the driver itself), and a repeated one is refused.
+    #[test]
+    fn a_repeated_or_aliased_sslmode_cannot_walk_around_the_check() {
+        use sqlx::postgres::{PgConnectOptions, PgSslMode};
+        let refused = [
+            "postgres://db/pay?sslmode=verify-full&sslmode=disable",
+            "postgres://db/pay?sslmode=verify-full&ssl-mode=disable",
+            "postgres://db/pay?ssl-mode=verify-full&sslmode=prefer",
+            "postgres://db/pay?ssl%6Dode=verify-full&sslmode=require",
+            "postgres://db/pay?ssl-mode=disable",
+        ];
+        for url in refused {
+            let lines = link_problems(&prod(&["--database-url", url]));
+            assert_eq!(lines.len(), 1, "{url}: {lines:?}");
+            assert!(lines[0].starts_with("--database-url"), "{lines:?}");
+            let driver: PgConnectOptions = url.parse().unwrap();
+            assert!(driver.get_socket().is_none(), "{url}");
+            let weak = !matches!(driver.get_ssl_mode(), PgSslMode::VerifyFull);
+            assert!(weak, "{url}");
+        }
+        let twice = link_problems(&prod(&[
+            "--database-url",
+            "postgres://db/pay?sslmode=verify-full&ssl-mode=verify-full",
+        ]));
+        assert!(twice[0].contains("name it once"), "{twice:?}");
+        let alias = link_problems(&prod(&["--database-url", refused[4]]));
+        assert!(alias[0].contains("sslmode=disable"), "{alias:?}");
+        // Accepted: verified TLS through the alias; a socket (the driver keeps the first
+        // `host=/…` it reads, whatever host follows).
+        for url in [
+            "postgres://db/pay?ssl-mode=verify-full",
+            "postgres://db/pay?host=db.example&host=/run/postgresql",
+            "postgres://db/pay?host=/run/postgresql&host=db.example",
+        ] {
+            let lines = link_problems(&prod(&["--database-url", url]));
+            assert_eq!(lines, Vec::<String>::new(), "{url}");
+        }
+    }
 
     #[test]
     fn only_origins_a_browser_can_send_are_accepted() {
@@ -474,6 +630,47 @@ mod tests {
         };
         let err = Cors::from_args(&args).unwrap_err();
         assert!(err.contains("\"https://shop.example/\""), "{err}");
+    }
+
+    /// The refusals are functions of the flags alone: no file read, nothing opened.
+    #[test]
+    fn the_lease_stripe_and_webhook_checks_read_the_flags_alone() {
+        let lease =
+            |l: &str, t: &str| lease_check(&prod(&["--lease-ms", l, "--provider-timeout-ms", t]));
+        assert!(matches!(
+            lease("3000", "3000"),
+            Err(ConfigError::LeaseTooShort {
+                lease: 3000,
+                timeout: 3000
+            })
+        ));
+        assert!(lease("3001", "3000").is_ok());
+        let whsec = "whsec_0123456789abcdef0123456789abcdef";
+        let (mode, p) = stripe_problems(false, false, Some("sk_test_1"), Some(whsec));
+        assert_eq!(
+            (mode, p.len()),
+            (crate::provider::StripeMode::Test, 1),
+            "{p:?}"
+        );
+        assert!(p[0].contains("--allow-test-mode"), "{p:?}");
+        let (_, p) = stripe_problems(false, true, Some("sk_test_1"), Some("whsec_short"));
+        assert!(p.len() == 1 && p[0].contains("at least 32"), "{p:?}");
+        assert!(
+            stripe_problems(false, false, Some("sk_live_1"), Some(whsec))
+                .1
+                .is_empty()
+        );
+        let short = args(&["--webhook-secret", "short"]);
+        assert!(matches!(
+            webhook_secret(&short, None),
+            Err(ConfigError::Unsafe(_))
+        ));
+        let none = args(&[]);
+        let default = "a dev default of at least 32 bytes";
+        assert_eq!(
+            webhook_secret(&none, Some(default)).unwrap().expose(),
+            default
+        );
     }
 
     proptest! {

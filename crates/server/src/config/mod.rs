@@ -23,14 +23,14 @@ pub use flags::{
     DEV_DATABASE_URL,
 };
 
+/// Command lines for the tests of `config/`.
 #[cfg(test)]
-mod tests {
-    use super::checks::{link_problems, scheme_problems};
+pub(super) mod testing {
     use super::*;
     use clap::Parser;
 
     /// The flags a start outside `--dev` must have.
-    const PROD: &[&str] = &[
+    pub(super) const PROD: &[&str] = &[
         "--provider-url",
         "http://127.0.0.1:1",
         "--webhook-secret",
@@ -41,7 +41,7 @@ mod tests {
 
     /// `extra` as the command line, naming the mock provider and a database unless `extra`
     /// names them.
-    fn args(extra: &[&str]) -> ServerArgs {
+    pub(super) fn args(extra: &[&str]) -> ServerArgs {
         let mock: &[&str] = match extra.contains(&"--provider") {
             true => &[],
             false => &["--provider", "mock"],
@@ -57,14 +57,22 @@ mod tests {
         raw_args(&[mock, db, mailer, extra].concat())
     }
 
-    fn raw_args(extra: &[&str]) -> ServerArgs {
+    pub(super) fn raw_args(extra: &[&str]) -> ServerArgs {
         let argv = std::iter::once("payonce-server").chain(extra.iter().copied());
         Cli::try_parse_from(argv).expect("flags parse").server
     }
 
-    fn prod(extra: &[&str]) -> ServerArgs {
+    pub(super) fn prod(extra: &[&str]) -> ServerArgs {
         args(&[PROD, extra].concat())
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::checks::scheme_problems;
+    use super::testing::*;
+    use super::*;
+    use clap::Parser;
 
     fn problems(a: &ServerArgs) -> Vec<String> {
         match Config::from_args(a) {
@@ -275,160 +283,6 @@ mod tests {
             ("--redis-url", "memcached"),
         ]) {
             assert!(line.starts_with(flag) && line.contains(scheme), "{p:?}");
-        }
-    }
-
-    /// One problem line per plain-text link outside dev, none with `--allow-plaintext` for
-    /// it, none on loopback (but for PostgreSQL, whose `sslmode` is judged on any host).
-    #[test]
-    fn plain_text_links_are_refused_without_dev_unless_allowed() {
-        let cases: &[(&str, &str, Option<&str>)] = &[
-            // (flag, value, the line's start when refused)
-            (
-                "--provider-url",
-                "http://psp.example",
-                Some("--provider-url"),
-            ),
-            (
-                "--provider-url",
-                "http://10.0.0.7:8081",
-                Some("--provider-url"),
-            ),
-            ("--provider-url", "http://127.0.0.1:8081", None),
-            ("--provider-url", "http://localhost:8081", None),
-            ("--provider-url", "http://[::1]:8081", None),
-            ("--provider-url", "https://psp.example", None),
-            (
-                "--database-url",
-                "postgres://db/pay",
-                Some("--database-url"),
-            ),
-            (
-                "--database-url",
-                "postgres://127.0.0.1/pay",
-                Some("--database-url"),
-            ),
-            (
-                "--database-url",
-                "postgres://db/pay?sslmode=prefer",
-                Some("--database-url"),
-            ),
-            (
-                "--database-url",
-                "postgres://db/pay?sslmode=require",
-                Some("--database-url"),
-            ),
-            (
-                "--database-url",
-                "postgres://db/pay?sslmode=verify-ca",
-                Some("--database-url"),
-            ),
-            (
-                "--database-url",
-                "postgresql://db/pay?sslmode=disable",
-                Some("--database-url"),
-            ),
-            (
-                "--database-url",
-                "postgres://db/pay?sslmode=verify-full",
-                None,
-            ),
-            (
-                "--database-url",
-                "postgres:///pay?host=/var/run/postgresql",
-                None,
-            ),
-            ("--database-url", "sqlite://.data/payonce.db", None),
-            ("--redis-url", "redis://cache:6379/0", Some("--redis-url")),
-            (
-                "--redis-url",
-                "rediss://cache:6380/0#insecure",
-                Some("--redis-url"),
-            ),
-            ("--redis-url", "redis://127.0.0.1:6379/0", None),
-            ("--redis-url", "rediss://cache:6380/0", None),
-            ("--redis-url", "unix:///run/redis.sock", None),
-        ];
-        // The production flags with `flag` set to `value` (a provider on https otherwise).
-        let with = |flag: &str, value: &str, extra: &[&str]| {
-            let provider: &[&str] = match flag {
-                "--provider-url" => &[],
-                _ => &["--provider-url", "https://psp.example"],
-            };
-            args(&[&PROD[2..], provider, &[flag, value], extra].concat())
-        };
-        for (flag, value, refused) in cases {
-            let a = with(flag, value, &[]);
-            let lines = link_problems(&a);
-            match refused {
-                Some(start) => {
-                    assert_eq!(lines.len(), 1, "{flag} {value}: {lines:?}");
-                    assert!(lines[0].starts_with(start), "{lines:?}");
-                    let link = &flag[2..flag.find("-url").unwrap()];
-                    let allowed = with(flag, value, &["--allow-plaintext", link]);
-                    assert_eq!(link_problems(&allowed), Vec::<String>::new(), "{value}");
-                    assert!(matches!(
-                        Config::from_args(&a),
-                        Err(ConfigError::Unsafe(p)) if p == lines
-                    ));
-                }
-                None => assert_eq!(lines, Vec::<String>::new(), "{flag} {value}"),
-            }
-        }
-        // Several links at once, one comma list allowing them; dev mode asks nothing.
-        let all = [
-            "--provider-url",
-            "http://psp.example",
-            "--database-url",
-            "postgres://db/pay",
-            "--redis-url",
-            "redis://cache:6379/0",
-        ];
-        assert_eq!(link_problems(&args(&[&PROD[2..], &all].concat())).len(), 3);
-        let allow = ["--allow-plaintext", "provider,database,redis"];
-        let allowed = args(&[&PROD[2..], &all, &allow].concat());
-        assert!(link_problems(&allowed).is_empty());
-        assert!(Config::from_args(&args(&[&all[..], &["--dev"]].concat())).is_ok());
-    }
-
-    /// The driver reads every `sslmode`/`ssl-mode` pair and keeps the last: a URL naming a
-    /// mode twice or through the alias is judged as the driver reads it (each refused one
-    /// is shown weak by the driver itself), and a repeated one is refused.
-    #[test]
-    fn a_repeated_or_aliased_sslmode_cannot_walk_around_the_check() {
-        use sqlx::postgres::{PgConnectOptions, PgSslMode};
-        let refused = [
-            "postgres://db/pay?sslmode=verify-full&sslmode=disable",
-            "postgres://db/pay?sslmode=verify-full&ssl-mode=disable",
-            "postgres://db/pay?ssl-mode=verify-full&sslmode=prefer",
-            "postgres://db/pay?ssl%6Dode=verify-full&sslmode=require",
-            "postgres://db/pay?ssl-mode=disable",
-        ];
-        for url in refused {
-            let lines = link_problems(&prod(&["--database-url", url]));
-            assert_eq!(lines.len(), 1, "{url}: {lines:?}");
-            assert!(lines[0].starts_with("--database-url"), "{lines:?}");
-            let driver: PgConnectOptions = url.parse().unwrap();
-            assert!(driver.get_socket().is_none(), "{url}");
-            let weak = !matches!(driver.get_ssl_mode(), PgSslMode::VerifyFull);
-            assert!(weak, "{url}");
-        }
-        let twice = link_problems(&prod(&[
-            "--database-url",
-            "postgres://db/pay?sslmode=verify-full&ssl-mode=verify-full",
-        ]));
-        assert!(twice[0].contains("name it once"), "{twice:?}");
-        let alias = link_problems(&prod(&["--database-url", refused[4]]));
-        assert!(alias[0].contains("sslmode=disable"), "{alias:?}");
-        // Accepted: verified TLS through the alias; a socket (the driver keeps the first
-        // `host=/…` it reads, whatever host follows).
-        for url in [
-            "postgres://db/pay?ssl-mode=verify-full",
-            "postgres://db/pay?host=db.example&host=/run/postgresql",
-            "postgres://db/pay?host=/run/postgresql&host=db.example",
-        ] {
-            let lines = link_problems(&prod(&["--database-url", url]));
-            assert_eq!(lines, Vec::<String>::new(), "{url}");
         }
     }
 
