@@ -27,7 +27,9 @@
 //!   (its flags are `config/dev.rs`); `dev_off.rs` stands in for it without the feature.
 //! - `journal`: the journal's shell (a request's or job's scope, provider-call entries);
 //!   its table and reads are `store/journal.rs`, its request entries `http/journal.rs`.
-//! - `state` ([`AppState`]), `server` ([`dispatch`]), `listen`: wiring, listeners, graceful shutdown.
+//! - `state` ([`AppState`] and its sub-states: a handler or an operation takes the part it
+//!   reads by `FromRef`), `server` ([`dispatch`], [`app`]), `listen`: wiring, listeners,
+//!   graceful shutdown.
 //!
 //! Each module stands on a floor and imports only from its own and those below
 //! (`FLOORS` in tests/blackbox/layout.rs, lowest first: the base types, the infrastructure,
