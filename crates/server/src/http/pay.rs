@@ -7,15 +7,16 @@ use crate::error::{AppError, AppResult};
 use crate::faults::failpoint;
 use crate::faults::Failpoint;
 use crate::http::extract::{ApiJson, DevFaultHeader, IdemKeyHeader, PathId};
+use crate::limits::Limits;
 use crate::metrics::{self, PayOutcome, RedisLookup, ReplaySource};
 use crate::ops::orders::load_owned;
 use crate::ops::pay;
-use crate::replay::{self, First};
+use crate::replay::{self, First, Replays};
 use crate::reply::Reply;
 use crate::state::AppState;
 use crate::store::journal::About;
 use crate::store::orders::OrderRow;
-use axum::extract::State;
+use axum::extract::{FromRef, State};
 use axum::response::{IntoResponse, Response};
 use payonce_protocol::body::DevFault;
 use payonce_protocol::IdempotencyKey;
@@ -84,7 +85,8 @@ pub(crate) async fn handler(
     // record read here, so the full path does not look the key up twice.
     let mut read = None;
     if let (Ok(k), None) = (&key, &refused) {
-        match replay_first(&state, &user, &order_id, k, &req).await {
+        let parts = (&Replays::from_ref(&state), &*state.limits);
+        match replay_first(parts, &user, &order_id, k, &req).await {
             Ok(r) => read = r,
             Err(replayed) => return respond(replayed, fault),
         }
@@ -129,13 +131,13 @@ pub(crate) async fn handler(
 /// `Some(Err)`: the order is not the caller's), or `Err` with the answer of a finished
 /// attempt it replayed, through the per-request rate limit and counted like any other.
 async fn replay_first(
-    state: &AppState,
+    (replays, limits): (&Replays, &Limits),
     user: &str,
     order_id: &str,
     key: &IdempotencyKey,
     req: &PayRequest,
 ) -> Result<Option<Result<(OrderRow, Option<Record>), ErrorCode>>, AppResult<Reply>> {
-    match replay::first(state, user, order_id, key, req).await {
+    match replay::first(replays, user, order_id, key, req).await {
         First::Answered(answer, source) => {
             let about = About {
                 user: Some(user),
@@ -145,7 +147,7 @@ async fn replay_first(
             };
             crate::journal::decided(&payonce_rules::decision::replayed(), &about).await;
             // Through the per-request rate limit, and counted like any other answer.
-            let result = state.limits.check(Bucket::Requests, user).map(|()| answer);
+            let result = limits.check(Bucket::Requests, user).map(|()| answer);
             if result.is_ok() && source == ReplaySource::Redis {
                 metrics::redis_lookup(RedisLookup::Replay);
             }

@@ -206,12 +206,15 @@ async fn apply(state: &AppState, hint: &Hint, topic: Topic) -> AppResult<Verdict
 
 /// A success for an attempt settled without a charge is never dropped: the provider is asked,
 /// and a charge flags the attempt and holds its order (src/ops/leftovers.rs).
-async fn after_final(
-    state: &AppState,
+async fn after_final<S: Sync>(
+    state: &S,
     hint: &Hint,
     topic: Topic,
     record: &Record,
-) -> AppResult<Verdict> {
+) -> AppResult<Verdict>
+where
+    crate::state::Ledgers: axum::extract::FromRef<S>,
+{
     if topic != Topic::Succeeded {
         return Ok(Verdict::NoEffect);
     }
