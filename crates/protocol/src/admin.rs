@@ -25,6 +25,11 @@ pub mod paths {
     pub fn erase_user(user: &str) -> String {
         format!("/admin/users/{user}/erase")
     }
+    /// `POST /admin/reviews/{order_id}/resolve` with [`super::resolve::NOTE`]: ask the
+    /// provider again and settle the order's review flags from its answer.
+    pub fn resolve(order_id: &str) -> String {
+        format!("/admin/reviews/{order_id}/resolve")
+    }
     /// Every operator path as a template (`{id}` for a path segment).
     pub const ALL: &[&str] = &[
         REVIEWS,
@@ -32,6 +37,7 @@ pub mod paths {
         "/admin/orders/{id}/timeline",
         "/admin/orders/{id}/evidence",
         "/admin/users/{id}/erase",
+        "/admin/reviews/{id}/resolve",
     ];
 }
 
@@ -47,6 +53,36 @@ pub mod lookup {
     pub const USER: &str = "user";
     /// Every parameter above.
     pub const ALL: &[&str] = &[KEY, PROVIDER_ID, REQUEST_ID, USER];
+}
+
+/// The members of the resolve action's body and answer
+/// (`POST /admin/reviews/{order_id}/resolve`).
+pub mod resolve {
+    /// The body's one member: the operator's note, journaled with the outcome.
+    pub const NOTE: &str = "note";
+    /// Longest note accepted, in bytes.
+    pub const NOTE_MAX: usize = 2000;
+    /// The answer's order id.
+    pub const ORDER_ID: &str = "orderId";
+    /// The answer's list of what was done, one object per flag.
+    pub const RESOLVED: &str = "resolved";
+    /// Each resolved flag's attempt id (absent for an order held without one).
+    pub const ATTEMPT_ID: &str = "attemptId";
+    /// Each resolved flag's outcome, one of the values below.
+    pub const OUTCOME: &str = "outcome";
+    /// Why, in words.
+    pub const WHY: &str = "why";
+    /// In the journal entry: why a flag stays, when one does (the answer is then 409
+    /// `REVIEW_UNRESOLVED` with it as the detail).
+    pub const UNRESOLVED: &str = "unresolved";
+    /// Outcome: the provider charged the processing attempt; the order is paid.
+    pub const PAID: &str = "paid";
+    /// Outcome: the provider proved nothing was charged; the attempt ended, the order is free.
+    pub const RELEASED: &str = "released";
+    /// Outcome: the stray payment of an ended attempt was refunded; the hold is lifted.
+    pub const REFUNDED: &str = "refunded";
+    /// Outcome: the provider holds no money for the ended attempt; the hold is lifted.
+    pub const CLEARED: &str = "cleared";
 }
 
 /// Who caused a journal entry.

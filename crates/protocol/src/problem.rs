@@ -149,6 +149,11 @@ codes! {
     /// The payment provider could not be reached or could not confirm what a webhook event
     /// says: nothing was applied, deliver the event again after `Retry-After`.
     ProviderUnavailable = ("PROVIDER_UNAVAILABLE", 503, "The payment provider is unavailable"),
+    /// An operator's resolve of a review flag (`POST /admin/reviews/{order_id}/resolve`,
+    /// docs/operating.md): the provider still cannot tell what happened to the flagged
+    /// payment (or holds one that could still be confirmed), so nothing was settled and the
+    /// flag stays. Never answered to a customer.
+    ReviewUnresolved = ("REVIEW_UNRESOLVED", 409, "The provider cannot settle this review yet"),
 }
 
 impl ErrorCode {

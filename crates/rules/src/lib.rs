@@ -20,6 +20,8 @@
 //! - [`plan`]: the claim, settle and tombstone plans (rows and audit entries), the
 //!   reconcile decision from what the provider says, and the cancel table.
 //! - [`erase`]: what erasing a user's personal data removes and keeps, and its audit row.
+//! - [`review`]: an operator's resolve of an ended attempt flagged for review (its stray
+//!   payment refunded, never adopted), and the audit rows of clearing the flag.
 //! - [`sweep`]: the provider sweep's rule: a payment object the provider lists against what
 //!   the store knows of its key (cancel, flag for review, or leave it to its attempt).
 //! - [`policy`]: lease, retention and `Retry-After` arithmetic, and which rate-limit bucket
@@ -41,6 +43,7 @@ pub mod policy;
 pub mod receipt;
 pub mod record;
 pub mod refund;
+pub mod review;
 pub mod sweep;
 
 pub use pay::ServerPay;

@@ -57,6 +57,10 @@ use crate::policy::Policy;
 use crate::record::{Answer, Final, Processing, Record};
 use payonce_protocol::{AttemptStatus, Extras, IdempotencyKey, OrderLine, Problem};
 
+/// Why an attempt an operator resolved settled uncharged (`ServerPay::resolve`).
+pub const NO_CHARGE: &str =
+    "an operator's resolve: the provider has no charge for this attempt's provider key";
+
 /// A deliberately broken variant of the sequencing, set only by the model's tests
 /// (`crates/model/tests/flaws.rs`) to show the model catches it; the server never sets one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -373,6 +377,8 @@ enum Origin {
     Webhook,
     /// The customer (this user) cancels an attempt whose payment waits for them.
     Cancel(String),
+    /// An operator resolves an attempt flagged for review ([`ServerPay::resolve`]).
+    Operator,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -506,6 +512,21 @@ impl ServerPay {
         Self::new(Origin::Cancel(user.to_owned()), order, phase, policy)
     }
 
+    /// An operator resolves `record`, a processing attempt flagged for review (the operator
+    /// API's resolve action, docs/operating.md): take the lease and ask the provider again, as
+    /// the jobs do (rule 5), and settle from its answer. Unlike the jobs it never starts a
+    /// charge: a provider that has no charge for the provider key (or only a payment object
+    /// nobody confirmed) proves nothing was charged, so the attempt settles uncharged
+    /// (a two-phase object is cancelled first, as for any uncharged settle) and its order is
+    /// released. A provider that still cannot tell leaves the attempt open and flagged.
+    pub fn resolve(record: &Record, order: Order, policy: Policy) -> Self {
+        let phase = match record {
+            Record::Processing(p) => Phase::TakeOver(Box::new(p.clone())),
+            _ => Phase::Done(End::Skipped),
+        };
+        Self::new(Origin::Operator, order, phase, policy)
+    }
+
     /// A webhook names `record`'s charge: ask the provider and settle from its answer, with
     /// `token`, a lease token nobody holds (this path never takes or releases a lease).
     pub fn webhook(record: &Record, order: Order, token: LeaseToken, policy: Policy) -> Self {
@@ -630,6 +651,7 @@ impl ServerPay {
             Origin::Cancel(user) => user,
             Origin::Job(_) => "system",
             Origin::Webhook => "provider-webhook",
+            Origin::Operator => "operator",
         }
     }
 
@@ -769,6 +791,7 @@ impl ServerPay {
         match &self.origin {
             Origin::Job(worker) => worker,
             Origin::Cancel(_) => "a cancel",
+            Origin::Operator => "an operator's resolve",
             _ => "a retry",
         }
     }
@@ -1002,6 +1025,11 @@ impl ServerPay {
                     claim,
                     Outcome::Unknown("a cancel found no charge to cancel".into()),
                 ),
+            },
+            // An operator's resolve never starts a charge either: no charge proves none.
+            Origin::Operator => match plan::reconcile(lookup) {
+                Ok(outcome) => Phase::Settle(claim, outcome),
+                Err(plan::Redrive) => Phase::Settle(claim, Outcome::Rejected(NO_CHARGE.into())),
             },
             _ => match plan::reconcile(lookup) {
                 Ok(outcome) => Phase::Settle(claim, outcome),

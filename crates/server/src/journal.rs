@@ -297,3 +297,26 @@ pub(crate) async fn operator_action(
     };
     write(store, vec![entry]).await;
 }
+
+/// An operator's resolve of order `order`'s review flags through `route`: the note, what
+/// the provider's answer settled, and why a flag stays, if one does.
+pub(crate) async fn operator_resolve(
+    store: &Store,
+    now: i64,
+    request_id: Option<&str>,
+    route: &str,
+    (order, user): (&str, &str),
+    detail: Value,
+) {
+    let entry = Entry {
+        at: now,
+        actor: actor::OPERATOR,
+        kind: kind::OPERATOR_ACTION,
+        request_id: request_id.map(str::to_owned),
+        user: Some(user.to_owned()),
+        order_id: Some(order.to_owned()),
+        detail: json!({ "route": route, "resolve": detail }),
+        ..Entry::default()
+    };
+    write(store, vec![entry]).await;
+}

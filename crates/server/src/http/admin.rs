@@ -1,19 +1,21 @@
 //! The operator API (`/admin/…`; docs/operating.md): behind the operator credential
 //! ([`Operator`]), every read and action journaled. The reads themselves are
-//! `src/ops/timeline.rs`; the one action, a user's erasure, is `src/store/erase.rs`.
+//! `src/ops/timeline.rs`; the actions are a user's erasure (`src/store/erase.rs`) and the
+//! resolve of a review flag (`src/ops/review.rs`).
 
 use crate::auth::Operator;
 use crate::error::{AppError, AppResult};
-use crate::http::extract::PathId;
+use crate::http::extract::{ApiJson, PathId};
 use crate::http::journal::RequestId;
-use crate::ops::timeline;
+use crate::journal::{scoped, Scope};
+use crate::ops::{review, timeline};
 use crate::state::AppState;
 use crate::store::journal::By;
 use axum::extract::{RawQuery, State};
 use axum::http::{header, Uri};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
-use payonce_protocol::admin::{lookup, paths};
+use payonce_protocol::admin::{actor, lookup, paths, resolve};
 use payonce_protocol::ErrorCode;
 use serde_json::{json, Value};
 
@@ -29,6 +31,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route(paths::LOOKUP, get(find))
         .route(paths::REVIEWS, get(reviews))
         .route(&paths::erase_user("{id}"), post(erase_user))
+        .route(&paths::resolve("{id}"), post(resolve_review))
 }
 
 /// The page for people (`assets/admin.html`): no data in it, so no credential to load it;
@@ -169,6 +172,75 @@ async fn erase_user(
     Ok(Json(
         json!({ (answer::USER): user, (answer::ERASED): changed }),
     ))
+}
+
+/// `POST /admin/reviews/{order_id}/resolve` with `{"note": …}`: the provider asked again and
+/// the order's review flags settled from its answer (`src/ops/review.rs`); the note and the
+/// outcome journaled. 409 `REVIEW_UNRESOLVED` when a flag stays.
+async fn resolve_review(
+    State(state): State<AppState>,
+    _: Operator,
+    rid: Option<Extension<RequestId>>,
+    uri: Uri,
+    PathId(id): PathId,
+    ApiJson(body): ApiJson<Value>,
+) -> AppResult<Json<Value>> {
+    let note = resolve_note(&body)?;
+    let request_id = rid.as_ref().map(|Extension(r)| r.0.clone());
+    // The provider calls the resolve makes are journaled as the operator's.
+    let scope = Scope::immediate(
+        actor::OPERATOR,
+        request_id.as_deref(),
+        state.store.clone(),
+        state.clock.clone(),
+    );
+    let Some(r) = scoped(scope, review::resolve(&state, &id)).await? else {
+        return Err(AppError::code(ErrorCode::OrderNotFound));
+    };
+    let done: Vec<Value> = r
+        .done
+        .iter()
+        .map(|d| {
+            json!({
+                resolve::ATTEMPT_ID: d.attempt,
+                resolve::OUTCOME: d.outcome,
+                resolve::WHY: d.why,
+            })
+        })
+        .collect();
+    let detail = json!({
+        resolve::NOTE: note,
+        resolve::RESOLVED: done,
+        resolve::UNRESOLVED: r.unresolved,
+    });
+    let now = state.clock.now_ms();
+    let who = (&*id, r.user.as_str());
+    let rid = request_id.as_deref();
+    crate::journal::operator_resolve(&state.store, now, rid, uri.path(), who, detail).await;
+    if let Some(why) = r.unresolved {
+        return Err(AppError::detail(ErrorCode::ReviewUnresolved, why));
+    }
+    Ok(Json(
+        json!({ resolve::ORDER_ID: &*id, resolve::RESOLVED: done }),
+    ))
+}
+
+/// The resolve body's note: its one member, 1..=`NOTE_MAX` bytes of text.
+fn resolve_note(body: &Value) -> AppResult<String> {
+    let refuse = |why: String| AppError::detail(ErrorCode::InvalidRequest, why);
+    let note = body
+        .as_object()
+        .filter(|o| o.len() == 1)
+        .and_then(|o| o.get(resolve::NOTE))
+        .and_then(Value::as_str);
+    match note {
+        Some(n) if !n.trim().is_empty() && n.len() <= resolve::NOTE_MAX => Ok(n.to_owned()),
+        _ => Err(refuse(format!(
+            "the body is one member, {:?}: a non-empty string of at most {} bytes",
+            resolve::NOTE,
+            resolve::NOTE_MAX
+        ))),
+    }
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ pub(crate) mod leftovers;
 pub(crate) mod orders;
 pub(crate) mod pay;
 pub(crate) mod refunds;
+pub(crate) mod review;
 pub(crate) mod sweep;
 pub(crate) mod timeline;
 pub(crate) mod webhooks;

@@ -13,7 +13,7 @@
 //! One file per table (`attempts`, `orders`, `catalog` with the coupons, `payments`,
 //! `outbox`, `jobs`, `mailbox`, `webhook_events`, `refunds`, `audit`, `journal`); `pay`: what
 //! a pay writes (the claim, the settle, the take-over, the review flags, ...); `cancel`: what a
-//! cancel writes (the tombstone); `erase`: a user's personal data erased; `sweep`: what the
+//! cancel writes (the tombstone); `erase`: a user's personal data erased; `review`: an operator's resolve of a review flag; `sweep`: what the
 //! provider sweep reads and writes; `tx`: a transaction as data and its two executors;
 //! `sqlite_writer`: SQLite's one writer; this file: connecting, pragmas, write transactions,
 //! migrations, and retention across tables.
@@ -30,6 +30,7 @@ pub(crate) mod orders;
 pub(crate) mod pay;
 pub(crate) mod payments;
 pub(crate) mod refunds;
+pub(crate) mod review;
 mod sqlite_writer;
 pub(crate) mod sweep;
 mod tx;

@@ -28,6 +28,8 @@
 //! - `journal_scenarios`: the machines' decisions and the webhooks' verdicts told by the
 //!   operator API alone: a crash after the charge, an expired challenge, a cancel meeting its
 //!   pay, a dashboard refund, a webhook delivered twice, forged deliveries.
+//! - `review`: the operator's resolve of a review flag: 409 while the provider cannot tell,
+//!   then paid from the one charge it holds, the note journaled; its credential and body.
 //! - `jwt`: Bearer JWTs (`mint-jwt`) create and pay an order; bad ones are 401.
 //! - `tls`: TLS PostgreSQL, `rediss://` and an `https://` provider on local services the
 //!   test makes; a wrong CA or a plain-text server is refused at start.
@@ -69,6 +71,7 @@ mod kill_batch;
 mod layout;
 mod mail;
 mod retention;
+mod review;
 mod rules;
 mod schema;
 mod startup;
