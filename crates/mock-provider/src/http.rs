@@ -27,6 +27,7 @@ pub(crate) fn router(provider: MockProvider) -> Router {
         // allows it), and a lookup that wrongly answered 404 would tell reconciliation
         // "never charged". Raw and percent-encoded slashes both work.
         .route(&paths::charge_by_key("{*provider_key}"), get(charge_by_key))
+        .route(&paths::charge("{charge_id}"), get(charge_by_id))
         .route(
             &paths::refunds("{charge_id}"),
             post(create_refund).get(list_refunds),
@@ -267,6 +268,18 @@ async fn charge_by_key(
         Some(charge) => Ok(json(StatusCode::OK, &charge, false)),
         None => Err(ApiError::new(ErrorCode::PaymentNotFound)
             .detail("no charge was ever created with this provider key")),
+    }
+}
+
+/// One charge by its id: what a PSP's dashboard shows of a payment (the operator page links
+/// here, crates/server/assets/admin.html).
+async fn charge_by_id(
+    State(p): State<MockProvider>,
+    Path(charge_id): Path<String>,
+) -> Result<Response, ApiError> {
+    match p.inner.store.charge_by_id(&charge_id) {
+        Some(charge) => Ok(json(StatusCode::OK, &charge, false)),
+        None => Err(ApiError::new(ErrorCode::PaymentNotFound).detail("no such charge")),
     }
 }
 

@@ -13,6 +13,11 @@ pub mod paths {
     pub const CHARGES: &str = "/charges";
     /// `GET` the ledger (optionally `?orderId=`).
     pub const LEDGER: &str = "/ledger";
+    /// `GET /charges/{chargeId}`: one charge as the provider holds it (the mock's "dashboard"
+    /// page of a payment, linked from the operator page).
+    pub fn charge(charge_id: &str) -> String {
+        format!("/charges/{charge_id}")
+    }
     /// `GET /charges/by-key/{providerKey}`.
     pub fn charge_by_key(provider_key: &str) -> String {
         format!("/charges/by-key/{provider_key}")

@@ -36,9 +36,16 @@ pub(crate) fn routes() -> Router<AppState> {
 
 /// The page for people (`assets/admin.html`): no data in it, so no credential to load it;
 /// its script asks the routes below with the token the operator types. The policy lets it
-/// talk to this origin only.
-async fn page() -> impl axum::response::IntoResponse {
+/// talk to this origin only. The one thing the server fills in is where the provider's
+/// dashboard shows a payment (Stripe's test or live mode), for the page's links.
+async fn page(State(state): State<AppState>) -> impl axum::response::IntoResponse {
     const PAGE: &str = include_str!("../../assets/admin.html");
+    const SLOT: &str = "<meta name=\"payonce-dashboard\" content=\"\">";
+    let dashboard = state.provider.dashboard();
+    let page = PAGE.replace(
+        SLOT,
+        &format!("<meta name=\"payonce-dashboard\" content=\"{dashboard}\">"),
+    );
     const POLICY: &str = "default-src 'none'; script-src 'unsafe-inline'; \
         style-src 'unsafe-inline'; connect-src 'self'; frame-ancestors 'none'";
     (
@@ -47,7 +54,7 @@ async fn page() -> impl axum::response::IntoResponse {
             (header::CONTENT_SECURITY_POLICY, POLICY),
             (header::CACHE_CONTROL, "no-store"),
         ],
-        PAGE,
+        page,
     )
 }
 

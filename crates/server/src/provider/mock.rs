@@ -26,6 +26,11 @@ pub(crate) struct MockClient {
 }
 
 impl MockClient {
+    /// The mock's page of one charge, before its id (`GET /charges/{id}`).
+    pub(crate) fn dashboard(&self) -> String {
+        format!("{}{}", self.base, paths::charge(""))
+    }
+
     /// A client of `base` (`super::http_client`: timeout, extra CA, Bearer key).
     pub(crate) fn new(base: &str, http: reqwest::Client) -> Self {
         Self {

@@ -239,6 +239,16 @@ impl Provider {
     }
 
     /// How a payment is started: in one call (mock) or two (create, save its id, confirm).
+    /// Where the provider's dashboard shows one payment object: this prefix, then its id
+    /// (the operator page's links, `assets/admin.html`): Stripe's dashboard in the key's
+    /// mode, the mock's own `GET /charges/{id}`.
+    pub(crate) fn dashboard(&self) -> String {
+        match self {
+            Self::Mock(c) => c.dashboard(),
+            Self::Stripe(c) => c.dashboard().to_owned(),
+        }
+    }
+
     pub(crate) fn phases(&self) -> Phases {
         match self {
             Self::Mock(_) => Phases::One,

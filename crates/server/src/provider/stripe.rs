@@ -128,6 +128,15 @@ impl StripeClient {
         }
     }
 
+    /// The dashboard's page of a PaymentIntent in the key's mode, before its id: test-mode
+    /// objects live under `/test/`.
+    pub(crate) fn dashboard(&self) -> &'static str {
+        match self.mode {
+            StripeMode::Test => "https://dashboard.stripe.com/test/payments/",
+            StripeMode::Live => "https://dashboard.stripe.com/payments/",
+        }
+    }
+
     /// The intent, when it is in the key's mode; else why it proves nothing (logged: the
     /// attempt stays processing, reconciliation flags it for review, and no order is marked
     /// paid by a test payment on a live server).
