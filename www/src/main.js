@@ -253,6 +253,7 @@ async function runAttempt(start) {
     } finally {
       state.abort = null;
       if (!state.userAbort) setBusy(false);
+      showWhatHappened();
       refreshLedger();
       // Webhooks and the confirmation mail can trail the answer by a moment.
       setTimeout(refreshLedger, 1500);
@@ -286,6 +287,20 @@ async function resumeAttempt() {
   if (state.busy) return;
   setStatus(TEXT.checking, "busy");
   await runAttempt((opts) => state.client.resume(state.order.id, opts));
+}
+
+/**
+ * After each pay, a link to the server's operator page for this order (`/admin/?order=ID`,
+ * docs/demo.md): the timeline of requests, provider calls and state changes that led to the
+ * outcome above. The page gets a dev operator token from the dev server itself (`GET
+ * /dev/operator`, dev mode only); this page never holds one, and the customer's session
+ * opens nothing there.
+ */
+function showWhatHappened() {
+  const link = $("what-happened");
+  if (!state.order) return;
+  link.href = `${state.api.base}/admin/?order=${encodeURIComponent(state.order.id)}`;
+  link.hidden = false;
 }
 
 async function showOutcome(outcome) {

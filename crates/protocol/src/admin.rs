@@ -30,6 +30,10 @@ pub mod paths {
     pub fn resolve(order_id: &str) -> String {
         format!("/admin/reviews/{order_id}/resolve")
     }
+    /// `GET`, dev mode only (`--dev`; a production build has no such route): a dev operator
+    /// token for the demo's "what happened?" link (docs/demo.md), `{"token": …}`. Minted at
+    /// start, valid for this process only; a customer's session is still refused at `/admin/`.
+    pub const DEV_OPERATOR: &str = "/dev/operator";
     /// Every operator path as a template (`{id}` for a path segment).
     pub const ALL: &[&str] = &[
         REVIEWS,

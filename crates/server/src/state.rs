@@ -112,6 +112,7 @@ impl AppState {
                 sessions: config.sessions.clone(),
                 jwt: config.jwt.clone(),
                 operator_token: config.operator_token.clone().map(Arc::new),
+                dev_operator_token: config.dev_operator_token.clone().map(Arc::new),
                 clock: Arc::new(SystemClock),
             },
             config: Arc::new(config),

@@ -27,6 +27,9 @@ pub(crate) struct AuthState {
     pub(crate) jwt: Option<Arc<jwt::JwtVerifier>>,
     /// The operator API's token; `None`: `/admin/` is closed.
     pub(crate) operator_token: Option<Arc<Secret>>,
+    /// Dev mode only: the operator token `GET /dev/operator` hands to the demo
+    /// (`src/config/dev.rs`); always `None` in a production build.
+    pub(crate) dev_operator_token: Option<Arc<Secret>>,
     pub(crate) clock: Arc<dyn Clock>,
 }
 
@@ -125,7 +128,8 @@ where
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         let auth = AuthState::from_ref(state);
-        if let Some(token) = &auth.operator_token {
+        let tokens = [&auth.operator_token, &auth.dev_operator_token];
+        for token in tokens.into_iter().flatten() {
             if crate::metrics::authorized(&parts.headers, token.expose()) {
                 return Ok(Operator);
             }

@@ -45,6 +45,10 @@ pub struct Config {
     pub(crate) metrics_token: Option<Secret>,
     /// The operator API's token (`--operator-token-file`); `None`: `/admin/` is closed.
     pub(crate) operator_token: Option<Secret>,
+    /// Dev mode only: an operator token minted at start, which `GET /dev/operator` hands to
+    /// the demo (`src/dev/mod.rs`); always `None` in a production build
+    /// (`src/config/dev_off.rs`).
+    pub(crate) dev_operator_token: Option<Secret>,
     /// The provider's API key (`--provider-api-key-file`, or Stripe's secret key), sent as
     /// a Bearer token.
     pub(crate) provider_api_key: Option<Secret>,
@@ -195,6 +199,7 @@ impl Config {
             catalog,
             metrics_token: args.metrics_token.clone().filter(|t| !t.is_empty()),
             operator_token: operator_token(args.operator_token_file.as_deref())?,
+            dev_operator_token: dev.operator_token,
             provider_api_key,
             provider,
             stripe_webhook_secret: stripe.webhook_secret,

@@ -135,6 +135,9 @@ pub(crate) struct DevSettings {
     pub flaw: Option<payonce_rules::pay::Flaw>,
     /// The webhook secret when none was given: the mock provider's own default, dev only.
     pub default_webhook_secret: Option<&'static str>,
+    /// With `--dev`, an operator token for this process (random, never written anywhere),
+    /// which `GET /dev/operator` hands to the demo's "what happened?" page.
+    pub operator_token: Option<crate::secret::Secret>,
 }
 
 /// Validates the dev flags.
@@ -150,8 +153,12 @@ pub(crate) fn settings(args: &DevArgs) -> Result<DevSettings, DevFlagError> {
         return Err(DevFlagError::FailpointsNeedDev);
     }
     use payonce_rules::pay::Flaw;
+    let operator_token = || format!("dev-operator-{}", uuid::Uuid::new_v4().simple());
     Ok(DevSettings {
         dev: args.dev,
+        operator_token: args
+            .dev
+            .then(|| operator_token().parse().unwrap_or_default()),
         failpoints,
         flaw: args.flaw.map(|f| match f {
             FlawArg::ConfirmUnsaved => Flaw::ConfirmUnsaved,

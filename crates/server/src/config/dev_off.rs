@@ -44,6 +44,8 @@ pub(crate) struct DevSettings {
     pub failpoints: Vec<crate::faults::Failpoint>,
     pub flaw: Option<payonce_rules::pay::Flaw>,
     pub default_webhook_secret: Option<&'static str>,
+    /// Never in a production build.
+    pub operator_token: Option<crate::secret::Secret>,
 }
 
 pub(crate) fn settings(args: &DevArgs) -> Result<DevSettings, DevFlagError> {
@@ -60,5 +62,6 @@ pub(crate) fn settings(args: &DevArgs) -> Result<DevSettings, DevFlagError> {
         failpoints: Vec::new(),
         flaw: None,
         default_webhook_secret: None,
+        operator_token: None,
     })
 }

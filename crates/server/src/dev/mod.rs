@@ -1,7 +1,7 @@
 //! Everything a dev build adds (the `dev` cargo feature; `src/dev_off.rs` stands in for
 //! this module without it, so a production build links none of it): the `--dev` flag, the
 //! embedded mock provider and the `mock-provider` subcommand, `POST /dev/sessions`,
-//! `GET /dev/config`, `GET /dev/mailbox`, the `Payonce-Dev-Fault` header and failpoints.
+//! `GET /dev/config`, `GET /dev/mailbox`, `GET /dev/operator` (a dev operator token), the `Payonce-Dev-Fault` header and failpoints.
 
 mod mailbox;
 mod sessions;
@@ -142,6 +142,10 @@ pub(crate) fn routes() -> Router<AppState> {
         .route(paths::DEV_SESSIONS, post(sessions::create_session))
         .route(paths::DEV_CONFIG, get(sessions::config))
         .route(paths::DEV_MAILBOX, get(mailbox::handler))
+        .route(
+            payonce_protocol::admin::paths::DEV_OPERATOR,
+            get(sessions::operator),
+        )
 }
 
 #[cfg(test)]

@@ -45,6 +45,19 @@ pub(crate) async fn create_session(
     Ok(([(header::SET_COOKIE, cookie)], body))
 }
 
+/// `GET /dev/operator`: the dev operator token minted at start (`super::operator_token`), for
+/// the demo's "what happened?" link to `/admin/` (docs/demo.md). Dev mode only: a production
+/// build has no such token and no such route; a customer's session at `/admin/` is refused as
+/// ever (`crate::auth::Operator`).
+pub(crate) async fn operator(
+    State(state): State<DevState>,
+) -> Result<Json<serde_json::Value>, AppError> {
+    match (&state.config.dev_operator_token, state.config.dev) {
+        (Some(token), true) => Ok(Json(serde_json::json!({ "token": token.expose() }))),
+        _ => Err(AppError::code(ErrorCode::DevModeRequired)),
+    }
+}
+
 /// `GET /dev/config`: the provider URL and the accepted faults, for a demo page's dev panel.
 pub(crate) async fn config(
     State(state): State<DevState>,

@@ -23,6 +23,7 @@ use crate::common::{key, ledger, Backend, Checkout, Req, TestDb};
 on_both_backends!(
     a_flagged_order_is_resolved_from_the_providers_answer_and_journaled,
     a_resolve_needs_the_operator_credential_and_a_note,
+    a_dev_server_hands_the_demo_an_operator_token_and_a_customer_still_gets_403,
 );
 
 /// A proxy in front of the mock provider that, while `down` is set, forwards a charge but
@@ -225,4 +226,25 @@ async fn a_resolve_needs_the_operator_credential_and_a_note(backend: Backend) {
     assert_eq!(r.code(), ErrorCode::ReviewUnresolved, "{}", r.text());
     let r = s.call(resolve_req("ord_missing", "n")).await;
     assert_eq!(r.code(), ErrorCode::OrderNotFound, "{}", r.text());
+}
+
+/// In dev mode the demo's "what happened?" page gets a dev operator token from the server
+/// (`GET /dev/operator`); it opens `/admin/`, while the customer's session still gets 403.
+async fn a_dev_server_hands_the_demo_an_operator_token_and_a_customer_still_gets_403(
+    backend: Backend,
+) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let s = InProc::start(&db, &provider().await, &[]).await;
+    let t = s.session("alice").await;
+    let r = s.call(Req::get(admin::DEV_OPERATOR)).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let token = r.json()["token"].as_str().unwrap().to_owned();
+    let ok = s.call(Req::get(admin::REVIEWS).bearer(&token)).await;
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    let customer = s.call(Req::get(admin::REVIEWS).bearer(&t)).await;
+    assert_eq!(customer.code(), ErrorCode::OperatorRequired);
+    let none = s.call(Req::get(admin::REVIEWS)).await;
+    assert_eq!(none.code(), ErrorCode::Unauthenticated);
 }
