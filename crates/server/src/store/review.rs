@@ -60,12 +60,14 @@ pub(crate) async fn clear(
             .need(Need::Row),
         );
     }
+    // The other flags, not this one: on PostgreSQL the statements run chained from one
+    // snapshot (`tx.rs`), so the clear above is not visible to this condition.
     let lift = Statement::new(
         "UPDATE orders SET review_at = NULL, updated_at = $1
          WHERE id = $2 AND review_at IS NOT NULL
            AND NOT EXISTS (SELECT 1 FROM attempts
-             WHERE order_id = $2 AND needs_review_at IS NOT NULL)",
-        vec![now.into(), order.into()],
+             WHERE order_id = $2 AND needs_review_at IS NOT NULL AND id <> $3)",
+        vec![now.into(), order.into(), attempt.unwrap_or_default().into()],
     );
     list.push(match attempt {
         Some(_) => lift,

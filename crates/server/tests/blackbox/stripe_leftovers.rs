@@ -25,6 +25,7 @@ on_both_backends!(
     a_failed_challenge_cancels_its_intent_and_another_card_cannot_confirm_it,
     a_cancel_that_failed_is_retried_by_the_jobs,
     a_success_for_an_attempt_settled_uncharged_is_flagged_and_refuses_new_keys,
+    an_operator_resolve_refunds_the_stray_payment_and_releases_the_order,
 );
 
 const CANCEL: &str = "/v1/payment_intents/*/cancel";
@@ -206,4 +207,78 @@ async fn a_success_for_an_attempt_settled_uncharged_is_flagged_and_refuses_new_k
         r.text()
     );
     assert_eq!(app.ls.succeeded_for(&id).await, 1, "one charge, not two");
+}
+
+/// The flag of the test above, resolved by an operator (`POST /admin/reviews/{id}/resolve`,
+/// docs/operating.md, runbook "a review flag"): the stray payment is refunded at localstripe,
+/// never adopted; the flag and the hold are cleared, so a new key pays the order: two
+/// succeeded intents, one of them refunded in full, the customer charged once in the end. A
+/// second resolve finds no flag (409) and refunds nothing more.
+async fn an_operator_resolve_refunds_the_stray_payment_and_releases_the_order(b: Backend) {
+    use crate::journal::{token_file, OPERATOR_TOKEN};
+    use payonce_protocol::admin::{paths as admin, resolve};
+    use payonce_testkit::checkout::Req;
+    let (_dir, file) = token_file();
+    let flags = [
+        "--flaw",
+        "leave-confirmable",
+        "--operator-token-file",
+        &file,
+    ];
+    let Some(app) = StripeApp::start_with(b, false, true, &flags).await else {
+        return;
+    };
+    let (t, id) = app.order("dora").await;
+    let intent = declined_challenge(&app, &t, &id).await;
+    let approve = app.ls.payment_method(cards::APPROVE).await;
+    app.ls
+        .confirm_with(&intent, &approve)
+        .await
+        .expect("confirmed");
+    let flagged = payonce_testkit::eventually(
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+        || async { (app.count(FLAGGED, &id).await == 1).then_some(()) },
+    )
+    .await;
+    assert!(flagged.is_some(), "the attempt is flagged for review");
+
+    let note = serde_json::json!({ resolve::NOTE: "customer confirmed outside the checkout" });
+    let path = admin::resolve(&id);
+    let r = app
+        .call(
+            Req::post(path.as_str())
+                .bearer(OPERATOR_TOKEN)
+                .json(note.clone()),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let body = r.json();
+    assert_eq!(
+        body[resolve::RESOLVED][0][resolve::OUTCOME],
+        resolve::REFUNDED,
+        "{body:#}"
+    );
+    let refunds = app.ls.refunds_of(&intent).await;
+    assert_eq!(refunds.len(), 1, "{refunds:#?}");
+    assert_eq!(refunds[0]["status"], "succeeded");
+    assert_eq!(app.count(FLAGGED, &id).await, 0, "the flag is cleared");
+
+    let r = app.pay(&t, &id, Some(&key()), 1, &approve).await;
+    assert_eq!(r.status, 200, "the order is released: {}", r.text());
+    assert_eq!(
+        app.ls.succeeded_for(&id).await,
+        2,
+        "the stray and the new key's"
+    );
+    let again = app
+        .call(Req::post(path.as_str()).bearer(OPERATOR_TOKEN).json(note))
+        .await;
+    assert_eq!(
+        again.code(),
+        ErrorCode::ReviewUnresolved,
+        "{}",
+        again.text()
+    );
+    assert_eq!(app.ls.refunds_of(&intent).await.len(), 1, "refunded once");
 }
