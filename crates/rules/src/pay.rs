@@ -1498,6 +1498,41 @@ mod tests {
         assert_eq!(claim.attempt.provider_key, p.provider_key);
     }
 
+    /// An operator's resolve asks the provider and never charges: no charge settles the
+    /// attempt uncharged (failed, the order released); a provider that cannot tell leaves it
+    /// open; a charge settles it paid.
+    #[test]
+    fn an_operators_resolve_never_charges() {
+        let record = Record::Processing(processing(NOW));
+        let ids = Sequence::starting_at(1);
+        let mut m = ServerPay::resolve(&record, order(1), policy());
+        match m.poll(NOW, &ids) {
+            Effect::TakeOver { take, .. } => {
+                assert!(
+                    take.entry.reason.contains("an operator's resolve"),
+                    "{take:?}"
+                )
+            }
+            e => panic!("{e:?}"),
+        }
+        m.on_taken(true);
+        assert!(matches!(m.poll(NOW, &ids), Effect::Lookup(_)));
+        m.on_lookup(Lookup::NotFound);
+        match m.poll(NOW, &ids) {
+            Effect::Settle {
+                plan: SettlePlan::Uncharged { finish, .. },
+                ..
+            } => assert_eq!(finish.status, AttemptStatus::Failed),
+            e => panic!("no charge is settled uncharged, never charged: {e:?}"),
+        }
+        let mut m = ServerPay::resolve(&record, order(1), policy());
+        m.poll(NOW, &ids);
+        m.on_taken(true);
+        m.poll(NOW, &ids);
+        m.on_lookup(Lookup::Unknown("down".into()));
+        assert!(matches!(m.poll(NOW, &ids), Effect::Release { .. }));
+    }
+
     /// A job that loses the take-over, and a webhook the provider cannot confirm, end
     /// without writing anything.
     #[test]
