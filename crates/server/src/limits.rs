@@ -1,7 +1,13 @@
-//! The per-user rate limits: in-process keyed limiters (`governor`'s GCRA, a token bucket
-//! without a timer), one per [`Bucket`] (`payonce_rules::policy` says which request spends
-//! which; pay has two, because a duplicate is not a new payment). A refusal is 429
-//! `RATE_LIMITED` with `Retry-After` (whole seconds until a token is back).
+//! The per-user rate limits: in-process keyed limiters (GCRA, a token bucket without a
+//! timer, as `governor` computes it, whose [`Quota`] the flags build), one per [`Bucket`]
+//! (`payonce_rules::policy` says which request spends which; pay has two, because a
+//! duplicate is not a new payment). A refusal is 429 `RATE_LIMITED` with `Retry-After`
+//! (whole seconds until a token is back).
+//!
+//! The bucket is this file's own rather than governor's limiter so that a caller may ask
+//! whether a token is there without taking it ([`Limits::ready`]): a new key's claim then
+//! commits in one statement and takes its token after (`store/pay.rs`), instead of holding a
+//! transaction open for the take.
 //!
 //! The buckets live in each process: with N instances a user gets up to N times the rate.
 //! That is a deliberate simplification: the limit protects the provider and the store from
@@ -10,14 +16,14 @@
 
 use crate::error::AppError;
 use crate::metrics;
-use governor::clock::{Clock, Reference};
-use governor::middleware::NoOpMiddleware;
+use governor::clock::{Clock, Reference as _};
 use governor::nanos::Nanos;
-use governor::state::keyed::DefaultKeyedStateStore;
-use governor::{Quota, RateLimiter};
+use governor::Quota;
 use payonce_rules::policy::{retry_after_secs, Bucket};
+use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// Forget users whose bucket is full again every this many takes (bounded memory).
@@ -28,7 +34,48 @@ pub(crate) fn quota(burst: u32, per_min: u32) -> Option<Quota> {
     Some(Quota::per_minute(NonZeroU32::new(per_min)?).allow_burst(NonZeroU32::new(burst)?))
 }
 
-type Keyed<C> = RateLimiter<String, DefaultKeyedStateStore<String>, C, NoOpMiddleware<Nanos>>;
+/// One bucket per user: the theoretical arrival time of each user's next token, in
+/// nanoseconds since the limiter was made (governor's `Gcra`: `t` per token, `tau` the
+/// burst's slack). A user absent is a full bucket.
+struct Keyed {
+    t: u64,
+    tau: u64,
+    tats: Mutex<HashMap<String, u64>>,
+}
+
+impl Keyed {
+    fn new(q: Quota) -> Self {
+        let t = u64::try_from(q.replenish_interval().as_nanos())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let tau = t.saturating_mul(u64::from(q.burst_size().get() - 1));
+        Self {
+            t,
+            tau,
+            tats: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// How long until `user` has a token at `now` (zero: one is there); takes it when one
+    /// is there and `take`, or always when `force` (a token owed: the bucket may go below
+    /// empty, and the next ones wait for it).
+    fn measure(&self, user: &str, now: u64, take: bool, force: bool) -> Duration {
+        let mut tats = self.tats.lock().unwrap_or_else(|e| e.into_inner());
+        let tat = tats.get(user).copied().unwrap_or(now);
+        let earliest = tat.saturating_sub(self.tau);
+        let wait = Duration::from_nanos(earliest.saturating_sub(now));
+        if (take && wait.is_zero()) || force {
+            tats.insert(user.to_owned(), tat.max(now).saturating_add(self.t));
+        }
+        wait
+    }
+
+    /// Forgets the users whose bucket is full again at `now`.
+    fn sweep(&self, now: u64) {
+        let mut tats = self.tats.lock().unwrap_or_else(|e| e.into_inner());
+        tats.retain(|_, tat| *tat > now);
+    }
+}
 
 /// The limiters' clock: monotonic in the server (a wall-clock step never empties a bucket),
 /// or the state's clock (`src/clock.rs`) in tests, which move it instead of sleeping.
@@ -53,11 +100,13 @@ impl Clock for LimiterClock {
 
 /// The limits of one process: a limiter per enabled bucket, keyed by user.
 pub(crate) struct Limits<C: Clock<Instant = Nanos> + Clone = LimiterClock> {
-    buckets: Vec<(Bucket, Keyed<C>)>,
+    buckets: Vec<(Bucket, Keyed)>,
     takes: AtomicU64,
     /// Users out of coupon-miss tokens, and until when (bounded memory).
     coupon_blocked: moka::sync::Cache<String, Nanos>,
     clock: C,
+    /// The clock's reading when the limiters were made: bucket times count from it.
+    start: Nanos,
 }
 
 impl Limits {
@@ -70,32 +119,58 @@ impl<C: Clock<Instant = Nanos> + Clone> Limits<C> {
     pub(crate) fn with_clock(rates: &[(Bucket, Option<Quota>)], clock: &C) -> Self {
         let buckets = rates
             .iter()
-            .filter_map(|(b, q)| Some((*b, RateLimiter::dashmap_with_clock((*q)?, clock.clone()))));
+            .filter_map(|(b, q)| Some((*b, Keyed::new((*q)?))));
         Self {
             buckets: buckets.collect(),
             takes: AtomicU64::new(0),
             coupon_blocked: moka::sync::Cache::new(100_000),
+            start: clock.now(),
             clock: clock.clone(),
         }
     }
 
+    /// `bucket`'s limiter and the time in it, or `None` when the bucket has no limit.
+    fn bucket(&self, bucket: Bucket) -> Option<(&Keyed, u64)> {
+        let (_, limiter) = self.buckets.iter().find(|(b, _)| *b == bucket)?;
+        let now = self.clock.now().duration_since(self.start);
+        Some((limiter, u64::from(now)))
+    }
+
     /// Takes a token of `bucket` for `user`, or says how long until one is back.
     fn take(&self, bucket: Bucket, user: &str) -> Result<(), Duration> {
-        let Some((_, limiter)) = self.buckets.iter().find(|(b, _)| *b == bucket) else {
+        let Some((limiter, now)) = self.bucket(bucket) else {
             return Ok(());
         };
         if self.takes.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
-            limiter.retain_recent();
+            limiter.sweep(now);
         }
-        limiter
-            .check_key(&user.to_owned())
-            .map_err(|not_until| not_until.wait_time_from(self.clock.now()))
+        let wait = limiter.measure(user, now, true, false);
+        if wait.is_zero() {
+            Ok(())
+        } else {
+            Err(wait)
+        }
     }
 
     /// Takes a token of `bucket` for `user`, or refuses with 429.
     pub(crate) fn check(&self, bucket: Bucket, user: &str) -> Result<(), AppError> {
         self.take(bucket, user)
             .map_err(|wait| limited(bucket, wait))
+    }
+
+    /// True when `user` has a token of `bucket` now; none is taken.
+    pub(crate) fn ready(&self, bucket: Bucket, user: &str) -> bool {
+        self.bucket(bucket)
+            .is_none_or(|(limiter, now)| limiter.measure(user, now, false, false).is_zero())
+    }
+
+    /// Takes a token of `bucket` for `user` that [`Limits::ready`] found, even if a
+    /// concurrent take spent it meanwhile (the bucket then owes it: the next token comes
+    /// later by as much).
+    pub(crate) fn spend(&self, bucket: Bucket, user: &str) {
+        if let Some((limiter, now)) = self.bucket(bucket) {
+            limiter.measure(user, now, false, true);
+        }
     }
 
     /// After `user`'s coupon code was looked up (`known`: it is a coupon). A miss spends a
@@ -174,6 +249,29 @@ mod tests {
             assert!(l.take(b, "alice").is_ok());
         }
         assert!(l.take(b, "alice").is_err());
+    }
+
+    #[test]
+    fn ready_takes_nothing_and_a_spent_token_is_owed() {
+        let clock = FakeRelativeClock::default();
+        let l = limits(&[(Bucket::NewAttempts, 2, 60)], &clock);
+        let b = Bucket::NewAttempts;
+        for _ in 0..10 {
+            assert!(l.ready(b, "alice"), "asking spends nothing");
+        }
+        l.spend(b, "alice");
+        assert!(l.take(b, "alice").is_ok(), "the second of the burst");
+        assert!(!l.ready(b, "alice"));
+        // A token spent when none was left is owed: the next one is a second later.
+        l.spend(b, "alice");
+        clock.advance(Duration::from_secs(1));
+        assert!(!l.ready(b, "alice"), "the owed token came back first");
+        clock.advance(Duration::from_secs(1));
+        assert!(l.ready(b, "alice"));
+        assert!(
+            l.ready(Bucket::Orders, "alice"),
+            "no orders bucket: no limit"
+        );
     }
 
     #[test]

@@ -472,9 +472,10 @@ pub(crate) async fn settle_from_webhook(
 /// count decides; the reads only choose which error to report. `SlotTaken`: the key
 /// appeared meanwhile (another request claimed or cancelled it): decide again.
 ///
-/// `spend`: take a new-attempt token (`src/limits.rs`) when the claim wins, after every
-/// statement passed and before the commit, so duplicates racing for one new key (which
-/// lose the `(user, key)` slot and replay) never pay for it; a refusal rolls it back.
+/// `spend`: spend a new-attempt token (`src/limits.rs`) only when the claim wins, so
+/// duplicates racing for one new key (which lose the `(user, key)` slot and replay) never
+/// pay for it: when one is there, after the commit; otherwise the claim takes it before its
+/// commit, and a refusal rolls it back ([`store::pay::Token`]).
 pub(crate) async fn exec_claim(
     state: &AppState,
     plan: &ClaimPlan,
@@ -484,12 +485,23 @@ pub(crate) async fn exec_claim(
 ) -> AppResult<Claimed> {
     let t = &plan.claim.attempt.terms;
     let limits = spend.then(|| state.limits.clone());
+    let ready = limits
+        .as_ref()
+        .is_none_or(|l| l.ready(Bucket::NewAttempts, &t.user));
     let spender = t.user.clone();
-    let before_commit = move || match limits {
-        Some(limits) => limits.check(Bucket::NewAttempts, &spender), // refused: rolled back
-        None => Ok(()),
+    let token = store::pay::Token {
+        ready,
+        before_commit: move || match limits {
+            Some(limits) => limits.check(Bucket::NewAttempts, &spender), // refused: rolled back
+            None => Ok(()),
+        },
+        after_commit: || {
+            if spend {
+                state.limits.spend(Bucket::NewAttempts, &t.user);
+            }
+        },
     };
-    match store::pay::claim(&state.store, plan, key.as_str(), now, before_commit).await? {
+    match store::pay::claim(&state.store, plan, key.as_str(), now, token).await? {
         ClaimOutcome::Claimed => Ok(Claimed::Won),
         ClaimOutcome::KeyTaken => Ok(Claimed::SlotTaken),
         ClaimOutcome::OrderConflict { current, held } => {

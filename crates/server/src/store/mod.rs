@@ -516,6 +516,36 @@ impl Store {
         }
     }
 
+    /// Runs `list` all or nothing, as one transaction of its own (`tx.rs`): `Ok(counts)`,
+    /// committed, when every [`tx::Need::Row`] changed its row; `Err(counts)`, with nothing
+    /// written, when one changed none (the statements after it did not run). On SQLite in
+    /// the writer; on PostgreSQL as one statement on the pool, a loss included: no
+    /// `BEGIN`/`COMMIT` round trips.
+    async fn run_all(&self, list: Vec<tx::Statement>) -> sqlx::Result<Result<Vec<u64>, Vec<u64>>> {
+        if self.backend == Backend::Postgres {
+            return tx::chained_all(&self.pool, &list).await;
+        }
+        enum Stop {
+            Lost(Vec<u64>),
+            Err(sqlx::Error),
+        }
+        impl From<sqlx::Error> for Stop {
+            fn from(e: sqlx::Error) -> Self {
+                Self::Err(e)
+            }
+        }
+        let rows: Vec<bool> = list.iter().map(tx::Statement::gates).collect();
+        let decide = move |c: &[u64]| match rows.iter().zip(c).all(|(&row, &n)| !row || n > 0) {
+            true => Ok(c.to_vec()),
+            false => Err(Stop::Lost(c.to_vec())),
+        };
+        match self.transact(list, decide).await {
+            Ok(counts) => Ok(Ok(counts)),
+            Err(Stop::Lost(counts)) => Ok(Err(counts)),
+            Err(Stop::Err(e)) => Err(e),
+        }
+    }
+
     /// Deletes at most `limit` rows of `table` where `cond` holds for `$1 = at`, in one write
     /// transaction, by `ctid`/`rowid`: no lookup by key, and no generic plan turns a batch
     /// into a scan of the table (docs/benchmarks.md, "Cleanup"). Bounded, so a large backlog

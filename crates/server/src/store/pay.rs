@@ -9,7 +9,7 @@ use super::audit::{self, Entry};
 use super::journal::{self as log, About};
 use super::orders::get_order;
 use super::tx::{Need, Statement};
-use super::{attempts, payments, take_lease, Leased, Store};
+use super::{attempts, payments, take_lease, Backend, Leased, Store};
 use payonce_protocol::{OrderStatus, Payment};
 use payonce_rules::decision;
 use payonce_rules::ids::{IdSource, JobId};
@@ -55,40 +55,68 @@ impl<E: From<sqlx::Error>> From<sqlx::Error> for Abort<E> {
     }
 }
 
+/// The new-attempt token a claim spends only when it wins (`src/limits.rs`), so that
+/// duplicates racing for one new key, which lose the `(user, key)` slot, never pay for it.
+pub(crate) struct Token<F, G> {
+    /// A token is there now (none taken): on PostgreSQL the claim then commits in one
+    /// statement and spends it after (`after_commit`), rather than holding a transaction
+    /// open for the take (`BEGIN` and `COMMIT`: two round trips more).
+    pub(crate) ready: bool,
+    /// Takes it once every statement passed and before the commit; its error rolls the
+    /// claim back and is returned (when none was there, or on SQLite, whose writer runs the
+    /// check inside its transaction at no round trip's cost).
+    pub(crate) before_commit: F,
+    /// Spends the token `ready` found, after the commit (a concurrent take that spent it
+    /// meanwhile makes the bucket owe it).
+    pub(crate) after_commit: G,
+}
+
 /// The claim of a new key (rule 3), in one write transaction: the attempt under the unique
 /// indexes, the order lock at the planned version, the stock in the plan's SKU order, the
 /// audit rows. The processing attempt is the transactional outbox ("charge this provider
 /// key": the request executes it inline after the commit; if the process dies first, the
-/// outbox worker finds it by its expired lease, src/ops/jobs/mod.rs). `before_commit` runs once
-/// every statement passed and before the commit; its error rolls the claim back and is
-/// returned.
+/// outbox worker finds it by its expired lease, src/ops/jobs/mod.rs). `token` says how the
+/// new-attempt token is spent ([`Token`]).
 ///
 /// A claim that lost writes nothing, and only then are the rows read that say why (on the
 /// pool, after the rollback): which statement lost was decided in the transaction, the reads
 /// only choose what to report, as a read right after a separate transaction would.
-pub(crate) async fn claim<E, F>(
+pub(crate) async fn claim<E, F, G>(
     store: &Store,
     plan: &ClaimPlan,
     key: &str,
     now: i64,
-    before_commit: F,
+    token: Token<F, G>,
 ) -> Result<ClaimOutcome, E>
 where
     E: From<sqlx::Error> + Send + 'static,
     F: FnOnce() -> Result<(), E> + Send + 'static,
+    G: FnOnce(),
 {
     let list = claim_statements(plan, key, now);
     let lines = plan.stock.len();
-    let decide = move |c: &[u64]| {
-        if c.iter().take(2 + lines).all(|&n| n == 1) {
-            return before_commit().map_err(Abort::Err);
+    let counts = if token.ready && store.backend() == Backend::Postgres {
+        // Every statement up to the last stock line needs its row: one lost rolls all back.
+        match store.run_all(list).await? {
+            Ok(_) => {
+                (token.after_commit)();
+                return Ok(ClaimOutcome::Claimed);
+            }
+            Err(counts) => counts,
         }
-        Err(Abort::Lost(c.to_vec()))
-    };
-    let counts = match store.transact(list, decide).await {
-        Ok(()) => return Ok(ClaimOutcome::Claimed),
-        Err(Abort::Lost(counts)) => counts,
-        Err(Abort::Err(e)) => return Err(e),
+    } else {
+        let before_commit = token.before_commit;
+        let decide = move |c: &[u64]| {
+            if c.iter().take(2 + lines).all(|&n| n == 1) {
+                return before_commit().map_err(Abort::Err);
+            }
+            Err(Abort::Lost(c.to_vec()))
+        };
+        match store.transact(list, decide).await {
+            Ok(()) => return Ok(ClaimOutcome::Claimed),
+            Err(Abort::Lost(counts)) => counts,
+            Err(Abort::Err(e)) => return Err(e),
+        }
     };
     let (inserted, locked) = (counts[0] == 1, counts[1] == 1);
     let (user, order) = (

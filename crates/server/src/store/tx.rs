@@ -17,6 +17,12 @@
 //! only when the statement before it has run and the last [`Need::Row`] before it returned
 //! its row, so the order of row locks is the list's. Its statements share one snapshot: no
 //! two statements of a transaction may touch the same row.
+//!
+//! A list may also be run all or nothing ([`chained_all`]): a [`Need::Row`] that changed
+//! no row then rolls back what ran before it, as a transaction the caller rolls back would,
+//! but in the one statement: its final `SELECT` fails with the counts in the error's text
+//! (the only way a statement can both abort and say how far it got), so a claim that lost
+//! costs the same one round trip as one that won.
 
 use payonce_rules::ids::{AttemptId, LeaseToken, OrderId, PaymentId, RefundId};
 use sqlx::any::{AnyArguments, AnyExecutor};
@@ -112,6 +118,11 @@ impl Statement {
         self.need = need;
         self
     }
+
+    /// True when the statements after it run only if it changed a row ([`Need::Row`]).
+    pub(crate) fn gates(&self) -> bool {
+        self.need == Need::Row
+    }
 }
 
 fn bind(args: &mut AnyArguments, a: &Arg) {
@@ -178,7 +189,7 @@ pub(crate) async fn chained<'c>(
     e: impl AnyExecutor<'c>,
     list: &[Statement],
 ) -> sqlx::Result<Vec<u64>> {
-    let (text, args) = chain(list);
+    let (text, args) = chain(list, false);
     let row = sqlx::query_with(sqlx::AssertSqlSafe(text), args)
         .fetch_one(e)
         .await?;
@@ -187,11 +198,55 @@ pub(crate) async fn chained<'c>(
         .collect()
 }
 
+/// What marks the counts of a list that lost a [`Need::Row`] in [`chained_all`]'s error.
+const LOST: &str = "payonce-lost:";
+
+/// The statements as one (PostgreSQL), all or nothing: `Ok(counts)` when every
+/// [`Need::Row`] changed its row and the whole list is committed; `Err(counts)` when one
+/// changed none, and then nothing is written (the counts say how far it got: the ones after
+/// the loss are 0). One round trip either way, atomic on its own.
+pub(crate) async fn chained_all<'c>(
+    e: impl AnyExecutor<'c>,
+    list: &[Statement],
+) -> sqlx::Result<Result<Vec<u64>, Vec<u64>>> {
+    let (text, args) = chain(list, true);
+    let row = match sqlx::query_with(sqlx::AssertSqlSafe(text), args)
+        .fetch_one(e)
+        .await
+    {
+        Ok(row) => row,
+        Err(e) => return lost_counts(&e, list.len()).map(Err).ok_or(e),
+    };
+    let counts = (0..list.len())
+        .map(|i| Ok(u64::try_from(row.try_get::<i64, _>(i)?).unwrap_or(0)))
+        .collect::<sqlx::Result<_>>()?;
+    Ok(Ok(counts))
+}
+
+/// The counts [`chained_all`]'s statement put in its error when it lost (PostgreSQL says
+/// `invalid input syntax for type bigint: "payonce-lost:1,0,0"`); `None` for any other
+/// error.
+fn lost_counts(e: &sqlx::Error, n: usize) -> Option<Vec<u64>> {
+    let sqlx::Error::Database(db) = e else {
+        return None;
+    };
+    let msg = db.message();
+    let at = msg.find(LOST)? + LOST.len();
+    let text = msg[at..].split('"').next()?;
+    let counts: Vec<u64> = text
+        .split(',')
+        .map(|c| c.parse().ok())
+        .collect::<Option<_>>()?;
+    (counts.len() == n).then_some(counts)
+}
+
 /// The chained text and its values: `WITH c0 AS (…), c1 AS (…) SELECT <count of each>,
 /// <assertions>`.
 /// An assertion that fails casts its reason to a number, which aborts the statement; it
-/// reads a CTE, so the planner never folds it.
-fn chain(list: &[Statement]) -> (String, AnyArguments) {
+/// reads a CTE, so the planner never folds it. `all`: the last [`Need::Row`] that returned
+/// no row is such an assertion too (so every one before it did: each ran only when the one
+/// before returned its row), whose text is the counts ([`lost_counts`]).
+fn chain(list: &[Statement], all: bool) -> (String, AnyArguments) {
     let (mut ctes, mut counts, mut checks) = (Vec::new(), Vec::new(), "0".to_owned());
     let mut args = AnyArguments::default();
     let mut gate: Option<usize> = None;
@@ -224,6 +279,16 @@ fn chain(list: &[Statement]) -> (String, AnyArguments) {
             }
             Need::Any => {}
         }
+    }
+    if let (true, Some(g)) = (all, gate) {
+        let each: Vec<String> = (0..list.len())
+            .map(|i| format!("(SELECT count(*) FROM c{i})"))
+            .collect();
+        checks.push_str(&format!(
+            " + CASE WHEN EXISTS (SELECT 1 FROM c{g}) THEN 0
+               ELSE CAST('{LOST}' || {} AS BIGINT) END",
+            each.join(" || ',' || ")
+        ));
     }
     counts.push(checks); // read by nobody: it only aborts
     let text = format!("WITH {}\nSELECT {}", ctes.join(",\n"), counts.join(", "));
@@ -269,7 +334,7 @@ mod tests {
             s("UPDATE u SET x = $1 WHERE true"),
             s("UPDATE v SET x = $1 WHERE true").need(Need::Assert("broken")),
         ];
-        let (text, args) = chain(&list);
+        let (text, args) = chain(&list, false);
         assert_eq!(args.len(), 3);
         assert!(
             text.contains("c1 AS (UPDATE u SET x = $2 WHERE true AND EXISTS (SELECT 1 FROM c0)")
@@ -280,5 +345,24 @@ mod tests {
         assert!(
             text.contains("CAST((SELECT 'broken' WHERE NOT EXISTS (SELECT 1 FROM c2)) AS BIGINT)")
         );
+        assert!(
+            !text.contains(LOST),
+            "only an all-or-nothing chain reports a loss"
+        );
+    }
+
+    #[test]
+    fn an_all_or_nothing_chain_fails_with_its_counts_unless_the_last_gate_passed() {
+        let s = |sql| Statement::new(sql, vec![Arg::from(1)]);
+        let list = [
+            s("UPDATE t SET x = $1 WHERE true").need(Need::Row),
+            s("UPDATE u SET x = $1 WHERE true").need(Need::Row),
+            s("UPDATE v SET x = $1 WHERE true"),
+        ];
+        let (text, _) = chain(&list, true);
+        assert!(text.contains(
+            "CASE WHEN EXISTS (SELECT 1 FROM c1) THEN 0
+               ELSE CAST('payonce-lost:' || (SELECT count(*) FROM c0) || ',' || (SELECT count(*) FROM c1) || ',' || (SELECT count(*) FROM c2) AS BIGINT) END"
+        ), "{text}");
     }
 }
