@@ -500,7 +500,7 @@ impl Store {
                 writer.write_direct(run).await
             }
             None => {
-                self.write(async move |conn| decide(&tx::chained(conn, &list).await?))
+                self.write(async move |conn| decide(&tx::chained(conn, list).await?))
                     .await
             }
         }
@@ -512,7 +512,7 @@ impl Store {
     async fn commit(&self, list: Vec<tx::Statement>) -> sqlx::Result<Vec<u64>> {
         match self.backend {
             Backend::Sqlite => self.transact(list, |counts| Ok(counts.to_vec())).await,
-            Backend::Postgres => tx::chained(&self.pool, &list).await,
+            Backend::Postgres => tx::chained(&self.pool, list).await,
         }
     }
 
@@ -523,7 +523,7 @@ impl Store {
     /// `BEGIN`/`COMMIT` round trips.
     async fn run_all(&self, list: Vec<tx::Statement>) -> sqlx::Result<Result<Vec<u64>, Vec<u64>>> {
         if self.backend == Backend::Postgres {
-            return tx::chained_all(&self.pool, &list).await;
+            return tx::chained_all(&self.pool, list).await;
         }
         enum Stop {
             Lost(Vec<u64>),

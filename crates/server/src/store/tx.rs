@@ -18,6 +18,11 @@
 //! its row, so the order of row locks is the list's. Its statements share one snapshot: no
 //! two statements of a transaction may touch the same row.
 //!
+//! The chained text depends only on the list's shape (which statements, how many values
+//! each), so it is built once per shape and kept ([`text`]); a list sends its values and
+//! the kept text, which PostgreSQL has prepared on the connection already (sqlx's
+//! statement cache).
+//!
 //! A list may also be run all or nothing ([`chained_all`]): a [`Need::Row`] that changed
 //! no row then rolls back what ran before it, as a transaction the caller rolls back would,
 //! but in the one statement: its final `SELECT` fails with the counts in the error's text
@@ -27,6 +32,8 @@
 use payonce_rules::ids::{AttemptId, LeaseToken, OrderId, PaymentId, RefundId};
 use sqlx::any::{AnyArguments, AnyExecutor};
 use sqlx::{Arguments, Row};
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
 
 /// A bound value.
 #[derive(Debug, Clone)]
@@ -125,14 +132,6 @@ impl Statement {
     }
 }
 
-fn bind(args: &mut AnyArguments, a: &Arg) {
-    // Pushing a plain value into the Any buffer cannot fail.
-    let _ = match a {
-        Arg::Text(v) => args.add(v.clone()),
-        Arg::Int(v) => args.add(*v),
-    };
-}
-
 /// The statements one by one on `conn` (SQLite, inside the writer's transaction, on its
 /// thread).
 pub(crate) fn steps(conn: &rusqlite::Connection, list: &[Statement]) -> sqlx::Result<Vec<u64>> {
@@ -187,13 +186,13 @@ pub(crate) fn sqlite_error(e: rusqlite::Error) -> sqlx::Error {
 /// The statements as one (PostgreSQL): a round trip, atomic on its own.
 pub(crate) async fn chained<'c>(
     e: impl AnyExecutor<'c>,
-    list: &[Statement],
+    list: Vec<Statement>,
 ) -> sqlx::Result<Vec<u64>> {
-    let (text, args) = chain(list, false);
-    let row = sqlx::query_with(sqlx::AssertSqlSafe(text), args)
+    let (n, text) = (list.len(), text(&list, false));
+    let row = sqlx::query_with(sqlx::AssertSqlSafe(text), values(list))
         .fetch_one(e)
         .await?;
-    (0..list.len())
+    (0..n)
         .map(|i| Ok(u64::try_from(row.try_get::<i64, _>(i)?).unwrap_or(0)))
         .collect()
 }
@@ -207,17 +206,17 @@ const LOST: &str = "payonce-lost:";
 /// the loss are 0). One round trip either way, atomic on its own.
 pub(crate) async fn chained_all<'c>(
     e: impl AnyExecutor<'c>,
-    list: &[Statement],
+    list: Vec<Statement>,
 ) -> sqlx::Result<Result<Vec<u64>, Vec<u64>>> {
-    let (text, args) = chain(list, true);
-    let row = match sqlx::query_with(sqlx::AssertSqlSafe(text), args)
+    let (n, text) = (list.len(), text(&list, true));
+    let row = match sqlx::query_with(sqlx::AssertSqlSafe(text), values(list))
         .fetch_one(e)
         .await
     {
         Ok(row) => row,
-        Err(e) => return lost_counts(&e, list.len()).map(Err).ok_or(e),
+        Err(e) => return lost_counts(&e, n).map(Err).ok_or(e),
     };
-    let counts = (0..list.len())
+    let counts = (0..n)
         .map(|i| Ok(u64::try_from(row.try_get::<i64, _>(i)?).unwrap_or(0)))
         .collect::<sqlx::Result<_>>()?;
     Ok(Ok(counts))
@@ -240,21 +239,80 @@ fn lost_counts(e: &sqlx::Error, n: usize) -> Option<Vec<u64>> {
     (counts.len() == n).then_some(counts)
 }
 
-/// The chained text and its values: `WITH c0 AS (…), c1 AS (…) SELECT <count of each>,
-/// <assertions>`.
+/// A list's shape: per statement its text, tail and need (each `'static`, so its address
+/// and length name it) and how many values it binds; and whether it runs all or nothing.
+/// Lists of one shape have one chained text.
+#[derive(PartialEq, Eq, Hash)]
+struct Shape(bool, Vec<[usize; 7]>);
+
+impl Shape {
+    fn of(list: &[Statement], all: bool) -> Self {
+        let name = |s: &'static str| [s.as_ptr() as usize, s.len()];
+        let each = list.iter().map(|s| {
+            let need = match s.need {
+                Need::Any => [0, 0],
+                Need::Row => [1, 0],
+                Need::Assert(why) => name(why),
+            };
+            let ([a, b], [c, d], [e, f]) = (name(s.sql), name(s.tail), need);
+            [a, b, c, d, e, f, s.args.len()]
+        });
+        Self(all, each.collect())
+    }
+}
+
+/// At most this many chained texts are kept; a list of a shape beyond them builds its text
+/// each time. A server sends a few dozen shapes (a plan kind by its number of stock lines
+/// and audit rows).
+const TEXTS_KEPT: usize = 1024;
+
+/// The chained texts built so far, by shape: a pay sends the same few shapes over and
+/// over, and building the text was a sixth of the server's instructions per pay
+/// (docs/benchmarks.md, "A PostgreSQL pay, profiled").
+static TEXTS: LazyLock<Mutex<HashMap<Shape, Arc<str>>>> = LazyLock::new(Default::default);
+
+/// `list`'s chained text ([`chain`]), built once per shape.
+fn text(list: &[Statement], all: bool) -> Arc<str> {
+    let shape = Shape::of(list, all);
+    let texts = || TEXTS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(text) = texts().get(&shape) {
+        return text.clone();
+    }
+    let text: Arc<str> = chain(list, all).into();
+    let mut kept = texts();
+    if kept.len() < TEXTS_KEPT {
+        kept.insert(shape, text.clone());
+    }
+    text
+}
+
+/// `list`'s values in order, moved out of it: the chained text numbers them through
+/// ([`renumber`]).
+fn values(list: Vec<Statement>) -> AnyArguments {
+    let mut args = AnyArguments::default();
+    for a in list.into_iter().flat_map(|s| s.args) {
+        // Pushing a plain value into the Any buffer cannot fail.
+        let _ = match a {
+            Arg::Text(v) => args.add(v),
+            Arg::Int(v) => args.add(v),
+        };
+    }
+    args
+}
+
+/// The chained text: `WITH c0 AS (…), c1 AS (…) SELECT <count of each>, <assertions>`,
+/// each statement's placeholders renumbered past the values of the ones before it.
 /// An assertion that fails casts its reason to a number, which aborts the statement; it
 /// reads a CTE, so the planner never folds it. `all`: the last [`Need::Row`] that returned
 /// no row is such an assertion too (so every one before it did: each ran only when the one
 /// before returned its row), whose text is the counts ([`lost_counts`]).
-fn chain(list: &[Statement], all: bool) -> (String, AnyArguments) {
+fn chain(list: &[Statement], all: bool) -> String {
     let (mut ctes, mut counts, mut checks) = (Vec::new(), Vec::new(), "0".to_owned());
-    let mut args = AnyArguments::default();
+    let mut bound = 0;
     let mut gate: Option<usize> = None;
     for (i, s) in list.iter().enumerate() {
-        let sql = renumber(s.sql, args.len());
-        for a in &s.args {
-            bind(&mut args, a);
-        }
+        let sql = renumber(s.sql, bound);
+        bound += s.args.len();
         let mut cond = String::new();
         if let Some(g) = gate {
             cond.push_str(&format!(" AND EXISTS (SELECT 1 FROM c{g})"));
@@ -291,8 +349,7 @@ fn chain(list: &[Statement], all: bool) -> (String, AnyArguments) {
         ));
     }
     counts.push(checks); // read by nobody: it only aborts
-    let text = format!("WITH {}\nSELECT {}", ctes.join(",\n"), counts.join(", "));
-    (text, args)
+    format!("WITH {}\nSELECT {}", ctes.join(",\n"), counts.join(", "))
 }
 
 /// `sql` with each `$n` as `$(n + by)`.
@@ -334,8 +391,7 @@ mod tests {
             s("UPDATE u SET x = $1 WHERE true"),
             s("UPDATE v SET x = $1 WHERE true").need(Need::Assert("broken")),
         ];
-        let (text, args) = chain(&list, false);
-        assert_eq!(args.len(), 3);
+        let text = chain(&list, false);
         assert!(
             text.contains("c1 AS (UPDATE u SET x = $2 WHERE true AND EXISTS (SELECT 1 FROM c0)")
         );
@@ -352,6 +408,30 @@ mod tests {
     }
 
     #[test]
+    fn a_shape_is_chained_once_and_its_values_move_in_order() {
+        let s = |sql, v: &str| Statement::new(sql, vec![Arg::from(v), Arg::from(7)]);
+        let one = |a, b| {
+            vec![
+                s("UPDATE t SET x = $1 WHERE y = $2", a),
+                s("UPDATE u SET x = $2 WHERE y = $1", b),
+            ]
+        };
+        let (first, again) = (text(&one("a", "b"), false), text(&one("c", "d"), false));
+        assert!(Arc::ptr_eq(&first, &again), "one text per shape");
+        assert!(
+            first.contains("UPDATE u SET x = $4 WHERE y = $3"),
+            "{first}"
+        );
+        assert!(
+            !Arc::ptr_eq(&first, &text(&one("a", "b"), true)),
+            "all or nothing is another text"
+        );
+        let longer = [one("a", "b"), one("c", "d")].concat();
+        assert!(text(&longer, false).contains("c3 AS (UPDATE u SET x = $8 WHERE y = $7"));
+        assert_eq!(values(longer).len(), 8);
+    }
+
+    #[test]
     fn an_all_or_nothing_chain_fails_with_its_counts_unless_the_last_gate_passed() {
         let s = |sql| Statement::new(sql, vec![Arg::from(1)]);
         let list = [
@@ -359,7 +439,7 @@ mod tests {
             s("UPDATE u SET x = $1 WHERE true").need(Need::Row),
             s("UPDATE v SET x = $1 WHERE true"),
         ];
-        let (text, _) = chain(&list, true);
+        let text = chain(&list, true);
         assert!(text.contains(
             "CASE WHEN EXISTS (SELECT 1 FROM c1) THEN 0
                ELSE CAST('payonce-lost:' || (SELECT count(*) FROM c0) || ',' || (SELECT count(*) FROM c1) || ',' || (SELECT count(*) FROM c2) AS BIGINT) END"
