@@ -115,11 +115,13 @@ pub(crate) async fn handler(
         return AppError::detail(ErrorCode::InvalidRequest, why).into_response();
     }
     // The work runs in its own task: if the client hangs up mid-charge, the attempt is still
-    // settled and stored, ready to replay on the retry.
-    let task = tokio::spawn(crate::journal::carry(crate::faults::with_fault(
+    // settled and stored, ready to replay on the retry. Boxed first: the pay's future is
+    // large, and `tokio::spawn` moves what it is given several times on its way into the
+    // task (7 % of a pay's instructions, docs/benchmarks.md "A PostgreSQL pay, profiled").
+    let task = tokio::spawn(Box::pin(crate::journal::carry(crate::faults::with_fault(
         fault,
         answer(state, user, order, key, req, first),
-    )));
+    ))));
     let result = match task.await {
         Ok(r) => r,
         Err(e) => Err(AppError::task("pay")(e)),
