@@ -39,31 +39,78 @@ pub async fn dispatch(cli: Cli) -> Result<(), RunError> {
         }
         Some(Command::Timeline {
             order_id,
+            key,
+            provider_id,
             database_url,
             tls_ca_file,
         }) => {
             let url = crate::config::with_ca(&database_url, tls_ca_file.as_deref());
-            timeline(&url, &order_id).await
+            let of = match (order_id, key, provider_id) {
+                (Some(id), _, _) => TimelineOf::Order(id),
+                (None, Some(key), _) => TimelineOf::Key(key),
+                (None, None, Some(id)) => TimelineOf::ProviderId(id),
+                // clap requires one of the three.
+                (None, None, None) => return Err(RunError::NoSuchOrder(String::new())),
+            };
+            timeline(&url, of).await
         }
         Some(Command::Dev(command)) => crate::dev::run_command(command).await,
         None => serve_api(cli.server).await,
     }
 }
 
-/// `payonce-server timeline ORDER_ID`: the order's timeline on stdout; an unknown order is
-/// an error.
-async fn timeline(url: &str, order_id: &str) -> Result<(), RunError> {
+/// What `payonce-server timeline` was asked about.
+enum TimelineOf {
+    Order(String),
+    Key(String),
+    ProviderId(String),
+}
+
+/// `payonce-server timeline ORDER_ID` (or `--key KEY`, `--provider-id ID`): the timeline of
+/// the order, or of every order the key or the provider object belongs to, on stdout; an
+/// unknown order (none found) is an error.
+async fn timeline(url: &str, of: TimelineOf) -> Result<(), RunError> {
+    use crate::store::journal::By;
     let store = Store::open(url, crate::store::MigrateMode::Check).await?;
-    let t = crate::ops::timeline::timeline(store.pool(), order_id)
-        .await
-        .map_err(crate::store::StoreError::from)?;
-    match t {
-        Some(t) => {
+    let (orders, asked) = match of {
+        TimelineOf::Order(id) => (vec![id.clone()], id),
+        TimelineOf::Key(key) => (
+            orders_of(&store, By::Key, &key).await?,
+            format!("for key {key}"),
+        ),
+        TimelineOf::ProviderId(id) => (
+            orders_of(&store, By::ProviderId, &id).await?,
+            format!("for provider object {id}"),
+        ),
+    };
+    let mut found = false;
+    for order_id in &orders {
+        let t = crate::ops::timeline::timeline(store.pool(), order_id)
+            .await
+            .map_err(crate::store::StoreError::from)?;
+        if let Some(t) = t {
+            if found {
+                println!();
+            }
             print!("{}", crate::ops::timeline::text(&t));
-            Ok(())
+            found = true;
         }
-        None => Err(RunError::NoSuchOrder(order_id.to_owned())),
     }
+    if found {
+        Ok(())
+    } else {
+        Err(RunError::NoSuchOrder(asked))
+    }
+}
+
+async fn orders_of(
+    store: &Store,
+    by: crate::store::journal::By,
+    value: &str,
+) -> Result<Vec<String>, RunError> {
+    Ok(crate::store::journal::orders_of(store.pool(), by, value)
+        .await
+        .map_err(crate::store::StoreError::from)?)
 }
 
 /// `payonce-server migrate`: one line on stdout with the schema's version when done.

@@ -63,10 +63,20 @@ pub enum Command {
     },
     /// Print an order's timeline (docs/operating.md) from the database as text: its attempts
     /// and keys, then every journal and audit row in time order. Read only; works on a
-    /// stopped server's database.
+    /// stopped server's database. `--key` or `--provider-id` instead of an order id prints
+    /// the timeline of every order that key or provider object belongs to.
     Timeline {
         /// The order's id.
-        order_id: String,
+        #[arg(required_unless_present_any = ["key", "provider_id"],
+              conflicts_with_all = ["key", "provider_id"])]
+        order_id: Option<String>,
+        /// An idempotency key (any user's: a key is unique per user, so it may name several
+        /// orders).
+        #[arg(long, conflicts_with = "provider_id")]
+        key: Option<String>,
+        /// A provider object's id (a charge, a PaymentIntent `pi_…`).
+        #[arg(long)]
+        provider_id: Option<String>,
         /// The database (as the server's `--database-url`).
         #[arg(long, env = "DATABASE_URL")]
         database_url: SecretUrl,

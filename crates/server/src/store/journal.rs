@@ -432,6 +432,31 @@ impl By {
     }
 }
 
+/// The orders an idempotency key (any user's) or a provider object's id belongs to, from
+/// the attempts and payments that name it and from the journal (which keeps the order of a
+/// key whose attempt is gone), at most [`READ_LIMIT`]; other kinds of look-up name none.
+pub(crate) async fn orders_of(pool: &AnyPool, by: By, value: &str) -> sqlx::Result<Vec<String>> {
+    let sql = match by {
+        By::Key => {
+            "SELECT order_id FROM attempts WHERE idem_key = $1
+             UNION SELECT order_id FROM journal WHERE idem_key = $1 AND order_id IS NOT NULL
+             ORDER BY 1 LIMIT $2"
+        }
+        By::ProviderId => {
+            "SELECT order_id FROM attempts WHERE provider_ref = $1 OR charge_id = $1
+             UNION SELECT order_id FROM payments WHERE charge_id = $1
+             UNION SELECT order_id FROM journal WHERE provider_id = $1 AND order_id IS NOT NULL
+             ORDER BY 1 LIMIT $2"
+        }
+        By::RequestId | By::User => return Ok(Vec::new()),
+    };
+    sqlx::query_scalar(sql)
+        .bind(value)
+        .bind(READ_LIMIT)
+        .fetch_all(pool)
+        .await
+}
+
 /// The journal rows whose `by` is `value`, in time order (at most [`READ_LIMIT`]).
 pub(crate) async fn lookup(pool: &AnyPool, by: By, value: &str) -> sqlx::Result<Vec<Row>> {
     let sql = sqlx::AssertSqlSafe(format!(

@@ -428,6 +428,29 @@ async fn a_production_start_keeps_admin_to_the_operator_and_the_command_prints_a
         .output()
         .unwrap();
     assert!(!unknown.status.success());
+    // The same timeline by the key the customer used and by the provider's charge id.
+    for by in [["--key", k.as_str()], ["--provider-id", charge.as_str()]] {
+        let out = binary()
+            .args(["timeline", by[0], by[1], "--database-url", &db.url])
+            .output()
+            .unwrap();
+        let by_text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{by:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(by_text, text, "{by:?} prints the order's timeline");
+    }
+    for by in [["--key", "k-nobody-used"], ["--provider-id", "pi_missing"]] {
+        let out = binary()
+            .args(["timeline", by[0], by[1], "--database-url", &db.url])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{by:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(by[1]), "{by:?}: {err}");
+    }
 }
 
 /// The provider never answers: the pay is 202, the jobs ask the provider again and, past the
