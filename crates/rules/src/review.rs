@@ -3,7 +3,7 @@
 //! for the flag the pay machine cannot settle: an attempt that *ended* without a charge whose
 //! payment succeeded at the provider anyway (`crate::plan::plan_stray`), its order held
 //! (`ORDER_UNDER_REVIEW`). A processing attempt flagged for review is resolved by the pay
-//! machine itself ([`crate::flow::ServerPay::resolve`]).
+//! machine itself ([`crate::pay::ServerPay::resolve`]).
 //!
 //! The provider cannot decide such a flag: its answer is "the money moved", and the store
 //! says "this attempt did not pay the order". We refund the stray payment, never adopt it:
