@@ -38,5 +38,4 @@ pub(crate) fn routes() -> Router<AppState> {
         .route(paths::DEV_CONFIG, get(refuse))
         .route(paths::DEV_MAILBOX, get(refuse))
         .route(payonce_protocol::admin::paths::DEV_OPERATOR, get(refuse))
-        .route(payonce_protocol::admin::paths::DEV_OPERATOR, get(refuse))
 }
