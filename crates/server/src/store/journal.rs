@@ -10,9 +10,20 @@
 //!
 //! The operator API's reads are here too: an order's timeline (its attempts, payments,
 //! refunds, mails, journal and audit rows), the look-ups, the review queue.
+//!
+//! # Retention
+//! [`retire`] removes the rows past the retention. On SQLite in bounded DELETE batches. On
+//! PostgreSQL the table is range-partitioned by `at`, one partition per UTC day
+//! (migrations/0015_journal_by_day.sql): each round creates the partitions of today and the
+//! next [`AHEAD_DAYS`] days before any row needs them, and drops a day whose whole range is
+//! past the retention (`DETACH` then `DROP`: no row-by-row delete, no growing transaction).
+//! A row thus stays until its whole day has passed the retention, at most one day more. Rows
+//! the DEFAULT partition took (written before their day's partition existed: the minutes
+//! between the migration and the first round) go by bounded DELETE batches, as on SQLite.
+//! Partitions are found by their bounds, not their names.
 
 use super::tx::{Arg, Statement};
-use super::Store;
+use super::{Backend, Store};
 use payonce_protocol::admin::{actor, kind, member};
 use payonce_rules::decision::Decision;
 use serde_json::{Map, Value};
@@ -350,6 +361,210 @@ pub(crate) async fn append(store: &Store, entries: &[Entry]) -> sqlx::Result<()>
     Ok(())
 }
 
+/// One partition's range of `at` on PostgreSQL: a UTC day.
+const DAY_MS: i64 = 86_400_000;
+
+/// Days after today whose partitions exist before their first row: a round that fails or a
+/// stopped job runner leaves this much slack before rows fall into the DEFAULT partition.
+pub(crate) const AHEAD_DAYS: i64 = 3;
+
+/// The DEFAULT partition (migrations/0015_journal_by_day.sql).
+const DEFAULT_PARTITION: &str = "journal_default";
+
+/// How long a partition change waits for the table's lock before giving up until the next
+/// round: `DETACH` holds an exclusive lock on `journal`, and a queued one would stall every
+/// insert behind a slow operator read.
+const LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '500ms'";
+
+/// An arbitrary constant naming the partition maintenance among PostgreSQL advisory locks,
+/// so that several instances running their jobs take turns.
+const PG_PARTITION_LOCK: i64 = 0x6a6f_7572_6e61_6c21; // "journal!"
+
+/// What one round of [`retire`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Retired {
+    /// Rows deleted one by one (SQLite; PostgreSQL's DEFAULT partition).
+    pub rows: u64,
+    /// Day partitions created ahead and dropped whole (PostgreSQL).
+    pub created: u64,
+    pub dropped: u64,
+}
+
+/// Removes the journal past `before` (the start of the dispute window) and, on PostgreSQL,
+/// keeps the partitions of the days from `now` on ready. Deletes go in batches of `batch`
+/// rows, each its own short transaction.
+pub(crate) async fn retire(
+    store: &Store,
+    now: i64,
+    before: i64,
+    batch: i64,
+) -> sqlx::Result<Retired> {
+    let mut done = Retired::default();
+    if store.backend() == Backend::Postgres {
+        let existing = partitions(store.pool()).await?;
+        let today = now.div_euclid(DAY_MS);
+        for day in today..=today + AHEAD_DAYS {
+            let start = day * DAY_MS;
+            if !existing.iter().any(|&(_, f, t)| f <= start && start < t) {
+                done.created += u64::from(create_day(store, day).await?);
+            }
+        }
+        for (name, _, to) in existing {
+            if to <= before {
+                done.dropped += u64::from(drop_partition(store, name, before).await?);
+            }
+        }
+    }
+    loop {
+        let n = delete_batch(store, before, batch).await?;
+        done.rows += n;
+        if n < batch.unsigned_abs() {
+            return Ok(done);
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+/// At most `limit` rows older than `before`: of the table on SQLite, of the DEFAULT
+/// partition on PostgreSQL (each day partition goes whole), by `rowid`/`ctid` within that
+/// one table. On PostgreSQL the transaction first says it deletes the journal
+/// (`payonce.journal_delete`: migrations/0015_journal_by_day.sql skips any other delete).
+async fn delete_batch(store: &Store, before: i64, limit: i64) -> sqlx::Result<u64> {
+    if store.backend() == Backend::Sqlite {
+        return store
+            .delete_batch(("journal", "at < $1"), before, limit)
+            .await;
+    }
+    let sql = format!(
+        "DELETE FROM {DEFAULT_PARTITION} WHERE ctid IN \
+         (SELECT ctid FROM {DEFAULT_PARTITION} WHERE at < $1 LIMIT $2)"
+    );
+    store
+        .write(async move |tx| {
+            sqlx::query("SELECT set_config('payonce.journal_delete', 'on', true)")
+                .execute(&mut *tx)
+                .await?;
+            let q = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(before)
+                .bind(limit);
+            Ok::<_, sqlx::Error>(q.execute(&mut *tx).await?.rows_affected())
+        })
+        .await
+}
+
+/// The day partitions of `journal` on PostgreSQL: `(name, from, to)` of each range of `at`
+/// (the DEFAULT partition, and any partition not bounded by two integers, are left out).
+async fn partitions<'c, E>(conn: E) -> sqlx::Result<Vec<(String, i64, i64)>>
+where
+    E: sqlx::Executor<'c, Database = sqlx::Any>,
+{
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SELECT c.relname::text, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i
+         JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'journal'::regclass",
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(name, bound)| {
+            let (from, to) = range_of(&bound)?;
+            Some((name, from, to))
+        })
+        .collect())
+}
+
+/// `FOR VALUES FROM ('1') TO ('2')` as `(1, 2)`: PostgreSQL's text of a range partition's
+/// bound (`pg_get_expr`); `None` for `DEFAULT` or a `MINVALUE`/`MAXVALUE` bound.
+fn range_of(bound: &str) -> Option<(i64, i64)> {
+    let mut quoted = bound.split('\'').skip(1).step_by(2);
+    let from = quoted.next()?.parse().ok()?;
+    let to = quoted.next()?.parse().ok()?;
+    Some((from, to))
+}
+
+/// The partition's name for UTC day `day` (days since 1970-01-01): `journal_20261204`,
+/// as migrations/0015_journal_by_day.sql names the days it creates.
+fn day_name(day: i64) -> String {
+    // Howard Hinnant's days-to-civil: the proleptic Gregorian date of a day number.
+    let z = day + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("journal_{y:04}{m:02}{d:02}")
+}
+
+/// Creates the partition of UTC day `day` unless one overlaps it, moving into it the
+/// rows the DEFAULT partition took for that day (PostgreSQL refuses a partition whose rows
+/// sit in the DEFAULT one). True when it created one.
+async fn create_day(store: &Store, day: i64) -> sqlx::Result<bool> {
+    let (from, to) = (day * DAY_MS, (day + 1) * DAY_MS);
+    let name = day_name(day);
+    store
+        .write(async move |tx| {
+            start(tx).await?;
+            // Another instance may have created it while this one waited for the lock.
+            let existing = partitions(&mut *tx).await?;
+            if existing.iter().any(|&(_, f, t)| f < to && from < t) {
+                return Ok(false);
+            }
+            // Inserts wait (for milliseconds, once a day) rather than race the attach: a row
+            // routed to the DEFAULT partition before the attach and written after it would
+            // fail its partition check and be lost. Reads do not wait.
+            let sql = format!(
+                "LOCK TABLE journal IN SHARE ROW EXCLUSIVE MODE;
+                 CREATE TABLE {name} (LIKE journal);
+                 WITH moved AS (DELETE FROM {DEFAULT_PARTITION} WHERE at >= {from} AND at < {to}
+                     RETURNING *)
+                 INSERT INTO {name} SELECT * FROM moved;
+                 ALTER TABLE journal ATTACH PARTITION {name} FOR VALUES FROM ({from}) TO ({to})"
+            );
+            sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                .execute(&mut *tx)
+                .await?;
+            tracing::info!(partition = %name, "journal partition created");
+            Ok::<_, sqlx::Error>(true)
+        })
+        .await
+}
+
+/// Detaches and drops partition `name` if its whole range is still before `before`.
+async fn drop_partition(store: &Store, name: String, before: i64) -> sqlx::Result<bool> {
+    store
+        .write(async move |tx| {
+            start(tx).await?;
+            let existing = partitions(&mut *tx).await?;
+            if !existing.iter().any(|(n, _, t)| *n == name && *t <= before) {
+                return Ok(false);
+            }
+            let sql = format!("ALTER TABLE journal DETACH PARTITION {name}; DROP TABLE {name}");
+            sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                .execute(&mut *tx)
+                .await?;
+            tracing::info!(partition = %name, "journal partition dropped");
+            Ok::<_, sqlx::Error>(true)
+        })
+        .await
+}
+
+/// A partition change's first statements: one instance at a time, a bounded wait for the
+/// table's lock, and the say-so to move rows out of the DEFAULT partition.
+async fn start(tx: &mut sqlx::AnyConnection) -> sqlx::Result<()> {
+    sqlx::query("SELECT 1 FROM pg_advisory_xact_lock($1)")
+        .bind(PG_PARTITION_LOCK)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::raw_sql(LOCK_TIMEOUT).execute(&mut *tx).await?;
+    sqlx::query("SELECT set_config('payonce.journal_delete', 'on', true)")
+        .execute(&mut *tx)
+        .await?;
+    Ok(())
+}
+
 /// A journal row as read back.
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -666,5 +881,22 @@ mod tests {
         // (the request id a test once saw redacted).
         assert!(!string_is_secret("75f424cf-a1c8-4c50-8882-85790432301d"));
         assert!(!string_is_secret("pay_4242424242424242x"));
+    }
+
+    /// A day partition is named by its UTC date, as the migration names the days it
+    /// creates, and found again by its bounds as PostgreSQL prints them.
+    #[test]
+    fn a_day_partition_is_named_by_its_date_and_read_by_its_bounds() {
+        assert_eq!(day_name(0), "journal_19700101");
+        assert_eq!(day_name(1_733_300_000_000 / DAY_MS), "journal_20241204");
+        assert_eq!(day_name(11_016), "journal_20000229");
+        assert_eq!(day_name(-1), "journal_19691231");
+        let bound = "FOR VALUES FROM ('1733270400000') TO ('1733356800000')";
+        assert_eq!(
+            range_of(bound),
+            Some((1_733_270_400_000, 1_733_356_800_000))
+        );
+        assert_eq!(range_of("DEFAULT"), None);
+        assert_eq!(range_of("FOR VALUES FROM (MINVALUE) TO ('5')"), None);
     }
 }

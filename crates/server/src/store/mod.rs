@@ -178,6 +178,10 @@ impl Migration {
         match self.version {
             // `0014` only adds the journal, a table no older binary reads or writes.
             14 => 12,
+            // `0015` partitions the journal by day: schema 14 still inserts and reads
+            // through `journal`, and its cleanup's deletes there are skipped by the
+            // migration's guard (migrations/0015_journal_by_day.sql says why).
+            15 => 12,
             v => v,
         }
     }
@@ -315,6 +319,11 @@ const MIGRATIONS: &[Migration] = &[
         version: 14,
         name: "journal",
         sql: include_str!("../../migrations/0014_journal.sql"),
+    },
+    Migration {
+        version: 15,
+        name: "journal_by_day",
+        sql: include_str!("../../migrations/0015_journal_by_day.sql"),
     },
 ];
 
@@ -637,11 +646,11 @@ pub(crate) enum Horizon {
 
 /// Retention, table by table, in the order the job deletes: which rows go (a condition on
 /// `$1`) and what `$1` is. The expired keys first: their condition is the rules'
-/// (`attempts::EXPIRED`).
+/// (`attempts::EXPIRED`). The journal is not here: on PostgreSQL it goes by whole days
+/// (`journal::retire`, after these).
 pub(crate) const RETENTION: &[(&str, &str, Horizon)] = &[
     ("attempts", attempts::EXPIRED, Horizon::Now),
     ("audit_log", "at < $1", Horizon::AuditWindow),
-    ("journal", "at < $1", Horizon::AuditWindow),
     // Unhandled ones too (a key no attempt ever owned): the provider gave up long ago.
     ("webhook_events", "received_at < $1", Horizon::AuditWindow),
     (
@@ -726,6 +735,12 @@ mod tests {
         assert!(MIGRATIONS.windows(2).all(|w| w[0].version < w[1].version));
         let journal = MIGRATIONS.iter().find(|m| m.name == "journal").unwrap();
         assert_eq!(journal.compatible_from(), 12, "an added table only");
+        let by_day = MIGRATIONS.iter().find(|m| m.version == 15).unwrap();
+        assert_eq!(
+            by_day.compatible_from(),
+            12,
+            "schema 14 still writes through it"
+        );
     }
 
     #[test]

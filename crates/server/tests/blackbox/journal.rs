@@ -28,6 +28,8 @@ on_both_backends!(
     a_jwt_reaches_admin_only_with_the_operator_role,
     a_cancel_and_a_refund_are_journaled_with_their_keys_and_calls,
     an_operator_erases_a_user_through_the_api_and_the_journal_says_so,
+    a_day_of_the_journal_past_the_retention_goes_whole_and_recent_days_stay,
+    the_journal_written_before_migration_15_is_read_after_it,
 );
 
 /// The operator token the tests' servers read from a file.
@@ -272,6 +274,191 @@ async fn the_journal_is_kept_for_the_dispute_window_then_deleted(backend: Backen
     )
     .await;
     assert_eq!(left, 0);
+}
+
+/// The journal request entries whose request id is `request_id`.
+async fn entries_of(s: &InProc, request_id: &str) -> usize {
+    let path = format!("{}?request_id={request_id}", admin::LOOKUP);
+    let found = admin_get(s, &path).await;
+    found["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "pay")
+        .count()
+}
+
+/// Which partition holds the journal row of `request_id` (PostgreSQL only).
+async fn table_of(db: &TestDb, request_id: &str) -> String {
+    let pool = db.pool().await;
+    let (t,): (String,) = sqlx::query_as(
+        "SELECT tableoid::regclass::text FROM journal WHERE request_id = $1 AND kind = 'pay'",
+    )
+    .bind(request_id)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    t
+}
+
+/// Retention by whole days (store/journal.rs, "Retention"): with the clock moved 181 days,
+/// the first day's pay is gone and one of yesterday stays. On PostgreSQL the first pay was
+/// written into its day's partition, made ready by the cleanup round before it, and that
+/// partition is dropped whole: no row of it was deleted one by one from the DEFAULT one.
+async fn a_day_of_the_journal_past_the_retention_goes_whole_and_recent_days_stay(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let (s, _dir) = server(&db).await;
+    payonce_server::run_cleanup(&s.state).await.unwrap();
+    let t = s.session("alice").await;
+    let first = s.order(&t).await;
+    let r = s.call(pay_req(&t, &first, &key(), "day-0")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let pg = backend == Backend::Postgres;
+    let day0 = match pg {
+        true => table_of(&db, "day-0").await,
+        false => String::new(),
+    };
+    if pg {
+        assert!(day0.starts_with("journal_2"), "a day partition: {day0}");
+    }
+    for _ in 0..180 {
+        // A job round a day, as a running server's would be (many more, in fact).
+        s.advance(Duration::from_secs(86_400));
+        payonce_server::run_cleanup(&s.state).await.unwrap();
+    }
+    let t = s.session("alice").await;
+    let recent = s.order(&t).await;
+    let r = s.call(pay_req(&t, &recent, &key(), "day-180")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(entries_of(&s, "day-0").await, 1, "180 days on, kept");
+    s.advance(Duration::from_secs(86_400));
+    payonce_server::run_cleanup(&s.state).await.unwrap();
+    assert_eq!(entries_of(&s, "day-0").await, 0, "past the retention, gone");
+    assert_eq!(entries_of(&s, "day-180").await, 1, "a recent day stays");
+    if pg {
+        let gone = format!("SELECT COUNT(*) FROM pg_class WHERE relname = '{day0}'");
+        let pool = db.pool().await;
+        let (n,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(gone))
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(n, 0, "{day0} dropped");
+        let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM journal_default")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(n, 0, "nothing fell into the DEFAULT partition");
+        // A schema-14 release's cleanup (its `Store::delete_batch`), still serving during a
+        // rolling upgrade: on a partitioned table its ctids match rows of every day, so the
+        // migration's guard skips its deletes and the recent day stays.
+        let v14 = "DELETE FROM journal WHERE ctid IN
+            (SELECT ctid FROM journal WHERE at < $1 LIMIT $2)";
+        let horizon = s.clock.now_ms();
+        let r = sqlx::query(v14).bind(horizon).bind(1000_i64);
+        assert_eq!(r.execute(&pool).await.unwrap().rows_affected(), 0);
+        pool.close().await;
+        let recent_day = table_of(&db, "day-180").await;
+        assert!(recent_day.starts_with("journal_2"), "{recent_day}");
+    }
+}
+
+/// A database journaled by a schema-14 server: the table as migrations/0014_journal.sql
+/// made it, holding a pay's entries, and migration 15 not yet applied. A server of this
+/// release migrates it (on PostgreSQL into day partitions) and the operator finds every
+/// entry again.
+async fn the_journal_written_before_migration_15_is_read_after_it(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let (s, dir) = server(&db).await;
+    let t = s.session("alice").await;
+    let id = s.order(&t).await;
+    let r = s.call(pay_req(&t, &id, &key(), "before-15")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let tl = admin_get(&s, &admin::timeline(&id)).await;
+    let before: Vec<Value> = tl["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["source"] == "journal")
+        .cloned()
+        .collect();
+    assert!(
+        before.len() >= 2,
+        "the pay and its provider call: {before:?}"
+    );
+    drop(s);
+    // Back to schema 14: the same rows in the table 0014 created, 15 not recorded.
+    let id_key = match backend {
+        Backend::Sqlite => "INTEGER PRIMARY KEY AUTOINCREMENT",
+        Backend::Postgres => "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+    };
+    let v14 = include_str!("../../migrations/0014_journal.sql")
+        .replace("{{ID_PRIMARY_KEY}}", id_key)
+        .replace("CREATE TABLE journal ", "CREATE TABLE journal14 ")
+        .replace("CREATE INDEX journal_", "CREATE INDEX journal14_")
+        .replace(" ON journal ", " ON journal14 ");
+    let columns = "at, actor, kind, request_id, user_id, order_id, idem_key, provider_id, detail";
+    let pool = db.pool().await;
+    let mut steps = vec![v14];
+    steps.push(format!(
+        "INSERT INTO journal14 ({columns}) SELECT {columns} FROM journal ORDER BY id"
+    ));
+    steps.push("DROP TABLE journal".into());
+    if backend == Backend::Postgres {
+        steps.push("DROP FUNCTION journal_delete_guard()".into());
+        steps.push("ALTER TABLE journal14 RENAME CONSTRAINT journal14_pkey TO journal_pkey".into());
+    }
+    steps.push("ALTER TABLE journal14 RENAME TO journal".into());
+    steps.push("DELETE FROM payonce_migrations WHERE version = 15".into());
+    if backend == Backend::Postgres {
+        // The index names 0014 gave, as the migration expects them.
+        for name in ["time", "order", "request", "key", "provider", "user"] {
+            steps.push(format!(
+                "ALTER INDEX journal14_by_{name} RENAME TO journal_by_{name}"
+            ));
+        }
+    }
+    // One connection, one script: the steps see each other's changes.
+    let mut conn = pool.acquire().await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(steps.join(";\n")))
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    drop(conn);
+    pool.close().await;
+    drop(dir);
+    let (s, _dir) = server(&db).await;
+    let tl = admin_get(&s, &admin::timeline(&id)).await;
+    let after: Vec<Value> = tl["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["source"] == "journal")
+        .cloned()
+        .collect();
+    // The operator's timeline read (journaled after the first read) is there too.
+    assert_eq!(
+        &after[..before.len()],
+        &before[..],
+        "every entry kept, in order"
+    );
+    if backend == Backend::Postgres {
+        let table = table_of(&db, "before-15").await;
+        assert!(
+            table.starts_with("journal_2"),
+            "moved into its day: {table}"
+        );
+    }
+    // New entries continue after the copied ones.
+    let t = s.session("alice").await;
+    let next = s.order(&t).await;
+    let r = s.call(pay_req(&t, &next, &key(), "after-15")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(entries_of(&s, "after-15").await, 1);
 }
 
 /// A proxy in front of `upstream` that adds `Request-Id: req_<n>` to every answer, as Stripe

@@ -383,7 +383,9 @@ fn report_receipt(job: &Due, settle: &Settle) {
 const CLEANUP_BATCH: i64 = 1000;
 
 /// Retention ([`RETENTION`]): each table in batches (yielding between them) until nothing of
-/// it is left to delete. Returns how many rows were deleted.
+/// it is left to delete; then the journal (`store::journal::retire`: on PostgreSQL whole
+/// days dropped and the next days' partitions made ready). Returns how many rows were
+/// deleted, counting a dropped day of the journal as one.
 pub async fn cleanup(state: &AppState) -> Result<u64, crate::error::AppError> {
     let now = state.clock.now_ms();
     let audit_before = state.policy.audit_before(now);
@@ -405,5 +407,6 @@ pub async fn cleanup(state: &AppState) -> Result<u64, crate::error::AppError> {
             tokio::task::yield_now().await;
         }
     }
-    Ok(deleted)
+    let journal = store::journal::retire(&state.store, now, audit_before, CLEANUP_BATCH).await?;
+    Ok(deleted + journal.rows + journal.dropped)
 }
