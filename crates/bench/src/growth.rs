@@ -40,7 +40,7 @@ pub(crate) struct Growth {
 }
 
 /// `(order, user index, key)` of pays, as the other phases use them.
-type Pairs = Arc<Vec<(String, usize, String)>>;
+pub(crate) type Pairs = Arc<Vec<(String, usize, String)>>;
 
 pub(crate) async fn growth(opts: &Opts, sizes: &[usize]) -> Result<Growth, BenchError> {
     let db = Db::create(Backend::Postgres, &opts.pg_url).await?;
@@ -179,7 +179,7 @@ async fn filled(pool: &AnyPool) -> Result<i64, BenchError> {
 }
 
 /// New-key pays of `pairs`, one each.
-async fn pays(
+pub(crate) async fn pays(
     opts: &Opts,
     clients: &Arc<Vec<reqwest::Client>>,
     api: &str,

@@ -46,6 +46,17 @@ impl Sample {
         self.lat_us.last().map_or(0.0, |&us| us as f64 / 1000.0)
     }
 
+    /// Two samples as one: their jobs, errors and windows added.
+    pub(crate) fn merged(mut self, other: Sample) -> Sample {
+        self.ok += other.ok;
+        self.errors += other.errors;
+        self.first_error = self.first_error.or(other.first_error);
+        self.wall += other.wall;
+        self.lat_us.extend(other.lat_us);
+        self.lat_us.sort_unstable();
+        self
+    }
+
     /// Builds a sample from raw latencies.
     pub(crate) fn from_latencies(mut lat_us: Vec<u64>, errors: usize, wall: Duration) -> Self {
         lat_us.sort_unstable();

@@ -29,9 +29,12 @@
 //! - `phases.rs`: the measured phases.
 //! - `load.rs`: the load generator and its figures (rate, percentiles).
 //! - `proc.rs`: spawned processes and per-run databases.
+//! - `journal.rs`: the journal's cleanup and its cost against the code before it (run only
+//!   when named in `--only`).
 
 mod ceiling;
 mod growth;
+mod journal;
 mod load;
 mod perf;
 mod phases;
@@ -108,13 +111,22 @@ struct Args {
     /// New-key pays at each size of the growth part. Default 400 (50 with --quick).
     #[arg(long)]
     growth_pays: Option<usize>,
-    /// Run only these parts (for profiling one of them): sqlite, postgres, growth, storm.
+    /// Run only these parts (for profiling one of them): sqlite, postgres, growth, storm;
+    /// and the journal's parts, run only when named here: journal-cleanup, journal-cost
+    /// (docs/benchmarks.md, "The journal").
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Also give `--redis-url` to the first new-key pay server and the storm servers (then
     /// "pays with Redis / without" compares two servers with Redis).
     #[arg(long)]
     redis_pays: bool,
+    /// The server built from the commit before the journal, for `--only journal-cost`.
+    /// Default: target/bench-prev/target/release/payonce-server of this repository.
+    #[arg(long)]
+    prev_server_bin: Option<PathBuf>,
+    /// Rounds of `journal-cost`, each both binaries' pay phase on both backends.
+    #[arg(long, default_value_t = 3)]
+    journal_rounds: usize,
     /// Record a system-wide CPU profile (`perf record -e cpu-clock -a`) of each backend's
     /// HTTP pays and replays from the database into this folder (crates/bench/src/perf.rs).
     #[arg(long)]
@@ -225,8 +237,12 @@ async fn run(args: Args) -> Result<(), BenchError> {
     if cfg!(debug_assertions) {
         println!("WARNING: a debug build of the benchmark; build with --release for figures");
     }
-    let wanted = |part: &str| args.only.is_empty() || args.only.iter().any(|o| o == part);
+    let named = |part: &str| args.only.iter().any(|o| o == part);
+    let wanted = |part: &str| args.only.is_empty() || named(part);
     let out = if args.only.is_empty() { out } else { None };
+    if named("journal-cleanup") || named("journal-cost") {
+        return journal_parts(&args, &opts, &machine, started).await;
+    }
     let mut backends = Vec::new();
     for b in [Backend::Sqlite, Backend::Postgres] {
         if !wanted(b.key()) {
@@ -280,6 +296,53 @@ async fn run(args: Args) -> Result<(), BenchError> {
         write_docs(&path, &table)?;
         println!("written to {}", path.display());
     }
+    Ok(())
+}
+
+/// The journal's parts (`journal.rs`): printed, with the command and the machine's load
+/// before and after, for docs/benchmarks.md's "The journal".
+async fn journal_parts(
+    args: &Args,
+    opts: &Opts,
+    machine: &Machine,
+    started: Instant,
+) -> Result<(), BenchError> {
+    let named = |part: &str| args.only.iter().any(|o| o == part);
+    let mut cleanups = Vec::new();
+    let mut costs = Vec::new();
+    let prev = args.prev_server_bin.clone().unwrap_or_else(|| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../target/bench-prev/target/release/payonce-server")
+    });
+    for b in [Backend::Sqlite, Backend::Postgres] {
+        if named("journal-cost") {
+            eprintln!(
+                "{}: new-key pays, the journal's build against the one before…",
+                b.name()
+            );
+            costs.push(journal::cost(opts, b, &prev, args.journal_rounds.max(1)).await?);
+        }
+        if named("journal-cleanup") {
+            eprintln!("{}: cleanup of the journal while pays run…", b.name());
+            cleanups.push(journal::cleanup(opts, b).await?);
+        }
+    }
+    println!(
+        "\nRun {} on {} cores ({}), release build: {}; {} clients, {} pays per phase; took {} s.",
+        machine.date,
+        machine.nproc,
+        machine.cpu,
+        machine.source,
+        opts.clients,
+        opts.pays,
+        started.elapsed().as_secs()
+    );
+    println!(
+        "Load average (1/5/15 min) at start {}, at end {}.\n",
+        machine.load_start,
+        loadavg()
+    );
+    println!("{}", journal::render(&cleanups, &costs));
     Ok(())
 }
 
