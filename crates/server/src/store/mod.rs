@@ -121,6 +121,8 @@ pub struct Store {
     pool: AnyPool,
     backend: Backend,
     writer: Option<sqlite_writer::Writer>,
+    /// On PostgreSQL, the journal's group commit (`journal::Writer`).
+    journal: Option<journal::Writer>,
 }
 
 /// Why the store could not start.
@@ -449,10 +451,12 @@ impl Store {
             })
             .connect_with(options)
             .await?;
+        let journal = (backend == Backend::Postgres).then(|| journal::Writer::start(pool.clone()));
         Ok(Self {
             pool,
             backend,
             writer,
+            journal,
         })
     }
 
