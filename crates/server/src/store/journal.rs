@@ -499,8 +499,8 @@ pub(crate) async fn retire(
 }
 
 /// SQLite's journal rows deleted per writer transaction, and the pause between two.
-const SQLITE_BATCH: i64 = 100;
-const SQLITE_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
+const SQLITE_BATCH: i64 = 50;
+const SQLITE_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// At most `limit` rows older than `before`: of the table on SQLite, of the DEFAULT
 /// partition on PostgreSQL (each day partition goes whole), by `rowid`/`ctid` within that
