@@ -361,11 +361,24 @@ pub async fn backup(db: &TestDb) -> PathBuf {
 }
 
 /// Puts `backup` in place of the database `db` (its server stopped): on SQLite the file,
-/// and no write-ahead log of the replaced one; on PostgreSQL `pg_restore --clean`.
+/// and no write-ahead log of the replaced one; on PostgreSQL an emptied schema, then
+/// `pg_restore`. Not `pg_restore --clean`: it drops object by object and cannot drop the
+/// journal's partitions' inherited keys (migrations/0015_journal_by_day.sql), so a restore
+/// into an empty schema is what an operator does too (docs/deploy.md, "Restoring").
 pub fn restore(db: &TestDb, backup: &Path) {
     let Some(file) = sqlite_file(&db.url) else {
+        let out = std::process::Command::new("psql")
+            .args(["-v", "ON_ERROR_STOP=1", "-q", &db.url, "-c"])
+            .arg("DROP SCHEMA public CASCADE; CREATE SCHEMA public;")
+            .output()
+            .expect("run psql");
+        assert!(
+            out.status.success(),
+            "psql: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let out = std::process::Command::new("pg_restore")
-            .args(["--clean", "--if-exists", "--no-owner", "-d", &db.url])
+            .args(["--no-owner", "-d", &db.url])
             .arg(backup)
             .output()
             .expect("run pg_restore");
