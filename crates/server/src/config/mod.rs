@@ -471,14 +471,17 @@ mod tests {
             .collect::<Vec<_>>()
             .join("\n");
         let doc = doc.as_str();
-        // Cargo's, clap's and the Stripe CLI's (`stripe listen --forward-to`), and the
-        // variables only the test harness reads (docs/testing.md).
+        // Cargo's, clap's, the Stripe CLI's (`stripe listen --forward-to`) and pg_restore's
+        // (docs/deploy.md, "Restoring"), and the variables only the test harness reads
+        // (docs/testing.md).
         const CARGO: &[&str] = &[
             "--no-default-features",
             "--features",
             "--release",
             "--help",
             "--forward-to",
+            "--no-owner",
+            "--clean",
         ];
         let not_flags = |s: &str| s == "PAYONCE_LOG" || s.starts_with("PAYONCE_TEST_");
         let flags = every_flag();
