@@ -6,6 +6,8 @@ test on a free port; scripts/bootstrap.sh installs aiosmtpd into .venv-smtp/.
 --control FILE, read at each message's DATA, makes it answer like a relay in trouble:
   "451 N"  the next N messages get 451 (transient; the file counts down to "451 0")
   "550"    every message gets 550 (permanent)
+  "hold"   the answer to a message's DATA waits (it prints "smtp-sink: holding") until the
+           file says something else, then goes as that says
   absent, empty, or anything else: 250.
 --user/--password require AUTH (PLAIN or LOGIN) with those credentials.
 It prints "smtp-sink listening on 127.0.0.1:PORT" once it accepts connections.
@@ -41,7 +43,17 @@ class Sink:
             return "451 4.3.0 try again later"
         return None
 
+    def holding(self):
+        if not self.control or not os.path.exists(self.control):
+            return False
+        with open(self.control) as f:
+            return f.read().split()[:1] == ["hold"]
+
     async def handle_DATA(self, server, session, envelope):
+        if self.holding():
+            print("smtp-sink: holding", flush=True)
+            while self.holding():
+                await asyncio.sleep(0.02)
         refused = self.verdict()
         if refused:
             print(f"smtp-sink: {refused}", flush=True)

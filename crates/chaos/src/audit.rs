@@ -73,7 +73,8 @@ pub(crate) struct Facts {
     /// names; a payment nobody stored counts under its own id).
     pub mails: HashMap<String, u64>,
     /// Instance processes that died during the run (killed, aborted at a failpoint or on
-    /// the crash fault): the most duplicate receipts the run may have.
+    /// the crash fault, or stopped by the upgrade in a way that may cut a job round:
+    /// `Stats::upgrade_cuts` in cluster.rs): the most duplicate receipts the run may have.
     pub crashes: u64,
     pub stock_before: Vec<(String, i64)>,
     pub stock_after: Vec<(String, i64)>,

@@ -129,6 +129,12 @@ pub(crate) struct Stats {
     pub other_exits: Vec<String>,
     /// Stops the upgrade asked for (an instance restarted, or replaced by the new release).
     pub upgrade_stops: u64,
+    /// Of those, the ones that may cut a job round between the relay's 250 and its commit
+    /// (a receipt then goes again): the upgrade's SIGKILL, and any stop of the previous
+    /// release, which may predate `finish_rounds` (crates/server/src/server.rs: this release
+    /// waits for its round in flight at a graceful stop, an older one ended it with the
+    /// process).
+    pub upgrade_cuts: u64,
     /// Provider kills.
     pub provider_kills: u64,
     pub restarts: u64,
@@ -612,6 +618,10 @@ impl Cluster {
         let (port, name) = {
             let mut s = lock(&self.instances[i]);
             s.stopping = true;
+            let cuts = s.child.is_some() && (crash || s.old);
+            if cuts {
+                lock(&self.stats).upgrade_cuts += 1;
+            }
             if to_new {
                 s.old = false;
             }

@@ -168,7 +168,11 @@ pub(crate) fn summary(log: &[(f64, Fault)], stats: &Stats, c: &Counters) -> Stri
         stats.other_exits.len(),
     );
     if stats.upgrade_stops > 0 {
-        let _ = write!(s, "; stops of the upgrade {}", stats.upgrade_stops);
+        let _ = write!(
+            s,
+            "; stops of the upgrade {} ({} that may cut a job round)",
+            stats.upgrade_stops, stats.upgrade_cuts
+        );
     }
     let _ = write!(
         s,

@@ -371,6 +371,7 @@ async fn exercise(
     // --- audit -------------------------------------------------------------------------------
     let stats = cluster.stats();
     let crashes = stats.killed
+        + stats.upgrade_cuts
         + stats.crash_after_charge
         + stats.failpoint_crashes.iter().map(|(_, n)| n).sum::<u64>();
     let facts = audit::Facts::read(

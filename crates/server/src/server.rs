@@ -205,11 +205,16 @@ async fn serve_api(args: ServerArgs) -> Result<(), RunError> {
     if let Some(redis) = &state.redis {
         redis.announce().await.map_err(handshake("--redis-url"))?;
     }
+    // The job runner and the sweep end after their round in flight when the server stops.
+    let (stop_rounds, rounds_stop) = tokio::sync::watch::channel(());
+    let mut rounds = Vec::new();
     if let Some(every) = jobs_interval {
-        tokio::spawn(crate::ops::jobs::work_every(state.clone(), every));
+        let jobs = crate::ops::jobs::work_every(state.clone(), every, rounds_stop.clone());
+        rounds.push(tokio::spawn(jobs));
     }
     if let Some((every, window)) = args.sweep.job() {
-        tokio::spawn(crate::ops::sweep::sweep_every(state.clone(), every, window));
+        let sweep = crate::ops::sweep::sweep_every(state.clone(), every, window, rounds_stop);
+        rounds.push(tokio::spawn(sweep));
     }
     if let Some(jwt) = state.config.jwt.clone().filter(|j| j.has_jwks()) {
         tokio::spawn(reload_jwks(jwt));
@@ -217,8 +222,38 @@ async fn serve_api(args: ServerArgs) -> Result<(), RunError> {
     let edge = state.config.edge;
     let router = app(state, args.static_dir.clone());
     println!("payonce: api listening on http://{local}");
-    serve(listener, router, edge).await;
+    let signalled = serve(listener, router, edge).await;
+    finish_rounds(stop_rounds, rounds, signalled + edge.request_timeout).await;
     Ok(())
+}
+
+/// After the last answer: the background rounds in flight finish (a receipt the relay took
+/// is marked sent, a settle commits) before the process ends, until `deadline` (the stop
+/// signal plus the request timeout: the drain and this wait share one bound, which
+/// docs/deploy.md's `TimeoutStopSec` covers); a round still running then is cut, and what it
+/// left is taken up again by the next instance's jobs (leases, `docs/operating.md`).
+async fn finish_rounds(
+    stop: tokio::sync::watch::Sender<()>,
+    rounds: Vec<tokio::task::JoinHandle<()>>,
+    deadline: std::time::Instant,
+) {
+    if rounds.is_empty() {
+        return;
+    }
+    tracing::info!("stopping: waiting for the job rounds in flight");
+    let _ = stop.send(());
+    let all = async {
+        for r in rounds {
+            let _ = r.await;
+        }
+    };
+    match tokio::time::timeout_at(deadline.into(), all).await {
+        Ok(()) => tracing::info!("stopped: no job round in flight"),
+        Err(_) => tracing::warn!(
+            "stopped with a job round still running at the stop's bound (--request-timeout-ms); \
+             the next instance takes it up"
+        ),
+    }
 }
 
 /// Reads the `--jwt-jwks` file again on `SIGHUP` and every `--jwt-jwks-reload-secs`, so an
@@ -266,7 +301,14 @@ async fn reload_jwks(jwt: std::sync::Arc<crate::auth::jwt::JwtVerifier>) {
 ///   as soon as it is accepted;
 /// - hyper's buffer of a connection is [`crate::http::MAX_READ_BUFFER`], not its ~408 KiB
 ///   default, so 1,024 slow heads cost 64 MiB at most.
-async fn serve(listener: TcpListener, router: axum::Router, edge: crate::config::Edge) {
+///
+/// Returns when the last answer went (or the drain's bound passed), with when the stop
+/// signal came.
+async fn serve(
+    listener: TcpListener,
+    router: axum::Router,
+    edge: crate::config::Edge,
+) -> std::time::Instant {
     use hyper_util::rt::TokioTimer;
     let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(edge.max_connections));
     let peers = PeerCap::new(edge.max_connections_per_peer);
@@ -318,8 +360,10 @@ async fn serve(listener: TcpListener, router: axum::Router, edge: crate::config:
         });
     }
     // Requests in flight finish (bounded by the request timeout); idle connections close.
+    let signalled = std::time::Instant::now();
     let _ = stop.send(());
     let _ = tokio::time::timeout(edge.request_timeout, stop.closed()).await;
+    signalled
 }
 
 /// Serves the HTTP/1 connection over an accepted `stream` until it ends (`listen::drive`):

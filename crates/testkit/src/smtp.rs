@@ -118,7 +118,8 @@ impl SmtpSink {
     }
 
     /// How it answers the next messages: `"451 N"` (the next N get 451), `"550"` (all get
-    /// 550), `""` (all get 250).
+    /// 550), `"hold"` (the answer waits until the next call; its log says "holding"), `""`
+    /// (all get 250).
     pub fn answer(&self, control: &str) {
         std::fs::write(self.dir.join("control"), control).expect("control file");
     }

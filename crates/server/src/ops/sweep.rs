@@ -169,12 +169,21 @@ async fn one(state: &Ledgers, object: &Listed, report: &mut Report) -> Result<()
 /// [`PAGES_PER_ROUND`] pages of `crate::provider::PAGE` objects; a round that stops at its bound goes on
 /// from there the next time, and the one after the last page starts again from the newest.
 /// The first round runs one `every` after the start.
-pub(crate) async fn sweep_every(state: AppState, every: Duration, window: Duration) {
+/// It ends when `stop` changes, after its round in flight (as `ops::jobs::work_every`).
+pub(crate) async fn sweep_every(
+    state: AppState,
+    every: Duration,
+    window: Duration,
+    mut stop: crate::ops::jobs::Stop,
+) {
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut after = None;
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
         let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
         let since = state.clock.now_ms().saturating_sub(window_ms);
         match sweep(&state, since, after.take(), Some(PAGES_PER_ROUND)).await {

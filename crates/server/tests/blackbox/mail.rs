@@ -20,6 +20,7 @@ on_both_backends!(
     a_relay_that_answers_550_fails_the_receipt_once_and_never_retries,
     a_relay_down_then_back_gets_every_receipt_none_lost,
     a_crash_between_the_relays_250_and_the_commit_resends_the_same_message_once,
+    a_graceful_stop_while_the_relay_holds_a_receipt_commits_it_and_sends_it_once,
 );
 
 /// The `From` of every test server; its domain names the `Message-ID`s.
@@ -337,6 +338,89 @@ async fn a_crash_between_the_relays_250_and_the_commit_resends_the_same_message_
             "the same message"
         );
     }
+}
+
+/// A rollout's SIGTERM while the relay has the receipt and has not answered yet: the
+/// server answers no more requests, but its job round in flight finishes (the relay's 250
+/// is committed as sent) before the process ends, so the next instance does not send the
+/// receipt again (src/server.rs `finish_rounds`).
+async fn a_graceful_stop_while_the_relay_holds_a_receipt_commits_it_and_sends_it_once(
+    backend: Backend,
+) {
+    let (Some(sink), Some(db)) = (SmtpSink::start().await, TestDb::create(backend).await) else {
+        return;
+    };
+    // The relay's answer waits for the test: the client's timeout is far above that wait
+    // (and the lease above the timeout, as the server requires).
+    let mut extra = smtp_flags(&sink);
+    *extra.last_mut().unwrap() = "10000".into();
+    let opts = Opts {
+        jobs_interval_ms: 100,
+        lease_ms: 15_000,
+        extra,
+        ..Opts::default()
+    };
+    let mut args = opts.args(&db.url);
+    args.extend(["--provider-addr".into(), "127.0.0.1:0".into()]);
+    let log = sink.dir().join("server.log");
+    let mut server = spawn_logged(&args, true, &log);
+    let app = TestApp {
+        api: server.api.clone().unwrap(),
+        provider: server.provider.clone().unwrap(),
+        http: crate::common::client(),
+        _procs: vec![],
+        db: None,
+    };
+    sink.answer("hold");
+    let t = app.session("alice").await;
+    paid_order(&app, &t, 1, Some("alice@example.com")).await;
+    wait_for(
+        "the relay holds the receipt",
+        Duration::from_secs(20),
+        || async { sink.log().contains("holding").then_some(()) },
+    )
+    .await;
+
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &server.pid().to_string()])
+        .status()
+        .expect("kill");
+    assert!(term.success());
+    // Until the server says it waits for its round, or it has ended (the round cut).
+    let said = || std::fs::read_to_string(&log).unwrap_or_default();
+    let mut ended = None;
+    for _ in 0..500 {
+        if said().contains("waiting for the job rounds in flight") {
+            break;
+        }
+        ended = server.wait_exit(Duration::from_millis(20)).await;
+        if ended.is_some() {
+            break;
+        }
+    }
+    let pool = db.pool().await;
+    assert_eq!(
+        jobs(&pool).await[0].1,
+        "pending",
+        "the relay has not answered yet"
+    );
+
+    sink.answer("");
+    let status = match ended {
+        Some(s) => Some(s),
+        None => server.wait_exit(Duration::from_secs(20)).await,
+    };
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "a clean exit: {status:?}"
+    );
+    assert_eq!(
+        jobs(&pool).await[0].1,
+        "sent",
+        "the 250 was committed before the end (the server said: {})",
+        said()
+    );
+    assert_eq!(sink.messages().len(), 1, "one delivery: {}", sink.log());
 }
 
 /// A start without `--dev` (the production configuration) with `--mailer smtp` and AUTH:

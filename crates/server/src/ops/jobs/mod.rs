@@ -61,15 +61,23 @@ const BATCH: i64 = 20;
 /// Receipt batches one round may send while a backlog lasts (`send_emails`).
 const EMAIL_BATCHES: usize = 10;
 
-/// Runs every job every `every` until the process ends.
-pub(crate) async fn work_every(state: AppState, every: Duration) {
+/// Runs every job every `every` until `stop` changes (or its sender is gone). A round in
+/// flight is never cut: a graceful stop (`src/server.rs`) waits for it, so a rollout does
+/// not stop a receipt between the relay's 250 and its commit (it would be sent again).
+pub(crate) async fn work_every(state: AppState, every: Duration, mut stop: Stop) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
         round(&state).await;
     }
 }
+
+/// What tells a background loop to end after its round in flight.
+pub(crate) type Stop = tokio::sync::watch::Receiver<()>;
 
 /// One round of every job; failures are logged and retried next round.
 /// Its provider calls are journaled as the job's (`src/journal.rs`).
