@@ -4,8 +4,9 @@
 //!
 //! A [`Scope`] is the task-local context of one request or job round: its actor, its
 //! request id, what the handler learnt (user, order, key), and the provider-call entries
-//! made under it. A request's entries are written together when it is answered (one
-//! transaction, after the pay's own), a job's as they happen. Work moved to a task of its own
+//! made under it. A request's entries are queued together when it is answered (one
+//! transaction, after the pay's own; the answer does not wait for its commit:
+//! [`Scope::flush`]), a job's written as they happen. Work moved to a task of its own
 //! keeps its scope through [`carry`]; a provider call outside any scope is not journaled.
 
 use crate::clock::Clock;
@@ -101,14 +102,30 @@ impl Scope {
         write(&self.store, vec![entry]).await;
     }
 
-    /// Writes `first` (the request's own entry) and the entries kept so far, in one
-    /// transaction.
+    /// Queues `first` (the request's own entry) and the entries kept so far, one
+    /// transaction, and returns without waiting for its commit: the answer does not wait for
+    /// a disk flush of its own (on SQLite a third in a new-key pay's path, after the claim's
+    /// and the settle's; docs/benchmarks.md "The journal"). They commit in the store's next
+    /// batch, after every write queued before them and with or before every write queued
+    /// after (an operator's read is journaled before it reads, so it sees them); a failure
+    /// is logged. A crash in that window loses these entries, never a decision (those are in
+    /// the transactions of the changes they explain: docs/operating.md).
     pub(crate) async fn flush(&self, first: Entry) {
         let mut list = vec![first];
         if let Ok(mut p) = self.pending.lock() {
             list.append(&mut p);
         }
-        write(&self.store, list).await;
+        let n = list.len();
+        match db::queue(&self.store, &list).await {
+            Ok(committed) => {
+                tokio::spawn(async move {
+                    if let Err(e) = committed.await {
+                        tracing::warn!(error = %e, entries = n, "journal write failed");
+                    }
+                });
+            }
+            Err(e) => tracing::warn!(error = %e, entries = n, "journal write failed"),
+        }
     }
 
     pub(crate) fn now(&self) -> i64 {

@@ -58,7 +58,9 @@ async fn page(State(state): State<AppState>) -> impl axum::response::IntoRespons
     )
 }
 
-/// Journals the operator's read of `uri` (path and query).
+/// Journals the operator's read of `uri` (path and query), before the read: its commit comes
+/// with or after every entry this instance queued before it (`Scope::flush` in
+/// src/journal.rs), so the read sees the requests answered until now.
 async fn journal_read(state: &AppState, id: Option<Extension<RequestId>>, uri: &Uri) {
     let route = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
     let id = id.as_ref().map(|Extension(r)| r.0.as_str());

@@ -29,6 +29,7 @@ use payonce_rules::decision::Decision;
 use serde_json::{Map, Value};
 use sqlx::any::AnyRow;
 use sqlx::{AnyPool, Row as _};
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
 
@@ -357,14 +358,30 @@ pub(crate) fn insert(entry: &Entry) -> Statement {
 /// PostgreSQL through the journal's [`Writer`], which commits the entries of concurrent
 /// requests together.
 pub(crate) async fn append(store: &Store, entries: &[Entry]) -> sqlx::Result<()> {
+    queue(store, entries).await?.await
+}
+
+/// The commit of entries [`queue`]d.
+pub(crate) type Committed = std::pin::Pin<Box<dyn Future<Output = sqlx::Result<()>> + Send>>;
+
+/// As [`append`] in two steps: when this returns, the entries are queued behind every write
+/// queued before them (on SQLite the one writer's, on PostgreSQL the journal writer's: a
+/// write of this process queued after them, such as an operator's read journaled before it
+/// reads, commits with them or after); the returned future resolves once they committed.
+pub(crate) async fn queue(store: &Store, entries: &[Entry]) -> sqlx::Result<Committed> {
     if entries.is_empty() {
-        return Ok(());
+        return Ok(Box::pin(std::future::ready(Ok(()))));
     }
     let list: Vec<Statement> = entries.iter().map(insert).collect();
-    match &store.journal {
-        Some(writer) => writer.write(list).await,
-        None => store.commit(list).await.map(drop),
+    if let Some(writer) = &store.journal {
+        return writer.queue(list);
     }
+    if let Some(writer) = &store.writer {
+        let run = move |conn: &rusqlite::Connection| super::tx::steps(conn, &list).map(drop);
+        return Ok(Box::pin(writer.queue_direct(run).await?));
+    }
+    store.commit(list).await?;
+    Ok(Box::pin(std::future::ready(Ok(()))))
 }
 
 /// Rows one group commit of the journal writes at most (each a statement of one chained
@@ -414,16 +431,18 @@ impl Writer {
         Self(tx)
     }
 
-    /// Writes `list` with the entries of the requests waiting beside it; returns after the
-    /// commit.
-    async fn write(&self, list: Vec<Statement>) -> sqlx::Result<()> {
+    /// Queues `list` to be written with the entries of the requests waiting beside it; the
+    /// future resolves after the commit.
+    fn queue(&self, list: Vec<Statement>) -> sqlx::Result<Committed> {
         let (done, committed) = tokio::sync::oneshot::channel();
         let gone = || sqlx::Error::WorkerCrashed;
         self.0.send((list, done)).map_err(|_| gone())?;
-        match committed.await.map_err(|_| gone())? {
-            Ok(()) => Ok(()),
-            Err(why) => Err(sqlx::Error::Protocol(why)),
-        }
+        Ok(Box::pin(async move {
+            match committed.await.map_err(|_| gone())? {
+                Ok(()) => Ok(()),
+                Err(why) => Err(sqlx::Error::Protocol(why)),
+            }
+        }))
     }
 }
 

@@ -97,6 +97,21 @@ impl Writer {
         T: Send + 'static,
         E: From<sqlx::Error> + Send + 'static,
     {
+        self.queue_direct(f).await?.await
+    }
+
+    /// As [`Writer::write_direct`] in two steps: when this returns, `f` is queued (after
+    /// every unit queued before it: its batch commits with or after theirs); the future it
+    /// returns resolves once that batch is committed.
+    pub(crate) async fn queue_direct<T, E, F>(
+        &self,
+        f: F,
+    ) -> Result<impl std::future::Future<Output = Result<T, E>> + Send + use<T, E, F>, E>
+    where
+        F: FnOnce(&rusqlite::Connection) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: From<sqlx::Error> + Send + 'static,
+    {
         let (result_tx, result) = oneshot::channel();
         let unit: Direct = Box::new(move |conn| {
             let r = f(conn);
@@ -104,21 +119,34 @@ impl Writer {
             let _ = result_tx.send(r);
             keep
         });
-        self.send(Work::Direct(unit), result).await
+        self.queue(Work::Direct(unit), result).await
     }
 
     async fn send<T, E>(&self, work: Work, result: oneshot::Receiver<Result<T, E>>) -> Result<T, E>
     where
         E: From<sqlx::Error>,
     {
+        self.queue(work, result).await?.await
+    }
+
+    async fn queue<T, E>(
+        &self,
+        work: Work,
+        result: oneshot::Receiver<Result<T, E>>,
+    ) -> Result<impl std::future::Future<Output = Result<T, E>> + use<T, E>, E>
+    where
+        E: From<sqlx::Error>,
+    {
         let (committed, batch) = oneshot::channel();
         let sent = self.0.send((work, committed)).await;
         sent.map_err(|_| sqlx::Error::PoolClosed)?;
-        match batch.await.map_err(|_| sqlx::Error::WorkerCrashed)? {
-            // The result was sent before the commit; none: the unit panicked.
-            Ok(()) => result.await.map_err(|_| sqlx::Error::WorkerCrashed)?,
-            Err(why) => Err(sqlx::Error::Io(std::io::Error::other(why)).into()),
-        }
+        Ok(async move {
+            match batch.await.map_err(|_| sqlx::Error::WorkerCrashed)? {
+                // The result was sent before the commit; none: the unit panicked.
+                Ok(()) => result.await.map_err(|_| sqlx::Error::WorkerCrashed)?,
+                Err(why) => Err(sqlx::Error::Io(std::io::Error::other(why)).into()),
+            }
+        })
     }
 }
 

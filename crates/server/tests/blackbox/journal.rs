@@ -288,16 +288,19 @@ async fn entries_of(s: &InProc, request_id: &str) -> usize {
         .count()
 }
 
-/// Which partition holds the journal row of `request_id` (PostgreSQL only).
+/// Which partition holds the journal row of `request_id` (PostgreSQL only), once it is
+/// there (a request's entry commits just after its answer: docs/operating.md).
 async fn table_of(db: &TestDb, request_id: &str) -> String {
     let pool = db.pool().await;
-    let (t,): (String,) = sqlx::query_as(
-        "SELECT tableoid::regclass::text FROM journal WHERE request_id = $1 AND kind = 'pay'",
-    )
-    .bind(request_id)
-    .fetch_one(&pool)
-    .await
-    .unwrap();
+    let sql = "SELECT tableoid::regclass::text FROM journal WHERE request_id = $1 AND kind = 'pay'";
+    let t = payonce_testkit::wait_for("the pay's entry", Duration::from_secs(10), || async {
+        sqlx::query_scalar::<_, String>(sql)
+            .bind(request_id)
+            .fetch_optional(&pool)
+            .await
+            .unwrap()
+    })
+    .await;
     pool.close().await;
     t
 }
