@@ -59,12 +59,7 @@ pub(crate) async fn cancel(
                 m.on_tombstone(t.await?);
             }
             Effect::ReadPaid { payment_id } => {
-                let pool = state.store.pool();
-                let paid = match &payment_id {
-                    Some(id) => paid_with(pool, id).await?,
-                    None => None,
-                };
-                let payment = payment(&state.store, payment_id).await?;
+                let (paid, payment) = read_paid(state, payment_id).await?;
                 m.on_paid(paid.as_deref(), payment);
             }
             Effect::Spend => {
@@ -75,12 +70,9 @@ pub(crate) async fn cancel(
                 m.on_lookup(state.provider.lookup(&provider_key, None).await);
             }
             Effect::ReadKey => {
-                let record = db::find(state.store.pool(), user, key.as_str())
-                    .await?
-                    .ok_or_else(|| {
-                        AppError::internal("attempt vanished after a unique conflict")
-                    })?;
-                m.on_record(record, state.clock.now_ms());
+                let record = db::find(state.store.pool(), user, key.as_str()).await?;
+                let vanished = || AppError::internal("attempt vanished after a unique conflict");
+                m.on_record(record.ok_or_else(vanished)?, state.clock.now_ms());
             }
             Effect::CancelWaiting(record) => {
                 let end = crate::ops::pay::cancel_waiting(state, &record, order, user).await?;
@@ -96,6 +88,19 @@ pub(crate) async fn cancel(
         }
     }
     Err(AppError::internal("the cancel did not end"))
+}
+
+/// What the machine's `ReadPaid` asks: the key's attempt's payment id if the order is paid
+/// with it, and that payment.
+async fn read_paid(
+    state: &AppState,
+    payment_id: Option<PaymentId>,
+) -> AppResult<(Option<String>, Option<Payment>)> {
+    let paid = match &payment_id {
+        Some(id) => paid_with(state.store.pool(), id).await?,
+        None => None,
+    };
+    Ok((paid, payment(&state.store, payment_id).await?))
 }
 
 async fn payment(store: &crate::store::Store, id: Option<PaymentId>) -> AppResult<Option<Payment>> {

@@ -10,11 +10,11 @@ use super::journal::{self as log, About};
 use super::orders::get_order;
 use super::tx::{Need, Statement};
 use super::{attempts, payments, take_lease, Backend, Leased, Store};
-use payonce_protocol::{OrderStatus, Payment};
+use payonce_protocol::{OrderLine, OrderStatus, Payment};
 use payonce_rules::decision;
 use payonce_rules::ids::{IdSource, JobId};
 use payonce_rules::pay::TakeOver;
-use payonce_rules::plan::{Claim, ClaimPlan, SettlePlan};
+use payonce_rules::plan::{Claim, ClaimPlan, Finish, SettlePlan};
 use payonce_rules::Processing;
 
 /// How a claim ended.
@@ -258,18 +258,36 @@ fn settle_statements(
     ids: &dyn IdSource,
     now: i64,
 ) -> Option<Vec<Statement>> {
-    let (finish, audit) = match plan {
-        SettlePlan::Charged { finish, audit, .. } | SettlePlan::Uncharged { finish, audit, .. } => {
-            (finish, audit)
-        }
+    let (finish, rows, audit) = match plan {
+        SettlePlan::Charged {
+            finish,
+            payment,
+            audit,
+        } => (finish, paid(a, payment, ids, now).to_vec(), audit),
+        SettlePlan::Uncharged {
+            finish,
+            release,
+            audit,
+        } => (finish, released(a, release, now), audit),
         SettlePlan::Unknown { .. }
         | SettlePlan::ActionRequired { .. }
         | SettlePlan::Review { .. } => return None,
     };
-    let (id, order) = (&a.id, &a.terms.order_id);
-    // A manual-review flag is cleared: the outcome is known now (the audit trail keeps that
-    // it was flagged), so a review queue holds only attempts that still need a person.
-    let mut list = vec![Statement::new(
+    let mut list = vec![finish_statement(a, finish, now)];
+    list.extend(rows);
+    list.extend(audit::insert_all(audit, now));
+    list.push(log::decision(&decision::of_settle(plan), &about(a), now));
+    if let SettlePlan::Charged { .. } = plan {
+        list.push(log::decision(&decision::email_queued(), &about(a), now));
+    }
+    Some(list)
+}
+
+/// The attempt's final row: its status, stored answer and charge; a manual-review flag is
+/// cleared (the outcome is known now; the audit trail keeps that it was flagged), so a
+/// review queue holds only attempts that still need a person.
+fn finish_statement(a: &Processing, finish: &Finish, now: i64) -> Statement {
+    Statement::new(
         "UPDATE attempts SET status = $1, response_status = $2, response_body = $3,
            charge_id = $4, locked_until = NULL, lease_token = NULL, updated_at = $5,
            expires_at = $6, needs_review_at = NULL
@@ -281,71 +299,69 @@ fn settle_statements(
             finish.charge_id.as_deref().into(),
             now.into(),
             finish.expires_at.into(),
-            id.into(),
+            (&a.id).into(),
         ],
     )
-    .need(Need::Row)];
-    match plan {
-        SettlePlan::Charged { payment: p, .. } => list.extend([
-            Statement::new(
-                "INSERT INTO payments (id, order_id, attempt_id, amount, currency,
-                   payment_method_id, charge_id, status, created_at, provider_key)
-                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 WHERE true",
-                vec![
-                    p.id.as_str().into(),
-                    p.order_id.as_str().into(),
-                    id.into(),
-                    p.amount.into(),
-                    p.currency.as_str().into(),
-                    p.payment_method_id.as_str().into(),
-                    p.charge_id.as_str().into(),
-                    p.status.as_str().into(),
-                    now.into(),
-                    a.provider_key.as_str().into(),
-                ],
-            ),
-            // The order lock belongs to this attempt until it settles; losing it is a bug.
-            Statement::new(
-                "UPDATE orders SET status = 'paid', active_attempt = NULL, payment_id = $1,
-                   updated_at = $2
-                 WHERE id = $3 AND active_attempt = $4 AND status = 'unpaid'",
-                vec![p.id.as_str().into(), now.into(), order.into(), id.into()],
-            )
-            .need(Need::Assert("order not locked by the attempt")),
-            // The confirmation email is a job committed with the success: exactly one per
-            // paid order (the unique `(kind, order_id)`), delivered at least once, made
-            // idempotent by `confirmation_email_sent`.
-            Statement::new(
-                "INSERT INTO jobs (id, kind, order_id, created_at)
-                 SELECT $1, 'confirmation_email', $2, $3 WHERE true",
-                vec![JobId::mint(ids).as_str().into(), order.into(), now.into()],
-            )
-            .tail("ON CONFLICT (kind, order_id) DO NOTHING"),
-        ]),
-        SettlePlan::Uncharged { release, .. } => {
-            list.push(Statement::new(
-                "UPDATE orders SET active_attempt = NULL, updated_at = $1
-                 WHERE id = $2 AND active_attempt = $3",
-                vec![now.into(), order.into(), id.into()],
-            ));
-            // In the plan's SKU order, as the claim reserved them: no deadlock.
-            list.extend(release.iter().map(|line| {
-                Statement::new(
-                    "UPDATE catalog SET stock = stock + $1 WHERE sku = $2",
-                    vec![i64::from(line.quantity).into(), line.sku.as_str().into()],
-                )
-            }));
-        }
-        SettlePlan::Unknown { .. }
-        | SettlePlan::ActionRequired { .. }
-        | SettlePlan::Review { .. } => return None,
-    }
-    list.extend(audit::insert_all(audit, now));
-    list.push(log::decision(&decision::of_settle(plan), &about(a), now));
-    if let SettlePlan::Charged { .. } = plan {
-        list.push(log::decision(&decision::email_queued(), &about(a), now));
-    }
-    Some(list)
+    .need(Need::Row)
+}
+
+/// A charge's rows: the payment, the order paid, the receipt's job.
+fn paid(a: &Processing, p: &Payment, ids: &dyn IdSource, now: i64) -> [Statement; 3] {
+    let (id, order) = (&a.id, &a.terms.order_id);
+    [
+        Statement::new(
+            "INSERT INTO payments (id, order_id, attempt_id, amount, currency,
+               payment_method_id, charge_id, status, created_at, provider_key)
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 WHERE true",
+            vec![
+                p.id.as_str().into(),
+                p.order_id.as_str().into(),
+                id.into(),
+                p.amount.into(),
+                p.currency.as_str().into(),
+                p.payment_method_id.as_str().into(),
+                p.charge_id.as_str().into(),
+                p.status.as_str().into(),
+                now.into(),
+                a.provider_key.as_str().into(),
+            ],
+        ),
+        // The order lock belongs to this attempt until it settles; losing it is a bug.
+        Statement::new(
+            "UPDATE orders SET status = 'paid', active_attempt = NULL, payment_id = $1,
+               updated_at = $2
+             WHERE id = $3 AND active_attempt = $4 AND status = 'unpaid'",
+            vec![p.id.as_str().into(), now.into(), order.into(), id.into()],
+        )
+        .need(Need::Assert("order not locked by the attempt")),
+        // The confirmation email is a job committed with the success: exactly one per
+        // paid order (the unique `(kind, order_id)`), delivered at least once, made
+        // idempotent by `confirmation_email_sent`.
+        Statement::new(
+            "INSERT INTO jobs (id, kind, order_id, created_at)
+             SELECT $1, 'confirmation_email', $2, $3 WHERE true",
+            vec![JobId::mint(ids).as_str().into(), order.into(), now.into()],
+        )
+        .tail("ON CONFLICT (kind, order_id) DO NOTHING"),
+    ]
+}
+
+/// No charge: the order's lock released and the reserved stock given back.
+fn released(a: &Processing, release: &[OrderLine], now: i64) -> Vec<Statement> {
+    let (id, order) = (&a.id, &a.terms.order_id);
+    let mut list = vec![Statement::new(
+        "UPDATE orders SET active_attempt = NULL, updated_at = $1
+         WHERE id = $2 AND active_attempt = $3",
+        vec![now.into(), order.into(), id.into()],
+    )];
+    // In the plan's SKU order, as the claim reserved them: no deadlock.
+    list.extend(release.iter().map(|line| {
+        Statement::new(
+            "UPDATE catalog SET stock = stock + $1 WHERE sku = $2",
+            vec![i64::from(line.quantity).into(), line.sku.as_str().into()],
+        )
+    }));
+    list
 }
 
 /// Takes over the expired lease of a processing attempt (pay rule 5) and records why, in
