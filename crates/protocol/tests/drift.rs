@@ -179,6 +179,17 @@ fn every_path_is_documented_and_in_openapi() {
         .filter(|p| !in_openapi.contains_key(*p))
         .collect();
     report("paths", "openapi.json", &api);
+    // The operator's routes (docs/operating.md documents them; the protocol does not).
+    let admin = payonce_protocol::admin::paths::ALL
+        .iter()
+        .chain([
+            &payonce_protocol::admin::paths::PAGE,
+            &payonce_protocol::admin::paths::DEV_OPERATOR,
+        ])
+        .copied()
+        .filter(|p| !in_openapi.contains_key(*p))
+        .collect::<Vec<_>>();
+    report("operator paths", "openapi.json", &admin);
 }
 
 #[test]

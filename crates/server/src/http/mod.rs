@@ -61,6 +61,14 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/metrics"),
     ("post", "/payments/{id}/refund"),
     ("get", "/dev/mailbox"),
+    ("get", "/dev/operator"),
+    ("get", "/admin/"),
+    ("get", "/admin/orders/{id}/timeline"),
+    ("get", "/admin/orders/{id}/evidence"),
+    ("get", "/admin/lookup"),
+    ("get", "/admin/reviews"),
+    ("post", "/admin/users/{id}/erase"),
+    ("post", "/admin/reviews/{id}/resolve"),
 ];
 
 /// The API as a router, with `more` routes beside its own (dev mode's: the edge does not
