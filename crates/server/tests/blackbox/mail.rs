@@ -289,20 +289,33 @@ async fn a_crash_between_the_relays_250_and_the_commit_resends_the_same_message_
         extra: smtp_flags(&sink),
         ..Opts::default()
     };
-    let mut args = opts.args(&db.url);
-    args.extend(["--provider-addr".into(), "127.0.0.1:0".into()]);
-    let mut crashing = args.clone();
-    crashing.extend(["--failpoint".into(), "email".into()]);
-    let mut first = spawn(&crashing, true);
+    let with_provider = |o: &Opts| {
+        let mut args = o.args(&db.url);
+        args.extend(["--provider-addr".into(), "127.0.0.1:0".into()]);
+        args
+    };
+    let args = with_provider(&opts);
+    // The pay on a server without jobs, so that its answers cannot race the crash.
+    let payer = spawn(
+        &with_provider(&Opts {
+            jobs_interval_ms: 0,
+            ..opts.clone()
+        }),
+        true,
+    );
     let app = TestApp {
-        api: first.api.clone().unwrap(),
-        provider: first.provider.clone().unwrap(),
+        api: payer.api.clone().unwrap(),
+        provider: payer.provider.clone().unwrap(),
         http: crate::common::client(),
         _procs: vec![],
         db: None,
     };
     let t = app.session("alice").await;
     let order = paid_order(&app, &t, 1, Some("alice@example.com")).await;
+    drop(payer);
+    let mut crashing = args.clone();
+    crashing.extend(["--failpoint".into(), "email".into()]);
+    let mut first = spawn(&crashing, true);
     let status = first.wait_exit(Duration::from_secs(20)).await;
     assert!(
         status.is_some_and(|s| !s.success()),
