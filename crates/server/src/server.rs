@@ -220,10 +220,16 @@ async fn serve_api(args: ServerArgs) -> Result<(), RunError> {
         tokio::spawn(reload_jwks(jwt));
     }
     let edge = state.config.edge;
+    let store = state.store.clone();
     let router = app(state, args.static_dir.clone());
     println!("payonce: api listening on http://{local}");
     let signalled = serve(listener, router, edge).await;
     finish_rounds(stop_rounds, rounds, signalled + edge.request_timeout).await;
+    // The last answers' journal entries are queued, not yet committed (src/journal.rs
+    // `Scope::flush`): the process ends after they are.
+    if let Err(e) = crate::store::journal::drain(&store).await {
+        tracing::warn!(error = %e, "journal entries not written at the stop");
+    }
     Ok(())
 }
 

@@ -434,6 +434,11 @@ async fn a_graceful_stop_while_the_relay_holds_a_receipt_commits_it_and_sends_it
         said()
     );
     assert_eq!(sink.messages().len(), 1, "one delivery: {}", sink.log());
+    let (pays,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM journal WHERE kind = 'pay'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(pays, 1, "the pay's journal entry outlived the stop");
 }
 
 /// A start without `--dev` (the production configuration) with `--mailer smtp` and AUTH:
