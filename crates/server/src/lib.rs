@@ -28,7 +28,7 @@
 //! - `journal`: the journal's shell (a request's or job's scope, provider-call entries);
 //!   its table and reads are `store/journal.rs`, its request entries `http/journal.rs`.
 //! - `state` ([`AppState`] and its sub-states: a handler or an operation takes the part it
-//!   reads by `FromRef`), `server` ([`dispatch`], [`app`]), `listen`: wiring, listeners,
+//!   reads by `FromRef`; the operations take `OpsState`, never the whole state), `server` ([`dispatch`], [`app`]), `listen`: wiring, listeners,
 //!   graceful shutdown.
 //!
 //! Each module stands on a floor and imports only from its own and those below
@@ -74,8 +74,21 @@ pub use auth::session::{sign_token, SESSION_SECS};
 pub use config::{Cli, Config, ServerArgs};
 pub use dev::{Command, DevArgs};
 pub use http::{MAX_BODY_BYTES, ROUTES};
+
+/// One round of every background job ([`ops::jobs::round`]), for tests that drive the jobs
+/// themselves.
 #[doc(hidden)]
-pub use ops::jobs::{cleanup as run_cleanup, round as run_jobs};
+pub async fn run_jobs(state: &AppState) {
+    use axum::extract::FromRef;
+    ops::jobs::round(&state::OpsState::from_ref(state)).await
+}
+
+/// One retention round ([`ops::jobs::cleanup`]): the rows it deleted.
+#[doc(hidden)]
+pub async fn run_cleanup(state: &AppState) -> Result<u64, error::AppError> {
+    use axum::extract::FromRef;
+    ops::jobs::cleanup(&state::OpsState::from_ref(state)).await
+}
 pub use server::{app, dispatch};
 pub use state::{AppState, RunError};
 pub use store::{Backend, Store};

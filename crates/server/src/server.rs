@@ -6,6 +6,7 @@ use crate::listen::{bind, drive, shutdown_signal, Budget, PeerCap, WriteDeadline
 use crate::provider::ProbeError;
 use crate::state::{AppState, RunError};
 use crate::store::Store;
+use axum::extract::FromRef;
 use tokio::net::TcpListener;
 
 /// The API as a router, dev mode's routes included (each answers 403 `DEV_MODE_REQUIRED`
@@ -209,11 +210,13 @@ async fn serve_api(args: ServerArgs) -> Result<(), RunError> {
     let (stop_rounds, rounds_stop) = tokio::sync::watch::channel(());
     let mut rounds = Vec::new();
     if let Some(every) = jobs_interval {
-        let jobs = crate::ops::jobs::work_every(state.clone(), every, rounds_stop.clone());
+        let jobs =
+            crate::ops::jobs::work_every(FromRef::from_ref(&state), every, rounds_stop.clone());
         rounds.push(tokio::spawn(jobs));
     }
     if let Some((every, window)) = args.sweep.job() {
-        let sweep = crate::ops::sweep::sweep_every(state.clone(), every, window, rounds_stop);
+        let sweep =
+            crate::ops::sweep::sweep_every(FromRef::from_ref(&state), every, window, rounds_stop);
         rounds.push(tokio::spawn(sweep));
     }
     if let Some(jwt) = state.config.jwt.clone().filter(|j| j.has_jwks()) {

@@ -144,12 +144,16 @@ impl AppState {
 // Sub-states: a handler that needs one part of the state says so in its signature
 // (`State<Store>`, `State<Arc<Config>>`, …) instead of taking all of it.
 
-/// `impl FromRef<AppState>` for a sub-state whose fields are the state's fields of the same
-/// names (each cloned: handles and `Arc`s).
+/// `impl FromRef<AppState>` (or `FromRef<$from>`, `$from => $sub`) for a sub-state whose fields are the
+/// state's fields of the same names (each cloned: handles and `Arc`s).
 macro_rules! sub_state {
     ($sub:ty { $($field:ident),+ $(,)? }) => {
-        impl axum::extract::FromRef<$crate::state::AppState> for $sub {
-            fn from_ref(s: &$crate::state::AppState) -> Self {
+        $crate::state::sub_state!($crate::state::AppState => $sub { $($field),+ });
+    };
+    // From a sub-state that holds those fields too.
+    ($from:ty => $sub:ty { $($field:ident),+ $(,)? }) => {
+        impl axum::extract::FromRef<$from> for $sub {
+            fn from_ref(s: &$from) -> Self {
                 Self { $($field: s.$field.clone()),+ }
             }
         }
@@ -180,6 +184,44 @@ sub_state!(crate::replay::Replays {
     policy
 });
 
+/// What the operations read (`src/ops/`): both ledgers, the rules' inputs (the clock, the
+/// id source, the policy), the rate limits, the replay paths and the config; none of the
+/// edge's parts (the auth extractors' keys, the metrics' gauges, the provider's URL).
+#[derive(Clone)]
+pub(crate) struct OpsState {
+    pub(crate) store: Store,
+    pub(crate) provider: crate::provider::Provider,
+    pub(crate) config: Arc<Config>,
+    pub(crate) redis: Option<Arc<crate::replay::redis::RedisCache>>,
+    pub(crate) limits: Arc<crate::limits::Limits>,
+    pub(crate) replays: Arc<crate::replay::memory::ReplayCache>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) ids: Arc<dyn IdSource>,
+    pub(crate) policy: payonce_rules::Policy,
+}
+
+sub_state!(OpsState {
+    store,
+    provider,
+    config,
+    redis,
+    limits,
+    replays,
+    clock,
+    ids,
+    policy
+});
+
+// An operation hands its own parts on: the replay paths and the ledgers, from the
+// operations' state as from the whole.
+sub_state!(OpsState => crate::replay::Replays {
+    store,
+    redis,
+    replays,
+    clock,
+    policy
+});
+
 /// Both ledgers and the clock: the store, the provider and `now`, what an operation that
 /// reads the provider and writes what it found needs (`src/ops/leftovers.rs`,
 /// `src/ops/sweep.rs`).
@@ -195,6 +237,7 @@ sub_state!(Ledgers {
     provider,
     clock
 });
+sub_state!(OpsState => Ledgers { store, provider, clock });
 
 /// What `GET /metrics` reads: the store's figures, the gauges' cache, Redis's and the clock.
 #[derive(Clone)]

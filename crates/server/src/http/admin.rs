@@ -9,7 +9,7 @@ use crate::http::extract::{ApiJson, PathId};
 use crate::http::journal::RequestId;
 use crate::journal::{scoped, Scope};
 use crate::ops::{review, timeline};
-use crate::state::AppState;
+use crate::state::{AppState, OpsState};
 use crate::store::journal::By;
 use axum::extract::{RawQuery, State};
 use axum::http::{header, Uri};
@@ -187,7 +187,7 @@ async fn erase_user(
 /// the order's review flags settled from its answer (`src/ops/review.rs`); the note and the
 /// outcome journaled. 409 `REVIEW_UNRESOLVED` when a flag stays.
 async fn resolve_review(
-    State(state): State<AppState>,
+    State(state): State<OpsState>,
     _: Operator,
     rid: Option<Extension<RequestId>>,
     uri: Uri,

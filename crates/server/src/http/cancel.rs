@@ -6,14 +6,14 @@ use crate::error::{AppError, AppResult};
 use crate::http::extract::{ApiJson, PathId};
 use crate::ops::cancel;
 use crate::ops::orders::load_owned;
-use crate::state::AppState;
+use crate::state::OpsState;
 use axum::extract::State;
 use axum::Json;
 use payonce_protocol::{CancelRequest, CancelResponse};
 
 /// The handler.
 pub(crate) async fn handler(
-    State(state): State<AppState>,
+    State(state): State<OpsState>,
     AuthUser(user): AuthUser,
     PathId(order_id): PathId,
     ApiJson(req): ApiJson<CancelRequest>,

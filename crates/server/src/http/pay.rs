@@ -13,7 +13,7 @@ use crate::ops::orders::load_owned;
 use crate::ops::pay;
 use crate::replay::{self, First, Replays};
 use crate::reply::Reply;
-use crate::state::AppState;
+use crate::state::OpsState;
 use crate::store::journal::About;
 use crate::store::orders::OrderRow;
 use axum::extract::{FromRef, State};
@@ -62,7 +62,7 @@ fn extras_problem(extras: &Extras) -> Option<String> {
 
 /// The handler.
 pub(crate) async fn handler(
-    State(state): State<AppState>,
+    State(state): State<OpsState>,
     AuthUser(user): AuthUser,
     PathId(order_id): PathId,
     IdemKeyHeader(key): IdemKeyHeader,
@@ -164,7 +164,7 @@ async fn replay_first(
 /// One pay request after authentication and input checks: the rate limit, the rules (behind
 /// the Redis claim marker when Redis is on), and the metrics of the answer.
 async fn answer(
-    state: AppState,
+    state: OpsState,
     user: String,
     order: OrderRow,
     key: IdempotencyKey,

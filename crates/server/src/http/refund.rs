@@ -6,7 +6,7 @@ use crate::error::AppError;
 use crate::http::extract::{IdemKeyHeader, PathId};
 use crate::ops::refunds;
 use crate::reply::Reply;
-use crate::state::AppState;
+use crate::state::OpsState;
 use crate::store::refunds as db;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -14,7 +14,7 @@ use payonce_protocol::ErrorCode;
 
 /// The handler.
 pub(crate) async fn handler(
-    State(state): State<AppState>,
+    State(state): State<OpsState>,
     AuthUser(user): AuthUser,
     PathId(payment_id): PathId,
     IdemKeyHeader(key): IdemKeyHeader,

@@ -9,7 +9,7 @@ use crate::http::extract::Id;
 use crate::metrics;
 use crate::ops::webhooks;
 use crate::provider::{ProviderKind, WebhookError};
-use crate::state::AppState;
+use crate::state::OpsState;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
@@ -49,7 +49,7 @@ fn signature_invalid(reason: &str, now: i64) -> AppError {
 /// The handler. Answers 200 for every authentic event handled now or before, or of a type
 /// payonce does not act on, so the provider stops redelivering it.
 pub(crate) async fn handler(
-    State(state): State<AppState>,
+    State(state): State<OpsState>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> AppResult<StatusCode> {

@@ -6,7 +6,7 @@
 //! back.
 
 use crate::error::{AppError, AppResult};
-use crate::state::AppState;
+use crate::state::OpsState;
 use crate::store;
 use crate::store::attempts as db;
 use crate::store::orders::OrderRow;
@@ -23,7 +23,7 @@ const MAX_EFFECTS: usize = 16;
 
 /// The cancel table for the caller's `key` on `order` (already checked to be theirs).
 pub(crate) async fn cancel(
-    state: &AppState,
+    state: &OpsState,
     user: &str,
     order: &OrderRow,
     key: &IdempotencyKey,
@@ -93,7 +93,7 @@ pub(crate) async fn cancel(
 /// What the machine's `ReadPaid` asks: the key's attempt's payment id if the order is paid
 /// with it, and that payment.
 async fn read_paid(
-    state: &AppState,
+    state: &OpsState,
     payment_id: Option<PaymentId>,
 ) -> AppResult<(Option<String>, Option<Payment>)> {
     let paid = match &payment_id {

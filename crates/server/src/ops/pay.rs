@@ -34,7 +34,7 @@ use crate::metrics::ReplaySource;
 use crate::provider::ChargeOutcome;
 use crate::replay::marker;
 use crate::reply::Reply;
-use crate::state::AppState;
+use crate::state::OpsState;
 use crate::store;
 use crate::store::attempts as db;
 use crate::store::journal::About;
@@ -76,7 +76,7 @@ pub(crate) fn order_of(order: &OrderRow) -> pay::Order {
 /// slot decides again), and every decision taken on a processing record is a conditional
 /// write (take-over) or a wait, which looks again when the row moved meanwhile.
 pub(crate) async fn pay(
-    state: &AppState,
+    state: &OpsState,
     user: &str,
     order: &OrderRow,
     key: &IdempotencyKey,
@@ -120,7 +120,7 @@ pub(crate) async fn pay(
 }
 
 /// The answer of a pay flow's end.
-async fn reply(state: &AppState, user: &str, key: &IdempotencyKey, end: End) -> AppResult<Reply> {
+async fn reply(state: &OpsState, user: &str, key: &IdempotencyKey, end: End) -> AppResult<Reply> {
     match end {
         End::Replay { answer, replayed } => {
             let mut a = Reply::replay(answer);
@@ -168,7 +168,7 @@ async fn reply(state: &AppState, user: &str, key: &IdempotencyKey, end: End) -> 
 /// take-over, `worker` named in the audit trail; `outbox`: the outbox worker's failpoint
 /// after the take-over.
 pub(crate) async fn abandoned(
-    state: &AppState,
+    state: &OpsState,
     row: &Record,
     order: &OrderRow,
     worker: &'static str,
@@ -183,7 +183,7 @@ pub(crate) async fn abandoned(
 /// machine from the take-over; a payment waiting for the customer is cancelled at the
 /// provider and the attempt ends `cancelled`.
 pub(crate) async fn cancel_waiting(
-    state: &AppState,
+    state: &OpsState,
     row: &Record,
     order: &OrderRow,
     user: &str,
@@ -195,7 +195,7 @@ pub(crate) async fn cancel_waiting(
 /// Performs `m`'s effects until it ends. `taken`: the failpoint right after a take-over (the
 /// outbox worker's).
 pub(crate) async fn interpret(
-    state: &AppState,
+    state: &OpsState,
     m: ServerPay,
     taken: Option<Failpoint>,
 ) -> AppResult<End> {
@@ -203,14 +203,14 @@ pub(crate) async fn interpret(
 }
 
 /// `m` as this server runs it: its provider's phases, and a flaw only a dev build sets.
-fn configured(state: &AppState, m: ServerPay) -> ServerPay {
+fn configured(state: &OpsState, m: ServerPay) -> ServerPay {
     m.with_phases(state.provider.phases())
         .with_flaw(state.config.flaw)
 }
 
 /// [`interpret`] on a machine the caller keeps. A flow stopped by an error (the store
 /// failed) still deletes the claim marker it set, so duplicates need not wait it out.
-async fn drive(state: &AppState, m: &mut ServerPay, taken: Option<Failpoint>) -> AppResult<End> {
+async fn drive(state: &OpsState, m: &mut ServerPay, taken: Option<Failpoint>) -> AppResult<End> {
     let own = state.redis.as_ref().map(|_| marker::new_marker());
     let r = steps(state, m, taken, own.as_deref()).await;
     if let (Err(_), Some((user, key)), Some(redis), Some(own)) =
@@ -222,7 +222,7 @@ async fn drive(state: &AppState, m: &mut ServerPay, taken: Option<Failpoint>) ->
 }
 
 async fn steps(
-    state: &AppState,
+    state: &OpsState,
     m: &mut ServerPay,
     taken: Option<Failpoint>,
     own: Option<&str>,
@@ -353,12 +353,12 @@ async fn steps(
 
 /// Takes over the expired lease of a processing attempt (exactly one contender wins) and
 /// records why.
-async fn take_over(state: &AppState, take: &TakeOver, now: i64) -> AppResult<bool> {
+async fn take_over(state: &OpsState, take: &TakeOver, now: i64) -> AppResult<bool> {
     Ok(store::pay::take_over(&state.store, take, now).await?)
 }
 
 /// The charge with the saved provider key, no transaction open.
-async fn charge(state: &AppState, claim: &Claim) -> ChargeOutcome {
+async fn charge(state: &OpsState, claim: &Claim) -> ChargeOutcome {
     let a = &claim.attempt;
     let outcome = state
         .provider
@@ -371,7 +371,7 @@ async fn charge(state: &AppState, claim: &Claim) -> ChargeOutcome {
 
 /// Two phases, first half: create the payment object under the saved provider key; nothing
 /// is charged yet.
-async fn create(state: &AppState, claim: &Claim) -> pay::Created {
+async fn create(state: &OpsState, claim: &Claim) -> pay::Created {
     let a = &claim.attempt;
     let created = state
         .provider
@@ -394,7 +394,7 @@ async fn create(state: &AppState, claim: &Claim) -> pay::Created {
 
 /// Saves the created object's id on the attempt, in its own write, while the lease holds.
 async fn save_ref(
-    state: &AppState,
+    state: &OpsState,
     claim: &Claim,
     provider_ref: &str,
     now: i64,
@@ -454,7 +454,7 @@ fn log_outcome(a: &Processing, outcome: &ChargeOutcome) {
 /// nothing to apply (settled by someone else, or the provider has no such charge), `None`
 /// when the provider could not be asked (the event must be delivered again).
 pub(crate) async fn settle_from_webhook(
-    state: &AppState,
+    state: &OpsState,
     record: &Record,
     order: &OrderRow,
 ) -> AppResult<Option<bool>> {
@@ -477,7 +477,7 @@ pub(crate) async fn settle_from_webhook(
 /// pay for it: when one is there, after the commit; otherwise the claim takes it before its
 /// commit, and a refusal rolls it back ([`store::pay::Token`]).
 pub(crate) async fn exec_claim(
-    state: &AppState,
+    state: &OpsState,
     plan: &ClaimPlan,
     key: &IdempotencyKey,
     now: i64,
@@ -535,7 +535,7 @@ async fn claim_lost(plan: &ClaimPlan, key: &IdempotencyKey, code: ErrorCode) {
 
 /// Ends `claim`'s lease early (nobody is talking to the provider about the attempt any
 /// more). False when a webhook settled the attempt meanwhile: its stored answer stands.
-async fn release_unless_settled(state: &AppState, claim: &Claim, now: i64) -> AppResult<bool> {
+async fn release_unless_settled(state: &OpsState, claim: &Claim, now: i64) -> AppResult<bool> {
     store::pay::release(&state.store, claim, now).await?;
     let record = db::find_by_id(state.store.pool(), &claim.attempt.id).await?;
     Ok(!record.is_some_and(|r| r.is_final()))
@@ -545,7 +545,7 @@ async fn release_unless_settled(state: &AppState, claim: &Claim, now: i64) -> Ap
 /// currency: [`plan::charges_the_terms`]): flagged for review once, with its audit row, and
 /// the lease ended; never marked paid. False when the attempt was settled meanwhile.
 async fn flag_mismatch(
-    state: &AppState,
+    state: &OpsState,
     claim: &Claim,
     entry: &plan::AuditEntry,
     now: i64,
@@ -562,7 +562,7 @@ async fn flag_mismatch(
 /// Rule 4's transaction: executes the settle plan (`Charged` or `Uncharged`). False:
 /// someone else settled the attempt first.
 pub(crate) async fn exec_settle(
-    state: &AppState,
+    state: &OpsState,
     a: &Processing,
     plan: &SettlePlan,
     now: i64,

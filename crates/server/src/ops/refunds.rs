@@ -32,7 +32,7 @@
 use crate::error::{AppError, AppResult};
 use crate::metrics::{self, RefundResult};
 use crate::reply::Reply;
-use crate::state::AppState;
+use crate::state::OpsState;
 use crate::store::refunds as db;
 use payonce_protocol::{IdempotencyKey, Payment};
 use payonce_rules::ids::AttemptId;
@@ -48,7 +48,7 @@ const MAX_EFFECTS: usize = 1_000;
 /// refund's fingerprint is the caller and the payment, so the key on another payment is a
 /// 422; a final key replays; a processing one reads the provider again under its lease.
 pub(crate) async fn refund(
-    state: &AppState,
+    state: &OpsState,
     user: &str,
     key: &IdempotencyKey,
     payment: Payment,
@@ -74,7 +74,7 @@ pub(crate) async fn refund(
 }
 
 /// Performs `m`'s effects until it ends.
-async fn interpret(state: &AppState, mut m: ServerRefund) -> AppResult<End> {
+async fn interpret(state: &OpsState, mut m: ServerRefund) -> AppResult<End> {
     let store = &state.store;
     for _ in 0..MAX_EFFECTS {
         match m.poll(state.clock.now_ms(), &*state.ids) {
@@ -144,14 +144,14 @@ async fn interpret(state: &AppState, mut m: ServerRefund) -> AppResult<End> {
     Err(AppError::internal("refund decision did not converge"))
 }
 
-fn in_progress(state: &AppState) -> AppError {
+fn in_progress(state: &OpsState) -> AppError {
     AppError::refund_in_progress(state.config.retry_after_secs)
 }
 
 /// Drives the processing refund `row` without a request (the refund job, a provider refund
 /// event): the machine resumed at its lease, so a lease held elsewhere (a live call, or one
 /// whose answer was lost) is left alone. What it came to, `None` when the payment is gone.
-async fn drive(state: &AppState, row: db::Processing) -> AppResult<Option<End>> {
+async fn drive(state: &OpsState, row: db::Processing) -> AppResult<Option<End>> {
     let pool = state.store.pool();
     let Some((payment, attempt_id)) = db::owned_payment(pool, &row.user, &row.payment_id).await?
     else {
@@ -177,7 +177,7 @@ async fn drive(state: &AppState, row: db::Processing) -> AppResult<Option<End>> 
 /// whose lease has ended at `now` (a pending refund, a crash, a call whose answer was lost).
 /// How many it settled.
 pub(crate) async fn drive_due(
-    state: &AppState,
+    state: &OpsState,
     before: i64,
     now: i64,
     limit: i64,
@@ -197,7 +197,7 @@ pub(crate) async fn drive_due(
 
 /// A provider refund event about `payment_id`: its processing payonce refund, if any, is
 /// driven now (the provider says something changed) instead of at the next job round.
-pub(crate) async fn drive_payment(state: &AppState, payment_id: &str) -> AppResult<()> {
+pub(crate) async fn drive_payment(state: &OpsState, payment_id: &str) -> AppResult<()> {
     if let Some(row) = db::processing_of_payment(state.store.pool(), payment_id).await? {
         drive(state, row).await?;
     }
@@ -209,7 +209,7 @@ pub(crate) async fn drive_payment(state: &AppState, payment_id: &str) -> AppResu
 /// conditional on the payment still being `succeeded`. False: it was not (a duplicate or a
 /// race), and nothing changed.
 pub(crate) async fn mark_refunded_at_provider(
-    state: &AppState,
+    state: &OpsState,
     payment: &Payment,
     attempt: &AttemptId,
     reason: &str,

@@ -18,7 +18,7 @@
 use crate::error::AppResult;
 use crate::ops::pay;
 use crate::provider::RefundOutcome;
-use crate::state::AppState;
+use crate::state::OpsState;
 use crate::store::{self, attempts as db};
 use payonce_protocol::admin::resolve as names;
 use payonce_protocol::AttemptStatus;
@@ -47,7 +47,7 @@ pub(crate) struct Resolved {
 }
 
 /// Resolves every review flag of `order_id` (see the module docs); `None`: no such order.
-pub(crate) async fn resolve(state: &AppState, order_id: &str) -> AppResult<Option<Resolved>> {
+pub(crate) async fn resolve(state: &OpsState, order_id: &str) -> AppResult<Option<Resolved>> {
     let pool = state.store.pool();
     let Some((user, held, flagged)) = store::review::flags(pool, order_id).await? else {
         return Ok(None);
@@ -87,7 +87,7 @@ pub(crate) async fn resolve(state: &AppState, order_id: &str) -> AppResult<Optio
 }
 
 /// A flagged processing attempt, through the pay machine.
-async fn processing(state: &AppState, row: &Record, user: &str) -> AppResult<Result<Done, String>> {
+async fn processing(state: &OpsState, row: &Record, user: &str) -> AppResult<Result<Done, String>> {
     let Some(order) = store::orders::get_order(state.store.pool(), row.order_id(), user).await?
     else {
         return Ok(Err("the attempt's order is gone".into()));
@@ -128,7 +128,7 @@ async fn processing(state: &AppState, row: &Record, user: &str) -> AppResult<Res
 }
 
 /// A flagged ended attempt: its stray payment refunded, then the flag (and the hold) cleared.
-async fn ended(state: &AppState, order_id: &str, id: &str) -> AppResult<Result<Done, String>> {
+async fn ended(state: &OpsState, order_id: &str, id: &str) -> AppResult<Result<Done, String>> {
     let pool = state.store.pool();
     let Some((status, provider_key, provider_ref)) = store::review::ended(pool, id).await? else {
         return Ok(Err("the flagged attempt is gone".into()));

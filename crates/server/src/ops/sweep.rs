@@ -11,7 +11,7 @@
 //! write is conditional (`src/store/sweep.rs`), and a cancel is idempotent at the provider.
 
 use crate::provider::Listed;
-use crate::state::{AppState, Ledgers};
+use crate::state::Ledgers;
 use crate::store::sweep as db;
 use axum::extract::FromRef;
 use payonce_rules::plan::{self, Leftover};
@@ -171,7 +171,7 @@ async fn one(state: &Ledgers, object: &Listed, report: &mut Report) -> Result<()
 /// The first round runs one `every` after the start.
 /// It ends when `stop` changes, after its round in flight (as `ops::jobs::work_every`).
 pub(crate) async fn sweep_every(
-    state: AppState,
+    state: Ledgers,
     every: Duration,
     window: Duration,
     mut stop: crate::ops::jobs::Stop,

@@ -30,7 +30,7 @@ use crate::faults::Failpoint;
 use crate::metrics::{self, WebhookResult};
 use crate::ops::{leftovers, pay, refunds};
 use crate::provider::{Hint, RefundStatus, Subject, Topic};
-use crate::state::AppState;
+use crate::state::OpsState;
 use crate::store::attempts as db;
 use crate::store::journal::Event;
 use crate::store::orders::get_order;
@@ -118,7 +118,7 @@ fn unconfirmed() -> Verdict {
 
 /// Records an authentic event, applies it unless it was handled before, and marks it
 /// handled (see the module docs). `Ok`: answer 200.
-pub(crate) async fn receive(state: AppState, hint: Hint) -> AppResult<()> {
+pub(crate) async fn receive(state: OpsState, hint: Hint) -> AppResult<()> {
     let store = state.store.clone();
     let clock = state.clock.clone();
     let verdict = match hint.topic {
@@ -154,7 +154,7 @@ pub(crate) async fn receive(state: AppState, hint: Hint) -> AppResult<()> {
 }
 
 /// Steps 2–4 of the module docs.
-async fn record_and_apply(state: AppState, hint: &Hint, topic: Topic) -> AppResult<Verdict> {
+async fn record_and_apply(state: OpsState, hint: &Hint, topic: Topic) -> AppResult<Verdict> {
     let now = state.clock.now_ms();
     let about = (
         hint.event_id.as_str(),
@@ -181,7 +181,7 @@ async fn record_and_apply(state: AppState, hint: &Hint, topic: Topic) -> AppResu
 }
 
 /// Applies a recorded event to the attempt it names.
-async fn apply(state: &AppState, hint: &Hint, topic: Topic) -> AppResult<Verdict> {
+async fn apply(state: &OpsState, hint: &Hint, topic: Topic) -> AppResult<Verdict> {
     let pool = state.store.pool();
     let record = match &hint.subject {
         Subject::Key(key) => db::find_by_provider_key(pool, key).await?,
@@ -235,7 +235,7 @@ where
 }
 
 /// Settles `record`, processing, from what the provider answers for it.
-async fn settle(state: &AppState, event: &str, record: &Record) -> AppResult<Verdict> {
+async fn settle(state: &OpsState, event: &str, record: &Record) -> AppResult<Verdict> {
     let pool = state.store.pool();
     let Some(order) = get_order(pool, record.order_id(), record.user()).await? else {
         return Err(AppError::internal(format!(
@@ -263,7 +263,7 @@ async fn settle(state: &AppState, event: &str, record: &Record) -> AppResult<Ver
 /// pending one counts once it succeeds), in one transaction conditional on the payment still
 /// being `succeeded` (a duplicate or a race changes nothing). A partial refund changes
 /// nothing (the payment stays `succeeded`; a payonce refund then returns the remainder).
-async fn reflect_refund(state: &AppState, event: &str, record: &Record) -> AppResult<Verdict> {
+async fn reflect_refund(state: &OpsState, event: &str, record: &Record) -> AppResult<Verdict> {
     let pool = state.store.pool();
     let Some(payment_id) = payments::payment_of_attempt(pool, record.id()).await? else {
         return Ok(Verdict::NoEffect); // not paid (yet)

@@ -33,14 +33,20 @@ fn modules(dir: &Path, prefix: &str, out: &mut BTreeMap<String, String>) {
     }
 }
 
-/// Every file's module path and the files it imports (`crate::…`, `super::…`).
-fn imports() -> BTreeMap<String, BTreeSet<String>> {
+/// Every file of `src/`: its module path and its code ([`modules`]).
+fn sources() -> BTreeMap<String, String> {
     let mut files = BTreeMap::new();
     modules(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
         "",
         &mut files,
     );
+    files
+}
+
+/// Every file's module path and the files it imports (`crate::…`, `super::…`).
+fn imports() -> BTreeMap<String, BTreeSet<String>> {
+    let files = sources();
     let resolve = |path: &str| -> Option<String> {
         let parts: Vec<&str> = path.split("::").collect();
         (1..=parts.len())
@@ -158,12 +164,7 @@ fn the_infrastructure_never_calls_the_operations_and_they_never_call_the_edge() 
 /// refuses a call outside it; this test also catches a write through another name.
 #[test]
 fn no_file_outside_the_store_opens_a_write_transaction() {
-    let mut files = BTreeMap::new();
-    modules(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
-        "",
-        &mut files,
-    );
+    let files = sources();
     let mut wrong = Vec::new();
     for (module, code) in &files {
         if module == "store" || module.starts_with("store::") {
@@ -185,6 +186,29 @@ fn no_file_outside_the_store_opens_a_write_transaction() {
     assert!(
         wrong.is_empty(),
         "writes outside src/store/ (make each a plan the store executes): {wrong:#?}"
+    );
+}
+
+/// The operations take the part of the state they read (`OpsState`, `Ledgers`, `Replays`,
+/// each by `FromRef`, `src/state.rs`), never the whole application state: what an operation
+/// can touch is in its signature, and the edge's own parts (the auth keys, the metrics'
+/// gauges) stay out of reach.
+#[test]
+fn no_operation_takes_the_whole_state() {
+    let files = sources();
+    let ops: Vec<_> = files
+        .iter()
+        .filter(|(m, _)| *m == "ops" || m.starts_with("ops::"))
+        .collect();
+    assert!(ops.len() > 5, "the walk found the operations: {ops:?}");
+    let wrong: Vec<_> = ops
+        .iter()
+        .filter(|(_, code)| code.contains("AppState"))
+        .map(|(m, _)| m.as_str())
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "operations that take the whole AppState (take a sub-state): {wrong:?}"
     );
 }
 

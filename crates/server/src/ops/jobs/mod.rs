@@ -43,7 +43,7 @@ use crate::faults::Failpoint;
 use crate::mailer::receipt;
 use crate::metrics;
 use crate::ops::pay;
-use crate::state::AppState;
+use crate::state::OpsState;
 use crate::store::jobs::{self, Due, FinalState, ReceiptFacts, Settle};
 use crate::store::mailbox::Mail;
 use crate::store::orders::get_order;
@@ -64,7 +64,7 @@ const EMAIL_BATCHES: usize = 10;
 /// Runs every job every `every` until `stop` changes (or its sender is gone). A round in
 /// flight is never cut: a graceful stop (`src/server.rs`) waits for it, so a rollout does
 /// not stop a receipt between the relay's 250 and its commit (it would be sent again).
-pub(crate) async fn work_every(state: AppState, every: Duration, mut stop: Stop) {
+pub(crate) async fn work_every(state: OpsState, every: Duration, mut stop: Stop) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -81,7 +81,7 @@ pub(crate) type Stop = tokio::sync::watch::Receiver<()>;
 
 /// One round of every job; failures are logged and retried next round.
 /// Its provider calls are journaled as the job's (`src/journal.rs`).
-pub async fn round(state: &AppState) {
+pub(crate) async fn round(state: &OpsState) {
     use crate::journal::{scoped, Scope};
     let scope = Scope::immediate(JOB, None, state.store.clone(), state.clock.clone());
     scoped(scope, async {
@@ -136,7 +136,7 @@ impl Worker {
 
 /// The one function that settles or drives an abandoned attempt (see the module docs).
 pub(crate) async fn drive_abandoned(
-    state: &AppState,
+    state: &OpsState,
     row: &Record,
     worker: Worker,
 ) -> AppResult<Driven> {
@@ -167,7 +167,7 @@ pub(crate) async fn drive_abandoned(
 
 /// Drives the processing attempts whose lease expired, oldest first: every one of them, as
 /// reconciliation does for those older than its threshold.
-pub(crate) async fn drain_outbox(state: &AppState) -> AppResult<usize> {
+pub(crate) async fn drain_outbox(state: &OpsState) -> AppResult<usize> {
     let mut settled = 0;
     let now = state.clock.now_ms();
     for row in db::stuck_since(state.store.pool(), now, now, BATCH).await? {
@@ -187,7 +187,7 @@ pub(crate) async fn drain_outbox(state: &AppState) -> AppResult<usize> {
 
 /// Settles attempts processing longer than the threshold; flags the ones the provider
 /// cannot tell us about.
-pub(crate) async fn reconcile_stuck(state: &AppState) -> AppResult<usize> {
+pub(crate) async fn reconcile_stuck(state: &OpsState) -> AppResult<usize> {
     let now = state.clock.now_ms();
     let before = state.policy.reconcile_before(now);
     let mut settled = 0;
@@ -209,7 +209,7 @@ pub(crate) async fn reconcile_stuck(state: &AppState) -> AppResult<usize> {
 }
 
 /// Drives the processing refunds older than the reconcile threshold whose lease ended.
-pub(crate) async fn drive_refunds(state: &AppState) -> AppResult<usize> {
+pub(crate) async fn drive_refunds(state: &OpsState) -> AppResult<usize> {
     let now = state.clock.now_ms();
     crate::ops::refunds::drive_due(state, state.policy.reconcile_before(now), now, BATCH).await
 }
@@ -228,7 +228,7 @@ fn per_row<T>(row: &Record, result: AppResult<T>) -> Option<T> {
 }
 
 /// Manual review: the column, an audit row and a log line (the metric hook), once.
-async fn flag_for_review(state: &AppState, row: &Record) -> AppResult<()> {
+async fn flag_for_review(state: &OpsState, row: &Record) -> AppResult<()> {
     let now = state.clock.now_ms();
     let entry = payonce_rules::plan::review_entry(row.id());
     if !store::pay::flag_unknown(&state.store, row.id(), &entry, now).await? {
@@ -245,7 +245,7 @@ async fn flag_for_review(state: &AppState, row: &Record) -> AppResult<()> {
 /// A transient failure ends the round's receipts: the relay is likely down for all of
 /// them, and a relay that never answers would otherwise hold the round (and the jobs after
 /// it) for `BATCH` × `--smtp-timeout-ms`. The rest are tried next round.
-pub(crate) async fn send_emails(state: &AppState) -> AppResult<usize> {
+pub(crate) async fn send_emails(state: &OpsState) -> AppResult<usize> {
     let mut sent = 0;
     // A backlog is drained several batches a round: one batch a round capped receipts at
     // BATCH per instance and round, below the pay rate of a busy shop (the chaos audit's
@@ -277,7 +277,7 @@ pub(crate) async fn send_emails(state: &AppState) -> AppResult<usize> {
 /// written (`payonce_rules::receipt::after`); the write is `store::jobs::settle`, after the
 /// answer: a crash in between (the `email` failpoint) leaves the job to its lease, and the
 /// next run sends the same message, with the same `Message-ID`, once more.
-async fn send_email(state: &AppState, job: &Due) -> AppResult<Run> {
+async fn send_email(state: &OpsState, job: &Due) -> AppResult<Run> {
     let now = state.clock.now_ms();
     if !jobs::lease(&state.store, &job.id, now, state.policy.lease_until(now)).await? {
         return Ok(Run::Other);
@@ -318,7 +318,7 @@ enum Run {
 }
 
 /// Asks the mailer to deliver `facts`' receipt; how the job ends.
-async fn deliver(state: &AppState, job: &Due, facts: &ReceiptFacts) -> Settle {
+async fn deliver(state: &OpsState, job: &Due, facts: &ReceiptFacts) -> Settle {
     use crate::mailer::Mailer;
     let final_ = |state, error: &str| Settle::Final {
         state,
@@ -394,7 +394,7 @@ const CLEANUP_BATCH: i64 = 1000;
 /// it is left to delete; then the journal (`store::journal::retire`: on PostgreSQL whole
 /// days dropped and the next days' partitions made ready). Returns how many rows were
 /// deleted, counting a dropped day of the journal as one.
-pub async fn cleanup(state: &AppState) -> Result<u64, crate::error::AppError> {
+pub(crate) async fn cleanup(state: &OpsState) -> Result<u64, crate::error::AppError> {
     let now = state.clock.now_ms();
     let audit_before = state.policy.audit_before(now);
     let mut deleted = 0;
