@@ -31,7 +31,7 @@ use crate::faults::failpoint;
 use crate::faults::Failpoint;
 use crate::journal;
 use crate::metrics::ReplaySource;
-use crate::provider::ChargeOutcome;
+use crate::provider::{ChargeOutcome, Lookup};
 use crate::replay::marker;
 use crate::reply::Reply;
 use crate::state::OpsState;
@@ -221,6 +221,8 @@ async fn drive(state: &OpsState, m: &mut ServerPay, taken: Option<Failpoint>) ->
     r
 }
 
+/// Performs the machine's effects one at a time (the I/O), handing each one's result back
+/// ([`Input::feed`]), until it ends.
 async fn steps(
     state: &OpsState,
     m: &mut ServerPay,
@@ -228,133 +230,173 @@ async fn steps(
     own: Option<&str>,
 ) -> AppResult<End> {
     for _ in 0..MAX_EFFECTS {
-        match m.poll(state.clock.now_ms(), &*state.ids) {
-            Effect::Mark { user, key } => {
-                let seen = match (&state.redis, own) {
-                    (Some(redis), Some(own)) => marker::mark(redis, state, user, key, own).await,
-                    _ => Marked::Failed,
-                };
-                if let Some(verdict) = m.on_marked(seen, state.clock.now_ms()) {
-                    marker::count(verdict);
-                }
-            }
+        let input = match m.poll(state.clock.now_ms(), &*state.ids) {
+            Effect::Done(end) => return Ok(end.clone()),
+            Effect::Mark { user, key } => Input::Marked(match (&state.redis, own) {
+                (Some(redis), Some(own)) => marker::mark(redis, state, user, key, own).await,
+                _ => Marked::Failed,
+            }),
             Effect::MarkWait { user, key, until } => {
                 crate::clock::sleep_until(&*state.clock, until).await;
-                let seen = match &state.redis {
+                Input::Marked(match &state.redis {
                     Some(redis) => marker::look(redis, user, key).await,
                     None => Marked::Failed,
-                };
-                if let Some(verdict) = m.on_marked(seen, state.clock.now_ms()) {
-                    marker::count(verdict);
-                }
+                })
             }
             Effect::Unmark { unmark, user, key } => {
                 if let (Some(redis), Some(own)) = (&state.redis, own) {
                     marker::unmark(redis, state, user, key, own, unmark).await;
                 }
-                m.on_unmarked();
+                Input::Unmarked
             }
-            Effect::Done(end) => return Ok(end.clone()),
             Effect::ReadKey { user, key } => {
-                let record = db::find(state.store.pool(), user, key.as_str()).await?;
-                m.on_record(record, state.clock.now_ms());
+                Input::Record(db::find(state.store.pool(), user, key.as_str()).await?)
             }
             Effect::Wait { until } => {
                 // Until the machine's next look: the record is read again then, so a key
                 // settled meanwhile ends the wait, and the machine's deadline bounds it.
                 crate::clock::sleep_until(&*state.clock, until).await;
-                m.on_waited();
+                Input::Waited
             }
-            Effect::Claim { plan, key, now } => {
-                let claimed = exec_claim(state, plan, key, now, true).await?;
-                if claimed == Claimed::Won {
-                    failpoint(Failpoint::AfterClaim);
-                    // The claim's outbox row, executed inline by this request.
-                    crate::metrics::outbox(crate::metrics::OutboxResult::ExecutedInline);
-                }
-                m.on_claim(claimed);
-            }
+            Effect::Claim { plan, key, now } => Input::Claimed(claim(state, plan, key, now).await?),
             Effect::TakeOver { take, now } => {
-                let won = take_over(state, take, now).await?;
-                if let Some(point) = taken.filter(|_| won) {
-                    failpoint(point);
-                }
-                m.on_taken(won);
+                Input::Taken(take_over(state, take, now, taken).await?)
             }
-            Effect::Charge(claim) => {
-                let outcome = charge(state, claim).await;
-                log_outcome(&claim.attempt, &outcome);
-                m.on_charge(outcome);
-            }
-            Effect::Create(claim) => {
-                let created = create(state, claim).await;
-                m.on_created(created);
-            }
+            Effect::Charge(claim) => Input::Charged(charge(state, claim).await),
+            Effect::Create(claim) => Input::Created(create(state, claim).await),
             Effect::SaveRef {
                 claim,
                 provider_ref,
                 now,
-            } => {
-                let saved = save_ref(state, claim, provider_ref, now).await?;
-                if saved {
-                    failpoint(Failpoint::AfterSaveRef);
-                }
-                m.on_ref_saved(saved);
-            }
-            Effect::Confirm(claim) => {
-                let a = &claim.attempt;
-                let saved = a.provider_ref.as_deref().unwrap_or_default();
-                let outcome = state.provider.confirm(saved, &a.provider_key).await;
-                failpoint(Failpoint::AfterConfirm);
-                log_outcome(a, &outcome);
-                m.on_charge(outcome);
-            }
-            Effect::Lookup(claim) => {
-                let a = &claim.attempt;
-                let lookup = state
-                    .provider
-                    .lookup(&a.provider_key, a.provider_ref.as_deref())
-                    .await;
-                if let Ok(outcome) = plan::reconcile(lookup.clone()) {
-                    log_outcome(&claim.attempt, &outcome);
-                }
-                m.on_lookup(lookup);
-            }
+            } => Input::RefSaved(save_ref(state, claim, provider_ref, now).await?),
+            Effect::Confirm(claim) => Input::Charged(confirm(state, claim).await),
+            Effect::Lookup(claim) => Input::Looked(lookup(state, claim).await),
             Effect::CancelAction(claim) => {
-                let a = &claim.attempt;
-                tracing::info!(attempt = %a.id, "the customer's action passed its deadline; cancelling the payment");
-                let lookup = state
-                    .provider
-                    .cancel_action(&a.provider_key, a.provider_ref.as_deref())
-                    .await;
-                m.on_action_cancelled(lookup);
+                Input::ActionCancelled(cancel_action(state, claim).await)
             }
-            Effect::Settle { claim, plan, now } => {
-                let settled = match plan {
-                    SettlePlan::Review { audit, .. } => {
-                        flag_mismatch(state, claim, audit, now).await?
-                    }
-                    _ => exec_settle(state, &claim.attempt, plan, now).await?,
-                };
-                m.on_settled(settled);
-            }
-            Effect::CancelLeftover(claim) => {
-                let lookup = crate::ops::leftovers::cancel(&state.provider, &claim.attempt).await;
-                m.on_leftover(lookup);
-            }
+            Effect::Settle { claim, plan, now } => Input::Settled(match plan {
+                SettlePlan::Review { audit, .. } => flag_mismatch(state, claim, audit, now).await?,
+                _ => exec_settle(state, &claim.attempt, plan, now).await?,
+            }),
+            Effect::CancelLeftover(claim) => Input::Leftover(
+                crate::ops::leftovers::cancel(&state.provider, &claim.attempt).await,
+            ),
             Effect::Release { claim, now } => {
-                let open = release_unless_settled(state, claim, now).await?;
-                m.on_released(!open);
+                Input::Released(!release_unless_settled(state, claim, now).await?)
             }
-        }
+        };
+        input.feed(m, state.clock.now_ms());
     }
     Err(AppError::in_progress(state.config.retry_after_secs))
 }
 
+/// What one effect of the pay machine came back with, for the machine's matching `on_…`.
+enum Input {
+    Marked(Marked),
+    Unmarked,
+    Record(Option<Record>),
+    Waited,
+    Claimed(Claimed),
+    Taken(bool),
+    Charged(ChargeOutcome),
+    Created(pay::Created),
+    RefSaved(bool),
+    Looked(Lookup),
+    ActionCancelled(Lookup),
+    Settled(bool),
+    Leftover(Lookup),
+    /// True when the attempt was settled meanwhile (a webhook's answer stands).
+    Released(bool),
+}
+
+impl Input {
+    /// Hands the result to `m`, read at `now`.
+    fn feed(self, m: &mut ServerPay, now: i64) {
+        match self {
+            Self::Marked(seen) => {
+                if let Some(verdict) = m.on_marked(seen, now) {
+                    marker::count(verdict);
+                }
+            }
+            Self::Unmarked => m.on_unmarked(),
+            Self::Record(record) => m.on_record(record, now),
+            Self::Waited => m.on_waited(),
+            Self::Claimed(claimed) => m.on_claim(claimed),
+            Self::Taken(won) => m.on_taken(won),
+            Self::Charged(outcome) => m.on_charge(outcome),
+            Self::Created(created) => m.on_created(created),
+            Self::RefSaved(saved) => m.on_ref_saved(saved),
+            Self::Looked(lookup) => m.on_lookup(lookup),
+            Self::ActionCancelled(lookup) => m.on_action_cancelled(lookup),
+            Self::Settled(settled) => m.on_settled(settled),
+            Self::Leftover(lookup) => m.on_leftover(lookup),
+            Self::Released(settled) => m.on_released(settled),
+        }
+    }
+}
+
+/// Rule 3's claim, spending the new-attempt token when it wins.
+async fn claim(
+    state: &OpsState,
+    plan: &ClaimPlan,
+    key: &IdempotencyKey,
+    now: i64,
+) -> AppResult<Claimed> {
+    let claimed = exec_claim(state, plan, key, now, true).await?;
+    if claimed == Claimed::Won {
+        failpoint(Failpoint::AfterClaim);
+        // The claim's outbox row, executed inline by this request.
+        crate::metrics::outbox(crate::metrics::OutboxResult::ExecutedInline);
+    }
+    Ok(claimed)
+}
+
 /// Takes over the expired lease of a processing attempt (exactly one contender wins) and
-/// records why.
-async fn take_over(state: &OpsState, take: &TakeOver, now: i64) -> AppResult<bool> {
-    Ok(store::pay::take_over(&state.store, take, now).await?)
+/// records why; `taken`, the worker's failpoint, fires when this one won.
+async fn take_over(
+    state: &OpsState,
+    take: &TakeOver,
+    now: i64,
+    taken: Option<Failpoint>,
+) -> AppResult<bool> {
+    let won = store::pay::take_over(&state.store, take, now).await?;
+    if let Some(point) = taken.filter(|_| won) {
+        failpoint(point);
+    }
+    Ok(won)
+}
+
+/// Two phases, second half: confirm the saved payment object.
+async fn confirm(state: &OpsState, claim: &Claim) -> ChargeOutcome {
+    let a = &claim.attempt;
+    let saved = a.provider_ref.as_deref().unwrap_or_default();
+    let outcome = state.provider.confirm(saved, &a.provider_key).await;
+    failpoint(Failpoint::AfterConfirm);
+    log_outcome(a, &outcome);
+    outcome
+}
+
+/// Asks the provider what became of the claim's charge.
+async fn lookup(state: &OpsState, claim: &Claim) -> Lookup {
+    let a = &claim.attempt;
+    let lookup = state
+        .provider
+        .lookup(&a.provider_key, a.provider_ref.as_deref())
+        .await;
+    if let Ok(outcome) = plan::reconcile(lookup.clone()) {
+        log_outcome(a, &outcome);
+    }
+    lookup
+}
+
+/// Cancels the payment that waited for the customer past its deadline.
+async fn cancel_action(state: &OpsState, claim: &Claim) -> Lookup {
+    let a = &claim.attempt;
+    tracing::info!(attempt = %a.id, "the customer's action passed its deadline; cancelling the payment");
+    state
+        .provider
+        .cancel_action(&a.provider_key, a.provider_ref.as_deref())
+        .await
 }
 
 /// The charge with the saved provider key, no transaction open.
@@ -366,6 +408,7 @@ async fn charge(state: &OpsState, claim: &Claim) -> ChargeOutcome {
         .await;
     crate::faults::after_charge();
     failpoint(Failpoint::AfterCharge);
+    log_outcome(a, &outcome);
     outcome
 }
 
@@ -399,7 +442,11 @@ async fn save_ref(
     provider_ref: &str,
     now: i64,
 ) -> AppResult<bool> {
-    Ok(store::pay::save_ref(&state.store, claim, provider_ref, now).await?)
+    let saved = store::pay::save_ref(&state.store, claim, provider_ref, now).await?;
+    if saved {
+        failpoint(Failpoint::AfterSaveRef);
+    }
+    Ok(saved)
 }
 
 /// What a payment charges: the server's amount and currency, never the client's.
