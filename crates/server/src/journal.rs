@@ -116,16 +116,16 @@ impl Scope {
             list.append(&mut p);
         }
         let n = list.len();
-        match db::queue(&self.store, &list).await {
-            Ok(committed) => {
-                tokio::spawn(async move {
-                    if let Err(e) = committed.await {
-                        tracing::warn!(error = %e, entries = n, "journal write failed");
-                    }
-                });
+        let queued = db::queue(&self.store, &list).await;
+        tokio::spawn(async move {
+            let committed = match queued {
+                Ok(committed) => committed.await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = committed {
+                tracing::warn!(error = %e, entries = n, "journal write failed");
             }
-            Err(e) => tracing::warn!(error = %e, entries = n, "journal write failed"),
-        }
+        });
     }
 
     pub(crate) fn now(&self) -> i64 {

@@ -364,16 +364,8 @@ pub(crate) async fn append(store: &Store, entries: &[Entry]) -> sqlx::Result<()>
 /// Returns once every entry [`queue`]d before this call has committed (or failed): a
 /// graceful stop's last step, so that a stop loses no answered request's entries.
 pub(crate) async fn drain(store: &Store) -> sqlx::Result<()> {
-    if let Some(writer) = &store.journal {
-        return writer.queue(Vec::new())?.await;
-    }
-    if let Some(writer) = &store.writer {
-        return writer
-            .queue_direct(|_| Ok::<_, sqlx::Error>(()))
-            .await?
-            .await;
-    }
-    Ok(())
+    // An empty unit: each writer answers it after everything queued before it.
+    enqueue(store, Vec::new()).await?.await
 }
 
 /// The commit of entries [`queue`]d.
@@ -387,7 +379,13 @@ pub(crate) async fn queue(store: &Store, entries: &[Entry]) -> sqlx::Result<Comm
     if entries.is_empty() {
         return Ok(Box::pin(std::future::ready(Ok(()))));
     }
-    let list: Vec<Statement> = entries.iter().map(insert).collect();
+    enqueue(store, entries.iter().map(insert).collect()).await
+}
+
+/// `list` queued behind every write queued before it, through the writer this store has
+/// (PostgreSQL's journal writer, else SQLite's one writer; a store without either commits it
+/// here, alone).
+async fn enqueue(store: &Store, list: Vec<Statement>) -> sqlx::Result<Committed> {
     if let Some(writer) = &store.journal {
         return writer.queue(list);
     }
@@ -395,7 +393,9 @@ pub(crate) async fn queue(store: &Store, entries: &[Entry]) -> sqlx::Result<Comm
         let run = move |conn: &rusqlite::Connection| super::tx::steps(conn, &list).map(drop);
         return Ok(Box::pin(writer.queue_direct(run).await?));
     }
-    store.commit(list).await?;
+    if !list.is_empty() {
+        store.commit(list).await?;
+    }
     Ok(Box::pin(std::future::ready(Ok(()))))
 }
 
