@@ -130,6 +130,8 @@ prod_build() {
     echo "prod-build: payonce-server without the dev feature depends on the mock provider" >&2
     return 1
   fi
+  # The unit tests as a production build compiles them (the dev-only parts left out).
+  cargo test "${locked[@]}" -q -p payonce-server --no-default-features --lib || return 1
   # target/release: the debug binary the other suites run stays as it is.
   cargo build "${locked[@]}" -q --release -p payonce-server --no-default-features || return 1
   local bin="$target/release/payonce-server"

@@ -555,6 +555,8 @@ mod tests {
         let allow = ["--allow-plaintext", "provider,database,redis"];
         let allowed = args(&[&PROD[2..], &all, &allow].concat());
         assert!(link_problems(&allowed).is_empty());
+        // A production build has no dev mode (`--dev` is refused: config/dev_off.rs).
+        #[cfg(feature = "dev")]
         assert!(Config::from_args(&args(&[&all[..], &["--dev"]].concat())).is_ok());
     }
 

@@ -89,11 +89,15 @@ mod tests {
         let migrate = |a: &ServerArgs| Config::from_args(a).expect("a valid start").migrate;
         assert_eq!(migrate(&prod(&[])), MigrateMode::Check);
         assert_eq!(migrate(&prod(&["--migrate", "auto"])), MigrateMode::Auto);
-        assert_eq!(migrate(&raw_args(&["--dev"])), MigrateMode::Auto);
-        assert_eq!(
-            migrate(&raw_args(&["--dev", "--migrate", "check"])),
-            MigrateMode::Check
-        );
+        // A production build has no dev mode (`--dev` is refused: config/dev_off.rs).
+        #[cfg(feature = "dev")]
+        {
+            assert_eq!(migrate(&raw_args(&["--dev"])), MigrateMode::Auto);
+            assert_eq!(
+                migrate(&raw_args(&["--dev", "--migrate", "check"])),
+                MigrateMode::Check
+            );
+        }
     }
 
     /// Outside dev an operator names the provider; Stripe needs its secret key and its
@@ -161,8 +165,11 @@ mod tests {
             assert!(p[0].contains("test-mode") && !p[0].contains(key), "{p:?}");
             let c = Config::from_args(&stripe(key, whsec, &["--allow-test-mode"])).unwrap();
             assert_eq!(c.stripe_mode, Some(StripeMode::Test));
-            let c = Config::from_args(&stripe(key, whsec, &["--dev"])).unwrap();
-            assert_eq!(c.stripe_mode, Some(StripeMode::Test));
+            #[cfg(feature = "dev")]
+            {
+                let c = Config::from_args(&stripe(key, whsec, &["--dev"])).unwrap();
+                assert_eq!(c.stripe_mode, Some(StripeMode::Test));
+            }
         }
         for key in ["sk_live_0123456789", "rk_live_0123456789"] {
             let c = Config::from_args(&stripe(key, whsec, &[])).unwrap();
@@ -179,18 +186,22 @@ mod tests {
             p.len() == 1 && p[0].starts_with("--stripe-webhook-secret"),
             "{p:?}"
         );
-        assert!(Config::from_args(&stripe("sk_test_1", short, &["--dev"])).is_ok());
-        let p = problems(&stripe("sk_test_1", "whsec_", &["--dev"]));
-        assert!(
-            p.len() == 1 && p[0].starts_with("--stripe-webhook-secret"),
-            "{p:?}"
-        );
-        // The mock's secret too, in dev: one the signature check refuses stops the start.
-        let p = problems(&args(&["--dev", "--webhook-secret", "short"]));
-        assert!(
-            p.len() == 1 && p[0].starts_with("--webhook-secret"),
-            "{p:?}"
-        );
+        // In dev (a production build has none: `--dev` is refused, config/dev_off.rs).
+        #[cfg(feature = "dev")]
+        {
+            assert!(Config::from_args(&stripe("sk_test_1", short, &["--dev"])).is_ok());
+            let p = problems(&stripe("sk_test_1", "whsec_", &["--dev"]));
+            assert!(
+                p.len() == 1 && p[0].starts_with("--stripe-webhook-secret"),
+                "{p:?}"
+            );
+            // The mock's secret too: one the signature check refuses stops the start.
+            let p = problems(&args(&["--dev", "--webhook-secret", "short"]));
+            assert!(
+                p.len() == 1 && p[0].starts_with("--webhook-secret"),
+                "{p:?}"
+            );
+        }
     }
 
     #[test]
@@ -302,8 +313,12 @@ mod tests {
             !p[0].contains("sk_live_1"),
             "the line never shows them: {p:?}"
         );
-        let dev = args(&["--dev", "--provider-url", "https://sk_live_1:x@psp.example"]);
-        assert!(Config::from_args(&dev).is_ok());
+        // A production build has no dev mode (`--dev` is refused: config/dev_off.rs).
+        #[cfg(feature = "dev")]
+        {
+            let dev = args(&["--dev", "--provider-url", "https://sk_live_1:x@psp.example"]);
+            assert!(Config::from_args(&dev).is_ok());
+        }
     }
 
     #[test]
@@ -431,6 +446,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "dev")] // for the docs test below
     /// Every long flag of the command line, its subcommands' included, with the environment
     /// variable it reads, if any.
     /// (A subcommand may reuse a name, `--addr`, with another variable: each is kept.)
@@ -450,11 +466,13 @@ mod tests {
         out
     }
 
+    #[cfg(feature = "dev")] // for the docs test below
     /// The code spans of `doc` (the text between backticks).
     fn code_spans(doc: &str) -> Vec<&str> {
         doc.split('`').skip(1).step_by(2).collect()
     }
 
+    #[cfg(feature = "dev")] // for the docs test below
     /// What `doc` says about flags and variables that is not so, one line each: a flag or an
     /// environment variable that does not exist, a table row `| `--flag` | `VAR` or — |`
     /// or a "`--flag` (`VAR`)" giving another variable than the flag reads.
@@ -553,7 +571,9 @@ mod tests {
     }
 
     /// docs/deploy.md and the server README name only flags that exist, with the variables
-    /// they really read (like the protocol crate's `tests/drift.rs` for wire names).
+    /// they really read (like the protocol crate's `tests/drift.rs` for wire names). The
+    /// docs name the dev build's flags too, so only a dev build has them all.
+    #[cfg(feature = "dev")]
     #[test]
     fn the_deploy_guide_and_the_readme_name_real_flags_and_variables() {
         for (name, doc) in [

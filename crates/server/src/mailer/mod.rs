@@ -179,6 +179,7 @@ mod tests {
             lines[0].starts_with("--mailer (PAYONCE_MAILER) is required"),
             "{lines:?}"
         );
+        #[cfg(feature = "dev")]
         assert!(matches!(
             Mailer::from_args(&mail(&[]), true, 30_000),
             Ok(Mailer::Dev)
