@@ -238,9 +238,10 @@ async fn serve_api(args: ServerArgs) -> Result<(), RunError> {
 
 /// After the last answer: the background rounds in flight finish (a receipt the relay took
 /// is marked sent, a settle commits) before the process ends, until `deadline` (the stop
-/// signal plus the request timeout: the drain and this wait share one bound, which
-/// docs/deploy.md's `TimeoutStopSec` covers); a round still running then is cut, and what it
-/// left is taken up again by the next instance's jobs (leases, `docs/operating.md`).
+/// signal plus the request timeout: the HTTP drain of the requests in flight and this wait
+/// share one bound, which docs/deploy.md's `TimeoutStopSec` covers); a round still running
+/// then is cut, and what it left is taken up again by the next instance's jobs (leases,
+/// `docs/operating.md`).
 async fn finish_rounds(
     stop: tokio::sync::watch::Sender<()>,
     rounds: Vec<tokio::task::JoinHandle<()>>,

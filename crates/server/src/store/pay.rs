@@ -263,7 +263,7 @@ fn settle_statements(
             finish,
             payment,
             audit,
-        } => (finish, paid(a, payment, ids, now).to_vec(), audit),
+        } => (finish, Vec::from(paid(a, payment, ids, now)), audit),
         SettlePlan::Uncharged {
             finish,
             release,
