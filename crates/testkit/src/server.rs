@@ -1,5 +1,5 @@
 //! `payonce-server` processes: spawned on port 0, their URLs read from the "listening on"
-//! lines they print, killed when dropped.
+//! lines they print, killed when dropped (or stopped as a rollout stops them, when asked).
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -51,7 +51,13 @@ pub struct Proc {
     child: Child,
     pub api: Option<String>,
     pub provider: Option<String>,
+    /// Dropped with a graceful stop first ([`Proc::stop_gracefully_on_drop`]).
+    graceful: bool,
 }
+
+/// How long a graceful stop on drop may take before the process is killed: the server's own
+/// bound is its request timeout (docs/operating.md), far below this.
+const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 
 impl Proc {
     /// Spawns `cmd` (its stderr already set by the caller) with stdout captured, and waits
@@ -72,6 +78,7 @@ impl Proc {
         });
         let mut proc = Proc {
             child,
+            graceful: false,
             api: None,
             provider: None,
         };
@@ -119,10 +126,49 @@ impl Proc {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+
+    /// Sends SIGTERM, as a rollout does (the server drains, lets its job round finish and
+    /// commits the journal entries it queued), and waits up to `within` for the exit.
+    /// `None`: still running.
+    pub fn terminate(&mut self, within: Duration) -> Option<ExitStatus> {
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        assert!(
+            sent.is_ok_and(|s| s.success()),
+            "kill -TERM {}",
+            self.child.id()
+        );
+        let deadline = Instant::now() + within;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// On drop, stop it as a rollout does ([`Proc::terminate`]) rather than kill it: for a
+    /// test that reads, after its servers are gone, what they committed on their way out
+    /// (every journal entry of an answered request).
+    pub fn stop_gracefully_on_drop(mut self) -> Self {
+        self.graceful = true;
+        self
+    }
 }
 
 impl Drop for Proc {
     fn drop(&mut self) {
+        let running = matches!(self.child.try_wait(), Ok(None));
+        if self.graceful && running && self.terminate(STOP_TIMEOUT).is_none() {
+            eprintln!(
+                "process {} did not stop on SIGTERM; killed",
+                self.child.id()
+            );
+        }
         self.kill();
     }
 }

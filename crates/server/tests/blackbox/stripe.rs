@@ -172,7 +172,9 @@ impl Run {
     fn spawn(&mut self, args: &[String]) -> (Proc, TestApp) {
         let log = self.dir.join(format!("server{}.log", self.logs));
         self.logs += 1;
-        let proc = spawn_logged(args, true, &log);
+        // Stopped as a rollout stops it, so the journal read when the run ends holds every
+        // entry of every answered request (a kill loses those still queued, `Scope::flush`).
+        let proc = spawn_logged(args, true, &log).stop_gracefully_on_drop();
         let app = TestApp {
             api: proc.api.clone().unwrap(),
             provider: self.ls.url(),
