@@ -243,6 +243,9 @@ async fn run(args: Args) -> Result<(), BenchError> {
     if named("journal-cleanup") || named("journal-cost") {
         return journal_parts(&args, &opts, &machine, started).await;
     }
+    // A part that fails is reported and the rest still runs; the docs are then left as they
+    // are (a "not run" would replace the last figures without anyone noticing).
+    let mut failed = Vec::new();
     let mut backends = Vec::new();
     for b in [Backend::Sqlite, Backend::Postgres] {
         if !wanted(b.key()) {
@@ -251,7 +254,10 @@ async fn run(args: Args) -> Result<(), BenchError> {
         eprintln!("{}: pays, store ceiling, replays, no-op…", b.name());
         match phases::backend(&opts, b).await {
             Ok(f) => backends.push(f),
-            Err(e) => eprintln!("  {} skipped: {e}", b.name()),
+            Err(e) => {
+                eprintln!("  {} failed: {e}", b.name());
+                failed.push(b.key());
+            }
         }
     }
     let growth = if wanted("growth") {
@@ -263,7 +269,10 @@ async fn run(args: Args) -> Result<(), BenchError> {
         eprintln!("growth: pays and replays at {sizes:?} stored attempts, then cleanup…");
         growth::growth(&opts, sizes)
             .await
-            .inspect_err(|e| eprintln!("  growth skipped: {e}"))
+            .inspect_err(|e| {
+                eprintln!("  growth failed: {e}");
+                failed.push("growth");
+            })
             .ok()
     } else {
         None
@@ -275,7 +284,10 @@ async fn run(args: Args) -> Result<(), BenchError> {
         );
         phases::storm(&opts)
             .await
-            .inspect_err(|e| eprintln!("  storm skipped: {e}"))
+            .inspect_err(|e| {
+                eprintln!("  storm failed: {e}");
+                failed.push("storm");
+            })
             .ok()
     } else {
         None
@@ -292,6 +304,12 @@ async fn run(args: Args) -> Result<(), BenchError> {
     );
     println!("\n{table}");
     println!("load average at end: {}", machine.load_end);
+    if !failed.is_empty() {
+        return Err(BenchError::Setup(format!(
+            "parts failed: {}; docs not written",
+            failed.join(", ")
+        )));
+    }
     if let Some(path) = out {
         write_docs(&path, &table)?;
         println!("written to {}", path.display());
