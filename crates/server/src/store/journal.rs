@@ -327,29 +327,78 @@ fn luhn(digits: &[u32]) -> bool {
     sum.is_multiple_of(10)
 }
 
+/// One journal row as it is stored: `entry` with its request id and detail redacted.
+#[derive(serde::Serialize)]
+struct Stored<'a> {
+    at: i64,
+    actor: &'a str,
+    kind: &'a str,
+    request_id: Option<&'a str>,
+    user_id: Option<&'a str>,
+    order_id: Option<&'a str>,
+    idem_key: Option<&'a str>,
+    provider_id: Option<&'a str>,
+    detail: String,
+}
+
+impl<'a> Stored<'a> {
+    fn of(entry: &'a Entry) -> Self {
+        Self {
+            at: entry.at,
+            actor: entry.actor,
+            kind: entry.kind,
+            // The client chose it: a card number sent as a request id is not kept either.
+            request_id: entry.request_id.as_deref().map(|r| {
+                if string_is_secret(r) {
+                    REDACTED
+                } else {
+                    r
+                }
+            }),
+            user_id: entry.user.as_deref(),
+            order_id: entry.order_id.as_deref(),
+            idem_key: entry.key.as_deref(),
+            provider_id: entry.provider_id.as_deref(),
+            detail: redact(entry.detail.clone()).to_string(),
+        }
+    }
+}
+
 /// The statement that appends `entry`, its detail redacted.
 pub(crate) fn insert(entry: &Entry) -> Statement {
-    let detail = redact(entry.detail.clone()).to_string();
+    let row = Stored::of(entry);
     Statement::new(
         "INSERT INTO journal (at, actor, kind, request_id, user_id, order_id, idem_key,
              provider_id, detail)
          SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9 WHERE true",
         vec![
-            entry.at.into(),
-            entry.actor.into(),
-            entry.kind.into(),
-            // The client chose it: a card number sent as a request id is not kept either.
-            entry
-                .request_id
-                .as_deref()
-                .map(|r| if string_is_secret(r) { REDACTED } else { r })
-                .into(),
-            entry.user.as_deref().into(),
-            entry.order_id.as_deref().into(),
-            entry.key.as_deref().into(),
-            entry.provider_id.as_deref().into(),
-            Arg::Text(Some(detail)),
+            row.at.into(),
+            row.actor.into(),
+            row.kind.into(),
+            row.request_id.into(),
+            row.user_id.into(),
+            row.order_id.into(),
+            row.idem_key.into(),
+            row.provider_id.into(),
+            Arg::Text(Some(row.detail)),
         ],
+    )
+}
+
+/// The statement that appends `rows` (a JSON array of [`Stored`]) on PostgreSQL: one text
+/// whatever their number, so each connection prepares and plans it once. A chain of one
+/// insert per row (`tx::chained`) was a new statement for every group size, planned anew
+/// on each connection (docs/benchmarks.md, "A PostgreSQL pay, profiled").
+fn insert_rows(rows: String) -> Statement {
+    Statement::new(
+        "INSERT INTO journal (at, actor, kind, request_id, user_id, order_id, idem_key,
+             provider_id, detail)
+         SELECT at, actor, kind, request_id, user_id, order_id, idem_key, provider_id, detail
+         FROM json_to_recordset($1::json) AS r(at BIGINT, actor TEXT, kind TEXT,
+           request_id TEXT, user_id TEXT, order_id TEXT, idem_key TEXT, provider_id TEXT,
+           detail TEXT)
+         WHERE true",
+        vec![Arg::Text(Some(rows))],
     )
 }
 
@@ -365,7 +414,7 @@ pub(crate) async fn append(store: &Store, entries: &[Entry]) -> sqlx::Result<()>
 /// graceful stop's last step, so that a stop loses no answered request's entries.
 pub(crate) async fn drain(store: &Store) -> sqlx::Result<()> {
     // An empty unit: each writer answers it after everything queued before it.
-    enqueue(store, Vec::new()).await?.await
+    enqueue(store, &[]).await?.await
 }
 
 /// The commit of entries [`queue`]d.
@@ -379,16 +428,22 @@ pub(crate) async fn queue(store: &Store, entries: &[Entry]) -> sqlx::Result<Comm
     if entries.is_empty() {
         return Ok(Box::pin(std::future::ready(Ok(()))));
     }
-    enqueue(store, entries.iter().map(insert).collect()).await
+    enqueue(store, entries).await
 }
 
-/// `list` queued behind every write queued before it, through the writer this store has
-/// (PostgreSQL's journal writer, else SQLite's one writer; a store without either commits it
-/// here, alone).
-async fn enqueue(store: &Store, list: Vec<Statement>) -> sqlx::Result<Committed> {
+/// `entries` queued behind every write queued before them, through the writer this store
+/// has (PostgreSQL's journal writer, each row as its JSON; else SQLite's one writer; a store
+/// without either commits them here, alone).
+async fn enqueue(store: &Store, entries: &[Entry]) -> sqlx::Result<Committed> {
     if let Some(writer) = &store.journal {
-        return writer.queue(list);
+        let rows = entries
+            .iter()
+            .map(|e| serde_json::to_string(&Stored::of(e)))
+            .collect::<Result<_, _>>()
+            .map_err(|e| sqlx::Error::Protocol(format!("a journal row as JSON: {e}")))?;
+        return writer.queue(rows);
     }
+    let list: Vec<Statement> = entries.iter().map(insert).collect();
     if let Some(writer) = &store.writer {
         let run = move |conn: &rusqlite::Connection| super::tx::steps(conn, &list).map(drop);
         return Ok(Box::pin(writer.queue_direct(run).await?));
@@ -399,21 +454,20 @@ async fn enqueue(store: &Store, list: Vec<Statement>) -> sqlx::Result<Committed>
     Ok(Box::pin(std::future::ready(Ok(()))))
 }
 
-/// Rows one group commit of the journal writes at most (each a statement of one chained
-/// round trip, `tx.rs`: nine parameters a row, far below PostgreSQL's 65,535).
+/// Rows one group commit of the journal writes at most (one JSON text, [`insert_rows`]).
 const GROUP_ROWS: usize = 256;
 
-/// One request's entries and who waits for their commit.
+/// One request's entries, each row's JSON ([`Stored`]), and who waits for their commit.
 type Job = (
-    Vec<Statement>,
+    Vec<String>,
     tokio::sync::oneshot::Sender<Result<(), String>>,
 );
 
 /// The journal's group commit on PostgreSQL. Every answered pay, cancel and refund writes
 /// its entries in a transaction of its own after the pay's; written one by one, that is a
 /// commit (a WAL flush) per request. One task takes the entries of every request waiting
-/// when it is free and writes them in one chained statement (`tx::chained`: one round
-/// trip, one commit), then answers each request: an entry is never reported written
+/// when it is free and writes them in one statement ([`insert_rows`]: one round trip, one
+/// commit), then answers each request: an entry is never reported written
 /// before it committed, and a failed commit fails every request of the group (each logs
 /// it, as before). As `sqlite_writer.rs` does for SQLite's writes.
 #[derive(Clone)]
@@ -432,15 +486,17 @@ impl Writer {
                     rows += job.0.len();
                     group.push(job);
                 }
-                let list: Vec<Statement> =
-                    group.iter_mut().flat_map(|(l, _)| l.drain(..)).collect();
+                let rows: Vec<String> = group.iter_mut().flat_map(|(l, _)| l.drain(..)).collect();
                 // An empty group is a `drain` alone: everything before it has committed.
-                let result = match list.is_empty() {
+                let result = match rows.is_empty() {
                     true => Ok(()),
-                    false => super::tx::chained(&pool, list)
-                        .await
-                        .map(drop)
-                        .map_err(|e| e.to_string()),
+                    false => {
+                        let rows = format!("[{}]", rows.join(","));
+                        super::tx::chained(&pool, vec![insert_rows(rows)])
+                            .await
+                            .map(drop)
+                            .map_err(|e| e.to_string())
+                    }
                 };
                 for (_, done) in group {
                     let _ = done.send(result.clone());
@@ -450,12 +506,12 @@ impl Writer {
         Self(tx)
     }
 
-    /// Queues `list` to be written with the entries of the requests waiting beside it; the
+    /// Queues `rows` to be written with the entries of the requests waiting beside it; the
     /// future resolves after the commit.
-    fn queue(&self, list: Vec<Statement>) -> sqlx::Result<Committed> {
+    fn queue(&self, rows: Vec<String>) -> sqlx::Result<Committed> {
         let (done, committed) = tokio::sync::oneshot::channel();
         let gone = || sqlx::Error::WorkerCrashed;
-        self.0.send((list, done)).map_err(|_| gone())?;
+        self.0.send((rows, done)).map_err(|_| gone())?;
         Ok(Box::pin(async move {
             match committed.await.map_err(|_| gone())? {
                 Ok(()) => Ok(()),
