@@ -79,15 +79,13 @@ pub use http::{MAX_BODY_BYTES, ROUTES};
 /// themselves.
 #[doc(hidden)]
 pub async fn run_jobs(state: &AppState) {
-    use axum::extract::FromRef;
-    ops::jobs::round(&state::OpsState::from_ref(state)).await
+    ops::jobs::round(&state.ops).await
 }
 
 /// One retention round ([`ops::jobs::cleanup`]): the rows it deleted.
 #[doc(hidden)]
 pub async fn run_cleanup(state: &AppState) -> Result<u64, error::AppError> {
-    use axum::extract::FromRef;
-    ops::jobs::cleanup(&state::OpsState::from_ref(state)).await
+    ops::jobs::cleanup(&state.ops).await
 }
 pub use server::{app, dispatch};
 pub use state::{AppState, RunError};

@@ -194,16 +194,16 @@ async fn serve_api(args: ServerArgs) -> Result<(), RunError> {
     // Never the URL as given: in dev it may still carry credentials (`src/secret.rs`).
     let shown = crate::secret::redact_url(&state.provider_url);
     tracing::info!(provider = %shown, "payment provider");
-    if let Some(mode) = state.config.stripe_mode {
+    if let Some(mode) = state.ops.config.stripe_mode {
         // The mode only, never the key.
         tracing::info!(mode = mode.name(), "Stripe mode");
     }
     let handshake = |flag| move |detail| RunError::Handshake { flag, detail };
-    state.provider.probe().await.map_err(|e| match e {
+    state.ops.provider.probe().await.map_err(|e| match e {
         ProbeError::Tls(detail) => handshake("--provider-url")(detail),
         ProbeError::KeyRefused(status) => RunError::KeyRefused(status),
     })?;
-    if let Some(redis) = &state.redis {
+    if let Some(redis) = &state.ops.redis {
         redis.announce().await.map_err(handshake("--redis-url"))?;
     }
     // The job runner and the sweep end after their round in flight when the server stops.
@@ -219,11 +219,11 @@ async fn serve_api(args: ServerArgs) -> Result<(), RunError> {
             crate::ops::sweep::sweep_every(FromRef::from_ref(&state), every, window, rounds_stop);
         rounds.push(tokio::spawn(sweep));
     }
-    if let Some(jwt) = state.config.jwt.clone().filter(|j| j.has_jwks()) {
+    if let Some(jwt) = state.ops.config.jwt.clone().filter(|j| j.has_jwks()) {
         tokio::spawn(reload_jwks(jwt));
     }
-    let edge = state.config.edge;
-    let store = state.store.clone();
+    let edge = state.ops.config.edge;
+    let store = state.ops.store.clone();
     let router = app(state, args.static_dir.clone());
     println!("payonce: api listening on http://{local}");
     let signalled = serve(listener, router, edge).await;

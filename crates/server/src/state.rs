@@ -54,14 +54,27 @@ pub enum RunError {
     KeyRefused(u16),
 }
 
-/// Shared state of the handlers.
+/// Shared state of the handlers: the operations' state and the edge's own parts.
 #[derive(Clone)]
 pub struct AppState {
+    /// What the operations read ([`OpsState`]).
+    pub(crate) ops: OpsState,
+    /// The provider's base URL, for `GET /dev/config`.
+    pub(crate) provider_url: Arc<str>,
+    /// The database figures of `GET /metrics`, read at most once per their max age.
+    pub(crate) gauges: Arc<crate::metrics::GaugeCache>,
+    /// What the auth extractors read (`src/auth/mod.rs`), built once.
+    pub(crate) auth: crate::auth::AuthState,
+}
+
+/// What the operations read (`src/ops/`): both ledgers, the rules' inputs (the clock, the
+/// id source, the policy), the rate limits, the replay paths and the config; none of the
+/// edge's parts (the auth extractors' keys, the metrics' gauges, the provider's URL).
+#[derive(Clone)]
+pub(crate) struct OpsState {
     pub(crate) store: Store,
     pub(crate) provider: crate::provider::Provider,
     pub(crate) config: Arc<Config>,
-    /// The provider's base URL, for `GET /dev/config`.
-    pub(crate) provider_url: Arc<str>,
     /// The Redis fast path, when `--redis-url` is set.
     pub(crate) redis: Option<Arc<crate::replay::redis::RedisCache>>,
     /// Per-user rate limits of this process.
@@ -74,10 +87,6 @@ pub struct AppState {
     pub(crate) ids: Arc<dyn IdSource>,
     /// Leases and retention, from the config.
     pub(crate) policy: payonce_rules::Policy,
-    /// The database figures of `GET /metrics`, read at most once per their max age.
-    pub(crate) gauges: Arc<crate::metrics::GaugeCache>,
-    /// What the auth extractors read (`src/auth/mod.rs`), built once.
-    pub(crate) auth: crate::auth::AuthState,
 }
 
 impl AppState {
@@ -96,26 +105,29 @@ impl AppState {
             crate::replay::redis::RedisCache::new(url, config.redis_timeout, ca).map(Arc::new)
         });
         let redis = redis.transpose().map_err(ConfigError::RedisUrl)?;
-        Ok(Self {
-            store,
-            provider,
-            provider_url: provider_url.into(),
-            redis,
-            limits: Arc::new(crate::limits::Limits::new(&config.rates)),
-            replays: Arc::new(crate::replay::memory::ReplayCache::new(
-                config.replay_cache_entries,
-            )),
+        let auth = crate::auth::AuthState {
+            sessions: config.sessions.clone(),
+            jwt: config.jwt.clone(),
+            operator_token: config.operator_token.clone().map(Arc::new),
+            dev_operator_token: config.dev_operator_token.clone().map(Arc::new),
             clock: Arc::new(SystemClock),
-            ids: Arc::new(RandomIds),
-            policy: config.policy,
-            auth: crate::auth::AuthState {
-                sessions: config.sessions.clone(),
-                jwt: config.jwt.clone(),
-                operator_token: config.operator_token.clone().map(Arc::new),
-                dev_operator_token: config.dev_operator_token.clone().map(Arc::new),
+        };
+        Ok(Self {
+            ops: OpsState {
+                store,
+                provider,
+                redis,
+                limits: Arc::new(crate::limits::Limits::new(&config.rates)),
+                replays: Arc::new(crate::replay::memory::ReplayCache::new(
+                    config.replay_cache_entries,
+                )),
                 clock: Arc::new(SystemClock),
+                ids: Arc::new(RandomIds),
+                policy: config.policy,
+                config: Arc::new(config),
             },
-            config: Arc::new(config),
+            provider_url: provider_url.into(),
+            auth,
             gauges: Arc::default(),
         })
     }
@@ -124,97 +136,62 @@ impl AppState {
     /// sleeping).
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         let limiter_clock = crate::limits::LimiterClock::Rules(clock.clone());
-        self.limits = Arc::new(crate::limits::Limits::with_clock(
-            &self.config.rates,
+        self.ops.limits = Arc::new(crate::limits::Limits::with_clock(
+            &self.ops.config.rates,
             &limiter_clock,
         ));
         self.auth.clock = clock.clone();
-        self.clock = clock;
+        self.ops.clock = clock;
         self
     }
 
     /// The same state minting its ids from `ids` (a [`crate::ids::Sequence`] makes every
     /// id of a test predictable).
     pub fn with_ids(mut self, ids: Arc<dyn IdSource>) -> Self {
-        self.ids = ids;
+        self.ops.ids = ids;
         self
     }
 }
 
-// Sub-states: a handler that needs one part of the state says so in its signature
-// (`State<Store>`, `State<Arc<Config>>`, …) instead of taking all of it.
+// Sub-states: a handler or an operation that needs one part of the state says so in its
+// signature (`State<Store>`, `State<OpsState>`, …) instead of taking all of it.
 
-/// `impl FromRef<AppState>` (or `FromRef<$from>`, `$from => $sub`) for a sub-state whose fields are the
-/// state's fields of the same names (each cloned: handles and `Arc`s).
+/// `sub_state!(Sub { fields })`: `impl FromRef` for a sub-state whose fields are the
+/// operations' state's fields of the same names (each cloned: handles and `Arc`s), from
+/// [`OpsState`] and so from the whole state. `sub_state!(Part = path)`: one part of the
+/// whole state as it is.
 macro_rules! sub_state {
     ($sub:ty { $($field:ident),+ $(,)? }) => {
-        $crate::state::sub_state!($crate::state::AppState => $sub { $($field),+ });
-    };
-    // From a sub-state that holds those fields too.
-    ($from:ty => $sub:ty { $($field:ident),+ $(,)? }) => {
-        impl axum::extract::FromRef<$from> for $sub {
-            fn from_ref(s: &$from) -> Self {
+        impl axum::extract::FromRef<$crate::state::OpsState> for $sub {
+            fn from_ref(s: &$crate::state::OpsState) -> Self {
                 Self { $($field: s.$field.clone()),+ }
             }
         }
-    };
-    // One field of the state as it is.
-    ($sub:ty = $field:ident) => {
         impl axum::extract::FromRef<$crate::state::AppState> for $sub {
             fn from_ref(s: &$crate::state::AppState) -> Self {
-                s.$field.clone()
+                axum::extract::FromRef::from_ref(&s.ops)
+            }
+        }
+    };
+    ($sub:ty = $($path:ident).+) => {
+        impl axum::extract::FromRef<$crate::state::AppState> for $sub {
+            fn from_ref(s: &$crate::state::AppState) -> Self {
+                s.$($path).+.clone()
             }
         }
     };
 }
 pub(crate) use sub_state;
 
-sub_state!(Store = store);
-sub_state!(Arc<Config> = config);
-sub_state!(Arc<dyn Clock> = clock);
+sub_state!(OpsState = ops);
+sub_state!(Store = ops.store);
+sub_state!(Arc<Config> = ops.config);
+sub_state!(Arc<dyn Clock> = ops.clock);
 // What the auth extractors read (`src/auth/mod.rs`).
 sub_state!(crate::auth::AuthState = auth);
 
 // What the replay path reads (`src/replay/mod.rs`).
 sub_state!(crate::replay::Replays {
-    store,
-    redis,
-    replays,
-    clock,
-    policy
-});
-
-/// What the operations read (`src/ops/`): both ledgers, the rules' inputs (the clock, the
-/// id source, the policy), the rate limits, the replay paths and the config; none of the
-/// edge's parts (the auth extractors' keys, the metrics' gauges, the provider's URL).
-#[derive(Clone)]
-pub(crate) struct OpsState {
-    pub(crate) store: Store,
-    pub(crate) provider: crate::provider::Provider,
-    pub(crate) config: Arc<Config>,
-    pub(crate) redis: Option<Arc<crate::replay::redis::RedisCache>>,
-    pub(crate) limits: Arc<crate::limits::Limits>,
-    pub(crate) replays: Arc<crate::replay::memory::ReplayCache>,
-    pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) ids: Arc<dyn IdSource>,
-    pub(crate) policy: payonce_rules::Policy,
-}
-
-sub_state!(OpsState {
-    store,
-    provider,
-    config,
-    redis,
-    limits,
-    replays,
-    clock,
-    ids,
-    policy
-});
-
-// An operation hands its own parts on: the replay paths and the ledgers, from the
-// operations' state as from the whole.
-sub_state!(OpsState => crate::replay::Replays {
     store,
     redis,
     replays,
@@ -237,7 +214,6 @@ sub_state!(Ledgers {
     provider,
     clock
 });
-sub_state!(OpsState => Ledgers { store, provider, clock });
 
 /// What `GET /metrics` reads: the store's figures, the gauges' cache, Redis's and the clock.
 #[derive(Clone)]
@@ -249,13 +225,17 @@ pub(crate) struct MetricsState {
     pub(crate) redis: Option<Arc<crate::replay::redis::RedisCache>>,
 }
 
-sub_state!(MetricsState {
-    store,
-    config,
-    clock,
-    gauges,
-    redis
-});
+impl axum::extract::FromRef<AppState> for MetricsState {
+    fn from_ref(s: &AppState) -> Self {
+        Self {
+            store: s.ops.store.clone(),
+            config: s.ops.config.clone(),
+            clock: s.ops.clock.clone(),
+            gauges: s.gauges.clone(),
+            redis: s.ops.redis.clone(),
+        }
+    }
+}
 
 /// What dev mode's own endpoints read: the config (is it dev mode, the sessions) and where
 /// the embedded provider listens.
@@ -268,8 +248,12 @@ pub(crate) struct DevState {
 }
 
 #[cfg(feature = "dev")]
-sub_state!(DevState {
-    config,
-    clock,
-    provider_url
-});
+impl axum::extract::FromRef<AppState> for DevState {
+    fn from_ref(s: &AppState) -> Self {
+        Self {
+            config: s.ops.config.clone(),
+            clock: s.ops.clock.clone(),
+            provider_url: s.provider_url.clone(),
+        }
+    }
+}

@@ -41,7 +41,7 @@ pub(crate) fn routes() -> Router<AppState> {
 async fn page(State(state): State<AppState>) -> impl axum::response::IntoResponse {
     const PAGE: &str = include_str!("../../assets/admin.html");
     const SLOT: &str = "<meta name=\"payonce-dashboard\" content=\"\">";
-    let dashboard = state.provider.dashboard();
+    let dashboard = state.ops.provider.dashboard();
     let page = PAGE.replace(
         SLOT,
         &format!("<meta name=\"payonce-dashboard\" content=\"{dashboard}\">"),
@@ -64,7 +64,7 @@ async fn page(State(state): State<AppState>) -> impl axum::response::IntoRespons
 async fn journal_read(state: &AppState, id: Option<Extension<RequestId>>, uri: &Uri) {
     let route = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
     let id = id.as_ref().map(|Extension(r)| r.0.as_str());
-    crate::journal::operator_read(&state.store, state.clock.now_ms(), id, route).await;
+    crate::journal::operator_read(&state.ops.store, state.ops.clock.now_ms(), id, route).await;
 }
 
 async fn order_timeline(
@@ -75,7 +75,7 @@ async fn order_timeline(
     PathId(id): PathId,
 ) -> AppResult<Json<Value>> {
     journal_read(&state, rid, &uri).await;
-    let t = timeline::timeline(state.store.pool(), &id).await?;
+    let t = timeline::timeline(state.ops.store.pool(), &id).await?;
     t.map(Json)
         .ok_or_else(|| AppError::code(ErrorCode::OrderNotFound))
 }
@@ -88,7 +88,7 @@ async fn order_evidence(
     PathId(id): PathId,
 ) -> AppResult<Json<Value>> {
     journal_read(&state, rid, &uri).await;
-    let e = timeline::evidence(state.store.pool(), &id).await?;
+    let e = timeline::evidence(state.ops.store.pool(), &id).await?;
     e.map(Json)
         .ok_or_else(|| AppError::code(ErrorCode::OrderNotFound))
 }
@@ -104,7 +104,7 @@ async fn find(
     let (by, value) = lookup_query(query.as_deref().unwrap_or(""))?;
     journal_read(&state, rid, &uri).await;
     Ok(Json(
-        timeline::lookup(state.store.pool(), by, &value).await?,
+        timeline::lookup(state.ops.store.pool(), by, &value).await?,
     ))
 }
 
@@ -147,8 +147,8 @@ async fn reviews(
     uri: Uri,
 ) -> AppResult<Json<Value>> {
     journal_read(&state, rid, &uri).await;
-    let now = state.clock.now_ms();
-    Ok(Json(timeline::reviews(state.store.pool(), now).await?))
+    let now = state.ops.clock.now_ms();
+    Ok(Json(timeline::reviews(state.ops.store.pool(), now).await?))
 }
 
 /// `POST /admin/users/{id}/erase`: the user's personal data erased (docs/deploy.md, "Erasing a
@@ -167,17 +167,24 @@ async fn erase_user(
             format!("the user id must be 1..={MAX_VALUE_LEN} bytes without control characters"),
         ));
     }
-    let now = state.clock.now_ms();
+    let now = state.ops.clock.now_ms();
     let entry = payonce_rules::erase::entry(&user);
-    let erased = crate::store::erase::erase_user(&state.store, &user, &entry, now).await?;
+    let erased = crate::store::erase::erase_user(&state.ops.store, &user, &entry, now).await?;
     use payonce_protocol::admin::answer;
     let changed = json!({
         (answer::ORDER_ADDRESSES): erased.addresses,
         (answer::MAILS): erased.mails,
     });
     let id = rid.as_ref().map(|Extension(r)| r.0.as_str());
-    crate::journal::operator_action(&state.store, now, id, uri.path(), &user, changed.clone())
-        .await;
+    crate::journal::operator_action(
+        &state.ops.store,
+        now,
+        id,
+        uri.path(),
+        &user,
+        changed.clone(),
+    )
+    .await;
     Ok(Json(
         json!({ (answer::USER): user, (answer::ERASED): changed }),
     ))

@@ -52,7 +52,11 @@ pub(crate) async fn request(
         .map_or_else(String::new, |r| r.0.clone());
     // The path's one id: the order's (pay, cancel) or the payment's (refund).
     let path_id = req.uri().path().split('/').nth(2).map(str::to_owned);
-    let scope = Scope::request(&request_id, state.store.clone(), state.clock.clone());
+    let scope = Scope::request(
+        &request_id,
+        state.ops.store.clone(),
+        state.ops.clock.clone(),
+    );
     let (at, seq, started) = (scope.now(), next_seq(), Instant::now());
     let res = journal::scoped(scope.clone(), next.run(req)).await;
     let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -110,7 +114,7 @@ async fn webhook_or_other(
         return next.run(req).await;
     }
     let id = req.extensions().get::<RequestId>().map(|r| r.0.clone());
-    let (store, clock) = (state.store.clone(), state.clock.clone());
+    let (store, clock) = (state.ops.store.clone(), state.ops.clock.clone());
     let scope = Scope::immediate(actor::WEBHOOK, id.as_deref(), store, clock);
     journal::scoped(scope, next.run(req)).await
 }

@@ -79,7 +79,7 @@ pub(crate) fn router(
     static_dir: Option<PathBuf>,
     more: Router<AppState>,
 ) -> Router {
-    let cors = cors::layer(&state.config.cors, state.config.dev);
+    let cors = cors::layer(&state.ops.config.cors, state.ops.config.dev);
     let router = Router::new()
         .route(paths::CATALOG, get(catalog::list))
         .route(paths::ORDERS, post(orders::create))
@@ -91,7 +91,7 @@ pub(crate) fn router(
         .route(paths::OPENAPI, get(crate::openapi::serve))
         // The configured provider's events only: the other's route is an unknown path.
         .route(
-            webhooks::route(state.config.provider),
+            webhooks::route(state.ops.config.provider),
             post(webhooks::handler),
         )
         .route(paths::METRICS, get(metrics::serve))
@@ -111,8 +111,8 @@ pub(crate) fn router(
         }
         None => router.fallback(not_found),
     };
-    let edge = state.config.edge;
-    let retention = HeaderValue::from(state.config.key_retention.as_secs());
+    let edge = state.ops.config.edge;
+    let retention = HeaderValue::from(state.ops.config.key_retention.as_secs());
     let router = router
         .layer(axum::middleware::from_fn(move |req, next| {
             refuse_oversized(edge.body_timeout, req, next)
