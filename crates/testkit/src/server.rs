@@ -127,18 +127,20 @@ impl Proc {
         let _ = self.child.wait();
     }
 
+    /// Sends signal `name` (`"TERM"`, `"HUP"`) to the process (std's `Child` only kills).
+    pub fn signal(&self, name: &str) {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill")
+            .args([&format!("-{name}"), &pid])
+            .status();
+        assert!(sent.is_ok_and(|s| s.success()), "kill -{name} {pid}");
+    }
+
     /// Sends SIGTERM, as a rollout does (the server drains, lets its job round finish and
     /// commits the journal entries it queued), and waits up to `within` for the exit.
     /// `None`: still running.
     pub fn terminate(&mut self, within: Duration) -> Option<ExitStatus> {
-        let sent = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        assert!(
-            sent.is_ok_and(|s| s.success()),
-            "kill -TERM {}",
-            self.child.id()
-        );
+        self.signal("TERM");
         let deadline = Instant::now() + within;
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {

@@ -256,12 +256,7 @@ async fn a_jwks_file_rotated_on_disk_is_used_after_sighup() {
     assert_eq!(app.create_order_raw(&old, items.clone()).await.status, 201);
     assert_eq!(app.create_order_raw(&new, items.clone()).await.status, 401);
     std::fs::write(&jwks, keys.jwks("new")).unwrap();
-    let pid = app._procs.last().expect("the server").pid().to_string();
-    let hup = std::process::Command::new("kill")
-        .args(["-HUP", &pid])
-        .status()
-        .unwrap();
-    assert!(hup.success());
+    app._procs.last().expect("the server").signal("HUP");
     // The reload runs on its own task: poll for it (no clock decides it).
     let created = payonce_testkit::eventually(
         std::time::Duration::from_secs(10),

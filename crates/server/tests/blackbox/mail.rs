@@ -394,11 +394,7 @@ async fn a_graceful_stop_while_the_relay_holds_a_receipt_commits_it_and_sends_it
     )
     .await;
 
-    let term = std::process::Command::new("kill")
-        .args(["-TERM", &server.pid().to_string()])
-        .status()
-        .expect("kill");
-    assert!(term.success());
+    server.signal("TERM");
     // Until the server says it waits for its round, or it has ended (the round cut).
     let said = || std::fs::read_to_string(&log).unwrap_or_default();
     let mut ended = None;
